@@ -1,0 +1,59 @@
+/* hcnn — common definitions: error codes, checked allocation, RNG, timers.
+ *
+ * Every function that can fail returns an int error code (HCNN_OK on
+ * success) after printing one message that names the file/key/value and
+ * what was expected.  There is no global mutable state: a run is a struct
+ * passed down (see train.h). */
+#ifndef HCNN_COMMON_H
+#define HCNN_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum hcnn_status {
+    HCNN_OK = 0,
+    HCNN_EINVAL = 1,   /* bad argument, config value or command line */
+    HCNN_ENOMEM = 2,   /* allocation failed */
+    HCNN_EIO = 3,      /* file cannot be opened, read or written */
+    HCNN_EFORMAT = 4,  /* file has a wrong magic, size or content */
+    HCNN_ENUMERIC = 5, /* NaN or Inf during training */
+    HCNN_EMPI = 6      /* an MPI call failed or another rank failed */
+};
+
+/* Print "hcnn: error: <message>" on stderr.  Returns HCNN_EINVAL so that
+ * validation code can write `return hcnn_error(...)`. */
+int hcnn_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Same, but returns the given code. */
+int hcnn_error_code(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void hcnn_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* 64-byte aligned allocation for tensors; prints "cannot allocate <bytes>
+ * for <what>" and returns NULL on failure.  Free with hcnn_free. */
+void *hcnn_alloc(size_t bytes, const char *what);
+void *hcnn_calloc(size_t bytes, const char *what);
+void hcnn_free(void *p);
+
+/* Wall-clock seconds (monotonic). */
+double hcnn_now(void);
+
+/* ---- random numbers ----------------------------------------------------
+ * xoshiro256** for sequential streams (initialisation, shuffling), and a
+ * stateless counter-based hash for per-element randomness (dropout masks,
+ * per-sample augmentation) so that results do not depend on how work is
+ * split across threads, ranks or pipeline stages. */
+typedef struct hcnn_rng {
+    uint64_t s[4];
+} hcnn_rng;
+
+void hcnn_rng_seed(hcnn_rng *r, uint64_t seed, uint64_t stream);
+uint64_t hcnn_rng_next(hcnn_rng *r);
+/* uniform in [0, 1) with 24 random bits */
+float hcnn_rng_uniform(hcnn_rng *r);
+/* standard normal (Box-Muller, double precision internally) */
+float hcnn_rng_normal(hcnn_rng *r);
+/* uniform integer in [0, n) without modulo bias */
+uint64_t hcnn_rng_below(hcnn_rng *r, uint64_t n);
+/* stateless mixing of up to four 64-bit words */
+uint64_t hcnn_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+
+#endif

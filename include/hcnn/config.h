@@ -1,0 +1,114 @@
+/* Run configuration: a YAML file (libyaml) plus `--set key=value`
+ * overrides.  Every key is validated: unknown keys, wrong types and
+ * out-of-range values are errors that name the key and the file. */
+#ifndef HCNN_CONFIG_H
+#define HCNN_CONFIG_H
+
+#include <stdint.h>
+
+#define HCNN_NAME_MAX 64
+#define HCNN_PATH_MAX 1024
+#define HCNN_MAX_BLOCKS 256
+
+typedef enum hcnn_block_kind {
+    HCNN_BLOCK_CONV = 0,
+    HCNN_BLOCK_BN,
+    HCNN_BLOCK_RELU,
+    HCNN_BLOCK_MAXPOOL,
+    HCNN_BLOCK_AVGPOOL,
+    HCNN_BLOCK_GAP,      /* global average pool */
+    HCNN_BLOCK_FC,
+    HCNN_BLOCK_DROPOUT,
+    HCNN_BLOCK_FLATTEN,
+    HCNN_BLOCK_RESIDUAL, /* basic block: conv3x3-bn-relu-conv3x3-bn + shortcut, relu */
+    HCNN_BLOCK_KIND_COUNT
+} hcnn_block_kind;
+
+typedef enum hcnn_shortcut {
+    HCNN_SHORTCUT_AUTO = 0,   /* identity if shape is kept, else 1x1 projection */
+    HCNN_SHORTCUT_IDENTITY,
+    HCNN_SHORTCUT_PROJECTION  /* 1x1 conv (stride) + bn */
+} hcnn_shortcut;
+
+/* One block of the model as written in the config. */
+typedef struct hcnn_block_spec {
+    hcnn_block_kind kind;
+    char name[HCNN_NAME_MAX]; /* tensor-name prefix; default derived from kind */
+    int out;                  /* conv/residual: output channels; fc: output features */
+    int kh, kw;               /* conv/pool kernel */
+    int sh, sw;               /* stride */
+    int ph, pw;               /* padding */
+    int bias;                 /* conv/fc: has a bias (default: conv 1, fc 1) */
+    float p;                  /* dropout probability */
+    float eps, momentum;      /* batch-norm */
+    hcnn_shortcut shortcut;   /* residual */
+} hcnn_block_spec;
+
+typedef struct hcnn_model_spec {
+    char name[HCNN_NAME_MAX];
+    int in_c, in_h, in_w;     /* input shape (per sample) */
+    int classes;
+    int nblocks;
+    hcnn_block_spec blocks[HCNN_MAX_BLOCKS];
+} hcnn_model_spec;
+
+typedef enum hcnn_schedule { HCNN_SCHED_CONSTANT = 0, HCNN_SCHED_STEP, HCNN_SCHED_COSINE } hcnn_schedule;
+typedef enum hcnn_init { HCNN_INIT_HE = 0, HCNN_INIT_XAVIER } hcnn_init;
+typedef enum hcnn_strategy { HCNN_STRATEGY_SERIAL = 0 } hcnn_strategy;
+
+typedef struct hcnn_config {
+    char path[HCNN_PATH_MAX];      /* the file it was read from */
+    hcnn_model_spec model;
+
+    char dataset[HCNN_NAME_MAX];   /* mnist | fashion_mnist | cifar10 | synthetic */
+    char data_dir[HCNN_PATH_MAX];  /* relative paths are relative to the working directory */
+    int synthetic_train;           /* synthetic data set sizes */
+    int synthetic_test;
+
+    int epochs;
+    int batch_size;                /* global batch */
+    int eval_batch_size;
+    double lr;
+    double momentum;
+    int nesterov;
+    double weight_decay;
+    hcnn_schedule schedule;
+    double warmup_epochs;          /* linear warm-up from 0 (fractional epochs allowed) */
+    int lr_step_epochs;            /* step schedule: multiply by lr_gamma every N epochs */
+    double lr_gamma;
+    double min_lr;                 /* cosine schedule floor */
+    hcnn_init init;
+
+    uint64_t seed;
+    int threads;                   /* 0: OMP_NUM_THREADS, else all cores */
+    hcnn_strategy strategy;
+    long max_steps;                /* 0: no limit */
+    long train_limit;              /* 0: whole set */
+    long test_limit;
+    int shuffle;
+    int augment;                   /* -1: the data set's default */
+    char csv[HCNN_PATH_MAX];       /* per-epoch metrics; empty: none */
+    char checkpoint_dir[HCNN_PATH_MAX]; /* final checkpoint; empty: none */
+    int progress_every;            /* steps between progress lines when not a terminal; 0: auto */
+} hcnn_config;
+
+/* Defaults for every key (model empty). */
+void hcnn_config_defaults(hcnn_config *cfg);
+
+/* Read `path`, apply the `nset` overrides `sets[i]` ("key=value", dotted
+ * keys reach into the model, e.g. "model.blocks.0.out=8"), validate.
+ * Prints one message naming the key and the file on error. */
+int hcnn_config_load(hcnn_config *cfg, const char *path, const char *const *sets, int nset);
+
+/* Write every key (after overrides) as YAML that hcnn_config_load reads
+ * back to the same configuration.  Returns HCNN_OK or HCNN_EIO. */
+int hcnn_config_write(const hcnn_config *cfg, const char *path);
+/* Print the same YAML to a FILE* (stdout at run start). */
+void hcnn_config_print(const hcnn_config *cfg, void *file);
+
+const char *hcnn_block_kind_name(hcnn_block_kind k);
+const char *hcnn_schedule_name(hcnn_schedule s);
+const char *hcnn_init_name(hcnn_init i);
+const char *hcnn_strategy_name(hcnn_strategy s);
+
+#endif

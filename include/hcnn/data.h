@@ -1,0 +1,119 @@
+/* Data sets and batch assembly.
+ *
+ * A data set is held in memory as uint8 pixels (NCHW per sample) and uint8
+ * labels; batches are decoded to normalised float32 NCHW on the fly, with
+ * augmentation, by OpenMP threads.  Randomness (shuffling, augmentation) is
+ * a pure function of (seed, epoch, sample index), so every rank and every
+ * thread count sees the same data order. */
+#ifndef HCNN_DATA_H
+#define HCNN_DATA_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "hcnn/config.h"
+
+typedef struct hcnn_dataset {
+    char name[HCNN_NAME_MAX];
+    char source[HCNN_PATH_MAX];   /* file or directory it came from (messages) */
+    int n;                        /* samples */
+    int c, h, w;                  /* per-sample shape */
+    int classes;
+    uint8_t *images;              /* n * c * h * w */
+    uint8_t *labels;              /* n */
+    float mean[3], std[3];        /* per-channel normalisation of pixel/255 */
+    int augment_default;          /* 1 for CIFAR-10 (crop + flip) */
+} hcnn_dataset;
+
+/* IDX files (MNIST, Fashion-MNIST), raw or gzip-compressed (detected by
+ * content).  Validates magic numbers (0x801 labels, 0x803 images), sizes,
+ * image/label count agreement and labels < classes. */
+int hcnn_idx_load(hcnn_dataset *ds, const char *images_path, const char *labels_path, int classes);
+
+/* CIFAR-10 binary batches: records of 1 label byte + 3072 pixel bytes.
+ * Validates the file size (a whole number of records) and labels < 10. */
+int hcnn_cifar10_load(hcnn_dataset *ds, const char *const *files, int nfiles);
+
+/* Seeded synthetic images of the given shape: each class has a random
+ * prototype image; a sample is its class prototype plus noise, so the
+ * problem is learnable (used to test that training fits). */
+int hcnn_synthetic_make(hcnn_dataset *ds, int n, int c, int h, int w, int classes, uint64_t seed);
+/* Same for split `split` (0 train, 1 test): the class prototypes depend on
+ * the seed only, labels and noise on (seed, split), so the test set comes
+ * from the same distribution.  hcnn_synthetic_make is split 0. */
+int hcnn_synthetic_make_split(hcnn_dataset *ds, int n, int c, int h, int w, int classes, uint64_t seed,
+                              int split);
+
+/* Open the train and test sets named by cfg->dataset in cfg->data_dir
+ * (file names: see README), apply train_limit/test_limit, and check the
+ * shape and class count against cfg->model. */
+int hcnn_dataset_open(const hcnn_config *cfg, hcnn_dataset *train, hcnn_dataset *test);
+
+/* Keep only the first `limit` samples (limit <= 0 or >= n: unchanged). */
+void hcnn_dataset_limit(hcnn_dataset *ds, long limit);
+void hcnn_dataset_free(hcnn_dataset *ds);
+
+/* perm[i] = i, then (if shuffle) a Fisher-Yates shuffle seeded by
+ * (seed, epoch).  Identical on every rank. */
+void hcnn_epoch_permutation(uint32_t *perm, int n, uint64_t seed, int epoch, int shuffle);
+
+/* Decode samples idx[0..n) into x (float NCHW, normalised) and y.
+ * augment: random crop (4-pixel zero padding) + horizontal flip, drawn from
+ * (seed, epoch, sample index).  Uses up to nthreads OpenMP threads. */
+void hcnn_batch_assemble(const hcnn_dataset *ds, const uint32_t *idx, int n, int augment,
+                         uint64_t seed, int epoch, float *x, int32_t *y, int nthreads);
+
+/* ---- double-buffered loader --------------------------------------------
+ * Serves the batches of one epoch; while the caller trains on batch b a
+ * background thread assembles batch b+1 into the other buffer.
+ * With R ranks, batch b (global size nb) is split into R contiguous shards:
+ * rank r gets samples [nb*r/R, nb*(r+1)/R) of it. */
+typedef struct hcnn_loader {
+    const hcnn_dataset *ds;
+    const uint32_t *perm;
+    int nsamples;          /* samples in the epoch */
+    int batch;             /* global batch size */
+    int nbatches;
+    int rank, nranks;
+    int augment;
+    uint64_t seed;
+    int epoch;
+    int prefetch_threads;  /* threads used by the background assembly */
+
+    float *x[2];
+    int32_t *y[2];
+    int n[2];              /* local samples in buffer */
+    int global_n[2];       /* global batch size of that batch */
+    int first[2];          /* position in the epoch of the shard's first sample */
+    int next_batch;        /* batch index to hand out next */
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int thread_started;
+    int ready[2];          /* buffer filled and not yet handed out */
+    int want;              /* batch the worker should fill next, -1 none */
+    int want_buf;
+    int stop;
+} hcnn_loader;
+
+/* max_local: capacity of each buffer in samples (>= largest shard). */
+int hcnn_loader_init(hcnn_loader *ld, const hcnn_dataset *ds, int batch, int rank, int nranks,
+                     int augment, uint64_t seed, int prefetch_threads);
+/* Begin an epoch over perm[0..nsamples). */
+void hcnn_loader_begin_epoch(hcnn_loader *ld, const uint32_t *perm, int nsamples, int epoch);
+/* Hand out the next batch: returns 0 when the epoch is over, 1 otherwise.
+ * *wait_s gets the time spent waiting for the background thread.  The
+ * buffers stay valid until the next call. */
+int hcnn_loader_next(hcnn_loader *ld, float **x, int32_t **y, int *n, int *global_n,
+                     int *first, double *wait_s);
+void hcnn_loader_free(hcnn_loader *ld);
+
+/* Local shard [lo, hi) of a global batch of nb samples for rank r of R. */
+static inline void hcnn_shard(int nb, int r, int R, int *lo, int *hi)
+{
+    *lo = (int)((long)nb * r / R);
+    *hi = (int)((long)nb * (r + 1) / R);
+}
+
+#endif

@@ -1,0 +1,97 @@
+/* A network: the sequence of blocks from the config, all parameters in one
+ * contiguous buffer and all gradients in another (per-layer views, as in
+ * llm.c), so allreduce buckets, checkpoints and pipeline-stage ownership
+ * are offset arithmetic. */
+#ifndef HCNN_NET_H
+#define HCNN_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hcnn/config.h"
+#include "hcnn/layer.h"
+
+#define HCNN_TENSOR_NAME_MAX 160
+
+/* One named tensor (parameter or batch-norm statistic), PyTorch-style name
+ * such as "layer1.0.conv1.weight" or "bn1.running_mean". */
+typedef struct hcnn_tensor_info {
+    char name[HCNN_TENSOR_NAME_MAX];
+    int ndim;
+    int dims[4];
+    size_t count;
+    size_t offset;       /* into params (is_state == 0) or state (is_state == 1) */
+    int is_state;
+    int layer;           /* top-level block owning it (pipeline stage ownership) */
+} hcnn_tensor_info;
+
+typedef struct hcnn_net {
+    const hcnn_backend *be;
+    int in_c, in_h, in_w, classes;
+    int nlayers;
+    hcnn_layer *layers;          /* top-level blocks */
+
+    float *params, *grads;       /* nparams each */
+    size_t nparams;
+    float *state;                /* batch-norm running statistics */
+    size_t nstate;
+
+    hcnn_tensor_info *tensors;
+    int ntensors;
+
+    uint64_t model_hash;         /* hash of the architecture (checkpoint check) */
+} hcnn_net;
+
+/* Build from the spec (shape inference, buffers, views, tensor names).
+ * Parameters are left zero: call hcnn_net_init. */
+int hcnn_net_create(hcnn_net *net, const hcnn_model_spec *spec, const hcnn_backend *be,
+                    const char *cfg_path);
+void hcnn_net_free(hcnn_net *net);
+
+/* He (normal, fan-in, gain sqrt 2) or Xavier (uniform) weights from a
+ * seeded RNG; biases 0; batch-norm gamma 1, beta 0, running var 1. */
+void hcnn_net_init(hcnn_net *net, hcnn_init init, uint64_t seed);
+
+/* Parameters owned by blocks [first, last): [off, off + count). */
+void hcnn_net_param_range(const hcnn_net *net, int first, int last, size_t *off, size_t *count);
+
+/* ---- activations of one (micro-)batch for blocks [first, last) ---- */
+typedef struct hcnn_acts {
+    int first, last;
+    int capacity;                /* samples */
+    float **y;                   /* y[i - first]: output of block i */
+    float **aux;                 /* aux[i - first] */
+    float *buf;
+    size_t floats;
+} hcnn_acts;
+
+int hcnn_acts_alloc(hcnn_acts *a, const hcnn_net *net, int first, int last, int capacity);
+void hcnn_acts_free(hcnn_acts *a);
+
+/* Scratch shared by all micro-batches: kernel workspace, residual
+ * temporaries and the two gradient ping-pong buffers between blocks. */
+typedef struct hcnn_scratch {
+    hcnn_ctx ctx;
+    float *g[2];
+    size_t g_floats;
+    int capacity;
+} hcnn_scratch;
+
+int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last, int capacity);
+void hcnn_scratch_free(hcnn_scratch *s);
+
+/* Forward blocks [first, last) on n samples of x; output in
+ * acts->y[last - 1 - first]. */
+int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const float *x, int n);
+/* Backward through blocks [first, last) given dy (gradient of the last
+ * block's output); accumulates into net->grads; writes dx (gradient of x)
+ * unless dx is NULL. */
+int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
+                      const float *dy, float *dx, int n);
+
+static inline const float *hcnn_acts_output(const hcnn_acts *a) { return a->y[a->last - 1 - a->first]; }
+
+/* Largest per-sample activation (input or output) of blocks [first, last). */
+size_t hcnn_net_max_act(const hcnn_net *net, int first, int last);
+
+#endif

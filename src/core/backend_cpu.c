@@ -1,0 +1,546 @@
+/* CPU backend: GEMM through OpenBLAS (OpenMP variant), everything else as
+ * OpenMP loops.
+ *
+ * Threading: OpenBLAS built with USE_OPENMP shares libgomp's thread pool
+ * and runs single-threaded inside an OpenMP parallel region, so BLAS calls
+ * (made outside our parallel regions) use all threads and our loops use
+ * all threads, never both at once: no oversubscription.
+ *
+ * Determinism: every reduction runs in a fixed order that does not depend
+ * on the thread count (loops are parallel over independent outputs, and
+ * each output is summed serially), so results are bit-for-bit repeatable. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hcnn/backend.h"
+#include "hcnn/common.h"
+
+static void cpu_upload(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_download(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
+static void cpu_fill(float *x, size_t n, float v)
+{
+    if (v == 0.0f) {
+        memset(x, 0, n * sizeof *x);
+        return;
+    }
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
+}
+
+static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
+
+static void cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+                n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* col[(ci*kh + ki)*kw + kj][i*P + oy*ow + ox] = x[i][ci][oy*sh - ph + ki][ox*sw - pw + kj] */
+static void cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *col)
+{
+    const int krows = g->c * g->kh * g->kw;
+    const size_t P = (size_t)g->oh * g->ow;
+    const size_t ldc = (size_t)n * P;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < krows; r++) {
+        for (int i = 0; i < n; i++) {
+            const int kj = r % g->kw, ki = (r / g->kw) % g->kh, ci = r / (g->kw * g->kh);
+            const float *xp = x + ((size_t)i * g->c + ci) * g->h * g->w;
+            float *dst = col + (size_t)r * ldc + (size_t)i * P;
+            for (int oy = 0; oy < g->oh; oy++) {
+                const int iy = oy * g->sh - g->ph + ki;
+                float *d = dst + (size_t)oy * g->ow;
+                if (iy < 0 || iy >= g->h) {
+                    memset(d, 0, (size_t)g->ow * sizeof *d);
+                    continue;
+                }
+                const float *row = xp + (size_t)iy * g->w;
+                if (g->sw == 1) {
+                    /* contiguous: valid ox are those with 0 <= ox - pw + kj < w */
+                    int lo = g->pw - kj, hi = g->w + g->pw - kj; /* [lo, hi) */
+                    if (lo < 0) lo = 0;
+                    if (lo > g->ow) lo = g->ow;
+                    if (hi > g->ow) hi = g->ow;
+                    if (hi < lo) hi = lo;
+                    for (int ox = 0; ox < lo; ox++) d[ox] = 0.0f;
+                    if (hi > lo)
+                        memcpy(d + lo, row + lo - g->pw + kj, (size_t)(hi - lo) * sizeof *d);
+                    for (int ox = hi; ox < g->ow; ox++) d[ox] = 0.0f;
+                } else {
+                    for (int ox = 0; ox < g->ow; ox++) {
+                        const int ix = ox * g->sw - g->pw + kj;
+                        d[ox] = (ix >= 0 && ix < g->w) ? row[ix] : 0.0f;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Adjoint of im2col.  Parallel over (image, channel) planes: each thread
+ * owns whole planes of dx, so there are no races and the summation order
+ * is fixed. */
+static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, float *dx)
+{
+    const size_t P = (size_t)g->oh * g->ow;
+    const size_t ldc = (size_t)n * P;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++) {
+        for (int ci = 0; ci < g->c; ci++) {
+            float *xp = dx + ((size_t)i * g->c + ci) * g->h * g->w;
+            memset(xp, 0, (size_t)g->h * g->w * sizeof *xp);
+            for (int ki = 0; ki < g->kh; ki++) {
+                for (int kj = 0; kj < g->kw; kj++) {
+                    const int r = (ci * g->kh + ki) * g->kw + kj;
+                    const float *src = col + (size_t)r * ldc + (size_t)i * P;
+                    for (int oy = 0; oy < g->oh; oy++) {
+                        const int iy = oy * g->sh - g->ph + ki;
+                        if (iy < 0 || iy >= g->h)
+                            continue;
+                        float *row = xp + (size_t)iy * g->w;
+                        const float *s = src + (size_t)oy * g->ow;
+                        if (g->sw == 1) {
+                            int lo = g->pw - kj, hi = g->w + g->pw - kj;
+                            if (lo < 0) lo = 0;
+                            if (hi > g->ow) hi = g->ow;
+                            float *r0 = row - g->pw + kj;
+                            for (int ox = lo; ox < hi; ox++)
+                                r0[ox] += s[ox];
+                        } else {
+                            for (int ox = 0; ox < g->ow; ox++) {
+                                const int ix = ox * g->sw - g->pw + kj;
+                                if (ix >= 0 && ix < g->w)
+                                    row[ix] += s[ox];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void cpu_cnp_to_nchw(const float *src, const float *bias, int n, int c, int np, float *y)
+{
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++) {
+        for (int co = 0; co < c; co++) {
+            const float *s = src + (size_t)co * n * np + (size_t)i * np;
+            float *d = y + ((size_t)i * c + co) * np;
+            if (bias) {
+                const float b = bias[co];
+                for (int p = 0; p < np; p++)
+                    d[p] = s[p] + b;
+            } else {
+                memcpy(d, s, (size_t)np * sizeof *d);
+            }
+        }
+    }
+}
+
+static void cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
+{
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int co = 0; co < c; co++)
+        for (int i = 0; i < n; i++)
+            memcpy(dst + (size_t)co * n * np + (size_t)i * np, y + ((size_t)i * c + co) * np,
+                   (size_t)np * sizeof *dst);
+}
+
+static void cpu_channel_sum_acc(const float *dy, int n, int c, int np, float *db)
+{
+#pragma omp parallel for schedule(static)
+    for (int co = 0; co < c; co++) {
+        double s = 0.0;
+        for (int i = 0; i < n; i++) {
+            const float *d = dy + ((size_t)i * c + co) * np;
+            float part = 0.0f;
+            for (int p = 0; p < np; p++)
+                part += d[p];
+            s += part;
+        }
+        db[co] += (float)s;
+    }
+}
+
+static void cpu_row_sum_acc(const float *dy, int n, int m, float *db)
+{
+#pragma omp parallel for schedule(static) if (m >= 256)
+    for (int j = 0; j < m; j++) {
+        float s = 0.0f;
+        for (int i = 0; i < n; i++)
+            s += dy[(size_t)i * m + j];
+        db[j] += s;
+    }
+}
+
+static void cpu_add_row_bias(float *y, const float *b, int n, int m)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++)
+            y[(size_t)i * m + j] += b[j];
+}
+
+static void cpu_relu_fwd(const float *x, float *y, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+static void cpu_relu_bwd(const float *y, const float *dy, float *dx, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (size_t i = 0; i < n; i++)
+        dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+static void cpu_add(const float *a, const float *b, float *y, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+static void cpu_add_acc(const float *a, float *y, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (size_t i = 0; i < n; i++)
+        y[i] += a[i];
+}
+
+static void cpu_mul(const float *a, const float *b, float *y, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] * b[i];
+}
+
+static void cpu_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample,
+                            float p, uint64_t seed, uint64_t step, uint64_t first_sample,
+                            uint64_t layer_id)
+{
+    const float scale = 1.0f / (1.0f - p);
+    /* keep iff the element's 24-bit uniform >= p */
+    const uint64_t threshold = (uint64_t)((double)p * 16777216.0);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const uint64_t key = hcnn_hash4(seed, step, layer_id, first_sample + (uint64_t)i);
+        const size_t base = (size_t)i * per_sample;
+        for (size_t e = 0; e < per_sample; e++) {
+            const uint64_t u = hcnn_hash4(key, e, 0x64726f70ull, 0) >> 40;
+            const float m = u >= threshold ? scale : 0.0f;
+            mask[base + e] = m;
+            y[base + e] = x[base + e] * m;
+        }
+    }
+}
+
+static void cpu_maxpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y,
+                            int32_t *argmax)
+{
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++) {
+        for (int c = 0; c < g->c; c++) {
+            const size_t plane = (size_t)i * g->c + c;
+            const float *xp = x + plane * g->h * g->w;
+            float *yp = y + plane * g->oh * g->ow;
+            int32_t *ap = argmax + plane * g->oh * g->ow;
+            for (int oy = 0; oy < g->oh; oy++) {
+                for (int ox = 0; ox < g->ow; ox++) {
+                    float best = -INFINITY;
+                    int32_t arg = -1;
+                    for (int ki = 0; ki < g->kh; ki++) {
+                        const int iy = oy * g->sh - g->ph + ki;
+                        if (iy < 0 || iy >= g->h)
+                            continue;
+                        for (int kj = 0; kj < g->kw; kj++) {
+                            const int ix = ox * g->sw - g->pw + kj;
+                            if (ix < 0 || ix >= g->w)
+                                continue;
+                            const float v = xp[iy * g->w + ix];
+                            if (v > best || arg < 0) {
+                                best = v;
+                                arg = iy * g->w + ix;
+                            }
+                        }
+                    }
+                    yp[oy * g->ow + ox] = best;
+                    ap[oy * g->ow + ox] = arg;
+                }
+            }
+        }
+    }
+}
+
+static void cpu_maxpool_bwd(const hcnn_pool_geom *g, const float *dy, const int32_t *argmax,
+                            int n, float *dx)
+{
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++) {
+        for (int c = 0; c < g->c; c++) {
+            const size_t plane = (size_t)i * g->c + c;
+            float *dxp = dx + plane * g->h * g->w;
+            const float *dyp = dy + plane * g->oh * g->ow;
+            const int32_t *ap = argmax + plane * g->oh * g->ow;
+            memset(dxp, 0, (size_t)g->h * g->w * sizeof *dxp);
+            for (int o = 0; o < g->oh * g->ow; o++)
+                if (ap[o] >= 0)
+                    dxp[ap[o]] += dyp[o];
+        }
+    }
+}
+
+static void cpu_avgpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y)
+{
+    const float inv = 1.0f / (float)(g->kh * g->kw);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++) {
+        for (int c = 0; c < g->c; c++) {
+            const size_t plane = (size_t)i * g->c + c;
+            const float *xp = x + plane * g->h * g->w;
+            float *yp = y + plane * g->oh * g->ow;
+            for (int oy = 0; oy < g->oh; oy++) {
+                for (int ox = 0; ox < g->ow; ox++) {
+                    float s = 0.0f;
+                    for (int ki = 0; ki < g->kh; ki++) {
+                        const int iy = oy * g->sh - g->ph + ki;
+                        if (iy < 0 || iy >= g->h)
+                            continue;
+                        for (int kj = 0; kj < g->kw; kj++) {
+                            const int ix = ox * g->sw - g->pw + kj;
+                            if (ix >= 0 && ix < g->w)
+                                s += xp[iy * g->w + ix];
+                        }
+                    }
+                    yp[oy * g->ow + ox] = s * inv;
+                }
+            }
+        }
+    }
+}
+
+static void cpu_avgpool_bwd(const hcnn_pool_geom *g, const float *dy, int n, float *dx)
+{
+    const float inv = 1.0f / (float)(g->kh * g->kw);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++) {
+        for (int c = 0; c < g->c; c++) {
+            const size_t plane = (size_t)i * g->c + c;
+            float *dxp = dx + plane * g->h * g->w;
+            const float *dyp = dy + plane * g->oh * g->ow;
+            memset(dxp, 0, (size_t)g->h * g->w * sizeof *dxp);
+            for (int oy = 0; oy < g->oh; oy++) {
+                for (int ox = 0; ox < g->ow; ox++) {
+                    const float d = dyp[oy * g->ow + ox] * inv;
+                    for (int ki = 0; ki < g->kh; ki++) {
+                        const int iy = oy * g->sh - g->ph + ki;
+                        if (iy < 0 || iy >= g->h)
+                            continue;
+                        for (int kj = 0; kj < g->kw; kj++) {
+                            const int ix = ox * g->sw - g->pw + kj;
+                            if (ix >= 0 && ix < g->w)
+                                dxp[iy * g->w + ix] += d;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* y = gamma * (x - mean) * invstd + beta, statistics over (n, h, w) */
+static void cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *gamma,
+                             const float *beta, float eps, float momentum, float *running_mean,
+                             float *running_var, float *save_mean, float *save_invstd, float *y)
+{
+    const double cnt = (double)n * np;
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < c; ch++) {
+        double s = 0.0;
+        for (int i = 0; i < n; i++) {
+            const float *xp = x + ((size_t)i * c + ch) * np;
+            float part = 0.0f;
+            for (int p = 0; p < np; p++)
+                part += xp[p];
+            s += part;
+        }
+        const double mean = s / cnt;
+        double ss = 0.0;
+        for (int i = 0; i < n; i++) {
+            const float *xp = x + ((size_t)i * c + ch) * np;
+            const float m = (float)mean;
+            float part = 0.0f;
+            for (int p = 0; p < np; p++) {
+                const float d = xp[p] - m;
+                part += d * d;
+            }
+            ss += part;
+        }
+        const double var = ss / cnt;
+        const float invstd = (float)(1.0 / sqrt(var + eps));
+        save_mean[ch] = (float)mean;
+        save_invstd[ch] = invstd;
+        const float a = gamma[ch] * invstd, b = beta[ch] - (float)mean * a;
+        for (int i = 0; i < n; i++) {
+            const float *xp = x + ((size_t)i * c + ch) * np;
+            float *yp = y + ((size_t)i * c + ch) * np;
+            for (int p = 0; p < np; p++)
+                yp[p] = xp[p] * a + b;
+        }
+        const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
+        running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
+        running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+    }
+}
+
+static void cpu_bn_fwd_infer(const float *x, int n, int c, int np, const float *gamma,
+                             const float *beta, float eps, const float *running_mean,
+                             const float *running_var, float *y)
+{
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++) {
+        for (int ch = 0; ch < c; ch++) {
+            const float a = gamma[ch] / sqrtf(running_var[ch] + eps);
+            const float b = beta[ch] - running_mean[ch] * a;
+            const float *xp = x + ((size_t)i * c + ch) * np;
+            float *yp = y + ((size_t)i * c + ch) * np;
+            for (int p = 0; p < np; p++)
+                yp[p] = xp[p] * a + b;
+        }
+    }
+}
+
+/* With xhat = (x - mean) * invstd:
+ *   dbeta = sum dy,  dgamma = sum dy * xhat,
+ *   dx = gamma * invstd / N * (N * dy - dbeta - xhat * dgamma) */
+static void cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, const float *gamma,
+                       const float *save_mean, const float *save_invstd, float *dx, float *dgamma,
+                       float *dbeta)
+{
+    const double cnt = (double)n * np;
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < c; ch++) {
+        const float m = save_mean[ch], is = save_invstd[ch];
+        double sdy = 0.0, sdyx = 0.0;
+        for (int i = 0; i < n; i++) {
+            const float *xp = x + ((size_t)i * c + ch) * np;
+            const float *dp = dy + ((size_t)i * c + ch) * np;
+            float a = 0.0f, b = 0.0f;
+            for (int p = 0; p < np; p++) {
+                a += dp[p];
+                b += dp[p] * (xp[p] - m) * is;
+            }
+            sdy += a;
+            sdyx += b;
+        }
+        dbeta[ch] += (float)sdy;
+        dgamma[ch] += (float)sdyx;
+        if (!dx)
+            continue;
+        const float k = gamma[ch] * is;
+        const float mdy = (float)(sdy / cnt), mdyx = (float)(sdyx / cnt);
+        for (int i = 0; i < n; i++) {
+            const float *xp = x + ((size_t)i * c + ch) * np;
+            const float *dp = dy + ((size_t)i * c + ch) * np;
+            float *op = dx + ((size_t)i * c + ch) * np;
+            for (int p = 0; p < np; p++)
+                op[p] = k * (dp[p] - mdy - (xp[p] - m) * is * mdyx);
+        }
+    }
+}
+
+static double cpu_softmax_xent(const float *logits, const int32_t *labels, int n, int k,
+                               float grad_scale, float *dlogits, int *correct)
+{
+    double loss = 0.0;
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * k;
+        int arg = 0;
+        float zmax = z[0];
+        for (int j = 1; j < k; j++)
+            if (z[j] > zmax) {
+                zmax = z[j];
+                arg = j;
+            }
+        double sum = 0.0;
+        for (int j = 0; j < k; j++)
+            sum += exp((double)(z[j] - zmax));
+        const double logsum = log(sum) + zmax;
+        loss += logsum - z[labels[i]];
+        ok += arg == labels[i];
+        if (dlogits) {
+            float *d = dlogits + (size_t)i * k;
+            for (int j = 0; j < k; j++) {
+                const double pj = exp((double)z[j] - logsum);
+                d[j] = (float)(pj - (j == labels[i] ? 1.0 : 0.0)) * grad_scale;
+            }
+        }
+    }
+    if (correct)
+        *correct = ok;
+    return loss;
+}
+
+static void cpu_sgd_step(float *w, const float *g, float *v, size_t n, float lr, float mu,
+                         float wd, int nesterov)
+{
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i] + wd * w[i];
+        const float vi = mu * v[i] + gi;
+        v[i] = vi;
+        w[i] -= lr * (nesterov ? gi + mu * vi : vi);
+    }
+}
+
+static double cpu_sum_sq(const float *x, size_t n)
+{
+    double s = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : s) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return s;
+}
+
+static const hcnn_backend cpu_backend = {
+    .name = "cpu-openblas",
+    .alloc = hcnn_alloc,
+    .free = hcnn_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .fill = cpu_fill,
+    .copy = cpu_copy,
+    .gemm = cpu_gemm,
+    .im2col = cpu_im2col,
+    .col2im = cpu_col2im,
+    .cnp_to_nchw = cpu_cnp_to_nchw,
+    .nchw_to_cnp = cpu_nchw_to_cnp,
+    .channel_sum_acc = cpu_channel_sum_acc,
+    .row_sum_acc = cpu_row_sum_acc,
+    .add_row_bias = cpu_add_row_bias,
+    .relu_fwd = cpu_relu_fwd,
+    .relu_bwd = cpu_relu_bwd,
+    .add = cpu_add,
+    .add_acc = cpu_add_acc,
+    .dropout_fwd = cpu_dropout_fwd,
+    .mul = cpu_mul,
+    .maxpool_fwd = cpu_maxpool_fwd,
+    .maxpool_bwd = cpu_maxpool_bwd,
+    .avgpool_fwd = cpu_avgpool_fwd,
+    .avgpool_bwd = cpu_avgpool_bwd,
+    .bn_fwd_train = cpu_bn_fwd_train,
+    .bn_fwd_infer = cpu_bn_fwd_infer,
+    .bn_bwd = cpu_bn_bwd,
+    .softmax_xent = cpu_softmax_xent,
+    .sgd_step = cpu_sgd_step,
+    .sum_sq = cpu_sum_sq,
+};
+
+const hcnn_backend *hcnn_backend_cpu(void) { return &cpu_backend; }

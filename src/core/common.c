@@ -1,0 +1,139 @@
+/* Error reporting, checked allocation, timers and random numbers. */
+#define _POSIX_C_SOURCE 200809L
+#include "hcnn/common.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void vreport(const char *kind, const char *fmt, va_list ap)
+{
+    char buf[2048];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    fprintf(stderr, "hcnn: %s: %s\n", kind, buf);
+    fflush(stderr);
+}
+
+int hcnn_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("error", fmt, ap);
+    va_end(ap);
+    return HCNN_EINVAL;
+}
+
+int hcnn_error_code(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("error", fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void hcnn_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("warning", fmt, ap);
+    va_end(ap);
+}
+
+void *hcnn_alloc(size_t bytes, const char *what)
+{
+    void *p = NULL;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded == 0)
+        rounded = 64;
+    if (posix_memalign(&p, 64, rounded) != 0 || p == NULL) {
+        hcnn_error("cannot allocate %zu bytes for %s", bytes, what ? what : "buffer");
+        return NULL;
+    }
+    return p;
+}
+
+void *hcnn_calloc(size_t bytes, const char *what)
+{
+    void *p = hcnn_alloc(bytes, what);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+void hcnn_free(void *p) { free(p); }
+
+double hcnn_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+uint64_t hcnn_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+    uint64_t x = a;
+    uint64_t h = splitmix64(&x);
+    x = h ^ b;
+    h = splitmix64(&x);
+    x = h ^ c;
+    h = splitmix64(&x);
+    x = h ^ d;
+    return splitmix64(&x);
+}
+
+void hcnn_rng_seed(hcnn_rng *r, uint64_t seed, uint64_t stream)
+{
+    uint64_t x = hcnn_hash4(seed, stream, 0x68636e6eull, 0);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&x);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t hcnn_rng_next(hcnn_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+float hcnn_rng_uniform(hcnn_rng *r) { return (float)(hcnn_rng_next(r) >> 40) * (1.0f / 16777216.0f); }
+
+float hcnn_rng_normal(hcnn_rng *r)
+{
+    /* Box-Muller; u1 in (0, 1] so the log is finite */
+    double u1 = ((double)(hcnn_rng_next(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(hcnn_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+uint64_t hcnn_rng_below(hcnn_rng *r, uint64_t n)
+{
+    if (n <= 1)
+        return 0;
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t v;
+    do
+        v = hcnn_rng_next(r);
+    while (v >= limit);
+    return v % n;
+}

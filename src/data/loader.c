@@ -1,0 +1,181 @@
+/* Double-buffered loader: while the caller trains on batch b (buffer b%2),
+ * one background thread assembles batch b+1 into the other buffer.
+ *
+ * Protocol (all under ld->mu, one condition variable, broadcast):
+ *   - the main thread posts a request by setting want = batch, want_buf;
+ *   - the worker keeps want >= 0 while it fills, then sets want = -1 and
+ *     ready[buf] = 1;
+ *   - at most one request is outstanding: next() for batch b waits for
+ *     ready[b%2], i.e. for the worker to be idle, before posting b+1 into
+ *     the buffer the caller has just given back (that of b-1).
+ * So "want < 0" means "worker idle", which begin_epoch and free wait for. */
+#define _POSIX_C_SOURCE 200809L
+#include "hcnn/data.h"
+
+#include <limits.h>
+#include <string.h>
+
+#include "hcnn/common.h"
+
+/* Fill buffer `buf` with this rank's shard of batch b.  Runs without the
+ * lock: the main thread does not touch this buffer or the epoch fields
+ * while a request is outstanding. */
+static void fill(hcnn_loader *ld, int b, int buf)
+{
+    int start = b * ld->batch;
+    int global_n = ld->nsamples - start < ld->batch ? ld->nsamples - start : ld->batch;
+    int lo, hi;
+    hcnn_shard(global_n, ld->rank, ld->nranks, &lo, &hi);
+    hcnn_batch_assemble(ld->ds, ld->perm + start + lo, hi - lo, ld->augment, ld->seed, ld->epoch, ld->x[buf],
+                        ld->y[buf], ld->prefetch_threads);
+    ld->n[buf] = hi - lo;
+    ld->global_n[buf] = global_n;
+    ld->first[buf] = start + lo;
+}
+
+static void *worker(void *arg)
+{
+    hcnn_loader *ld = arg;
+    pthread_mutex_lock(&ld->mu);
+    for (;;) {
+        while (!ld->stop && ld->want < 0)
+            pthread_cond_wait(&ld->cv, &ld->mu);
+        if (ld->stop)
+            break;
+        int b = ld->want, buf = ld->want_buf;
+        pthread_mutex_unlock(&ld->mu);
+        fill(ld, b, buf);
+        pthread_mutex_lock(&ld->mu);
+        ld->ready[buf] = 1;
+        ld->want = -1;
+        pthread_cond_broadcast(&ld->cv);
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return NULL;
+}
+
+int hcnn_loader_init(hcnn_loader *ld, const hcnn_dataset *ds, int batch, int rank, int nranks, int augment,
+                     uint64_t seed, int prefetch_threads)
+{
+    memset(ld, 0, sizeof *ld);
+    if (batch < 1 || nranks < 1 || rank < 0 || rank >= nranks)
+        return hcnn_error_code(HCNN_EINVAL, "loader: batch %d, rank %d of %d (expected batch >= 1, 0 <= rank < ranks)",
+                               batch, rank, nranks);
+    ld->ds = ds;
+    ld->batch = batch;
+    ld->rank = rank;
+    ld->nranks = nranks;
+    ld->augment = augment;
+    ld->seed = seed;
+    ld->prefetch_threads = prefetch_threads > 1 ? prefetch_threads : 1;
+    ld->want = -1;
+
+    /* every shard of a batch of <= batch samples has <= ceil(batch/R) */
+    size_t cap = (size_t)(batch / nranks + (batch % nranks != 0));
+    size_t chw = (size_t)ds->c * ds->h * ds->w;
+    if (cap == 0)
+        cap = 1;
+    if (chw != 0 && cap > SIZE_MAX / sizeof(float) / chw)
+        return hcnn_error_code(HCNN_EINVAL, "loader: batch %d of %zu values per sample is too large", batch, chw);
+    int code = HCNN_ENOMEM; /* hcnn_alloc has printed the message */
+    for (int i = 0; i < 2; i++) {
+        ld->x[i] = hcnn_alloc(cap * chw * sizeof(float), "loader batch");
+        ld->y[i] = hcnn_alloc(cap * sizeof(int32_t), "loader labels");
+        if (!ld->x[i] || !ld->y[i])
+            goto fail;
+    }
+    code = HCNN_EINVAL;
+    if (pthread_mutex_init(&ld->mu, NULL) != 0) {
+        hcnn_error("loader: cannot create a mutex");
+        goto fail;
+    }
+    if (pthread_cond_init(&ld->cv, NULL) != 0) {
+        hcnn_error("loader: cannot create a condition variable");
+        goto fail_mutex;
+    }
+    if (pthread_create(&ld->thread, NULL, worker, ld) != 0) {
+        hcnn_error("loader: cannot start the background thread");
+        pthread_cond_destroy(&ld->cv);
+        goto fail_mutex;
+    }
+    ld->thread_started = 1;
+    return HCNN_OK;
+
+fail_mutex:
+    pthread_mutex_destroy(&ld->mu);
+fail:
+    for (int i = 0; i < 2; i++) {
+        hcnn_free(ld->x[i]);
+        hcnn_free(ld->y[i]);
+    }
+    memset(ld, 0, sizeof *ld);
+    return code;
+}
+
+void hcnn_loader_begin_epoch(hcnn_loader *ld, const uint32_t *perm, int nsamples, int epoch)
+{
+    if (!ld->thread_started) /* init failed: next() will report no batches */
+        return;
+    pthread_mutex_lock(&ld->mu);
+    /* a request of an abandoned epoch may still be running */
+    while (ld->want >= 0)
+        pthread_cond_wait(&ld->cv, &ld->mu);
+    ld->perm = perm;
+    ld->nsamples = nsamples > 0 ? nsamples : 0;
+    ld->epoch = epoch;
+    ld->nbatches = (int)(((long)ld->nsamples + ld->batch - 1) / ld->batch);
+    ld->next_batch = 0;
+    ld->ready[0] = ld->ready[1] = 0;
+    if (ld->nbatches > 0) {
+        ld->want = 0;
+        ld->want_buf = 0;
+        pthread_cond_broadcast(&ld->cv);
+    }
+    pthread_mutex_unlock(&ld->mu);
+}
+
+int hcnn_loader_next(hcnn_loader *ld, float **x, int32_t **y, int *n, int *global_n, int *first, double *wait_s)
+{
+    if (wait_s)
+        *wait_s = 0.0;
+    if (!ld->thread_started || ld->next_batch >= ld->nbatches)
+        return 0;
+    int b = ld->next_batch++, buf = b & 1;
+    double t0 = hcnn_now();
+    pthread_mutex_lock(&ld->mu);
+    while (!ld->ready[buf])
+        pthread_cond_wait(&ld->cv, &ld->mu);
+    ld->ready[buf] = 0;
+    if (b + 1 < ld->nbatches) { /* prefetch into the buffer handed out last time */
+        ld->want = b + 1;
+        ld->want_buf = buf ^ 1;
+        pthread_cond_broadcast(&ld->cv);
+    }
+    *x = ld->x[buf];
+    *y = ld->y[buf];
+    *n = ld->n[buf];
+    *global_n = ld->global_n[buf];
+    *first = ld->first[buf];
+    pthread_mutex_unlock(&ld->mu);
+    if (wait_s)
+        *wait_s = hcnn_now() - t0;
+    return 1;
+}
+
+void hcnn_loader_free(hcnn_loader *ld)
+{
+    if (ld->thread_started) {
+        pthread_mutex_lock(&ld->mu);
+        ld->stop = 1;
+        pthread_cond_broadcast(&ld->cv);
+        pthread_mutex_unlock(&ld->mu);
+        pthread_join(ld->thread, NULL);
+        pthread_cond_destroy(&ld->cv);
+        pthread_mutex_destroy(&ld->mu);
+    }
+    for (int i = 0; i < 2; i++) {
+        hcnn_free(ld->x[i]);
+        hcnn_free(ld->y[i]);
+    }
+    memset(ld, 0, sizeof *ld);
+}

@@ -1,0 +1,26 @@
+/* Batch normalisation over (n, h, w) per channel.
+ * Training: y = gamma * (x - mean_B) / sqrt(var_B + eps) + beta with batch
+ * statistics; running statistics updated with PyTorch's momentum
+ * convention.  Inference: running statistics.  aux holds the batch mean and
+ * inverse std ([C] each); backward recomputes xhat from x instead of
+ * storing it, which halves the activation memory of a batch-norm layer. */
+#include "hcnn/layer.h"
+
+void hcnn_bn_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
+                     int n)
+{
+    const int c = l->out_c, np = l->out_h * l->out_w;
+    if (ctx->training)
+        ctx->be->bn_fwd_train(x, n, c, np, l->w, l->b, l->eps, l->momentum, l->running_mean,
+                              l->running_var, aux, aux + c, y);
+    else
+        ctx->be->bn_fwd_infer(x, n, c, np, l->w, l->b, l->eps, l->running_mean, l->running_var,
+                              y);
+}
+
+void hcnn_bn_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
+                      const float *dy, float *dx, int n)
+{
+    const int c = l->out_c, np = l->out_h * l->out_w;
+    ctx->be->bn_bwd(x, dy, n, c, np, l->w, aux, aux + c, dx, l->dw, l->db);
+}

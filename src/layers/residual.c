@@ -1,0 +1,114 @@
+/* Residual basic block (ResNet):
+ *   y = relu(body(x) + shortcut(x))
+ *   body     = conv3x3(stride s) - bn - relu - conv3x3 - bn
+ *   shortcut = identity, or conv1x1(stride s) - bn ("projection")
+ * Backward, with g = dy * [y > 0]:
+ *   dx = body'(x)^T g + shortcut'(x)^T g
+ *
+ * aux layout for n samples: for each body layer then each projection
+ * layer, its output followed by its own aux.  Gradient temporaries come
+ * from ctx->tmp: g (one output), then two ping-pong buffers of the largest
+ * inner tensor, then one input-sized buffer for the projection's dx. */
+#include <string.h>
+
+#include "hcnn/layer.h"
+
+typedef struct child_bufs {
+    float *y;
+    float *aux;
+} child_bufs;
+
+/* Pointers to the saved output and aux of child k (body first, then proj). */
+static child_bufs child_at(const hcnn_layer *l, const float *aux, int n, int k)
+{
+    size_t off = 0;
+    for (int j = 0; j < l->nbody + l->nproj; j++) {
+        const hcnn_layer *c = j < l->nbody ? &l->body[j] : &l->proj[j - l->nbody];
+        child_bufs b = {(float *)aux + off, (float *)aux + off + hcnn_layer_out_size(c) * n};
+        if (j == k)
+            return b;
+        off += hcnn_layer_out_size(c) * n + hcnn_layer_aux_size(c, n);
+    }
+    child_bufs none = {NULL, NULL};
+    return none;
+}
+
+static size_t max_inner(const hcnn_layer *l)
+{
+    size_t m = hcnn_layer_in_size(l);
+    for (int j = 0; j < l->nbody; j++)
+        if (hcnn_layer_out_size(&l->body[j]) > m)
+            m = hcnn_layer_out_size(&l->body[j]);
+    return m;
+}
+
+int hcnn_residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,
+                          float *aux, int n)
+{
+    const float *h = x;
+    for (int j = 0; j < l->nbody; j++) {
+        child_bufs b = child_at(l, aux, n, j);
+        int rc = hcnn_layer_forward(&l->body[j], ctx, h, b.y, b.aux, n);
+        if (rc)
+            return rc;
+        h = b.y;
+    }
+    const float *s = x;
+    for (int j = 0; j < l->nproj; j++) {
+        child_bufs b = child_at(l, aux, n, l->nbody + j);
+        int rc = hcnn_layer_forward(&l->proj[j], ctx, s, b.y, b.aux, n);
+        if (rc)
+            return rc;
+        s = b.y;
+    }
+    const size_t sz = hcnn_layer_out_size(l) * n;
+    ctx->be->add(h, s, y, sz);
+    ctx->be->relu_fwd(y, y, sz);
+    return 0;
+}
+
+/* Backward through a chain of children [k0, k0+cnt) whose input is x0,
+ * from gradient g to dx (which may be NULL), using buffers t[0], t[1]. */
+static int chain_backward(hcnn_layer *l, hcnn_layer *chain, int cnt, int k0, const hcnn_ctx *ctx,
+                          const float *x0, const float *aux, const float *g, float *dx,
+                          float *t0, float *t1, int n)
+{
+    const float *cur = g;
+    float *bufs[2] = {t0, t1};
+    int which = 0;
+    for (int j = cnt - 1; j >= 0; j--) {
+        child_bufs b = child_at(l, aux, n, k0 + j);
+        const float *in = j == 0 ? x0 : child_at(l, aux, n, k0 + j - 1).y;
+        float *out = j == 0 ? dx : bufs[which];
+        int rc = hcnn_layer_backward(&chain[j], ctx, in, b.y, b.aux, cur, out, n);
+        if (rc)
+            return rc;
+        cur = out;
+        which ^= 1;
+    }
+    return 0;
+}
+
+int hcnn_residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *y,
+                           const float *aux, const float *dy, float *dx, int n)
+{
+    const size_t out_sz = hcnn_layer_out_size(l) * n, inner = max_inner(l) * n;
+    float *g = ctx->tmp, *t0 = g + out_sz, *t1 = t0 + inner, *t2 = t1 + inner;
+    ctx->be->relu_bwd(y, dy, g, out_sz);
+    int rc = chain_backward(l, l->body, l->nbody, 0, ctx, x, aux, g, dx, t0, t1, n);
+    if (rc)
+        return rc;
+    if (l->nproj == 0) {
+        if (dx)
+            ctx->be->add_acc(g, dx, out_sz);
+        return 0;
+    }
+    /* projection: parameter gradients always; its input gradient goes to
+     * t2 and is added to dx */
+    rc = chain_backward(l, l->proj, l->nproj, l->nbody, ctx, x, aux, g, dx ? t2 : NULL, t0, t1, n);
+    if (rc)
+        return rc;
+    if (dx)
+        ctx->be->add_acc(t2, dx, hcnn_layer_in_size(l) * n);
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* MPI start-up and the job-wide abort path. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "hcnn/comm.h"
+#include "hcnn/common.h"
+
+int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
+{
+    int provided = 0, already = 0;
+    c->world = MPI_COMM_WORLD;
+    c->initialized = 0;
+    MPI_Initialized(&already);
+    if (!already) {
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return hcnn_error_code(HCNN_EMPI, "MPI_Init_thread failed");
+        c->initialized = 1;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    return HCNN_OK;
+}
+
+void hcnn_comm_finalize(hcnn_comm *c)
+{
+    if (c->initialized)
+        MPI_Finalize();
+    c->initialized = 0;
+}
+
+void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code, const char *fmt,
+                   ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "hcnn: rank %d of %d: fatal at %s:%d: %s\n", c ? c->rank : 0,
+            c ? c->size : 1, file, line, msg);
+    fflush(stderr);
+    fflush(stdout);
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin && c && c->size > 1)
+        MPI_Abort(c->world, code ? code : 1);
+    if (init && !fin)
+        MPI_Finalize();
+    exit(code ? code : 1);
+}

@@ -1,0 +1,59 @@
+# Shared helpers for the shell tests: cmocka-style result lines so that
+# tests/summary.sh counts shell test cases like C ones.
+#   case_begin NAME; ...; case_ok | case_fail "why"
+# Run with HCNN (the program), HCNN_SRCDIR and HCNN_BUILDDIR set (make check
+# sets them; by hand they default to the current directory).
+: "${HCNN_SRCDIR:=$(pwd)}"
+: "${HCNN_BUILDDIR:=$(pwd)}"
+: "${HCNN:=$HCNN_BUILDDIR/hcnn}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+T_PASSED=0
+T_FAILED=0
+T_SKIPPED=0
+T_FAILED_NAMES=""
+T_NAME=""
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hcnn-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+case_begin() { T_NAME="$1"; echo "[ RUN      ] $T_NAME"; }
+case_ok() { echo "[       OK ] $T_NAME"; T_PASSED=$((T_PASSED + 1)); }
+case_fail() {
+    echo "# $T_NAME: $*"
+    echo "[  FAILED  ] $T_NAME"
+    T_FAILED=$((T_FAILED + 1))
+    T_FAILED_NAMES="$T_FAILED_NAMES $T_NAME"
+}
+case_skip() { echo "# $T_NAME: $*"; echo "[  SKIPPED ] $T_NAME"; T_SKIPPED=$((T_SKIPPED + 1)); }
+
+# expect_fail NAME PATTERN CMD...: CMD must exit non-zero (not by a signal)
+# and print PATTERN (grep -E) on stderr.
+expect_fail() {
+    local name="$1" pattern="$2"
+    shift 2
+    case_begin "$name"
+    "$@" >"$WORK/out" 2>"$WORK/err"
+    local rc=$?
+    if [ $rc -eq 0 ]; then
+        case_fail "expected a failure, got exit 0"
+    elif [ $rc -ge 124 ]; then
+        case_fail "exit status $rc (crash, signal or timeout)"; sed 's/^/#   /' "$WORK/err"
+    elif ! grep -qE -- "$pattern" "$WORK/err"; then
+        case_fail "stderr does not match '$pattern':"; sed 's/^/#   /' "$WORK/err"
+    else
+        case_ok
+    fi
+}
+
+# Summary in cmocka's format; exit 1 if any case failed, 77 if all skipped.
+finish() {
+    echo "[==========] $((T_PASSED + T_FAILED + T_SKIPPED)) test(s) run."
+    echo "[  PASSED  ] $T_PASSED test(s)."
+    if [ "$T_SKIPPED" -gt 0 ]; then echo "[  SKIPPED ] $T_SKIPPED test(s)."; fi
+    if [ "$T_FAILED" -gt 0 ]; then
+        echo "[  FAILED  ] $T_FAILED test(s), listed below:"
+        for n in $T_FAILED_NAMES; do echo "[  FAILED  ] $n"; done
+        exit 1
+    fi
+    if [ "$T_PASSED" -eq 0 ] && [ "$T_SKIPPED" -gt 0 ]; then exit 77; fi
+    exit 0
+}

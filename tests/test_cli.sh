@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Command line, configuration and data errors as a user meets them: one
+# clear message naming the file/key/value, a non-zero exit, never a crash.
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
+MNIST="$HCNN_SRCDIR/configs/mnist_lenet.yaml"
+
+case_begin help
+if "$HCNN" --help | grep -q "train" && "$HCNN" train --help | grep -q -- "--set" &&
+   "$HCNN" eval --help | grep -q -- "--checkpoint" && "$HCNN" --version | grep -q hcnn; then
+    case_ok
+else
+    case_fail "--help output incomplete"
+fi
+
+expect_fail no_command "missing command" "$HCNN"
+expect_fail unknown_command "unknown command 'trian'" "$HCNN" trian
+expect_fail unknown_option "unknown option '--confg'" "$HCNN" train --confg x.yaml
+expect_fail missing_config_option "missing --config" "$HCNN" train
+expect_fail eval_without_checkpoint "missing --checkpoint" "$HCNN" eval --config "$CFG"
+expect_fail missing_config_file "nope\.yaml" "$HCNN" train --config "$WORK/nope.yaml"
+
+case_begin exit_status_usage_is_2
+"$HCNN" train --bogus >/dev/null 2>&1
+rc=$?
+if [ $rc -eq 2 ]; then case_ok; else case_fail "exit $rc, expected 2"; fi
+
+# configuration errors name the key and the file
+printf 'lrr: 0.1\n' | cat "$CFG" - >"$WORK/unknown.yaml"
+expect_fail unknown_key "unknown.yaml.*lrr" "$HCNN" train --config "$WORK/unknown.yaml"
+expect_fail bad_override_type "batch_size.*abc" "$HCNN" train --config "$CFG" --set batch_size=abc
+expect_fail out_of_range "momentum.*1\.5" "$HCNN" train --config "$CFG" --set momentum=1.5
+expect_fail unknown_override_key "epochz" "$HCNN" train --config "$CFG" --set epochz=2
+expect_fail bad_strategy "strategy" "$HCNN" train --config "$CFG" --set strategy=magic
+expect_fail bad_block "model.blocks.0" "$HCNN" train --config "$CFG" --set model.blocks.0.kernel=99
+expect_fail classes_mismatch "classes" "$HCNN" train --config "$CFG" --set model.blocks.7.out=5
+
+# data errors name the file
+expect_fail missing_data_dir "fetch-data" "$HCNN" train --config "$MNIST" --set data_dir="$WORK/none"
+mkdir -p "$WORK/bad"
+printf '\x00\x00\x08\x04\x00\x00\x00\x01' >"$WORK/bad/train-images-idx3-ubyte"
+printf '\x00\x00\x08\x01\x00\x00\x00\x01\x03' >"$WORK/bad/train-labels-idx1-ubyte"
+cp "$WORK/bad/train-images-idx3-ubyte" "$WORK/bad/t10k-images-idx3-ubyte"
+cp "$WORK/bad/train-labels-idx1-ubyte" "$WORK/bad/t10k-labels-idx1-ubyte"
+expect_fail wrong_magic "train-images-idx3-ubyte.*magic" "$HCNN" train --config "$MNIST" --set data_dir="$WORK/bad"
+printf '\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x1c\x00\x00\x00\x1c\x01\x02' >"$WORK/bad/train-images-idx3-ubyte"
+expect_fail truncated_images "train-images-idx3-ubyte.*(truncated|short|expected)" "$HCNN" train --config "$MNIST" --set data_dir="$WORK/bad"
+expect_fail shape_mismatch "28" "$HCNN" train --config "$CFG" --set dataset=mnist --set data_dir="$HCNN_SRCDIR/data/mnist" --set train_limit=10
+
+# checkpoints: wrong model, truncated, corrupted
+"$HCNN" train --config "$CFG" -q --set epochs=1 --set max_steps=2 --set checkpoint_dir="$WORK/ck" --set csv= >/dev/null 2>&1
+if [ -f "$WORK/ck/final.hcnn" ]; then
+    expect_fail ckpt_other_model "differs from the configured model" "$HCNN" eval --config "$CFG" --checkpoint "$WORK/ck/final.hcnn" --set model.blocks.3.out=12
+    head -c 300 "$WORK/ck/final.hcnn" >"$WORK/trunc.hcnn"
+    expect_fail ckpt_truncated "trunc.hcnn.*(truncated|corrupt)" "$HCNN" eval --config "$CFG" --checkpoint "$WORK/trunc.hcnn"
+    cp "$WORK/ck/final.hcnn" "$WORK/flip.hcnn"
+    size=$(stat -c %s "$WORK/flip.hcnn")
+    printf '\x55' | dd of="$WORK/flip.hcnn" bs=1 seek=$((size - 40)) conv=notrunc 2>/dev/null
+    expect_fail ckpt_corrupt "flip.hcnn.*CRC32" "$HCNN" eval --config "$CFG" --checkpoint "$WORK/flip.hcnn"
+    printf 'not a checkpoint' >"$WORK/junk.hcnn"
+    expect_fail ckpt_bad_magic "junk.hcnn.*magic" "$HCNN" eval --config "$CFG" --checkpoint "$WORK/junk.hcnn"
+else
+    case_begin checkpoint_written; case_fail "no checkpoint from the short run"
+fi
+
+finish

@@ -1,0 +1,616 @@
+/* Layer tests: every backward against central finite differences, the
+ * convolution against a naive direct convolution, im2col/col2im adjointness,
+ * the loss, the optimiser and the learning-rate schedules. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hcnn/common.h"
+#include "hcnn/net.h"
+#include "hcnn/optim.h"
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static hcnn_block_spec blk(hcnn_block_kind kind, int out, int kh, int kw, int sh, int sw, int ph,
+                           int pw)
+{
+    hcnn_block_spec b;
+    memset(&b, 0, sizeof b);
+    b.kind = kind;
+    b.out = out;
+    b.kh = kh, b.kw = kw, b.sh = sh, b.sw = sw, b.ph = ph, b.pw = pw;
+    b.bias = 1;
+    b.eps = 1e-5f;
+    b.momentum = 0.1f;
+    b.p = 0.5f;
+    return b;
+}
+static hcnn_block_spec simple(hcnn_block_kind kind) { return blk(kind, 0, 0, 0, 0, 0, 0, 0); }
+
+typedef struct model {
+    hcnn_model_spec spec;
+    hcnn_net net;
+    hcnn_acts acts;
+    hcnn_scratch s;
+    int n;
+    size_t in_sz, out_sz;
+} model;
+
+/* Build a net of the given blocks on inputs c x h x w; classes is set to
+ * the output size so that any block sequence is a valid "model". */
+static void model_make(model *m, const hcnn_block_spec *blocks, int nb, int c, int h, int w, int n)
+{
+    memset(m, 0, sizeof *m);
+    m->spec.in_c = c, m->spec.in_h = h, m->spec.in_w = w;
+    m->spec.nblocks = nb;
+    snprintf(m->spec.name, sizeof m->spec.name, "test");
+    for (int i = 0; i < nb; i++)
+        m->spec.blocks[i] = blocks[i];
+    /* first pass to learn the output size */
+    int cc = c, hh = h, ww = w;
+    for (int i = 0; i < nb; i++) {
+        hcnn_layer l;
+        hcnn_block_spec b = blocks[i];
+        snprintf(b.name, sizeof b.name, "probe");
+        assert_int_equal(hcnn_layer_setup(&l, &b, cc, hh, ww, "test", i), 0);
+        cc = l.out_c, hh = l.out_h, ww = l.out_w;
+        free(l.body);
+        free(l.proj);
+    }
+    m->spec.classes = cc * hh * ww;
+    assert_int_equal(hcnn_net_create(&m->net, &m->spec, hcnn_backend_cpu(), "test"), 0);
+    hcnn_net_init(&m->net, HCNN_INIT_HE, 7);
+    assert_int_equal(hcnn_acts_alloc(&m->acts, &m->net, 0, nb, n), 0);
+    assert_int_equal(hcnn_scratch_alloc(&m->s, &m->net, 0, nb, n), 0);
+    m->s.ctx.training = 1;
+    m->s.ctx.seed = 3;
+    m->n = n;
+    m->in_sz = (size_t)c * h * w * n;
+    m->out_sz = (size_t)m->spec.classes * n;
+}
+
+static void model_free(model *m)
+{
+    hcnn_acts_free(&m->acts);
+    hcnn_scratch_free(&m->s);
+    hcnn_net_free(&m->net);
+}
+
+static void fill_random(float *x, size_t n, unsigned seed, float lo, float hi)
+{
+    hcnn_rng r;
+    hcnn_rng_seed(&r, seed, 1);
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * hcnn_rng_uniform(&r);
+}
+
+/* Distinct values spaced by at least `gap` (no max-pool ties, no ReLU
+ * kinks within the finite-difference step), in random order, with sign. */
+static void fill_spaced(float *x, size_t n, unsigned seed, float gap)
+{
+    hcnn_rng r;
+    hcnn_rng_seed(&r, seed, 2);
+    for (size_t i = 0; i < n; i++)
+        x[i] = ((float)i + 1.0f) * gap * (i % 2 ? 1.0f : -1.0f);
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = (size_t)hcnn_rng_below(&r, i + 1);
+        float t = x[i];
+        x[i] = x[j], x[j] = t;
+    }
+}
+
+/* L = sum(y * r) */
+static double loss_of(model *m, const float *x, const float *r)
+{
+    assert_int_equal(hcnn_net_forward(&m->net, &m->s.ctx, &m->acts, x, m->n), 0);
+    const float *y = hcnn_acts_output(&m->acts);
+    double l = 0.0;
+    for (size_t i = 0; i < m->out_sz; i++)
+        l += (double)y[i] * r[i];
+    return l;
+}
+
+static int close_enough(double a, double b, double atol, double rtol)
+{
+    return fabs(a - b) <= atol + rtol * fmax(fabs(a), fabs(b));
+}
+
+/* Central difference of L with respect to *v at step eps. */
+static double numeric(model *m, const float *x, const float *r, float *v, double eps)
+{
+    const float keep = *v;
+    *v = keep + (float)eps;
+    double lp = loss_of(m, x, r);
+    *v = keep - (float)eps;
+    double lm = loss_of(m, x, r);
+    *v = keep;
+    return (lp - lm) / (2.0 * eps);
+}
+
+/* ReLU and max-pool are not differentiable everywhere: when a unit crosses
+ * its kink inside [v - eps, v + eps] the central difference is off.  Such
+ * a crossing (or strong curvature) is unlikely at all of several step sizes,
+ * while a wrong analytic gradient disagrees with every one, so an entry
+ * passes if one step agrees. */
+static int entry_ok(model *m, const float *x, const float *r, float *v, double analytic,
+                    double eps, double atol, double rtol, double *num)
+{
+    *num = numeric(m, x, r, v, eps);
+    if (close_enough(analytic, *num, atol, rtol))
+        return 1;
+    for (double e = eps / 5; e >= eps / 25; e /= 5) {
+        *num = numeric(m, x, r, v, e);
+        if (close_enough(analytic, *num, 2 * atol, rtol))
+            return 1;
+    }
+    return 0;
+}
+
+/* Check d(sum(y*r))/d(params) and d/dx against central differences on
+ * about 60 entries of each. */
+static void gradcheck(model *m, float *x, double eps, double atol, double rtol)
+{
+    hcnn_net *net = &m->net;
+    float *r = malloc(sizeof(float) * m->out_sz);
+    float *dx = malloc(sizeof(float) * m->in_sz);
+    float *g = malloc(sizeof(float) * (net->nparams + 1));
+    assert_non_null(r);
+    assert_non_null(dx);
+    assert_non_null(g);
+    fill_random(r, m->out_sz, 11, -1.0f, 1.0f);
+    memset(net->grads, 0, sizeof(float) * net->nparams);
+    loss_of(m, x, r);
+    assert_int_equal(hcnn_net_backward(net, &m->s, &m->acts, x, r, dx, m->n), 0);
+    memcpy(g, net->grads, sizeof(float) * net->nparams);
+
+    const size_t samples = 60;
+    int bad = 0;
+    double num;
+    size_t np = net->nparams, stride_p = np > samples ? np / samples : 1;
+    for (size_t i = 0; i < np; i += stride_p)
+        if (!entry_ok(m, x, r, &net->params[i], g[i], eps, atol, rtol, &num) && bad++ < 5)
+            print_error("param %zu: analytic %.6g numeric %.6g\n", i, (double)g[i], num);
+    size_t stride_x = m->in_sz > samples ? m->in_sz / samples : 1;
+    for (size_t i = 0; i < m->in_sz; i += stride_x)
+        if (!entry_ok(m, x, r, &x[i], dx[i], eps, atol, rtol, &num) && bad++ < 10)
+            print_error("input %zu: analytic %.6g numeric %.6g\n", i, (double)dx[i], num);
+    free(r);
+    free(dx);
+    free(g);
+    assert_int_equal(bad, 0);
+}
+
+static void check_model(const hcnn_block_spec *b, int nb, int c, int h, int w, int n, int spaced)
+{
+    model m;
+    model_make(&m, b, nb, c, h, w, n);
+    float *x = malloc(sizeof(float) * m.in_sz);
+    assert_non_null(x);
+    if (spaced)
+        fill_spaced(x, m.in_sz, 5, 0.02f);
+    else
+        fill_random(x, m.in_sz, 5, -1.0f, 1.0f);
+    /* non-trivial batch-norm affine parameters and biases */
+    fill_random(m.net.params, m.net.nparams, 9, -0.5f, 0.5f);
+    for (int t = 0; t < m.net.ntensors; t++) {
+        const hcnn_tensor_info *ti = &m.net.tensors[t];
+        if (!ti->is_state && strstr(ti->name, "bn") && strstr(ti->name, ".weight"))
+            for (size_t k = 0; k < ti->count; k++)
+                m.net.params[ti->offset + k] += 1.0f;
+    }
+    gradcheck(&m, x, 4e-3, 2e-3, 2e-2);
+    free(x);
+    model_free(&m);
+}
+
+/* ---- convolution ------------------------------------------------------------ */
+
+static void naive_conv(const float *x, const float *w, const float *b, int n, int c, int h,
+                       int wd, int co, int kh, int kw, int sh, int sw, int ph, int pw, float *y,
+                       int oh, int ow)
+{
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < co; o++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    double s = b ? b[o] : 0.0;
+                    for (int ci = 0; ci < c; ci++)
+                        for (int ki = 0; ki < kh; ki++)
+                            for (int kj = 0; kj < kw; kj++) {
+                                int iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= wd)
+                                    continue;
+                                s += (double)x[((i * c + ci) * h + iy) * wd + ix] *
+                                     w[((o * c + ci) * kh + ki) * kw + kj];
+                            }
+                    y[((i * co + o) * oh + oy) * ow + ox] = (float)s;
+                }
+}
+
+static void conv_vs_naive(int n, int c, int h, int w, int co, int kh, int kw, int sh, int sw,
+                          int ph, int pw, int bias, size_t max_chunk)
+{
+    hcnn_block_spec b = blk(HCNN_BLOCK_CONV, co, kh, kw, sh, sw, ph, pw);
+    b.bias = bias;
+    model m;
+    model_make(&m, &b, 1, c, h, w, n);
+    if (max_chunk)
+        m.s.ctx.max_chunk_floats = max_chunk; /* force several chunks */
+    float *x = malloc(sizeof(float) * m.in_sz);
+    float *ref = malloc(sizeof(float) * m.out_sz);
+    assert_non_null(x);
+    assert_non_null(ref);
+    fill_random(x, m.in_sz, 21, -1.0f, 1.0f);
+    fill_random(m.net.params, m.net.nparams, 22, -1.0f, 1.0f);
+    const hcnn_layer *l = &m.net.layers[0];
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, n), 0);
+    naive_conv(x, l->w, l->b, n, c, h, w, co, kh, kw, sh, sw, ph, pw, ref, l->out_h, l->out_w);
+    const float *y = hcnn_acts_output(&m.acts);
+    for (size_t i = 0; i < m.out_sz; i++)
+        if (fabsf(y[i] - ref[i]) > 1e-4f * (1.0f + fabsf(ref[i])))
+            fail_msg("output %zu: %g vs naive %g", i, (double)y[i], (double)ref[i]);
+    free(x);
+    free(ref);
+    model_free(&m);
+}
+
+static void test_conv_forward_vs_naive(void **state)
+{
+    (void)state;
+    conv_vs_naive(2, 3, 7, 9, 4, 3, 3, 1, 1, 1, 1, 1, 0);
+    conv_vs_naive(3, 2, 8, 8, 5, 5, 5, 1, 1, 2, 2, 1, 0);
+    conv_vs_naive(2, 3, 9, 7, 4, 3, 5, 2, 1, 1, 2, 1, 0);   /* non-square kernel, stride */
+    conv_vs_naive(4, 4, 8, 8, 6, 1, 1, 2, 2, 0, 0, 0, 0);   /* 1x1 projection, stride 2 */
+    conv_vs_naive(5, 2, 10, 6, 3, 3, 3, 3, 2, 0, 1, 0, 64); /* chunked through the batch */
+    conv_vs_naive(1, 1, 4, 4, 2, 4, 4, 1, 1, 0, 0, 1, 0);   /* kernel = input */
+}
+
+static void test_conv_backward(void **state)
+{
+    (void)state;
+    hcnn_block_spec b = blk(HCNN_BLOCK_CONV, 3, 3, 3, 1, 1, 1, 1);
+    check_model(&b, 1, 2, 6, 5, 2, 0);
+    b = blk(HCNN_BLOCK_CONV, 4, 3, 5, 2, 1, 1, 2); /* non-square, strided */
+    check_model(&b, 1, 3, 7, 6, 3, 0);
+    b = blk(HCNN_BLOCK_CONV, 2, 1, 1, 2, 2, 0, 0);
+    b.bias = 0;
+    check_model(&b, 1, 3, 5, 5, 2, 0);
+}
+
+static void test_conv_backward_chunked(void **state)
+{
+    (void)state;
+    hcnn_block_spec b = blk(HCNN_BLOCK_CONV, 3, 3, 3, 1, 1, 1, 1);
+    model m;
+    model_make(&m, &b, 1, 2, 5, 5, 4);
+    m.s.ctx.max_chunk_floats = 1; /* one image per chunk */
+    float *x = malloc(sizeof(float) * m.in_sz);
+    assert_non_null(x);
+    fill_random(x, m.in_sz, 5, -1.0f, 1.0f);
+    gradcheck(&m, x, 1e-2, 2e-3, 2e-2);
+    free(x);
+    model_free(&m);
+}
+
+static void test_im2col_adjoint(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    hcnn_conv_geom g = {.c = 3, .h = 7, .w = 6, .kh = 3, .kw = 2, .sh = 2, .sw = 1, .ph = 1, .pw = 1};
+    g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+    g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+    const int n = 2;
+    size_t xs = (size_t)n * g.c * g.h * g.w, cs = (size_t)g.c * g.kh * g.kw * n * g.oh * g.ow;
+    float *x = malloc(xs * 4), *col = malloc(cs * 4), *c2 = malloc(cs * 4), *x2 = malloc(xs * 4);
+    assert_true(x && col && c2 && x2);
+    fill_random(x, xs, 1, -1, 1);
+    fill_random(c2, cs, 2, -1, 1);
+    be->im2col(&g, x, n, col);
+    be->col2im(&g, c2, n, x2);
+    double a = 0, b = 0;
+    for (size_t i = 0; i < cs; i++)
+        a += (double)col[i] * c2[i];
+    for (size_t i = 0; i < xs; i++)
+        b += (double)x[i] * x2[i];
+    assert_true(fabs(a - b) < 1e-4 * (1 + fabs(a)));
+    free(x), free(col), free(c2), free(x2);
+}
+
+/* ---- other layers -------------------------------------------------------------- */
+
+static void test_fc_backward(void **state)
+{
+    (void)state;
+    hcnn_block_spec b = blk(HCNN_BLOCK_FC, 5, 0, 0, 0, 0, 0, 0);
+    check_model(&b, 1, 2, 3, 2, 4, 0);
+    b.bias = 0;
+    check_model(&b, 1, 7, 1, 1, 3, 0);
+}
+
+static void test_bn_backward_training(void **state)
+{
+    (void)state;
+    hcnn_block_spec b = simple(HCNN_BLOCK_BN);
+    check_model(&b, 1, 3, 4, 5, 4, 0);
+    hcnn_block_spec fcbn[2] = {blk(HCNN_BLOCK_FC, 6, 0, 0, 0, 0, 0, 0), simple(HCNN_BLOCK_BN)};
+    check_model(fcbn, 2, 4, 1, 1, 5, 0);
+}
+
+static void test_bn_statistics(void **state)
+{
+    (void)state;
+    hcnn_block_spec b = simple(HCNN_BLOCK_BN);
+    model m;
+    model_make(&m, &b, 1, 2, 3, 3, 4);
+    float *x = malloc(sizeof(float) * m.in_sz);
+    assert_non_null(x);
+    fill_random(x, m.in_sz, 3, -2.0f, 3.0f);
+    const hcnn_layer *l = &m.net.layers[0];
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, m.n), 0);
+    const float *y = hcnn_acts_output(&m.acts);
+    for (int c = 0; c < 2; c++) {
+        double s = 0, ss = 0, ys = 0, yss = 0;
+        const int cnt = 4 * 9;
+        for (int i = 0; i < 4; i++)
+            for (int p = 0; p < 9; p++) {
+                double v = x[(i * 2 + c) * 9 + p], u = y[(i * 2 + c) * 9 + p];
+                s += v, ss += v * v, ys += u, yss += u * u;
+            }
+        double mean = s / cnt, var = ss / cnt - mean * mean;
+        /* normalised output: mean 0, variance 1 (gamma 1, beta 0) */
+        assert_true(fabs(ys / cnt) < 1e-5);
+        assert_true(fabs(yss / cnt - 1.0) < 1e-3);
+        /* running stats: momentum 0.1 from (0, 1), unbiased variance */
+        assert_true(fabs(l->running_mean[c] - 0.1 * mean) < 1e-5);
+        assert_true(fabs(l->running_var[c] - (0.9 + 0.1 * var * cnt / (cnt - 1))) < 1e-4);
+    }
+    /* inference uses the running statistics */
+    m.s.ctx.training = 0;
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, m.n), 0);
+    y = hcnn_acts_output(&m.acts);
+    for (int c = 0; c < 2; c++) {
+        float expect = (x[c * 9] - l->running_mean[c]) / sqrtf(l->running_var[c] + 1e-5f);
+        assert_true(fabsf(y[c * 9] - expect) < 1e-5f);
+    }
+    free(x);
+    model_free(&m);
+}
+
+static void test_pool_relu_backward(void **state)
+{
+    (void)state;
+    hcnn_block_spec b = blk(HCNN_BLOCK_MAXPOOL, 0, 2, 2, 2, 2, 0, 0);
+    check_model(&b, 1, 2, 6, 6, 2, 1);
+    b = blk(HCNN_BLOCK_MAXPOOL, 0, 3, 3, 2, 2, 1, 1); /* overlapping, padded */
+    check_model(&b, 1, 2, 7, 7, 2, 1);
+    b = blk(HCNN_BLOCK_AVGPOOL, 0, 2, 3, 2, 1, 1, 1);
+    check_model(&b, 1, 2, 5, 6, 2, 0);
+    b = simple(HCNN_BLOCK_GAP);
+    check_model(&b, 1, 3, 4, 4, 2, 0);
+    b = simple(HCNN_BLOCK_RELU);
+    check_model(&b, 1, 2, 3, 3, 2, 1);
+    b = simple(HCNN_BLOCK_FLATTEN);
+    check_model(&b, 1, 2, 3, 3, 2, 0);
+}
+
+static void test_dropout(void **state)
+{
+    (void)state;
+    hcnn_block_spec b = simple(HCNN_BLOCK_DROPOUT);
+    b.p = 0.25f;
+    model m;
+    model_make(&m, &b, 1, 4, 8, 8, 8);
+    float *x = malloc(sizeof(float) * m.in_sz), *y1 = malloc(sizeof(float) * m.out_sz);
+    assert_true(x && y1);
+    fill_random(x, m.in_sz, 3, 0.5f, 1.0f);
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, m.n), 0);
+    memcpy(y1, hcnn_acts_output(&m.acts), sizeof(float) * m.out_sz);
+    size_t zeros = 0;
+    for (size_t i = 0; i < m.out_sz; i++) {
+        if (y1[i] == 0.0f)
+            zeros++;
+        else
+            assert_true(fabsf(y1[i] - x[i] / 0.75f) < 1e-6f);
+    }
+    assert_true(zeros > m.out_sz / 5 && zeros < m.out_sz * 3 / 10);
+    /* same (seed, step, sample) -> same mask; another step -> another mask */
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, m.n), 0);
+    assert_memory_equal(y1, hcnn_acts_output(&m.acts), sizeof(float) * m.out_sz);
+    m.s.ctx.step = 1;
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, m.n), 0);
+    assert_true(memcmp(y1, hcnn_acts_output(&m.acts), sizeof(float) * m.out_sz) != 0);
+    /* a sample's mask depends on its position, not on the batch split */
+    m.s.ctx.step = 0;
+    m.s.ctx.first_sample = 3;
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x + 3 * m.in_sz / 8, 5), 0);
+    assert_memory_equal(y1 + 3 * m.out_sz / 8, hcnn_acts_output(&m.acts), sizeof(float) * 5 * m.out_sz / 8);
+    m.s.ctx.first_sample = 0;
+    check_model(&b, 1, 2, 3, 3, 3, 0); /* backward = mask */
+    m.s.ctx.training = 0;              /* identity at inference */
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, m.n), 0);
+    assert_memory_equal(x, hcnn_acts_output(&m.acts), sizeof(float) * m.out_sz);
+    free(x), free(y1);
+    model_free(&m);
+}
+
+static void test_residual_backward(void **state)
+{
+    (void)state;
+    hcnn_block_spec r = blk(HCNN_BLOCK_RESIDUAL, 3, 0, 0, 1, 1, 0, 0);
+    r.shortcut = HCNN_SHORTCUT_AUTO; /* identity: same shape */
+    check_model(&r, 1, 3, 5, 5, 2, 0);
+    r = blk(HCNN_BLOCK_RESIDUAL, 4, 0, 0, 2, 2, 0, 0); /* projection: channels and stride */
+    check_model(&r, 1, 2, 8, 8, 4, 0);
+    r = blk(HCNN_BLOCK_RESIDUAL, 3, 0, 0, 1, 1, 0, 0);
+    r.shortcut = HCNN_SHORTCUT_PROJECTION; /* forced projection, same shape */
+    check_model(&r, 1, 3, 4, 4, 2, 0);
+    /* residual as the first block: no input gradient, parameters still right */
+    hcnn_block_spec two[2] = {blk(HCNN_BLOCK_RESIDUAL, 2, 0, 0, 2, 2, 0, 0),
+                              blk(HCNN_BLOCK_RESIDUAL, 2, 0, 0, 1, 1, 0, 0)};
+    check_model(two, 2, 1, 6, 6, 2, 0);
+}
+
+static void test_small_cnn_backward(void **state)
+{
+    (void)state;
+    hcnn_block_spec b[] = {
+        blk(HCNN_BLOCK_CONV, 4, 3, 3, 1, 1, 1, 1), simple(HCNN_BLOCK_BN),
+        simple(HCNN_BLOCK_RELU),                   blk(HCNN_BLOCK_MAXPOOL, 0, 2, 2, 2, 2, 0, 0),
+        blk(HCNN_BLOCK_RESIDUAL, 6, 0, 0, 1, 1, 0, 0), simple(HCNN_BLOCK_GAP),
+        simple(HCNN_BLOCK_FLATTEN),                blk(HCNN_BLOCK_FC, 3, 0, 0, 0, 0, 0, 0),
+    };
+    check_model(b, 8, 2, 8, 8, 3, 0);
+}
+
+static void test_residual_identity_requires_shape(void **state)
+{
+    (void)state;
+    hcnn_block_spec r = blk(HCNN_BLOCK_RESIDUAL, 4, 0, 0, 1, 1, 0, 0);
+    r.shortcut = HCNN_SHORTCUT_IDENTITY;
+    snprintf(r.name, sizeof r.name, "layer1.0");
+    hcnn_layer l;
+    assert_int_not_equal(hcnn_layer_setup(&l, &r, 3, 4, 4, "test.yaml", 0), 0);
+    free(l.body);
+    free(l.proj);
+}
+
+/* ---- loss, optimiser, schedule --------------------------------------------------- */
+
+static void test_softmax_xent(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    const int n = 3, k = 4;
+    float z[12], d[12];
+    int32_t lab[3] = {0, 3, 2};
+    fill_random(z, 12, 4, -3, 3);
+    int ok;
+    double l = be->softmax_xent(z, lab, n, k, 1.0f / n, d, &ok);
+    double ref = 0;
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int j = 0; j < k; j++)
+            s += exp(z[i * k + j]);
+        ref += log(s) - z[i * k + lab[i]];
+    }
+    assert_true(fabs(l - ref) < 1e-5);
+    for (int e = 0; e < 12; e++) {
+        float keep = z[e];
+        z[e] = keep + 1e-3f;
+        double lp = be->softmax_xent(z, lab, n, k, 0, NULL, NULL) / n;
+        z[e] = keep - 1e-3f;
+        double lm = be->softmax_xent(z, lab, n, k, 0, NULL, NULL) / n;
+        z[e] = keep;
+        assert_true(close_enough(d[e], (lp - lm) / 2e-3, 1e-4, 1e-2));
+    }
+    /* huge logits stay finite */
+    float big[4] = {1000, -1000, 0, 999};
+    int32_t l0 = 0;
+    assert_true(isfinite(be->softmax_xent(big, &l0, 1, 4, 1, d, &ok)));
+    assert_int_equal(ok, 1);
+}
+
+static void test_sgd(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        float w[3] = {1, -2, 3}, g[3] = {0.5f, 0.25f, -1}, v[3] = {0.1f, 0, -0.2f};
+        float ew[3], ev[3];
+        for (int i = 0; i < 3; i++) {
+            float gi = g[i] + 0.01f * w[i];
+            ev[i] = 0.9f * v[i] + gi;
+            ew[i] = w[i] - 0.1f * (nesterov ? gi + 0.9f * ev[i] : ev[i]);
+        }
+        be->sgd_step(w, g, v, 3, 0.1f, 0.9f, 0.01f, nesterov);
+        for (int i = 0; i < 3; i++) {
+            assert_true(fabsf(w[i] - ew[i]) < 1e-6f);
+            assert_true(fabsf(v[i] - ev[i]) < 1e-6f);
+        }
+    }
+}
+
+static void test_lr_schedules(void **state)
+{
+    (void)state;
+    hcnn_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.lr = 0.1, cfg.epochs = 10, cfg.lr_step_epochs = 3, cfg.lr_gamma = 0.5;
+    cfg.schedule = HCNN_SCHED_CONSTANT;
+    assert_true(fabs(hcnn_lr_at(&cfg, 55, 10) - 0.1) < 1e-12);
+    cfg.schedule = HCNN_SCHED_STEP;
+    assert_true(fabs(hcnn_lr_at(&cfg, 29, 10) - 0.1) < 1e-12);
+    assert_true(fabs(hcnn_lr_at(&cfg, 30, 10) - 0.05) < 1e-12);
+    assert_true(fabs(hcnn_lr_at(&cfg, 65, 10) - 0.025) < 1e-12);
+    cfg.schedule = HCNN_SCHED_COSINE;
+    cfg.min_lr = 0.001;
+    assert_true(fabs(hcnn_lr_at(&cfg, 0, 10) - 0.1) < 1e-12);
+    assert_true(fabs(hcnn_lr_at(&cfg, 99, 10) - 0.001) < 1e-12);
+    double mid = hcnn_lr_at(&cfg, 49, 10);
+    assert_true(mid < 0.06 && mid > 0.045);
+    cfg.warmup_epochs = 2; /* 20 warm-up steps */
+    assert_true(fabs(hcnn_lr_at(&cfg, 0, 10) - 0.1 / 20) < 1e-12);
+    assert_true(fabs(hcnn_lr_at(&cfg, 19, 10) - 0.1) < 1e-12);
+    assert_true(fabs(hcnn_lr_at(&cfg, 20, 10) - 0.1) < 1e-12);
+    assert_true(hcnn_lr_at(&cfg, 60, 10) < 0.1);
+}
+
+static void test_init_seeded(void **state)
+{
+    (void)state;
+    hcnn_block_spec b[] = {blk(HCNN_BLOCK_CONV, 8, 3, 3, 1, 1, 1, 1), simple(HCNN_BLOCK_FLATTEN),
+                           blk(HCNN_BLOCK_FC, 10, 0, 0, 0, 0, 0, 0)};
+    model a, c;
+    model_make(&a, b, 3, 3, 8, 8, 1);
+    model_make(&c, b, 3, 3, 8, 8, 1);
+    assert_memory_equal(a.net.params, c.net.params, sizeof(float) * a.net.nparams);
+    /* He: std of conv weights about sqrt(2 / 27) */
+    const hcnn_layer *l = &a.net.layers[0];
+    double ss = 0;
+    for (size_t i = 0; i < l->nw; i++)
+        ss += (double)l->w[i] * l->w[i];
+    double sd = sqrt(ss / l->nw);
+    assert_true(sd > 0.7 * sqrt(2.0 / 27) && sd < 1.3 * sqrt(2.0 / 27));
+    hcnn_net_init(&c.net, HCNN_INIT_HE, 8);
+    assert_true(memcmp(a.net.params, c.net.params, sizeof(float) * a.net.nparams) != 0);
+    hcnn_net_init(&c.net, HCNN_INIT_XAVIER, 7);
+    const float lim = sqrtf(6.0f / (27 + 72));
+    for (size_t i = 0; i < c.net.layers[0].nw; i++)
+        assert_true(fabsf(c.net.layers[0].w[i]) <= lim);
+    /* tensor names and contiguous views */
+    assert_string_equal(a.net.tensors[0].name, "conv1.weight");
+    assert_string_equal(a.net.tensors[2].name, "fc1.weight");
+    assert_int_equal(a.net.tensors[2].dims[1], 8 * 64);
+    model_free(&a);
+    model_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_forward_vs_naive),
+        cmocka_unit_test(test_conv_backward),
+        cmocka_unit_test(test_conv_backward_chunked),
+        cmocka_unit_test(test_im2col_adjoint),
+        cmocka_unit_test(test_fc_backward),
+        cmocka_unit_test(test_bn_backward_training),
+        cmocka_unit_test(test_bn_statistics),
+        cmocka_unit_test(test_pool_relu_backward),
+        cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_residual_backward),
+        cmocka_unit_test(test_small_cnn_backward),
+        cmocka_unit_test(test_residual_identity_requires_shape),
+        cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_lr_schedules),
+        cmocka_unit_test(test_init_seeded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
