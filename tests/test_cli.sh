@@ -45,7 +45,13 @@ cp "$WORK/bad/train-labels-idx1-ubyte" "$WORK/bad/t10k-labels-idx1-ubyte"
 expect_fail wrong_magic "train-images-idx3-ubyte.*magic" "$HCNN" train --config "$MNIST" --set data_dir="$WORK/bad"
 printf '\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x1c\x00\x00\x00\x1c\x01\x02' >"$WORK/bad/train-images-idx3-ubyte"
 expect_fail truncated_images "train-images-idx3-ubyte.*(truncated|short|expected)" "$HCNN" train --config "$MNIST" --set data_dir="$WORK/bad"
-expect_fail shape_mismatch "28" "$HCNN" train --config "$CFG" --set dataset=mnist --set data_dir="$HCNN_SRCDIR/data/mnist" --set train_limit=10
+# two valid 28x28 MNIST-format images for a model that expects 12x12
+mkdir -p "$WORK/tiny"
+for split in train t10k; do
+    { printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x1c\x00\x00\x00\x1c'; head -c 1568 /dev/zero; } >"$WORK/tiny/$split-images-idx3-ubyte"
+    printf '\x00\x00\x08\x01\x00\x00\x00\x02\x01\x02' >"$WORK/tiny/$split-labels-idx1-ubyte"
+done
+expect_fail shape_mismatch "28" "$HCNN" train --config "$CFG" --set dataset=mnist --set data_dir="$WORK/tiny"
 
 # checkpoints: wrong model, truncated, corrupted
 "$HCNN" train --config "$CFG" -q --set epochs=1 --set max_steps=2 --set checkpoint_dir="$WORK/ck" --set csv= >/dev/null 2>&1

@@ -260,9 +260,10 @@ static void test_shipped_mnist(void **state)
     assert_string_equal(fx.a.data_dir, "data/mnist");
     assert_int_equal(fx.a.epochs, 1);
     assert_int_equal(fx.a.batch_size, 64);
-    assert_true(fx.a.lr == 0.05);
+    assert_true(fx.a.lr == 0.03);
     assert_true(fx.a.momentum == 0.9);
-    assert_int_equal(fx.a.schedule, HCNN_SCHED_CONSTANT);
+    assert_int_equal(fx.a.schedule, HCNN_SCHED_COSINE);
+    assert_int_equal(fx.a.init, HCNN_INIT_XAVIER);
     assert_true(fx.a.seed == 42);
     assert_string_equal(fx.a.csv, "runs/mnist_lenet.csv");
     assert_string_equal(fx.a.checkpoint_dir, "runs/mnist_lenet");
@@ -336,7 +337,7 @@ static void test_shipped_synthetic(void **state)
     assert_int_equal(m->nblocks, 8);
     assert_block(&m->blocks[0], HCNN_BLOCK_CONV, "conv1", 8, 3, 1, 1);
     assert_block(&m->blocks[3], HCNN_BLOCK_CONV, "conv2", 16, 3, 1, 1);
-    assert_int_equal(m->blocks[5].kind, HCNN_BLOCK_GAP);
+    assert_int_equal(m->blocks[5].kind, HCNN_BLOCK_MAXPOOL);
     assert_block(&m->blocks[7], HCNN_BLOCK_FC, "fc", 4, 0, 0, 0);
     assert_string_equal(fx.a.dataset, "synthetic");
     assert_int_equal(fx.a.synthetic_train, 512);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "hcnn/blas.h"
 #include "hcnn/comm.h"
 #include "hcnn/common.h"
 #include "hcnn/config.h"
@@ -127,6 +128,7 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
 
 int main(int argc, char **argv)
 {
+    hcnn_blas_select_kernels(argv);
     if (argc < 2)
         return usage_error(USAGE_MAIN, "%s", "missing command");
     const char *cmd = argv[1];

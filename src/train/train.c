@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hcnn/blas.h"
 #include "hcnn/checkpoint.h"
 #include "hcnn/common.h"
 #include "hcnn/data.h"
@@ -262,10 +263,11 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm)
         return rc;
     }
     const long steps_per_epoch = (r.train.n + cfg->batch_size - 1) / cfg->batch_size;
+    char blas[256];
     printf("hcnn: model %s: %d blocks, %zu parameters; data %s: %d train / %d test samples; "
-           "batch %d; %d threads; backend %s\n",
+           "batch %d; %d threads; backend %s, %s\n",
            cfg->model.name, r.net.nlayers, r.net.nparams, cfg->dataset, r.train.n, r.test.n,
-           cfg->batch_size, r.threads, r.be->name);
+           cfg->batch_size, r.threads, r.be->name, hcnn_blas_describe(blas, sizeof blas));
     fflush(stdout);
     int stop = 0, epoch;
     for (epoch = 0; epoch < cfg->epochs && !stop && !rc; epoch++) {
