@@ -167,7 +167,7 @@ static void gradcheck(model *m, float *x, double eps, double atol, double rtol)
     fill_random(r, m->out_sz, 11, -1.0f, 1.0f);
     memset(net->grads, 0, sizeof(float) * net->nparams);
     loss_of(m, x, r);
-    assert_int_equal(hcnn_net_backward(net, &m->s, &m->acts, x, r, dx, m->n), 0);
+    assert_int_equal(hcnn_net_backward(net, &m->s, &m->acts, x, r, dx, m->n, NULL, NULL), 0);
     memcpy(g, net->grads, sizeof(float) * net->nparams);
 
     const size_t samples = 60;

@@ -36,6 +36,32 @@ int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
  * momentum may be NULL (optimiser state ignored). */
 int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_meta *meta);
 
+/* A checkpoint file read into memory, verified (magic, version, CRC32 of
+ * every section) and indexed; tensor data points into the file image. */
+typedef struct hcnn_ckpt_tensor {
+    char name[HCNN_TENSOR_NAME_MAX];
+    int role;            /* 0 parameter, 1 batch-norm statistic, 2 momentum */
+    int ndim;
+    int dims[4];
+    size_t count;
+    const float *data;   /* unaligned in general: read with memcpy */
+} hcnn_ckpt_tensor;
+
+typedef struct hcnn_ckpt_file {
+    unsigned char *image;
+    size_t size;
+    hcnn_ckpt_meta meta;
+    hcnn_ckpt_tensor *tensors;
+    int ntensors;
+} hcnn_ckpt_file;
+
+int hcnn_ckpt_read(const char *path, hcnn_ckpt_file *f);
+void hcnn_ckpt_close(hcnn_ckpt_file *f);
+const char *hcnn_ckpt_role_name(int role);
+
+/* CRC32 (zlib) of any number of bytes */
+uint32_t hcnn_crc32(uint32_t crc, const void *data, size_t n);
+
 /* mkdir -p */
 int hcnn_mkdir_p(const char *dir);
 /* mkdir -p of the directory part of a file path */

@@ -13,6 +13,7 @@ typedef struct hcnn_comm {
     int rank, size;
     MPI_Comm world;
     int initialized;     /* we called MPI_Init_thread */
+    int thread_level;    /* MPI_THREAD_* provided */
 } hcnn_comm;
 
 /* MPI_Init_thread (FUNNELED is enough: only the main thread calls MPI),
@@ -35,5 +36,9 @@ _Noreturn void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int
             HCNN_ABORT((comm), 6, "%s failed: %s", #call, mpi_msg_);                          \
         }                                                                                      \
     } while (0)
+
+/* Collectives on float buffers of any length (MPI counts are int). */
+int hcnn_bcast_floats(MPI_Comm comm, float *buf, size_t n, int root);
+int hcnn_allreduce_sum_floats(MPI_Comm comm, float *buf, size_t n);
 
 #endif

@@ -54,7 +54,11 @@ typedef struct hcnn_model_spec {
 
 typedef enum hcnn_schedule { HCNN_SCHED_CONSTANT = 0, HCNN_SCHED_STEP, HCNN_SCHED_COSINE } hcnn_schedule;
 typedef enum hcnn_init { HCNN_INIT_HE = 0, HCNN_INIT_XAVIER } hcnn_init;
-typedef enum hcnn_strategy { HCNN_STRATEGY_SERIAL = 0 } hcnn_strategy;
+typedef enum hcnn_strategy { HCNN_STRATEGY_SERIAL = 0, HCNN_STRATEGY_DATA } hcnn_strategy;
+/* How a non-blocking gradient allreduce is driven while backward runs:
+ * MPI_Test from the compute thread between layers and GEMM chunks, or a
+ * communication thread doing blocking allreduces. */
+typedef enum hcnn_allreduce_progress { HCNN_PROGRESS_TEST = 0, HCNN_PROGRESS_THREAD } hcnn_allreduce_progress;
 
 typedef struct hcnn_config {
     char path[HCNN_PATH_MAX];      /* the file it was read from */
@@ -81,7 +85,9 @@ typedef struct hcnn_config {
 
     uint64_t seed;
     int threads;                   /* 0: OMP_NUM_THREADS, else all cores */
-    hcnn_strategy strategy;
+    hcnn_strategy strategy;        /* serial | data */
+    double bucket_mb;              /* data: gradient allreduce bucket size (MiB) */
+    hcnn_allreduce_progress allreduce_progress;
     long max_steps;                /* 0: no limit */
     long train_limit;              /* 0: whole set */
     long test_limit;
@@ -110,5 +116,6 @@ const char *hcnn_block_kind_name(hcnn_block_kind k);
 const char *hcnn_schedule_name(hcnn_schedule s);
 const char *hcnn_init_name(hcnn_init i);
 const char *hcnn_strategy_name(hcnn_strategy s);
+const char *hcnn_progress_name(hcnn_allreduce_progress p);
 
 #endif

@@ -27,7 +27,17 @@ typedef struct hcnn_ctx {
     uint64_t step;           /* global optimiser step (dropout masks) */
     uint64_t first_sample;   /* epoch position of this batch's first sample */
     size_t max_chunk_floats; /* cap on one im2col chunk */
+    /* called between GEMMs and sub-layers so that non-blocking communication
+     * progresses during long layers (NULL: nothing to drive) */
+    void (*poll)(void *arg);
+    void *poll_arg;
 } hcnn_ctx;
+
+static inline void hcnn_ctx_poll(const hcnn_ctx *ctx)
+{
+    if (ctx->poll)
+        ctx->poll(ctx->poll_arg);
+}
 
 typedef struct hcnn_layer {
     hcnn_block_kind kind;

@@ -85,9 +85,13 @@ void hcnn_scratch_free(hcnn_scratch *s);
 int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const float *x, int n);
 /* Backward through blocks [first, last) given dy (gradient of the last
  * block's output); accumulates into net->grads; writes dx (gradient of x)
- * unless dx is NULL. */
+ * unless dx is NULL.  block_done (may be NULL) is called after each block's
+ * backward, in descending block order, e.g. to start the allreduce of
+ * gradients that are complete; a non-zero return stops backward. */
+typedef int (*hcnn_block_done_fn)(void *arg, int block);
 int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
-                      const float *dy, float *dx, int n);
+                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
+                      void *arg);
 
 static inline const float *hcnn_acts_output(const hcnn_acts *a) { return a->y[a->last - 1 - a->first]; }
 

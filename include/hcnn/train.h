@@ -9,12 +9,19 @@
  * to OpenMP and OpenBLAS.  Returns the count. */
 int hcnn_setup_threads(const hcnn_config *cfg);
 
-/* Train as configured; prints one line per epoch, writes the CSV and the
- * final checkpoint.  Returns HCNN_OK or an error code. */
+/* Checks that depend on the number of ranks (strategy, batch >= ranks,
+ * ...).  Identical on every rank; only rank 0 prints.  Returns HCNN_OK or
+ * HCNN_EINVAL (then every rank should exit, no abort needed). */
+int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm);
+
+/* Train as configured; rank 0 prints one line per epoch, writes the CSV and
+ * the final checkpoint.  Returns HCNN_OK or an error code; an error on
+ * one rank must end the job through the abort path (the other ranks may be
+ * waiting in a collective). */
 int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm);
 
-/* Evaluate a checkpoint on the configured test set; prints
- * "test_loss=... test_acc=..." */
+/* Evaluate a checkpoint on the configured test set (sharded over ranks);
+ * rank 0 prints "test_loss=... test_acc=..." */
 int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *checkpoint);
 
 #endif

@@ -9,11 +9,20 @@
 #include <string.h>
 #include <time.h>
 
+/* Under mpirun with several ranks, messages name the rank; the launcher's
+ * environment says which (read, never stored, so no global state). */
 static void vreport(const char *kind, const char *fmt, va_list ap)
 {
     char buf[2048];
     vsnprintf(buf, sizeof buf, fmt, ap);
-    fprintf(stderr, "hcnn: %s: %s\n", kind, buf);
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!rank)
+        rank = getenv("PMIX_RANK");
+    if (rank && size && atoi(size) > 1)
+        fprintf(stderr, "hcnn: rank %s: %s: %s\n", rank, kind, buf);
+    else
+        fprintf(stderr, "hcnn: %s: %s\n", kind, buf);
     fflush(stderr);
 }
 

@@ -202,6 +202,23 @@ int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
 
 /* ---- reading ---------------------------------------------------------- */
 
+uint32_t hcnn_crc32(uint32_t crc, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uLong c = crc;
+    while (n > 0) { /* zlib takes uInt lengths */
+        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = crc32(c, p, chunk);
+        p += chunk, n -= chunk;
+    }
+    return (uint32_t)c;
+}
+
+const char *hcnn_ckpt_role_name(int role)
+{
+    return role == ROLE_PARAM ? "parameter" : role == ROLE_STATE ? "statistic" : "momentum";
+}
+
 typedef struct rbuf {
     const unsigned char *p;
     size_t n, off;
@@ -222,9 +239,9 @@ static int read_file(const char *path, unsigned char **data, size_t *n)
     if (!f)
         return hcnn_error_code(HCNN_EIO, "cannot open checkpoint %s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
+    if (fstat(fileno(f), &st) != 0 || st.st_size < 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
-        return hcnn_error_code(HCNN_EIO, "cannot stat %s", path);
+        return hcnn_error_code(HCNN_EIO, "%s: not a regular file", path);
     }
     *n = (size_t)st.st_size;
     *data = malloc(*n + 1);
@@ -236,13 +253,13 @@ static int read_file(const char *path, unsigned char **data, size_t *n)
     fclose(f);
     if (got != *n) {
         free(*data);
+        *data = NULL;
         return hcnn_error_code(HCNN_EIO, "cannot read %s", path);
     }
     return HCNN_OK;
 }
 
-static int parse_meta(const char *path, const unsigned char *p, size_t n, hcnn_ckpt_meta *m,
-                      uint64_t *hash)
+static int parse_meta(const char *path, const unsigned char *p, size_t n, hcnn_ckpt_meta *m)
 {
     char text[4096];
     if (n >= sizeof text)
@@ -250,14 +267,15 @@ static int parse_meta(const char *path, const unsigned char *p, size_t n, hcnn_c
     memcpy(text, p, n);
     text[n] = '\0';
     int have_hash = 0;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char *eq = strchr(line, '=');
         if (!eq)
             continue;
         *eq = '\0';
         const char *v = eq + 1;
         if (!strcmp(line, "model_hash"))
-            *hash = strtoull(v, NULL, 16), have_hash = 1;
+            m->model_hash = strtoull(v, NULL, 16), have_hash = 1;
         else if (!strcmp(line, "model"))
             snprintf(m->model, sizeof m->model, "%s", v);
         else if (!strcmp(line, "epoch"))
@@ -272,6 +290,119 @@ static int parse_meta(const char *path, const unsigned char *p, size_t n, hcnn_c
     return HCNN_OK;
 }
 
+static int index_tensors(const char *path, const unsigned char *p, size_t n, hcnn_ckpt_file *f)
+{
+    rbuf b = {p, n, 0};
+    uint32_t count;
+    if (get(&b, &count, 4))
+        return hcnn_error_code(HCNN_EFORMAT, "%s: TENSORS section truncated", path);
+    /* every tensor takes at least 12 bytes: a bound on count before allocating */
+    if (count > n / 12 + 1)
+        return hcnn_error_code(HCNN_EFORMAT, "%s: TENSORS section claims %u tensors in %zu bytes",
+                               path, count, n);
+    f->tensors = calloc(count + 1, sizeof *f->tensors);
+    if (!f->tensors)
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the tensor index of %s", path);
+    for (uint32_t k = 0; k < count; k++) {
+        hcnn_ckpt_tensor *t = &f->tensors[k];
+        uint16_t len;
+        uint8_t role, ndim;
+        uint64_t cnt;
+        if (get(&b, &len, 2) || len >= sizeof t->name || get(&b, t->name, len))
+            return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %u: bad name", path, k);
+        t->name[len] = '\0';
+        if (get(&b, &role, 1) || get(&b, &ndim, 1) || ndim > 4 || role > ROLE_MOMENTUM)
+            return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s: bad header", path, t->name);
+        t->role = role, t->ndim = ndim;
+        size_t prod = 1;
+        for (int d = 0; d < 4; d++) {
+            uint32_t v = 1;
+            if (d < ndim && get(&b, &v, 4))
+                return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s truncated", path, t->name);
+            t->dims[d] = (int)v;
+            prod *= v;
+        }
+        if (get(&b, &cnt, 8) || cnt > (b.n - b.off) / sizeof(float) || cnt != prod)
+            return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s: data truncated or size mismatch",
+                                   path, t->name);
+        t->count = (size_t)cnt;
+        t->data = (const float *)(const void *)(b.p + b.off);
+        b.off += cnt * sizeof(float);
+        f->ntensors++;
+    }
+    return HCNN_OK;
+}
+
+int hcnn_ckpt_read(const char *path, hcnn_ckpt_file *f)
+{
+    memset(f, 0, sizeof *f);
+    int rc = read_file(path, &f->image, &f->size);
+    if (rc)
+        return rc;
+    rbuf b = {f->image, f->size, 0};
+    char magic[8];
+    uint32_t version, bom, nsec;
+    int have_meta = 0, have_tensors = 0;
+    if (get(&b, magic, 8) || memcmp(magic, MAGIC, 8)) {
+        rc = hcnn_error_code(HCNN_EFORMAT, "%s: not an hcnn checkpoint (bad magic)", path);
+        goto fail;
+    }
+    if (get(&b, &version, 4) || get(&b, &bom, 4) || get(&b, &nsec, 4)) {
+        rc = hcnn_error_code(HCNN_EFORMAT, "%s: truncated header", path);
+        goto fail;
+    }
+    if (version != HCNN_CKPT_VERSION || bom != BOM) {
+        rc = hcnn_error_code(HCNN_EFORMAT,
+                             "%s: checkpoint version %u (byte order %08x), expected version %u",
+                             path, version, bom, HCNN_CKPT_VERSION);
+        goto fail;
+    }
+    for (uint32_t s = 0; s < nsec; s++) {
+        uint32_t kind, zero, crc = 0;
+        uint64_t len;
+        if (get(&b, &kind, 4) || get(&b, &zero, 4) || get(&b, &len, 8) || len > b.n - b.off ||
+            b.n - b.off - len < 4) {
+            rc = hcnn_error_code(HCNN_EFORMAT, "%s: section %u truncated", path, s);
+            goto fail;
+        }
+        const unsigned char *payload = b.p + b.off;
+        b.off += len;
+        get(&b, &crc, 4);
+        uint32_t c = hcnn_crc32(0, payload, len);
+        if (c != crc) {
+            rc = hcnn_error_code(HCNN_EFORMAT,
+                                 "%s: section %u (kind %u) is corrupt: CRC32 %08x, stored %08x",
+                                 path, s, kind, c, crc);
+            goto fail;
+        }
+        if (kind == SEC_META && !have_meta) {
+            if ((rc = parse_meta(path, payload, len, &f->meta)))
+                goto fail;
+            have_meta = 1;
+        } else if (kind == SEC_TENSORS && !have_tensors) {
+            if ((rc = index_tensors(path, payload, len, f)))
+                goto fail;
+            have_tensors = 1;
+        }
+    }
+    if (!have_meta || !have_tensors) {
+        rc = hcnn_error_code(HCNN_EFORMAT, "%s: missing %s section", path,
+                             have_meta ? "TENSORS" : "META");
+        goto fail;
+    }
+    return HCNN_OK;
+fail:
+    hcnn_ckpt_close(f);
+    return rc;
+}
+
+void hcnn_ckpt_close(hcnn_ckpt_file *f)
+{
+    free(f->image);
+    free(f->tensors);
+    memset(f, 0, sizeof *f);
+}
+
 static const hcnn_tensor_info *find_tensor(const hcnn_net *net, const char *name, int is_state)
 {
     for (int i = 0; i < net->ntensors; i++)
@@ -280,147 +411,60 @@ static const hcnn_tensor_info *find_tensor(const hcnn_net *net, const char *name
     return NULL;
 }
 
-/* Parse TENSORS; with apply == 0 only validate (so a bad file changes
- * nothing), with apply == 1 copy the data. */
-static int parse_tensors(const char *path, const unsigned char *p, size_t n, hcnn_net *net,
-                         float *momentum, int apply)
-{
-    rbuf b = {p, n, 0};
-    uint32_t count;
-    if (get(&b, &count, 4))
-        return hcnn_error_code(HCNN_EFORMAT, "%s: TENSORS section truncated", path);
-    int seen_params = 0;
-    for (uint32_t k = 0; k < count; k++) {
-        uint16_t len;
-        char name[HCNN_TENSOR_NAME_MAX];
-        uint8_t role, ndim;
-        uint64_t cnt;
-        if (get(&b, &len, 2) || len >= sizeof name || get(&b, name, len))
-            return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %u: bad name", path, k);
-        name[len] = '\0';
-        if (get(&b, &role, 1) || get(&b, &ndim, 1) || ndim > 4 || role > ROLE_MOMENTUM)
-            return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s: bad header", path, name);
-        int dims[4] = {1, 1, 1, 1};
-        for (int d = 0; d < ndim; d++) {
-            uint32_t v;
-            if (get(&b, &v, 4))
-                return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s truncated", path, name);
-            dims[d] = (int)v;
-        }
-        if (get(&b, &cnt, 8) || cnt > (b.n - b.off) / sizeof(float))
-            return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s: data truncated", path, name);
-        const hcnn_tensor_info *t = find_tensor(net, name, role == ROLE_STATE);
-        if (!t)
-            return hcnn_error_code(HCNN_EFORMAT,
-                                   "%s: tensor %s is not part of the configured model", path,
-                                   name);
-        int same = t->ndim == ndim && t->count == cnt;
-        for (int d = 0; same && d < ndim; d++)
-            same = t->dims[d] == dims[d];
-        if (!same)
-            return hcnn_error_code(HCNN_EFORMAT,
-                                   "%s: tensor %s has shape [%d,%d,%d,%d] (%d dims), the model "
-                                   "expects [%d,%d,%d,%d] (%d dims)",
-                                   path, name, dims[0], dims[1], dims[2], dims[3], ndim,
-                                   t->dims[0], t->dims[1], t->dims[2], t->dims[3], t->ndim);
-        const void *src = b.p + b.off;
-        b.off += cnt * sizeof(float);
-        if (role != ROLE_MOMENTUM)
-            seen_params++;
-        if (!apply)
-            continue;
-        if (role == ROLE_PARAM)
-            memcpy(net->params + t->offset, src, cnt * sizeof(float));
-        else if (role == ROLE_STATE)
-            memcpy(net->state + t->offset, src, cnt * sizeof(float));
-        else if (momentum)
-            memcpy(momentum + t->offset, src, cnt * sizeof(float));
-    }
-    if (seen_params != net->ntensors)
-        return hcnn_error_code(HCNN_EFORMAT,
-                               "%s: holds %d model tensors, the configured model has %d", path,
-                               seen_params, net->ntensors);
-    return HCNN_OK;
-}
-
 int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_meta *meta)
 {
-    unsigned char *data = NULL;
-    size_t n = 0;
-    int rc = read_file(path, &data, &n);
+    hcnn_ckpt_file f;
+    int rc = hcnn_ckpt_read(path, &f);
     if (rc)
         return rc;
-    rbuf b = {data, n, 0};
-    char magic[8];
-    uint32_t version, bom, nsec;
-    const unsigned char *tensors = NULL;
-    size_t tensors_n = 0;
-    uint64_t hash = 0;
-    int have_meta = 0;
-    memset(meta, 0, sizeof *meta);
-    if (get(&b, magic, 8) || memcmp(magic, MAGIC, 8)) {
-        rc = hcnn_error_code(HCNN_EFORMAT, "%s: not an hcnn checkpoint (bad magic)", path);
-        goto out;
-    }
-    if (get(&b, &version, 4) || get(&b, &bom, 4) || get(&b, &nsec, 4)) {
-        rc = hcnn_error_code(HCNN_EFORMAT, "%s: truncated header", path);
-        goto out;
-    }
-    if (version != HCNN_CKPT_VERSION || bom != BOM) {
-        rc = hcnn_error_code(HCNN_EFORMAT,
-                             "%s: checkpoint version %u (byte order %08x), expected version %u",
-                             path, version, bom, HCNN_CKPT_VERSION);
-        goto out;
-    }
-    for (uint32_t s = 0; s < nsec; s++) {
-        uint32_t kind, zero, crc = 0;
-        uint64_t len;
-        if (get(&b, &kind, 4) || get(&b, &zero, 4) || get(&b, &len, 8) || len > b.n - b.off ||
-            b.n - b.off - len < 4) {
-            rc = hcnn_error_code(HCNN_EFORMAT, "%s: section %u truncated", path, s);
-            goto out;
-        }
-        const unsigned char *payload = b.p + b.off;
-        b.off += len;
-        get(&b, &crc, 4);
-        uLong c = crc32(0L, Z_NULL, 0);
-        for (uint64_t off = 0; off < len;) {
-            uint64_t chunk = len - off > (1u << 30) ? (1u << 30) : len - off;
-            c = crc32(c, payload + off, (uInt)chunk);
-            off += chunk;
-        }
-        if ((uint32_t)c != crc) {
-            rc = hcnn_error_code(HCNN_EFORMAT,
-                                 "%s: section %u (kind %u) is corrupt: CRC32 %08x, stored %08x",
-                                 path, s, kind, (unsigned)c, crc);
-            goto out;
-        }
-        if (kind == SEC_META) {
-            rc = parse_meta(path, payload, len, meta, &hash);
-            if (rc)
-                goto out;
-            have_meta = 1;
-        } else if (kind == SEC_TENSORS) {
-            tensors = payload, tensors_n = len;
-        }
-    }
-    if (!have_meta || !tensors) {
-        rc = hcnn_error_code(HCNN_EFORMAT, "%s: missing %s section", path,
-                             have_meta ? "TENSORS" : "META");
-        goto out;
-    }
-    if (hash != net->model_hash) {
+    *meta = f.meta;
+    if (f.meta.model_hash != net->model_hash) {
         rc = hcnn_error_code(HCNN_EFORMAT,
                              "%s: written for model '%s' (hash %016" PRIx64
                              "), which differs from the configured model (hash %016" PRIx64 ")",
-                             path, meta->model, hash, net->model_hash);
+                             path, f.meta.model, f.meta.model_hash, net->model_hash);
         goto out;
     }
-    meta->model_hash = hash;
-    rc = parse_tensors(path, tensors, tensors_n, net, momentum, 0);
-    if (!rc)
-        rc = parse_tensors(path, tensors, tensors_n, net, momentum, 1);
+    /* validate everything first, so that a bad file changes nothing */
+    int model_tensors = 0;
+    for (int k = 0; k < f.ntensors; k++) {
+        const hcnn_ckpt_tensor *c = &f.tensors[k];
+        const hcnn_tensor_info *t = find_tensor(net, c->name, c->role == ROLE_STATE);
+        if (!t) {
+            rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s is not part of the configured model",
+                                 path, c->name);
+            goto out;
+        }
+        int same = t->ndim == c->ndim && t->count == c->count;
+        for (int d = 0; same && d < c->ndim; d++)
+            same = t->dims[d] == c->dims[d];
+        if (!same) {
+            rc = hcnn_error_code(HCNN_EFORMAT,
+                                 "%s: tensor %s has shape [%d,%d,%d,%d] (%d dims), the model "
+                                 "expects [%d,%d,%d,%d] (%d dims)",
+                                 path, c->name, c->dims[0], c->dims[1], c->dims[2], c->dims[3],
+                                 c->ndim, t->dims[0], t->dims[1], t->dims[2], t->dims[3], t->ndim);
+            goto out;
+        }
+        model_tensors += c->role != ROLE_MOMENTUM;
+    }
+    if (model_tensors != net->ntensors) {
+        rc = hcnn_error_code(HCNN_EFORMAT,
+                             "%s: holds %d model tensors, the configured model has %d", path,
+                             model_tensors, net->ntensors);
+        goto out;
+    }
+    for (int k = 0; k < f.ntensors; k++) {
+        const hcnn_ckpt_tensor *c = &f.tensors[k];
+        const hcnn_tensor_info *t = find_tensor(net, c->name, c->role == ROLE_STATE);
+        float *dst = c->role == ROLE_PARAM   ? net->params + t->offset
+                     : c->role == ROLE_STATE ? net->state + t->offset
+                     : momentum              ? momentum + t->offset
+                                             : NULL;
+        if (dst)
+            memcpy(dst, c->data, c->count * sizeof(float));
+    }
 out:
-    free(data);
+    hcnn_ckpt_close(&f);
     return rc;
 }

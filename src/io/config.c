@@ -35,7 +35,8 @@ static const char *const block_kind_names[HCNN_BLOCK_KIND_COUNT] = {
 };
 static const char *const schedule_names[] = {"constant", "step", "cosine"};
 static const char *const init_names[] = {"he", "xavier"};
-static const char *const strategy_names[] = {"serial"};
+static const char *const strategy_names[] = {"serial", "data"};
+static const char *const progress_names[] = {"test", "thread"};
 static const char *const dataset_names[] = {"mnist", "fashion_mnist", "cifar10", "synthetic"};
 static const char *const shortcut_names[] = {"auto", "identity", "projection"};
 
@@ -53,6 +54,7 @@ const char *hcnn_block_kind_name(hcnn_block_kind k)
 const char *hcnn_schedule_name(hcnn_schedule s) { return enum_name(schedule_names, COUNT(schedule_names), (int)s); }
 const char *hcnn_init_name(hcnn_init i) { return enum_name(init_names, COUNT(init_names), (int)i); }
 const char *hcnn_strategy_name(hcnn_strategy s) { return enum_name(strategy_names, COUNT(strategy_names), (int)s); }
+const char *hcnn_progress_name(hcnn_allreduce_progress p) { return enum_name(progress_names, COUNT(progress_names), (int)p); }
 
 /* ======================================================================
  * Defaults
@@ -80,6 +82,8 @@ void hcnn_config_defaults(hcnn_config *cfg)
     cfg->seed = 42;
     cfg->threads = 0;
     cfg->strategy = HCNN_STRATEGY_SERIAL;
+    cfg->bucket_mb = 25.0;
+    cfg->allreduce_progress = HCNN_PROGRESS_TEST;
     cfg->max_steps = 0;
     cfg->train_limit = 0;
     cfg->test_limit = 0;
@@ -1220,6 +1224,8 @@ static int get_init(const hcnn_config *c) { return (int)c->init; }
 static void set_init(hcnn_config *c, int v) { c->init = (hcnn_init)v; }
 static int get_strategy(const hcnn_config *c) { return (int)c->strategy; }
 static void set_strategy(hcnn_config *c, int v) { c->strategy = (hcnn_strategy)v; }
+static int get_progress(const hcnn_config *c) { return (int)c->allreduce_progress; }
+static void set_progress(hcnn_config *c, int v) { c->allreduce_progress = (hcnn_allreduce_progress)v; }
 
 #define FIELD(f) offsetof(hcnn_config, f)
 #define FSIZE(f) sizeof(((hcnn_config *)0)->f)
@@ -1253,6 +1259,8 @@ static const keydef top_keys[] = {
     {.name = "seed", .type = KT_U64, .off = FIELD(seed)},
     K_INT("threads", threads, 0),
     K_ENUM("strategy", strategy_names, get_strategy, set_strategy),
+    K_NUM("bucket_mb", bucket_mb, 0.0, 1, INFINITY, 0),
+    K_ENUM("allreduce_progress", progress_names, get_progress, set_progress),
     K_LONG("max_steps", max_steps, 0),
     K_LONG("train_limit", train_limit, 0),
     K_LONG("test_limit", test_limit, 0),

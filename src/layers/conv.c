@@ -40,6 +40,7 @@ void hcnn_conv_forward(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
         be->im2col(g, x + (size_t)i0 * in_sz, nb, col);
         be->gemm(0, 0, co, nb * P, K, 1.0f, l->w, K, col, nb * P, 0.0f, Y, nb * P);
         be->cnp_to_nchw(Y, l->b, nb, co, P, y + (size_t)i0 * out_sz);
+        hcnn_ctx_poll(ctx);
     }
 }
 
@@ -59,10 +60,12 @@ void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
         be->nchw_to_cnp(dy + (size_t)i0 * out_sz, nb, co, P, dY);
         be->im2col(g, x + (size_t)i0 * in_sz, nb, col);
         be->gemm(0, 1, co, K, nb * P, 1.0f, dY, nb * P, col, nb * P, 1.0f, l->dw, K);
+        hcnn_ctx_poll(ctx);
         if (dx) {
             /* the columns are no longer needed: reuse them for dcol */
             be->gemm(1, 0, K, nb * P, co, 1.0f, l->w, K, dY, nb * P, 0.0f, col, nb * P);
             be->col2im(g, col, nb, dx + (size_t)i0 * in_sz);
+            hcnn_ctx_poll(ctx);
         }
     }
 }

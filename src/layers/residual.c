@@ -83,6 +83,7 @@ static int chain_backward(hcnn_layer *l, hcnn_layer *chain, int cnt, int k0, con
         int rc = hcnn_layer_backward(&chain[j], ctx, in, b.y, b.aux, cur, out, n);
         if (rc)
             return rc;
+        hcnn_ctx_poll(ctx);
         cur = out;
         which ^= 1;
     }

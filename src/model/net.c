@@ -397,7 +397,8 @@ int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const 
 }
 
 int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
-                      const float *dy, float *dx, int n)
+                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
+                      void *arg)
 {
     const float *cur = dy;
     int which = 0;
@@ -407,6 +408,8 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
         float *out = i == acts->first ? dx : s->g[which];
         int rc = hcnn_layer_backward(&net->layers[i], &s->ctx, in, acts->y[k], acts->aux[k], cur,
                                      out, n);
+        if (!rc && block_done)
+            rc = block_done(arg, i);
         if (rc)
             return rc;
         cur = out;

@@ -13,10 +13,15 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
     c->initialized = 0;
     MPI_Initialized(&already);
     if (!already) {
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        /* SERIALIZED: the optional communication thread calls MPI while the
+         * main thread does not */
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
             return hcnn_error_code(HCNN_EMPI, "MPI_Init_thread failed");
         c->initialized = 1;
     }
+    if (already)
+        MPI_Query_thread(&provided);
+    c->thread_level = provided;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
@@ -50,4 +55,26 @@ void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code, con
     if (init && !fin)
         MPI_Finalize();
     exit(code ? code : 1);
+}
+
+#define CHUNK ((size_t)1 << 28)
+
+int hcnn_bcast_floats(MPI_Comm comm, float *buf, size_t n, int root)
+{
+    for (size_t off = 0; off < n; off += CHUNK) {
+        int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
+        if (MPI_Bcast(buf + off, cnt, MPI_FLOAT, root, comm) != MPI_SUCCESS)
+            return hcnn_error_code(HCNN_EMPI, "MPI_Bcast of %d floats failed", cnt);
+    }
+    return HCNN_OK;
+}
+
+int hcnn_allreduce_sum_floats(MPI_Comm comm, float *buf, size_t n)
+{
+    for (size_t off = 0; off < n; off += CHUNK) {
+        int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
+        if (MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, comm) != MPI_SUCCESS)
+            return hcnn_error_code(HCNN_EMPI, "MPI_Allreduce of %d floats failed", cnt);
+    }
+    return HCNN_OK;
 }

@@ -1,6 +1,14 @@
 /* The training driver: epochs of (load batch, forward, loss, backward,
- * optimiser step), evaluation, progress output, CSV metrics and the final
- * checkpoint.  Everything a run owns lives in one struct passed down. */
+ * gradient allreduce, optimiser step), evaluation, progress output, CSV
+ * metrics and the final checkpoint.  Everything a run owns lives in one
+ * struct passed down.
+ *
+ * Strategies: `serial` is one rank; `data` gives every rank a full replica
+ * and a contiguous shard of each global batch (same permutation on every
+ * rank); gradients are summed across ranks by the bucketed, overlapped
+ * allreduce of grad_sync.c, so every rank takes the same optimiser step as
+ * a serial run of the global batch.  With one rank both are the same code
+ * path. */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
 #include <math.h>
@@ -14,6 +22,7 @@
 #include "hcnn/checkpoint.h"
 #include "hcnn/common.h"
 #include "hcnn/data.h"
+#include "hcnn/grad_sync.h"
 #include "hcnn/net.h"
 #include "hcnn/optim.h"
 #include "hcnn/train.h"
@@ -31,20 +40,26 @@ typedef struct hcnn_run {
     hcnn_scratch scratch;
     hcnn_loader loader;
     int loader_ready;
+    hcnn_grad_sync sync;
+    int sync_ready;
+    double allreduce_s;      /* calibrated time of one blocking gradient allreduce */
     uint32_t *perm;
     float *dlogits;
     FILE *csv;
     int tty;
     long step;               /* optimiser steps taken */
+    long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
 } hcnn_run;
 
 typedef struct epoch_stats {
-    double loss_sum;
-    long correct, seen;
-    double train_s, data_wait_s, eval_s;
+    double loss_sum, correct, seen;  /* summed over ranks at the end of the epoch */
+    double train_s, data_wait_s, comm_wait_s, compute_s, eval_s;
     double test_loss, test_acc;
     double lr;
+    long steps;
 } epoch_stats;
+
+static int is_root(const hcnn_run *r) { return r->comm->rank == 0; }
 
 int hcnn_setup_threads(const hcnn_config *cfg)
 {
@@ -62,8 +77,38 @@ int hcnn_setup_threads(const hcnn_config *cfg)
     return t;
 }
 
+int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
+{
+    const int root = comm->rank == 0;
+    if (cfg->strategy == HCNN_STRATEGY_SERIAL && comm->size != 1) {
+        if (root)
+            hcnn_error("%s: strategy 'serial' runs on one rank, but %d ranks were started "
+                       "(use --set strategy=data)",
+                       cfg->path, comm->size);
+        return HCNN_EINVAL;
+    }
+    if (cfg->batch_size < comm->size) {
+        if (root)
+            hcnn_error("%s: batch_size %d is smaller than the number of ranks %d: every rank "
+                       "needs at least one sample of each global batch",
+                       cfg->path, cfg->batch_size, comm->size);
+        return HCNN_EINVAL;
+    }
+    if (cfg->allreduce_progress == HCNN_PROGRESS_THREAD && comm->size > 1 &&
+        comm->thread_level < MPI_THREAD_SERIALIZED) {
+        if (root)
+            hcnn_error("%s: allreduce_progress 'thread' needs MPI_THREAD_SERIALIZED, this MPI "
+                       "provides level %d",
+                       cfg->path, comm->thread_level);
+        return HCNN_EINVAL;
+    }
+    return HCNN_OK;
+}
+
 static void run_free(hcnn_run *r)
 {
+    if (r->sync_ready)
+        hcnn_grad_sync_free(&r->sync);
     if (r->loader_ready)
         hcnn_loader_free(&r->loader);
     hcnn_acts_free(&r->acts);
@@ -78,6 +123,16 @@ static void run_free(hcnn_run *r)
         fclose(r->csv);
 }
 
+/* HCNN_FAIL_AT=rank:step makes that rank fail at that step (a non-finite
+ * loss), to test that one failing rank ends the whole job. */
+static void read_fault_hook(hcnn_run *r)
+{
+    r->fail_rank = r->fail_step = -1;
+    const char *f = getenv("HCNN_FAIL_AT");
+    if (f && sscanf(f, "%ld:%ld", &r->fail_rank, &r->fail_step) != 2)
+        r->fail_rank = r->fail_step = -1;
+}
+
 /* Datasets, model, optimiser and buffers; on error everything allocated so
  * far is released by run_free. */
 static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train)
@@ -87,7 +142,10 @@ static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm,
     r->comm = comm;
     r->be = hcnn_backend_cpu();
     r->threads = hcnn_setup_threads(cfg);
-    r->tty = isatty(STDOUT_FILENO);
+    /* in-place progress only on a real terminal: mpirun gives its ranks a
+     * pseudo-terminal even when its own output goes to a file */
+    r->tty = isatty(STDOUT_FILENO) && comm->size == 1 && !getenv("OMPI_COMM_WORLD_SIZE");
+    read_fault_hook(r);
     int rc = hcnn_dataset_open(cfg, &r->train, &r->test);
     if (rc)
         return rc;
@@ -95,11 +153,20 @@ static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm,
     if (rc)
         return rc;
     hcnn_net_init(&r->net, cfg->init, cfg->seed);
+    /* replicas start identical whatever their seeds: rank 0's parameters */
+    if (comm->size > 1) {
+        rc = hcnn_bcast_floats(comm->world, r->net.params, r->net.nparams, 0);
+        if (!rc)
+            rc = hcnn_bcast_floats(comm->world, r->net.state, r->net.nstate, 0);
+        if (rc)
+            return rc;
+    }
     /* one activation arena serves training and evaluation */
-    r->eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : cfg->batch_size;
+    int shard = (cfg->batch_size + comm->size - 1) / comm->size;
+    r->eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : shard;
     int cap = r->eval_batch;
-    if (need_train && cfg->batch_size > cap)
-        cap = cfg->batch_size;
+    if (need_train && shard > cap)
+        cap = shard;
     rc = hcnn_acts_alloc(&r->acts, &r->net, 0, r->net.nlayers, cap);
     if (!rc)
         rc = hcnn_scratch_alloc(&r->scratch, &r->net, 0, r->net.nlayers, cap);
@@ -121,13 +188,50 @@ static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm,
     if (rc)
         return rc;
     r->loader_ready = 1;
+    if (comm->size > 1) {
+        rc = hcnn_grad_sync_init(&r->sync, comm->world, &r->net, 0, r->net.nlayers,
+                                 cfg->bucket_mb, cfg->allreduce_progress);
+        if (rc)
+            return rc;
+        r->sync_ready = 1;
+        r->allreduce_s = hcnn_grad_sync_calibrate(&r->sync, 3);
+        if (cfg->allreduce_progress == HCNN_PROGRESS_TEST) {
+            r->scratch.ctx.poll = hcnn_grad_sync_poll;
+            r->scratch.ctx.poll_arg = &r->sync;
+        }
+    }
     return HCNN_OK;
 }
 
-/* Loss and accuracy on the test set, in inference mode. */
+/* Batch-norm running statistics are per replica during training (each sees
+ * its own shard); average them before they are used or saved. */
+static int average_bn_state(hcnn_run *r)
+{
+    if (r->comm->size == 1 || r->net.nstate == 0)
+        return HCNN_OK;
+    int rc = hcnn_allreduce_sum_floats(r->comm->world, r->net.state, r->net.nstate);
+    const float inv = 1.0f / (float)r->comm->size;
+    for (size_t i = 0; i < r->net.nstate; i++)
+        r->net.state[i] *= inv;
+    return rc;
+}
+
+static int sum_doubles(const hcnn_run *r, double *v, int n)
+{
+    if (r->comm->size == 1)
+        return HCNN_OK;
+    if (MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, r->comm->world) != MPI_SUCCESS)
+        return hcnn_error_code(HCNN_EMPI, "MPI_Allreduce of the epoch statistics failed");
+    return HCNN_OK;
+}
+
+/* Loss and accuracy on the test set, in inference mode; each rank takes a
+ * contiguous share of the samples and the sums are reduced. */
 static int evaluate(hcnn_run *r, double *loss, double *acc)
 {
     const hcnn_dataset *ds = &r->test;
+    int lo, hi;
+    hcnn_shard(ds->n, r->comm->rank, r->comm->size, &lo, &hi);
     const int eb = r->eval_batch;
     const size_t in_sz = (size_t)ds->c * ds->h * ds->w;
     float *x = hcnn_alloc(sizeof(float) * in_sz * eb, "evaluation batch");
@@ -139,11 +243,11 @@ static int evaluate(hcnn_run *r, double *loss, double *acc)
     }
     hcnn_ctx ctx = r->scratch.ctx;
     ctx.training = 0;
-    double loss_sum = 0.0;
-    long correct = 0;
+    ctx.poll = NULL;
+    double sums[2] = {0.0, 0.0}; /* loss, correct */
     int rc = HCNN_OK;
-    for (int i0 = 0; i0 < ds->n && !rc; i0 += eb) {
-        const int n = ds->n - i0 < eb ? ds->n - i0 : eb;
+    for (int i0 = lo; i0 < hi && !rc; i0 += eb) {
+        const int n = hi - i0 < eb ? hi - i0 : eb;
         for (int i = 0; i < n; i++)
             idx[i] = (uint32_t)(i0 + i);
         hcnn_batch_assemble(ds, idx, n, 0, r->cfg->seed, 0, x, y, r->threads);
@@ -151,37 +255,41 @@ static int evaluate(hcnn_run *r, double *loss, double *acc)
         if (rc)
             break;
         int ok = 0;
-        loss_sum += r->be->softmax_xent(hcnn_acts_output(&r->acts), y, n, r->net.classes, 0.0f,
-                                        NULL, &ok);
-        correct += ok;
+        sums[0] += r->be->softmax_xent(hcnn_acts_output(&r->acts), y, n, r->net.classes, 0.0f,
+                                       NULL, &ok);
+        sums[1] += ok;
     }
     hcnn_free(x), hcnn_free(y), hcnn_free(idx);
-    *loss = ds->n ? loss_sum / ds->n : 0.0;
-    *acc = ds->n ? (double)correct / ds->n : 0.0;
+    if (!rc)
+        rc = sum_doubles(r, sums, 2);
+    *loss = ds->n ? sums[0] / ds->n : 0.0;
+    *acc = ds->n ? sums[1] / ds->n : 0.0;
     return rc;
 }
 
 static void progress(const hcnn_run *r, int epoch, int batch, int nbatches,
-                     const epoch_stats *st, double t0, double *last_print, int force_line)
+                     const epoch_stats *st, double t0, double *last_print)
 {
+    if (!is_root(r))
+        return;
     const double now = hcnn_now();
-    const double every = r->tty ? 0.5 : 10.0;
     const int by_steps = !r->tty && r->cfg->progress_every > 0;
-    if (by_steps ? (batch % r->cfg->progress_every != 0) : (now - *last_print < every && !force_line))
+    if (by_steps ? (batch % r->cfg->progress_every != 0) : (now - *last_print < (r->tty ? 0.5 : 10.0)))
         return;
     *last_print = now;
     const double el = now - t0;
+    /* rank 0's shard: the epoch line has the global figures */
     printf("%sepoch %d/%d step %d/%d loss %.4f acc %.2f%% %.0f img/s lr %.4g%s",
            r->tty ? "\r" : "", epoch + 1, r->cfg->epochs, batch, nbatches,
            st->seen ? st->loss_sum / st->seen : 0.0,
-           st->seen ? 100.0 * st->correct / st->seen : 0.0, el > 0 ? st->seen / el : 0.0, st->lr,
-           r->tty ? "   " : "\n");
+           st->seen ? 100.0 * st->correct / st->seen : 0.0,
+           el > 0 ? st->seen * r->comm->size / el : 0.0, st->lr, r->tty ? "   " : "\n");
     fflush(stdout);
 }
 
 static int csv_open(hcnn_run *r)
 {
-    if (!r->cfg->csv[0])
+    if (!r->cfg->csv[0] || !is_root(r))
         return HCNN_OK;
     int rc = hcnn_mkdir_parent(r->cfg->csv);
     if (rc)
@@ -191,15 +299,68 @@ static int csv_open(hcnn_run *r)
         return hcnn_error_code(HCNN_EIO, "cannot create the metrics file %s (key csv in %s)",
                                r->cfg->csv, r->cfg->path);
     fprintf(r->csv, "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,"
-                    "epoch_time_s,data_wait_s,eval_time_s,threads,batch_size\n");
+                    "epoch_time_s,data_wait_s,eval_time_s,threads,batch_size,strategy,ranks,"
+                    "compute_s,comm_wait_s,allreduce_hidden\n");
     fflush(r->csv);
+    return HCNN_OK;
+}
+
+static int on_block_done(void *arg, int block)
+{
+    hcnn_run *r = arg;
+    return hcnn_grad_sync_block_done(&r->sync, block);
+}
+
+/* One optimiser step on this rank's shard (n of gn samples). */
+static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int gn, int first,
+                      int epoch, float lr, epoch_stats *st)
+{
+    hcnn_ctx *ctx = &r->scratch.ctx;
+    r->be->fill(r->net.grads, r->net.nparams, 0.0f);
+    ctx->training = 1;
+    ctx->step = (uint64_t)r->step;
+    ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
+    int rc = HCNN_OK, ok = 0;
+    double loss = 0.0;
+    if (n > 0) {
+        rc = hcnn_net_forward(&r->net, ctx, &r->acts, x, n);
+        if (rc)
+            return rc;
+        /* gradient of the mean loss over the global batch */
+        loss = r->be->softmax_xent(hcnn_acts_output(&r->acts), y, n, r->net.classes,
+                                   1.0f / (float)gn, r->dlogits, &ok);
+    }
+    if (r->comm->rank == r->fail_rank && r->step == r->fail_step)
+        loss = NAN;
+    if (!isfinite(loss))
+        return hcnn_error_code(HCNN_ENUMERIC,
+                               "non-finite loss at epoch %d step %ld (lr %g): lower lr in %s",
+                               epoch + 1, r->step, (double)lr, r->cfg->path);
+    if (r->sync_ready)
+        hcnn_grad_sync_begin(&r->sync);
+    if (n > 0) {
+        rc = hcnn_net_backward(&r->net, &r->scratch, &r->acts, x, r->dlogits, NULL, n,
+                               r->sync_ready ? on_block_done : NULL, r);
+        if (rc)
+            return rc;
+    }
+    if (r->sync_ready) {
+        const double w0 = r->sync.wait_s;
+        rc = hcnn_grad_sync_finish(&r->sync);
+        if (rc)
+            return rc;
+        st->comm_wait_s += r->sync.wait_s - w0;
+    }
+    hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, 0, r->net.nparams, lr);
+    st->loss_sum += loss;
+    st->correct += ok;
+    st->seen += n;
     return HCNN_OK;
 }
 
 static int train_epoch(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st, int *stop)
 {
     const hcnn_config *cfg = r->cfg;
-    hcnn_ctx *ctx = &r->scratch.ctx;
     hcnn_epoch_permutation(r->perm, r->train.n, cfg->seed, epoch, cfg->shuffle);
     hcnn_loader_begin_epoch(&r->loader, r->perm, r->train.n, epoch);
     const double t0 = hcnn_now();
@@ -213,47 +374,98 @@ static int train_epoch(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats
         st->data_wait_s += wait;
         const float lr = (float)hcnn_lr_at(cfg, r->step, steps_per_epoch);
         st->lr = lr;
-        r->be->fill(r->net.grads, r->net.nparams, 0.0f);
-        ctx->training = 1;
-        ctx->step = (uint64_t)r->step;
-        ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
-        int rc = hcnn_net_forward(&r->net, ctx, &r->acts, x, n);
+        int rc = train_step(r, x, y, n, gn, first, epoch, lr, st);
         if (rc)
             return rc;
-        int ok = 0;
-        /* gradient of the mean loss over the global batch */
-        const double loss = r->be->softmax_xent(hcnn_acts_output(&r->acts), y, n,
-                                                r->net.classes, 1.0f / (float)gn, r->dlogits, &ok);
-        if (!isfinite(loss))
-            return hcnn_error_code(HCNN_ENUMERIC,
-                                   "non-finite loss at epoch %d step %ld (lr %g): lower lr in %s",
-                                   epoch + 1, r->step, (double)lr, cfg->path);
-        rc = hcnn_net_backward(&r->net, &r->scratch, &r->acts, x, r->dlogits, NULL, n);
-        if (rc)
-            return rc;
-        hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, 0, r->net.nparams, lr);
-        st->loss_sum += loss;
-        st->correct += ok;
-        st->seen += n;
         r->step++;
+        st->steps++;
         batch++;
-        progress(r, epoch, batch, r->loader.nbatches, st, t0, &last_print, 0);
+        progress(r, epoch, batch, r->loader.nbatches, st, t0, &last_print);
         if (cfg->max_steps > 0 && r->step >= cfg->max_steps) {
             *stop = 1;
             break;
         }
     }
-    if (r->tty) /* end the in-place progress line */
+    if (r->tty && is_root(r)) /* end the in-place progress line */
         printf("\r%*s\r", 100, "");
     st->train_s = hcnn_now() - t0;
+    st->compute_s = st->train_s - st->data_wait_s - st->comm_wait_s;
     return HCNN_OK;
+}
+
+/* After training: every replica must hold the same parameters and
+ * statistics; a mismatch means a bug or a non-deterministic reduction. */
+static int check_replicas(hcnn_run *r)
+{
+    if (r->comm->size == 1)
+        return HCNN_OK;
+    uint32_t crc = hcnn_crc32(0, r->net.params, r->net.nparams * sizeof(float));
+    crc = hcnn_crc32(crc, r->net.state, r->net.nstate * sizeof(float));
+    unsigned long mine = crc, lo = crc, hi = crc;
+    MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG, MPI_MIN, r->comm->world);
+    MPI_Allreduce(&mine, &hi, 1, MPI_UNSIGNED_LONG, MPI_MAX, r->comm->world);
+    if (lo != hi)
+        return hcnn_error_code(HCNN_EMPI, "replicas diverged: parameter CRC32 %08lx on this "
+                                          "rank, ranks range over %08lx..%08lx",
+                               mine, lo, hi);
+    if (is_root(r))
+        printf("replica_check=ok ranks=%d params_crc32=%08lx\n", r->comm->size, mine);
+    return HCNN_OK;
+}
+
+static int save_final(hcnn_run *r, int epochs_done)
+{
+    const hcnn_config *cfg = r->cfg;
+    if (!cfg->checkpoint_dir[0] || !is_root(r))
+        return HCNN_OK;
+    char path[HCNN_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/final.hcnn", cfg->checkpoint_dir);
+    hcnn_ckpt_meta meta = {.epoch = epochs_done, .step = r->step, .seed = cfg->seed};
+    snprintf(meta.model, sizeof meta.model, "%s", cfg->model.name);
+    int rc = hcnn_mkdir_p(cfg->checkpoint_dir);
+    if (!rc)
+        rc = hcnn_ckpt_save(path, &r->net, r->opt.velocity, &meta);
+    if (!rc)
+        printf("checkpoint=%s\n", path);
+    return rc;
+}
+
+static void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
+{
+    if (!is_root(r))
+        return;
+    const double ips = st->train_s > 0 ? st->seen / st->train_s : 0.0;
+    const double tl = st->seen ? st->loss_sum / st->seen : 0.0;
+    const double ta = st->seen ? st->correct / st->seen : 0.0;
+    /* share of the allreduce hidden behind backward: 1 - blocked / cost */
+    double hidden = 0.0;
+    if (r->sync_ready && r->allreduce_s > 0 && st->steps > 0) {
+        hidden = 1.0 - (st->comm_wait_s / st->steps) / r->allreduce_s;
+        hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
+    }
+    printf("epoch=%d step=%ld train_loss=%.4f train_acc=%.4f test_loss=%.4f test_acc=%.4f "
+           "images_per_s=%.1f epoch_time_s=%.3f data_wait_s=%.3f eval_time_s=%.3f",
+           epoch + 1, r->step, tl, ta, st->test_loss, st->test_acc, ips, st->train_s,
+           st->data_wait_s, st->eval_s);
+    if (r->comm->size > 1)
+        printf(" compute_s=%.3f comm_wait_s=%.3f comm_wait_share=%.3f allreduce_s=%.4f "
+               "allreduce_hidden=%.3f",
+               st->compute_s, st->comm_wait_s,
+               st->train_s > 0 ? st->comm_wait_s / st->train_s : 0.0, r->allreduce_s, hidden);
+    printf("\n");
+    fflush(stdout);
+    if (r->csv) {
+        fprintf(r->csv, "%d,%ld,%.6g,%.6f,%.6f,%.6f,%.6f,%.2f,%.4f,%.4f,%.4f,%d,%d,%s,%d,%.4f,%.4f,%.4f\n",
+                epoch + 1, r->step, st->lr, tl, ta, st->test_loss, st->test_acc, ips, st->train_s,
+                st->data_wait_s, st->eval_s, r->threads, r->cfg->batch_size,
+                hcnn_strategy_name(r->cfg->strategy), r->comm->size, st->compute_s,
+                st->comm_wait_s, hidden);
+        fflush(r->csv);
+    }
 }
 
 int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm)
 {
-    if (comm->size != 1)
-        return hcnn_error("%s: strategy '%s' runs on one rank, but %d were started",
-                          cfg->path, hcnn_strategy_name(cfg->strategy), comm->size);
     hcnn_run r;
     int rc = run_setup(&r, cfg, comm, 1);
     if (!rc)
@@ -263,49 +475,50 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm)
         return rc;
     }
     const long steps_per_epoch = (r.train.n + cfg->batch_size - 1) / cfg->batch_size;
-    char blas[256];
-    printf("hcnn: model %s: %d blocks, %zu parameters; data %s: %d train / %d test samples; "
-           "batch %d; %d threads; backend %s, %s\n",
-           cfg->model.name, r.net.nlayers, r.net.nparams, cfg->dataset, r.train.n, r.test.n,
-           cfg->batch_size, r.threads, r.be->name, hcnn_blas_describe(blas, sizeof blas));
-    fflush(stdout);
+    if (is_root(&r)) {
+        char blas[256];
+        printf("hcnn: model %s: %d blocks, %zu parameters; data %s: %d train / %d test samples; "
+               "strategy %s on %d rank%s x %d threads; global batch %d; %s\n",
+               cfg->model.name, r.net.nlayers, r.net.nparams, cfg->dataset, r.train.n, r.test.n,
+               hcnn_strategy_name(cfg->strategy), comm->size, comm->size > 1 ? "s" : "",
+               r.threads, cfg->batch_size, hcnn_blas_describe(blas, sizeof blas));
+        if (r.sync_ready)
+            printf("hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s; "
+                   "blocking allreduce of all gradients: %.4f s\n",
+                   r.sync.nbuckets, r.sync.nbuckets == 1 ? "" : "s", cfg->bucket_mb,
+                   cfg->allreduce_progress == HCNN_PROGRESS_TEST ? "MPI_Test polling"
+                                                                 : "a communication thread",
+                   r.allreduce_s);
+        fflush(stdout);
+    }
     int stop = 0, epoch;
     for (epoch = 0; epoch < cfg->epochs && !stop && !rc; epoch++) {
         epoch_stats st = {0};
         rc = train_epoch(&r, epoch, steps_per_epoch, &st, &stop);
         if (rc)
             break;
+        double sums[6] = {st.loss_sum, st.correct, st.seen, st.compute_s, st.comm_wait_s,
+                          st.data_wait_s};
+        rc = sum_doubles(&r, sums, 6);
+        if (rc)
+            break;
+        /* losses are summed; times are means over ranks */
+        st.loss_sum = sums[0], st.correct = sums[1], st.seen = sums[2];
+        st.compute_s = sums[3] / comm->size, st.comm_wait_s = sums[4] / comm->size;
+        st.data_wait_s = sums[5] / comm->size;
         const double te = hcnn_now();
-        rc = evaluate(&r, &st.test_loss, &st.test_acc);
+        rc = average_bn_state(&r);
+        if (!rc)
+            rc = evaluate(&r, &st.test_loss, &st.test_acc);
         st.eval_s = hcnn_now() - te;
         if (rc)
             break;
-        const double ips = st.train_s > 0 ? st.seen / st.train_s : 0.0;
-        const double tl = st.seen ? st.loss_sum / st.seen : 0.0;
-        const double ta = st.seen ? (double)st.correct / st.seen : 0.0;
-        printf("epoch=%d step=%ld train_loss=%.4f train_acc=%.4f test_loss=%.4f test_acc=%.4f "
-               "images_per_s=%.1f epoch_time_s=%.3f data_wait_s=%.3f eval_time_s=%.3f\n",
-               epoch + 1, r.step, tl, ta, st.test_loss, st.test_acc, ips, st.train_s,
-               st.data_wait_s, st.eval_s);
-        fflush(stdout);
-        if (r.csv) {
-            fprintf(r.csv, "%d,%ld,%.6g,%.6f,%.6f,%.6f,%.6f,%.2f,%.4f,%.4f,%.4f,%d,%d\n", epoch + 1,
-                    r.step, st.lr, tl, ta, st.test_loss, st.test_acc, ips, st.train_s,
-                    st.data_wait_s, st.eval_s, r.threads, cfg->batch_size);
-            fflush(r.csv);
-        }
+        report_epoch(&r, epoch, &st);
     }
-    if (!rc && cfg->checkpoint_dir[0]) {
-        char path[HCNN_PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/final.hcnn", cfg->checkpoint_dir);
-        hcnn_ckpt_meta meta = {.epoch = epoch, .step = r.step, .seed = cfg->seed};
-        snprintf(meta.model, sizeof meta.model, "%s", cfg->model.name);
-        rc = hcnn_mkdir_p(cfg->checkpoint_dir);
-        if (!rc)
-            rc = hcnn_ckpt_save(path, &r.net, r.opt.velocity, &meta);
-        if (!rc)
-            printf("checkpoint=%s\n", path);
-    }
+    if (!rc)
+        rc = check_replicas(&r);
+    if (!rc)
+        rc = save_final(&r, epoch);
     run_free(&r);
     return rc;
 }
@@ -321,7 +534,7 @@ int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *che
     const double t0 = hcnn_now();
     if (!rc)
         rc = evaluate(&r, &loss, &acc);
-    if (!rc)
+    if (!rc && is_root(&r))
         printf("checkpoint=%s epoch=%ld step=%ld test_samples=%d test_loss=%.4f test_acc=%.4f "
                "eval_time_s=%.3f\n",
                checkpoint, meta.epoch, meta.step, r.test.n, loss, acc, hcnn_now() - t0);

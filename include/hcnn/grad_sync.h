@@ -1,0 +1,73 @@
+/* Bucketed gradient allreduce overlapped with backward.
+ *
+ * The gradients of blocks [first, last) are a contiguous range of the
+ * network's gradient buffer, laid out in block order.  They are cut into
+ * buckets of about bucket_mb MiB of whole blocks, from the last block
+ * backwards; backward produces the last block's gradients first, so each
+ * bucket's allreduce (MPI_SUM, in place) can start as soon as backward has
+ * passed its lowest block, while backward continues on earlier blocks.
+ * The loss gradient is already scaled by 1 / global batch, so the sum over
+ * ranks is the mean over the global batch, whatever the shard sizes.
+ *
+ * Progress: OpenMPI does not advance a non-blocking collective in the
+ * background, so either the compute thread calls MPI_Test between blocks
+ * and GEMM chunks (HCNN_PROGRESS_TEST, through hcnn_grad_sync_poll), or a
+ * communication thread runs blocking allreduces (HCNN_PROGRESS_THREAD).
+ * Used by the data-parallel strategy on MPI_COMM_WORLD and by pipeline
+ * stages on their replica communicator. */
+#ifndef HCNN_GRAD_SYNC_H
+#define HCNN_GRAD_SYNC_H
+
+#include <mpi.h>
+#include <pthread.h>
+
+#include "hcnn/config.h"
+#include "hcnn/net.h"
+
+typedef struct hcnn_bucket {
+    size_t off, count;     /* range of the gradient buffer */
+    int lowest_block;      /* ready once backward has finished this block */
+    MPI_Request req;
+} hcnn_bucket;
+
+typedef struct hcnn_grad_sync {
+    MPI_Comm comm;
+    int size;
+    float *grads;
+    hcnn_bucket *buckets;  /* buckets[0] holds the last blocks */
+    int nbuckets;
+    hcnn_allreduce_progress mode;
+    int started;           /* buckets started this step */
+    int completed;         /* buckets known complete this step */
+    int failed;            /* an MPI error in the communication thread */
+
+    /* communication thread (HCNN_PROGRESS_THREAD) */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int thread_started;
+    int stop;
+
+    /* statistics since the last hcnn_grad_sync_take_stats */
+    double wait_s;         /* time blocked in finish */
+    long steps;
+} hcnn_grad_sync;
+
+int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int first, int last,
+                        double bucket_mb, hcnn_allreduce_progress mode);
+void hcnn_grad_sync_free(hcnn_grad_sync *gs);
+
+/* Per step: begin (before backward), block_done after backward of each
+ * block (descending), poll whenever convenient, finish before the
+ * optimiser.  Errors abort through the caller's abort path (returns
+ * HCNN_EMPI). */
+void hcnn_grad_sync_begin(hcnn_grad_sync *gs);
+int hcnn_grad_sync_block_done(hcnn_grad_sync *gs, int block);
+void hcnn_grad_sync_poll(void *gs);
+int hcnn_grad_sync_finish(hcnn_grad_sync *gs);
+
+/* Median time of `reps` blocking allreduces of all buckets (the cost that
+ * overlap hides); overwrites the gradients, so call it between steps. */
+double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps);
+
+#endif

@@ -1,0 +1,208 @@
+/* Bucketed gradient allreduce overlapped with backward (see grad_sync.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "hcnn/common.h"
+#include "hcnn/grad_sync.h"
+
+#include <limits.h>
+
+static int mpi_fail(int rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return hcnn_error_code(HCNN_EMPI, "%s failed: %s", what, msg);
+}
+
+static void *comm_thread(void *arg)
+{
+    hcnn_grad_sync *gs = arg;
+    pthread_mutex_lock(&gs->mu);
+    for (;;) {
+        while (!gs->stop && gs->completed >= gs->started)
+            pthread_cond_wait(&gs->cv, &gs->mu);
+        if (gs->stop)
+            break;
+        hcnn_bucket *b = &gs->buckets[gs->completed];
+        pthread_mutex_unlock(&gs->mu);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, gs->grads + b->off, (int)b->count, MPI_FLOAT, MPI_SUM,
+                               gs->comm);
+        pthread_mutex_lock(&gs->mu);
+        if (rc != MPI_SUCCESS)
+            gs->failed = rc;
+        gs->completed++;
+        pthread_cond_broadcast(&gs->cv);
+    }
+    pthread_mutex_unlock(&gs->mu);
+    return NULL;
+}
+
+int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int first, int last,
+                        double bucket_mb, hcnn_allreduce_progress mode)
+{
+    memset(gs, 0, sizeof *gs);
+    gs->comm = comm;
+    MPI_Comm_size(comm, &gs->size);
+    gs->grads = net->grads;
+    gs->mode = mode;
+    size_t cap = (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
+    if (cap < 1)
+        cap = 1;
+    gs->buckets = hcnn_calloc(sizeof *gs->buckets * (size_t)(last - first + 1), "allreduce buckets");
+    if (!gs->buckets)
+        return HCNN_ENOMEM;
+    /* whole blocks, from the last one backwards */
+    size_t hi = 0, lo = 0;
+    int open = 0;
+    for (int i = last - 1; i >= first; i--) {
+        const hcnn_layer *l = &net->layers[i];
+        if (l->nparams == 0)
+            continue;
+        if (!open) {
+            hi = l->param_off + l->nparams;
+            open = 1;
+        }
+        lo = l->param_off;
+        hcnn_bucket *b = &gs->buckets[gs->nbuckets];
+        b->off = lo, b->count = hi - lo, b->lowest_block = i;
+        if (hi - lo >= cap) {
+            gs->nbuckets++;
+            open = 0;
+        }
+    }
+    if (open)
+        gs->nbuckets++;
+    for (int k = 0; k < gs->nbuckets; k++)
+        if (gs->buckets[k].count > INT_MAX) /* MPI counts are int */
+            return hcnn_error("gradient bucket of %zu floats exceeds MPI's count limit: lower "
+                              "bucket_mb",
+                              gs->buckets[k].count);
+    for (int k = 0; k < gs->nbuckets; k++)
+        gs->buckets[k].req = MPI_REQUEST_NULL;
+    if (mode == HCNN_PROGRESS_THREAD) {
+        if (pthread_mutex_init(&gs->mu, NULL) || pthread_cond_init(&gs->cv, NULL))
+            return hcnn_error_code(HCNN_ENOMEM, "cannot create the communication thread's lock");
+        if (pthread_create(&gs->thread, NULL, comm_thread, gs) != 0)
+            return hcnn_error_code(HCNN_ENOMEM, "cannot start the communication thread");
+        gs->thread_started = 1;
+    }
+    return HCNN_OK;
+}
+
+void hcnn_grad_sync_free(hcnn_grad_sync *gs)
+{
+    if (gs->thread_started) {
+        pthread_mutex_lock(&gs->mu);
+        gs->stop = 1;
+        pthread_cond_broadcast(&gs->cv);
+        pthread_mutex_unlock(&gs->mu);
+        pthread_join(gs->thread, NULL);
+        pthread_cond_destroy(&gs->cv);
+        pthread_mutex_destroy(&gs->mu);
+    }
+    hcnn_free(gs->buckets);
+    memset(gs, 0, sizeof *gs);
+}
+
+void hcnn_grad_sync_begin(hcnn_grad_sync *gs)
+{
+    gs->started = 0;
+    gs->completed = 0;
+}
+
+static int start_bucket(hcnn_grad_sync *gs)
+{
+    hcnn_bucket *b = &gs->buckets[gs->started];
+    if (gs->mode == HCNN_PROGRESS_THREAD) {
+        pthread_mutex_lock(&gs->mu);
+        gs->started++;
+        pthread_cond_broadcast(&gs->cv);
+        pthread_mutex_unlock(&gs->mu);
+        return HCNN_OK;
+    }
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, gs->grads + b->off, (int)b->count, MPI_FLOAT, MPI_SUM,
+                            gs->comm, &b->req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(rc, "MPI_Iallreduce of a gradient bucket");
+    gs->started++;
+    return HCNN_OK;
+}
+
+void hcnn_grad_sync_poll(void *arg)
+{
+    hcnn_grad_sync *gs = arg;
+    if (gs->mode != HCNN_PROGRESS_TEST)
+        return;
+    /* testing the oldest request drives OpenMPI's progress engine for all */
+    while (gs->completed < gs->started) {
+        int done = 0;
+        if (MPI_Test(&gs->buckets[gs->completed].req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+            !done)
+            return; /* errors surface in finish's MPI_Wait */
+        gs->completed++;
+    }
+}
+
+int hcnn_grad_sync_block_done(hcnn_grad_sync *gs, int block)
+{
+    while (gs->started < gs->nbuckets && gs->buckets[gs->started].lowest_block >= block) {
+        int rc = start_bucket(gs);
+        if (rc)
+            return rc;
+    }
+    hcnn_grad_sync_poll(gs);
+    return HCNN_OK;
+}
+
+int hcnn_grad_sync_finish(hcnn_grad_sync *gs)
+{
+    while (gs->started < gs->nbuckets) {
+        int rc = start_bucket(gs);
+        if (rc)
+            return rc;
+    }
+    const double t0 = hcnn_now();
+    int rc = MPI_SUCCESS;
+    if (gs->mode == HCNN_PROGRESS_THREAD) {
+        pthread_mutex_lock(&gs->mu);
+        while (gs->completed < gs->nbuckets)
+            pthread_cond_wait(&gs->cv, &gs->mu);
+        rc = gs->failed;
+        pthread_mutex_unlock(&gs->mu);
+    } else {
+        for (; gs->completed < gs->nbuckets && rc == MPI_SUCCESS; gs->completed++)
+            rc = MPI_Wait(&gs->buckets[gs->completed].req, MPI_STATUS_IGNORE);
+    }
+    gs->wait_s += hcnn_now() - t0;
+    gs->steps++;
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(rc, "the gradient allreduce");
+    return HCNN_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
+{
+    double t[16];
+    if (reps > 16)
+        reps = 16;
+    if (reps < 1 || gs->nbuckets == 0)
+        return 0.0;
+    for (int r = 0; r < reps; r++) {
+        MPI_Barrier(gs->comm);
+        const double t0 = hcnn_now();
+        for (int k = 0; k < gs->nbuckets; k++)
+            MPI_Allreduce(MPI_IN_PLACE, gs->grads + gs->buckets[k].off,
+                          (int)gs->buckets[k].count, MPI_FLOAT, MPI_SUM, gs->comm);
+        t[r] = hcnn_now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    return t[reps / 2];
+}

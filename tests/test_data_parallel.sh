@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Data-parallel strategy: the same model as serial training (np 2 and 4,
+# one bucket, many buckets, uneven shards, both progress modes), batch-norm
+# replicas that agree, and failures that end every rank.
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
+MPIRUN=(timeout 120 mpirun --oversubscribe --bind-to none)
+
+if ! command -v mpirun >/dev/null; then
+    case_begin mpirun_available; case_fail "mpirun not found (Debian package openmpi-bin)"; finish
+fi
+
+# a run of 18 steps: name, ranks (0 = serial without mpirun), key=value overrides
+run() {
+    local name=$1 np=$2
+    shift 2
+    local args=(train --config "$CFG" -q --set epochs=2 --set max_steps=18 --set synthetic_train=470
+                --set batch_size=30 --set csv= --set checkpoint_dir="$WORK/$name")
+    local kv
+    for kv in "$@"; do args+=(--set "$kv"); done
+    if [ "$np" -eq 0 ]; then
+        "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
+    else
+        "${MPIRUN[@]}" -np "$np" "$HCNN" "${args[@]}" --set strategy=data >"$WORK/$name.log" 2>&1
+    fi
+}
+
+same_as_serial() { # name
+    if [ ! -f "$WORK/$1/final.hcnn" ]; then
+        case_fail "no checkpoint: $(tail -n 3 "$WORK/$1.log")"
+    elif "$HCNN" diff "$WORK/serial/final.hcnn" "$WORK/$1/final.hcnn" --tol 1e-5 >"$WORK/$1.diff"; then
+        echo "# $(tail -n 1 "$WORK/$1.diff")"
+        if grep -q '^replica_check=ok' "$WORK/$1.log"; then case_ok; else case_fail "no replica check"; fi
+    else
+        case_fail "differs from serial: $(tail -n 1 "$WORK/$1.diff")"
+    fi
+}
+
+case_begin serial_reference
+if run serial 0 && [ -f "$WORK/serial/final.hcnn" ]; then case_ok; else case_fail "$(tail -n 3 "$WORK/serial.log")"; fi
+
+# 30 = 15+15 (np 2), 8+7+8+7 (np 4); the last batch of an epoch has 20
+case_begin np2_one_bucket;          run np2 2 bucket_mb=1000;               same_as_serial np2
+case_begin np4_one_bucket_uneven;   run np4 4 bucket_mb=1000;               same_as_serial np4
+case_begin np4_many_small_buckets;  run np4b 4 bucket_mb=0.0001;            same_as_serial np4b
+case_begin np3_uneven_thread;       run np3t 3 allreduce_progress=thread bucket_mb=0.001; same_as_serial np3t
+
+case_begin buckets_reported
+if grep -q "3 buckets" "$WORK/np4b.log" && grep -q "1 bucket " "$WORK/np2.log"; then case_ok
+else case_fail "$(grep 'gradient allreduce' "$WORK/np4b.log" "$WORK/np2.log")"; fi
+
+case_begin epoch_metrics
+line=$(grep '^epoch=1 ' "$WORK/np2.log")
+if echo "$line" | grep -q 'comm_wait_s=' && echo "$line" | grep -q 'allreduce_hidden='; then case_ok
+else case_fail "epoch line lacks communication metrics: $line"; fi
+
+case_begin batchnorm_replicas_agree
+cat >"$WORK/res.yaml" <<YAML
+model:
+  name: tiny_resnet
+  input: [1, 12, 12]
+  classes: 4
+  blocks:
+    - {type: conv, name: conv1, out: 8, kernel: 3, pad: 1, bias: false}
+    - {type: bn, name: bn1}
+    - relu
+    - {type: residual, name: layer1.0, out: 8}
+    - {type: residual, name: layer2.0, out: 16, stride: 2}
+    - gap
+    - flatten
+    - {type: fc, name: fc, out: 4}
+dataset: synthetic
+synthetic_train: 512
+synthetic_test: 128
+epochs: 3
+batch_size: 32
+lr: 0.05
+strategy: data
+YAML
+if "${MPIRUN[@]}" -np 2 "$HCNN" train --config "$WORK/res.yaml" -q --set bucket_mb=0.01 >"$WORK/res.log" 2>&1; then
+    l1=$(grep '^epoch=1 ' "$WORK/res.log" | tr ' ' '\n' | sed -n 's/^train_loss=//p')
+    l3=$(grep '^epoch=3 ' "$WORK/res.log" | tr ' ' '\n' | sed -n 's/^train_loss=//p')
+    if grep -q '^replica_check=ok' "$WORK/res.log" && awk -v a="$l1" -v b="$l3" 'BEGIN { exit !(b < a) }'; then
+        case_ok
+    else
+        case_fail "loss $l1 -> $l3 or replicas differ: $(tail -n 2 "$WORK/res.log")"
+    fi
+else
+    case_fail "$(tail -n 3 "$WORK/res.log")"
+fi
+
+# ---- failures: one message, every rank exits non-zero, nobody hangs ----
+errors_once() { # pattern log
+    local n
+    n=$(grep -c "$1" "$2")
+    [ "$n" -eq 1 ]
+}
+
+case_begin more_ranks_than_batch
+"${MPIRUN[@]}" -np 3 "$HCNN" train --config "$CFG" -q --set strategy=data --set batch_size=2 >"$WORK/f1.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && errors_once "smaller than the number of ranks" "$WORK/f1.log"; then case_ok
+else case_fail "exit $rc: $(cat "$WORK/f1.log")"; fi
+
+case_begin serial_on_two_ranks
+"${MPIRUN[@]}" -np 2 "$HCNN" train --config "$CFG" -q >"$WORK/f2.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && errors_once "strategy 'serial' runs on one rank" "$WORK/f2.log"; then case_ok
+else case_fail "exit $rc: $(cat "$WORK/f2.log")"; fi
+
+case_begin bad_config_reported_once
+"${MPIRUN[@]}" -np 2 "$HCNN" train --config "$CFG" -q --set lr=-1 >"$WORK/f3.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && errors_once "lr" "$WORK/f3.log"; then case_ok
+else case_fail "exit $rc: $(cat "$WORK/f3.log")"; fi
+
+case_begin one_rank_fails_mid_step
+start=$(date +%s)
+HCNN_FAIL_AT=1:3 "${MPIRUN[@]}" -np 2 -x HCNN_FAIL_AT "$HCNN" train --config "$CFG" -q --set strategy=data \
+    --set csv= --set checkpoint_dir= >"$WORK/f4.log" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$took" -lt 60 ] && grep -q "rank 1.*non-finite loss" "$WORK/f4.log"; then
+    case_ok
+else
+    case_fail "exit $rc after ${took}s: $(cat "$WORK/f4.log")"
+fi
+
+# the data file is missing on one "node": ranks run in different directories
+case_begin data_missing_on_one_rank
+mkdir -p "$WORK/node0/d" "$WORK/node1"
+for split in train t10k; do
+    { printf '\x00\x00\x08\x03\x00\x00\x00\x04\x00\x00\x00\x0c\x00\x00\x00\x0c'; head -c 576 /dev/urandom; } >"$WORK/node0/d/$split-images-idx3-ubyte"
+    printf '\x00\x00\x08\x01\x00\x00\x00\x04\x00\x01\x02\x03' >"$WORK/node0/d/$split-labels-idx1-ubyte"
+done
+start=$(date +%s)
+timeout 120 mpirun --oversubscribe --bind-to none -np 1 -wdir "$WORK/node0" "$HCNN" train --config "$CFG" -q \
+    --set strategy=data --set dataset=mnist --set data_dir=d --set batch_size=2 --set csv= --set checkpoint_dir= \
+    : -np 1 -wdir "$WORK/node1" "$HCNN" train --config "$CFG" -q \
+    --set strategy=data --set dataset=mnist --set data_dir=d --set batch_size=2 --set csv= --set checkpoint_dir= \
+    >"$WORK/f5.log" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$took" -lt 60 ] && grep -q "rank 1.*cannot find" "$WORK/f5.log"; then
+    case_ok
+else
+    case_fail "exit $rc after ${took}s: $(cat "$WORK/f5.log")"
+fi
+
+finish
