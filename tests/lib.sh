@@ -44,6 +44,32 @@ expect_fail() {
     fi
 }
 
+# same_as REF NAME: $WORK/NAME/final.hcnn matches $WORK/REF/final.hcnn to 1e-5
+# (relative, hcnn diff) and its run ($WORK/NAME.log) checked its replicas.
+same_as() {
+    local ref=$1 name=$2
+    if [ ! -f "$WORK/$name/final.hcnn" ]; then
+        case_fail "no checkpoint: $(tail -n 3 "$WORK/$name.log")"
+    elif "$HCNN" diff "$WORK/$ref/final.hcnn" "$WORK/$name/final.hcnn" --tol 1e-5 >"$WORK/$name.diff"; then
+        echo "# $(tail -n 1 "$WORK/$name.diff")"
+        case_ok
+    else
+        case_fail "differs from $ref: $(tail -n 1 "$WORK/$name.diff")"
+    fi
+}
+
+# MPI as root, more ranks than cores, one thread per rank; every run bounded.
+mpi_setup() {
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    export OMP_NUM_THREADS=1
+    MPIRUN=(timeout 120 mpirun --oversubscribe --bind-to none)
+    if ! command -v mpirun >/dev/null; then
+        case_begin mpirun_available
+        case_fail "mpirun not found (Debian package openmpi-bin)"
+        finish
+    fi
+}
+
 # Summary in cmocka's format; exit 1 if any case failed, 77 if all skipped.
 finish() {
     echo "[==========] $((T_PASSED + T_FAILED + T_SKIPPED)) test(s) run."

@@ -54,7 +54,8 @@ typedef struct hcnn_model_spec {
 
 typedef enum hcnn_schedule { HCNN_SCHED_CONSTANT = 0, HCNN_SCHED_STEP, HCNN_SCHED_COSINE } hcnn_schedule;
 typedef enum hcnn_init { HCNN_INIT_HE = 0, HCNN_INIT_XAVIER } hcnn_init;
-typedef enum hcnn_strategy { HCNN_STRATEGY_SERIAL = 0, HCNN_STRATEGY_DATA } hcnn_strategy;
+typedef enum hcnn_strategy { HCNN_STRATEGY_SERIAL = 0, HCNN_STRATEGY_DATA, HCNN_STRATEGY_PIPELINE } hcnn_strategy;
+typedef enum hcnn_pipe_schedule { HCNN_PIPE_GPIPE = 0, HCNN_PIPE_1F1B } hcnn_pipe_schedule;
 /* How a non-blocking gradient allreduce is driven while backward runs:
  * MPI_Test from the compute thread between layers and GEMM chunks, or a
  * communication thread doing blocking allreduces. */
@@ -85,9 +86,14 @@ typedef struct hcnn_config {
 
     uint64_t seed;
     int threads;                   /* 0: OMP_NUM_THREADS, else all cores */
-    hcnn_strategy strategy;        /* serial | data */
+    hcnn_strategy strategy;        /* serial | data | pipeline */
     double bucket_mb;              /* data: gradient allreduce bucket size (MiB) */
     hcnn_allreduce_progress allreduce_progress;
+    int stages;                    /* pipeline: S stages (world size = replicas x S) */
+    int microbatches;              /* pipeline: M micro-batches per replica shard */
+    hcnn_pipe_schedule pipeline_schedule;
+    int npartition;                /* pipeline: explicit first block of each stage (0: auto) */
+    int partition[HCNN_MAX_BLOCKS];
     long max_steps;                /* 0: no limit */
     long train_limit;              /* 0: whole set */
     long test_limit;
@@ -117,5 +123,6 @@ const char *hcnn_schedule_name(hcnn_schedule s);
 const char *hcnn_init_name(hcnn_init i);
 const char *hcnn_strategy_name(hcnn_strategy s);
 const char *hcnn_progress_name(hcnn_allreduce_progress p);
+const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s);
 
 #endif

@@ -55,6 +55,9 @@ void hcnn_net_init(hcnn_net *net, hcnn_init init, uint64_t seed);
 /* Parameters owned by blocks [first, last): [off, off + count). */
 void hcnn_net_param_range(const hcnn_net *net, int first, int last, size_t *off, size_t *count);
 
+/* Batch-norm statistics owned by blocks [first, last): [off, off + count). */
+void hcnn_net_state_range(const hcnn_net *net, int first, int last, size_t *off, size_t *count);
+
 /* ---- activations of one (micro-)batch for blocks [first, last) ---- */
 typedef struct hcnn_acts {
     int first, last;

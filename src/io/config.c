@@ -35,7 +35,8 @@ static const char *const block_kind_names[HCNN_BLOCK_KIND_COUNT] = {
 };
 static const char *const schedule_names[] = {"constant", "step", "cosine"};
 static const char *const init_names[] = {"he", "xavier"};
-static const char *const strategy_names[] = {"serial", "data"};
+static const char *const strategy_names[] = {"serial", "data", "pipeline"};
+static const char *const pipe_schedule_names[] = {"gpipe", "1f1b"};
 static const char *const progress_names[] = {"test", "thread"};
 static const char *const dataset_names[] = {"mnist", "fashion_mnist", "cifar10", "synthetic"};
 static const char *const shortcut_names[] = {"auto", "identity", "projection"};
@@ -55,6 +56,7 @@ const char *hcnn_schedule_name(hcnn_schedule s) { return enum_name(schedule_name
 const char *hcnn_init_name(hcnn_init i) { return enum_name(init_names, COUNT(init_names), (int)i); }
 const char *hcnn_strategy_name(hcnn_strategy s) { return enum_name(strategy_names, COUNT(strategy_names), (int)s); }
 const char *hcnn_progress_name(hcnn_allreduce_progress p) { return enum_name(progress_names, COUNT(progress_names), (int)p); }
+const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s) { return enum_name(pipe_schedule_names, COUNT(pipe_schedule_names), (int)s); }
 
 /* ======================================================================
  * Defaults
@@ -84,6 +86,9 @@ void hcnn_config_defaults(hcnn_config *cfg)
     cfg->strategy = HCNN_STRATEGY_SERIAL;
     cfg->bucket_mb = 25.0;
     cfg->allreduce_progress = HCNN_PROGRESS_TEST;
+    cfg->stages = 1;
+    cfg->microbatches = 1;
+    cfg->pipeline_schedule = HCNN_PIPE_1F1B;
     cfg->max_steps = 0;
     cfg->train_limit = 0;
     cfg->test_limit = 0;
@@ -1202,7 +1207,7 @@ static int interpret_model(ictx *c, const node *n, hcnn_model_spec *m)
  * Stage 3: top-level keys (one table drives both reading and writing)
  * ==================================================================== */
 
-typedef enum ktype { KT_MODEL, KT_INT, KT_LONG, KT_U64, KT_NUM, KT_BOOL, KT_STR, KT_CHOICE, KT_ENUM, KT_AUGMENT } ktype;
+typedef enum ktype { KT_MODEL, KT_INT, KT_LONG, KT_U64, KT_NUM, KT_BOOL, KT_STR, KT_CHOICE, KT_ENUM, KT_AUGMENT, KT_PARTITION } ktype;
 
 typedef struct keydef {
     const char *name;
@@ -1224,6 +1229,8 @@ static int get_init(const hcnn_config *c) { return (int)c->init; }
 static void set_init(hcnn_config *c, int v) { c->init = (hcnn_init)v; }
 static int get_strategy(const hcnn_config *c) { return (int)c->strategy; }
 static void set_strategy(hcnn_config *c, int v) { c->strategy = (hcnn_strategy)v; }
+static int get_pipe_schedule(const hcnn_config *c) { return (int)c->pipeline_schedule; }
+static void set_pipe_schedule(hcnn_config *c, int v) { c->pipeline_schedule = (hcnn_pipe_schedule)v; }
 static int get_progress(const hcnn_config *c) { return (int)c->allreduce_progress; }
 static void set_progress(hcnn_config *c, int v) { c->allreduce_progress = (hcnn_allreduce_progress)v; }
 
@@ -1261,6 +1268,10 @@ static const keydef top_keys[] = {
     K_ENUM("strategy", strategy_names, get_strategy, set_strategy),
     K_NUM("bucket_mb", bucket_mb, 0.0, 1, INFINITY, 0),
     K_ENUM("allreduce_progress", progress_names, get_progress, set_progress),
+    K_INT("stages", stages, 1),
+    K_INT("microbatches", microbatches, 1),
+    K_ENUM("pipeline_schedule", pipe_schedule_names, get_pipe_schedule, set_pipe_schedule),
+    {.name = "partition", .type = KT_PARTITION},
     K_LONG("max_steps", max_steps, 0),
     K_LONG("train_limit", train_limit, 0),
     K_LONG("test_limit", test_limit, 0),
@@ -1320,6 +1331,20 @@ static int apply_top_key(ictx *c, const keydef *d, const node *n, hcnn_config *c
         if (is_scalar(n) && parse_bool(n->str, &cfg->augment))
             return HCNN_OK;
         return fail_value(c, n, "a boolean or 'default'");
+    case KT_PARTITION:
+        /* [] (automatic) or the first block of each stage: non-negative
+         * integers; their order is checked against the model at start */
+        if (!n || n->type != NODE_SEQ || n->n > HCNN_MAX_BLOCKS)
+            return fail_value(c, n, "a list of block indices, e.g. [0, 5] (or [] for automatic)");
+        cfg->npartition = 0;
+        for (size_t k = 0; k < n->n; k++) {
+            size_t old = path_push_index(&c->path, k);
+            rc = get_int(c, n->items[k].val, 0, &cfg->partition[cfg->npartition++]);
+            path_pop(&c->path, old);
+            if (rc)
+                return rc;
+        }
+        return HCNN_OK;
     }
     return HCNN_OK;
 }
@@ -1542,6 +1567,12 @@ static void write_top_key(FILE *f, const hcnn_config *cfg, const keydef *d)
         break;
     case KT_AUGMENT:
         fputs(cfg->augment < 0 ? "default" : cfg->augment ? "true" : "false", f);
+        break;
+    case KT_PARTITION:
+        fputc('[', f);
+        for (int k = 0; k < cfg->npartition; k++)
+            fprintf(f, "%s%d", k ? ", " : "", cfg->partition[k]);
+        fputc(']', f);
         break;
     default:
         break;

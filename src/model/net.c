@@ -255,6 +255,22 @@ void hcnn_net_param_range(const hcnn_net *net, int first, int last, size_t *off,
     *count = end - *off;
 }
 
+void hcnn_net_state_range(const hcnn_net *net, int first, int last, size_t *off, size_t *count)
+{
+    size_t lo = net->nstate, hi = 0;
+    for (int t = 0; t < net->ntensors; t++) {
+        const hcnn_tensor_info *ti = &net->tensors[t];
+        if (!ti->is_state || ti->layer < first || ti->layer >= last)
+            continue;
+        if (ti->offset < lo)
+            lo = ti->offset;
+        if (ti->offset + ti->count > hi)
+            hi = ti->offset + ti->count;
+    }
+    *off = hi > lo ? lo : 0;
+    *count = hi > lo ? hi - lo : 0;
+}
+
 /* ---- activations and scratch ------------------------------------------- */
 
 size_t hcnn_net_max_act(const hcnn_net *net, int first, int last)

@@ -8,7 +8,8 @@
  * rank); gradients are summed across ranks by the bucketed, overlapped
  * allreduce of grad_sync.c, so every rank takes the same optimiser step as
  * a serial run of the global batch.  With one rank both are the same code
- * path. */
+ * path.  `pipeline` splits the blocks over stages (pipeline.c); a replica
+ * of S stages then plays the part of one data-parallel rank. */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
 #include <math.h>
@@ -25,6 +26,7 @@
 #include "hcnn/grad_sync.h"
 #include "hcnn/net.h"
 #include "hcnn/optim.h"
+#include "hcnn/pipeline.h"
 #include "hcnn/train.h"
 
 typedef struct hcnn_run {
@@ -42,6 +44,11 @@ typedef struct hcnn_run {
     int loader_ready;
     hcnn_grad_sync sync;
     int sync_ready;
+    hcnn_pipe pipe;          /* strategy pipeline */
+    int pipe_ready;
+    int first, last;         /* blocks this rank computes and updates */
+    int group, ngroups;      /* data shard: replica index and count (rank, ranks if no pipeline) */
+    MPI_Comm replicas;       /* ranks holding the same blocks: gradient sums, statistics */
     double allreduce_s;      /* calibrated time of one blocking gradient allreduce */
     uint32_t *perm;
     float *dlogits;
@@ -87,7 +94,10 @@ int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
                        cfg->path, comm->size);
         return HCNN_EINVAL;
     }
-    if (cfg->batch_size < comm->size) {
+    int rc = hcnn_pipe_check(cfg, comm);
+    if (rc)
+        return rc;
+    if (cfg->strategy != HCNN_STRATEGY_PIPELINE && cfg->batch_size < comm->size) {
         if (root)
             hcnn_error("%s: batch_size %d is smaller than the number of ranks %d: every rank "
                        "needs at least one sample of each global batch",
@@ -107,6 +117,8 @@ int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
 
 static void run_free(hcnn_run *r)
 {
+    if (r->pipe_ready)
+        hcnn_pipe_free(&r->pipe);
     if (r->sync_ready)
         hcnn_grad_sync_free(&r->sync);
     if (r->loader_ready)
@@ -161,17 +173,33 @@ static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm,
         if (rc)
             return rc;
     }
-    /* one activation arena serves training and evaluation */
+    r->first = 0, r->last = r->net.nlayers;
+    r->group = comm->rank, r->ngroups = comm->size;
+    r->replicas = comm->world;
     int shard = (cfg->batch_size + comm->size - 1) / comm->size;
-    r->eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : shard;
-    int cap = r->eval_batch;
-    if (need_train && shard > cap)
-        cap = shard;
-    rc = hcnn_acts_alloc(&r->acts, &r->net, 0, r->net.nlayers, cap);
-    if (!rc)
-        rc = hcnn_scratch_alloc(&r->scratch, &r->net, 0, r->net.nlayers, cap);
-    if (rc)
-        return rc;
+    int cap = 0;
+    if (cfg->strategy == HCNN_STRATEGY_PIPELINE) {
+        rc = hcnn_pipe_init(&r->pipe, cfg, comm, &r->net, &r->scratch);
+        r->pipe_ready = 1;
+        if (rc)
+            return rc;
+        r->first = r->pipe.first, r->last = r->pipe.last;
+        r->group = r->pipe.replica, r->ngroups = r->pipe.R;
+        r->replicas = r->pipe.stage_comm;
+        shard = (cfg->batch_size + r->ngroups - 1) / r->ngroups;
+        r->eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : shard;
+    } else {
+        /* one activation arena serves training and evaluation */
+        r->eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : shard;
+        cap = r->eval_batch;
+        if (need_train && shard > cap)
+            cap = shard;
+        rc = hcnn_acts_alloc(&r->acts, &r->net, 0, r->net.nlayers, cap);
+        if (!rc)
+            rc = hcnn_scratch_alloc(&r->scratch, &r->net, 0, r->net.nlayers, cap);
+        if (rc)
+            return rc;
+    }
     r->scratch.ctx.seed = cfg->seed;
     if (!need_train)
         return HCNN_OK;
@@ -179,16 +207,19 @@ static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm,
     if (rc)
         return rc;
     r->perm = hcnn_alloc(sizeof *r->perm * (size_t)r->train.n, "epoch permutation");
-    r->dlogits = hcnn_alloc(sizeof(float) * (size_t)cap * r->net.classes, "logit gradients");
+    r->dlogits = hcnn_alloc(sizeof(float) * ((size_t)cap + 1) * r->net.classes, "logit gradients");
     if (!r->perm || !r->dlogits)
         return HCNN_ENOMEM;
     const int augment = cfg->augment >= 0 ? cfg->augment : r->train.augment_default;
-    rc = hcnn_loader_init(&r->loader, &r->train, cfg->batch_size, comm->rank, comm->size, augment,
+    rc = hcnn_loader_init(&r->loader, &r->train, cfg->batch_size, r->group, r->ngroups, augment,
                           cfg->seed, 1);
     if (rc)
         return rc;
     r->loader_ready = 1;
-    if (comm->size > 1) {
+    if (r->pipe_ready) {
+        if (r->pipe.sync_ready)
+            r->allreduce_s = hcnn_grad_sync_calibrate(&r->pipe.sync, 3);
+    } else if (comm->size > 1) {
         rc = hcnn_grad_sync_init(&r->sync, comm->world, &r->net, 0, r->net.nlayers,
                                  cfg->bucket_mb, cfg->allreduce_progress);
         if (rc)
@@ -207,12 +238,14 @@ static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm,
  * its own shard); average them before they are used or saved. */
 static int average_bn_state(hcnn_run *r)
 {
-    if (r->comm->size == 1 || r->net.nstate == 0)
+    size_t off, count;
+    hcnn_net_state_range(&r->net, r->first, r->last, &off, &count);
+    if (r->ngroups == 1 || count == 0)
         return HCNN_OK;
-    int rc = hcnn_allreduce_sum_floats(r->comm->world, r->net.state, r->net.nstate);
-    const float inv = 1.0f / (float)r->comm->size;
-    for (size_t i = 0; i < r->net.nstate; i++)
-        r->net.state[i] *= inv;
+    int rc = hcnn_allreduce_sum_floats(r->replicas, r->net.state + off, count);
+    const float inv = 1.0f / (float)r->ngroups;
+    for (size_t i = 0; i < count; i++)
+        r->net.state[off + i] *= inv;
     return rc;
 }
 
@@ -231,7 +264,7 @@ static int evaluate(hcnn_run *r, double *loss, double *acc)
 {
     const hcnn_dataset *ds = &r->test;
     int lo, hi;
-    hcnn_shard(ds->n, r->comm->rank, r->comm->size, &lo, &hi);
+    hcnn_shard(ds->n, r->group, r->ngroups, &lo, &hi);
     const int eb = r->eval_batch;
     const size_t in_sz = (size_t)ds->c * ds->h * ds->w;
     float *x = hcnn_alloc(sizeof(float) * in_sz * eb, "evaluation batch");
@@ -251,12 +284,17 @@ static int evaluate(hcnn_run *r, double *loss, double *acc)
         for (int i = 0; i < n; i++)
             idx[i] = (uint32_t)(i0 + i);
         hcnn_batch_assemble(ds, idx, n, 0, r->cfg->seed, 0, x, y, r->threads);
-        rc = hcnn_net_forward(&r->net, &ctx, &r->acts, x, n);
-        if (rc)
-            break;
         int ok = 0;
-        sums[0] += r->be->softmax_xent(hcnn_acts_output(&r->acts), y, n, r->net.classes, 0.0f,
-                                       NULL, &ok);
+        double l = 0.0;
+        if (r->pipe_ready) {
+            rc = hcnn_pipe_infer(&r->pipe, &r->net, &r->scratch, x, y, n, &l, &ok);
+        } else {
+            rc = hcnn_net_forward(&r->net, &ctx, &r->acts, x, n);
+            if (!rc)
+                l = r->be->softmax_xent(hcnn_acts_output(&r->acts), y, n, r->net.classes, 0.0f,
+                                        NULL, &ok);
+        }
+        sums[0] += l;
         sums[1] += ok;
     }
     hcnn_free(x), hcnn_free(y), hcnn_free(idx);
@@ -322,6 +360,27 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
     int rc = HCNN_OK, ok = 0;
     double loss = 0.0;
+    if (r->pipe_ready) {
+        const double c0 = r->pipe.sync_ready ? r->pipe.sync.wait_s : 0.0;
+        rc = hcnn_pipe_step(&r->pipe, &r->net, &r->scratch, x, y, n, gn, &loss, &ok);
+        if (r->comm->rank == r->fail_rank && r->step == r->fail_step)
+            loss = NAN;
+        if (!rc && !isfinite(loss))
+            rc = hcnn_error_code(HCNN_ENUMERIC,
+                                 "non-finite loss at epoch %d step %ld (lr %g): lower lr in %s",
+                                 epoch + 1, r->step, (double)lr, r->cfg->path);
+        if (rc)
+            return rc;
+        if (r->pipe.sync_ready)
+            st->comm_wait_s += r->pipe.sync.wait_s - c0;
+        size_t off, count;
+        hcnn_net_param_range(&r->net, r->first, r->last, &off, &count);
+        hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, off, count, lr);
+        st->loss_sum += loss;
+        st->correct += ok;
+        st->seen += r->pipe.next == MPI_PROC_NULL ? n : 0; /* counted where the loss is */
+        return HCNN_OK;
+    }
     if (n > 0) {
         rc = hcnn_net_forward(&r->net, ctx, &r->acts, x, n);
         if (rc)
@@ -397,26 +456,37 @@ static int train_epoch(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats
  * statistics; a mismatch means a bug or a non-deterministic reduction. */
 static int check_replicas(hcnn_run *r)
 {
-    if (r->comm->size == 1)
+    if (r->ngroups == 1)
         return HCNN_OK;
-    uint32_t crc = hcnn_crc32(0, r->net.params, r->net.nparams * sizeof(float));
-    crc = hcnn_crc32(crc, r->net.state, r->net.nstate * sizeof(float));
+    size_t po, pc, so, sc;
+    hcnn_net_param_range(&r->net, r->first, r->last, &po, &pc);
+    hcnn_net_state_range(&r->net, r->first, r->last, &so, &sc);
+    uint32_t crc = hcnn_crc32(0, r->net.params + po, pc * sizeof(float));
+    crc = hcnn_crc32(crc, r->net.state + so, sc * sizeof(float));
     unsigned long mine = crc, lo = crc, hi = crc;
-    MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG, MPI_MIN, r->comm->world);
-    MPI_Allreduce(&mine, &hi, 1, MPI_UNSIGNED_LONG, MPI_MAX, r->comm->world);
+    MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG, MPI_MIN, r->replicas);
+    MPI_Allreduce(&mine, &hi, 1, MPI_UNSIGNED_LONG, MPI_MAX, r->replicas);
     if (lo != hi)
         return hcnn_error_code(HCNN_EMPI, "replicas diverged: parameter CRC32 %08lx on this "
                                           "rank, ranks range over %08lx..%08lx",
                                mine, lo, hi);
     if (is_root(r))
-        printf("replica_check=ok ranks=%d params_crc32=%08lx\n", r->comm->size, mine);
+        printf("replica_check=ok replicas=%d params_crc32=%08lx\n", r->ngroups, mine);
     return HCNN_OK;
 }
 
 static int save_final(hcnn_run *r, int epochs_done)
 {
     const hcnn_config *cfg = r->cfg;
-    if (!cfg->checkpoint_dir[0] || !is_root(r))
+    if (!cfg->checkpoint_dir[0])
+        return HCNN_OK;
+    /* the file holds the whole model, whatever the layout */
+    if (r->pipe_ready) {
+        int rc = hcnn_pipe_gather(&r->pipe, r->comm, &r->net, r->opt.velocity);
+        if (rc)
+            return rc;
+    }
+    if (!is_root(r))
         return HCNN_OK;
     char path[HCNN_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/final.hcnn", cfg->checkpoint_dir);
@@ -428,6 +498,38 @@ static int save_final(hcnn_run *r, int epochs_done)
     if (!rc)
         printf("checkpoint=%s\n", path);
     return rc;
+}
+
+/* Per-stage pipeline metrics of the epoch, averaged over replicas, printed
+ * by rank 0: compute, bubble (waiting for neighbours), stored activations. */
+static int report_stages(hcnn_run *r, double epoch_s)
+{
+    hcnn_pipe *p = &r->pipe;
+    enum { K = 4 };
+    double v[K * HCNN_MAX_BLOCKS] = {0}, sum[K * HCNN_MAX_BLOCKS];
+    v[K * p->stage] = p->st.compute_s / p->R;
+    v[K * p->stage + 1] = p->st.bubble_s / p->R;
+    v[K * p->stage + 2] = (double)p->st.peak_micro / p->R;
+    v[K * p->stage + 3] = (double)p->st.peak_micro * (double)p->slot_bytes / p->R;
+    if (MPI_Reduce(v, sum, K * p->S, MPI_DOUBLE, MPI_SUM, 0, r->comm->world) != MPI_SUCCESS)
+        return hcnn_error_code(HCNN_EMPI, "MPI_Reduce of the stage metrics failed");
+    memset(&p->st, 0, sizeof p->st);
+    if (!is_root(r))
+        return HCNN_OK;
+    double bubble = 0.0;
+    for (int s = 0; s < p->S; s++) {
+        const double c = sum[K * s], b = sum[K * s + 1], peak = sum[K * s + 2];
+        const double share = epoch_s > 0 ? b / epoch_s : 0.0;
+        bubble += share / p->S;
+        printf("stage=%d blocks=%d-%d compute_s=%.3f bubble_s=%.3f bubble_share=%.3f "
+               "peak_stored_microbatches=%.0f peak_activation_mb=%.2f\n",
+               s, p->bounds[s], p->bounds[s + 1] - 1, c, b, share, peak,
+               sum[K * s + 3] / 1048576.0);
+    }
+    printf("pipeline_bubble_share=%.3f theoretical=%.3f\n", bubble,
+           (double)(p->S - 1) / (p->M + p->S - 1));
+    fflush(stdout);
+    return HCNN_OK;
 }
 
 static void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
@@ -482,10 +584,26 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm)
                cfg->model.name, r.net.nlayers, r.net.nparams, cfg->dataset, r.train.n, r.test.n,
                hcnn_strategy_name(cfg->strategy), comm->size, comm->size > 1 ? "s" : "",
                r.threads, cfg->batch_size, hcnn_blas_describe(blas, sizeof blas));
-        if (r.sync_ready)
+        if (r.pipe_ready) {
+            const hcnn_pipe *p = &r.pipe;
+            printf("hcnn: pipeline: %d stage%s x %d replica%s, %d micro-batches of <= %d samples, "
+                   "schedule %s, partition [",
+                   p->S, p->S > 1 ? "s" : "", p->R, p->R > 1 ? "s" : "", p->M, p->micro_cap,
+                   hcnn_pipe_schedule_name(p->schedule));
+            for (int s = 0; s < p->S; s++)
+                printf("%s%d", s ? ", " : "", p->bounds[s]);
+            printf("] (%s)\n", cfg->npartition ? "explicit" : "balanced from a measured warm-up");
+            for (int s = 0; s < p->S; s++)
+                printf("hcnn: stage %d: blocks %d-%d (%s .. %s), estimated %.4f s per step\n", s,
+                       p->bounds[s], p->bounds[s + 1] - 1, r.net.layers[p->bounds[s]].name,
+                       r.net.layers[p->bounds[s + 1] - 1].name, p->est_s[s]);
+        }
+        if (r.sync_ready || (r.pipe_ready && r.pipe.sync_ready))
             printf("hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s; "
                    "blocking allreduce of all gradients: %.4f s\n",
-                   r.sync.nbuckets, r.sync.nbuckets == 1 ? "" : "s", cfg->bucket_mb,
+                   r.pipe_ready ? r.pipe.sync.nbuckets : r.sync.nbuckets,
+                   (r.pipe_ready ? r.pipe.sync.nbuckets : r.sync.nbuckets) == 1 ? "" : "s",
+                   cfg->bucket_mb,
                    cfg->allreduce_progress == HCNN_PROGRESS_TEST ? "MPI_Test polling"
                                                                  : "a communication thread",
                    r.allreduce_s);
@@ -514,6 +632,8 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm)
         if (rc)
             break;
         report_epoch(&r, epoch, &st);
+        if (r.pipe_ready && (rc = report_stages(&r, st.train_s)))
+            break;
     }
     if (!rc)
         rc = check_replicas(&r);
