@@ -11,6 +11,7 @@ PACKAGES=(
     libopenblas-openmp-dev                                            # BLAS, OpenMP build
     libyaml-dev zlib1g-dev                                            # configs, gzip data, CRC32
     libcmocka-dev                                                     # make check
+    gnuplot-nox                                                       # results/ plots
     dataset-fashion-mnist                                             # Fashion-MNIST
     curl ca-certificates                                              # data mirrors
 )

@@ -20,17 +20,38 @@
 
 #define HCNN_CKPT_VERSION 1u
 
+/* Where a run stands.  hcnn's randomness (shuffling, augmentation, dropout)
+ * is counter-based, a function of (seed, epoch, step, sample index), so the
+ * seed and this position are the whole RNG state; the learning-rate
+ * schedule is a function of the step. */
 typedef struct hcnn_ckpt_meta {
     uint64_t model_hash;
     char model[HCNN_NAME_MAX];
     long epoch;          /* completed epochs */
+    long batch;          /* batches done in the epoch after those (resume inside an epoch) */
     long step;           /* optimiser steps taken */
     uint64_t seed;
+    int batch_size;      /* global batch the position refers to */
+    double lr;           /* learning rate of the last step (information) */
+    /* running sums of the epoch in progress, so its metrics survive a resume */
+    double loss_sum, correct, seen;
 } hcnn_ckpt_meta;
 
 /* momentum may be NULL (then no optimiser state is stored). */
 int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
                    const hcnn_ckpt_meta *meta);
+/* The same from snapshot buffers laid out like net->params / net->state. */
+int hcnn_ckpt_save_buffers(const char *path, const hcnn_net *net, const float *params,
+                           const float *state, const float *momentum, const hcnn_ckpt_meta *meta);
+
+/* Checkpoints of a run are <dir>/ckpt-s<step, 10 digits>.hcnn.  Writes the
+ * name of the one for `step` into buf. */
+void hcnn_ckpt_name(char *buf, size_t cap, const char *dir, long step);
+/* The newest checkpoint of dir (highest step) into buf; HCNN_EIO naming the
+ * directory if there is none. */
+int hcnn_ckpt_latest(const char *dir, char *buf, size_t cap);
+/* Delete all but the newest `keep` checkpoints of dir. */
+void hcnn_ckpt_prune(const char *dir, int keep);
 /* Verifies magic, version, CRCs, model hash, every name and shape; on any
  * mismatch prints what does not match and leaves the net unchanged.
  * momentum may be NULL (optimiser state ignored). */

@@ -17,7 +17,8 @@ enum hcnn_status {
     HCNN_EIO = 3,      /* file cannot be opened, read or written */
     HCNN_EFORMAT = 4,  /* file has a wrong magic, size or content */
     HCNN_ENUMERIC = 5, /* NaN or Inf during training */
-    HCNN_EMPI = 6      /* an MPI call failed or another rank failed */
+    HCNN_EMPI = 6,     /* an MPI call failed or another rank failed */
+    HCNN_STOPPED = 7   /* stopped by SIGTERM/SIGUSR1 after writing a checkpoint */
 };
 
 /* Print "hcnn: error: <message>" on stderr.  Returns HCNN_EINVAL so that

@@ -100,7 +100,9 @@ typedef struct hcnn_config {
     int shuffle;
     int augment;                   /* -1: the data set's default */
     char csv[HCNN_PATH_MAX];       /* per-epoch metrics; empty: none */
-    char checkpoint_dir[HCNN_PATH_MAX]; /* final checkpoint; empty: none */
+    char checkpoint_dir[HCNN_PATH_MAX]; /* checkpoints; empty: none */
+    int checkpoint_every;          /* epochs between checkpoints (0: only at the end / on signal) */
+    int checkpoint_keep;           /* newest checkpoints kept */
     int progress_every;            /* steps between progress lines when not a terminal; 0: auto */
 } hcnn_config;
 

@@ -102,6 +102,9 @@ int hcnn_loader_init(hcnn_loader *ld, const hcnn_dataset *ds, int batch, int ran
                      int augment, uint64_t seed, int prefetch_threads);
 /* Begin an epoch over perm[0..nsamples). */
 void hcnn_loader_begin_epoch(hcnn_loader *ld, const uint32_t *perm, int nsamples, int epoch);
+/* The same, starting at batch first_batch (resuming inside an epoch). */
+void hcnn_loader_begin_epoch_at(hcnn_loader *ld, const uint32_t *perm, int nsamples, int epoch,
+                                int first_batch);
 /* Hand out the next batch: returns 0 when the epoch is over, 1 otherwise.
  * *wait_s gets the time spent waiting for the background thread.  The
  * buffers stay valid until the next call. */

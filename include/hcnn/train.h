@@ -18,7 +18,9 @@ int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm);
  * the final checkpoint.  Returns HCNN_OK or an error code; an error on
  * one rank must end the job through the abort path (the other ranks may be
  * waiting in a collective). */
-int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm);
+/* resume: a checkpoint file, "latest" (the newest in checkpoint_dir) or
+ * NULL.  Returns HCNN_STOPPED after SIGTERM/SIGUSR1 (checkpoint written). */
+int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const char *resume);
 
 /* Evaluate a checkpoint on the configured test set (sharded over ranks);
  * rank 0 prints "test_loss=... test_acc=..." */

@@ -1,4 +1,7 @@
 /* hcnn command line: train, eval, --help. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +13,7 @@
 #include "hcnn/config.h"
 #include "hcnn/train.h"
 #include "hcnn/diff.h"
+#include "hcnn/export.h"
 
 #define MAX_SETS 256
 
@@ -22,16 +26,19 @@ static const char *USAGE_MAIN =
     "  train   train a model as configured:  hcnn train --config FILE [--set key=value ...]\n"
     "  eval    evaluate a checkpoint:        hcnn eval --config FILE --checkpoint FILE\n"
     "  diff    compare two checkpoints:      hcnn diff A B [--tol X]\n"
+    "  export  checkpoint to NumPy files:    hcnn export CKPT DIR\n"
+    "  import  NumPy files to a checkpoint:  hcnn import DIR --config FILE -o CKPT\n"
     "\n"
     "options:\n"
     "  -h, --help     this help; 'hcnn <command> --help' for a command's options\n"
     "  -V, --version  print the version\n"
     "\n"
     "exit status: 0 success, 1 run-time failure (data, numerics, I/O), 2 bad command line or\n"
-    "configuration.  See README.md and docs/config-reference.md.\n";
+    "configuration, 75 stopped by SIGTERM/SIGUSR1 after writing a checkpoint.\n"
+    "See README.md and docs/config-reference.md.\n";
 
 static const char *USAGE_TRAIN =
-    "usage: hcnn train --config FILE [--set key=value ...]\n"
+    "usage: hcnn train --config FILE [--set key=value ...] [--resume CKPT|latest]\n"
     "\n"
     "Train the model of the YAML run config FILE, serially or, with strategy=data under\n"
     "mpirun, data-parallel over all ranks.  Prints the configuration, a progress line\n"
@@ -44,11 +51,17 @@ static const char *USAGE_TRAIN =
     "  -c, --config FILE    run configuration (YAML); see docs/config-reference.md\n"
     "  -s, --set KEY=VALUE  override a key (repeatable); dotted keys reach into the model,\n"
     "                       e.g. --set epochs=3 --set model.blocks.0.out=8\n"
+    "  -r, --resume CKPT    continue the run saved in CKPT, or 'latest' (the newest\n"
+    "                       checkpoint in checkpoint_dir): same epoch, step, learning rate,\n"
+    "                       data order; any strategy and rank count may resume any checkpoint\n"
     "  -q, --quiet          do not print the configuration at start\n"
+    "\n"
+    "signals: SIGTERM or SIGUSR1 (e.g. Slurm's --signal=USR1@120) finish the current step,\n"
+    "write a checkpoint and exit with status 75; resume with --resume latest.\n"
     "  -h, --help           this help\n";
 
 static const char *USAGE_DIFF =
-    "usage: hcnn diff A B [--tol X]\n"
+    "usage: hcnn diff A B [--tol X] [--model-only]\n"
     "\n"
     "Compare two checkpoints tensor by tensor (parameters, batch-norm statistics and\n"
     "momentum buffers).  For each tensor the difference is max|a - b| (absolute) and\n"
@@ -59,8 +72,30 @@ static const char *USAGE_DIFF =
     "1 when it is larger or the files hold different tensors, 2 on an unreadable file.\n"
     "\n"
     "options:\n"
-    "  -t, --tol X   relative tolerance\n"
+    "  -t, --tol X       relative tolerance\n"
+    "  -m, --model-only  compare parameters and statistics, not momentum buffers\n"
     "  -h, --help    this help\n";
+
+static const char *USAGE_EXPORT =
+    "usage: hcnn export CKPT DIR\n"
+    "\n"
+    "Write every parameter and batch-norm statistic of CKPT as DIR/<name>.npy (NumPy 1.0,\n"
+    "float32, C order), named as PyTorch's state_dict keys (conv1.weight [out,in,kh,kw],\n"
+    "layer1.0.bn1.running_mean, ...), plus <bn>.num_batches_tracked.npy (int64) for each\n"
+    "batch-norm layer and DIR/manifest.txt (name dtype shape per line).  See README.md.\n";
+
+static const char *USAGE_IMPORT =
+    "usage: hcnn import DIR --config FILE -o CKPT [--set key=value ...]\n"
+    "\n"
+    "Build a checkpoint of the config's model from DIR/<name>.npy files (e.g. np.save of a\n"
+    "PyTorch state_dict): every tensor must be there with its exact shape (float32 or\n"
+    "float64); files that are not part of the model are refused.  The checkpoint starts at\n"
+    "epoch 0, step 0, with zero momentum.\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE   run configuration describing the model\n"
+    "  -o, --output CKPT   checkpoint to write\n"
+    "  -s, --set KEY=VALUE override a key (repeatable)\n";
 
 static const char *USAGE_EVAL =
     "usage: hcnn eval --config FILE --checkpoint CKPT [--set key=value ...]\n"
@@ -79,9 +114,12 @@ typedef struct cli {
     const char *command;
     const char *config;
     const char *checkpoint;
+    const char *resume;
     const char *files[2];
     int nfiles;
+    const char *output;
     double tol;
+    int model_only;
     const char *sets[MAX_SETS];
     int nset;
     int quiet;
@@ -126,7 +164,13 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
             c->help = 1;
         } else if (!strcmp(c->command, "train") && (!strcmp(a, "-q") || !strcmp(a, "--quiet"))) {
             c->quiet = 1;
-        } else if (strcmp(c->command, "diff") && is_opt(a, "--config", "-c")) {
+        } else if (!strcmp(c->command, "train") && is_opt(a, "--resume", "-r")) {
+            if (!(v = opt_value(argc, argv, &i, "--resume", "-r")))
+                return usage_error(usage, "option %s needs a checkpoint file or 'latest'", a);
+            c->resume = v;
+        } else if ((!strcmp(c->command, "train") || !strcmp(c->command, "eval") ||
+                    !strcmp(c->command, "import")) &&
+                   is_opt(a, "--config", "-c")) {
             if (!(v = opt_value(argc, argv, &i, "--config", "-c")))
                 return usage_error(usage, "option %s needs a file name", a);
             c->config = v;
@@ -141,11 +185,21 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
             c->tol = strtod(v, &end);
             if (*v == '\0' || *end != '\0' || !(c->tol >= 0))
                 return usage_error(usage, "--tol: expected a number >= 0, got '%s'", v);
-        } else if (!strcmp(c->command, "diff") && a[0] != '-') {
-            if (c->nfiles >= 2)
-                return usage_error(usage, "unexpected argument '%s' (diff takes two files)", a);
+        } else if (!strcmp(c->command, "diff") && (!strcmp(a, "-m") || !strcmp(a, "--model-only"))) {
+            c->model_only = 1;
+        } else if (!strcmp(c->command, "import") && is_opt(a, "--output", "-o")) {
+            if (!(v = opt_value(argc, argv, &i, "--output", "-o")))
+                return usage_error(usage, "option %s needs a file name", a);
+            c->output = v;
+        } else if ((!strcmp(c->command, "diff") || !strcmp(c->command, "export") ||
+                    !strcmp(c->command, "import")) &&
+                   a[0] != '-') {
+            int max = strcmp(c->command, "import") ? 2 : 1;
+            if (c->nfiles >= max)
+                return usage_error(usage, "unexpected argument '%s'", a);
             c->files[c->nfiles++] = a;
-        } else if (strcmp(c->command, "diff") && is_opt(a, "--set", "-s")) {
+        } else if (strcmp(c->command, "diff") && strcmp(c->command, "export") &&
+                   is_opt(a, "--set", "-s")) {
             if (!(v = opt_value(argc, argv, &i, "--set", "-s")))
                 return usage_error(usage, "option %s needs KEY=VALUE", a);
             if (c->nset >= MAX_SETS)
@@ -176,8 +230,22 @@ static int load_config(hcnn_config *cfg, const cli *c, const hcnn_comm *comm)
 
 static int exit_status(int rc) { return rc == HCNN_OK ? 0 : rc == HCNN_EINVAL ? 2 : 1; }
 
+/* SIGTERM and SIGUSR1 ask `train` to checkpoint and stop: they are taken
+ * between steps by the trainer (sigtimedwait), so they are blocked first
+ * thing — before a re-execution (the mask survives exec) and before MPI,
+ * OpenMP or the loader start threads, which all inherit it. */
+static void block_stop_signals(int block)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
 int main(int argc, char **argv)
 {
+    block_stop_signals(argc > 1 && !strcmp(argv[1], "train"));
     hcnn_blas_select_kernels(argv);
     if (argc < 2)
         return usage_error(USAGE_MAIN, "%s", "missing command");
@@ -197,6 +265,10 @@ int main(int argc, char **argv)
         usage = USAGE_EVAL;
     else if (!strcmp(cmd, "diff"))
         usage = USAGE_DIFF;
+    else if (!strcmp(cmd, "export"))
+        usage = USAGE_EXPORT;
+    else if (!strcmp(cmd, "import"))
+        usage = USAGE_IMPORT;
     else
         return usage_error(USAGE_MAIN, "unknown command '%s'", cmd);
 
@@ -211,7 +283,29 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "diff")) {
         if (c.nfiles != 2)
             return usage_error(usage, "%s", "diff needs two checkpoint files");
-        return hcnn_diff_main(c.files[0], c.files[1], c.tol);
+        return hcnn_diff_main(c.files[0], c.files[1], c.tol, c.model_only);
+    }
+    if (!strcmp(cmd, "export")) {
+        if (c.nfiles != 2)
+            return usage_error(usage, "%s", "export needs a checkpoint and a directory");
+        rc = hcnn_export_npy(c.files[0], c.files[1]);
+        if (!rc)
+            printf("exported %s to %s\n", c.files[0], c.files[1]);
+        return exit_status(rc);
+    }
+    if (!strcmp(cmd, "import")) {
+        if (c.nfiles != 1 || !c.config || !c.output)
+            return usage_error(usage, "%s", "import needs DIR, --config FILE and -o CKPT");
+        hcnn_config *icfg = malloc(sizeof *icfg);
+        if (!icfg)
+            return 1;
+        rc = hcnn_config_load(icfg, c.config, c.sets, c.nset);
+        if (!rc)
+            rc = hcnn_import_npy(c.files[0], icfg, c.output);
+        if (!rc)
+            printf("imported %s into %s\n", c.files[0], c.output);
+        free(icfg);
+        return exit_status(rc);
     }
     if (!c.config)
         return usage_error(usage, "%s", "missing --config FILE");
@@ -238,11 +332,15 @@ int main(int argc, char **argv)
             hcnn_config_print(cfg, stdout);
             fflush(stdout);
         }
-        rc = hcnn_train(cfg, &comm);
+        rc = hcnn_train(cfg, &comm, c.resume);
     } else {
         rc = hcnn_evaluate(cfg, &comm, c.checkpoint);
     }
     free(cfg);
+    if (rc == HCNN_STOPPED) { /* every rank stopped together after the checkpoint */
+        hcnn_comm_finalize(&comm);
+        return 75;
+    }
     /* a failure on one rank may leave the others in a collective: end the job */
     if (rc && comm.size > 1)
         HCNN_ABORT(&comm, exit_status(rc), "this rank failed (error code %d, cause above); "

@@ -114,6 +114,12 @@ fail:
 
 void hcnn_loader_begin_epoch(hcnn_loader *ld, const uint32_t *perm, int nsamples, int epoch)
 {
+    hcnn_loader_begin_epoch_at(ld, perm, nsamples, epoch, 0);
+}
+
+void hcnn_loader_begin_epoch_at(hcnn_loader *ld, const uint32_t *perm, int nsamples, int epoch,
+                                int first_batch)
+{
     if (!ld->thread_started) /* init failed: next() will report no batches */
         return;
     pthread_mutex_lock(&ld->mu);
@@ -124,11 +130,11 @@ void hcnn_loader_begin_epoch(hcnn_loader *ld, const uint32_t *perm, int nsamples
     ld->nsamples = nsamples > 0 ? nsamples : 0;
     ld->epoch = epoch;
     ld->nbatches = (int)(((long)ld->nsamples + ld->batch - 1) / ld->batch);
-    ld->next_batch = 0;
+    ld->next_batch = first_batch > 0 ? first_batch : 0;
     ld->ready[0] = ld->ready[1] = 0;
-    if (ld->nbatches > 0) {
-        ld->want = 0;
-        ld->want_buf = 0;
+    if (ld->next_batch < ld->nbatches) {
+        ld->want = ld->next_batch;
+        ld->want_buf = ld->next_batch & 1;
         pthread_cond_broadcast(&ld->cv);
     }
     pthread_mutex_unlock(&ld->mu);

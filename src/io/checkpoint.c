@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -158,12 +159,21 @@ static int write_atomically(const char *path, const void *data, size_t n)
 int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
                    const hcnn_ckpt_meta *meta)
 {
+    return hcnn_ckpt_save_buffers(path, net, net->params, net->state, momentum, meta);
+}
+
+int hcnn_ckpt_save_buffers(const char *path, const hcnn_net *net, const float *params,
+                           const float *state, const float *momentum, const hcnn_ckpt_meta *meta)
+{
     wbuf file = {0}, sec = {0};
     char text[1024];
     int len = snprintf(text, sizeof text,
-                       "model_hash=%016" PRIx64 "\nmodel=%s\nepoch=%ld\nstep=%ld\nseed=%" PRIu64
-                       "\n",
-                       net->model_hash, meta->model, meta->epoch, meta->step, meta->seed);
+                       "model_hash=%016" PRIx64 "\nmodel=%s\nepoch=%ld\nbatch=%ld\nstep=%ld\n"
+                       "seed=%" PRIu64 "\nbatch_size=%d\nlr=%.17g\nloss_sum=%.17g\n"
+                       "correct=%.17g\nseen=%.17g\n",
+                       net->model_hash, meta->model, meta->epoch, meta->batch, meta->step,
+                       meta->seed, meta->batch_size, meta->lr, meta->loss_sum, meta->correct,
+                       meta->seen);
     put(&file, MAGIC, sizeof MAGIC);
     put_u32(&file, HCNN_CKPT_VERSION);
     put_u32(&file, BOM);
@@ -175,7 +185,7 @@ int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
     for (int i = 0; i < net->ntensors; i++) {
         const hcnn_tensor_info *t = &net->tensors[i];
         put_tensor(&sec, t->name, t->is_state ? ROLE_STATE : ROLE_PARAM, t,
-                   (t->is_state ? net->state : net->params) + t->offset);
+                   (t->is_state ? state : params) + t->offset);
     }
     for (int i = 0; momentum && i < net->ntensors; i++) {
         const hcnn_tensor_info *t = &net->tensors[i];
@@ -198,6 +208,59 @@ int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
     free(file.p);
     free(sec.p);
     return rc;
+}
+
+void hcnn_ckpt_name(char *buf, size_t cap, const char *dir, long step)
+{
+    snprintf(buf, cap, "%s/ckpt-s%010ld.hcnn", dir, step);
+}
+
+/* Steps of the checkpoints in dir, sorted ascending; returns the count. */
+static int list_steps(const char *dir, long *steps, int cap)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long step;
+        char tail[8];
+        /* exactly ckpt-sNNNNNNNNNN.hcnn: temporary files do not match */
+        if (strlen(e->d_name) == 21 && sscanf(e->d_name, "ckpt-s%10ld.%5s", &step, tail) == 2 &&
+            !strcmp(tail, "hcnn") && n < cap)
+            steps[n++] = step;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) /* insertion sort: a handful of files */
+        for (int j = i; j > 0 && steps[j - 1] > steps[j]; j--) {
+            long t = steps[j];
+            steps[j] = steps[j - 1], steps[j - 1] = t;
+        }
+    return n;
+}
+
+int hcnn_ckpt_latest(const char *dir, char *buf, size_t cap)
+{
+    long steps[4096];
+    int n = list_steps(dir, steps, 4096);
+    if (n == 0)
+        return hcnn_error_code(HCNN_EIO, "--resume latest: no checkpoint (ckpt-s*.hcnn) in '%s' "
+                                         "(key checkpoint_dir)",
+                               dir);
+    hcnn_ckpt_name(buf, cap, dir, steps[n - 1]);
+    return HCNN_OK;
+}
+
+void hcnn_ckpt_prune(const char *dir, int keep)
+{
+    long steps[4096];
+    int n = list_steps(dir, steps, 4096);
+    for (int i = 0; i < n - keep; i++) {
+        char path[HCNN_PATH_MAX + 32];
+        hcnn_ckpt_name(path, sizeof path, dir, steps[i]);
+        unlink(path);
+    }
 }
 
 /* ---- reading ---------------------------------------------------------- */
@@ -284,6 +347,18 @@ static int parse_meta(const char *path, const unsigned char *p, size_t n, hcnn_c
             m->step = strtol(v, NULL, 10);
         else if (!strcmp(line, "seed"))
             m->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(line, "batch"))
+            m->batch = strtol(v, NULL, 10);
+        else if (!strcmp(line, "batch_size"))
+            m->batch_size = (int)strtol(v, NULL, 10);
+        else if (!strcmp(line, "lr"))
+            m->lr = strtod(v, NULL);
+        else if (!strcmp(line, "loss_sum"))
+            m->loss_sum = strtod(v, NULL);
+        else if (!strcmp(line, "correct"))
+            m->correct = strtod(v, NULL);
+        else if (!strcmp(line, "seen"))
+            m->seen = strtod(v, NULL);
     }
     if (!have_hash)
         return hcnn_error_code(HCNN_EFORMAT, "%s: META section has no model_hash", path);

@@ -86,6 +86,8 @@ void hcnn_config_defaults(hcnn_config *cfg)
     cfg->strategy = HCNN_STRATEGY_SERIAL;
     cfg->bucket_mb = 25.0;
     cfg->allreduce_progress = HCNN_PROGRESS_TEST;
+    cfg->checkpoint_every = 5;
+    cfg->checkpoint_keep = 2;
     cfg->stages = 1;
     cfg->microbatches = 1;
     cfg->pipeline_schedule = HCNN_PIPE_1F1B;
@@ -1279,6 +1281,8 @@ static const keydef top_keys[] = {
     {.name = "augment", .type = KT_AUGMENT, .off = FIELD(augment)},
     K_STR("csv", csv),
     K_STR("checkpoint_dir", checkpoint_dir),
+    K_INT("checkpoint_every", checkpoint_every, 0),
+    K_INT("checkpoint_keep", checkpoint_keep, 1),
     K_INT("progress_every", progress_every, 0),
 };
 #define NKEYS COUNT(top_keys)

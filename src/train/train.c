@@ -13,6 +13,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,8 @@
 
 #include "hcnn/blas.h"
 #include "hcnn/checkpoint.h"
+#include "hcnn/ckpt_writer.h"
+#include "config.h"
 #include "hcnn/common.h"
 #include "hcnn/data.h"
 #include "hcnn/grad_sync.h"
@@ -56,11 +61,19 @@ typedef struct hcnn_run {
     int tty;
     long step;               /* optimiser steps taken */
     long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
+    hcnn_ckpt_writer writer;  /* rank 0, when checkpoint_dir is set */
+    int writer_ready;
+    int stop_signal;          /* SIGTERM/SIGUSR1 received (agreed by all ranks) */
+    char run_id[64];
 } hcnn_run;
 
 typedef struct epoch_stats {
     double loss_sum, correct, seen;  /* summed over ranks at the end of the epoch */
-    double train_s, data_wait_s, comm_wait_s, compute_s, eval_s;
+    double trained;                  /* samples trained by this process run (throughput) */
+    double train_s, data_wait_s, comm_wait_s, compute_s, bubble_s, eval_s;
+    /* min / mean / max over ranks of compute, comm wait, data wait, bubble */
+    double lo[4], mean[4], hi[4];
+    double peak_rss_mb;
     double test_loss, test_acc;
     double lr;
     long steps;
@@ -117,6 +130,8 @@ int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
 
 static void run_free(hcnn_run *r)
 {
+    if (r->writer_ready)
+        hcnn_ckpt_writer_free(&r->writer);
     if (r->pipe_ready)
         hcnn_pipe_free(&r->pipe);
     if (r->sync_ready)
@@ -325,20 +340,44 @@ static void progress(const hcnn_run *r, int epoch, int batch, int nbatches,
     fflush(stdout);
 }
 
-static int csv_open(hcnn_run *r)
+#define CSV_HEADER                                                                             \
+    "run_id,git_commit,timestamp,strategy,ranks,stages,replicas,threads,batch_size,"          \
+    "microbatches,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,"       \
+    "epoch_time_s,eval_time_s,compute_s,compute_s_min,compute_s_max,comm_wait_s,"            \
+    "comm_wait_s_min,comm_wait_s_max,data_wait_s,data_wait_s_min,data_wait_s_max,bubble_s,"  \
+    "bubble_s_min,bubble_s_max,allreduce_hidden,peak_rss_mb"
+
+/* The per-epoch metrics file (rank 0), and the configuration beside it
+ * (<csv minus .csv>.config.yaml) so that any row can be reproduced.  A
+ * resumed run appends to the file it continues. */
+static int csv_open(hcnn_run *r, int append)
 {
     if (!r->cfg->csv[0] || !is_root(r))
         return HCNN_OK;
     int rc = hcnn_mkdir_parent(r->cfg->csv);
     if (rc)
         return rc;
-    r->csv = fopen(r->cfg->csv, "w");
+    char cfgpath[HCNN_PATH_MAX + 16];
+    snprintf(cfgpath, sizeof cfgpath, "%s", r->cfg->csv);
+    char *dot = strrchr(cfgpath, '.');
+    if (dot && !strchr(dot, '/'))
+        *dot = '\0';
+    strncat(cfgpath, ".config.yaml", sizeof cfgpath - strlen(cfgpath) - 1);
+    if ((rc = hcnn_config_write(r->cfg, cfgpath)))
+        return rc;
+    FILE *old = append ? fopen(r->cfg->csv, "r") : NULL;
+    int has_header = 0;
+    if (old) {
+        char line[64];
+        has_header = fgets(line, sizeof line, old) != NULL && !strncmp(line, "run_id,", 7);
+        fclose(old);
+    }
+    r->csv = fopen(r->cfg->csv, append && has_header ? "a" : "w");
     if (!r->csv)
         return hcnn_error_code(HCNN_EIO, "cannot create the metrics file %s (key csv in %s)",
                                r->cfg->csv, r->cfg->path);
-    fprintf(r->csv, "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,"
-                    "epoch_time_s,data_wait_s,eval_time_s,threads,batch_size,strategy,ranks,"
-                    "compute_s,comm_wait_s,allreduce_hidden\n");
+    if (!(append && has_header))
+        fprintf(r->csv, "%s\n", CSV_HEADER);
     fflush(r->csv);
     return HCNN_OK;
 }
@@ -379,6 +418,7 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
         st->loss_sum += loss;
         st->correct += ok;
         st->seen += r->pipe.next == MPI_PROC_NULL ? n : 0; /* counted where the loss is */
+        st->trained += r->pipe.next == MPI_PROC_NULL ? n : 0;
         return HCNN_OK;
     }
     if (n > 0) {
@@ -414,17 +454,44 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     st->loss_sum += loss;
     st->correct += ok;
     st->seen += n;
+    st->trained += n;
     return HCNN_OK;
 }
 
-static int train_epoch(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st, int *stop)
+/* SIGTERM and SIGUSR1 are blocked in every thread (see main) and taken
+ * here, between steps, so a step is never interrupted; all ranks agree on
+ * stopping so that they write one checkpoint together. */
+static int stop_requested(hcnn_run *r)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    const struct timespec zero = {0, 0};
+    int got = sigtimedwait(&set, NULL, &zero);
+    int local = got > 0 ? got : 0, any = local;
+    if (r->comm->size > 1)
+        MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, r->comm->world);
+    if (any && !r->stop_signal && is_root(r)) {
+        printf("hcnn: %s received: finishing the step, writing a checkpoint, exiting\n",
+               any == SIGTERM ? "SIGTERM" : "SIGUSR1");
+        fflush(stdout);
+    }
+    if (any)
+        r->stop_signal = any;
+    return any != 0;
+}
+
+/* stop: 0 epoch complete, 1 max_steps reached, 2 signal */
+static int train_epoch(hcnn_run *r, int epoch, int first_batch, long steps_per_epoch,
+                       epoch_stats *st, int *stop, int *batches_done)
 {
     const hcnn_config *cfg = r->cfg;
     hcnn_epoch_permutation(r->perm, r->train.n, cfg->seed, epoch, cfg->shuffle);
-    hcnn_loader_begin_epoch(&r->loader, r->perm, r->train.n, epoch);
+    hcnn_loader_begin_epoch_at(&r->loader, r->perm, r->train.n, epoch, first_batch);
     const double t0 = hcnn_now();
     double last_print = t0;
-    int batch = 0;
+    int batch = first_batch;
     float *x;
     int32_t *y;
     int n, gn, first;
@@ -444,11 +511,18 @@ static int train_epoch(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats
             *stop = 1;
             break;
         }
+        if (stop_requested(r)) {
+            *stop = 2;
+            break;
+        }
     }
+    *batches_done = batch;
     if (r->tty && is_root(r)) /* end the in-place progress line */
         printf("\r%*s\r", 100, "");
     st->train_s = hcnn_now() - t0;
-    st->compute_s = st->train_s - st->data_wait_s - st->comm_wait_s;
+    if (r->pipe_ready)
+        st->bubble_s = r->pipe.st.bubble_s;
+    st->compute_s = st->train_s - st->data_wait_s - st->comm_wait_s - st->bubble_s;
     return HCNN_OK;
 }
 
@@ -475,28 +549,42 @@ static int check_replicas(hcnn_run *r)
     return HCNN_OK;
 }
 
-static int save_final(hcnn_run *r, int epochs_done)
+/* Write a checkpoint of the current state: batch-norm statistics averaged
+ * over replicas and (pipeline) every stage gathered on rank 0 first —
+ * collective, so every rank calls it — then rank 0 snapshots and its
+ * background thread writes.  wait: block until the file is on disk. */
+static int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st,
+                           int final, int wait)
 {
     const hcnn_config *cfg = r->cfg;
     if (!cfg->checkpoint_dir[0])
         return HCNN_OK;
-    /* the file holds the whole model, whatever the layout */
-    if (r->pipe_ready) {
-        int rc = hcnn_pipe_gather(&r->pipe, r->comm, &r->net, r->opt.velocity);
-        if (rc)
+    int rc = average_bn_state(r);
+    if (!rc && r->pipe_ready)
+        rc = hcnn_pipe_gather(&r->pipe, r->comm, &r->net, r->opt.velocity);
+    if (rc || !is_root(r))
+        return rc;
+    if (!r->writer_ready) {
+        if ((rc = hcnn_ckpt_writer_init(&r->writer, &r->net, cfg->checkpoint_dir,
+                                        cfg->checkpoint_keep)))
             return rc;
+        r->writer_ready = 1;
     }
-    if (!is_root(r))
-        return HCNN_OK;
-    char path[HCNN_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/final.hcnn", cfg->checkpoint_dir);
-    hcnn_ckpt_meta meta = {.epoch = epochs_done, .step = r->step, .seed = cfg->seed};
+    hcnn_ckpt_meta meta = {.epoch = epochs_done, .batch = batch, .step = r->step,
+                           .seed = cfg->seed, .batch_size = cfg->batch_size, .lr = st->lr};
+    if (batch > 0) { /* the epoch in progress */
+        meta.loss_sum = st->loss_sum, meta.correct = st->correct, meta.seen = st->seen;
+    }
     snprintf(meta.model, sizeof meta.model, "%s", cfg->model.name);
-    int rc = hcnn_mkdir_p(cfg->checkpoint_dir);
-    if (!rc)
-        rc = hcnn_ckpt_save(path, &r->net, r->opt.velocity, &meta);
-    if (!rc)
-        printf("checkpoint=%s\n", path);
+    double stall = 0.0;
+    rc = hcnn_ckpt_writer_submit(&r->writer, r->opt.velocity, &meta, final, &stall);
+    if (!rc && wait)
+        rc = hcnn_ckpt_writer_wait(&r->writer);
+    if (!rc) {
+        printf("checkpoint=%s epoch=%ld step=%ld stall_s=%.4f%s\n", r->writer.path, epochs_done,
+               r->step, stall, wait ? "" : " (written in the background)");
+        fflush(stdout);
+    }
     return rc;
 }
 
@@ -536,7 +624,7 @@ static void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
 {
     if (!is_root(r))
         return;
-    const double ips = st->train_s > 0 ? st->seen / st->train_s : 0.0;
+    const double ips = st->train_s > 0 ? st->trained / st->train_s : 0.0;
     const double tl = st->seen ? st->loss_sum / st->seen : 0.0;
     const double ta = st->seen ? st->correct / st->seen : 0.0;
     /* share of the allreduce hidden behind backward: 1 - blocked / cost */
@@ -557,24 +645,112 @@ static void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
     printf("\n");
     fflush(stdout);
     if (r->csv) {
-        fprintf(r->csv, "%d,%ld,%.6g,%.6f,%.6f,%.6f,%.6f,%.2f,%.4f,%.4f,%.4f,%d,%d,%s,%d,%.4f,%.4f,%.4f\n",
-                epoch + 1, r->step, st->lr, tl, ta, st->test_loss, st->test_acc, ips, st->train_s,
-                st->data_wait_s, st->eval_s, r->threads, r->cfg->batch_size,
-                hcnn_strategy_name(r->cfg->strategy), r->comm->size, st->compute_s,
-                st->comm_wait_s, hidden);
+        char ts[32];
+        time_t now = time(NULL);
+        struct tm tmv;
+        gmtime_r(&now, &tmv);
+        strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+        const int stages = r->pipe_ready ? r->pipe.S : 1;
+        fprintf(r->csv, "%s,%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%ld,%.6g,%.6f,%.6f,%.6f,%.6f,%.2f,%.4f,%.4f",
+                r->run_id, HCNN_GIT_COMMIT, ts, hcnn_strategy_name(r->cfg->strategy),
+                r->comm->size, stages, r->comm->size / stages, r->threads, r->cfg->batch_size,
+                r->pipe_ready ? r->pipe.M : 1, epoch + 1, r->step, st->lr, tl, ta, st->test_loss,
+                st->test_acc, ips, st->train_s, st->eval_s);
+        for (int k = 0; k < 4; k++)
+            fprintf(r->csv, ",%.4f,%.4f,%.4f", st->mean[k], st->lo[k], st->hi[k]);
+        fprintf(r->csv, ",%.4f,%.1f\n", hidden, st->peak_rss_mb);
         fflush(r->csv);
     }
 }
 
-int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm)
+/* Sums over ranks of the epoch's counts; min / mean / max of its phase
+ * times (as HPL reports its timers), so a slow node shows in the metrics. */
+static int reduce_epoch(hcnn_run *r, epoch_stats *st)
+{
+    double sums[4] = {st->loss_sum, st->correct, st->seen, st->trained};
+    double t[4] = {st->compute_s, st->comm_wait_s, st->data_wait_s, st->bubble_s};
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss = (double)ru.ru_maxrss / 1024.0;
+    for (int k = 0; k < 4; k++)
+        st->lo[k] = st->hi[k] = st->mean[k] = t[k];
+    st->peak_rss_mb = rss;
+    if (r->comm->size == 1)
+        return HCNN_OK;
+    MPI_Comm w = r->comm->world;
+    if (MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, w) != MPI_SUCCESS ||
+        MPI_Allreduce(t, st->lo, 4, MPI_DOUBLE, MPI_MIN, w) != MPI_SUCCESS ||
+        MPI_Allreduce(t, st->hi, 4, MPI_DOUBLE, MPI_MAX, w) != MPI_SUCCESS ||
+        MPI_Allreduce(t, st->mean, 4, MPI_DOUBLE, MPI_SUM, w) != MPI_SUCCESS ||
+        MPI_Allreduce(&rss, &st->peak_rss_mb, 1, MPI_DOUBLE, MPI_MAX, w) != MPI_SUCCESS)
+        return hcnn_error_code(HCNN_EMPI, "MPI_Allreduce of the epoch statistics failed");
+    st->loss_sum = sums[0], st->correct = sums[1], st->seen = sums[2], st->trained = sums[3];
+    for (int k = 0; k < 4; k++)
+        st->mean[k] /= r->comm->size;
+    st->compute_s = st->mean[0], st->comm_wait_s = st->mean[1];
+    st->data_wait_s = st->mean[2], st->bubble_s = st->mean[3];
+    return HCNN_OK;
+}
+
+/* Load a checkpoint to continue from (every rank reads it: it holds the
+ * whole model, whatever layout wrote it). */
+static int resume_from(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta)
+{
+    const hcnn_config *cfg = r->cfg;
+    char path[HCNN_PATH_MAX + 32];
+    int rc = HCNN_OK;
+    if (!strcmp(resume, "latest")) {
+        if (!cfg->checkpoint_dir[0])
+            return hcnn_error("--resume latest: %s sets no checkpoint_dir", cfg->path);
+        if (is_root(r))
+            rc = hcnn_ckpt_latest(cfg->checkpoint_dir, path, sizeof path);
+        if (r->comm->size > 1) {
+            MPI_Bcast(&rc, 1, MPI_INT, 0, r->comm->world);
+            MPI_Bcast(path, sizeof path, MPI_CHAR, 0, r->comm->world);
+        }
+        if (rc)
+            return rc;
+    } else {
+        snprintf(path, sizeof path, "%s", resume);
+    }
+    rc = hcnn_ckpt_load(path, &r->net, r->opt.velocity, meta);
+    if (rc)
+        return rc;
+    if (meta->seed != cfg->seed)
+        return hcnn_error("%s: written with seed %llu, %s has seed %llu: the data order would "
+                          "differ",
+                          path, (unsigned long long)meta->seed, cfg->path,
+                          (unsigned long long)cfg->seed);
+    if (meta->batch > 0 && meta->batch_size != cfg->batch_size)
+        return hcnn_error("%s: stopped inside an epoch with batch_size %d, %s has %d",
+                          path, meta->batch_size, cfg->path, cfg->batch_size);
+    r->step = meta->step;
+    if (is_root(r))
+        printf("hcnn: resuming from %s: epoch %ld, batch %ld, step %ld\n", path, meta->epoch + 1,
+               meta->batch, meta->step);
+    return HCNN_OK;
+}
+
+int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const char *resume)
 {
     hcnn_run r;
     int rc = run_setup(&r, cfg, comm, 1);
+    hcnn_ckpt_meta start = {0};
+    if (!rc && resume)
+        rc = resume_from(&r, resume, &start);
     if (!rc)
-        rc = csv_open(&r);
+        rc = csv_open(&r, resume != NULL);
     if (rc) {
         run_free(&r);
         return rc;
+    }
+    {
+        char ts[32];
+        time_t now = time(NULL);
+        struct tm tmv;
+        gmtime_r(&now, &tmv);
+        strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tmv);
+        snprintf(r.run_id, sizeof r.run_id, "%s-%ld", ts, (long)getpid());
     }
     const long steps_per_epoch = (r.train.n + cfg->batch_size - 1) / cfg->batch_size;
     if (is_root(&r)) {
@@ -609,36 +785,54 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm)
                    r.allreduce_s);
         fflush(stdout);
     }
-    int stop = 0, epoch;
-    for (epoch = 0; epoch < cfg->epochs && !stop && !rc; epoch++) {
-        epoch_stats st = {0};
-        rc = train_epoch(&r, epoch, steps_per_epoch, &st, &stop);
+    int stop = 0, done = 0;
+    long epoch = start.epoch;
+    int first_batch = (int)start.batch;
+    epoch_stats st = {0};
+    for (; epoch < cfg->epochs && !stop && !rc; epoch++, first_batch = 0) {
+        memset(&st, 0, sizeof st);
+        if (first_batch > 0 && is_root(&r)) /* the resumed epoch's sums so far */
+            st.loss_sum = start.loss_sum, st.correct = start.correct, st.seen = start.seen;
+        rc = train_epoch(&r, (int)epoch, first_batch, steps_per_epoch, &st, &stop, &done);
         if (rc)
             break;
-        double sums[6] = {st.loss_sum, st.correct, st.seen, st.compute_s, st.comm_wait_s,
-                          st.data_wait_s};
-        rc = sum_doubles(&r, sums, 6);
-        if (rc)
+        if (stop == 2) /* signal: checkpoint where we are and leave */
             break;
-        /* losses are summed; times are means over ranks */
-        st.loss_sum = sums[0], st.correct = sums[1], st.seen = sums[2];
-        st.compute_s = sums[3] / comm->size, st.comm_wait_s = sums[4] / comm->size;
-        st.data_wait_s = sums[5] / comm->size;
+        rc = reduce_epoch(&r, &st);
         const double te = hcnn_now();
-        rc = average_bn_state(&r);
+        if (!rc)
+            rc = average_bn_state(&r);
         if (!rc)
             rc = evaluate(&r, &st.test_loss, &st.test_acc);
         st.eval_s = hcnn_now() - te;
         if (rc)
             break;
-        report_epoch(&r, epoch, &st);
+        report_epoch(&r, (int)epoch, &st);
         if (r.pipe_ready && (rc = report_stages(&r, st.train_s)))
             break;
+        const int complete = done >= (int)steps_per_epoch;
+        if (!stop && complete && epoch + 1 < cfg->epochs && cfg->checkpoint_every > 0 &&
+            (epoch + 1) % cfg->checkpoint_every == 0)
+            rc = save_checkpoint(&r, epoch + 1, 0, &st, 0, 0);
+        if (stop && !complete)
+            break; /* max_steps inside the epoch: the checkpoint records the position */
     }
     if (!rc)
         rc = check_replicas(&r);
-    if (!rc)
-        rc = save_final(&r, epoch);
+    /* the final checkpoint (also after max_steps or a signal) */
+    if (!rc) {
+        const int inside = (stop != 0) && done < (int)steps_per_epoch && epoch < cfg->epochs;
+        if (stop == 2 && st.seen > 0 && comm->size > 1) { /* partial sums of the epoch, global */
+            double sums[3] = {st.loss_sum, st.correct, st.seen};
+            MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, comm->world);
+            st.loss_sum = sums[0], st.correct = sums[1], st.seen = sums[2];
+        }
+        /* a signal at the very end of an epoch leaves the loop before it counts */
+        const long epochs_done = stop == 2 && !inside ? epoch + 1 : epoch;
+        rc = save_checkpoint(&r, inside ? epoch : epochs_done, inside ? done : 0, &st, 1, 1);
+    }
+    if (!rc && r.stop_signal)
+        rc = HCNN_STOPPED;
     run_free(&r);
     return rc;
 }

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Checkpoints that never lose a run: exact resume (end of epoch and inside
+# one), resume across strategies, the signal path, SIGKILL while writing,
+# pruning, refusal of foreign checkpoints, metrics files.
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
+mpi_setup
+export OMP_NUM_THREADS=2
+BASE=(--config "$CFG" -q --set epochs=2 --set synthetic_train=470 --set batch_size=30 --set csv=)
+
+train() { # dir, extra args
+    local dir=$1
+    shift
+    "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/$dir" "$@" >>"$WORK/$dir.log" 2>&1
+}
+
+case_begin exact_resume_at_epoch_end
+train straight && train split --set max_steps=16 && train split --resume latest
+if cmp -s "$WORK/straight/final.hcnn" "$WORK/split/final.hcnn"; then case_ok
+else case_fail "2 epochs != 1 epoch + resume + 1 epoch: $("$HCNN" diff "$WORK/straight/final.hcnn" "$WORK/split/final.hcnn")"; fi
+
+case_begin exact_resume_inside_epoch
+train mid --set max_steps=7 && train mid --resume latest
+if cmp -s "$WORK/straight/final.hcnn" "$WORK/mid/final.hcnn" && grep -q 'resuming from .*batch 7, step 7' "$WORK/mid.log"; then case_ok
+else case_fail "$(tail -n 3 "$WORK/mid.log")"; fi
+
+case_begin resume_keeps_epoch_metrics
+want=$(grep '^epoch=1 ' "$WORK/straight.log" | tr ' ' '\n' | grep -E '^(train_loss|train_acc|test_acc)=')
+got=$(grep '^epoch=1 ' "$WORK/mid.log" | tail -n 1 | tr ' ' '\n' | grep -E '^(train_loss|train_acc|test_acc)=')
+if [ -n "$want" ] && [ "$want" = "$got" ]; then case_ok; else case_fail "straight: $want, resumed: $got"; fi
+
+# one epoch in a strategy, then the second epoch serially vs in the same strategy
+cross() { # name, np, strategy args...
+    local name=$1 np=$2
+    shift 2
+    local sets=() kv
+    for kv in "$@"; do sets+=(--set "$kv"); done
+    "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS=1 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/$name" \
+        --set max_steps=16 "${sets[@]}" >"$WORK/$name.log" 2>&1 || return 1
+    mkdir -p "$WORK/$name-serial" "$WORK/$name-stay"
+    cp "$WORK/$name/final.hcnn" "$WORK/$name-serial/ckpt-s0000000016.hcnn"
+    cp "$WORK/$name/final.hcnn" "$WORK/$name-stay/ckpt-s0000000016.hcnn"
+    train "$name-serial" --resume latest || return 1
+    "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS=1 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/$name-stay" \
+        "${sets[@]}" --resume latest >>"$WORK/$name.log" 2>&1
+}
+case_begin resume_pipeline_as_serial
+if cross pipe 2 strategy=pipeline stages=2 microbatches=3; then same_as pipe-stay pipe-serial
+else case_fail "$(tail -n 3 "$WORK/pipe.log")"; fi
+case_begin resume_data_parallel_as_serial
+if cross dp 2 strategy=data; then same_as dp-stay dp-serial
+else case_fail "$(tail -n 3 "$WORK/dp.log")"; fi
+case_begin resume_serial_as_pipeline
+mkdir -p "$WORK/s2p"
+cp "$WORK/split/ckpt-s0000000016.hcnn" "$WORK/s2p/" 2>/dev/null || train s2p --set max_steps=16
+"${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/s2p" \
+    --set strategy=pipeline --set stages=2 --resume "$WORK/s2p/ckpt-s0000000016.hcnn" >"$WORK/s2p.log" 2>&1
+mkdir -p "$WORK/s2p-ref"; cp "$WORK/straight/final.hcnn" "$WORK/s2p-ref/final.hcnn"
+same_as s2p-ref s2p
+
+case_begin signal_checkpoints_and_resumes_exactly
+"$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/sig" --set epochs=400 --set checkpoint_every=0 >"$WORK/sig.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q '^epoch=' "$WORK/sig.log" && break; sleep 0.1; done
+kill -USR1 "$pid"
+wait "$pid"
+rc=$?
+"$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/sig" --set epochs=400 --resume latest >>"$WORK/sig.log" 2>&1
+"$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/sig40" --set epochs=400 >"$WORK/sig40.log" 2>&1
+if [ $rc -eq 75 ] && grep -q 'SIGUSR1 received' "$WORK/sig.log" && cmp -s "$WORK/sig/final.hcnn" "$WORK/sig40/final.hcnn"; then
+    case_ok
+else
+    case_fail "exit $rc (want 75); $(grep -E 'SIGUSR1|checkpoint=|resuming' "$WORK/sig.log")"
+fi
+
+case_begin sigusr1_under_mpirun
+"${MPIRUN[@]}" -np 2 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/term" --set strategy=data \
+    --set epochs=200 --set checkpoint_every=0 >"$WORK/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q '^epoch=' "$WORK/term.log" && break; sleep 0.1; done
+kill -USR1 "$(pgrep -P "$pid" mpirun)"   # mpirun (under timeout) forwards SIGUSR1 to every rank
+wait "$pid"
+rc=$?
+if [ $rc -eq 75 ] && ls "$WORK"/term/ckpt-s*.hcnn >/dev/null 2>&1 && grep -q 'received' "$WORK/term.log"; then case_ok
+else case_fail "exit $rc: $(tail -n 4 "$WORK/term.log")"; fi
+
+case_begin sigkill_while_writing_keeps_a_loadable_checkpoint
+"$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/kill" --set epochs=100000 --set checkpoint_every=1 \
+    --set checkpoint_keep=1 >"$WORK/kill.log" 2>&1 &
+pid=$!
+sleep 2
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+if "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/kill" --set epochs=100000 --set max_steps=1 \
+       --resume latest >"$WORK/kill2.log" 2>&1; then
+    # max_steps=1 is already behind: the resumed run only rewrites the checkpoint
+    case_ok
+else
+    case_fail "$(tail -n 3 "$WORK/kill2.log")"
+fi
+
+case_begin checkpoint_every_and_keep
+train keep --set epochs=5 --set checkpoint_every=1 --set checkpoint_keep=2
+n=$(ls "$WORK"/keep/ckpt-s*.hcnn | wc -l)
+if [ "$n" -eq 2 ] && [ -f "$WORK/keep/ckpt-s0000000080.hcnn" ] && [ -f "$WORK/keep/ckpt-s0000000064.hcnn" ]; then case_ok
+else case_fail "$(ls "$WORK/keep")"; fi
+
+case_begin resume_refuses_other_model
+if "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/keep" --set model.blocks.3.out=12 --resume latest >"$WORK/other.log" 2>&1; then
+    case_fail "resumed a checkpoint of another model"
+elif grep -q "differs from the configured model" "$WORK/other.log"; then case_ok
+else case_fail "$(cat "$WORK/other.log")"; fi
+
+case_begin resume_latest_without_checkpoints
+if "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/empty" --resume latest >"$WORK/empty.log" 2>&1; then
+    case_fail "resumed from nothing"
+elif grep -q "no checkpoint" "$WORK/empty.log"; then case_ok
+else case_fail "$(cat "$WORK/empty.log")"; fi
+
+case_begin diff_tolerance
+"$HCNN" diff "$WORK/straight/final.hcnn" "$WORK/straight/final.hcnn" >"$WORK/d1" && d1=ok
+"$HCNN" diff "$WORK/straight/final.hcnn" "$WORK/keep/final.hcnn" >"$WORK/d2"; d2=$?
+if [ "${d1:-}" = ok ] && [ $d2 -eq 1 ] && grep -q 'within_tol=no' "$WORK/d2"; then case_ok
+else case_fail "$(cat "$WORK/d1" "$WORK/d2")"; fi
+
+case_begin export_import_round_trip
+if "$HCNN" export "$WORK/straight/final.hcnn" "$WORK/npy" >/dev/null &&
+   [ -f "$WORK/npy/conv1.weight.npy" ] && grep -q '^conv1.weight float32 8x1x3x3$' "$WORK/npy/manifest.txt" &&
+   "$HCNN" import "$WORK/npy" --config "$CFG" -o "$WORK/imported/model.hcnn" >/dev/null &&
+   "$HCNN" diff "$WORK/straight/final.hcnn" "$WORK/imported/model.hcnn" --model-only >"$WORK/rt.diff" &&
+   grep -q 'max_abs_diff=0 ' "$WORK/rt.diff" &&
+   "$HCNN" eval --config "$CFG" --checkpoint "$WORK/imported/model.hcnn" >/dev/null; then
+    case_ok
+else
+    case_fail "$(cat "$WORK/rt.diff" 2>/dev/null)"
+fi
+rm -f "$WORK/npy/fc.bias.npy"
+expect_fail import_missing_tensor "fc.bias" "$HCNN" import "$WORK/npy" --config "$CFG" -o "$WORK/imported/bad.hcnn"
+
+case_begin csv_columns_and_config
+"$HCNN" train "${BASE[@]}" --set checkpoint_dir= --set csv="$WORK/m/run.csv" >/dev/null 2>&1
+want="run_id,git_commit,timestamp,strategy,ranks,stages,replicas,threads,batch_size,microbatches,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,epoch_time_s,eval_time_s,compute_s,compute_s_min,compute_s_max,comm_wait_s,comm_wait_s_min,comm_wait_s_max,data_wait_s,data_wait_s_min,data_wait_s_max,bubble_s,bubble_s_min,bubble_s_max,allreduce_hidden,peak_rss_mb"
+if [ "$(head -n 1 "$WORK/m/run.csv")" = "$want" ] && [ "$(wc -l <"$WORK/m/run.csv")" -eq 3 ] &&
+   "$HCNN" train --config "$WORK/m/run.config.yaml" -q --set epochs=1 --set max_steps=1 --set csv= >/dev/null 2>&1; then
+    case_ok
+else
+    case_fail "$(head -n 2 "$WORK/m/run.csv")"
+fi
+
+finish
