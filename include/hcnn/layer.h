@@ -31,6 +31,8 @@ typedef struct hcnn_ctx {
      * progresses during long layers (NULL: nothing to drive) */
     void (*poll)(void *arg);
     void *poll_arg;
+    /* profiling (NULL: off): seconds accumulated per top-level block */
+    double *prof_fwd, *prof_bwd;
 } hcnn_ctx;
 
 static inline void hcnn_ctx_poll(const hcnn_ctx *ctx)

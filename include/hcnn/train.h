@@ -18,9 +18,19 @@ int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm);
  * the final checkpoint.  Returns HCNN_OK or an error code; an error on
  * one rank must end the job through the abort path (the other ranks may be
  * waiting in a collective). */
-/* resume: a checkpoint file, "latest" (the newest in checkpoint_dir) or
- * NULL.  Returns HCNN_STOPPED after SIGTERM/SIGUSR1 (checkpoint written). */
-int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const char *resume);
+typedef struct hcnn_run_opts {
+    const char *resume;  /* train: checkpoint file, "latest" or NULL */
+    int profile;         /* print the per-block profile table */
+    int warmup, repeats, steps; /* bench: untimed steps, timed repeats of `steps` steps */
+} hcnn_run_opts;
+
+/* Returns HCNN_STOPPED after SIGTERM/SIGUSR1 (checkpoint written). */
+int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opts *opts);
+
+/* Training throughput on synthetic data of the model's input shape: warm-up
+ * steps, then timed repeats; rank 0 prints each repeat, the profile and the
+ * GEMM share, and last "images_per_s=<median>" (global rate). */
+int hcnn_bench(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opts *opts);
 
 /* Evaluate a checkpoint on the configured test set (sharded over ranks);
  * rank 0 prints "test_loss=... test_acc=..." */

@@ -14,6 +14,7 @@
 #include "hcnn/train.h"
 #include "hcnn/diff.h"
 #include "hcnn/export.h"
+#include "hcnn/markers.h"
 
 #define MAX_SETS 256
 
@@ -25,6 +26,7 @@ static const char *USAGE_MAIN =
     "commands:\n"
     "  train   train a model as configured:  hcnn train --config FILE [--set key=value ...]\n"
     "  eval    evaluate a checkpoint:        hcnn eval --config FILE --checkpoint FILE\n"
+    "  bench   training throughput:          hcnn bench --config FILE [--set key=value ...]\n"
     "  diff    compare two checkpoints:      hcnn diff A B [--tol X]\n"
     "  export  checkpoint to NumPy files:    hcnn export CKPT DIR\n"
     "  import  NumPy files to a checkpoint:  hcnn import DIR --config FILE -o CKPT\n"
@@ -55,6 +57,8 @@ static const char *USAGE_TRAIN =
     "                       checkpoint in checkpoint_dir): same epoch, step, learning rate,\n"
     "                       data order; any strategy and rank count may resume any checkpoint\n"
     "  -q, --quiet          do not print the configuration at start\n"
+    "  -p, --profile        print the per-block profile (forward/backward ms, GFLOP/s, the\n"
+    "                       raw cblas_sgemm time of the same GEMMs) at the end\n"
     "\n"
     "signals: SIGTERM or SIGUSR1 (e.g. Slurm's --signal=USR1@120) finish the current step,\n"
     "write a checkpoint and exit with status 75; resume with --resume latest.\n"
@@ -75,6 +79,24 @@ static const char *USAGE_DIFF =
     "  -t, --tol X       relative tolerance\n"
     "  -m, --model-only  compare parameters and statistics, not momentum buffers\n"
     "  -h, --help    this help\n";
+
+static const char *USAGE_BENCH =
+    "usage: hcnn bench --config FILE [--set key=value ...] [--warmup N] [--repeats N] [--steps N]\n"
+    "\n"
+    "Measure training throughput (forward + backward + optimiser step) on synthetic data of the\n"
+    "model's input shape, at the config's global batch, thread count and strategy (under\n"
+    "mpirun: the global rate).  After N warm-up steps (default 3) it times R repeats (default\n"
+    "5) of S steps (default 5), prints each repeat, the per-block profile with the raw\n"
+    "cblas_sgemm reference of every convolution and fully connected layer, the share of the\n"
+    "step in GEMMs, data wait, optimiser and communication, and as its last line\n"
+    "  images_per_s=<median over repeats>\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE    run configuration (YAML)\n"
+    "  -s, --set KEY=VALUE  override a key (repeatable)\n"
+    "  --warmup N           untimed steps first (default 3)\n"
+    "  --repeats N          timed repeats, 1..64 (default 5)\n"
+    "  --steps N            steps per repeat (default 5)\n";
 
 static const char *USAGE_EXPORT =
     "usage: hcnn export CKPT DIR\n"
@@ -118,6 +140,8 @@ typedef struct cli {
     const char *files[2];
     int nfiles;
     const char *output;
+    int profile;
+    int warmup, repeats, steps;
     double tol;
     int model_only;
     const char *sets[MAX_SETS];
@@ -169,7 +193,7 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
                 return usage_error(usage, "option %s needs a checkpoint file or 'latest'", a);
             c->resume = v;
         } else if ((!strcmp(c->command, "train") || !strcmp(c->command, "eval") ||
-                    !strcmp(c->command, "import")) &&
+                    !strcmp(c->command, "bench") || !strcmp(c->command, "import")) &&
                    is_opt(a, "--config", "-c")) {
             if (!(v = opt_value(argc, argv, &i, "--config", "-c")))
                 return usage_error(usage, "option %s needs a file name", a);
@@ -185,6 +209,25 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
             c->tol = strtod(v, &end);
             if (*v == '\0' || *end != '\0' || !(c->tol >= 0))
                 return usage_error(usage, "--tol: expected a number >= 0, got '%s'", v);
+        } else if (!strcmp(c->command, "train") && (!strcmp(a, "-p") || !strcmp(a, "--profile"))) {
+            c->profile = 1;
+        } else if (!strcmp(c->command, "bench") &&
+                   (is_opt(a, "--warmup", NULL) || is_opt(a, "--repeats", NULL) ||
+                    is_opt(a, "--steps", NULL))) {
+            const char *name = is_opt(a, "--warmup", NULL)    ? "--warmup"
+                               : is_opt(a, "--repeats", NULL) ? "--repeats"
+                                                              : "--steps";
+            char *end;
+            if (!(v = opt_value(argc, argv, &i, name, NULL)))
+                return usage_error(usage, "option %s needs a number", a);
+            long k = strtol(v, &end, 10);
+            int lo = strcmp(name, "--warmup") ? 1 : 0, hi = strcmp(name, "--repeats") ? 100000 : 64;
+            if (*v == '\0' || *end != '\0' || k < lo || k > hi) {
+                fprintf(stderr, "hcnn: %s: expected an integer in [%d, %d], got '%s'\n", name, lo,
+                        hi, v);
+                return 2;
+            }
+            *(name[2] == 'w' ? &c->warmup : name[2] == 'r' ? &c->repeats : &c->steps) = (int)k;
         } else if (!strcmp(c->command, "diff") && (!strcmp(a, "-m") || !strcmp(a, "--model-only"))) {
             c->model_only = 1;
         } else if (!strcmp(c->command, "import") && is_opt(a, "--output", "-o")) {
@@ -265,6 +308,8 @@ int main(int argc, char **argv)
         usage = USAGE_EVAL;
     else if (!strcmp(cmd, "diff"))
         usage = USAGE_DIFF;
+    else if (!strcmp(cmd, "bench"))
+        usage = USAGE_BENCH;
     else if (!strcmp(cmd, "export"))
         usage = USAGE_EXPORT;
     else if (!strcmp(cmd, "import"))
@@ -272,7 +317,7 @@ int main(int argc, char **argv)
     else
         return usage_error(USAGE_MAIN, "unknown command '%s'", cmd);
 
-    cli c = {.command = cmd};
+    cli c = {.command = cmd, .warmup = 3, .repeats = 5, .steps = 5};
     int rc = parse(argc, argv, &c, usage);
     if (rc)
         return rc;
@@ -326,17 +371,23 @@ int main(int argc, char **argv)
         hcnn_comm_finalize(&comm);
         return rc == HCNN_EIO ? 1 : 2;
     }
+    HCNN_MARKER_INIT();
     if (!strcmp(cmd, "train")) {
         if (!c.quiet && comm.rank == 0) {
             printf("# configuration (%s, after overrides)\n", c.config);
             hcnn_config_print(cfg, stdout);
             fflush(stdout);
         }
-        rc = hcnn_train(cfg, &comm, c.resume);
+        hcnn_run_opts o = {.resume = c.resume, .profile = c.profile};
+        rc = hcnn_train(cfg, &comm, &o);
+    } else if (!strcmp(cmd, "bench")) {
+        hcnn_run_opts o = {.profile = 1, .warmup = c.warmup, .repeats = c.repeats, .steps = c.steps};
+        rc = hcnn_bench(cfg, &comm, &o);
     } else {
         rc = hcnn_evaluate(cfg, &comm, c.checkpoint);
     }
     free(cfg);
+    HCNN_MARKER_CLOSE();
     if (rc == HCNN_STOPPED) { /* every rank stopped together after the checkpoint */
         hcnn_comm_finalize(&comm);
         return 75;

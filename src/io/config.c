@@ -1011,7 +1011,7 @@ static int apply_block_key(const ictx *c, int key, const node *n, hcnn_block_spe
     static const range eps_range = {0.0, INFINITY, 1, 0};
     static const range momentum_range = {0.0, 1.0, 1, 0};
     static const range p_range = {0.0, 1.0, 0, 1};
-    int v;
+    int v = 0;
     switch (key) {
     case BK_NAME:
         return get_name(c, n, b->name, sizeof b->name, "");
@@ -1098,7 +1098,7 @@ static int interpret_block(ictx *c, const node *n, hcnn_block_spec *b)
         return fail_value(c, n, "a block (a type name or a mapping with 'type')");
     }
     size_t old = n->type == NODE_MAP ? path_push(&c->path, "type") : c->path.len;
-    int kind;
+    int kind = 0;
     int rc = get_choice(c, type_node, block_kind_names, HCNN_BLOCK_KIND_COUNT, &kind);
     path_pop(&c->path, old);
     if (rc)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "hcnn/common.h"
+#include "hcnn/markers.h"
 #include "hcnn/net.h"
 
 /* ---- construction ------------------------------------------------------ */
@@ -404,7 +405,12 @@ int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const 
     const float *in = x;
     for (int i = acts->first; i < acts->last; i++) {
         const int k = i - acts->first;
+        const double t0 = ctx->prof_fwd ? hcnn_now() : 0.0;
+        HCNN_MARKER_START(ctx, net->layers[i].name, 0);
         int rc = hcnn_layer_forward(&net->layers[i], ctx, in, acts->y[k], acts->aux[k], n);
+        HCNN_MARKER_STOP(ctx, net->layers[i].name, 0);
+        if (ctx->prof_fwd)
+            ctx->prof_fwd[i] += hcnn_now() - t0;
         if (rc)
             return rc;
         in = acts->y[k];
@@ -422,8 +428,13 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
         const int k = i - acts->first;
         const float *in = i == acts->first ? x : acts->y[k - 1];
         float *out = i == acts->first ? dx : s->g[which];
+        const double t0 = s->ctx.prof_bwd ? hcnn_now() : 0.0;
+        HCNN_MARKER_START(&s->ctx, net->layers[i].name, 1);
         int rc = hcnn_layer_backward(&net->layers[i], &s->ctx, in, acts->y[k], acts->aux[k], cur,
                                      out, n);
+        HCNN_MARKER_STOP(&s->ctx, net->layers[i].name, 1);
+        if (s->ctx.prof_bwd)
+            s->ctx.prof_bwd[i] += hcnn_now() - t0;
         if (!rc && block_done)
             rc = block_done(arg, i);
         if (rc)

@@ -32,6 +32,8 @@
 #include "hcnn/net.h"
 #include "hcnn/optim.h"
 #include "hcnn/pipeline.h"
+#include "hcnn/profile.h"
+#include "hcnn/markers.h"
 #include "hcnn/train.h"
 
 typedef struct hcnn_run {
@@ -64,6 +66,8 @@ typedef struct hcnn_run {
     hcnn_ckpt_writer writer;  /* rank 0, when checkpoint_dir is set */
     int writer_ready;
     int stop_signal;          /* SIGTERM/SIGUSR1 received (agreed by all ranks) */
+    hcnn_profile prof;        /* --profile and bench */
+    int profiling;
     char run_id[64];
 } hcnn_run;
 
@@ -130,6 +134,8 @@ int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
 
 static void run_free(hcnn_run *r)
 {
+    if (r->profiling)
+        hcnn_profile_free(&r->prof);
     if (r->writer_ready)
         hcnn_ckpt_writer_free(&r->writer);
     if (r->pipe_ready)
@@ -414,7 +420,12 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
             st->comm_wait_s += r->pipe.sync.wait_s - c0;
         size_t off, count;
         hcnn_net_param_range(&r->net, r->first, r->last, &off, &count);
+        const double o0 = hcnn_now();
+        HCNN_MARKER_START(ctx, "optimizer", 2);
         hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, off, count, lr);
+        HCNN_MARKER_STOP(ctx, "optimizer", 2);
+        if (r->profiling)
+            r->prof.opt_s += hcnn_now() - o0;
         st->loss_sum += loss;
         st->correct += ok;
         st->seen += r->pipe.next == MPI_PROC_NULL ? n : 0; /* counted where the loss is */
@@ -445,12 +456,19 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     }
     if (r->sync_ready) {
         const double w0 = r->sync.wait_s;
+        HCNN_MARKER_START(ctx, "comm_wait", 2);
         rc = hcnn_grad_sync_finish(&r->sync);
+        HCNN_MARKER_STOP(ctx, "comm_wait", 2);
         if (rc)
             return rc;
         st->comm_wait_s += r->sync.wait_s - w0;
     }
+    const double o0 = hcnn_now();
+    HCNN_MARKER_START(ctx, "optimizer", 2);
     hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, 0, r->net.nparams, lr);
+    HCNN_MARKER_STOP(ctx, "optimizer", 2);
+    if (r->profiling)
+        r->prof.opt_s += hcnn_now() - o0;
     st->loss_sum += loss;
     st->correct += ok;
     st->seen += n;
@@ -482,6 +500,40 @@ static int stop_requested(hcnn_run *r)
     return any != 0;
 }
 
+/* Take the next batch of the epoch and train on it.  Returns 1 after a
+ * step, 0 at the end of the epoch, -code on error. */
+static int next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st)
+{
+    float *x;
+    int32_t *y;
+    int n, gn, first;
+    double wait;
+    const double s0 = hcnn_now();
+    HCNN_MARKER_START(&r->scratch.ctx, "data_wait", 2);
+    int more = hcnn_loader_next(&r->loader, &x, &y, &n, &gn, &first, &wait);
+    HCNN_MARKER_STOP(&r->scratch.ctx, "data_wait", 2);
+    if (!more)
+        return 0;
+    st->data_wait_s += wait;
+    const float lr = (float)hcnn_lr_at(r->cfg, r->step, steps_per_epoch);
+    st->lr = lr;
+    const double c0 = st->comm_wait_s, b0 = r->pipe_ready ? r->pipe.st.bubble_s : 0.0;
+    int rc = train_step(r, x, y, n, gn, first, epoch, lr, st);
+    if (rc)
+        return -rc;
+    if (r->profiling) {
+        r->prof.steps++;
+        r->prof.step_s += hcnn_now() - s0;
+        r->prof.data_s += wait;
+        r->prof.comm_s += st->comm_wait_s - c0;
+        if (r->pipe_ready)
+            r->prof.bubble_s += r->pipe.st.bubble_s - b0;
+    }
+    r->step++;
+    st->steps++;
+    return 1;
+}
+
 /* stop: 0 epoch complete, 1 max_steps reached, 2 signal */
 static int train_epoch(hcnn_run *r, int epoch, int first_batch, long steps_per_epoch,
                        epoch_stats *st, int *stop, int *batches_done)
@@ -492,19 +544,12 @@ static int train_epoch(hcnn_run *r, int epoch, int first_batch, long steps_per_e
     const double t0 = hcnn_now();
     double last_print = t0;
     int batch = first_batch;
-    float *x;
-    int32_t *y;
-    int n, gn, first;
-    double wait;
-    while (hcnn_loader_next(&r->loader, &x, &y, &n, &gn, &first, &wait)) {
-        st->data_wait_s += wait;
-        const float lr = (float)hcnn_lr_at(cfg, r->step, steps_per_epoch);
-        st->lr = lr;
-        int rc = train_step(r, x, y, n, gn, first, epoch, lr, st);
-        if (rc)
-            return rc;
-        r->step++;
-        st->steps++;
+    for (;;) {
+        int rc = next_step(r, epoch, steps_per_epoch, st);
+        if (rc < 0)
+            return -rc;
+        if (rc == 0)
+            break;
         batch++;
         progress(r, epoch, batch, r->loader.nbatches, st, t0, &last_print);
         if (cfg->max_steps > 0 && r->step >= cfg->max_steps) {
@@ -731,10 +776,36 @@ static int resume_from(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta)
     return HCNN_OK;
 }
 
-int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const char *resume)
+static int enable_profile(hcnn_run *r)
+{
+    int rc = hcnn_profile_init(&r->prof, r->net.nlayers);
+    r->profiling = 1;
+    r->scratch.ctx.prof_fwd = r->prof.fwd;
+    r->scratch.ctx.prof_bwd = r->prof.bwd;
+    return rc;
+}
+
+/* Rank 0's profile table: its blocks, its shard (or micro-batch) size. */
+static double print_profile(hcnn_run *r)
+{
+    if (!is_root(r))
+        return 0.0;
+    int n = (r->cfg->batch_size + r->ngroups - 1) / r->ngroups, passes = 1;
+    if (r->pipe_ready)
+        n = r->pipe.micro_cap, passes = r->pipe.M;
+    double share = hcnn_profile_print(&r->prof, &r->net, &r->scratch.ctx, r->first, r->last, n,
+                                      passes, stdout);
+    fflush(stdout);
+    return share;
+}
+
+int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opts *opts)
 {
     hcnn_run r;
+    const char *resume = opts ? opts->resume : NULL;
     int rc = run_setup(&r, cfg, comm, 1);
+    if (!rc && opts && opts->profile)
+        rc = enable_profile(&r);
     hcnn_ckpt_meta start = {0};
     if (!rc && resume)
         rc = resume_from(&r, resume, &start);
@@ -819,6 +890,8 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const char *resume
     }
     if (!rc)
         rc = check_replicas(&r);
+    if (!rc && r.profiling)
+        print_profile(&r);
     /* the final checkpoint (also after max_steps or a signal) */
     if (!rc) {
         const int inside = (stop != 0) && done < (int)steps_per_epoch && epoch < cfg->epochs;
@@ -834,6 +907,81 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const char *resume
     if (!rc && r.stop_signal)
         rc = HCNN_STOPPED;
     run_free(&r);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_opts *opts)
+{
+    const int warmup = opts->warmup, repeats = opts->repeats, steps = opts->steps;
+    hcnn_config *cfg = malloc(sizeof *cfg);
+    if (!cfg)
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the configuration");
+    /* synthetic data of the model's input shape, exactly enough batches */
+    *cfg = *cfg_in;
+    snprintf(cfg->dataset, sizeof cfg->dataset, "synthetic");
+    cfg->synthetic_train = cfg->batch_size * (warmup + repeats * steps);
+    cfg->synthetic_test = cfg->batch_size;
+    cfg->epochs = 1;
+    cfg->max_steps = 0;
+    cfg->csv[0] = cfg->checkpoint_dir[0] = '\0';
+    hcnn_run r;
+    int rc = run_setup(&r, cfg, comm, 1);
+    if (!rc)
+        rc = enable_profile(&r);
+    double rate[64];
+    int nrate = 0;
+    if (!rc) {
+        const long spe = (r.train.n + cfg->batch_size - 1) / cfg->batch_size;
+        epoch_stats st = {0};
+        hcnn_epoch_permutation(r.perm, r.train.n, cfg->seed, 0, cfg->shuffle);
+        hcnn_loader_begin_epoch(&r.loader, r.perm, r.train.n, 0);
+        if (is_root(&r)) {
+            char blas[256];
+            printf("hcnn bench: model %s, strategy %s on %d rank%s x %d threads, global batch %d, "
+                   "%d warm-up steps, %d repeats of %d steps; %s\n",
+                   cfg->model.name, hcnn_strategy_name(cfg->strategy), comm->size,
+                   comm->size > 1 ? "s" : "", r.threads, cfg->batch_size, warmup, repeats, steps,
+                   hcnn_blas_describe(blas, sizeof blas));
+            fflush(stdout);
+        }
+        for (int i = 0; i < warmup && !rc; i++)
+            rc = next_step(&r, 0, spe, &st) < 0 ? HCNN_EINVAL : HCNN_OK;
+        hcnn_profile_reset(&r.prof);
+        for (int k = 0; k < repeats && !rc && nrate < 64; k++) {
+            if (comm->size > 1)
+                MPI_Barrier(comm->world);
+            const double t0 = hcnn_now();
+            for (int i = 0; i < steps && !rc; i++) {
+                int got = next_step(&r, 0, spe, &st);
+                rc = got < 0 ? -got : got == 0 ? hcnn_error("bench: ran out of batches") : HCNN_OK;
+            }
+            double el = hcnn_now() - t0;
+            if (comm->size > 1) /* the global rate is set by the slowest rank */
+                MPI_Allreduce(MPI_IN_PLACE, &el, 1, MPI_DOUBLE, MPI_MAX, comm->world);
+            rate[nrate++] = el > 0 ? (double)cfg->batch_size * steps / el : 0.0;
+            if (is_root(&r)) {
+                printf("repeat=%d images_per_s=%.1f step_ms=%.3f\n", k + 1, rate[nrate - 1],
+                       el / steps * 1e3);
+                fflush(stdout);
+            }
+        }
+    }
+    if (!rc) {
+        double share = print_profile(&r);
+        qsort(rate, (size_t)nrate, sizeof rate[0], cmp_double);
+        if (is_root(&r)) {
+            printf("gemm_share=%.3f\n", share);
+            printf("images_per_s=%.1f\n", nrate ? rate[nrate / 2] : 0.0);
+        }
+    }
+    run_free(&r);
+    free(cfg);
     return rc;
 }
 

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Training throughput of hcnn against the PyTorch peer, same model, batch,
+# optimiser and threads, run alternately (hcnn first in odd rounds, PyTorch
+# first in even rounds) so that a noisy machine disturbs both alike.
+#
+#   bench/compare.sh [--model lenet|resnet18] [--batch B] [--threads T] [--rounds N] [--no-mkldnn]
+#                    [--warmup N] [--repeats N] [--steps N]
+#
+# Prints one line per round with both rates (each the median of that run's
+# repeats), then as its last line
+#   hcnn_median=X pytorch_median=Y ratio=X/Y
+# Without python3-torch it runs hcnn only, says so, and ends with
+#   hcnn_median=X pytorch_median=NA ratio=NA
+# Exit status: 0 success, 1 a run failed, 2 bad command line.
+set -euo pipefail
+
+usage() {
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+model=lenet batch=64 threads=2 rounds=5 mkldnn=1
+warmup='' repeats='' steps=''
+while [ $# -gt 0 ]; do
+    case $1 in
+    --model) model=${2:?}; shift 2 ;;
+    --batch) batch=${2:?}; shift 2 ;;
+    --threads) threads=${2:?}; shift 2 ;;
+    --rounds) rounds=${2:?}; shift 2 ;;
+    --warmup) warmup=${2:?}; shift 2 ;;
+    --repeats) repeats=${2:?}; shift 2 ;;
+    --steps) steps=${2:?}; shift 2 ;;
+    --no-mkldnn) mkldnn=0; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+for v in batch threads rounds ${warmup:+warmup} ${repeats:+repeats} ${steps:+steps}; do
+    case ${!v} in
+    '' | *[!0-9]*) echo "compare.sh: --$v '${!v}' is not a non-negative integer" >&2; exit 2 ;;
+    esac
+done
+for v in batch threads rounds; do
+    [ "${!v}" -ge 1 ] || { echo "compare.sh: --$v must be >= 1" >&2; exit 2; }
+done
+
+cd "$(dirname "$0")/.."
+case $model in
+lenet)
+    config=configs/mnist_lenet.yaml
+    # a repeat of about 6400 images: ~0.5 s for either program
+    : "${warmup:=20}" "${repeats:=5}" "${steps:=$(((6400 + batch - 1) / batch))}"
+    ;;
+resnet18)
+    config=configs/cifar_resnet18.yaml
+    # about 1.3 s per step at batch 64 and 2 threads
+    : "${warmup:=2}" "${repeats:=3}" "${steps:=3}"
+    ;;
+*) echo "compare.sh: --model '$model': expected lenet or resnet18" >&2; exit 2 ;;
+esac
+[ "$steps" -ge 1 ] && [ "$repeats" -ge 1 ] || { echo "compare.sh: --steps and --repeats must be >= 1" >&2; exit 2; }
+
+HCNN=${HCNN:-./hcnn}
+PY=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch; not the pyenv python3 first on PATH
+[ -x "$HCNN" ] || { echo "compare.sh: $HCNN not found: build hcnn first (make)" >&2; exit 1; }
+[ -z "${OPENBLAS_CORETYPE:-}" ] ||
+    echo "compare.sh: note: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE is set in the environment (hcnn selects its kernels itself)" >&2
+
+# The optimiser of the config, for the peer: top-level keys of the YAML.
+cfg_key() { # key default
+    awk -v k="$1" -v d="$2" '
+        $0 ~ "^" k ":" { sub(/#.*/, ""); sub("^" k ":[ \t]*", ""); gsub(/[ \t"'\'']/, ""); v = $0 }
+        END { print (v == "" ? d : v) }' "$config"
+}
+lr=$(cfg_key lr 0.01)
+momentum=$(cfg_key momentum 0.9)
+weight_decay=$(cfg_key weight_decay 0)
+nesterov=$(cfg_key nesterov false)
+
+hcnn_cmd=("$HCNN" bench --config "$config" --set "batch_size=$batch" --set "threads=$threads"
+    --warmup "$warmup" --repeats "$repeats" --steps "$steps")
+peer_cmd=("$PY" bench/pytorch/peer.py --model "$model" --batch "$batch" --threads "$threads"
+    --warmup "$warmup" --repeats "$repeats" --steps "$steps"
+    --lr "$lr" --momentum "$momentum" --weight-decay "$weight_decay")
+case $nesterov in true | True | yes | on | 1) peer_cmd+=(--nesterov) ;; esac
+[ "$mkldnn" = 1 ] || peer_cmd+=(--no-mkldnn)
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Until 'hcnn bench' exists, emulate it with one epoch of synthetic training
+# (rate of the whole epoch, warm-up included; no repeats).
+if "$HCNN" bench --help > /dev/null 2>&1; then
+    bench_mode=bench
+else
+    bench_mode=train
+    echo "compare.sh: note: this hcnn has no 'bench' command: emulating it with one epoch of 'hcnn train' on synthetic data" >&2
+    hcnn_cmd=("$HCNN" train --config "$config" --set "batch_size=$batch" --set "threads=$threads"
+        --set dataset=synthetic --set "synthetic_train=$((batch * (warmup + repeats * steps)))"
+        --set "synthetic_test=$batch" --set epochs=1 --set csv= --set checkpoint_dir= -q)
+fi
+
+have_torch=1
+if ! "$PY" -c 'import torch' > /dev/null 2>&1; then
+    have_torch=0
+    echo "compare.sh: python3-torch not installed ($PY cannot import torch): running hcnn only; apt-get install python3-torch for the comparison" >&2
+fi
+
+# run NAME CMD...: runs CMD, prints its images_per_s (the last line's value)
+run() {
+    local name=$1 log="$tmp/$1.log" rc=0
+    shift
+    "$@" > "$log" 2>&1 || rc=$?
+    local rate
+    if [ "$name" = hcnn ] && [ "$bench_mode" = train ]; then
+        rate=$(sed -n 's/^epoch=.* images_per_s=\([0-9.]*\).*/\1/p' "$log" | tail -n 1)
+    else
+        rate=$(tail -n 1 "$log" | sed -n 's/^images_per_s=\([0-9.]*\)$/\1/p')
+    fi
+    if [ "$rc" -ne 0 ] || [ -z "$rate" ]; then
+        echo "compare.sh: $name failed (exit $rc): $*" >&2
+        tail -n 20 "$log" >&2
+        return 1
+    fi
+    echo "$rate"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn hcnn=$bench_mode"
+echo "hcnn:    ${hcnn_cmd[*]}"
+[ "$have_torch" = 0 ] || echo "pytorch: ${peer_cmd[*]}"
+
+: > "$tmp/h" && : > "$tmp/p"
+for ((i = 1; i <= rounds; i++)); do
+    p=NA
+    if [ "$have_torch" = 1 ] && [ $((i % 2)) -eq 0 ]; then
+        p=$(run pytorch "${peer_cmd[@]}") || exit 1
+        h=$(run hcnn "${hcnn_cmd[@]}") || exit 1
+    else
+        h=$(run hcnn "${hcnn_cmd[@]}") || exit 1
+        [ "$have_torch" = 0 ] || p=$(run pytorch "${peer_cmd[@]}") || exit 1
+    fi
+    echo "$h" >> "$tmp/h"
+    [ "$p" = NA ] || echo "$p" >> "$tmp/p"
+    line="round=$i hcnn_images_per_s=$h"
+    [ "$p" = NA ] || line+=" pytorch_images_per_s=$p ratio=$(awk -v a="$h" -v b="$p" 'BEGIN { printf "%.3f", a / b }')"
+    # hcnn bench's share of the step spent waiting for data (target <= 0.01)
+    dw=$(sed -n 's/^# shares of the step:.* data_wait=\([0-9.]*\).*/\1/p' "$tmp/hcnn.log" | tail -n 1)
+    [ -z "$dw" ] || line+=" hcnn_data_wait_share=$dw"
+    echo "$line"
+done
+
+hm=$(median < "$tmp/h")
+if [ "$have_torch" = 1 ]; then
+    pm=$(median < "$tmp/p")
+    echo "hcnn_median=$hm pytorch_median=$pm ratio=$(awk -v a="$hm" -v b="$pm" 'BEGIN { printf "%.3f", a / b }')"
+else
+    echo "compare.sh: PyTorch not measured (python3-torch not installed)"
+    echo "hcnn_median=$hm pytorch_median=NA ratio=NA"
+fi

@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""PyTorch peer for hcnn's training-throughput benchmark.
+
+Benchmark-only: hcnn never depends on it.  It trains the same LeNet-5 or
+CIFAR ResNet-18 as configs/mnist_lenet.yaml / configs/cifar_resnet18.yaml on
+synthetic inputs and labels made once (a pool of --pool distinct batches,
+cycled), times `repeats` repeats of `steps` train steps (forward +
+cross-entropy + backward + SGD step) after `warmup` untimed steps, prints one
+line per repeat and, as its LAST line,
+
+    images_per_s=<median over repeats>
+
+Use Debian's python3-torch with /usr/bin/python3 (not a pyenv python):
+
+    /usr/bin/python3 bench/pytorch/peer.py --model lenet --batch 64 --threads 2
+
+Exit status: 0 success, 2 bad command line, 77 python3-torch not installed.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="peer.py",
+        description="PyTorch training throughput on the same models as hcnn's configs "
+        "(synthetic data; last line images_per_s=<median>).")
+    p.add_argument("--model", choices=("lenet", "resnet18"), required=True)
+    p.add_argument("--batch", type=int, required=True, help="samples per step")
+    p.add_argument("--threads", type=int, required=True,
+                   help="intra-op threads (torch.set_num_threads)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats (default 5)")
+    p.add_argument("--steps", type=int, default=5, help="steps per repeat (default 5)")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--nesterov", action="store_true")
+    p.add_argument("--no-mkldnn", action="store_true",
+                   help="disable oneDNN (torch.backends.mkldnn.enabled=False): convolutions "
+                   "take PyTorch's own im2col + BLAS path")
+    p.add_argument("--blas-threads", type=int, default=1,
+                   help="OPENBLAS_NUM_THREADS set before importing torch (default 1, "
+                   "its best setting on the 2-core machines; see bench/README.md)")
+    p.add_argument("--pool", type=int, default=8,
+                   help="distinct synthetic batches, made once and cycled (default 8)")
+    p.add_argument("--seed", type=int, default=42)
+    a = p.parse_args(argv)
+    for name in ("batch", "threads", "repeats", "steps", "blas_threads", "pool"):
+        if getattr(a, name) < 1:
+            p.error("--%s must be >= 1" % name.replace("_", "-"))
+    if a.warmup < 0:
+        p.error("--warmup must be >= 0")
+    if a.nesterov and a.momentum <= 0:
+        p.error("--nesterov needs --momentum > 0")
+    return a
+
+
+def build_model(torch, name):
+    nn = torch.nn
+    if name == "lenet":
+        # configs/mnist_lenet.yaml: 1x28x28 -> 10
+        return nn.Sequential(
+            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),    # 6x14x14
+            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),              # 16x5x5
+            nn.Flatten(),
+            nn.Linear(400, 120), nn.ReLU(),
+            nn.Linear(120, 84), nn.ReLU(),
+            nn.Linear(84, 10)), (1, 28, 28)
+
+    # configs/cifar_resnet18.yaml: 3x32x32 -> 10, CIFAR variant (3x3 stem,
+    # no max-pool), basic blocks conv3x3-bn-relu-conv3x3-bn + shortcut, relu
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                                nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            sc = x if self.downsample is None else self.downsample(x)
+            return self.relu(out + sc)
+
+    class ResNet18(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.relu = nn.ReLU(inplace=True)
+            layers, cin = [], 64
+            for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+                layers.append(nn.Sequential(BasicBlock(cin, cout, stride),
+                                            BasicBlock(cout, cout, 1)))
+                cin = cout
+            self.layer1, self.layer2, self.layer3, self.layer4 = layers
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(512, 10)
+
+        def forward(self, x):
+            x = self.relu(self.bn1(self.conv1(x)))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(torch.flatten(self.avgpool(x), 1))
+
+    return ResNet18(), (3, 32, 32)
+
+
+def main(argv):
+    a = parse_args(argv)
+    # Before torch loads OpenBLAS: the BLAS calls PyTorch makes inside its own
+    # parallel regions must stay single-threaded, or the pthread OpenBLAS
+    # starts its workers on top of PyTorch's (oversubscription).
+    os.environ["OPENBLAS_NUM_THREADS"] = str(a.blas_threads)
+    try:
+        import torch
+    except ImportError:
+        print("python3-torch not installed: apt-get install python3-torch", file=sys.stderr)
+        return 77
+
+    torch.set_num_interop_threads(1)
+    torch.set_num_threads(a.threads)
+    torch.backends.mkldnn.enabled = not a.no_mkldnn
+    torch.manual_seed(a.seed)
+
+    model, shape = build_model(torch, a.model)
+    model.train()
+    # several distinct batches, as hcnn's bench (which feeds distinct synthetic
+    # samples): one batch repeated is memorised within a few hundred steps
+    xs = [torch.randn((a.batch,) + shape) for _ in range(a.pool)]
+    ys = [torch.randint(0, 10, (a.batch,)) for _ in range(a.pool)]
+    loss_fn = torch.nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
+                          weight_decay=a.weight_decay, nesterov=a.nesterov)
+
+    it = [0]
+
+    def step():
+        k = it[0] % a.pool
+        it[0] += 1
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(xs[k]), ys[k])
+        loss.backward()
+        opt.step()
+        return loss
+
+    print("peer torch=%s model=%s batch=%d threads=%d mkldnn=%d openblas_threads=%s "
+          "lr=%g momentum=%g weight_decay=%g nesterov=%d warmup=%d repeats=%d steps=%d pool=%d"
+          % (torch.__version__, a.model, a.batch, torch.get_num_threads(),
+             int(torch.backends.mkldnn.enabled), os.environ["OPENBLAS_NUM_THREADS"],
+             a.lr, a.momentum, a.weight_decay, int(a.nesterov),
+             a.warmup, a.repeats, a.steps, a.pool), flush=True)
+
+    for _ in range(a.warmup):
+        step()
+    rates = []
+    loss = None
+    for r in range(a.repeats):
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            loss = step()
+        loss_v = float(loss)  # a no-op synchronisation on the CPU, kept for symmetry
+        dt = time.perf_counter() - t0
+        rates.append(a.batch * a.steps / dt)
+        print("repeat=%d steps=%d time_s=%.4f loss=%.4f images_per_s=%.1f"
+              % (r + 1, a.steps, dt, loss_v, rates[-1]), flush=True)
+    if loss is not None and not torch.isfinite(loss):
+        print("peer.py: warning: the loss is not finite (timings may be off)", file=sys.stderr)
+    print("images_per_s=%.1f" % statistics.median(rates), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,33 @@
+/* Per-block profile of training steps, with the raw-GEMM reference.
+ *
+ * For each convolution and fully connected layer the GEMMs that layer
+ * issues (forward; weight gradient; data gradient) are timed as bare
+ * cblas_sgemm calls of the same shapes in the same process, so the table
+ * shows how close the im2col/col2im path comes to the BLAS itself. */
+#ifndef HCNN_PROFILE_H
+#define HCNN_PROFILE_H
+
+#include <stdio.h>
+
+#include "hcnn/net.h"
+
+typedef struct hcnn_profile {
+    int nblocks;
+    double *fwd, *bwd;        /* seconds per block, summed over steps */
+    long steps;
+    double step_s;            /* whole steps */
+    double data_s, opt_s, comm_s, bubble_s;
+} hcnn_profile;
+
+int hcnn_profile_init(hcnn_profile *p, int nblocks);
+void hcnn_profile_reset(hcnn_profile *p);
+void hcnn_profile_free(hcnn_profile *p);
+
+/* Print the table for blocks [first, last) run on n samples per step (per
+ * rank or micro-batch), preceded by "# " comment lines and followed by the
+ * step shares; returns the GEMM share of the step (reference GEMM time /
+ * step time). */
+double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
+                          int first, int last, int n, int micro_per_step, FILE *out);
+
+#endif

@@ -1,0 +1,152 @@
+/* Per-block profile and raw-GEMM reference (see include/hcnn/profile.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hcnn/common.h"
+#include "hcnn/profile.h"
+
+int hcnn_profile_init(hcnn_profile *p, int nblocks)
+{
+    memset(p, 0, sizeof *p);
+    p->nblocks = nblocks;
+    p->fwd = hcnn_calloc(sizeof(double) * (size_t)(nblocks + 1), "profile");
+    p->bwd = hcnn_calloc(sizeof(double) * (size_t)(nblocks + 1), "profile");
+    return p->fwd && p->bwd ? HCNN_OK : HCNN_ENOMEM;
+}
+
+void hcnn_profile_reset(hcnn_profile *p)
+{
+    memset(p->fwd, 0, sizeof(double) * (size_t)p->nblocks);
+    memset(p->bwd, 0, sizeof(double) * (size_t)p->nblocks);
+    p->steps = 0;
+    p->step_s = p->data_s = p->opt_s = p->comm_s = p->bubble_s = 0.0;
+}
+
+void hcnn_profile_free(hcnn_profile *p)
+{
+    hcnn_free(p->fwd);
+    hcnn_free(p->bwd);
+    memset(p, 0, sizeof *p);
+}
+
+typedef struct gemm_shape {
+    int ta, tb, m, n, k;
+} gemm_shape;
+
+/* The GEMMs a layer (and, for a residual block, its children) issues for
+ * n samples: forward into f[], backward into b[]. */
+static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int need_dx,
+                        gemm_shape *f, int *nf, gemm_shape *b, int *nb, double *flops)
+{
+    for (int j = 0; j < l->nbody; j++)
+        layer_gemms(&l->body[j], ctx, n, 1, f, nf, b, nb, flops);
+    for (int j = 0; j < l->nproj; j++)
+        layer_gemms(&l->proj[j], ctx, n, 1, f, nf, b, nb, flops);
+    if (l->kind == HCNN_BLOCK_CONV) {
+        const int K = l->conv.c * l->conv.kh * l->conv.kw, P = l->conv.oh * l->conv.ow;
+        const int co = l->out_c, chunk = hcnn_conv_chunk(l, ctx, n);
+        for (int i0 = 0; i0 < n; i0 += chunk) {
+            const int cn = (n - i0 < chunk ? n - i0 : chunk) * P;
+            f[(*nf)++] = (gemm_shape){0, 0, co, cn, K};
+            b[(*nb)++] = (gemm_shape){0, 1, co, K, cn};
+            if (need_dx)
+                b[(*nb)++] = (gemm_shape){1, 0, K, cn, co};
+        }
+        *flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
+    } else if (l->kind == HCNN_BLOCK_FC) {
+        const int in = (int)hcnn_layer_in_size(l), out = l->out_c;
+        f[(*nf)++] = (gemm_shape){0, 1, n, out, in};
+        b[(*nb)++] = (gemm_shape){1, 0, out, in, n};
+        if (need_dx)
+            b[(*nb)++] = (gemm_shape){0, 0, n, in, out};
+        *flops += 2.0 * in * out * (double)n * (need_dx ? 3 : 2);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of 3 timings of the GEMM list on scratch buffers. */
+static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
+{
+    size_t a = 1, bsz = 1, c = 1;
+    for (int i = 0; i < ng; i++) {
+        size_t ea = (size_t)g[i].m * g[i].k, eb = (size_t)g[i].k * g[i].n,
+               ec = (size_t)g[i].m * g[i].n;
+        a = ea > a ? ea : a, bsz = eb > bsz ? eb : bsz, c = ec > c ? ec : c;
+    }
+    float *A = hcnn_calloc(sizeof(float) * a, "GEMM reference");
+    float *B = hcnn_calloc(sizeof(float) * bsz, "GEMM reference");
+    float *C = hcnn_calloc(sizeof(float) * c, "GEMM reference");
+    double t[3] = {0, 0, 0};
+    if (A && B && C) {
+        for (size_t i = 0; i < a; i++)
+            A[i] = 0.001f * (float)(i % 13);
+        for (size_t i = 0; i < bsz; i++)
+            B[i] = 0.001f * (float)(i % 7);
+        for (int r = 0; r < 3; r++) {
+            const double t0 = hcnn_now();
+            for (int i = 0; i < ng; i++) {
+                const gemm_shape *s = &g[i];
+                be->gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, s->ta ? s->m : s->k, B,
+                         s->tb ? s->k : s->n, 0.0f, C, s->n);
+            }
+            t[r] = hcnn_now() - t0;
+        }
+    }
+    hcnn_free(A), hcnn_free(B), hcnn_free(C);
+    qsort(t, 3, sizeof t[0], cmp_double);
+    return t[1];
+}
+
+double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
+                          int first, int last, int n, int micro_per_step, FILE *out)
+{
+    const double steps = p->steps > 0 ? (double)p->steps : 1.0;
+    double gemm_total = 0.0, fwd_total = 0.0, bwd_total = 0.0;
+    fprintf(out, "# profile over %ld steps, %d samples per pass x %d passes per step (per rank)\n",
+            p->steps, n, micro_per_step);
+    fprintf(out, "# %-18s %-8s %9s %9s %9s %10s %10s %9s\n", "block", "kind", "fwd_ms", "bwd_ms",
+            "gflops", "gemm_ms", "gemm_gflops", "vs_gemm");
+    gemm_shape *f = malloc(sizeof *f * 4096), *b = malloc(sizeof *b * 8192);
+    if (!f || !b) {
+        free(f), free(b);
+        return 0.0;
+    }
+    for (int i = first; i < last; i++) {
+        const hcnn_layer *l = &net->layers[i];
+        const double fw = p->fwd[i] / steps * 1e3, bw = p->bwd[i] / steps * 1e3;
+        fwd_total += fw, bwd_total += bw;
+        int nf = 0, nb = 0;
+        double flops = 0.0;
+        layer_gemms(l, ctx, n, i > 0, f, &nf, b, &nb, &flops);
+        flops *= micro_per_step;
+        const double layer_gflops = fw + bw > 0 ? flops / ((fw + bw) * 1e-3) / 1e9 : 0.0;
+        if (nf + nb == 0) {
+            fprintf(out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s\n", l->name,
+                    hcnn_block_kind_name(l->kind), fw, bw, "-", "-", "-", "-");
+            continue;
+        }
+        const double g = (time_gemms(net->be, f, nf) + time_gemms(net->be, b, nb)) *
+                         micro_per_step * 1e3;
+        gemm_total += g;
+        fprintf(out, "  %-18s %-8s %9.3f %9.3f %9.1f %10.3f %10.1f %8.2fx\n", l->name,
+                hcnn_block_kind_name(l->kind), fw, bw, layer_gflops, g,
+                g > 0 ? flops / (g * 1e-3) / 1e9 : 0.0, g > 0 ? (fw + bw) / g : 0.0);
+    }
+    free(f), free(b);
+    const double step_ms = p->step_s / steps * 1e3;
+    const double share = step_ms > 0 ? gemm_total / step_ms : 0.0;
+    fprintf(out, "# step_ms=%.3f forward_ms=%.3f backward_ms=%.3f raw_gemm_ms=%.3f\n", step_ms,
+            fwd_total, bwd_total, gemm_total);
+    if (step_ms > 0)
+        fprintf(out, "# shares of the step: gemm=%.3f data_wait=%.4f optimizer=%.4f "
+                     "communication=%.4f bubble=%.4f outside_gemm=%.3f\n",
+                share, p->data_s / steps * 1e3 / step_ms, p->opt_s / steps * 1e3 / step_ms,
+                p->comm_s / steps * 1e3 / step_ms, p->bubble_s / steps * 1e3 / step_ms,
+                1.0 - share);
+    return share;
+}
