@@ -57,7 +57,10 @@ resnet18)
     ;;
 *) echo "compare.sh: --model '$model': expected lenet or resnet18" >&2; exit 2 ;;
 esac
-[ "$steps" -ge 1 ] && [ "$repeats" -ge 1 ] || { echo "compare.sh: --steps and --repeats must be >= 1" >&2; exit 2; }
+if [ "$steps" -lt 1 ] || [ "$repeats" -lt 1 ]; then
+    echo "compare.sh: --steps and --repeats must be >= 1" >&2
+    exit 2
+fi
 
 HCNN=${HCNN:-./hcnn}
 PY=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch; not the pyenv python3 first on PATH

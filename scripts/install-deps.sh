@@ -12,6 +12,7 @@ PACKAGES=(
     libyaml-dev zlib1g-dev                                            # configs, gzip data, CRC32
     libcmocka-dev                                                     # make check
     gnuplot-nox                                                       # results/ plots
+    likwid                                                            # ./configure --with-likwid
     dataset-fashion-mnist                                             # Fashion-MNIST
     curl ca-certificates                                              # data mirrors
 )

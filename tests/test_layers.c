@@ -270,6 +270,8 @@ static void test_conv_forward_vs_naive(void **state)
     conv_vs_naive(4, 4, 8, 8, 6, 1, 1, 2, 2, 0, 0, 0, 0);   /* 1x1 projection, stride 2 */
     conv_vs_naive(5, 2, 10, 6, 3, 3, 3, 3, 2, 0, 1, 0, 64); /* chunked through the batch */
     conv_vs_naive(1, 1, 4, 4, 2, 4, 4, 1, 1, 0, 0, 1, 0);   /* kernel = input */
+    conv_vs_naive(4, 1, 12, 10, 6, 5, 5, 1, 1, 2, 2, 1, 0); /* grey input, 5x5, padded */
+    conv_vs_naive(3, 3, 7, 9, 4, 3, 3, 1, 1, 1, 0, 0, 0);   /* asymmetric padding */
 }
 
 static void test_conv_backward(void **state)

@@ -103,7 +103,8 @@ typedef struct hcnn_config {
     char checkpoint_dir[HCNN_PATH_MAX]; /* checkpoints; empty: none */
     int checkpoint_every;          /* epochs between checkpoints (0: only at the end / on signal) */
     int checkpoint_keep;           /* newest checkpoints kept */
-    int progress_every;            /* steps between progress lines when not a terminal; 0: auto */
+    int progress_every;
+    double im2col_mb;              /* cap on the im2col columns of one GEMM chunk (MiB) */            /* steps between progress lines when not a terminal; 0: auto */
 } hcnn_config;
 
 /* Defaults for every key (model empty). */

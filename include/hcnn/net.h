@@ -40,6 +40,7 @@ typedef struct hcnn_net {
     int ntensors;
 
     uint64_t model_hash;         /* hash of the architecture (checkpoint check) */
+    size_t chunk_floats;         /* cap on one im2col chunk (0: 128 MiB) */
 } hcnn_net;
 
 /* Build from the spec (shape inference, buffers, views, tensor names).

@@ -97,6 +97,7 @@ void hcnn_config_defaults(hcnn_config *cfg)
     cfg->shuffle = 1;
     cfg->augment = -1;
     cfg->progress_every = 0;
+    cfg->im2col_mb = 8.0;
 }
 
 /* ======================================================================
@@ -1284,6 +1285,7 @@ static const keydef top_keys[] = {
     K_INT("checkpoint_every", checkpoint_every, 0),
     K_INT("checkpoint_keep", checkpoint_keep, 1),
     K_INT("progress_every", progress_every, 0),
+    K_NUM("im2col_mb", im2col_mb, 0.0, 1, INFINITY, 0),
 };
 #define NKEYS COUNT(top_keys)
 

@@ -362,7 +362,7 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
     memset(s, 0, sizeof *s);
     s->capacity = capacity;
     s->ctx.be = net->be;
-    s->ctx.max_chunk_floats = HCNN_DEFAULT_CHUNK_FLOATS;
+    s->ctx.max_chunk_floats = net->chunk_floats ? net->chunk_floats : HCNN_DEFAULT_CHUNK_FLOATS;
     size_t ws = 0, tmp = 0;
     for (int i = first; i < last; i++) {
         const hcnn_layer *l = &net->layers[i];

@@ -186,6 +186,7 @@ static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm,
     if (rc)
         return rc;
     hcnn_net_init(&r->net, cfg->init, cfg->seed);
+    r->net.chunk_floats = (size_t)(cfg->im2col_mb * 1048576.0 / sizeof(float));
     /* replicas start identical whatever their seeds: rank 0's parameters */
     if (comm->size > 1) {
         rc = hcnn_bcast_floats(comm->world, r->net.params, r->net.nparams, 0);
