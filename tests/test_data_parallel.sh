@@ -45,29 +45,7 @@ if echo "$line" | grep -q 'comm_wait_s=' && echo "$line" | grep -q 'allreduce_hi
 else case_fail "epoch line lacks communication metrics: $line"; fi
 
 case_begin batchnorm_replicas_agree
-cat >"$WORK/res.yaml" <<YAML
-model:
-  name: tiny_resnet
-  input: [1, 12, 12]
-  classes: 4
-  blocks:
-    - {type: conv, name: conv1, out: 8, kernel: 3, pad: 1, bias: false}
-    - {type: bn, name: bn1}
-    - relu
-    - {type: residual, name: layer1.0, out: 8}
-    - {type: residual, name: layer2.0, out: 16, stride: 2}
-    - gap
-    - flatten
-    - {type: fc, name: fc, out: 4}
-dataset: synthetic
-synthetic_train: 512
-synthetic_test: 128
-epochs: 3
-batch_size: 32
-lr: 0.05
-strategy: data
-YAML
-if "${MPIRUN[@]}" -np 2 "$HCNN" train --config "$WORK/res.yaml" -q --set bucket_mb=0.01 >"$WORK/res.log" 2>&1; then
+if "${MPIRUN[@]}" -np 2 "$HCNN" train --config "$HCNN_SRCDIR/configs/synthetic_resnet.yaml" -q --set strategy=data --set bucket_mb=0.01 >"$WORK/res.log" 2>&1; then
     l1=$(grep '^epoch=1 ' "$WORK/res.log" | tr ' ' '\n' | sed -n 's/^train_loss=//p')
     l3=$(grep '^epoch=3 ' "$WORK/res.log" | tr ' ' '\n' | sed -n 's/^train_loss=//p')
     if grep -q '^replica_check=ok' "$WORK/res.log" && awk -v a="$l1" -v b="$l3" 'BEGIN { exit !(b < a) }'; then

@@ -72,33 +72,7 @@ else
 fi
 
 case_begin resnet_with_bn_trains
-cat >"$WORK/res.yaml" <<YAML
-model:
-  name: tiny_resnet
-  input: [1, 12, 12]
-  classes: 4
-  blocks:
-    - {type: conv, name: conv1, out: 8, kernel: 3, pad: 1, bias: false}
-    - {type: bn, name: bn1}
-    - relu
-    - {type: residual, name: layer1.0, out: 8}
-    - {type: residual, name: layer2.0, out: 16, stride: 2}
-    - {type: dropout, p: 0.1}
-    - gap
-    - flatten
-    - {type: fc, name: fc, out: 4}
-dataset: synthetic
-synthetic_train: 512
-synthetic_test: 128
-epochs: 3
-batch_size: 32
-lr: 0.05
-schedule: cosine
-warmup_epochs: 0.5
-weight_decay: 0.0005
-nesterov: true
-YAML
-if "$HCNN" train --config "$WORK/res.yaml" --set csv= --set checkpoint_dir="$WORK/res" >"$WORK/res.log" 2>&1; then
+if "$HCNN" train --config "$HCNN_SRCDIR/configs/synthetic_resnet.yaml" --set csv= --set checkpoint_dir="$WORK/res" >"$WORK/res.log" 2>&1; then
     l1=$(first "$WORK/res.log" train_loss) l3=$(last "$WORK/res.log" train_loss) acc=$(last "$WORK/res.log" test_acc)
     if awk -v a="$l1" -v b="$l3" -v c="$acc" 'BEGIN { exit !(b < a && c >= 0.9) }'; then
         case_ok

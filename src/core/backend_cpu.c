@@ -152,20 +152,26 @@ static void cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
                    (size_t)np * sizeof *dst);
 }
 
+/* Sum of channel ch of x [n][c][np]: per image in float, images in double,
+ * always in the same order. */
+static double channel_sum(const float *x, int n, int c, int np, int ch)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *xp = x + ((size_t)i * c + ch) * np;
+        float part = 0.0f;
+        for (int p = 0; p < np; p++)
+            part += xp[p];
+        s += part;
+    }
+    return s;
+}
+
 static void cpu_channel_sum_acc(const float *dy, int n, int c, int np, float *db)
 {
 #pragma omp parallel for schedule(static)
-    for (int co = 0; co < c; co++) {
-        double s = 0.0;
-        for (int i = 0; i < n; i++) {
-            const float *d = dy + ((size_t)i * c + co) * np;
-            float part = 0.0f;
-            for (int p = 0; p < np; p++)
-                part += d[p];
-            s += part;
-        }
-        db[co] += (float)s;
-    }
+    for (int co = 0; co < c; co++)
+        db[co] += (float)channel_sum(dy, n, c, np, co);
 }
 
 static void cpu_row_sum_acc(const float *dy, int n, int m, float *db)
@@ -396,15 +402,7 @@ static void cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *
     const double cnt = (double)n * np;
 #pragma omp parallel for schedule(static)
     for (int ch = 0; ch < c; ch++) {
-        double s = 0.0;
-        for (int i = 0; i < n; i++) {
-            const float *xp = x + ((size_t)i * c + ch) * np;
-            float part = 0.0f;
-            for (int p = 0; p < np; p++)
-                part += xp[p];
-            s += part;
-        }
-        const double mean = s / cnt;
+        const double mean = channel_sum(x, n, c, np, ch) / cnt;
         double ss = 0.0;
         for (int i = 0; i < n; i++) {
             const float *xp = x + ((size_t)i * c + ch) * np;
