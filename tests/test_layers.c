@@ -301,6 +301,39 @@ static void test_conv_backward_chunked(void **state)
     model_free(&m);
 }
 
+/* The backend GEMM against a naive one, on shapes that take the split-k
+ * path (small output, long k) and with every transpose combination. */
+static void test_gemm_split_k(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    const int m = 6, n = 25, k = 20011;
+    float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n);
+    float *c = malloc(sizeof(float) * m * n);
+    assert_true(a && b && c);
+    fill_random(a, (size_t)m * k, 41, -1, 1);
+    fill_random(b, (size_t)k * n, 42, -1, 1);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            for (int i = 0; i < m * n; i++)
+                c[i] = 1.0f;
+            /* c = 0.5 * op(a) op(b) + 2 * c, with a and b read in the layout op() implies */
+            be->gemm(ta, tb, m, n, k, 0.5f, a, ta ? m : k, b, tb ? k : n, 2.0f, c, n);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    double ref = 0.0;
+                    for (int l = 0; l < k; l++)
+                        ref += (double)(ta ? a[(size_t)l * m + i] : a[(size_t)i * k + l]) *
+                               (tb ? b[(size_t)j * k + l] : b[(size_t)l * n + j]);
+                    ref = 0.5 * ref + 2.0;
+                    if (fabs(c[i * n + j] - ref) > 1e-3 * (1.0 + fabs(ref)))
+                        fail_msg("ta %d tb %d c[%d][%d] = %g, expected %g", ta, tb, i, j,
+                                 (double)c[i * n + j], ref);
+                }
+        }
+    free(a), free(b), free(c);
+}
+
 static void test_im2col_adjoint(void **state)
 {
     (void)state;
@@ -601,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_conv_backward),
         cmocka_unit_test(test_conv_backward_chunked),
         cmocka_unit_test(test_im2col_adjoint),
+        cmocka_unit_test(test_gemm_split_k),
         cmocka_unit_test(test_fc_backward),
         cmocka_unit_test(test_bn_backward_training),
         cmocka_unit_test(test_bn_statistics),
