@@ -84,6 +84,17 @@ rc=$?
 if [ $rc -eq 75 ] && ls "$WORK"/term/ckpt-s*.hcnn >/dev/null 2>&1 && grep -q 'received' "$WORK/term.log"; then case_ok
 else case_fail "exit $rc: $(tail -n 4 "$WORK/term.log")"; fi
 
+case_begin sigusr1_pipeline_under_mpirun
+"${MPIRUN[@]}" -np 2 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/pterm" --set strategy=pipeline --set stages=2 \
+    --set epochs=200 --set checkpoint_every=0 >"$WORK/pterm.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q '^epoch=' "$WORK/pterm.log" && break; sleep 0.1; done
+kill -USR1 "$(pgrep -P "$pid" mpirun)"   # mpirun (under timeout) forwards SIGUSR1 to every rank
+wait "$pid"
+rc=$?
+if [ $rc -eq 75 ] && ls "$WORK"/pterm/ckpt-s*.hcnn >/dev/null 2>&1 && grep -q 'received' "$WORK/pterm.log"; then case_ok
+else case_fail "exit $rc: $(tail -n 4 "$WORK/pterm.log")"; fi
+
 case_begin sigkill_while_writing_keeps_a_loadable_checkpoint
 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/kill" --set epochs=100000 --set checkpoint_every=1 \
     --set checkpoint_keep=1 >"$WORK/kill.log" 2>&1 &

@@ -896,7 +896,7 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
     /* the final checkpoint (also after max_steps or a signal) */
     if (!rc) {
         const int inside = (stop != 0) && done < (int)steps_per_epoch && epoch < cfg->epochs;
-        if (stop == 2 && st.seen > 0 && comm->size > 1) { /* partial sums of the epoch, global */
+        if (stop == 2 && comm->size > 1) { /* partial sums of the epoch, global (collective) */
             double sums[3] = {st.loss_sum, st.correct, st.seen};
             MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, comm->world);
             st.loss_sum = sums[0], st.correct = sums[1], st.seen = sums[2];
