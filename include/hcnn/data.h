@@ -92,8 +92,9 @@ typedef struct hcnn_loader {
     pthread_cond_t cv;
     int thread_started;
     int ready[2];          /* buffer filled and not yet handed out */
-    int want;              /* batch the worker should fill next, -1 none */
+    int want;              /* batch requested and not yet taken, -1 none */
     int want_buf;
+    int filling;           /* the worker is filling a buffer */
     int stop;
 } hcnn_loader;
 

@@ -3,16 +3,21 @@
  *
  * Protocol (all under ld->mu, one condition variable, broadcast):
  *   - the main thread posts a request by setting want = batch, want_buf;
- *   - the worker keeps want >= 0 while it fills, then sets want = -1 and
- *     ready[buf] = 1;
+ *   - the worker takes it (want = -1, filling = 1), fills without the lock,
+ *     then sets filling = 0 and ready[buf] = 1;
+ *   - if next() finds its batch requested but not yet taken (the worker
+ *     has not been scheduled: every core is busy training), it takes the
+ *     request back and assembles the batch itself with all threads, rather
+ *     than wait for a time slice;
  *   - at most one request is outstanding: next() for batch b waits for
- *     ready[b%2], i.e. for the worker to be idle, before posting b+1 into
- *     the buffer the caller has just given back (that of b-1).
- * So "want < 0" means "worker idle", which begin_epoch and free wait for. */
+ *     ready[b%2] before posting b+1 into the buffer the caller has just
+ *     given back (that of b-1).
+ * So "want < 0 && !filling" means "worker idle", which begin_epoch waits for. */
 #define _POSIX_C_SOURCE 200809L
 #include "hcnn/data.h"
 
 #include <limits.h>
+#include <omp.h>
 #include <string.h>
 
 #include "hcnn/common.h"
@@ -20,14 +25,14 @@
 /* Fill buffer `buf` with this rank's shard of batch b.  Runs without the
  * lock: the main thread does not touch this buffer or the epoch fields
  * while a request is outstanding. */
-static void fill(hcnn_loader *ld, int b, int buf)
+static void fill(hcnn_loader *ld, int b, int buf, int nthreads)
 {
     int start = b * ld->batch;
     int global_n = ld->nsamples - start < ld->batch ? ld->nsamples - start : ld->batch;
     int lo, hi;
     hcnn_shard(global_n, ld->rank, ld->nranks, &lo, &hi);
     hcnn_batch_assemble(ld->ds, ld->perm + start + lo, hi - lo, ld->augment, ld->seed, ld->epoch, ld->x[buf],
-                        ld->y[buf], ld->prefetch_threads);
+                        ld->y[buf], nthreads);
     ld->n[buf] = hi - lo;
     ld->global_n[buf] = global_n;
     ld->first[buf] = start + lo;
@@ -43,11 +48,13 @@ static void *worker(void *arg)
         if (ld->stop)
             break;
         int b = ld->want, buf = ld->want_buf;
+        ld->want = -1;
+        ld->filling = 1;
         pthread_mutex_unlock(&ld->mu);
-        fill(ld, b, buf);
+        fill(ld, b, buf, ld->prefetch_threads);
         pthread_mutex_lock(&ld->mu);
         ld->ready[buf] = 1;
-        ld->want = -1;
+        ld->filling = 0;
         pthread_cond_broadcast(&ld->cv);
     }
     pthread_mutex_unlock(&ld->mu);
@@ -123,8 +130,9 @@ void hcnn_loader_begin_epoch_at(hcnn_loader *ld, const uint32_t *perm, int nsamp
     if (!ld->thread_started) /* init failed: next() will report no batches */
         return;
     pthread_mutex_lock(&ld->mu);
-    /* a request of an abandoned epoch may still be running */
-    while (ld->want >= 0)
+    /* a request of an abandoned epoch may still be running or pending */
+    ld->want = -1;
+    while (ld->filling)
         pthread_cond_wait(&ld->cv, &ld->mu);
     ld->perm = perm;
     ld->nsamples = nsamples > 0 ? nsamples : 0;
@@ -149,6 +157,13 @@ int hcnn_loader_next(hcnn_loader *ld, float **x, int32_t **y, int *n, int *globa
     int b = ld->next_batch++, buf = b & 1;
     double t0 = hcnn_now();
     pthread_mutex_lock(&ld->mu);
+    if (!ld->ready[buf] && ld->want == b) { /* not taken yet: assemble it here */
+        ld->want = -1;
+        pthread_mutex_unlock(&ld->mu);
+        fill(ld, b, buf, omp_get_max_threads());
+        pthread_mutex_lock(&ld->mu);
+        ld->ready[buf] = 1;
+    }
     while (!ld->ready[buf])
         pthread_cond_wait(&ld->cv, &ld->mu);
     ld->ready[buf] = 0;
