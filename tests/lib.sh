@@ -58,6 +58,23 @@ same_as() {
     fi
 }
 
+# run_steps STRATEGY BATCH NAME RANKS key=value...: 18 steps over two epochs
+# of 470 synthetic samples (a short last batch), checkpoint in $WORK/NAME,
+# log in $WORK/NAME.log; RANKS 0 runs serially without mpirun.
+run_steps() {
+    local strategy=$1 batch=$2 name=$3 np=$4
+    shift 4
+    local args=(train --config "$CFG" -q --set epochs=2 --set max_steps=18 --set synthetic_train=470
+                --set batch_size="$batch" --set csv= --set checkpoint_dir="$WORK/$name")
+    local kv
+    for kv in "$@"; do args+=(--set "$kv"); done
+    if [ "$np" -eq 0 ]; then
+        "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
+    else
+        "${MPIRUN[@]}" -np "$np" "$HCNN" "${args[@]}" --set strategy="$strategy" >"$WORK/$name.log" 2>&1
+    fi
+}
+
 # MPI as root, more ranks than cores, one thread per rank; every run bounded.
 mpi_setup() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

@@ -73,27 +73,25 @@ else
     case_fail "exit $rc (want 75); $(grep -E 'SIGUSR1|checkpoint=|resuming' "$WORK/sig.log")"
 fi
 
-case_begin sigusr1_under_mpirun
-"${MPIRUN[@]}" -np 2 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/term" --set strategy=data \
-    --set epochs=200 --set checkpoint_every=0 >"$WORK/term.log" 2>&1 &
-pid=$!
-for _ in $(seq 300); do grep -q '^epoch=' "$WORK/term.log" && break; sleep 0.1; done
-kill -USR1 "$(pgrep -P "$pid" mpirun)"   # mpirun (under timeout) forwards SIGUSR1 to every rank
-wait "$pid"
-rc=$?
-if [ $rc -eq 75 ] && ls "$WORK"/term/ckpt-s*.hcnn >/dev/null 2>&1 && grep -q 'received' "$WORK/term.log"; then case_ok
-else case_fail "exit $rc: $(tail -n 4 "$WORK/term.log")"; fi
-
-case_begin sigusr1_pipeline_under_mpirun
-"${MPIRUN[@]}" -np 2 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/pterm" --set strategy=pipeline --set stages=2 \
-    --set epochs=200 --set checkpoint_every=0 >"$WORK/pterm.log" 2>&1 &
-pid=$!
-for _ in $(seq 300); do grep -q '^epoch=' "$WORK/pterm.log" && break; sleep 0.1; done
-kill -USR1 "$(pgrep -P "$pid" mpirun)"   # mpirun (under timeout) forwards SIGUSR1 to every rank
-wait "$pid"
-rc=$?
-if [ $rc -eq 75 ] && ls "$WORK"/pterm/ckpt-s*.hcnn >/dev/null 2>&1 && grep -q 'received' "$WORK/pterm.log"; then case_ok
-else case_fail "exit $rc: $(tail -n 4 "$WORK/pterm.log")"; fi
+# SIGUSR1 to mpirun (under timeout), which forwards it to every rank
+usr1_under_mpirun() { # name, strategy args...
+    local name=$1
+    shift
+    local sets=() kv
+    for kv in "$@"; do sets+=(--set "$kv"); done
+    case_begin "$name"
+    "${MPIRUN[@]}" -np 2 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/$name" "${sets[@]}" \
+        --set epochs=200 --set checkpoint_every=0 >"$WORK/$name.log" 2>&1 &
+    local pid=$! rc
+    for _ in $(seq 300); do grep -q '^epoch=' "$WORK/$name.log" && break; sleep 0.1; done
+    kill -USR1 "$(pgrep -P "$pid" mpirun)"
+    wait "$pid"
+    rc=$?
+    if [ $rc -eq 75 ] && ls "$WORK/$name"/ckpt-s*.hcnn >/dev/null 2>&1 && grep -q 'received' "$WORK/$name.log"; then case_ok
+    else case_fail "exit $rc: $(tail -n 4 "$WORK/$name.log")"; fi
+}
+usr1_under_mpirun sigusr1_under_mpirun strategy=data
+usr1_under_mpirun sigusr1_pipeline_under_mpirun strategy=pipeline stages=2
 
 case_begin sigkill_while_writing_keeps_a_loadable_checkpoint
 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/kill" --set epochs=100000 --set checkpoint_every=1 \

@@ -132,51 +132,7 @@ static void write_idx_pair(const char *img, const char *lab, int n, int h, int w
     free(bl);
 }
 
-/* Redirect stderr to a file around a call, to check the error message. */
-typedef struct capture {
-    int saved;
-    char path[64];
-} capture;
-
-static void capture_begin(capture *c)
-{
-    fflush(stderr);
-    strcpy(c->path, "/tmp/hcnn_test_err_XXXXXX");
-    int fd = mkstemp(c->path);
-    assert_true(fd >= 0);
-    c->saved = dup(2);
-    assert_true(c->saved >= 0);
-    assert_true(dup2(fd, 2) >= 0);
-    close(fd);
-}
-
-/* Restores stderr, echoes the captured text, checks that it is exactly
- * one error message containing each of the NULL-terminated strings. */
-static void capture_end(capture *c, ...)
-{
-    fflush(stderr);
-    assert_true(dup2(c->saved, 2) >= 0);
-    close(c->saved);
-    char text[4096] = "";
-    FILE *fp = fopen(c->path, "r");
-    assert_non_null(fp);
-    size_t len = fread(text, 1, sizeof text - 1, fp);
-    text[len] = '\0';
-    fclose(fp);
-    unlink(c->path);
-    printf("  (expected) %s", text); /* stdout: in order with cmocka's lines */
-    int count = 0;
-    for (const char *p = text; (p = strstr(p, "hcnn: error:")) != NULL; p++)
-        count++;
-    assert_int_equal(count, 1);
-    va_list ap;
-    va_start(ap, c);
-    for (const char *s; (s = va_arg(ap, const char *)) != NULL;) {
-        if (!strstr(text, s))
-            fail_msg("message lacks '%s'", s);
-    }
-    va_end(ap);
-}
+#include "capture.h"
 
 /* Dataset in memory with given shape; pixel values from a hash. */
 static void make_ds(hcnn_dataset *ds, int n, int c, int h, int w, uint64_t salt)

@@ -7,19 +7,7 @@ CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
 mpi_setup
 
 # a run of 18 steps: name, ranks (0 = serial without mpirun), key=value overrides
-run() {
-    local name=$1 np=$2
-    shift 2
-    local args=(train --config "$CFG" -q --set epochs=2 --set max_steps=18 --set synthetic_train=470
-                --set batch_size=30 --set csv= --set checkpoint_dir="$WORK/$name")
-    local kv
-    for kv in "$@"; do args+=(--set "$kv"); done
-    if [ "$np" -eq 0 ]; then
-        "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
-    else
-        "${MPIRUN[@]}" -np "$np" "$HCNN" "${args[@]}" --set strategy=data >"$WORK/$name.log" 2>&1
-    fi
-}
+run() { run_steps data 30 "$@"; }
 
 same_as_serial() { # name: matches the serial run and checked its replicas
     if grep -q '^replica_check=ok' "$WORK/$1.log"; then same_as serial "$1"

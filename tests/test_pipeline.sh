@@ -8,19 +8,7 @@ CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
 mpi_setup
 
 # 18 steps over two epochs of 470 samples, global batch 32 (a short last batch of 22)
-run() { # name ranks key=value...
-    local name=$1 np=$2
-    shift 2
-    local args=(train --config "$CFG" -q --set epochs=2 --set max_steps=18 --set synthetic_train=470
-                --set batch_size=32 --set csv= --set checkpoint_dir="$WORK/$name")
-    local kv
-    for kv in "$@"; do args+=(--set "$kv"); done
-    if [ "$np" -eq 0 ]; then
-        "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
-    else
-        "${MPIRUN[@]}" -np "$np" "$HCNN" "${args[@]}" --set strategy=pipeline >"$WORK/$name.log" 2>&1
-    fi
-}
+run() { run_steps pipeline 32 "$@"; }
 
 case_begin serial_reference
 if run serial 0 && [ -f "$WORK/serial/final.hcnn" ]; then case_ok; else case_fail "$(tail -n 3 "$WORK/serial.log")"; fi

@@ -36,6 +36,8 @@ void hcnn_free(void *p);
 
 /* Wall-clock seconds (monotonic). */
 double hcnn_now(void);
+/* Median of v[0..n) (sorts v in place; 0 when n < 1). */
+double hcnn_median(double *v, int n);
 
 /* ---- random numbers ----------------------------------------------------
  * xoshiro256** for sequential streams (initialisation, shuffling), and a

@@ -82,6 +82,20 @@ double hcnn_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double hcnn_median(double *v, int n)
+{
+    if (n < 1)
+        return 0.0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
 static uint64_t splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);

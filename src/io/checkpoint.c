@@ -101,13 +101,7 @@ static void put_section(wbuf *file, uint32_t kind, const wbuf *payload)
     put_u32(file, 0);
     put_u64(file, payload->n);
     put(file, payload->p, payload->n);
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (size_t off = 0; off < payload->n;) { /* crc32 takes uInt lengths */
-        size_t chunk = payload->n - off > (1u << 30) ? (1u << 30) : payload->n - off;
-        crc = crc32(crc, payload->p + off, (uInt)chunk);
-        off += chunk;
-    }
-    put_u32(file, (uint32_t)crc);
+    put_u32(file, hcnn_crc32(0, payload->p, payload->n));
 }
 
 static int write_atomically(const char *path, const void *data, size_t n)

@@ -182,12 +182,6 @@ int hcnn_grad_sync_finish(hcnn_grad_sync *gs)
     return HCNN_OK;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
 {
     double t[16];
@@ -203,6 +197,5 @@ double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
                           (int)gs->buckets[k].count, MPI_FLOAT, MPI_SUM, gs->comm);
         t[r] = hcnn_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-    return t[reps / 2];
+    return hcnn_median(t, reps);
 }

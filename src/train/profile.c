@@ -63,12 +63,6 @@ static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nee
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median of 3 timings of the GEMM list on scratch buffers. */
 static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
 {
@@ -98,8 +92,7 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
         }
     }
     hcnn_free(A), hcnn_free(B), hcnn_free(C);
-    qsort(t, 3, sizeof t[0], cmp_double);
-    return t[1];
+    return hcnn_median(t, 3);
 }
 
 double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,

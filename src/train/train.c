@@ -396,6 +396,65 @@ static int on_block_done(void *arg, int block)
 }
 
 /* One optimiser step on this rank's shard (n of gn samples). */
+/* A non-finite loss (or the HCNN_FAIL_AT test hook) fails this rank. */
+static int check_loss(const hcnn_run *r, double loss, int epoch, float lr)
+{
+    if (r->comm->rank == r->fail_rank && r->step == r->fail_step)
+        loss = NAN;
+    if (isfinite(loss))
+        return HCNN_OK;
+    return hcnn_error_code(HCNN_ENUMERIC,
+                           "non-finite loss at epoch %d step %ld (lr %g): lower lr in %s",
+                           epoch + 1, r->step, (double)lr, r->cfg->path);
+}
+
+/* Gradients of this step: forward, loss, backward with the bucketed
+ * allreduce overlapped (serial and data strategies).  *counted: samples
+ * whose loss this rank computed. */
+static int local_gradients(hcnn_run *r, const float *x, const int32_t *y, int n, int gn,
+                           int epoch, float lr, double *loss, int *ok, epoch_stats *st)
+{
+    hcnn_ctx *ctx = &r->scratch.ctx;
+    int rc;
+    if (n > 0) {
+        if ((rc = hcnn_net_forward(&r->net, ctx, &r->acts, x, n)))
+            return rc;
+        /* gradient of the mean loss over the global batch */
+        *loss = r->be->softmax_xent(hcnn_acts_output(&r->acts), y, n, r->net.classes,
+                                    1.0f / (float)gn, r->dlogits, ok);
+    }
+    if ((rc = check_loss(r, *loss, epoch, lr)))
+        return rc;
+    if (r->sync_ready)
+        hcnn_grad_sync_begin(&r->sync);
+    if (n > 0 && (rc = hcnn_net_backward(&r->net, &r->scratch, &r->acts, x, r->dlogits, NULL, n,
+                                         r->sync_ready ? on_block_done : NULL, r)))
+        return rc;
+    if (r->sync_ready) {
+        const double w0 = r->sync.wait_s;
+        HCNN_MARKER_START(ctx, "comm_wait", 2);
+        rc = hcnn_grad_sync_finish(&r->sync);
+        HCNN_MARKER_STOP(ctx, "comm_wait", 2);
+        st->comm_wait_s += r->sync.wait_s - w0;
+    }
+    return rc;
+}
+
+/* Gradients of this step through the pipeline (replicas summed inside). */
+static int pipeline_gradients(hcnn_run *r, const float *x, const int32_t *y, int n, int gn,
+                              int epoch, float lr, double *loss, int *ok, epoch_stats *st)
+{
+    const double c0 = r->pipe.sync_ready ? r->pipe.sync.wait_s : 0.0;
+    int rc = hcnn_pipe_step(&r->pipe, &r->net, &r->scratch, x, y, n, gn, loss, ok);
+    if (!rc)
+        rc = check_loss(r, *loss, epoch, lr);
+    if (r->pipe.sync_ready)
+        st->comm_wait_s += r->pipe.sync.wait_s - c0;
+    return rc;
+}
+
+/* One optimiser step on this rank's shard (n of gn samples): gradients,
+ * then SGD on the blocks this rank owns. */
 static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int gn, int first,
                       int epoch, float lr, epoch_stats *st)
 {
@@ -404,76 +463,26 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     ctx->training = 1;
     ctx->step = (uint64_t)r->step;
     ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
-    int rc = HCNN_OK, ok = 0;
     double loss = 0.0;
-    if (r->pipe_ready) {
-        const double c0 = r->pipe.sync_ready ? r->pipe.sync.wait_s : 0.0;
-        rc = hcnn_pipe_step(&r->pipe, &r->net, &r->scratch, x, y, n, gn, &loss, &ok);
-        if (r->comm->rank == r->fail_rank && r->step == r->fail_step)
-            loss = NAN;
-        if (!rc && !isfinite(loss))
-            rc = hcnn_error_code(HCNN_ENUMERIC,
-                                 "non-finite loss at epoch %d step %ld (lr %g): lower lr in %s",
-                                 epoch + 1, r->step, (double)lr, r->cfg->path);
-        if (rc)
-            return rc;
-        if (r->pipe.sync_ready)
-            st->comm_wait_s += r->pipe.sync.wait_s - c0;
-        size_t off, count;
-        hcnn_net_param_range(&r->net, r->first, r->last, &off, &count);
-        const double o0 = hcnn_now();
-        HCNN_MARKER_START(ctx, "optimizer", 2);
-        hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, off, count, lr);
-        HCNN_MARKER_STOP(ctx, "optimizer", 2);
-        if (r->profiling)
-            r->prof.opt_s += hcnn_now() - o0;
-        st->loss_sum += loss;
-        st->correct += ok;
-        st->seen += r->pipe.next == MPI_PROC_NULL ? n : 0; /* counted where the loss is */
-        st->trained += r->pipe.next == MPI_PROC_NULL ? n : 0;
-        return HCNN_OK;
-    }
-    if (n > 0) {
-        rc = hcnn_net_forward(&r->net, ctx, &r->acts, x, n);
-        if (rc)
-            return rc;
-        /* gradient of the mean loss over the global batch */
-        loss = r->be->softmax_xent(hcnn_acts_output(&r->acts), y, n, r->net.classes,
-                                   1.0f / (float)gn, r->dlogits, &ok);
-    }
-    if (r->comm->rank == r->fail_rank && r->step == r->fail_step)
-        loss = NAN;
-    if (!isfinite(loss))
-        return hcnn_error_code(HCNN_ENUMERIC,
-                               "non-finite loss at epoch %d step %ld (lr %g): lower lr in %s",
-                               epoch + 1, r->step, (double)lr, r->cfg->path);
-    if (r->sync_ready)
-        hcnn_grad_sync_begin(&r->sync);
-    if (n > 0) {
-        rc = hcnn_net_backward(&r->net, &r->scratch, &r->acts, x, r->dlogits, NULL, n,
-                               r->sync_ready ? on_block_done : NULL, r);
-        if (rc)
-            return rc;
-    }
-    if (r->sync_ready) {
-        const double w0 = r->sync.wait_s;
-        HCNN_MARKER_START(ctx, "comm_wait", 2);
-        rc = hcnn_grad_sync_finish(&r->sync);
-        HCNN_MARKER_STOP(ctx, "comm_wait", 2);
-        if (rc)
-            return rc;
-        st->comm_wait_s += r->sync.wait_s - w0;
-    }
+    int ok = 0;
+    int rc = r->pipe_ready ? pipeline_gradients(r, x, y, n, gn, epoch, lr, &loss, &ok, st)
+                           : local_gradients(r, x, y, n, gn, epoch, lr, &loss, &ok, st);
+    if (rc)
+        return rc;
+    size_t off, count;
+    hcnn_net_param_range(&r->net, r->first, r->last, &off, &count);
     const double o0 = hcnn_now();
     HCNN_MARKER_START(ctx, "optimizer", 2);
-    hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, 0, r->net.nparams, lr);
+    hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, off, count, lr);
     HCNN_MARKER_STOP(ctx, "optimizer", 2);
     if (r->profiling)
         r->prof.opt_s += hcnn_now() - o0;
+    /* samples are counted where their loss is: the last stage of a pipeline */
+    const int counted = r->pipe_ready && r->pipe.next != MPI_PROC_NULL ? 0 : n;
     st->loss_sum += loss;
     st->correct += ok;
-    st->seen += n;
-    st->trained += n;
+    st->seen += counted;
+    st->trained += counted;
     return HCNN_OK;
 }
 
@@ -846,12 +855,13 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
                        p->bounds[s], p->bounds[s + 1] - 1, r.net.layers[p->bounds[s]].name,
                        r.net.layers[p->bounds[s + 1] - 1].name, p->est_s[s]);
         }
-        if (r.sync_ready || (r.pipe_ready && r.pipe.sync_ready))
+        const hcnn_grad_sync *gs = r.sync_ready                        ? &r.sync
+                                   : r.pipe_ready && r.pipe.sync_ready ? &r.pipe.sync
+                                                                       : NULL;
+        if (gs)
             printf("hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s; "
                    "blocking allreduce of all gradients: %.4f s\n",
-                   r.pipe_ready ? r.pipe.sync.nbuckets : r.sync.nbuckets,
-                   (r.pipe_ready ? r.pipe.sync.nbuckets : r.sync.nbuckets) == 1 ? "" : "s",
-                   cfg->bucket_mb,
+                   gs->nbuckets, gs->nbuckets == 1 ? "" : "s", cfg->bucket_mb,
                    cfg->allreduce_progress == HCNN_PROGRESS_TEST ? "MPI_Test polling"
                                                                  : "a communication thread",
                    r.allreduce_s);
@@ -909,12 +919,6 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
         rc = HCNN_STOPPED;
     run_free(&r);
     return rc;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_opts *opts)
@@ -975,10 +979,10 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
     }
     if (!rc) {
         double share = print_profile(&r);
-        qsort(rate, (size_t)nrate, sizeof rate[0], cmp_double);
+        const double median = hcnn_median(rate, nrate);
         if (is_root(&r)) {
             printf("gemm_share=%.3f\n", share);
-            printf("images_per_s=%.1f\n", nrate ? rate[nrate / 2] : 0.0);
+            printf("images_per_s=%.1f\n", median);
         }
     }
     run_free(&r);

@@ -1,0 +1,72 @@
+/* Test helper: capture stderr around a call and check its error message.
+ * Included by the cmocka tests after <cmocka.h>. */
+#ifndef HCNN_TEST_CAPTURE_H
+#define HCNN_TEST_CAPTURE_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* stderr capture: exactly one "hcnn: error:" message containing each of
+ * the NULL-terminated strings */
+typedef struct capture {
+    int saved;
+    char path[64];
+} capture;
+
+static inline void capture_begin(capture *c)
+{
+    fflush(stderr);
+    strcpy(c->path, "/tmp/hcnn_test_err_XXXXXX");
+    int fd = mkstemp(c->path);
+    assert_true(fd >= 0);
+    c->saved = dup(2);
+    assert_true(c->saved >= 0);
+    assert_true(dup2(fd, 2) >= 0);
+    close(fd);
+}
+
+/* Restores stderr and returns what was captured (text, cap bytes). */
+static inline void capture_text(capture *c, char *text, size_t cap)
+{
+    fflush(stderr);
+    assert_true(dup2(c->saved, 2) >= 0);
+    close(c->saved);
+    FILE *fp = fopen(c->path, "r");
+    assert_non_null(fp);
+    size_t len = fread(text, 1, cap - 1, fp);
+    text[len] = '\0';
+    fclose(fp);
+    unlink(c->path);
+}
+
+static inline int count_errors(const char *text)
+{
+    int count = 0;
+    for (const char *p = text; (p = strstr(p, "hcnn: error:")) != NULL; p++)
+        count++;
+    return count;
+}
+
+static inline void capture_end_v(capture *c, va_list ap)
+{
+    char text[4096];
+    capture_text(c, text, sizeof text);
+    printf("  (expected) %s", text); /* stdout: in order with cmocka's lines */
+    assert_int_equal(count_errors(text), 1);
+    for (const char *s; (s = va_arg(ap, const char *)) != NULL;)
+        if (!strstr(text, s))
+            fail_msg("message lacks '%s'", s);
+}
+
+static inline void capture_end(capture *c, ...)
+{
+    va_list ap;
+    va_start(ap, c);
+    capture_end_v(c, ap);
+    va_end(ap);
+}
+
+#endif
