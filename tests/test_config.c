@@ -187,6 +187,8 @@ static void assert_config_equal(const hcnn_config *x, const hcnn_config *y)
     assert_string_equal(x->csv, y->csv);
     assert_string_equal(x->checkpoint_dir, y->checkpoint_dir);
     assert_int_equal(x->progress_every, y->progress_every);
+    assert_int_equal(x->conv_algo, y->conv_algo);
+    assert_int_equal(x->data_prefetch, y->data_prefetch);
 }
 
 /* write -> load gives the same configuration, field by field and byte by
@@ -384,6 +386,8 @@ static void test_defaults(void **state)
     assert_string_equal(c->csv, "");
     assert_string_equal(c->checkpoint_dir, "");
     assert_int_equal(c->progress_every, 0);
+    assert_int_equal(c->conv_algo, HCNN_CONV_AUTO);
+    assert_int_equal(c->data_prefetch, HCNN_PREFETCH_AUTO);
 
     /* hcnn_config_defaults agrees with what the loader fills in */
     hcnn_config_defaults(&fx.b);
@@ -421,7 +425,9 @@ static void test_every_key(void **state)
                                        "augment: false\n"
                                        "csv: out/m.csv\n"
                                        "checkpoint_dir: out/ckpt\n"
-                                       "progress_every: 25\n");
+                                       "progress_every: 25\n"
+                                       "conv_algo: per_image\n"
+                                       "data_prefetch: off\n");
     assert_int_equal(hcnn_config_load(&fx.a, path, NULL, 0), HCNN_OK);
     const hcnn_config *c = &fx.a;
     assert_string_equal(c->data_dir, "/srv/data");
@@ -449,6 +455,8 @@ static void test_every_key(void **state)
     assert_string_equal(c->csv, "out/m.csv");
     assert_string_equal(c->checkpoint_dir, "out/ckpt");
     assert_int_equal(c->progress_every, 25);
+    assert_int_equal(c->conv_algo, HCNN_CONV_PER_IMAGE);
+    assert_int_equal(c->data_prefetch, HCNN_PREFETCH_OFF);
     assert_round_trip(c);
 }
 
@@ -883,6 +891,10 @@ static const err_case err_cases[] = {
     /* choices */
     {"schedule_unknown", NULL, "schedule: linear\n", {0}, 0, HCNN_EINVAL, {"schedule", "constant, step, cosine"}},
     {"init_unknown", NULL, "init: lecun\n", {0}, 0, HCNN_EINVAL, {"init", "he, xavier"}},
+    {"conv_algo_unknown", NULL, "conv_algo: winograd\n", {0}, 0, HCNN_EINVAL,
+     {"conv_algo", "auto, batched, per_image", "\"winograd\""}},
+    {"data_prefetch_unknown", NULL, "data_prefetch: maybe\n", {0}, 0, HCNN_EINVAL,
+     {"data_prefetch", "auto, on, off"}},
     {"strategy_unknown", NULL, "strategy: ddp\n", {0}, 0, HCNN_EINVAL, {"strategy", "serial", "\"ddp\""}},
     {"dataset_unknown", "model:\n  input: [1, 8, 8]\n  classes: 2\n  blocks: [relu]\ndataset: imagenet\n", NULL, {0},
      0, HCNN_EINVAL, {"dataset", "fashion_mnist", "\"imagenet\""}},

@@ -883,17 +883,22 @@ static void test_loader_shards(void **state)
     run_loader(4, 10, 23, 1);  /* last batch of 3 over 4 ranks: one empty shard */
     run_loader(1, 7, 7, 2);
     run_loader(8, 5, 61, 1);   /* most batches leave 3 ranks empty */
+    /* no background thread: next() assembles each batch itself */
+    run_loader(3, 10, 23, 0);
+    run_loader(8, 5, 61, 0);
 }
 
-static void test_loader_restart(void **state)
+/* Abandoned, empty and full epochs, with a prefetch thread (prefetch > 0)
+ * or without (0). */
+static void loader_restart(int prefetch)
 {
-    (void)state;
     hcnn_dataset ds;
     id_dataset(&ds, 100);
     uint32_t perm[100];
     hcnn_epoch_permutation(perm, 100, 1, 0, 1);
     hcnn_loader ld;
-    assert_int_equal(hcnn_loader_init(&ld, &ds, 8, 0, 1, 1, 3, 2), HCNN_OK);
+    assert_int_equal(hcnn_loader_init(&ld, &ds, 8, 0, 1, 1, 3, prefetch), HCNN_OK);
+    assert_int_equal(ld.thread_started, prefetch > 0);
     float *x;
     int32_t *y;
     int n, gn, first;
@@ -935,6 +940,13 @@ static void test_loader_restart(void **state)
     assert_int_equal(hcnn_loader_init(&ld, &ds, 4, 3, 3, 0, 1, 1), HCNN_EINVAL);
     capture_end(&c, "rank 3 of 3", NULL);
     hcnn_dataset_free(&ds);
+}
+
+static void test_loader_restart(void **state)
+{
+    (void)state;
+    loader_restart(2);
+    loader_restart(0);
 }
 
 int main(void)

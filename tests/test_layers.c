@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <omp.h>
 
 #include "hcnn/common.h"
 #include "hcnn/net.h"
@@ -45,7 +46,8 @@ typedef struct model {
 
 /* Build a net of the given blocks on inputs c x h x w; classes is set to
  * the output size so that any block sequence is a valid "model". */
-static void model_make(model *m, const hcnn_block_spec *blocks, int nb, int c, int h, int w, int n)
+static void model_make_algo(model *m, const hcnn_block_spec *blocks, int nb, int c, int h, int w,
+                            int n, hcnn_conv_algo algo)
 {
     memset(m, 0, sizeof *m);
     m->spec.in_c = c, m->spec.in_h = h, m->spec.in_w = w;
@@ -66,6 +68,7 @@ static void model_make(model *m, const hcnn_block_spec *blocks, int nb, int c, i
     }
     m->spec.classes = cc * hh * ww;
     assert_int_equal(hcnn_net_create(&m->net, &m->spec, hcnn_backend_cpu(), "test"), 0);
+    m->net.conv_algo = algo;
     hcnn_net_init(&m->net, HCNN_INIT_HE, 7);
     assert_int_equal(hcnn_acts_alloc(&m->acts, &m->net, 0, nb, n), 0);
     assert_int_equal(hcnn_scratch_alloc(&m->s, &m->net, 0, nb, n), 0);
@@ -74,6 +77,11 @@ static void model_make(model *m, const hcnn_block_spec *blocks, int nb, int c, i
     m->n = n;
     m->in_sz = (size_t)c * h * w * n;
     m->out_sz = (size_t)m->spec.classes * n;
+}
+
+static void model_make(model *m, const hcnn_block_spec *blocks, int nb, int c, int h, int w, int n)
+{
+    model_make_algo(m, blocks, nb, c, h, w, n, HCNN_CONV_AUTO);
 }
 
 static void model_free(model *m)
@@ -299,6 +307,129 @@ static void test_conv_backward_chunked(void **state)
     gradcheck(&m, x, 1e-2, 2e-3, 2e-2);
     free(x);
     model_free(&m);
+}
+
+/* Reference backward of naive_conv: dw, db accumulate, dx overwritten. */
+static void naive_conv_backward(const float *x, const float *w, const float *dy, int n, int c,
+                                int h, int wd, int co, int kh, int kw, int sh, int sw, int ph,
+                                int pw, int oh, int ow, double *dw, double *db, double *dx)
+{
+    memset(dx, 0, sizeof(double) * (size_t)n * c * h * wd);
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < co; o++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    const double g = dy[((i * co + o) * oh + oy) * ow + ox];
+                    db[o] += g;
+                    for (int ci = 0; ci < c; ci++)
+                        for (int ki = 0; ki < kh; ki++)
+                            for (int kj = 0; kj < kw; kj++) {
+                                int iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= wd)
+                                    continue;
+                                const size_t xi = ((size_t)(i * c + ci) * h + iy) * wd + ix;
+                                const size_t wi = ((size_t)(o * c + ci) * kh + ki) * kw + kj;
+                                dw[wi] += g * x[xi];
+                                dx[xi] += g * w[wi];
+                            }
+                }
+}
+
+static void expect_close(const char *what, const float *got, const double *ref, size_t n,
+                         const char *algo, int threads)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fabs(got[i] - ref[i]) > 1e-4 * (1.0 + fabs(ref[i])))
+            fail_msg("%s[%zu] = %g, naive %g (conv_algo %s, %d threads)", what, i,
+                     (double)got[i], ref[i], algo, threads);
+}
+
+/* One convolution, forward and backward, through the given conv_algo on
+ * the given number of threads, against the naive loops; returns the
+ * layer's output and gradients (y, dw, db, dx concatenated) for the
+ * caller's repeatability check. */
+static float *conv_run_vs_naive(int n, int c, int h, int w, int co, int k, int s, int p,
+                                hcnn_conv_algo algo, int threads)
+{
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    hcnn_block_spec b = blk(HCNN_BLOCK_CONV, co, k, k, s, s, p, p);
+    model m;
+    model_make_algo(&m, &b, 1, c, h, w, n, algo);
+    hcnn_layer *l = &m.net.layers[0];
+    if (algo == HCNN_CONV_PER_IMAGE) /* the workspace admits the per-thread path */
+        assert_true(m.s.ctx.ws_floats >= hcnn_conv_per_image_ws(l, &m.s.ctx, threads));
+    float *x = malloc(sizeof(float) * m.in_sz), *dy = malloc(sizeof(float) * m.out_sz);
+    float *dx = malloc(sizeof(float) * m.in_sz);
+    double *ref = calloc(m.out_sz + l->nw + l->nb + m.in_sz, sizeof(double));
+    float *yref = malloc(sizeof(float) * m.out_sz);
+    float *out = malloc(sizeof(float) * (m.out_sz + l->nw + l->nb + m.in_sz));
+    assert_true(x && dy && dx && ref && yref && out);
+    fill_random(x, m.in_sz, 31, -1.0f, 1.0f);
+    fill_random(dy, m.out_sz, 32, -1.0f, 1.0f);
+    fill_random(m.net.params, m.net.nparams, 33, -1.0f, 1.0f);
+    memset(m.net.grads, 0, sizeof(float) * m.net.nparams);
+
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, n), 0);
+    assert_int_equal(hcnn_net_backward(&m.net, &m.s, &m.acts, x, dy, dx, n, NULL, NULL), 0);
+    const char *name = hcnn_conv_algo_name(algo);
+    naive_conv(x, l->w, l->b, n, c, h, w, co, k, k, s, s, p, p, yref, l->out_h, l->out_w);
+    for (size_t i = 0; i < m.out_sz; i++)
+        ref[i] = yref[i];
+    double *dwr = ref + m.out_sz, *dbr = dwr + l->nw, *dxr = dbr + l->nb;
+    naive_conv_backward(x, l->w, dy, n, c, h, w, co, k, k, s, s, p, p, l->out_h, l->out_w, dwr,
+                        dbr, dxr);
+    expect_close("y", hcnn_acts_output(&m.acts), ref, m.out_sz, name, threads);
+    expect_close("dw", l->dw, dwr, l->nw, name, threads);
+    expect_close("db", l->db, dbr, l->nb, name, threads);
+    expect_close("dx", dx, dxr, m.in_sz, name, threads);
+
+    memcpy(out, hcnn_acts_output(&m.acts), sizeof(float) * m.out_sz);
+    memcpy(out + m.out_sz, l->dw, sizeof(float) * l->nw);
+    memcpy(out + m.out_sz + l->nw, l->db, sizeof(float) * l->nb);
+    memcpy(out + m.out_sz + l->nw + l->nb, dx, sizeof(float) * m.in_sz);
+    free(x), free(dy), free(dx), free(ref), free(yref);
+    model_free(&m);
+    omp_set_num_threads(saved);
+    return out;
+}
+
+/* Both ways of walking the batch (and auto's choice), on 1-3 threads:
+ * groups of several images (P < 256), one image per GEMM (P >= 256), fewer
+ * images than threads, uneven shares, stride and padding; and a repeated
+ * run is bit-for-bit identical. */
+static void test_conv_algorithms(void **state)
+{
+    (void)state;
+    static const int shapes[][8] = {
+        /* n, c, h, w, co, k, s, p */
+        {5, 2, 10, 6, 3, 3, 1, 1},   /* P = 60: groups of 5 images */
+        {3, 2, 20, 20, 5, 5, 2, 2},  /* P = 100, stride 2: groups of 3 */
+        {1, 3, 17, 16, 4, 3, 1, 1},  /* P = 272: one image per GEMM, n < threads */
+        {7, 1, 28, 28, 6, 5, 1, 2},  /* LeNet-5's conv1 */
+    };
+    const hcnn_conv_algo algos[] = {HCNN_CONV_BATCHED, HCNN_CONV_PER_IMAGE, HCNN_CONV_AUTO};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int *q = shapes[si];
+        for (int a = 0; a < 3; a++)
+            for (int t = 1; t <= 3; t++) {
+                float *first = conv_run_vs_naive(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7],
+                                                 algos[a], t);
+                float *again = conv_run_vs_naive(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7],
+                                                 algos[a], t);
+                /* y + dw + db + dx sizes, recomputed */
+                const int oh = (q[2] + 2 * q[7] - q[5]) / q[6] + 1;
+                const int ow = (q[3] + 2 * q[7] - q[5]) / q[6] + 1;
+                const size_t total = (size_t)q[0] * q[4] * oh * ow +
+                                     (size_t)q[4] * q[1] * q[5] * q[5] + (size_t)q[4] +
+                                     (size_t)q[0] * q[1] * q[2] * q[3];
+                if (memcmp(first, again, sizeof(float) * total) != 0)
+                    fail_msg("shape %zu, conv_algo %s, %d threads: a repeated run differs", si,
+                             hcnn_conv_algo_name(algos[a]), t);
+                free(first);
+                free(again);
+            }
+    }
 }
 
 /* The backend GEMM against a naive one, on shapes that take the split-k
@@ -633,6 +764,7 @@ int main(void)
         cmocka_unit_test(test_conv_forward_vs_naive),
         cmocka_unit_test(test_conv_backward),
         cmocka_unit_test(test_conv_backward_chunked),
+        cmocka_unit_test(test_conv_algorithms),
         cmocka_unit_test(test_im2col_adjoint),
         cmocka_unit_test(test_gemm_split_k),
         cmocka_unit_test(test_fc_backward),

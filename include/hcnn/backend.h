@@ -28,6 +28,13 @@ typedef struct hcnn_pool_geom {
 typedef struct hcnn_backend {
     const char *name;
 
+    /* Run fn(arg, t, nt) once on each of the backend's nt host threads
+     * (nt = 1 for a device backend).  Backend operations called from fn run
+     * on the calling thread only. */
+    void (*parallel)(void (*fn)(void *arg, int t, int nt), void *arg);
+    /* nt that parallel() will use */
+    int (*threads)(void);
+
     /* memory (device memory for accelerator backends) */
     void *(*alloc)(size_t bytes, const char *what);
     void (*free)(void *p);
@@ -48,6 +55,8 @@ typedef struct hcnn_backend {
     /* y[i][co][p] = src[co][i*np + p] + bias[co] (bias may be NULL):
      * from the GEMM's channel-major layout back to NCHW. */
     void (*cnp_to_nchw)(const float *src, const float *bias, int n, int c, int np, float *y);
+    /* y[i][co][p] += bias[co] for y [n][c][np] */
+    void (*add_channel_bias)(float *y, const float *bias, int n, int c, int np);
     /* dst[co][i*np + p] = y[i][co][p]: NCHW to channel-major. */
     void (*nchw_to_cnp)(const float *y, int n, int c, int np, float *dst);
     /* db[co] += sum over i, p of dy[i][co][p] */

@@ -10,6 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Hot loops get an AVX-512 and an AVX2 clone besides the baseline x86-64
+ * one (we build for any x86-64 node); the dynamic loader picks the best for
+ * the CPU (GCC function multiversioning). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define HCNN_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HCNN_MULTIVERSION
+#endif
+
 enum hcnn_status {
     HCNN_OK = 0,
     HCNN_EINVAL = 1,   /* bad argument, config value or command line */

@@ -61,6 +61,16 @@ typedef enum hcnn_pipe_schedule { HCNN_PIPE_GPIPE = 0, HCNN_PIPE_1F1B } hcnn_pip
  * communication thread doing blocking allreduces. */
 typedef enum hcnn_allreduce_progress { HCNN_PROGRESS_TEST = 0, HCNN_PROGRESS_THREAD } hcnn_allreduce_progress;
 
+/* How a convolution walks the mini-batch: auto picks per layer (see
+ * src/layers/conv.c); batched = im2col + one GEMM over chunks of images;
+ * per_image = each thread takes whole images, one cache-resident im2col +
+ * GEMM per image writing NCHW directly. */
+typedef enum hcnn_conv_algo { HCNN_CONV_AUTO = 0, HCNN_CONV_BATCHED, HCNN_CONV_PER_IMAGE } hcnn_conv_algo;
+
+/* Background batch assembly: auto = only when a core is left over by the
+ * training threads (see src/data/loader.c). */
+typedef enum hcnn_prefetch { HCNN_PREFETCH_AUTO = 0, HCNN_PREFETCH_ON, HCNN_PREFETCH_OFF } hcnn_prefetch;
+
 typedef struct hcnn_config {
     char path[HCNN_PATH_MAX];      /* the file it was read from */
     hcnn_model_spec model;
@@ -103,8 +113,10 @@ typedef struct hcnn_config {
     char checkpoint_dir[HCNN_PATH_MAX]; /* checkpoints; empty: none */
     int checkpoint_every;          /* epochs between checkpoints (0: only at the end / on signal) */
     int checkpoint_keep;           /* newest checkpoints kept */
-    int progress_every;
-    double im2col_mb;              /* cap on the im2col columns of one GEMM chunk (MiB) */            /* steps between progress lines when not a terminal; 0: auto */
+    int progress_every;            /* steps between progress lines when not a terminal; 0: auto */
+    double im2col_mb;              /* cap on the im2col columns of one GEMM chunk (MiB) */
+    hcnn_conv_algo conv_algo;      /* auto | batched | per_image */
+    hcnn_prefetch data_prefetch;   /* auto | on | off */
 } hcnn_config;
 
 /* Defaults for every key (model empty). */
@@ -126,6 +138,8 @@ const char *hcnn_schedule_name(hcnn_schedule s);
 const char *hcnn_init_name(hcnn_init i);
 const char *hcnn_strategy_name(hcnn_strategy s);
 const char *hcnn_progress_name(hcnn_allreduce_progress p);
+const char *hcnn_conv_algo_name(hcnn_conv_algo a);
+const char *hcnn_prefetch_name(hcnn_prefetch p);
 const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s);
 
 #endif

@@ -78,7 +78,8 @@ typedef struct hcnn_loader {
     int augment;
     uint64_t seed;
     int epoch;
-    int prefetch_threads;  /* threads used by the background assembly */
+    int prefetch_threads;  /* threads of the background assembly (0: no background
+                              thread; next() assembles each batch itself) */
 
     float *x[2];
     int32_t *y[2];
@@ -90,7 +91,8 @@ typedef struct hcnn_loader {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int thread_started;
+    int ready_to_run;      /* init succeeded */
+    int thread_started;    /* the background thread runs */
     int ready[2];          /* buffer filled and not yet handed out */
     int want;              /* batch requested and not yet taken, -1 none */
     int want_buf;

@@ -27,6 +27,7 @@ typedef struct hcnn_ctx {
     uint64_t step;           /* global optimiser step (dropout masks) */
     uint64_t first_sample;   /* epoch position of this batch's first sample */
     size_t max_chunk_floats; /* cap on one im2col chunk */
+    hcnn_conv_algo conv_algo;
     /* called between GEMMs and sub-layers so that non-blocking communication
      * progresses during long layers (NULL: nothing to drive) */
     void (*poll)(void *arg);
@@ -118,5 +119,8 @@ int hcnn_residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, c
 
 /* Images per im2col chunk so that the workspace stays bounded. */
 int hcnn_conv_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
+/* Workspace floats of the per-image path for nt threads (0 if the layer
+ * never takes it under ctx->conv_algo). */
+size_t hcnn_conv_per_image_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt);
 
 #endif

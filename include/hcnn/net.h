@@ -41,6 +41,7 @@ typedef struct hcnn_net {
 
     uint64_t model_hash;         /* hash of the architecture (checkpoint check) */
     size_t chunk_floats;         /* cap on one im2col chunk (0: 128 MiB) */
+    hcnn_conv_algo conv_algo;    /* how convolutions walk the mini-batch */
 } hcnn_net;
 
 /* Build from the spec (shape inference, buffers, views, tensor names).

@@ -18,6 +18,36 @@
 #include "hcnn/backend.h"
 #include "hcnn/common.h"
 
+/* Image rows here are 4-32 floats: a memcpy/memset call per row costs more
+ * than the copy (LeNet-5 spent a quarter of its step in them).  Keep GCC
+ * from turning the explicit loops below back into library calls. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#endif
+
+static inline void copy_floats(float *restrict d, const float *restrict s, int n)
+{
+    for (int i = 0; i < n; i++)
+        d[i] = s[i];
+}
+
+static inline void zero_floats(float *d, int n)
+{
+    for (int i = 0; i < n; i++)
+        d[i] = 0.0f;
+}
+
+/* Inside the region every OpenMP loop of this backend runs on the calling
+ * thread alone (nested regions are inactive) and the OpenMP OpenBLAS runs
+ * single-threaded. */
+static void cpu_parallel(void (*fn)(void *arg, int t, int nt), void *arg)
+{
+#pragma omp parallel
+    fn(arg, omp_get_thread_num(), omp_get_num_threads());
+}
+
+static int cpu_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
 static void cpu_upload(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_download(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
@@ -53,7 +83,7 @@ static void cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const flo
 {
     const int nt = omp_get_max_threads();
     float *part = NULL;
-    if (nt > 1 && (size_t)m * n <= SPLITK_MAX_OUT && k >= SPLITK_MIN_K * nt)
+    if (nt > 1 && !omp_in_parallel() && (size_t)m * n <= SPLITK_MAX_OUT && k >= SPLITK_MIN_K * nt)
         part = malloc(sizeof(float) * (size_t)nt * m * n);
     if (!part) {
         sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -80,45 +110,47 @@ static void cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const flo
 }
 
 /* col[(ci*kh + ki)*kw + kj][i*P + oy*ow + ox] = x[i][ci][oy*sh - ph + ki][ox*sw - pw + kj] */
+/* One row r of image i's columns: d[oy*ow + ox] = x[ci][oy*sh - ph + ki][ox*sw - pw + kj] */
+HCNN_MULTIVERSION
+static void im2col_row(const hcnn_conv_geom *g, const float *xp, int r, float *d)
+{
+    const int kj = r % g->kw, ki = (r / g->kw) % g->kh, ci = r / (g->kw * g->kh);
+    xp += (size_t)ci * g->h * g->w;
+    /* output columns [lo, hi) read inside the image (stride 1) */
+    int lo = g->pw - kj, hi = g->w + g->pw - kj;
+    if (lo < 0) lo = 0;
+    if (lo > g->ow) lo = g->ow;
+    if (hi > g->ow) hi = g->ow;
+    if (hi < lo) hi = lo;
+    for (int oy = 0; oy < g->oh; oy++, d += g->ow) {
+        const int iy = oy * g->sh - g->ph + ki;
+        if (iy < 0 || iy >= g->h) {
+            zero_floats(d, g->ow);
+            continue;
+        }
+        const float *row = xp + (size_t)iy * g->w;
+        if (g->sw == 1) {
+            zero_floats(d, lo);
+            copy_floats(d + lo, row + lo - g->pw + kj, hi - lo);
+            zero_floats(d + hi, g->ow - hi);
+        } else {
+            for (int ox = 0; ox < g->ow; ox++) {
+                const int ix = ox * g->sw - g->pw + kj;
+                d[ox] = (ix >= 0 && ix < g->w) ? row[ix] : 0.0f;
+            }
+        }
+    }
+}
+
 static void cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *col)
 {
     const int krows = g->c * g->kh * g->kw;
     const size_t P = (size_t)g->oh * g->ow;
     const size_t ldc = (size_t)n * P;
 #pragma omp parallel for collapse(2) schedule(static)
-    for (int r = 0; r < krows; r++) {
-        for (int i = 0; i < n; i++) {
-            const int kj = r % g->kw, ki = (r / g->kw) % g->kh, ci = r / (g->kw * g->kh);
-            const float *xp = x + ((size_t)i * g->c + ci) * g->h * g->w;
-            float *dst = col + (size_t)r * ldc + (size_t)i * P;
-            for (int oy = 0; oy < g->oh; oy++) {
-                const int iy = oy * g->sh - g->ph + ki;
-                float *d = dst + (size_t)oy * g->ow;
-                if (iy < 0 || iy >= g->h) {
-                    memset(d, 0, (size_t)g->ow * sizeof *d);
-                    continue;
-                }
-                const float *row = xp + (size_t)iy * g->w;
-                if (g->sw == 1) {
-                    /* contiguous: valid ox are those with 0 <= ox - pw + kj < w */
-                    int lo = g->pw - kj, hi = g->w + g->pw - kj; /* [lo, hi) */
-                    if (lo < 0) lo = 0;
-                    if (lo > g->ow) lo = g->ow;
-                    if (hi > g->ow) hi = g->ow;
-                    if (hi < lo) hi = lo;
-                    for (int ox = 0; ox < lo; ox++) d[ox] = 0.0f;
-                    if (hi > lo)
-                        memcpy(d + lo, row + lo - g->pw + kj, (size_t)(hi - lo) * sizeof *d);
-                    for (int ox = hi; ox < g->ow; ox++) d[ox] = 0.0f;
-                } else {
-                    for (int ox = 0; ox < g->ow; ox++) {
-                        const int ix = ox * g->sw - g->pw + kj;
-                        d[ox] = (ix >= 0 && ix < g->w) ? row[ix] : 0.0f;
-                    }
-                }
-            }
-        }
-    }
+    for (int r = 0; r < krows; r++)
+        for (int i = 0; i < n; i++)
+            im2col_row(g, x + (size_t)i * g->c * g->h * g->w, r, col + (size_t)r * ldc + (size_t)i * P);
 }
 
 /* Adjoint of im2col.  Parallel over (image, channel) planes: each thread
@@ -132,7 +164,7 @@ static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, float *
     for (int i = 0; i < n; i++) {
         for (int ci = 0; ci < g->c; ci++) {
             float *xp = dx + ((size_t)i * g->c + ci) * g->h * g->w;
-            memset(xp, 0, (size_t)g->h * g->w * sizeof *xp);
+            zero_floats(xp, g->h * g->w);
             for (int ki = 0; ki < g->kh; ki++) {
                 for (int kj = 0; kj < g->kw; kj++) {
                     const int r = (ci * g->kh + ki) * g->kw + kj;
@@ -176,10 +208,23 @@ static void cpu_cnp_to_nchw(const float *src, const float *bias, int n, int c, i
                 for (int p = 0; p < np; p++)
                     d[p] = s[p] + b;
             } else {
-                memcpy(d, s, (size_t)np * sizeof *d);
+                copy_floats(d, s, np);
             }
         }
     }
+}
+
+static void cpu_add_channel_bias(float *y, const float *bias, int n, int c, int np)
+{
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)n * c * np > 65536)
+    for (int i = 0; i < n; i++)
+        for (int co = 0; co < c; co++) {
+            float *d = y + ((size_t)i * c + co) * np;
+            const float b = bias[co];
+#pragma omp simd
+            for (int p = 0; p < np; p++)
+                d[p] += b;
+        }
 }
 
 static void cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
@@ -187,8 +232,87 @@ static void cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
 #pragma omp parallel for collapse(2) schedule(static)
     for (int co = 0; co < c; co++)
         for (int i = 0; i < n; i++)
-            memcpy(dst + (size_t)co * n * np + (size_t)i * np, y + ((size_t)i * c + co) * np,
-                   (size_t)np * sizeof *dst);
+            copy_floats(dst + (size_t)co * n * np + (size_t)i * np, y + ((size_t)i * c + co) * np,
+                        np);
+}
+
+/* Plane reductions for bias gradients and batch-norm.  A float sum in one
+ * running variable cannot be vectorised (each add waits for the previous
+ * one, and reordering would change the result), so these keep 16
+ * independent partial sums in a vector, lane k taking elements k, k+16,
+ * ..., and add the lanes in a fixed order: vectorised (GCC lowers the
+ * 16-float vector to whatever the clone's ISA has), and still the same
+ * result for every thread count and every ISA clone (-std=c11 does not
+ * contract a*b+c into an FMA). */
+typedef float v16f __attribute__((vector_size(64)));
+
+/* (no function takes or returns a v16f: that ABI differs between clones) */
+#define LOAD16(v, p) memcpy(&(v), (p), sizeof(v16f))
+
+static float lanes_total(const float *acc, float tail)
+{
+    float s = 0.0f;
+    for (int k = 0; k < 16; k++)
+        s += acc[k];
+    return s + tail;
+}
+
+/* sum of x[0..n) */
+HCNN_MULTIVERSION
+static float plane_sum(const float *x, int n)
+{
+    v16f acc = {0};
+    int p = 0;
+    for (; p + 16 <= n; p += 16) {
+        v16f v;
+        LOAD16(v, x + p);
+        acc += v;
+    }
+    float tail = 0.0f;
+    for (; p < n; p++)
+        tail += x[p];
+    return lanes_total((const float *)&acc, tail);
+}
+
+/* sum of (x - m)^2 */
+HCNN_MULTIVERSION
+static float plane_sum_sq_dev(const float *x, int n, float m)
+{
+    v16f acc = {0};
+    int p = 0;
+    for (; p + 16 <= n; p += 16) {
+        v16f d;
+        LOAD16(d, x + p);
+        d -= m;
+        acc += d * d;
+    }
+    float tail = 0.0f;
+    for (; p < n; p++)
+        tail += (x[p] - m) * (x[p] - m);
+    return lanes_total((const float *)&acc, tail);
+}
+
+/* *sdy = sum of dy, *sdyx = sum of dy * (x - m) * is */
+HCNN_MULTIVERSION
+static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, float is,
+                             float *sdy, float *sdyx)
+{
+    v16f a = {0}, b = {0};
+    int p = 0;
+    for (; p + 16 <= n; p += 16) {
+        v16f g, v;
+        LOAD16(g, dy + p);
+        LOAD16(v, x + p);
+        a += g;
+        b += g * (v - m) * is;
+    }
+    float ta = 0.0f, tb = 0.0f;
+    for (; p < n; p++) {
+        ta += dy[p];
+        tb += dy[p] * (x[p] - m) * is;
+    }
+    *sdy = lanes_total((const float *)&a, ta);
+    *sdyx = lanes_total((const float *)&b, tb);
 }
 
 /* Sum of channel ch of x [n][c][np]: per image in float, images in double,
@@ -196,13 +320,8 @@ static void cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
 static double channel_sum(const float *x, int n, int c, int np, int ch)
 {
     double s = 0.0;
-    for (int i = 0; i < n; i++) {
-        const float *xp = x + ((size_t)i * c + ch) * np;
-        float part = 0.0f;
-        for (int p = 0; p < np; p++)
-            part += xp[p];
-        s += part;
-    }
+    for (int i = 0; i < n; i++)
+        s += plane_sum(x + ((size_t)i * c + ch) * np, np);
     return s;
 }
 
@@ -443,16 +562,8 @@ static void cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *
     for (int ch = 0; ch < c; ch++) {
         const double mean = channel_sum(x, n, c, np, ch) / cnt;
         double ss = 0.0;
-        for (int i = 0; i < n; i++) {
-            const float *xp = x + ((size_t)i * c + ch) * np;
-            const float m = (float)mean;
-            float part = 0.0f;
-            for (int p = 0; p < np; p++) {
-                const float d = xp[p] - m;
-                part += d * d;
-            }
-            ss += part;
-        }
+        for (int i = 0; i < n; i++)
+            ss += plane_sum_sq_dev(x + ((size_t)i * c + ch) * np, np, (float)mean);
         const double var = ss / cnt;
         const float invstd = (float)(1.0 / sqrt(var + eps));
         save_mean[ch] = (float)mean;
@@ -500,13 +611,9 @@ static void cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, co
         const float m = save_mean[ch], is = save_invstd[ch];
         double sdy = 0.0, sdyx = 0.0;
         for (int i = 0; i < n; i++) {
-            const float *xp = x + ((size_t)i * c + ch) * np;
-            const float *dp = dy + ((size_t)i * c + ch) * np;
-            float a = 0.0f, b = 0.0f;
-            for (int p = 0; p < np; p++) {
-                a += dp[p];
-                b += dp[p] * (xp[p] - m) * is;
-            }
+            const size_t off = ((size_t)i * c + ch) * np;
+            float a, b;
+            plane_sum_dy_dyx(x + off, dy + off, np, m, is, &a, &b);
             sdy += a;
             sdyx += b;
         }
@@ -582,6 +689,8 @@ static double cpu_sum_sq(const float *x, size_t n)
 
 static const hcnn_backend cpu_backend = {
     .name = "cpu-openblas",
+    .parallel = cpu_parallel,
+    .threads = cpu_threads,
     .alloc = hcnn_alloc,
     .free = hcnn_free,
     .upload = cpu_upload,
@@ -592,6 +701,7 @@ static const hcnn_backend cpu_backend = {
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
     .cnp_to_nchw = cpu_cnp_to_nchw,
+    .add_channel_bias = cpu_add_channel_bias,
     .nchw_to_cnp = cpu_nchw_to_cnp,
     .channel_sum_acc = cpu_channel_sum_acc,
     .row_sum_acc = cpu_row_sum_acc,

@@ -12,7 +12,14 @@
  *   - at most one request is outstanding: next() for batch b waits for
  *     ready[b%2] before posting b+1 into the buffer the caller has just
  *     given back (that of b-1).
- * So "want < 0 && !filling" means "worker idle", which begin_epoch waits for. */
+ * So "want < 0 && !filling" means "worker idle", which begin_epoch waits for.
+ *
+ * Synchronous mode (prefetch_threads = 0, no background thread): next()
+ * assembles each batch itself with all threads.  When the training threads
+ * already occupy every core, a prefetch thread only runs by preempting
+ * them (spinning OpenMP threads included), and the step waits for it
+ * whenever it was preempted mid-batch: on LeNet-5 at 2 threads on 2 cores
+ * that wait was 2% of the step, against 0.4% for assembling in place. */
 #define _POSIX_C_SOURCE 200809L
 #include "hcnn/data.h"
 
@@ -74,7 +81,7 @@ int hcnn_loader_init(hcnn_loader *ld, const hcnn_dataset *ds, int batch, int ran
     ld->nranks = nranks;
     ld->augment = augment;
     ld->seed = seed;
-    ld->prefetch_threads = prefetch_threads > 1 ? prefetch_threads : 1;
+    ld->prefetch_threads = prefetch_threads > 0 ? prefetch_threads : 0;
     ld->want = -1;
 
     /* every shard of a batch of <= batch samples has <= ceil(batch/R) */
@@ -100,12 +107,15 @@ int hcnn_loader_init(hcnn_loader *ld, const hcnn_dataset *ds, int batch, int ran
         hcnn_error("loader: cannot create a condition variable");
         goto fail_mutex;
     }
-    if (pthread_create(&ld->thread, NULL, worker, ld) != 0) {
-        hcnn_error("loader: cannot start the background thread");
-        pthread_cond_destroy(&ld->cv);
-        goto fail_mutex;
+    if (ld->prefetch_threads > 0) {
+        if (pthread_create(&ld->thread, NULL, worker, ld) != 0) {
+            hcnn_error("loader: cannot start the background thread");
+            pthread_cond_destroy(&ld->cv);
+            goto fail_mutex;
+        }
+        ld->thread_started = 1;
     }
-    ld->thread_started = 1;
+    ld->ready_to_run = 1;
     return HCNN_OK;
 
 fail_mutex:
@@ -127,7 +137,7 @@ void hcnn_loader_begin_epoch(hcnn_loader *ld, const uint32_t *perm, int nsamples
 void hcnn_loader_begin_epoch_at(hcnn_loader *ld, const uint32_t *perm, int nsamples, int epoch,
                                 int first_batch)
 {
-    if (!ld->thread_started) /* init failed: next() will report no batches */
+    if (!ld->ready_to_run) /* init failed: next() will report no batches */
         return;
     pthread_mutex_lock(&ld->mu);
     /* a request of an abandoned epoch may still be running or pending */
@@ -140,7 +150,7 @@ void hcnn_loader_begin_epoch_at(hcnn_loader *ld, const uint32_t *perm, int nsamp
     ld->nbatches = (int)(((long)ld->nsamples + ld->batch - 1) / ld->batch);
     ld->next_batch = first_batch > 0 ? first_batch : 0;
     ld->ready[0] = ld->ready[1] = 0;
-    if (ld->next_batch < ld->nbatches) {
+    if (ld->thread_started && ld->next_batch < ld->nbatches) {
         ld->want = ld->next_batch;
         ld->want_buf = ld->next_batch & 1;
         pthread_cond_broadcast(&ld->cv);
@@ -152,10 +162,21 @@ int hcnn_loader_next(hcnn_loader *ld, float **x, int32_t **y, int *n, int *globa
 {
     if (wait_s)
         *wait_s = 0.0;
-    if (!ld->thread_started || ld->next_batch >= ld->nbatches)
+    if (!ld->ready_to_run || ld->next_batch >= ld->nbatches)
         return 0;
     int b = ld->next_batch++, buf = b & 1;
     double t0 = hcnn_now();
+    if (!ld->thread_started) {
+        fill(ld, b, buf, omp_get_max_threads());
+        *x = ld->x[buf];
+        *y = ld->y[buf];
+        *n = ld->n[buf];
+        *global_n = ld->global_n[buf];
+        *first = ld->first[buf];
+        if (wait_s)
+            *wait_s = hcnn_now() - t0;
+        return 1;
+    }
     pthread_mutex_lock(&ld->mu);
     if (!ld->ready[buf] && ld->want == b) { /* not taken yet: assemble it here */
         ld->want = -1;
@@ -191,6 +212,8 @@ void hcnn_loader_free(hcnn_loader *ld)
         pthread_cond_broadcast(&ld->cv);
         pthread_mutex_unlock(&ld->mu);
         pthread_join(ld->thread, NULL);
+    }
+    if (ld->ready_to_run) {
         pthread_cond_destroy(&ld->cv);
         pthread_mutex_destroy(&ld->mu);
     }

@@ -38,6 +38,8 @@ static const char *const init_names[] = {"he", "xavier"};
 static const char *const strategy_names[] = {"serial", "data", "pipeline"};
 static const char *const pipe_schedule_names[] = {"gpipe", "1f1b"};
 static const char *const progress_names[] = {"test", "thread"};
+static const char *const conv_algo_names[] = {"auto", "batched", "per_image"};
+static const char *const prefetch_names[] = {"auto", "on", "off"};
 static const char *const dataset_names[] = {"mnist", "fashion_mnist", "cifar10", "synthetic"};
 static const char *const shortcut_names[] = {"auto", "identity", "projection"};
 
@@ -56,6 +58,8 @@ const char *hcnn_schedule_name(hcnn_schedule s) { return enum_name(schedule_name
 const char *hcnn_init_name(hcnn_init i) { return enum_name(init_names, COUNT(init_names), (int)i); }
 const char *hcnn_strategy_name(hcnn_strategy s) { return enum_name(strategy_names, COUNT(strategy_names), (int)s); }
 const char *hcnn_progress_name(hcnn_allreduce_progress p) { return enum_name(progress_names, COUNT(progress_names), (int)p); }
+const char *hcnn_prefetch_name(hcnn_prefetch p) { return enum_name(prefetch_names, COUNT(prefetch_names), (int)p); }
+const char *hcnn_conv_algo_name(hcnn_conv_algo a) { return enum_name(conv_algo_names, COUNT(conv_algo_names), (int)a); }
 const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s) { return enum_name(pipe_schedule_names, COUNT(pipe_schedule_names), (int)s); }
 
 /* ======================================================================
@@ -98,6 +102,7 @@ void hcnn_config_defaults(hcnn_config *cfg)
     cfg->augment = -1;
     cfg->progress_every = 0;
     cfg->im2col_mb = 8.0;
+    cfg->conv_algo = HCNN_CONV_AUTO;
 }
 
 /* ======================================================================
@@ -1234,6 +1239,10 @@ static int get_strategy(const hcnn_config *c) { return (int)c->strategy; }
 static void set_strategy(hcnn_config *c, int v) { c->strategy = (hcnn_strategy)v; }
 static int get_pipe_schedule(const hcnn_config *c) { return (int)c->pipeline_schedule; }
 static void set_pipe_schedule(hcnn_config *c, int v) { c->pipeline_schedule = (hcnn_pipe_schedule)v; }
+static int get_prefetch(const hcnn_config *c) { return (int)c->data_prefetch; }
+static void set_prefetch(hcnn_config *c, int v) { c->data_prefetch = (hcnn_prefetch)v; }
+static int get_conv_algo(const hcnn_config *c) { return (int)c->conv_algo; }
+static void set_conv_algo(hcnn_config *c, int v) { c->conv_algo = (hcnn_conv_algo)v; }
 static int get_progress(const hcnn_config *c) { return (int)c->allreduce_progress; }
 static void set_progress(hcnn_config *c, int v) { c->allreduce_progress = (hcnn_allreduce_progress)v; }
 
@@ -1286,6 +1295,8 @@ static const keydef top_keys[] = {
     K_INT("checkpoint_keep", checkpoint_keep, 1),
     K_INT("progress_every", progress_every, 0),
     K_NUM("im2col_mb", im2col_mb, 0.0, 1, INFINITY, 0),
+    K_ENUM("conv_algo", conv_algo_names, get_conv_algo, set_conv_algo),
+    K_ENUM("data_prefetch", prefetch_names, get_prefetch, set_prefetch),
 };
 #define NKEYS COUNT(top_keys)
 

@@ -351,6 +351,9 @@ static size_t ws_need(const hcnn_layer *l, const hcnn_ctx *ctx, int capacity)
         if (chunk > (size_t)capacity)
             chunk = (size_t)capacity;
         need = chunk * l->ws_per_sample;
+        size_t per_image = hcnn_conv_per_image_ws(l, ctx, ctx->be->threads());
+        if (per_image > need)
+            need = per_image;
     }
     return need;
 }
@@ -363,6 +366,7 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
     s->capacity = capacity;
     s->ctx.be = net->be;
     s->ctx.max_chunk_floats = net->chunk_floats ? net->chunk_floats : HCNN_DEFAULT_CHUNK_FLOATS;
+    s->ctx.conv_algo = net->conv_algo;
     size_t ws = 0, tmp = 0;
     for (int i = first; i < last; i++) {
         const hcnn_layer *l = &net->layers[i];

@@ -187,6 +187,7 @@ static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm,
         return rc;
     hcnn_net_init(&r->net, cfg->init, cfg->seed);
     r->net.chunk_floats = (size_t)(cfg->im2col_mb * 1048576.0 / sizeof(float));
+    r->net.conv_algo = cfg->conv_algo;
     /* replicas start identical whatever their seeds: rank 0's parameters */
     if (comm->size > 1) {
         rc = hcnn_bcast_floats(comm->world, r->net.params, r->net.nparams, 0);
@@ -233,8 +234,12 @@ static int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm,
     if (!r->perm || !r->dlogits)
         return HCNN_ENOMEM;
     const int augment = cfg->augment >= 0 ? cfg->augment : r->train.augment_default;
+    /* a background thread only helps when a core is left for it */
+    const int prefetch = cfg->data_prefetch == HCNN_PREFETCH_ON ||
+                         (cfg->data_prefetch == HCNN_PREFETCH_AUTO &&
+                          omp_get_max_threads() < omp_get_num_procs());
     rc = hcnn_loader_init(&r->loader, &r->train, cfg->batch_size, r->group, r->ngroups, augment,
-                          cfg->seed, 1);
+                          cfg->seed, prefetch ? 1 : 0);
     if (rc)
         return rc;
     r->loader_ready = 1;
@@ -809,6 +814,15 @@ static double print_profile(hcnn_run *r)
     return share;
 }
 
+/* The run header's line on how convolutions and batch assembly run. */
+static void print_compute_setup(const hcnn_run *r, const hcnn_config *cfg)
+{
+    printf("hcnn: convolutions: conv_algo %s; batch assembly: %s\n",
+           hcnn_conv_algo_name(cfg->conv_algo),
+           r->loader.thread_started ? "background thread"
+                                    : "by the training threads (data_prefetch off, or no spare core)");
+}
+
 int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opts *opts)
 {
     hcnn_run r;
@@ -841,6 +855,7 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
                cfg->model.name, r.net.nlayers, r.net.nparams, cfg->dataset, r.train.n, r.test.n,
                hcnn_strategy_name(cfg->strategy), comm->size, comm->size > 1 ? "s" : "",
                r.threads, cfg->batch_size, hcnn_blas_describe(blas, sizeof blas));
+        print_compute_setup(&r, cfg);
         if (r.pipe_ready) {
             const hcnn_pipe *p = &r.pipe;
             printf("hcnn: pipeline: %d stage%s x %d replica%s, %d micro-batches of <= %d samples, "
@@ -953,6 +968,7 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
                    cfg->model.name, hcnn_strategy_name(cfg->strategy), comm->size,
                    comm->size > 1 ? "s" : "", r.threads, cfg->batch_size, warmup, repeats, steps,
                    hcnn_blas_describe(blas, sizeof blas));
+            print_compute_setup(&r, cfg);
             fflush(stdout);
         }
         for (int i = 0; i < warmup && !rc; i++)
