@@ -122,5 +122,8 @@ int hcnn_conv_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
 /* Workspace floats of the per-image path for nt threads (0 if the layer
  * never takes it under ctx->conv_algo). */
 size_t hcnn_conv_per_image_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt);
+/* Whether n images take the per-thread path (see src/layers/conv.c); *group
+ * receives its images per GEMM, *nt its thread count. */
+int hcnn_conv_per_thread(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int *group, int *nt);
 
 #endif

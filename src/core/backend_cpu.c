@@ -110,12 +110,11 @@ static void cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const flo
 }
 
 /* col[(ci*kh + ki)*kw + kj][i*P + oy*ow + ox] = x[i][ci][oy*sh - ph + ki][ox*sw - pw + kj] */
-/* One row r of image i's columns: d[oy*ow + ox] = x[ci][oy*sh - ph + ki][ox*sw - pw + kj] */
+/* Row (ci, ki, kj) of one image's columns, from that image's plane ci:
+ * d[oy*ow + ox] = xp[oy*sh - ph + ki][ox*sw - pw + kj], 0 outside. */
 HCNN_MULTIVERSION
-static void im2col_row(const hcnn_conv_geom *g, const float *xp, int r, float *d)
+static void im2col_tap(const hcnn_conv_geom *g, const float *xp, int ki, int kj, float *d)
 {
-    const int kj = r % g->kw, ki = (r / g->kw) % g->kh, ci = r / (g->kw * g->kh);
-    xp += (size_t)ci * g->h * g->w;
     /* output columns [lo, hi) read inside the image (stride 1) */
     int lo = g->pw - kj, hi = g->w + g->pw - kj;
     if (lo < 0) lo = 0;
@@ -142,15 +141,124 @@ static void im2col_row(const hcnn_conv_geom *g, const float *xp, int r, float *d
     }
 }
 
+/* The adjoint: xp += the row's contributions. */
+static void col2im_tap(const hcnn_conv_geom *g, const float *s, int ki, int kj, float *xp)
+{
+    for (int oy = 0; oy < g->oh; oy++, s += g->ow) {
+        const int iy = oy * g->sh - g->ph + ki;
+        if (iy < 0 || iy >= g->h)
+            continue;
+        float *row = xp + (size_t)iy * g->w;
+        if (g->sw == 1) {
+            int lo = g->pw - kj, hi = g->w + g->pw - kj;
+            if (lo < 0) lo = 0;
+            if (hi > g->ow) hi = g->ow;
+            float *r0 = row - g->pw + kj;
+            for (int ox = lo; ox < hi; ox++)
+                r0[ox] += s[ox];
+        } else {
+            for (int ox = 0; ox < g->ow; ox++) {
+                const int ix = ox * g->sw - g->pw + kj;
+                if (ix >= 0 && ix < g->w)
+                    row[ix] += s[ox];
+            }
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* AVX-512 versions for stride 1 (every 3x3 and 5x5 layer of LeNet-5 and
+ * ResNet-18 but the down-sampling ones).  Image rows are short (4-32
+ * floats), so the loops above spend more on loop control and scalar tails
+ * than on moving data; here one masked load and one masked store move up to
+ * 16 floats, the masks doing the zero padding (masked-off lanes are not
+ * read, so nothing outside the image is touched).  Same arithmetic as
+ * above, hence the same results bit for bit. */
+#include <immintrin.h>
+
+/* bits [lo, hi) of 16, clamped */
+static inline __mmask16 lane_range(int lo, int hi)
+{
+    if (lo < 0) lo = 0;
+    if (hi > 16) hi = 16;
+    if (hi <= lo)
+        return 0;
+    return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+__attribute__((target("avx512f")))
+static void im2col_tap_s1_avx512(const hcnn_conv_geom *g, const float *xp, int ki, int kj,
+                                 float *d)
+{
+    const int shift = kj - g->pw; /* input column of output column ox: ox + shift */
+    for (int ox = 0; ox < g->ow; ox += 16) {
+        const __mmask16 out = lane_range(0, g->ow - ox);
+        const __mmask16 in = out & lane_range(-shift - ox, g->w - shift - ox);
+        const float *src = xp + shift + ox;
+        for (int oy = 0; oy < g->oh; oy++) {
+            const int iy = oy * g->sh - g->ph + ki;
+            const __mmask16 m = (iy >= 0 && iy < g->h) ? in : 0;
+            _mm512_mask_storeu_ps(d + (size_t)oy * g->ow + ox, out,
+                                  _mm512_maskz_loadu_ps(m, src + (ptrdiff_t)iy * g->w));
+        }
+    }
+}
+
+/* One plane of dx, stride 1 both ways, gathered rather than scattered:
+ * each 16-float piece of an input row sums its kh*kw column rows in a
+ * register and is stored once (adding into memory tap by tap would make
+ * every masked load wait for the previous masked store, which the CPU does
+ * not forward).  Taps are added in the same (ki, kj) order as col2im_tap. */
+__attribute__((target("avx512f")))
+static void col2im_plane_s1_avx512(const hcnn_conv_geom *g, const float *s, size_t ldc,
+                                   float *xp)
+{
+    for (int iy = 0; iy < g->h; iy++)
+        for (int ix = 0; ix < g->w; ix += 16) {
+            const __mmask16 row = lane_range(0, g->w - ix);
+            __m512 acc = _mm512_setzero_ps();
+            for (int ki = 0; ki < g->kh; ki++) {
+                const int oy = iy + g->ph - ki;
+                if (oy < 0 || oy >= g->oh)
+                    continue;
+                const float *base = s + (size_t)ki * g->kw * ldc + (size_t)oy * g->ow;
+                for (int kj = 0; kj < g->kw; kj++) {
+                    const int ox = ix + g->pw - kj; /* output column of lane 0 */
+                    const __mmask16 m = row & lane_range(-ox, g->ow - ox);
+                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, base + (size_t)kj * ldc + ox));
+                }
+            }
+            _mm512_mask_storeu_ps(xp + (size_t)iy * g->w + ix, row, acc);
+        }
+}
+
+static int use_avx512(const hcnn_conv_geom *g)
+{
+    return g->sw == 1 && __builtin_cpu_supports("avx512f");
+}
+#else
+static int use_avx512(const hcnn_conv_geom *g) { (void)g; return 0; }
+#define im2col_tap_s1_avx512 im2col_tap
+#define col2im_plane_s1_avx512(g, s, ldc, xp) ((void)0)
+#endif
+
+/* Parallel over (channel, image): each task writes the kh*kw rows of its
+ * channel for its image. */
 static void cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *col)
 {
-    const int krows = g->c * g->kh * g->kw;
-    const size_t P = (size_t)g->oh * g->ow;
+    const size_t P = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w;
     const size_t ldc = (size_t)n * P;
+    void (*tap)(const hcnn_conv_geom *, const float *, int, int, float *) =
+        use_avx512(g) ? im2col_tap_s1_avx512 : im2col_tap;
 #pragma omp parallel for collapse(2) schedule(static)
-    for (int r = 0; r < krows; r++)
-        for (int i = 0; i < n; i++)
-            im2col_row(g, x + (size_t)i * g->c * g->h * g->w, r, col + (size_t)r * ldc + (size_t)i * P);
+    for (int ci = 0; ci < g->c; ci++)
+        for (int i = 0; i < n; i++) {
+            const float *xp = x + ((size_t)i * g->c + ci) * hw;
+            float *d = col + (size_t)ci * g->kh * g->kw * ldc + (size_t)i * P;
+            for (int ki = 0; ki < g->kh; ki++)
+                for (int kj = 0; kj < g->kw; kj++, d += ldc)
+                    tap(g, xp, ki, kj, d);
+        }
 }
 
 /* Adjoint of im2col.  Parallel over (image, channel) planes: each thread
@@ -158,42 +266,23 @@ static void cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *co
  * is fixed. */
 static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, float *dx)
 {
-    const size_t P = (size_t)g->oh * g->ow;
+    const size_t P = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w;
     const size_t ldc = (size_t)n * P;
+    const int gather = use_avx512(g) && g->sh == 1;
 #pragma omp parallel for collapse(2) schedule(static)
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         for (int ci = 0; ci < g->c; ci++) {
-            float *xp = dx + ((size_t)i * g->c + ci) * g->h * g->w;
-            zero_floats(xp, g->h * g->w);
-            for (int ki = 0; ki < g->kh; ki++) {
-                for (int kj = 0; kj < g->kw; kj++) {
-                    const int r = (ci * g->kh + ki) * g->kw + kj;
-                    const float *src = col + (size_t)r * ldc + (size_t)i * P;
-                    for (int oy = 0; oy < g->oh; oy++) {
-                        const int iy = oy * g->sh - g->ph + ki;
-                        if (iy < 0 || iy >= g->h)
-                            continue;
-                        float *row = xp + (size_t)iy * g->w;
-                        const float *s = src + (size_t)oy * g->ow;
-                        if (g->sw == 1) {
-                            int lo = g->pw - kj, hi = g->w + g->pw - kj;
-                            if (lo < 0) lo = 0;
-                            if (hi > g->ow) hi = g->ow;
-                            float *r0 = row - g->pw + kj;
-                            for (int ox = lo; ox < hi; ox++)
-                                r0[ox] += s[ox];
-                        } else {
-                            for (int ox = 0; ox < g->ow; ox++) {
-                                const int ix = ox * g->sw - g->pw + kj;
-                                if (ix >= 0 && ix < g->w)
-                                    row[ix] += s[ox];
-                            }
-                        }
-                    }
-                }
+            float *xp = dx + ((size_t)i * g->c + ci) * hw;
+            const float *s = col + (size_t)ci * g->kh * g->kw * ldc + (size_t)i * P;
+            if (gather) {
+                col2im_plane_s1_avx512(g, s, ldc, xp);
+                continue;
             }
+            zero_floats(xp, (int)hw);
+            for (int ki = 0; ki < g->kh; ki++)
+                for (int kj = 0; kj < g->kw; kj++, s += ldc)
+                    col2im_tap(g, s, ki, kj, xp);
         }
-    }
 }
 
 static void cpu_cnp_to_nchw(const float *src, const float *bias, int n, int c, int np, float *y)

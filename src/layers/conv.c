@@ -112,9 +112,9 @@ static void backward_group(const hcnn_layer *l, const hcnn_ctx *ctx, const float
     }
 }
 
-/* Whether n images take per-thread groups; *nt receives the thread count. */
-static int per_thread(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int *nt)
+int hcnn_conv_per_thread(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int *group, int *nt)
 {
+    *group = group_images(l);
     *nt = ctx->be->threads();
     const size_t need = hcnn_conv_per_image_ws(l, ctx, *nt);
     if (need == 0 || need > ctx->ws_floats)
@@ -175,8 +175,8 @@ static void backward_thread(void *arg, int t, int nt)
 void hcnn_conv_forward(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, int n)
 {
     const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
-    int nt;
-    if (per_thread(l, ctx, n, &nt)) {
+    int group, nt;
+    if (hcnn_conv_per_thread(l, ctx, n, &group, &nt)) {
         conv_job job = {.l = l, .ctx = ctx, .x = x, .y = y, .n = n};
         ctx->be->parallel(forward_thread, &job);
         return;
@@ -197,8 +197,8 @@ void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
     const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
     if (l->db)
         be->channel_sum_acc(dy, n, l->out_c, conv_p(l), l->db);
-    int nt;
-    if (per_thread(l, ctx, n, &nt)) {
+    int group, nt;
+    if (hcnn_conv_per_thread(l, ctx, n, &group, &nt)) {
         conv_job job = {.l = l, .ctx = ctx, .x = x, .dy = dy, .dx = dx, .n = n};
         be->parallel(backward_thread, &job);
         for (int t = 0; t < job.team; t++)

@@ -29,8 +29,11 @@ void hcnn_profile_free(hcnn_profile *p)
     memset(p, 0, sizeof *p);
 }
 
+/* per_thread: issued by every thread at once, single-threaded, each on its
+ * own images (the per-thread convolution path); else one threaded call. */
 typedef struct gemm_shape {
     int ta, tb, m, n, k;
+    int per_thread;
 } gemm_shape;
 
 /* The GEMMs a layer (and, for a residual block, its children) issues for
@@ -44,54 +47,91 @@ static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nee
         layer_gemms(&l->proj[j], ctx, n, 1, f, nf, b, nb, flops);
     if (l->kind == HCNN_BLOCK_CONV) {
         const int K = l->conv.c * l->conv.kh * l->conv.kw, P = l->conv.oh * l->conv.ow;
-        const int co = l->out_c, chunk = hcnn_conv_chunk(l, ctx, n);
-        for (int i0 = 0; i0 < n; i0 += chunk) {
-            const int cn = (n - i0 < chunk ? n - i0 : chunk) * P;
-            f[(*nf)++] = (gemm_shape){0, 0, co, cn, K};
-            b[(*nb)++] = (gemm_shape){0, 1, co, K, cn};
+        const int co = l->out_c;
+        int group, nt, chunk = hcnn_conv_chunk(l, ctx, n), count = n, per = 0;
+        if (hcnn_conv_per_thread(l, ctx, n, &group, &nt)) {
+            /* the largest thread share, in groups: the slowest thread */
+            chunk = group, count = (n + nt - 1) / nt, per = 1;
+        }
+        for (int i0 = 0; i0 < count; i0 += chunk) {
+            const int cn = (count - i0 < chunk ? count - i0 : chunk) * P;
+            f[(*nf)++] = (gemm_shape){0, 0, co, cn, K, per};
+            b[(*nb)++] = (gemm_shape){0, 1, co, K, cn, per};
             if (need_dx)
-                b[(*nb)++] = (gemm_shape){1, 0, K, cn, co};
+                b[(*nb)++] = (gemm_shape){1, 0, K, cn, co, per};
         }
         *flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
     } else if (l->kind == HCNN_BLOCK_FC) {
         const int in = (int)hcnn_layer_in_size(l), out = l->out_c;
-        f[(*nf)++] = (gemm_shape){0, 1, n, out, in};
-        b[(*nb)++] = (gemm_shape){1, 0, out, in, n};
+        f[(*nf)++] = (gemm_shape){0, 1, n, out, in, 0};
+        b[(*nb)++] = (gemm_shape){1, 0, out, in, n, 0};
         if (need_dx)
-            b[(*nb)++] = (gemm_shape){0, 0, n, in, out};
+            b[(*nb)++] = (gemm_shape){0, 0, n, in, out, 0};
         *flops += 2.0 * in * out * (double)n * (need_dx ? 3 : 2);
     }
 }
 
-/* Median of 3 timings of the GEMM list on scratch buffers. */
+typedef struct gemm_run {
+    const hcnn_backend *be;
+    const gemm_shape *g;
+    int ng;
+    float *A, *B, *C;    /* one slice of each per thread */
+    size_t a, b, c;      /* slice sizes */
+} gemm_run;
+
+static void run_shapes(const gemm_run *r, int t)
+{
+    const float *A = r->A + (size_t)t * r->a, *B = r->B + (size_t)t * r->b;
+    float *C = r->C + (size_t)t * r->c;
+    for (int i = 0; i < r->ng; i++) {
+        const gemm_shape *s = &r->g[i];
+        r->be->gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, s->ta ? s->m : s->k, B,
+                    s->tb ? s->k : s->n, 0.0f, C, s->n);
+    }
+}
+
+static void run_shapes_thread(void *arg, int t, int nt)
+{
+    (void)nt;
+    run_shapes(arg, t);
+}
+
+/* Median of 3 timings of the GEMM list on scratch buffers, each run of
+ * per-thread shapes issued by all threads at once as the layer does. */
 static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
 {
-    size_t a = 1, bsz = 1, c = 1;
+    const int nt = be->threads();
+    gemm_run run = {.be = be, .a = 1, .b = 1, .c = 1};
     for (int i = 0; i < ng; i++) {
         size_t ea = (size_t)g[i].m * g[i].k, eb = (size_t)g[i].k * g[i].n,
                ec = (size_t)g[i].m * g[i].n;
-        a = ea > a ? ea : a, bsz = eb > bsz ? eb : bsz, c = ec > c ? ec : c;
+        run.a = ea > run.a ? ea : run.a, run.b = eb > run.b ? eb : run.b;
+        run.c = ec > run.c ? ec : run.c;
     }
-    float *A = hcnn_calloc(sizeof(float) * a, "GEMM reference");
-    float *B = hcnn_calloc(sizeof(float) * bsz, "GEMM reference");
-    float *C = hcnn_calloc(sizeof(float) * c, "GEMM reference");
+    run.A = hcnn_calloc(sizeof(float) * run.a * nt, "GEMM reference");
+    run.B = hcnn_calloc(sizeof(float) * run.b * nt, "GEMM reference");
+    run.C = hcnn_calloc(sizeof(float) * run.c * nt, "GEMM reference");
     double t[3] = {0, 0, 0};
-    if (A && B && C) {
-        for (size_t i = 0; i < a; i++)
-            A[i] = 0.001f * (float)(i % 13);
-        for (size_t i = 0; i < bsz; i++)
-            B[i] = 0.001f * (float)(i % 7);
+    if (run.A && run.B && run.C) {
+        for (size_t i = 0; i < run.a * nt; i++)
+            run.A[i] = 0.001f * (float)(i % 13);
+        for (size_t i = 0; i < run.b * nt; i++)
+            run.B[i] = 0.001f * (float)(i % 7);
         for (int r = 0; r < 3; r++) {
             const double t0 = hcnn_now();
-            for (int i = 0; i < ng; i++) {
-                const gemm_shape *s = &g[i];
-                be->gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, s->ta ? s->m : s->k, B,
-                         s->tb ? s->k : s->n, 0.0f, C, s->n);
+            for (int i = 0, j; i < ng; i = j) {
+                for (j = i + 1; j < ng && g[j].per_thread == g[i].per_thread; j++)
+                    ;
+                run.g = g + i, run.ng = j - i;
+                if (g[i].per_thread)
+                    be->parallel(run_shapes_thread, &run);
+                else
+                    run_shapes(&run, 0);
             }
             t[r] = hcnn_now() - t0;
         }
     }
-    hcnn_free(A), hcnn_free(B), hcnn_free(C);
+    hcnn_free(run.A), hcnn_free(run.B), hcnn_free(run.C);
     return hcnn_median(t, 3);
 }
 
