@@ -263,6 +263,12 @@ void hcnn_batch_assemble(const hcnn_dataset *ds, const uint32_t *idx, int n, int
     for (int i = 0; i < n; i++) {
         const uint8_t *src = ds->images + chw * idx[i];
         float *dst = x + chw * (size_t)i;
+        /* samples are drawn at random from a set larger than the caches
+         * that training leaves alone: fetch the next one while this one is
+         * converted */
+        if (i + 1 < n)
+            for (size_t off = 0; off < chw; off += 64)
+                __builtin_prefetch(ds->images + chw * idx[i + 1] + off);
         y[i] = ds->labels[idx[i]];
         if (!augment) {
             for (int ch = 0; ch < c; ch++)
