@@ -426,7 +426,7 @@ static void test_every_key(void **state)
                                        "csv: out/m.csv\n"
                                        "checkpoint_dir: out/ckpt\n"
                                        "progress_every: 25\n"
-                                       "conv_algo: per_image\n"
+                                       "conv_algo: per_thread\n"
                                        "data_prefetch: off\n");
     assert_int_equal(hcnn_config_load(&fx.a, path, NULL, 0), HCNN_OK);
     const hcnn_config *c = &fx.a;
@@ -455,7 +455,7 @@ static void test_every_key(void **state)
     assert_string_equal(c->csv, "out/m.csv");
     assert_string_equal(c->checkpoint_dir, "out/ckpt");
     assert_int_equal(c->progress_every, 25);
-    assert_int_equal(c->conv_algo, HCNN_CONV_PER_IMAGE);
+    assert_int_equal(c->conv_algo, HCNN_CONV_PER_THREAD);
     assert_int_equal(c->data_prefetch, HCNN_PREFETCH_OFF);
     assert_round_trip(c);
 }
@@ -892,7 +892,7 @@ static const err_case err_cases[] = {
     {"schedule_unknown", NULL, "schedule: linear\n", {0}, 0, HCNN_EINVAL, {"schedule", "constant, step, cosine"}},
     {"init_unknown", NULL, "init: lecun\n", {0}, 0, HCNN_EINVAL, {"init", "he, xavier"}},
     {"conv_algo_unknown", NULL, "conv_algo: winograd\n", {0}, 0, HCNN_EINVAL,
-     {"conv_algo", "auto, batched, per_image", "\"winograd\""}},
+     {"conv_algo", "auto, batched, per_thread", "\"winograd\""}},
     {"data_prefetch_unknown", NULL, "data_prefetch: maybe\n", {0}, 0, HCNN_EINVAL,
      {"data_prefetch", "auto, on, off"}},
     {"strategy_unknown", NULL, "strategy: ddp\n", {0}, 0, HCNN_EINVAL, {"strategy", "serial", "\"ddp\""}},

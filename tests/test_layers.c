@@ -357,8 +357,8 @@ static float *conv_run_vs_naive(int n, int c, int h, int w, int co, int k, int s
     model m;
     model_make_algo(&m, &b, 1, c, h, w, n, algo);
     hcnn_layer *l = &m.net.layers[0];
-    if (algo == HCNN_CONV_PER_IMAGE) /* the workspace admits the per-thread path */
-        assert_true(m.s.ctx.ws_floats >= hcnn_conv_per_image_ws(l, &m.s.ctx, threads));
+    if (algo == HCNN_CONV_PER_THREAD) /* the workspace admits the per-thread path */
+        assert_true(m.s.ctx.ws_floats >= hcnn_conv_per_thread_ws(l, &m.s.ctx, threads));
     float *x = malloc(sizeof(float) * m.in_sz), *dy = malloc(sizeof(float) * m.out_sz);
     float *dx = malloc(sizeof(float) * m.in_sz);
     double *ref = calloc(m.out_sz + l->nw + l->nb + m.in_sz, sizeof(double));
@@ -408,7 +408,7 @@ static void test_conv_algorithms(void **state)
         {1, 3, 17, 16, 4, 3, 1, 1},  /* P = 272: one image per GEMM, n < threads */
         {7, 1, 28, 28, 6, 5, 1, 2},  /* LeNet-5's conv1 */
     };
-    const hcnn_conv_algo algos[] = {HCNN_CONV_BATCHED, HCNN_CONV_PER_IMAGE, HCNN_CONV_AUTO};
+    const hcnn_conv_algo algos[] = {HCNN_CONV_BATCHED, HCNN_CONV_PER_THREAD, HCNN_CONV_AUTO};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int *q = shapes[si];
         for (int a = 0; a < 3; a++)

@@ -63,9 +63,9 @@ typedef enum hcnn_allreduce_progress { HCNN_PROGRESS_TEST = 0, HCNN_PROGRESS_THR
 
 /* How a convolution walks the mini-batch: auto picks per layer (see
  * src/layers/conv.c); batched = im2col + one GEMM over chunks of images;
- * per_image = each thread takes whole images, one cache-resident im2col +
- * GEMM per image writing NCHW directly. */
-typedef enum hcnn_conv_algo { HCNN_CONV_AUTO = 0, HCNN_CONV_BATCHED, HCNN_CONV_PER_IMAGE } hcnn_conv_algo;
+ * per_thread = each thread takes its share of the images and runs
+ * cache-resident im2col + single-threaded GEMMs on small groups of them. */
+typedef enum hcnn_conv_algo { HCNN_CONV_AUTO = 0, HCNN_CONV_BATCHED, HCNN_CONV_PER_THREAD } hcnn_conv_algo;
 
 /* Background batch assembly: auto = only when a core is left over by the
  * training threads (see src/data/loader.c). */
@@ -115,7 +115,7 @@ typedef struct hcnn_config {
     int checkpoint_keep;           /* newest checkpoints kept */
     int progress_every;            /* steps between progress lines when not a terminal; 0: auto */
     double im2col_mb;              /* cap on the im2col columns of one GEMM chunk (MiB) */
-    hcnn_conv_algo conv_algo;      /* auto | batched | per_image */
+    hcnn_conv_algo conv_algo;      /* auto | batched | per_thread */
     hcnn_prefetch data_prefetch;   /* auto | on | off */
 } hcnn_config;
 

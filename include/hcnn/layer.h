@@ -119,9 +119,9 @@ int hcnn_residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, c
 
 /* Images per im2col chunk so that the workspace stays bounded. */
 int hcnn_conv_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
-/* Workspace floats of the per-image path for nt threads (0 if the layer
+/* Workspace floats of the per-thread path for nt threads (0 if the layer
  * never takes it under ctx->conv_algo). */
-size_t hcnn_conv_per_image_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt);
+size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt);
 /* Whether n images take the per-thread path (see src/layers/conv.c); *group
  * receives its images per GEMM, *nt its thread count. */
 int hcnn_conv_per_thread(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int *group, int *nt);

@@ -51,7 +51,7 @@ static float *slot_dw(const hcnn_layer *l, float *slot)
     return slot + slot_floats(l) - round_up16((size_t)l->out_c * conv_k(l));
 }
 
-size_t hcnn_conv_per_image_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt)
+size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt)
 {
     if (ctx->conv_algo == HCNN_CONV_BATCHED ||
         (ctx->conv_algo == HCNN_CONV_AUTO && conv_p(l) < PER_THREAD_MIN_P))
@@ -117,10 +117,10 @@ int hcnn_conv_per_thread(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int *g
 {
     *group = group_images(l);
     *nt = ctx->be->threads();
-    const size_t need = hcnn_conv_per_image_ws(l, ctx, *nt);
+    const size_t need = hcnn_conv_per_thread_ws(l, ctx, *nt);
     if (need == 0 || need > ctx->ws_floats)
         return 0;
-    return ctx->conv_algo == HCNN_CONV_PER_IMAGE || n >= *nt;
+    return ctx->conv_algo == HCNN_CONV_PER_THREAD || n >= *nt;
 }
 
 typedef struct conv_job {
@@ -205,7 +205,7 @@ void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
         for (int t = 0; t < job.team; t++)
             if ((long)n * t / job.team < (long)n * (t + 1) / job.team) /* had images */
                 be->add_acc(slot_dw(l, ctx->ws + (size_t)t * slot_floats(l)), l->dw,
-                        (size_t)l->out_c * conv_k(l));
+                            (size_t)l->out_c * conv_k(l));
         return;
     }
     const int chunk = hcnn_conv_chunk(l, ctx, n);

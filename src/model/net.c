@@ -351,9 +351,9 @@ static size_t ws_need(const hcnn_layer *l, const hcnn_ctx *ctx, int capacity)
         if (chunk > (size_t)capacity)
             chunk = (size_t)capacity;
         need = chunk * l->ws_per_sample;
-        size_t per_image = hcnn_conv_per_image_ws(l, ctx, ctx->be->threads());
-        if (per_image > need)
-            need = per_image;
+        size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, ctx->be->threads());
+        if (per_thread > need)
+            need = per_thread;
     }
     return need;
 }
