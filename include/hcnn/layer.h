@@ -32,8 +32,10 @@ typedef struct hcnn_ctx {
      * progresses during long layers (NULL: nothing to drive) */
     void (*poll)(void *arg);
     void *poll_arg;
-    /* profiling (NULL: off): seconds accumulated per top-level block */
+    /* profiling (NULL: off): seconds accumulated per top-level block, and
+     * per layer id for the children of residual blocks */
     double *prof_fwd, *prof_bwd;
+    double *prof_child_fwd, *prof_child_bwd;
 } hcnn_ctx;
 
 static inline void hcnn_ctx_poll(const hcnn_ctx *ctx)

@@ -30,6 +30,7 @@ typedef struct hcnn_net {
     int in_c, in_h, in_w, classes;
     int nlayers;
     hcnn_layer *layers;          /* top-level blocks */
+    int nids;                    /* layers including residual children (ids 0..nids-1) */
 
     float *params, *grads;       /* nparams each */
     size_t nparams;

@@ -12,21 +12,24 @@
 #include "hcnn/net.h"
 
 typedef struct hcnn_profile {
-    int nblocks;
+    int nblocks, nids;
     double *fwd, *bwd;        /* seconds per block, summed over steps */
+    double *cfwd, *cbwd;      /* seconds per layer id (children of residual blocks) */
     long steps;
     double step_s;            /* whole steps */
     double data_s, opt_s, comm_s, bubble_s;
 } hcnn_profile;
 
-int hcnn_profile_init(hcnn_profile *p, int nblocks);
+/* nids: layer ids including residual children (hcnn_net.nids) */
+int hcnn_profile_init(hcnn_profile *p, int nblocks, int nids);
 void hcnn_profile_reset(hcnn_profile *p);
 void hcnn_profile_free(hcnn_profile *p);
 
 /* Print the table for blocks [first, last) run on n samples per step (per
- * rank or micro-batch), preceded by "# " comment lines and followed by the
- * step shares; returns the GEMM share of the step (reference GEMM time /
- * step time). */
+ * rank or micro-batch), each residual block followed by rows for its
+ * layers (named <block>.<layer>; their times are part of the block's),
+ * preceded by "# " comment lines and followed by the step shares; returns
+ * the GEMM share of the step (reference GEMM time / step time). */
 double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
                           int first, int last, int n, int micro_per_step, FILE *out);
 

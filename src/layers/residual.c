@@ -11,6 +11,7 @@
  * inner tensor, then one input-sized buffer for the projection's dx. */
 #include <string.h>
 
+#include "hcnn/common.h"
 #include "hcnn/layer.h"
 
 typedef struct child_bufs {
@@ -33,6 +34,27 @@ static child_bufs child_at(const hcnn_layer *l, const float *aux, int n, int k)
     return none;
 }
 
+/* A child's forward or backward, timed when profiling. */
+static int child_forward(hcnn_layer *c, const hcnn_ctx *ctx, const float *x, float *y,
+                         float *aux, int n)
+{
+    const double t0 = ctx->prof_child_fwd ? hcnn_now() : 0.0;
+    const int rc = hcnn_layer_forward(c, ctx, x, y, aux, n);
+    if (ctx->prof_child_fwd)
+        ctx->prof_child_fwd[c->id] += hcnn_now() - t0;
+    return rc;
+}
+
+static int child_backward(hcnn_layer *c, const hcnn_ctx *ctx, const float *x, const float *y,
+                          const float *aux, const float *dy, float *dx, int n)
+{
+    const double t0 = ctx->prof_child_bwd ? hcnn_now() : 0.0;
+    const int rc = hcnn_layer_backward(c, ctx, x, y, aux, dy, dx, n);
+    if (ctx->prof_child_bwd)
+        ctx->prof_child_bwd[c->id] += hcnn_now() - t0;
+    return rc;
+}
+
 static size_t max_inner(const hcnn_layer *l)
 {
     size_t m = hcnn_layer_in_size(l);
@@ -48,7 +70,7 @@ int hcnn_residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, fl
     const float *h = x;
     for (int j = 0; j < l->nbody; j++) {
         child_bufs b = child_at(l, aux, n, j);
-        int rc = hcnn_layer_forward(&l->body[j], ctx, h, b.y, b.aux, n);
+        int rc = child_forward(&l->body[j], ctx, h, b.y, b.aux, n);
         if (rc)
             return rc;
         h = b.y;
@@ -56,7 +78,7 @@ int hcnn_residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, fl
     const float *s = x;
     for (int j = 0; j < l->nproj; j++) {
         child_bufs b = child_at(l, aux, n, l->nbody + j);
-        int rc = hcnn_layer_forward(&l->proj[j], ctx, s, b.y, b.aux, n);
+        int rc = child_forward(&l->proj[j], ctx, s, b.y, b.aux, n);
         if (rc)
             return rc;
         s = b.y;
@@ -80,7 +102,7 @@ static int chain_backward(hcnn_layer *l, hcnn_layer *chain, int cnt, int k0, con
         child_bufs b = child_at(l, aux, n, k0 + j);
         const float *in = j == 0 ? x0 : child_at(l, aux, n, k0 + j - 1).y;
         float *out = j == 0 ? dx : bufs[which];
-        int rc = hcnn_layer_backward(&chain[j], ctx, in, b.y, b.aux, cur, out, n);
+        int rc = child_backward(&chain[j], ctx, in, b.y, b.aux, cur, out, n);
         if (rc)
             return rc;
         hcnn_ctx_poll(ctx);

@@ -147,6 +147,7 @@ int hcnn_net_create(hcnn_net *net, const hcnn_model_spec *spec, const hcnn_backe
         wk.top = i, walk_layer(&wk, &net->layers[i]);
     net->nparams = wk.poff;
     net->nstate = wk.soff;
+    net->nids = wk.next_id;
     net->params = hcnn_calloc(sizeof(float) * (net->nparams + 1), "parameters");
     net->grads = hcnn_calloc(sizeof(float) * (net->nparams + 1), "gradients");
     net->state = hcnn_calloc(sizeof(float) * (net->nstate + 1), "batch-norm statistics");

@@ -5,19 +5,24 @@
 #include "hcnn/common.h"
 #include "hcnn/profile.h"
 
-int hcnn_profile_init(hcnn_profile *p, int nblocks)
+int hcnn_profile_init(hcnn_profile *p, int nblocks, int nids)
 {
     memset(p, 0, sizeof *p);
     p->nblocks = nblocks;
+    p->nids = nids;
     p->fwd = hcnn_calloc(sizeof(double) * (size_t)(nblocks + 1), "profile");
     p->bwd = hcnn_calloc(sizeof(double) * (size_t)(nblocks + 1), "profile");
-    return p->fwd && p->bwd ? HCNN_OK : HCNN_ENOMEM;
+    p->cfwd = hcnn_calloc(sizeof(double) * (size_t)(nids + 1), "profile");
+    p->cbwd = hcnn_calloc(sizeof(double) * (size_t)(nids + 1), "profile");
+    return p->fwd && p->bwd && p->cfwd && p->cbwd ? HCNN_OK : HCNN_ENOMEM;
 }
 
 void hcnn_profile_reset(hcnn_profile *p)
 {
     memset(p->fwd, 0, sizeof(double) * (size_t)p->nblocks);
     memset(p->bwd, 0, sizeof(double) * (size_t)p->nblocks);
+    memset(p->cfwd, 0, sizeof(double) * (size_t)p->nids);
+    memset(p->cbwd, 0, sizeof(double) * (size_t)p->nids);
     p->steps = 0;
     p->step_s = p->data_s = p->opt_s = p->comm_s = p->bubble_s = 0.0;
 }
@@ -26,6 +31,8 @@ void hcnn_profile_free(hcnn_profile *p)
 {
     hcnn_free(p->fwd);
     hcnn_free(p->bwd);
+    hcnn_free(p->cfwd);
+    hcnn_free(p->cbwd);
     memset(p, 0, sizeof *p);
 }
 
@@ -135,6 +142,29 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
     return hcnn_median(t, 3);
 }
 
+/* One table row; returns the layer's raw-GEMM milliseconds (0 if none). */
+static double print_row(FILE *out, const hcnn_layer *l, const hcnn_net *net, const hcnn_ctx *ctx,
+                        int n, int need_dx, int micro_per_step, double fw, double bw,
+                        gemm_shape *f, gemm_shape *b)
+{
+    int nf = 0, nb = 0;
+    double flops = 0.0;
+    layer_gemms(l, ctx, n, need_dx, f, &nf, b, &nb, &flops);
+    flops *= micro_per_step;
+    if (nf + nb == 0) {
+        fprintf(out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s\n", l->name,
+                hcnn_block_kind_name(l->kind), fw, bw, "-", "-", "-", "-");
+        return 0.0;
+    }
+    const double layer_gflops = fw + bw > 0 ? flops / ((fw + bw) * 1e-3) / 1e9 : 0.0;
+    const double g =
+        (time_gemms(net->be, f, nf) + time_gemms(net->be, b, nb)) * micro_per_step * 1e3;
+    fprintf(out, "  %-18s %-8s %9.3f %9.3f %9.1f %10.3f %10.1f %8.2fx\n", l->name,
+            hcnn_block_kind_name(l->kind), fw, bw, layer_gflops, g,
+            g > 0 ? flops / (g * 1e-3) / 1e9 : 0.0, g > 0 ? (fw + bw) / g : 0.0);
+    return g;
+}
+
 double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
                           int first, int last, int n, int micro_per_step, FILE *out)
 {
@@ -153,22 +183,12 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
         const hcnn_layer *l = &net->layers[i];
         const double fw = p->fwd[i] / steps * 1e3, bw = p->bwd[i] / steps * 1e3;
         fwd_total += fw, bwd_total += bw;
-        int nf = 0, nb = 0;
-        double flops = 0.0;
-        layer_gemms(l, ctx, n, i > 0, f, &nf, b, &nb, &flops);
-        flops *= micro_per_step;
-        const double layer_gflops = fw + bw > 0 ? flops / ((fw + bw) * 1e-3) / 1e9 : 0.0;
-        if (nf + nb == 0) {
-            fprintf(out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s\n", l->name,
-                    hcnn_block_kind_name(l->kind), fw, bw, "-", "-", "-", "-");
-            continue;
+        gemm_total += print_row(out, l, net, ctx, n, i > 0, micro_per_step, fw, bw, f, b);
+        for (int j = 0; j < l->nbody + l->nproj; j++) {
+            const hcnn_layer *c = j < l->nbody ? &l->body[j] : &l->proj[j - l->nbody];
+            print_row(out, c, net, ctx, n, 1, micro_per_step, p->cfwd[c->id] / steps * 1e3,
+                      p->cbwd[c->id] / steps * 1e3, f, b);
         }
-        const double g = (time_gemms(net->be, f, nf) + time_gemms(net->be, b, nb)) *
-                         micro_per_step * 1e3;
-        gemm_total += g;
-        fprintf(out, "  %-18s %-8s %9.3f %9.3f %9.1f %10.3f %10.1f %8.2fx\n", l->name,
-                hcnn_block_kind_name(l->kind), fw, bw, layer_gflops, g,
-                g > 0 ? flops / (g * 1e-3) / 1e9 : 0.0, g > 0 ? (fw + bw) / g : 0.0);
     }
     free(f), free(b);
     const double step_ms = p->step_s / steps * 1e3;
