@@ -407,6 +407,8 @@ static void test_conv_algorithms(void **state)
         {3, 2, 20, 20, 5, 5, 2, 2},  /* P = 100, stride 2: groups of 3 */
         {1, 3, 17, 16, 4, 3, 1, 1},  /* P = 272: one image per GEMM, n < threads */
         {7, 1, 28, 28, 6, 5, 1, 2},  /* LeNet-5's conv1 */
+        {2, 2, 40, 37, 3, 3, 2, 1},  /* stride 2, two 16-lane pieces per row, odd width */
+        {4, 3, 9, 9, 4, 1, 2, 0},    /* 1x1 projection, stride 2 */
     };
     const hcnn_conv_algo algos[] = {HCNN_CONV_BATCHED, HCNN_CONV_PER_THREAD, HCNN_CONV_AUTO};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

@@ -236,14 +236,78 @@ static void col2im_plane_s1_avx512(const hcnn_conv_geom *g, const float *s, size
         }
 }
 
-static int use_avx512(const hcnn_conv_geom *g)
+/* Stride 2 (ResNet's down-sampling convolutions): output lane l reads input
+ * column 2(ox + l) + shift; two masked loads bring 32 consecutive columns
+ * and one permutation keeps the even ones. */
+__attribute__((target("avx512f")))
+static void im2col_tap_s2_avx512(const hcnn_conv_geom *g, const float *xp, int ki, int kj,
+                                 float *d)
 {
-    return g->sw == 1 && __builtin_cpu_supports("avx512f");
+    const int oh = g->oh, ow = g->ow, h = g->h, w = g->w, sh = g->sh;
+    const int shift = kj - g->pw, iy0 = ki - g->ph;
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    for (int ox = 0; ox < ow; ox += 16) {
+        const int c0 = 2 * ox + shift; /* input column of lane 0 */
+        const __mmask16 out = lane_range(0, ow - ox);
+        const __mmask16 lo = lane_range(-c0, w - c0), hi = lane_range(-c0 - 16, w - c0 - 16);
+        const float *src = xp + c0;
+        float *dst = d + ox;
+        for (int oy = 0, iy = iy0; oy < oh; oy++, iy += sh, dst += ow) {
+            const int inside = iy >= 0 && iy < h;
+            const float *row = src + (ptrdiff_t)iy * w;
+            const __m512 a = _mm512_maskz_loadu_ps(inside ? lo : 0, row);
+            const __m512 b = _mm512_maskz_loadu_ps(inside ? hi : 0, row + 16);
+            _mm512_mask_storeu_ps(dst, out, _mm512_permutex2var_ps(a, even, b));
+        }
+    }
+}
+
+/* col2im for stride 2 both ways, gathered as in col2im_plane_s1_avx512:
+ * input column ix gets output column (ix + pw - kj) / 2 when that is whole,
+ * so for each kj every other lane takes consecutive column values (an
+ * expanding load). */
+__attribute__((target("avx512f")))
+static void col2im_plane_s2_avx512(const hcnn_conv_geom *g, const float *s, size_t ldc,
+                                   float *xp)
+{
+    const int h = g->h, w = g->w, kh = g->kh, kw = g->kw, oh = g->oh, ow = g->ow;
+    const int ph = g->ph, pw = g->pw;
+    for (int iy = 0; iy < h; iy++)
+        for (int ix = 0; ix < w; ix += 16) {
+            const __mmask16 row = lane_range(0, w - ix);
+            __m512 acc = _mm512_setzero_ps();
+            for (int ki = 0; ki < kh; ki++) {
+                const int ty = iy + ph - ki;
+                if (ty < 0 || ty % 2 || ty / 2 >= oh)
+                    continue;
+                const float *base = s + (size_t)ki * kw * ldc + (size_t)(ty / 2) * ow;
+                for (int kj = 0; kj < kw; kj++) {
+                    const int t0 = ix + pw - kj;          /* 2 * output column of lane 0 */
+                    const int l0 = ((t0 % 2) + 2) % 2;    /* first lane with an even t */
+                    /* lanes l0, l0+2, ... with 0 <= (t0 + l) / 2 < ow */
+                    __mmask16 m = row & lane_range(-t0, 2 * ow - t0) & (__mmask16)(0x5555u << l0);
+                    if (!m)
+                        continue;
+                    const int first = __builtin_ctz(m);
+                    acc = _mm512_add_ps(acc, _mm512_maskz_expandloadu_ps(
+                                                 m, base + (size_t)kj * ldc + (t0 + first) / 2));
+                }
+            }
+            _mm512_mask_storeu_ps(xp + (size_t)iy * w + ix, row, acc);
+        }
+}
+
+/* 1 or 2: the horizontal stride of the AVX-512 kernels to use; 0: none */
+static int avx512_stride(const hcnn_conv_geom *g)
+{
+    return (g->sw == 1 || g->sw == 2) && __builtin_cpu_supports("avx512f") ? g->sw : 0;
 }
 #else
-static int use_avx512(const hcnn_conv_geom *g) { (void)g; return 0; }
+static int avx512_stride(const hcnn_conv_geom *g) { (void)g; return 0; }
 #define im2col_tap_s1_avx512 im2col_tap
+#define im2col_tap_s2_avx512 im2col_tap
 #define col2im_plane_s1_avx512(g, s, ldc, xp) ((void)0)
+#define col2im_plane_s2_avx512(g, s, ldc, xp) ((void)0)
 #endif
 
 /* Parallel over (channel, image): each task writes the kh*kw rows of its
@@ -252,8 +316,9 @@ static void cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *co
 {
     const size_t P = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w;
     const size_t ldc = (size_t)n * P;
+    const int vs = avx512_stride(g);
     void (*tap)(const hcnn_conv_geom *, const float *, int, int, float *) =
-        use_avx512(g) ? im2col_tap_s1_avx512 : im2col_tap;
+        vs == 1 ? im2col_tap_s1_avx512 : vs == 2 ? im2col_tap_s2_avx512 : im2col_tap;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int ci = 0; ci < g->c; ci++)
         for (int i = 0; i < n; i++) {
@@ -272,14 +337,19 @@ static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, float *
 {
     const size_t P = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w;
     const size_t ldc = (size_t)n * P;
-    const int gather = use_avx512(g) && g->sh == 1;
+    /* the gathering kernels need the same stride both ways */
+    const int gather = avx512_stride(g) && g->sh == g->sw ? g->sw : 0;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++)
         for (int ci = 0; ci < g->c; ci++) {
             float *xp = dx + ((size_t)i * g->c + ci) * hw;
             const float *s = col + (size_t)ci * g->kh * g->kw * ldc + (size_t)i * P;
-            if (gather) {
+            if (gather == 1) {
                 col2im_plane_s1_avx512(g, s, ldc, xp);
+                continue;
+            }
+            if (gather == 2) {
+                col2im_plane_s2_avx512(g, s, ldc, xp);
                 continue;
             }
             zero_floats(xp, (int)hw);
