@@ -434,6 +434,74 @@ static void test_conv_algorithms(void **state)
     }
 }
 
+/* Forward + backward of a LeNet-like stack of image-local blocks (conv,
+ * ReLU, max-pool, dropout, FC) on t threads under conv_algo; returns the
+ * output, the parameter gradients and dx, concatenated. */
+static float *lenet_like_run(hcnn_conv_algo algo, int threads, int n, size_t *total)
+{
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    hcnn_block_spec b[] = {
+        blk(HCNN_BLOCK_CONV, 6, 5, 5, 1, 1, 2, 2), simple(HCNN_BLOCK_RELU),
+        blk(HCNN_BLOCK_MAXPOOL, 0, 2, 2, 2, 2, 0, 0), blk(HCNN_BLOCK_CONV, 8, 3, 3, 1, 1, 0, 0),
+        simple(HCNN_BLOCK_RELU), simple(HCNN_BLOCK_FLATTEN), blk(HCNN_BLOCK_DROPOUT, 0, 0, 0, 0, 0, 0, 0),
+        blk(HCNN_BLOCK_FC, 20, 0, 0, 0, 0, 0, 0), simple(HCNN_BLOCK_RELU),
+        blk(HCNN_BLOCK_FC, 5, 0, 0, 0, 0, 0, 0)};
+    const int nb = (int)(sizeof b / sizeof b[0]);
+    model m;
+    model_make_algo(&m, b, nb, 1, 16, 16, n, algo);
+    if (algo != HCNN_CONV_BATCHED && threads > 1) /* the whole-network path is set up */
+        assert_non_null(m.s.tlayers);
+    float *x = malloc(sizeof(float) * m.in_sz), *dy = malloc(sizeof(float) * m.out_sz);
+    float *dx = malloc(sizeof(float) * m.in_sz);
+    *total = m.out_sz + m.net.nparams + m.in_sz;
+    float *out = malloc(sizeof(float) * *total);
+    assert_true(x && dy && dx && out);
+    fill_random(x, m.in_sz, 51, -1.0f, 1.0f);
+    fill_random(dy, m.out_sz, 52, -1.0f, 1.0f);
+    fill_random(m.net.params, m.net.nparams, 53, -0.5f, 0.5f);
+    memset(m.net.grads, 0, sizeof(float) * m.net.nparams);
+    m.s.ctx.first_sample = 100;
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, n), 0);
+    assert_int_equal(hcnn_net_backward(&m.net, &m.s, &m.acts, x, dy, dx, n, NULL, NULL), 0);
+    memcpy(out, hcnn_acts_output(&m.acts), sizeof(float) * m.out_sz);
+    memcpy(out + m.out_sz, m.net.grads, sizeof(float) * m.net.nparams);
+    memcpy(out + m.out_sz + m.net.nparams, dx, sizeof(float) * m.in_sz);
+    free(x), free(dy), free(dx);
+    model_free(&m);
+    omp_set_num_threads(saved);
+    return out;
+}
+
+/* Whole-network per-thread execution (every block image-local) against
+ * the per-block batched path: same output, gradients and dx up to float
+ * summation order, dropout masks included; bit-identical when repeated
+ * (threads run through blocks of different sizes without waiting for each
+ * other: their gradient buffers must not overlap). */
+static void test_whole_net_per_thread(void **state)
+{
+    (void)state;
+    for (int n = 5; n <= 9; n += 4) {
+        size_t total;
+        float *ref = lenet_like_run(HCNN_CONV_BATCHED, 1, n, &total);
+        for (int t = 2; t <= 3; t++) {
+            float *first = lenet_like_run(HCNN_CONV_AUTO, t, n, &total);
+            for (size_t i = 0; i < total; i++)
+                if (fabsf(first[i] - ref[i]) > 1e-4f * (1.0f + fabsf(ref[i])))
+                    fail_msg("n %d, %d threads: value %zu = %g, batched %g", n, t, i,
+                             (double)first[i], (double)ref[i]);
+            for (int rep = 0; rep < 10; rep++) {
+                float *again = lenet_like_run(HCNN_CONV_AUTO, t, n, &total);
+                if (memcmp(first, again, sizeof(float) * total) != 0)
+                    fail_msg("n %d, %d threads: repeat %d differs", n, t, rep);
+                free(again);
+            }
+            free(first);
+        }
+        free(ref);
+    }
+}
+
 /* The backend GEMM against a naive one, on shapes that take the split-k
  * path (small output, long k) and with every transpose combination. */
 static void test_gemm_split_k(void **state)
@@ -767,6 +835,7 @@ int main(void)
         cmocka_unit_test(test_conv_backward),
         cmocka_unit_test(test_conv_backward_chunked),
         cmocka_unit_test(test_conv_algorithms),
+        cmocka_unit_test(test_whole_net_per_thread),
         cmocka_unit_test(test_im2col_adjoint),
         cmocka_unit_test(test_gemm_split_k),
         cmocka_unit_test(test_fc_backward),

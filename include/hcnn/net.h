@@ -76,11 +76,22 @@ void hcnn_acts_free(hcnn_acts *a);
 
 /* Scratch shared by all micro-batches: kernel workspace, residual
  * temporaries and the two gradient ping-pong buffers between blocks. */
+/* Whole-network per-thread execution supports up to this many threads
+ * (more: the per-block path). */
+#define HCNN_MAX_THREADS 512
+
 typedef struct hcnn_scratch {
     hcnn_ctx ctx;
     float *g[2];
     size_t g_floats;
     int capacity;
+    /* whole-network per-thread execution (see src/model/net.c): for threads
+     * 1 .. nt-1, a gradient buffer each and copies of the layers of
+     * [first, last) whose gradient views point into it (NULL: not set up) */
+    int nt;
+    int first, last;
+    float *tgrads;
+    hcnn_layer *tlayers;
 } hcnn_scratch;
 
 int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last, int capacity);

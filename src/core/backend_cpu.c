@@ -516,43 +516,81 @@ static void cpu_add_row_bias(float *y, const float *b, int n, int m)
 /* Element-wise loops: `simd` makes them branch-free vector code (a data-
  * dependent branch on the sign mispredicts half the time); in-place calls
  * (y == x) are safe because each element only reads its own index. */
-static void cpu_relu_fwd(const float *x, float *y, size_t n)
+/* Element-wise operations: a vectorised loop over a range (with AVX2 and
+ * AVX-512 clones), run on slices by all threads when the array is large.
+ * (An "omp parallel for simd if (...)" loop is compiled a second time for
+ * the serial case, without simd: ReLU on 50k floats took 3x as long as on
+ * 80k.)  The loops may run in place (y == x). */
+#define ELEMENTWISE(n, range_call)                                                              \
+    do {                                                                                        \
+        if ((n) > 65536 && !omp_in_parallel()) {                                                \
+            _Pragma("omp parallel")                                                             \
+            {                                                                                   \
+                const size_t t_ = (size_t)omp_get_thread_num(), nt_ = (size_t)omp_get_num_threads(); \
+                const size_t lo = (n) * t_ / nt_, len = (n) * (t_ + 1) / nt_ - lo;              \
+                range_call;                                                                     \
+            }                                                                                   \
+        } else {                                                                                \
+            const size_t lo = 0, len = (n);                                                     \
+            range_call;                                                                         \
+        }                                                                                       \
+    } while (0)
+
+HCNN_MULTIVERSION
+static void relu_fwd_range(const float *x, float *y, size_t n)
 {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) {
         const float v = x[i];
         y[i] = v > 0.0f ? v : 0.0f;
     }
 }
 
-static void cpu_relu_bwd(const float *y, const float *dy, float *dx, size_t n)
+HCNN_MULTIVERSION
+static void relu_bwd_range(const float *y, const float *dy, float *dx, size_t n)
 {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) {
         const float d = dy[i]; /* loaded unconditionally: a select, not a branch */
         dx[i] = y[i] > 0.0f ? d : 0.0f;
     }
 }
 
-static void cpu_add(const float *a, const float *b, float *y, size_t n)
+HCNN_MULTIVERSION
+static void add_range(const float *a, const float *b, float *y, size_t n)
 {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++)
         y[i] = a[i] + b[i];
 }
 
+HCNN_MULTIVERSION
+static void mul_range(const float *a, const float *b, float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] * b[i];
+}
+
+static void cpu_relu_fwd(const float *x, float *y, size_t n)
+{
+    ELEMENTWISE(n, relu_fwd_range(x + lo, y + lo, len));
+}
+
+static void cpu_relu_bwd(const float *y, const float *dy, float *dx, size_t n)
+{
+    ELEMENTWISE(n, relu_bwd_range(y + lo, dy + lo, dx + lo, len));
+}
+
+static void cpu_add(const float *a, const float *b, float *y, size_t n)
+{
+    ELEMENTWISE(n, add_range(a + lo, b + lo, y + lo, len));
+}
+
 static void cpu_add_acc(const float *a, float *y, size_t n)
 {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        y[i] += a[i];
+    ELEMENTWISE(n, add_range(y + lo, a + lo, y + lo, len));
 }
 
 static void cpu_mul(const float *a, const float *b, float *y, size_t n)
 {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        y[i] = a[i] * b[i];
+    ELEMENTWISE(n, mul_range(a + lo, b + lo, y + lo, len));
 }
 
 static void cpu_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample,

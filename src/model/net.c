@@ -361,6 +361,58 @@ static size_t ws_need(const hcnn_layer *l, const hcnn_ctx *ctx, int capacity)
 
 #define HCNN_DEFAULT_CHUNK_FLOATS ((size_t)32 << 20) /* 128 MiB of im2col columns */
 
+/* ---- whole-network per-thread execution ----------------------------------
+ * When every block of [first, last) treats each image on its own (no
+ * batch-norm statistics, no residual blocks: LeNet-class networks), each
+ * thread carries its share of the images through all of them: one parallel
+ * region per forward and one per backward instead of several per block,
+ * and each thread's images stay in its cache.  Activations, saved aux
+ * (argmax, dropout masks) and gradient buffers are per-sample arrays, so a
+ * thread works on its slice of each.  Thread 0 accumulates parameter
+ * gradients into net->grads, thread t > 0 into a buffer of its own through
+ * copies of the layers whose gradient views point there; those are added to
+ * net->grads in thread order after the backward, so a run is repeatable for
+ * a given thread count, as with the per-thread convolutions this extends.
+ * conv_algo: batched turns both off. */
+
+static int image_local(const hcnn_net *net, int first, int last)
+{
+    for (int i = first; i < last; i++) {
+        const hcnn_layer *l = &net->layers[i];
+        if (l->kind == HCNN_BLOCK_BN || l->kind == HCNN_BLOCK_RESIDUAL || l->aux_fixed)
+            return 0;
+    }
+    return 1;
+}
+
+/* Workspace one thread needs to run layer l on any number of images. */
+static size_t thread_ws_need(const hcnn_layer *l, const hcnn_ctx *ctx)
+{
+    if (l->kind != HCNN_BLOCK_CONV)
+        return 0;
+    const size_t own = hcnn_conv_per_thread_ws(l, ctx, 1);
+    return own > l->ws_per_sample ? own : l->ws_per_sample;
+}
+
+/* Each thread's slice of the workspace, or 0 if some layer does not fit. */
+static size_t thread_ws_slice(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last,
+                              int nt)
+{
+    const size_t slice = (ctx->ws_floats / (size_t)nt) & ~(size_t)15;
+    for (int i = first; i < last; i++)
+        if (thread_ws_need(&net->layers[i], ctx) > slice)
+            return 0;
+    return slice;
+}
+
+static int per_thread_net(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n,
+                          int *nt)
+{
+    *nt = ctx->be->threads();
+    return ctx->conv_algo != HCNN_CONV_BATCHED && *nt > 1 && n >= *nt &&
+           image_local(net, first, last) && thread_ws_slice(net, ctx, first, last, *nt) > 0;
+}
+
 int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last, int capacity)
 {
     memset(s, 0, sizeof *s);
@@ -377,6 +429,14 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
         if (l->tmp_per_sample * capacity > tmp)
             tmp = l->tmp_per_sample * capacity;
     }
+    const int nt = net->be->threads();
+    const int whole = net->conv_algo != HCNN_CONV_BATCHED && nt > 1 && image_local(net, first, last);
+    if (whole)
+        for (int i = first; i < last; i++) {
+            const size_t need = (size_t)nt * (thread_ws_need(&net->layers[i], &s->ctx) + 16);
+            if (need > ws)
+                ws = need;
+        }
     s->g_floats = hcnn_net_max_act(net, first, last) * capacity;
     s->ctx.ws = net->be->alloc(sizeof(float) * (ws + 16), "im2col workspace");
     s->ctx.ws_floats = ws;
@@ -388,6 +448,28 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
         hcnn_scratch_free(s);
         return HCNN_ENOMEM;
     }
+    if (whole) {
+        const int nl = last - first;
+        s->tgrads = hcnn_alloc(sizeof(float) * (net->nparams + 1) * (size_t)(nt - 1),
+                               "per-thread gradients");
+        s->tlayers = hcnn_alloc(sizeof(hcnn_layer) * (size_t)nl * (size_t)(nt - 1),
+                                "per-thread layer views");
+        if (!s->tgrads || !s->tlayers) {
+            hcnn_scratch_free(s);
+            return HCNN_ENOMEM;
+        }
+        for (int t = 1; t < nt; t++)
+            for (int i = first; i < last; i++) {
+                hcnn_layer *c = &s->tlayers[(size_t)(t - 1) * nl + (i - first)];
+                float *g = s->tgrads + (size_t)(t - 1) * (net->nparams + 1);
+                *c = net->layers[i];
+                if (c->dw)
+                    c->dw = g + (c->dw - net->grads);
+                if (c->db)
+                    c->db = g + (c->db - net->grads);
+            }
+        s->nt = nt, s->first = first, s->last = last;
+    }
     return HCNN_OK;
 }
 
@@ -397,49 +479,115 @@ void hcnn_scratch_free(hcnn_scratch *s)
     hcnn_free(s->ctx.tmp);
     hcnn_free(s->g[0]);
     hcnn_free(s->g[1]);
+    hcnn_free(s->tgrads);
+    hcnn_free(s->tlayers);
     memset(s, 0, sizeof *s);
 }
 
 /* ---- forward / backward ------------------------------------------------ */
+
+/* Forward of blocks [acts->first, acts->last) on images [i0, i1) of x,
+ * with the given layers (layers[i] for block i). */
+static int forward_range(hcnn_net *net, hcnn_layer *layers, const hcnn_ctx *ctx, hcnn_acts *acts,
+                         const float *x, int i0, int i1, int timed)
+{
+    const float *in = x + (size_t)i0 * hcnn_layer_in_size(&net->layers[acts->first]);
+    for (int i = acts->first; i < acts->last; i++) {
+        const int k = i - acts->first;
+        hcnn_layer *l = &layers[i];
+        float *y = acts->y[k] + (size_t)i0 * hcnn_layer_out_size(l);
+        float *aux = acts->aux[k] + (size_t)i0 * l->aux_per_sample;
+        const double t0 = timed ? hcnn_now() : 0.0;
+        HCNN_MARKER_START(ctx, l->name, 0);
+        int rc = hcnn_layer_forward(l, ctx, in, y, aux, i1 - i0);
+        HCNN_MARKER_STOP(ctx, l->name, 0);
+        if (timed)
+            ctx->prof_fwd[i] += hcnn_now() - t0;
+        if (rc)
+            return rc;
+        in = y;
+    }
+    return HCNN_OK;
+}
+
+/* A thread's part of a whole-network pass: its images, its workspace
+ * slice, its layers; only thread 0 profiles and drives communication. */
+typedef struct net_job {
+    hcnn_net *net;
+    hcnn_scratch *s;          /* backward only */
+    const hcnn_ctx *ctx;
+    hcnn_acts *acts;
+    const float *x, *dy;
+    float *dx;
+    int n;
+    size_t slice;
+    int rc[HCNN_MAX_THREADS];
+} net_job;
+
+static hcnn_ctx thread_ctx(const net_job *j, int t, int *i0, int *i1, int nt)
+{
+    hcnn_ctx c = *j->ctx;
+    c.ws = j->ctx->ws + (size_t)t * j->slice;
+    c.ws_floats = j->slice;
+    *i0 = (int)((long)j->n * t / nt), *i1 = (int)((long)j->n * (t + 1) / nt);
+    c.first_sample += (uint64_t)*i0; /* dropout masks follow the sample */
+    if (t != 0)
+        c.poll = NULL, c.prof_fwd = c.prof_bwd = NULL;
+    return c;
+}
+
+static void forward_thread(void *arg, int t, int nt)
+{
+    net_job *j = arg;
+    int i0, i1;
+    const hcnn_ctx c = thread_ctx(j, t, &i0, &i1, nt);
+    j->rc[t] = forward_range(j->net, j->net->layers, &c, j->acts, j->x, i0, i1, c.prof_fwd != NULL);
+}
 
 int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const float *x, int n)
 {
     if (n > acts->capacity)
         return hcnn_error("batch of %d samples exceeds the activation capacity %d", n,
                           acts->capacity);
-    const float *in = x;
-    for (int i = acts->first; i < acts->last; i++) {
-        const int k = i - acts->first;
-        const double t0 = ctx->prof_fwd ? hcnn_now() : 0.0;
-        HCNN_MARKER_START(ctx, net->layers[i].name, 0);
-        int rc = hcnn_layer_forward(&net->layers[i], ctx, in, acts->y[k], acts->aux[k], n);
-        HCNN_MARKER_STOP(ctx, net->layers[i].name, 0);
-        if (ctx->prof_fwd)
-            ctx->prof_fwd[i] += hcnn_now() - t0;
-        if (rc)
-            return rc;
-        in = acts->y[k];
+    int nt;
+    if (per_thread_net(net, ctx, acts->first, acts->last, n, &nt) && nt <= HCNN_MAX_THREADS) {
+        net_job j = {.net = net, .ctx = ctx, .acts = acts, .x = x, .n = n,
+                     .slice = thread_ws_slice(net, ctx, acts->first, acts->last, nt)};
+        net->be->parallel(forward_thread, &j);
+        for (int t = 0; t < nt; t++)
+            if (j.rc[t])
+                return j.rc[t];
+        return HCNN_OK;
     }
-    return HCNN_OK;
+    return forward_range(net, net->layers, ctx, acts, x, 0, n, ctx->prof_fwd != NULL);
 }
 
-int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
-                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
-                      void *arg)
+/* Backward of blocks [acts->first, acts->last) on images [i0, i1), with the
+ * given layers.  The gradients between blocks go to g[0], g[1], alternately,
+ * from offset i0 * gstride: gstride is the largest per-sample activation, so
+ * that threads, which run through the blocks without waiting for each
+ * other, never write over each other's images when blocks differ in size. */
+static int backward_range(hcnn_net *net, hcnn_layer *layers, const hcnn_ctx *ctx, float *const g[2],
+                          size_t gstride, hcnn_acts *acts, const float *x, const float *dy,
+                          float *dx, int i0, int i1, hcnn_block_done_fn block_done, void *arg)
 {
-    const float *cur = dy;
+    const float *cur = dy + (size_t)i0 * hcnn_layer_out_size(&net->layers[acts->last - 1]);
     int which = 0;
     for (int i = acts->last - 1; i >= acts->first; i--) {
         const int k = i - acts->first;
-        const float *in = i == acts->first ? x : acts->y[k - 1];
-        float *out = i == acts->first ? dx : s->g[which];
-        const double t0 = s->ctx.prof_bwd ? hcnn_now() : 0.0;
-        HCNN_MARKER_START(&s->ctx, net->layers[i].name, 1);
-        int rc = hcnn_layer_backward(&net->layers[i], &s->ctx, in, acts->y[k], acts->aux[k], cur,
-                                     out, n);
-        HCNN_MARKER_STOP(&s->ctx, net->layers[i].name, 1);
-        if (s->ctx.prof_bwd)
-            s->ctx.prof_bwd[i] += hcnn_now() - t0;
+        hcnn_layer *l = &layers[i];
+        const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
+        const float *in = (i == acts->first ? x : acts->y[k - 1]) + (size_t)i0 * in_sz;
+        float *out = i == acts->first ? (dx ? dx + (size_t)i0 * in_sz : NULL)
+                                      : g[which] + (size_t)i0 * gstride;
+        const double t0 = ctx->prof_bwd ? hcnn_now() : 0.0;
+        HCNN_MARKER_START(ctx, l->name, 1);
+        int rc = hcnn_layer_backward(l, ctx, in, acts->y[k] + (size_t)i0 * out_sz,
+                                     acts->aux[k] + (size_t)i0 * l->aux_per_sample, cur, out,
+                                     i1 - i0);
+        HCNN_MARKER_STOP(ctx, l->name, 1);
+        if (ctx->prof_bwd)
+            ctx->prof_bwd[i] += hcnn_now() - t0;
         if (!rc && block_done)
             rc = block_done(arg, i);
         if (rc)
@@ -448,4 +596,56 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
         which ^= 1;
     }
     return HCNN_OK;
+}
+
+static void backward_thread(void *arg, int t, int nt)
+{
+    net_job *j = arg;
+    int i0, i1;
+    const hcnn_ctx c = thread_ctx(j, t, &i0, &i1, nt);
+    hcnn_layer *layers = j->net->layers;
+    if (t > 0) {
+        const hcnn_scratch *s = j->s;
+        size_t off, count;
+        hcnn_net_param_range(j->net, s->first, s->last, &off, &count);
+        memset(s->tgrads + (size_t)(t - 1) * (j->net->nparams + 1) + off, 0, sizeof(float) * count);
+        /* layers[i] is block i's copy for this thread */
+        layers = s->tlayers + (size_t)(t - 1) * (s->last - s->first) - s->first;
+    }
+    const size_t gstride = j->s->g_floats / (size_t)j->s->capacity;
+    j->rc[t] = backward_range(j->net, layers, &c, j->s->g, gstride, j->acts, j->x, j->dy, j->dx,
+                              i0, i1, NULL, NULL);
+}
+
+int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
+                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
+                      void *arg)
+{
+    int nt;
+    if (s->tlayers && s->first == acts->first && s->last == acts->last &&
+        per_thread_net(net, &s->ctx, acts->first, acts->last, n, &nt) && nt == s->nt &&
+        nt <= HCNN_MAX_THREADS) {
+        net_job j = {.net = net, .s = s, .ctx = &s->ctx, .acts = acts, .x = x, .dy = dy,
+                     .dx = dx, .n = n,
+                     .slice = thread_ws_slice(net, &s->ctx, acts->first, acts->last, nt)};
+        net->be->parallel(backward_thread, &j);
+        for (int t = 0; t < nt; t++)
+            if (j.rc[t])
+                return j.rc[t];
+        /* the other threads' gradients, in thread order; then the blocks are
+         * complete, last first as block_done expects */
+        size_t off, count;
+        hcnn_net_param_range(net, acts->first, acts->last, &off, &count);
+        for (int t = 1; t < nt; t++)
+            net->be->add_acc(s->tgrads + (size_t)(t - 1) * (net->nparams + 1) + off,
+                             net->grads + off, count);
+        for (int i = acts->last - 1; block_done && i >= acts->first; i--) {
+            int rc = block_done(arg, i);
+            if (rc)
+                return rc;
+        }
+        return HCNN_OK;
+    }
+    return backward_range(net, net->layers, &s->ctx, s->g, 0, acts, x, dy, dx, 0, n, block_done,
+                          arg);
 }
