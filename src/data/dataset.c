@@ -250,11 +250,11 @@ void hcnn_batch_assemble(const hcnn_dataset *ds, const uint32_t *idx, int n, int
 {
     /* u8 -> normalised float by table lookup: the inner loop is a load and
      * a store.  Channels >= 3 use channel 0's mean/std. */
+    const int c = ds->c, h = ds->h, w = ds->w;
     float lut[3][256];
-    for (int ch = 0; ch < 3; ch++)
+    for (int ch = 0; ch < (c < 3 ? c : 3); ch++) /* only the channels used */
         for (int v = 0; v < 256; v++)
             lut[ch][v] = ((float)v / 255.0f - ds->mean[ch]) / ds->std[ch];
-    const int c = ds->c, h = ds->h, w = ds->w;
     const size_t hw = (size_t)h * w, chw = (size_t)c * hw;
     const int nt = nthreads > 1 ? nthreads : 1;
     (void)nt; /* unused when built without OpenMP */

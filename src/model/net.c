@@ -429,8 +429,12 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
         if (l->tmp_per_sample * capacity > tmp)
             tmp = l->tmp_per_sample * capacity;
     }
+    /* per-thread gradient buffers: at most 256 MiB (a large network without
+     * batch-norm on many threads takes the per-block path instead) */
     const int nt = net->be->threads();
-    const int whole = net->conv_algo != HCNN_CONV_BATCHED && nt > 1 && image_local(net, first, last);
+    const int whole = net->conv_algo != HCNN_CONV_BATCHED && nt > 1 &&
+                      image_local(net, first, last) &&
+                      (double)(nt - 1) * (double)(net->nparams + 1) * sizeof(float) <= 256.0 * 1048576.0;
     if (whole)
         for (int i = first; i < last; i++) {
             const size_t need = (size_t)nt * (thread_ws_need(&net->layers[i], &s->ctx) + 16);
@@ -617,6 +621,25 @@ static void backward_thread(void *arg, int t, int nt)
                               i0, i1, NULL, NULL);
 }
 
+/* net->grads += the other threads' gradients: every thread takes a slice of
+ * the parameters and adds the buffers of threads 1, 2, ... in that order,
+ * so each element is summed in thread order whatever the slicing. */
+typedef struct reduce_job {
+    const hcnn_net *net;
+    const hcnn_scratch *s;
+    size_t off, count;
+} reduce_job;
+
+static void reduce_thread(void *arg, int t, int nt)
+{
+    const reduce_job *j = arg;
+    const size_t lo = j->off + j->count * (size_t)t / (size_t)nt;
+    const size_t hi = j->off + j->count * (size_t)(t + 1) / (size_t)nt;
+    for (int k = 1; k < j->s->nt; k++)
+        j->net->be->add_acc(j->s->tgrads + (size_t)(k - 1) * (j->net->nparams + 1) + lo,
+                            j->net->grads + lo, hi - lo);
+}
+
 int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
                       const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
                       void *arg)
@@ -632,13 +655,11 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
         for (int t = 0; t < nt; t++)
             if (j.rc[t])
                 return j.rc[t];
-        /* the other threads' gradients, in thread order; then the blocks are
-         * complete, last first as block_done expects */
-        size_t off, count;
-        hcnn_net_param_range(net, acts->first, acts->last, &off, &count);
-        for (int t = 1; t < nt; t++)
-            net->be->add_acc(s->tgrads + (size_t)(t - 1) * (net->nparams + 1) + off,
-                             net->grads + off, count);
+        /* the other threads' gradients; then the blocks are complete, last
+         * first as block_done expects */
+        reduce_job r = {.net = net, .s = s};
+        hcnn_net_param_range(net, acts->first, acts->last, &r.off, &r.count);
+        net->be->parallel(reduce_thread, &r);
         for (int i = acts->last - 1; block_done && i >= acts->first; i--) {
             int rc = block_done(arg, i);
             if (rc)
