@@ -444,7 +444,8 @@ static float *lenet_like_run(hcnn_conv_algo algo, int threads, int n, size_t *to
     hcnn_block_spec b[] = {
         blk(HCNN_BLOCK_CONV, 6, 5, 5, 1, 1, 2, 2), simple(HCNN_BLOCK_RELU),
         blk(HCNN_BLOCK_MAXPOOL, 0, 2, 2, 2, 2, 0, 0), blk(HCNN_BLOCK_CONV, 8, 3, 3, 1, 1, 0, 0),
-        simple(HCNN_BLOCK_RELU), simple(HCNN_BLOCK_FLATTEN), blk(HCNN_BLOCK_DROPOUT, 0, 0, 0, 0, 0, 0, 0),
+        simple(HCNN_BLOCK_RELU), simple(HCNN_BLOCK_FLATTEN),
+        blk(HCNN_BLOCK_DROPOUT, 0, 0, 0, 0, 0, 0, 0),
         blk(HCNN_BLOCK_FC, 20, 0, 0, 0, 0, 0, 0), simple(HCNN_BLOCK_RELU),
         blk(HCNN_BLOCK_FC, 5, 0, 0, 0, 0, 0, 0)};
     const int nb = (int)(sizeof b / sizeof b[0]);

@@ -229,7 +229,8 @@ static void col2im_plane_s1_avx512(const hcnn_conv_geom *g, const float *s, size
                 for (int kj = 0; kj < kw; kj++) {
                     const int ox = ix + pw - kj; /* output column of lane 0 */
                     const __mmask16 m = row & lane_range(-ox, ow - ox);
-                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, base + (size_t)kj * ldc + ox));
+                    const float *src = base + (size_t)kj * ldc + ox;
+                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, src));
                 }
             }
             _mm512_mask_storeu_ps(xp + (size_t)iy * w + ix, row, acc);
@@ -245,7 +246,8 @@ static void im2col_tap_s2_avx512(const hcnn_conv_geom *g, const float *xp, int k
 {
     const int oh = g->oh, ow = g->ow, h = g->h, w = g->w, sh = g->sh;
     const int shift = kj - g->pw, iy0 = ki - g->ph;
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     for (int ox = 0; ox < ow; ox += 16) {
         const int c0 = 2 * ox + shift; /* input column of lane 0 */
         const __mmask16 out = lane_range(0, ow - ox);
@@ -526,7 +528,8 @@ static void cpu_add_row_bias(float *y, const float *b, int n, int m)
         if ((n) > 65536 && !omp_in_parallel()) {                                                \
             _Pragma("omp parallel")                                                             \
             {                                                                                   \
-                const size_t t_ = (size_t)omp_get_thread_num(), nt_ = (size_t)omp_get_num_threads(); \
+                const size_t t_ = (size_t)omp_get_thread_num();                                 \
+                const size_t nt_ = (size_t)omp_get_num_threads();                               \
                 const size_t lo = (n) * t_ / nt_, len = (n) * (t_ + 1) / nt_ - lo;              \
                 range_call;                                                                     \
             }                                                                                   \

@@ -432,9 +432,9 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
     /* per-thread gradient buffers: at most 256 MiB (a large network without
      * batch-norm on many threads takes the per-block path instead) */
     const int nt = net->be->threads();
+    const double tgrad_bytes = (double)(nt - 1) * (double)(net->nparams + 1) * sizeof(float);
     const int whole = net->conv_algo != HCNN_CONV_BATCHED && nt > 1 &&
-                      image_local(net, first, last) &&
-                      (double)(nt - 1) * (double)(net->nparams + 1) * sizeof(float) <= 256.0 * 1048576.0;
+                      image_local(net, first, last) && tgrad_bytes <= 256.0 * 1048576.0;
     if (whole)
         for (int i = first; i < last; i++) {
             const size_t need = (size_t)nt * (thread_ws_need(&net->layers[i], &s->ctx) + 16);
