@@ -310,6 +310,16 @@ mkdir -p "$outdir/plots" || die "cannot create $outdir/plots"
 gq() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
 # line styles: 10 distinguishable colours, then dash patterns
 colors=('#1f77b4' '#d62728' '#2ca02c' '#ff7f0e' '#9467bd' '#8c564b' '#e377c2' '#17becf' '#7f7f7f' '#bcbd22')
+group_plot() { # IDEAL COLUMN: a plot command, the ideal curve then one line per group
+    local plot="plot $1" i=0 dat label
+    if [ -s "$tmp/groups.tsv" ]; then
+        while IFS=$'\t' read -r dat label; do
+            plot+=", $(gq "$dat") using 1:$2 with linespoints title $(gq "$label") $(style $i)"
+            i=$((i + 1))
+        done <"$tmp/groups.tsv"
+    fi
+    echo "$plot"
+}
 style() { # INDEX (0-based) [DASHTYPE [POINTTYPE]] -> gnuplot line style options
     local i=$1 dt=${2:-1} pt=${3:-$(($1 % 13 + 1))}
     printf 'lw 2 lc rgb "%s" dt %d pt %d ps 1.3' "${colors[i % 10]}" "$dt" "$pt"
@@ -336,30 +346,14 @@ gp=$tmp/plots.gp
     echo 'set ylabel "speed-up S"'
     echo 'set logscale y 2'
     echo 'set yrange [*:*]'
-    plot="plot x title \"ideal (S = N)\" lw 2 dt 2 lc rgb \"black\""
-    i=0
-    if [ -s "$tmp/groups.tsv" ]; then
-        while IFS=$'\t' read -r dat label; do
-            plot+=", $(gq "$dat") using 1:2 with linespoints title $(gq "$label") $(style $i)"
-            i=$((i + 1))
-        done <"$tmp/groups.tsv"
-    fi
-    echo "$plot"
+    group_plot 'x title "ideal (S = N)" lw 2 dt 2 lc rgb "black"' 2
     echo 'unset logscale y'
     echo "set output $(gq "$outdir/plots/efficiency.png")"
     # shellcheck disable=SC2028
     echo 'set title "Parallel efficiency vs ranks\nE = S/N: strong T1/(N TN), weak XN/(N X1)"'
     echo 'set ylabel "efficiency E"'
     echo 'set yrange [0:*]'
-    plot="plot 1 title \"ideal (E = 1)\" lw 2 dt 2 lc rgb \"black\""
-    i=0
-    if [ -s "$tmp/groups.tsv" ]; then
-        while IFS=$'\t' read -r dat label; do
-            plot+=", $(gq "$dat") using 1:3 with linespoints title $(gq "$label") $(style $i)"
-            i=$((i + 1))
-        done <"$tmp/groups.tsv"
-    fi
-    echo "$plot"
+    group_plot '1 title "ideal (E = 1)" lw 2 dt 2 lc rgb "black"' 3
     # loss and accuracy vs epoch
     echo 'unset logscale x'
     echo 'set offsets graph 0, graph 0, graph 0.05, 0'   # no points on the top frame

@@ -1,5 +1,6 @@
-/* Test helper: capture stderr around a call and check its error message.
- * Included by the cmocka tests after <cmocka.h>. */
+/* Helpers shared by the cmocka tests: capture stderr around a call and
+ * check its error message; write a fixture file.  Included after
+ * <cmocka.h>. */
 #ifndef HCNN_TEST_CAPTURE_H
 #define HCNN_TEST_CAPTURE_H
 
@@ -8,6 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* path := len bytes of data */
+static inline void write_file(const char *path, const void *data, size_t len)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(data, 1, len, fp), len);
+    assert_int_equal(fclose(fp), 0);
+}
 
 /* stderr capture: exactly one "hcnn: error:" message containing each of
  * the NULL-terminated strings */

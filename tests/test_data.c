@@ -18,6 +18,8 @@
 #include "hcnn/common.h"
 #include "hcnn/data.h"
 
+#include "capture.h"
+
 /* ---- helpers ------------------------------------------------------------ */
 
 typedef struct fixture {
@@ -62,14 +64,6 @@ static const char *tpath(void **state, const char *fmt, ...)
     char *b = bufs[next++ % 8];
     snprintf(b, sizeof bufs[0], "%s/%s", ((fixture *)*state)->dir, name);
     return b;
-}
-
-static void write_file(const char *path, const void *data, size_t len)
-{
-    FILE *fp = fopen(path, "wb");
-    assert_non_null(fp);
-    assert_int_equal(fwrite(data, 1, len, fp), len);
-    assert_int_equal(fclose(fp), 0);
 }
 
 static void write_gz(const char *path, const void *data, size_t len)
@@ -132,7 +126,6 @@ static void write_idx_pair(const char *img, const char *lab, int n, int h, int w
     free(bl);
 }
 
-#include "capture.h"
 
 /* Dataset in memory with given shape; pixel values from a hash. */
 static void make_ds(hcnn_dataset *ds, int n, int c, int h, int w, uint64_t salt)

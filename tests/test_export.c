@@ -29,6 +29,8 @@
 #include "hcnn/export.h"
 #include "hcnn/net.h"
 
+#include "capture.h"
+
 #define STEP 1234
 
 /* ---- fixture ------------------------------------------------------------ */
@@ -138,14 +140,6 @@ static unsigned char *read_all(const char *path, size_t *len)
     return p;
 }
 
-static void write_bytes(const char *path, const void *data, size_t len)
-{
-    FILE *fp = fopen(path, "wb");
-    assert_non_null(fp);
-    assert_int_equal(fwrite(data, 1, len, fp), len);
-    assert_int_equal(fclose(fp), 0);
-}
-
 static const hcnn_tensor_info *tensor(const fixture *f, const char *name)
 {
     for (int i = 0; i < f->net.ntensors; i++)
@@ -197,11 +191,10 @@ static void write_npy(const char *path, int major, const char *dict, const void 
     p[pre + hlen - 1] = '\n';
     if (nbytes)
         memcpy(p + pre + hlen, data, nbytes);
-    write_bytes(path, p, total);
+    write_file(path, p, total);
     free(p);
 }
 
-#include "capture.h"
 
 
 /* Import dir, expect failure `code` (-1: any non-zero) with one message
@@ -508,7 +501,7 @@ static void test_import_versions(void **state)
               "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4, 1, 1)}",
               tensor_data(f, "layer1.0.downsample.0.weight"), 64);
     /* num_batches_tracked files are not read (any content is accepted) */
-    write_bytes(in_dir(dir, "bn1.num_batches_tracked.npy"), "junk", 4);
+    write_file(in_dir(dir, "bn1.num_batches_tracked.npy"), "junk", 4);
     unlink(in_dir(dir, "layer1.0.bn1.num_batches_tracked.npy"));
     unlink(in_dir(dir, "manifest.txt"));
     hcnn_net net;
@@ -594,22 +587,22 @@ static void test_truncated_and_long(void **state)
     const char *p = in_dir(dir, "layer1.0.conv1.weight.npy");
     size_t len;
     unsigned char *orig = read_all(p, &len);
-    write_bytes(p, orig, len - 1);
+    write_file(p, orig, len - 1);
     expect_import_fail(f, dir, HCNN_EFORMAT, "layer1.0.conv1.weight.npy", "truncated", NULL);
-    write_bytes(p, orig, 64); /* header only */
+    write_file(p, orig, 64); /* header only */
     expect_import_fail(f, dir, HCNN_EFORMAT, "layer1.0.conv1.weight.npy", "truncated", NULL);
-    write_bytes(p, orig, 40); /* inside the header */
+    write_file(p, orig, 40); /* inside the header */
     expect_import_fail(f, dir, HCNN_EFORMAT, "layer1.0.conv1.weight.npy", "truncated", NULL);
-    write_bytes(p, orig, 7); /* inside the preamble */
+    write_file(p, orig, 7); /* inside the preamble */
     expect_import_fail(f, dir, HCNN_EFORMAT, "layer1.0.conv1.weight.npy", "truncated", NULL);
-    write_bytes(p, orig, 0);
+    write_file(p, orig, 0);
     expect_import_fail(f, dir, HCNN_EFORMAT, "layer1.0.conv1.weight.npy", NULL);
     /* one byte too many */
     unsigned char *longer = malloc(len + 1);
     assert_non_null(longer);
     memcpy(longer, orig, len);
     longer[len] = 0;
-    write_bytes(p, longer, len + 1);
+    write_file(p, longer, len + 1);
     expect_import_fail(f, dir, HCNN_EFORMAT, "layer1.0.conv1.weight.npy", "needs only", NULL);
     free(longer);
     free(orig);
@@ -661,22 +654,22 @@ static void test_garbage_headers(void **state)
     unsigned char raw[64];
     memset(raw, ' ', sizeof raw);
     memcpy(raw, "\x93NUMPZ\x01\x00\x36\x00", 10); /* bad magic */
-    write_bytes(p, raw, sizeof raw);
+    write_file(p, raw, sizeof raw);
     expect_import_fail(f, dir, HCNN_EFORMAT, "fc.bias.npy", "bad magic", NULL);
     memcpy(raw, "\x93NUMPY\x09\x00\x36\x00", 10); /* version 9.0 */
-    write_bytes(p, raw, sizeof raw);
+    write_file(p, raw, sizeof raw);
     expect_import_fail(f, dir, HCNN_EFORMAT, "fc.bias.npy", "version 9.0", NULL);
     memcpy(raw, "\x93NUMPY\x01\x05\x36\x00", 10); /* version 1.5 */
-    write_bytes(p, raw, sizeof raw);
+    write_file(p, raw, sizeof raw);
     expect_import_fail(f, dir, HCNN_EFORMAT, "fc.bias.npy", "version 1.5", NULL);
     memcpy(raw, "\x93NUMPY\x01\x00\xff\xff", 10); /* header longer than the file */
-    write_bytes(p, raw, sizeof raw);
+    write_file(p, raw, sizeof raw);
     expect_import_fail(f, dir, HCNN_EFORMAT, "fc.bias.npy", "truncated", NULL);
     memcpy(raw, "\x93NUMPY\x02\x00\xff\xff\xff\xff", 12); /* 4 GiB header */
-    write_bytes(p, raw, sizeof raw);
+    write_file(p, raw, sizeof raw);
     expect_import_fail(f, dir, HCNN_EFORMAT, "fc.bias.npy", "larger than", NULL);
     memcpy(raw, "\x93NUMPY\x03\x00\x00\x00", 10); /* 3.0 cut in the length */
-    write_bytes(p, raw, 11);
+    write_file(p, raw, 11);
     expect_import_fail(f, dir, HCNN_EFORMAT, "fc.bias.npy", "truncated", NULL);
     /* NUL bytes inside the dict */
     static const char withnul[] = "{'descr': '<f4'\0, 'fortran_order': False, 'shape': (3,), }";
@@ -685,7 +678,7 @@ static void test_garbage_headers(void **state)
     memcpy(file, "\x93NUMPY\x01\x00\x76\x00", 10);
     memcpy(file + 10, withnul, sizeof withnul - 1);
     file[127] = '\n';
-    write_bytes(p, file, sizeof file);
+    write_file(p, file, sizeof file);
     expect_import_fail(f, dir, HCNN_EFORMAT, "fc.bias.npy", "malformed", NULL);
     /* a directory in place of a file */
     unlink(p);
@@ -730,7 +723,7 @@ static void test_fuzz_headers(void **state)
             n = (size_t)(s >> 40) % (len + 8); /* cut or extend */
         if (n > len)
             memset(mut + len, 'x', n - len);
-        write_bytes(p, mut, n);
+        write_file(p, mut, n);
         int rc = hcnn_import_npy(dir, &f->cfg, out);
         assert_true(rc == HCNN_OK || rc == HCNN_EFORMAT || rc == HCNN_EIO);
         if (rc == HCNN_OK)
@@ -745,7 +738,7 @@ static void test_fuzz_headers(void **state)
     assert_true(refused > 500);
     /* all header prefixes */
     for (size_t n = 0; n < 64; n++) {
-        write_bytes(p, orig, n);
+        write_file(p, orig, n);
         capture c;
         capture_begin(&c);
         int rc = hcnn_import_npy(dir, &f->cfg, out);
@@ -766,14 +759,14 @@ static void test_extra_files(void **state)
     const char *dir = fresh_export(f, buf, sizeof buf);
     size_t len;
     unsigned char *w = read_all(in_dir(dir, "fc.weight.npy"), &len);
-    write_bytes(in_dir(dir, "fc2.weight.npy"), w, len);
+    write_file(in_dir(dir, "fc2.weight.npy"), w, len);
     expect_import_fail(f, dir, HCNN_EFORMAT, "fc2.weight.npy", "tensor fc2.weight",
                        "not part of the model configured in", f->cfg_path, NULL);
-    write_bytes(in_dir(dir, "bn9.running_mean.npy"), w, len);
+    write_file(in_dir(dir, "bn9.running_mean.npy"), w, len);
     expect_import_fail(f, dir, HCNN_EFORMAT, "bn9.running_mean.npy", "and 1 more", NULL);
     unlink(in_dir(dir, "fc2.weight.npy"));
     unlink(in_dir(dir, "bn9.running_mean.npy"));
-    write_bytes(in_dir(dir, "notes.txt"), "hi", 2);
+    write_file(in_dir(dir, "notes.txt"), "hi", 2);
     expect_import_fail(f, dir, HCNN_EFORMAT, "notes.txt", "not part of the model configured in",
                        NULL);
     unlink(in_dir(dir, "notes.txt"));
@@ -800,7 +793,7 @@ static void test_export_errors(void **state)
     unsigned char *ck = read_all(f->ckpt, &len);
     ck[len / 2] ^= 0x40;
     snprintf(path, sizeof path, "%s/corrupt.hcnn", f->dir);
-    write_bytes(path, ck, len);
+    write_file(path, ck, len);
     free(ck);
     capture_begin(&c);
     assert_int_equal(hcnn_export_npy(path, in_dir(f->dir, "y")), HCNN_EFORMAT);
@@ -809,7 +802,7 @@ static void test_export_errors(void **state)
 
     /* the target is a file, not a directory */
     snprintf(path, sizeof path, "%s/plainfile", f->dir);
-    write_bytes(path, "x", 1);
+    write_file(path, "x", 1);
     capture_begin(&c);
     assert_int_not_equal(hcnn_export_npy(f->ckpt, path), HCNN_OK);
     capture_end(&c, "plainfile", NULL);
