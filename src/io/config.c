@@ -103,6 +103,7 @@ void hcnn_config_defaults(hcnn_config *cfg)
     cfg->progress_every = 0;
     cfg->im2col_mb = 8.0;
     cfg->conv_algo = HCNN_CONV_AUTO;
+    cfg->data_prefetch = HCNN_PREFETCH_AUTO;
 }
 
 /* ======================================================================

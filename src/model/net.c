@@ -405,12 +405,16 @@ static size_t thread_ws_slice(const hcnn_net *net, const hcnn_ctx *ctx, int firs
     return slice;
 }
 
-static int per_thread_net(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n,
-                          int *nt)
+/* Each thread's workspace slice if n images run the whole-network
+ * per-thread path on *nt threads, else 0. */
+static size_t per_thread_net(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n,
+                             int *nt)
 {
     *nt = ctx->be->threads();
-    return ctx->conv_algo != HCNN_CONV_BATCHED && *nt > 1 && n >= *nt &&
-           image_local(net, first, last) && thread_ws_slice(net, ctx, first, last, *nt) > 0;
+    if (ctx->conv_algo == HCNN_CONV_BATCHED || *nt < 2 || *nt > HCNN_MAX_THREADS || n < *nt ||
+        !image_local(net, first, last))
+        return 0;
+    return thread_ws_slice(net, ctx, first, last, *nt);
 }
 
 int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last, int capacity)
@@ -554,9 +558,9 @@ int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const 
         return hcnn_error("batch of %d samples exceeds the activation capacity %d", n,
                           acts->capacity);
     int nt;
-    if (per_thread_net(net, ctx, acts->first, acts->last, n, &nt) && nt <= HCNN_MAX_THREADS) {
-        net_job j = {.net = net, .ctx = ctx, .acts = acts, .x = x, .n = n,
-                     .slice = thread_ws_slice(net, ctx, acts->first, acts->last, nt)};
+    const size_t slice = per_thread_net(net, ctx, acts->first, acts->last, n, &nt);
+    if (slice) {
+        net_job j = {.net = net, .ctx = ctx, .acts = acts, .x = x, .n = n, .slice = slice};
         net->be->parallel(forward_thread, &j);
         for (int t = 0; t < nt; t++)
             if (j.rc[t])
@@ -645,12 +649,12 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
                       void *arg)
 {
     int nt;
-    if (s->tlayers && s->first == acts->first && s->last == acts->last &&
-        per_thread_net(net, &s->ctx, acts->first, acts->last, n, &nt) && nt == s->nt &&
-        nt <= HCNN_MAX_THREADS) {
+    const size_t slice = s->tlayers && s->first == acts->first && s->last == acts->last
+                             ? per_thread_net(net, &s->ctx, acts->first, acts->last, n, &nt)
+                             : 0;
+    if (slice && nt == s->nt) {
         net_job j = {.net = net, .s = s, .ctx = &s->ctx, .acts = acts, .x = x, .dy = dy,
-                     .dx = dx, .n = n,
-                     .slice = thread_ws_slice(net, &s->ctx, acts->first, acts->last, nt)};
+                     .dx = dx, .n = n, .slice = slice};
         net->be->parallel(backward_thread, &j);
         for (int t = 0; t < nt; t++)
             if (j.rc[t])

@@ -819,10 +819,9 @@ static double print_profile(hcnn_run *r)
 /* The run header's line on how convolutions and batch assembly run. */
 static void print_compute_setup(const hcnn_run *r, const hcnn_config *cfg)
 {
-    printf("hcnn: convolutions: conv_algo %s; batch assembly: %s\n",
-           hcnn_conv_algo_name(cfg->conv_algo),
-           r->loader.thread_started ? "background thread"
-                                    : "by the training threads (data_prefetch off, or no spare core)");
+    printf("hcnn: convolutions: conv_algo %s; data_prefetch %s; batch assembly: %s\n",
+           hcnn_conv_algo_name(cfg->conv_algo), hcnn_prefetch_name(cfg->data_prefetch),
+           r->loader.thread_started ? "background thread" : "by the training threads");
 }
 
 int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opts *opts)
