@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "hcnn/common.h"
 
@@ -191,11 +194,31 @@ void hcnn_epoch_permutation(uint32_t *perm, int n, uint64_t seed, int epoch, int
 
 #define AUG_PAD 4
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* 16 table lookups per gather instruction */
+__attribute__((target("avx512f")))
+static size_t lut_copy_avx512(const uint8_t *s, float *d, size_t n, const float *lut)
+{
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        const __m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + k)));
+        _mm512_storeu_ps(d + k, _mm512_i32gather_ps(i, lut, 4));
+    }
+    return k;
+}
+#define HAVE_LUT_AVX512 1
+#endif
+
 /* d[k] = lut[s[k]]; unrolled by hand: gcc -O2 does not, and the four
  * independent loads make it about 1.6x faster. */
 static inline void lut_copy(const uint8_t *s, float *d, size_t n, const float *lut)
 {
     size_t k = 0;
+#ifdef HAVE_LUT_AVX512
+    if (__builtin_cpu_supports("avx512f"))
+        k = lut_copy_avx512(s, d, n, lut);
+#endif
     for (; k + 4 <= n; k += 4) {
         float a = lut[s[k]], b = lut[s[k + 1]], c = lut[s[k + 2]], e = lut[s[k + 3]];
         d[k] = a;
@@ -245,30 +268,30 @@ static void augment_plane(const uint8_t *in, float *out, int h, int w, int dx, i
     }
 }
 
-void hcnn_batch_assemble(const hcnn_dataset *ds, const uint32_t *idx, int n, int augment, uint64_t seed,
-                         int epoch, float *x, int32_t *y, int nthreads)
+/* Samples [lo, hi) of the batch.  They come at random from a set that
+ * training has pushed out of the core's caches (on LeNet-5 a sample took
+ * 0.7 us inside training, 0.3 us when cached), so the labels and a window
+ * of samples (~24 KiB) are requested all at once, as many misses in flight
+ * as the core allows, and the window then stays ahead of the loop: 0.75 ->
+ * 0.5 us per MNIST sample inside training. */
+static void assemble_range(const hcnn_dataset *ds, const uint32_t *idx, int lo, int hi,
+                           int augment, uint64_t seed, int epoch, float *x, int32_t *y,
+                           const float (*lut)[256])
 {
-    /* u8 -> normalised float by table lookup: the inner loop is a load and
-     * a store.  Channels >= 3 use channel 0's mean/std. */
     const int c = ds->c, h = ds->h, w = ds->w;
-    float lut[3][256];
-    for (int ch = 0; ch < (c < 3 ? c : 3); ch++) /* only the channels used */
-        for (int v = 0; v < 256; v++)
-            lut[ch][v] = ((float)v / 255.0f - ds->mean[ch]) / ds->std[ch];
     const size_t hw = (size_t)h * w, chw = (size_t)c * hw;
-    const int nt = nthreads > 1 ? nthreads : 1;
-    (void)nt; /* unused when built without OpenMP */
-
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int i = 0; i < n; i++) {
+    const int window = chw < 24576 ? (int)(24576 / chw) : 1;
+    for (int i = lo; i < hi; i++)
+        __builtin_prefetch(ds->labels + idx[i]);
+    for (int i = lo; i < hi && i < lo + window; i++)
+        for (size_t off = 0; off < chw; off += 64)
+            __builtin_prefetch(ds->images + chw * idx[i] + off);
+    for (int i = lo; i < hi; i++) {
         const uint8_t *src = ds->images + chw * idx[i];
         float *dst = x + chw * (size_t)i;
-        /* samples are drawn at random from a set larger than the caches
-         * that training leaves alone: fetch the next one while this one is
-         * converted */
-        if (i + 1 < n)
+        if (i + window < hi)
             for (size_t off = 0; off < chw; off += 64)
-                __builtin_prefetch(ds->images + chw * idx[i + 1] + off);
+                __builtin_prefetch(ds->images + chw * idx[i + window] + off);
         y[i] = ds->labels[idx[i]];
         if (!augment) {
             for (int ch = 0; ch < c; ch++)
@@ -282,5 +305,30 @@ void hcnn_batch_assemble(const hcnn_dataset *ds, const uint32_t *idx, int n, int
         int flip = (int)(r >> 32 & 1);
         for (int ch = 0; ch < c; ch++)
             augment_plane(src + hw * ch, dst + hw * ch, h, w, dx, dy, flip, lut[ch < 3 ? ch : 0]);
+    }
+}
+
+void hcnn_batch_assemble(const hcnn_dataset *ds, const uint32_t *idx, int n, int augment, uint64_t seed,
+                         int epoch, float *x, int32_t *y, int nthreads)
+{
+    /* u8 -> normalised float by table lookup: the inner loop is a load and
+     * a store.  Channels >= 3 use channel 0's mean/std. */
+    float lut[3][256];
+    for (int ch = 0; ch < (ds->c < 3 ? ds->c : 3); ch++) /* only the channels used */
+        for (int v = 0; v < 256; v++)
+            lut[ch][v] = ((float)v / 255.0f - ds->mean[ch]) / ds->std[ch];
+    const int nt = nthreads > 1 ? nthreads : 1;
+    (void)nt; /* unused when built without OpenMP */
+    /* contiguous shares, as the whole-network forward gives its threads:
+     * each image is in the cache of the thread that will use it */
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+#ifdef _OPENMP
+        const int t = omp_get_thread_num(), team = omp_get_num_threads();
+#else
+        const int t = 0, team = 1;
+#endif
+        assemble_range(ds, idx, (int)((long)n * t / team), (int)((long)n * (t + 1) / team),
+                       augment, seed, epoch, x, y, (const float(*)[256])lut);
     }
 }
