@@ -560,6 +560,61 @@ static void test_im2col_adjoint(void **state)
     free(x), free(col), free(c2), free(x2);
 }
 
+/* The 2x2 stride-2 max-pool (LeNet's; vectorised where the CPU allows)
+ * against a naive one: values, argmax (the first strict maximum in
+ * row-major window order, ties included) and the backward, exactly; widths
+ * below, at and past one 16-lane vector, odd sizes (a last row or column in
+ * no window) and a NaN. */
+static void test_maxpool2x2_vs_naive(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    const int shapes[][2] = {{28, 28}, {10, 10}, {7, 9}, {5, 40}, {6, 33}, {3, 65}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        hcnn_pool_geom g = {.c = 3, .h = shapes[s][0], .w = shapes[s][1], .kh = 2, .kw = 2,
+                            .sh = 2, .sw = 2};
+        g.oh = g.h / 2, g.ow = g.w / 2;
+        const int n = 2, planes = n * g.c, in = g.h * g.w, out = g.oh * g.ow;
+        float *x = malloc(sizeof(float) * planes * in), *y = malloc(sizeof(float) * planes * out);
+        float *dy = malloc(sizeof(float) * planes * out), *dx = malloc(sizeof(float) * planes * in);
+        int32_t *arg = malloc(sizeof(int32_t) * planes * out);
+        assert_true(x && y && dy && dx && arg);
+        fill_random(x, (size_t)planes * in, 7 + s, -1, 1);
+        for (int i = 0; i < planes * in; i++) /* a few levels: many ties */
+            x[i] = roundf(x[i] * 2.0f);
+        x[1] = NAN;
+        fill_random(dy, (size_t)planes * out, 8 + s, -1, 1);
+        for (int i = 0; i < planes * in; i++)
+            dx[i] = 99.0f; /* every element must be written */
+        be->maxpool_fwd(&g, x, n, y, arg);
+        be->maxpool_bwd(&g, dy, arg, n, dx);
+        for (int p = 0; p < planes; p++) {
+            const float *xp = x + (size_t)p * in;
+            for (int o = 0; o < out; o++) {
+                const int oy = o / g.ow, ox = o % g.ow;
+                int best = 2 * oy * g.w + 2 * ox;
+                for (int k = 1; k < 4; k++) {
+                    const int at = (2 * oy + k / 2) * g.w + 2 * ox + k % 2;
+                    if (xp[at] > xp[best])
+                        best = at;
+                }
+                assert_int_equal(arg[p * out + o], best);
+                assert_memory_equal(&y[p * out + o], &xp[best], sizeof(float));
+            }
+            for (int i = 0; i < in; i++) {
+                float expect = 0.0f;
+                for (int o = 0; o < out; o++)
+                    if (arg[p * out + o] == i)
+                        expect = dy[p * out + o];
+                if (dx[p * in + i] != expect)
+                    fail_msg("%dx%d plane %d: dx[%d] = %g, expected %g", g.h, g.w, p, i,
+                             (double)dx[p * in + i], (double)expect);
+            }
+        }
+        free(x), free(y), free(dy), free(dx), free(arg);
+    }
+}
+
 /* ---- other layers -------------------------------------------------------------- */
 
 static void test_fc_backward(void **state)
@@ -839,6 +894,7 @@ int main(void)
         cmocka_unit_test(test_whole_net_per_thread),
         cmocka_unit_test(test_im2col_adjoint),
         cmocka_unit_test(test_gemm_split_k),
+        cmocka_unit_test(test_maxpool2x2_vs_naive),
         cmocka_unit_test(test_fc_backward),
         cmocka_unit_test(test_bn_backward_training),
         cmocka_unit_test(test_bn_statistics),
