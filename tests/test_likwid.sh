@@ -23,11 +23,17 @@ if ! grep -q 'likwid markers  : yes' "$WORK/configure.log"; then
     case_fail "configure did not enable likwid"
 elif ! nm "$WORK/src/hcnn" | grep -q likwid_markerStartRegion && ! ldd "$WORK/src/hcnn" | grep -q liblikwid; then
     case_fail "hcnn is not linked with likwid"
-elif "$WORK/src/hcnn" train --config "$HCNN_SRCDIR/configs/synthetic_small.yaml" -q --set epochs=1 \
-        --set csv= --set checkpoint_dir= >"$WORK/train.log" 2>&1 && grep -q '^epoch=1 ' "$WORK/train.log"; then
-    case_ok
 else
-    case_fail "$(tail -n 5 "$WORK/train.log")"
+    # a plain network, and one with residual blocks (nested regions)
+    for cfg in synthetic_small synthetic_resnet; do
+        if ! "$WORK/src/hcnn" train --config "$HCNN_SRCDIR/configs/$cfg.yaml" -q --set epochs=1 \
+            --set csv= --set checkpoint_dir= >"$WORK/train.log" 2>&1 ||
+            ! grep -q '^epoch=1 ' "$WORK/train.log"; then
+            case_fail "$cfg: $(tail -n 5 "$WORK/train.log")"
+            finish
+        fi
+    done
+    case_ok
 fi
 
 finish

@@ -1,7 +1,8 @@
 /* LIKWID marker regions (./configure --with-likwid), for the cluster's
  * profiler:
  *   likwid-perfctr -C 0-63 -g FLOPS_SP -m ./hcnn train ...
- * reports counters per region: "fwd:<block>", "bwd:<block>", "optimizer",
+ * reports counters per region: "fwd:<block>", "bwd:<block>" (and
+ * "fwd:<block>.<layer>" for the layers inside residual blocks), "optimizer",
  * "data_wait", "comm_wait".  Regions are opened and closed inside an OpenMP
  * parallel region so that every thread's core is counted.  Without
  * --with-likwid the macros compile to nothing. */

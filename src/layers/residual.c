@@ -13,6 +13,7 @@
 
 #include "hcnn/common.h"
 #include "hcnn/layer.h"
+#include "hcnn/markers.h"
 
 typedef struct child_bufs {
     float *y;
@@ -34,12 +35,16 @@ static child_bufs child_at(const hcnn_layer *l, const float *aux, int n, int k)
     return none;
 }
 
-/* A child's forward or backward, timed when profiling. */
+/* A child's forward or backward, timed when profiling, and a LIKWID region
+ * of its own ("fwd:layer1.0.conv1" inside "fwd:layer1.0": a region only
+ * reads the counters at its start and stop, so regions nest). */
 static int child_forward(hcnn_layer *c, const hcnn_ctx *ctx, const float *x, float *y,
                          float *aux, int n)
 {
     const double t0 = ctx->prof_child_fwd ? hcnn_now() : 0.0;
+    HCNN_MARKER_START(ctx, c->name, 0);
     const int rc = hcnn_layer_forward(c, ctx, x, y, aux, n);
+    HCNN_MARKER_STOP(ctx, c->name, 0);
     if (ctx->prof_child_fwd)
         ctx->prof_child_fwd[c->id] += hcnn_now() - t0;
     return rc;
@@ -49,7 +54,9 @@ static int child_backward(hcnn_layer *c, const hcnn_ctx *ctx, const float *x, co
                           const float *aux, const float *dy, float *dx, int n)
 {
     const double t0 = ctx->prof_child_bwd ? hcnn_now() : 0.0;
+    HCNN_MARKER_START(ctx, c->name, 1);
     const int rc = hcnn_layer_backward(c, ctx, x, y, aux, dy, dx, n);
+    HCNN_MARKER_STOP(ctx, c->name, 1);
     if (ctx->prof_child_bwd)
         ctx->prof_child_bwd[c->id] += hcnn_now() - t0;
     return rc;
