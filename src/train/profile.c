@@ -103,7 +103,7 @@ static void run_shapes_thread(void *arg, int t, int nt)
     run_shapes(arg, t);
 }
 
-/* Median of 3 timings of the GEMM list on scratch buffers, each run of
+/* Median of 5 timings of the GEMM list on scratch buffers, each run of
  * per-thread shapes issued by all threads at once as the layer does. */
 static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
 {
@@ -118,13 +118,13 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
     run.A = hcnn_calloc(sizeof(float) * run.a * nt, "GEMM reference");
     run.B = hcnn_calloc(sizeof(float) * run.b * nt, "GEMM reference");
     run.C = hcnn_calloc(sizeof(float) * run.c * nt, "GEMM reference");
-    double t[3] = {0, 0, 0};
+    double t[5] = {0, 0, 0, 0, 0};
     if (run.A && run.B && run.C) {
         for (size_t i = 0; i < run.a * nt; i++)
             run.A[i] = 0.001f * (float)(i % 13);
         for (size_t i = 0; i < run.b * nt; i++)
             run.B[i] = 0.001f * (float)(i % 7);
-        for (int r = 0; r < 3; r++) {
+        for (int r = 0; r < 5; r++) {
             const double t0 = hcnn_now();
             for (int i = 0, j; i < ng; i = j) {
                 for (j = i + 1; j < ng && g[j].per_thread == g[i].per_thread; j++)
@@ -139,7 +139,7 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
         }
     }
     hcnn_free(run.A), hcnn_free(run.B), hcnn_free(run.C);
-    return hcnn_median(t, 3);
+    return hcnn_median(t, 5);
 }
 
 /* One table row; returns the layer's raw-GEMM milliseconds (0 if none). */
