@@ -409,6 +409,8 @@ static void test_conv_algorithms(void **state)
         {7, 1, 28, 28, 6, 5, 1, 2},  /* LeNet-5's conv1 */
         {2, 2, 40, 37, 3, 3, 2, 1},  /* stride 2, two 16-lane pieces per row, odd width */
         {4, 3, 9, 9, 4, 1, 2, 0},    /* 1x1 projection, stride 2 */
+        {2, 2, 20, 18, 3, 3, 1, 0},  /* P = 288, unpadded: dx larger than P */
+        {2, 4, 16, 16, 3, 3, 1, 1},  /* P = 256, fewer output than input channels */
     };
     const hcnn_conv_algo algos[] = {HCNN_CONV_BATCHED, HCNN_CONV_PER_THREAD, HCNN_CONV_AUTO};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
