@@ -396,7 +396,8 @@ static float *conv_run_vs_naive(int n, int c, int h, int w, int co, int k, int s
 
 /* Both ways of walking the batch (and auto's choice), on 1-3 threads:
  * groups of several images (P < 256), one image per GEMM (P >= 256), fewer
- * images than threads, uneven shares, stride and padding; and a repeated
+ * images than threads, uneven shares, stride and padding, the transposed
+ * weight gradient (16 <= Cout <= 32); and a repeated
  * run is bit-for-bit identical. */
 static void test_conv_algorithms(void **state)
 {
@@ -411,6 +412,9 @@ static void test_conv_algorithms(void **state)
         {4, 3, 9, 9, 4, 1, 2, 0},    /* 1x1 projection, stride 2 */
         {2, 2, 20, 18, 3, 3, 1, 0},  /* P = 288, unpadded: dx larger than P */
         {2, 4, 16, 16, 3, 3, 1, 1},  /* P = 256, fewer output than input channels */
+        /* 16 <= Cout <= 32: the transposed weight gradient, per-thread */
+        {5, 4, 9, 9, 16, 3, 1, 1},   /* P = 81: groups of 4 images */
+        {3, 3, 16, 16, 20, 3, 1, 1}, /* P = 256: one image per GEMM */
     };
     const hcnn_conv_algo algos[] = {HCNN_CONV_BATCHED, HCNN_CONV_PER_THREAD, HCNN_CONV_AUTO};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -536,6 +540,27 @@ static void test_gemm_split_k(void **state)
                 }
         }
     free(a), free(b), free(c);
+}
+
+/* The backend transpose, serial (small) and threaded (large), odd sizes. */
+static void test_transpose(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    const int sizes[][2] = {{1, 1}, {17, 33}, {300, 301}, {1000, 67}};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const int r = sizes[k][0], c = sizes[k][1];
+        float *a = malloc(sizeof(float) * r * c), *t = malloc(sizeof(float) * r * c);
+        assert_true(a && t);
+        fill_random(a, (size_t)r * c, 61 + k, -1, 1);
+        be->transpose(a, r, c, t);
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < c; j++)
+                if (t[(size_t)j * r + i] != a[(size_t)i * c + j])
+                    fail_msg("%dx%d: t[%d][%d] = %g, expected %g", r, c, j, i,
+                             (double)t[(size_t)j * r + i], (double)a[(size_t)i * c + j]);
+        free(a), free(t);
+    }
 }
 
 static void test_im2col_adjoint(void **state)
@@ -895,6 +920,7 @@ int main(void)
         cmocka_unit_test(test_conv_algorithms),
         cmocka_unit_test(test_whole_net_per_thread),
         cmocka_unit_test(test_im2col_adjoint),
+        cmocka_unit_test(test_transpose),
         cmocka_unit_test(test_gemm_split_k),
         cmocka_unit_test(test_maxpool2x2_vs_naive),
         cmocka_unit_test(test_fc_backward),

@@ -59,6 +59,8 @@ typedef struct hcnn_backend {
     void (*add_channel_bias)(float *y, const float *bias, int n, int c, int np);
     /* dst[co][i*np + p] = y[i][co][p]: NCHW to channel-major. */
     void (*nchw_to_cnp)(const float *y, int n, int c, int np, float *dst);
+    /* t[j][i] = a[i][j] for a [rows][cols] */
+    void (*transpose)(const float *a, int rows, int cols, float *t);
     /* db[co] += sum over i, p of dy[i][co][p] */
     void (*channel_sum_acc)(const float *dy, int n, int c, int np, float *db);
     /* db[j] += sum over rows i of dy[i][j], dy is [n][m] */

@@ -124,6 +124,9 @@ int hcnn_conv_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
 /* Workspace floats of the per-thread path for nt threads (0 if the layer
  * never takes it under ctx->conv_algo). */
 size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt);
+/* 1 if per-thread groups compute the weight gradient transposed,
+ * dW^T += col dY^T (GEMM [K][Cout][nb*P], no operand transposed) */
+int hcnn_conv_dw_transposed(const hcnn_layer *l);
 /* Whether n images take the per-thread path (see src/layers/conv.c); *group
  * receives its images per GEMM, *nt its thread count. */
 int hcnn_conv_per_thread(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int *group, int *nt);

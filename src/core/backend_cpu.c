@@ -376,6 +376,32 @@ static void cpu_add_channel_bias(float *y, const float *bias, int n, int c, int 
         }
 }
 
+/* Rows [r0, r1) of a, in 16 x 16 tiles (a tile's rows and columns both
+ * stay in a few cache lines). */
+static void transpose_rows(const float *a, int r0, int r1, int cols, int rows, float *t)
+{
+    for (int i0 = r0; i0 < r1; i0 += 16) {
+        const int i1 = i0 + 16 < r1 ? i0 + 16 : r1;
+        for (int j0 = 0; j0 < cols; j0 += 16) {
+            const int j1 = j0 + 16 < cols ? j0 + 16 : cols;
+            for (int j = j0; j < j1; j++)
+                for (int i = i0; i < i1; i++)
+                    t[(size_t)j * rows + i] = a[(size_t)i * cols + j];
+        }
+    }
+}
+
+static void cpu_transpose(const float *a, int rows, int cols, float *t)
+{
+    if (omp_in_parallel() || (size_t)rows * cols < 65536) {
+        transpose_rows(a, 0, rows, cols, rows, t);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int i0 = 0; i0 < rows; i0 += 16)
+        transpose_rows(a, i0, i0 + 16 < rows ? i0 + 16 : rows, cols, rows, t);
+}
+
 static void cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
 {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -1021,6 +1047,7 @@ static const hcnn_backend cpu_backend = {
     .cnp_to_nchw = cpu_cnp_to_nchw,
     .add_channel_bias = cpu_add_channel_bias,
     .nchw_to_cnp = cpu_nchw_to_cnp,
+    .transpose = cpu_transpose,
     .channel_sum_acc = cpu_channel_sum_acc,
     .row_sum_acc = cpu_row_sum_acc,
     .add_row_bias = cpu_add_row_bias,

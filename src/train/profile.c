@@ -63,7 +63,8 @@ static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nee
         for (int i0 = 0; i0 < count; i0 += chunk) {
             const int cn = (count - i0 < chunk ? count - i0 : chunk) * P;
             f[(*nf)++] = (gemm_shape){0, 0, co, cn, K, per};
-            b[(*nb)++] = (gemm_shape){0, 1, co, K, cn, per};
+            b[(*nb)++] = per && hcnn_conv_dw_transposed(l) ? (gemm_shape){0, 0, K, co, cn, per}
+                                                            : (gemm_shape){0, 1, co, K, cn, per};
             if (need_dx)
                 b[(*nb)++] = (gemm_shape){1, 0, K, cn, co, per};
         }
