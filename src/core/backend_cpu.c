@@ -176,6 +176,8 @@ static void col2im_tap(const hcnn_conv_geom *g, const float *s, int ki, int kj, 
  * above, hence the same results bit for bit. */
 #include <immintrin.h>
 
+#define HCNN_COL2IM_MAX_KW 16 /* widest kernel of the gathering col2im */
+
 /* bits [lo, hi) of 16, clamped */
 static inline __mmask16 lane_range(int lo, int hi)
 {
@@ -249,9 +251,25 @@ static inline void col2im_plane_st(const hcnn_conv_geom *g, const float *s, size
 {
     const int h = g->h, w = g->w, kh = g->kh, kw = g->kw, oh = g->oh, ow = g->ow;
     const int ph = g->ph, pw = g->pw;
-    for (int iy = 0; iy < h; iy++)
-        for (int ix = 0; ix < w; ix += 16) {
-            const __mmask16 row = lane_range(0, w - ix);
+    /* a piece's mask and column offset for each kj do not depend on the row:
+     * computed once per piece (small planes spent most of the time on them) */
+    __mmask16 mask[HCNN_COL2IM_MAX_KW];
+    int off[HCNN_COL2IM_MAX_KW];
+    for (int ix = 0; ix < w; ix += 16) {
+        const __mmask16 row = lane_range(0, w - ix);
+        for (int kj = 0; kj < kw; kj++) {
+            const int t0 = ix + pw - kj; /* st * output column of lane 0 */
+            if (st == 1) {
+                mask[kj] = row & lane_range(-t0, ow - t0);
+                off[kj] = t0;
+            } else {
+                /* lanes of even t0 + l with 0 <= (t0 + l) / 2 < ow */
+                const int l0 = ((t0 % 2) + 2) % 2;
+                mask[kj] = row & lane_range(-t0, 2 * ow - t0) & (__mmask16)(0x5555u << l0);
+                off[kj] = mask[kj] ? (t0 + __builtin_ctz(mask[kj])) / 2 : 0;
+            }
+        }
+        for (int iy = 0; iy < h; iy++) {
             __m512 acc = _mm512_setzero_ps();
             for (int ki = 0; ki < kh; ki++) {
                 const int ty = iy + ph - ki; /* st * output row */
@@ -259,24 +277,16 @@ static inline void col2im_plane_st(const hcnn_conv_geom *g, const float *s, size
                     continue;
                 const float *base = s + (size_t)ki * kw * ldc + (size_t)(ty / st) * ow;
                 for (int kj = 0; kj < kw; kj++) {
-                    const int t0 = ix + pw - kj; /* st * output column of lane 0 */
-                    const float *src = base + (size_t)kj * ldc;
-                    if (st == 1) {
-                        const __mmask16 m = row & lane_range(-t0, ow - t0);
-                        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, src + t0));
-                        continue;
-                    }
-                    /* lanes of even t0 + l with 0 <= (t0 + l) / 2 < ow */
-                    const int l0 = ((t0 % 2) + 2) % 2;
-                    const __mmask16 m =
-                        row & lane_range(-t0, 2 * ow - t0) & (__mmask16)(0x5555u << l0);
-                    if (m)
-                        acc = _mm512_add_ps(acc, _mm512_maskz_expandloadu_ps(
-                                                     m, src + (t0 + __builtin_ctz(m)) / 2));
+                    const float *src = base + (size_t)kj * ldc + off[kj];
+                    if (st == 1)
+                        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask[kj], src));
+                    else if (mask[kj])
+                        acc = _mm512_add_ps(acc, _mm512_maskz_expandloadu_ps(mask[kj], src));
                 }
             }
             _mm512_mask_storeu_ps(xp + (size_t)iy * w + ix, row, acc);
         }
+    }
 }
 
 __attribute__((target("avx512f")))
@@ -328,7 +338,7 @@ static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, float *
     const size_t P = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w;
     const size_t ldc = (size_t)n * P;
     /* the gathering kernel needs the same stride both ways */
-    const int gather = avx512_stride(g) && g->sh == g->sw;
+    const int gather = avx512_stride(g) && g->sh == g->sw && g->kw <= HCNN_COL2IM_MAX_KW;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++)
         for (int ci = 0; ci < g->c; ci++) {
