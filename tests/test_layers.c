@@ -415,6 +415,8 @@ static void test_conv_algorithms(void **state)
         /* 16 <= Cout <= 32: the transposed weight gradient, per-thread */
         {5, 4, 9, 9, 16, 3, 1, 1},   /* P = 81: groups of 4 images */
         {3, 3, 16, 16, 20, 3, 1, 1}, /* P = 256: one image per GEMM */
+        /* columns of an image > 300k floats: blocks of 13, 13, 6 rows */
+        {2, 40, 32, 32, 4, 3, 1, 1},
     };
     const hcnn_conv_algo algos[] = {HCNN_CONV_BATCHED, HCNN_CONV_PER_THREAD, HCNN_CONV_AUTO};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

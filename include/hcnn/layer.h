@@ -127,6 +127,9 @@ size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt)
 /* 1 if per-thread groups compute the weight gradient transposed,
  * dW^T += col dY^T (GEMM [K][Cout][nb*P], no operand transposed) */
 int hcnn_conv_dw_transposed(const hcnn_layer *l);
+/* Output rows per block of a one-image group's forward and weight-gradient
+ * GEMMs (out_h: one block) */
+int hcnn_conv_rows_per_block(const hcnn_layer *l);
 /* Whether n images take the per-thread path (see src/layers/conv.c); *group
  * receives its images per GEMM, *nt its thread count. */
 int hcnn_conv_per_thread(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int *group, int *nt);

@@ -400,10 +400,12 @@ static void transpose_tile16_avx512(const float *a, size_t lda, float *t, size_t
         u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
     for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
+        const __m512d a = _mm512_castps_pd(u[i]), b = _mm512_castps_pd(u[i + 2]);
+        const __m512d c = _mm512_castps_pd(u[i + 1]), d = _mm512_castps_pd(u[i + 3]);
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
     }
     /* r[4q + k] holds, in 128-bit lane L, column 4L + k of rows 4q..4q+3 */
     for (int k = 0; k < 4; k++) {
@@ -717,7 +719,8 @@ static void maxpool2x2_plane_avx512(const float *xp, int w, int oh, int ow, floa
         for (int ox = 0; ox < ow; ox += 16) {
             const int c0 = 2 * ox;
             const __mmask16 out = lane_range(0, ow - ox);
-            const __mmask16 lo = lane_range(0, 2 * (ow - ox)), hi = lane_range(0, 2 * (ow - ox) - 16);
+            const __mmask16 lo = lane_range(0, 2 * (ow - ox));
+            const __mmask16 hi = lane_range(0, 2 * (ow - ox) - 16);
             const __m512 a0 = _mm512_maskz_loadu_ps(lo, r0 + c0);
             const __m512 a1 = _mm512_maskz_loadu_ps(hi, r0 + c0 + 16);
             const __m512 b0 = _mm512_maskz_loadu_ps(lo, r1 + c0);
@@ -765,16 +768,18 @@ static void maxpool2x2_bwd_plane_avx512(const float *dyp, const int32_t *ap, int
         for (int ox = 0; ox < ow; ox += 16) {
             const int c0 = 2 * ox;
             const __mmask16 out = lane_range(0, ow - ox);
-            const __mmask16 lo = lane_range(0, 2 * (ow - ox)), hi = lane_range(0, 2 * (ow - ox) - 16);
+            const __mmask16 lo = lane_range(0, 2 * (ow - ox));
+            const __mmask16 hi = lane_range(0, 2 * (ow - ox) - 16);
             const __m512 g = _mm512_maskz_loadu_ps(out, dyp + (size_t)oy * ow + ox);
             const __m512i arg = _mm512_maskz_loadu_epi32(out, ap + (size_t)oy * ow + ox);
             const __m512i tl = _mm512_add_epi32(_mm512_set1_epi32(2 * oy * w + c0), even);
             const __m512i bl = _mm512_add_epi32(tl, _mm512_set1_epi32(w));
             const __m512i one = _mm512_set1_epi32(1);
+            const __m512i tr = _mm512_add_epi32(tl, one), br = _mm512_add_epi32(bl, one);
             const __m512 e0 = _mm512_mask_mov_ps(zero, _mm512_cmpeq_epi32_mask(arg, tl), g);
-            const __m512 o0 = _mm512_mask_mov_ps(zero, _mm512_cmpeq_epi32_mask(arg, _mm512_add_epi32(tl, one)), g);
+            const __m512 o0 = _mm512_mask_mov_ps(zero, _mm512_cmpeq_epi32_mask(arg, tr), g);
             const __m512 e1 = _mm512_mask_mov_ps(zero, _mm512_cmpeq_epi32_mask(arg, bl), g);
-            const __m512 o1 = _mm512_mask_mov_ps(zero, _mm512_cmpeq_epi32_mask(arg, _mm512_add_epi32(bl, one)), g);
+            const __m512 o1 = _mm512_mask_mov_ps(zero, _mm512_cmpeq_epi32_mask(arg, br), g);
             _mm512_mask_storeu_ps(r0 + c0, lo, _mm512_permutex2var_ps(e0, ilo, o0));
             _mm512_mask_storeu_ps(r0 + c0 + 16, hi, _mm512_permutex2var_ps(e0, ihi, o0));
             _mm512_mask_storeu_ps(r1 + c0, lo, _mm512_permutex2var_ps(e1, ilo, o1));

@@ -44,7 +44,14 @@ typedef struct gemm_shape {
 } gemm_shape;
 
 /* The GEMMs a layer (and, for a residual block, its children) issues for
- * n samples: forward into f[], backward into b[]. */
+ * n samples: forward into f[], backward into b[], counted in *nf, *nb
+ * (with f and b NULL: only counted). */
+#define PUSH(arr, cnt, ...)                                                                        \
+    do {                                                                                           \
+        if (arr)                                                                                   \
+            (arr)[*(cnt)] = (gemm_shape){__VA_ARGS__};                                             \
+        (*(cnt))++;                                                                                \
+    } while (0)
 static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int need_dx,
                         gemm_shape *f, int *nf, gemm_shape *b, int *nb, double *flops)
 {
@@ -60,21 +67,30 @@ static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nee
             /* the largest thread share, in groups: the slowest thread */
             chunk = group, count = (n + nt - 1) / nt, per = 1;
         }
+        const int dwt = per && hcnn_conv_dw_transposed(l);
+        /* one-image groups: forward and weight gradient by blocks of rows */
+        const int rb = per && chunk == 1 && !dwt ? hcnn_conv_rows_per_block(l) : l->conv.oh;
         for (int i0 = 0; i0 < count; i0 += chunk) {
             const int cn = (count - i0 < chunk ? count - i0 : chunk) * P;
-            f[(*nf)++] = (gemm_shape){0, 0, co, cn, K, per};
-            b[(*nb)++] = per && hcnn_conv_dw_transposed(l) ? (gemm_shape){0, 0, K, co, cn, per}
-                                                            : (gemm_shape){0, 1, co, K, cn, per};
+            for (int oy0 = 0; oy0 < l->conv.oh; oy0 += rb) {
+                const int rows = l->conv.oh - oy0 < rb ? l->conv.oh - oy0 : rb;
+                const int bn = rb == l->conv.oh ? cn : rows * l->conv.ow;
+                PUSH(f, nf, 0, 0, co, bn, K, per);
+                if (dwt)
+                    PUSH(b, nb, 0, 0, K, co, bn, per);
+                else
+                    PUSH(b, nb, 0, 1, co, K, bn, per);
+            }
             if (need_dx)
-                b[(*nb)++] = (gemm_shape){1, 0, K, cn, co, per};
+                PUSH(b, nb, 1, 0, K, cn, co, per);
         }
         *flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
     } else if (l->kind == HCNN_BLOCK_FC) {
         const int in = (int)hcnn_layer_in_size(l), out = l->out_c;
-        f[(*nf)++] = (gemm_shape){0, 1, n, out, in, 0};
-        b[(*nb)++] = (gemm_shape){1, 0, out, in, n, 0};
+        PUSH(f, nf, 0, 1, n, out, in, 0);
+        PUSH(b, nb, 1, 0, out, in, n, 0);
         if (need_dx)
-            b[(*nb)++] = (gemm_shape){0, 0, n, in, out, 0};
+            PUSH(b, nb, 0, 0, n, in, out, 0);
         *flops += 2.0 * in * out * (double)n * (need_dx ? 3 : 2);
     }
 }
@@ -145,24 +161,28 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
 
 /* One table row; returns the layer's raw-GEMM milliseconds (0 if none). */
 static double print_row(FILE *out, const hcnn_layer *l, const hcnn_net *net, const hcnn_ctx *ctx,
-                        int n, int need_dx, int micro_per_step, double fw, double bw,
-                        gemm_shape *f, gemm_shape *b)
+                        int n, int need_dx, int micro_per_step, double fw, double bw)
 {
     int nf = 0, nb = 0;
     double flops = 0.0;
-    layer_gemms(l, ctx, n, need_dx, f, &nf, b, &nb, &flops);
-    flops *= micro_per_step;
-    if (nf + nb == 0) {
+    layer_gemms(l, ctx, n, need_dx, NULL, &nf, NULL, &nb, &flops);
+    gemm_shape *f = malloc(sizeof *f * (size_t)(nf + 1)), *b = malloc(sizeof *b * (size_t)(nb + 1));
+    if (nf + nb == 0 || !f || !b) {
+        free(f), free(b);
         fprintf(out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s\n", l->name,
                 hcnn_block_kind_name(l->kind), fw, bw, "-", "-", "-", "-");
         return 0.0;
     }
+    nf = nb = 0, flops = 0.0;
+    layer_gemms(l, ctx, n, need_dx, f, &nf, b, &nb, &flops);
+    flops *= micro_per_step;
     const double layer_gflops = fw + bw > 0 ? flops / ((fw + bw) * 1e-3) / 1e9 : 0.0;
     const double g =
         (time_gemms(net->be, f, nf) + time_gemms(net->be, b, nb)) * micro_per_step * 1e3;
     fprintf(out, "  %-18s %-8s %9.3f %9.3f %9.1f %10.3f %10.1f %8.2fx\n", l->name,
             hcnn_block_kind_name(l->kind), fw, bw, layer_gflops, g,
             g > 0 ? flops / (g * 1e-3) / 1e9 : 0.0, g > 0 ? (fw + bw) / g : 0.0);
+    free(f), free(b);
     return g;
 }
 
@@ -175,23 +195,17 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
             p->steps, n, micro_per_step);
     fprintf(out, "# %-18s %-8s %9s %9s %9s %10s %10s %9s\n", "block", "kind", "fwd_ms", "bwd_ms",
             "gflops", "gemm_ms", "gemm_gflops", "vs_gemm");
-    gemm_shape *f = malloc(sizeof *f * 4096), *b = malloc(sizeof *b * 8192);
-    if (!f || !b) {
-        free(f), free(b);
-        return 0.0;
-    }
     for (int i = first; i < last; i++) {
         const hcnn_layer *l = &net->layers[i];
         const double fw = p->fwd[i] / steps * 1e3, bw = p->bwd[i] / steps * 1e3;
         fwd_total += fw, bwd_total += bw;
-        gemm_total += print_row(out, l, net, ctx, n, i > 0, micro_per_step, fw, bw, f, b);
+        gemm_total += print_row(out, l, net, ctx, n, i > 0, micro_per_step, fw, bw);
         for (int j = 0; j < l->nbody + l->nproj; j++) {
             const hcnn_layer *c = j < l->nbody ? &l->body[j] : &l->proj[j - l->nbody];
             print_row(out, c, net, ctx, n, 1, micro_per_step, p->cfwd[c->id] / steps * 1e3,
-                      p->cbwd[c->id] / steps * 1e3, f, b);
+                      p->cbwd[c->id] / steps * 1e3);
         }
     }
-    free(f), free(b);
     const double step_ms = p->step_s / steps * 1e3;
     const double share = step_ms > 0 ? gemm_total / step_ms : 0.0;
     fprintf(out, "# step_ms=%.3f forward_ms=%.3f backward_ms=%.3f raw_gemm_ms=%.3f\n", step_ms,
