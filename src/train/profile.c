@@ -14,7 +14,8 @@ int hcnn_profile_init(hcnn_profile *p, int nblocks, int nids)
     p->bwd = hcnn_calloc(sizeof(double) * (size_t)(nblocks + 1), "profile");
     p->cfwd = hcnn_calloc(sizeof(double) * (size_t)(nids + 1), "profile");
     p->cbwd = hcnn_calloc(sizeof(double) * (size_t)(nids + 1), "profile");
-    return p->fwd && p->bwd && p->cfwd && p->cbwd ? HCNN_OK : HCNN_ENOMEM;
+    p->ref = hcnn_calloc(sizeof(double) * (size_t)(nids + 1) * HCNN_PROFILE_MAX_REF, "profile");
+    return p->fwd && p->bwd && p->cfwd && p->cbwd && p->ref ? HCNN_OK : HCNN_ENOMEM;
 }
 
 void hcnn_profile_reset(hcnn_profile *p)
@@ -24,6 +25,7 @@ void hcnn_profile_reset(hcnn_profile *p)
     memset(p->cfwd, 0, sizeof(double) * (size_t)p->nids);
     memset(p->cbwd, 0, sizeof(double) * (size_t)p->nids);
     p->steps = 0;
+    p->nref = 0;
     p->step_s = p->data_s = p->opt_s = p->comm_s = p->bubble_s = 0.0;
 }
 
@@ -33,6 +35,7 @@ void hcnn_profile_free(hcnn_profile *p)
     hcnn_free(p->bwd);
     hcnn_free(p->cfwd);
     hcnn_free(p->cbwd);
+    hcnn_free(p->ref);
     memset(p, 0, sizeof *p);
 }
 
@@ -120,9 +123,10 @@ static void run_shapes_thread(void *arg, int t, int nt)
     run_shapes(arg, t);
 }
 
-/* Median of 5 timings of the GEMM list on scratch buffers, each run of
- * per-thread shapes issued by all threads at once as the layer does. */
-static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
+/* Median of reps (<= 5) timings of the GEMM list on scratch buffers, each
+ * run of per-thread shapes issued by all threads at once as the layer
+ * does. */
+static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng, int reps)
 {
     const int nt = be->threads();
     gemm_run run = {.be = be, .a = 1, .b = 1, .c = 1};
@@ -141,7 +145,7 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
             run.A[i] = 0.001f * (float)(i % 13);
         for (size_t i = 0; i < run.b * nt; i++)
             run.B[i] = 0.001f * (float)(i % 7);
-        for (int r = 0; r < 5; r++) {
+        for (int r = 0; r < reps; r++) {
             const double t0 = hcnn_now();
             for (int i = 0, j; i < ng; i = j) {
                 for (j = i + 1; j < ng && g[j].per_thread == g[i].per_thread; j++)
@@ -156,56 +160,122 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng)
         }
     }
     hcnn_free(run.A), hcnn_free(run.B), hcnn_free(run.C);
-    return hcnn_median(t, 5);
+    return hcnn_median(t, reps);
 }
 
-/* One table row; returns the layer's raw-GEMM milliseconds (0 if none). */
-static double print_row(FILE *out, const hcnn_layer *l, const hcnn_net *net, const hcnn_ctx *ctx,
-                        int n, int need_dx, int micro_per_step, double fw, double bw)
+/* A row's raw-GEMM seconds per pass (reps timings, median; reps = 0: not
+ * timed), and its flops per pass; 0 seconds for a layer without GEMMs. */
+static double row_reference(const hcnn_layer *l, const hcnn_net *net, const hcnn_ctx *ctx, int n,
+                            int need_dx, int reps, double *flops)
 {
     int nf = 0, nb = 0;
-    double flops = 0.0;
-    layer_gemms(l, ctx, n, need_dx, NULL, &nf, NULL, &nb, &flops);
-    gemm_shape *f = malloc(sizeof *f * (size_t)(nf + 1)), *b = malloc(sizeof *b * (size_t)(nb + 1));
-    if (nf + nb == 0 || !f || !b) {
-        free(f), free(b);
-        fprintf(out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s\n", l->name,
-                hcnn_block_kind_name(l->kind), fw, bw, "-", "-", "-", "-");
+    *flops = 0.0;
+    layer_gemms(l, ctx, n, need_dx, NULL, &nf, NULL, &nb, flops);
+    if (nf + nb == 0 || reps == 0)
         return 0.0;
+    gemm_shape *f = malloc(sizeof *f * (size_t)nf), *b = malloc(sizeof *b * (size_t)nb);
+    double s = 0.0;
+    if (f && b) {
+        nf = nb = 0, *flops = 0.0;
+        layer_gemms(l, ctx, n, need_dx, f, &nf, b, &nb, flops);
+        s = time_gemms(net->be, f, nf, reps) + time_gemms(net->be, b, nb, reps);
     }
-    nf = nb = 0, flops = 0.0;
-    layer_gemms(l, ctx, n, need_dx, f, &nf, b, &nb, &flops);
-    flops *= micro_per_step;
+    free(f), free(b);
+    return s;
+}
+
+/* Calls fn for every row of the table: blocks [first, last), each followed
+ * by the layers inside it. */
+typedef void (*row_fn)(void *arg, const hcnn_layer *l, int top, int need_dx);
+static void for_each_row(const hcnn_net *net, int first, int last, row_fn fn, void *arg)
+{
+    for (int i = first; i < last; i++) {
+        const hcnn_layer *l = &net->layers[i];
+        fn(arg, l, i, i > 0);
+        for (int j = 0; j < l->nbody + l->nproj; j++)
+            fn(arg, j < l->nbody ? &l->body[j] : &l->proj[j - l->nbody], -1, 1);
+    }
+}
+
+typedef struct sample_job {
+    hcnn_profile *p;
+    const hcnn_net *net;
+    const hcnn_ctx *ctx;
+    int n;
+} sample_job;
+
+static void sample_row(void *arg, const hcnn_layer *l, int top, int need_dx)
+{
+    (void)top;
+    sample_job *j = arg;
+    double flops;
+    j->p->ref[(size_t)j->p->nref * j->p->nids + l->id] =
+        row_reference(l, j->net, j->ctx, j->n, need_dx, 1, &flops);
+}
+
+void hcnn_profile_sample_reference(hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
+                                   int first, int last, int n)
+{
+    if (p->nref >= HCNN_PROFILE_MAX_REF)
+        return;
+    sample_job j = {p, net, ctx, n};
+    for_each_row(net, first, last, sample_row, &j);
+    p->nref++;
+}
+
+typedef struct print_job {
+    const hcnn_profile *p;
+    const hcnn_net *net;
+    const hcnn_ctx *ctx;
+    int n, micro_per_step;
+    FILE *out;
+    double gemm_total, fwd_total, bwd_total; /* of the top-level rows */
+} print_job;
+
+/* One table row. */
+static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
+{
+    print_job *j = arg;
+    const hcnn_profile *p = j->p;
+    const double steps = p->steps > 0 ? (double)p->steps : 1.0;
+    const double fw = (top >= 0 ? p->fwd[top] : p->cfwd[l->id]) / steps * 1e3;
+    const double bw = (top >= 0 ? p->bwd[top] : p->cbwd[l->id]) / steps * 1e3;
+    double flops, s = row_reference(l, j->net, j->ctx, j->n, need_dx, p->nref ? 0 : 5, &flops);
+    if (p->nref) { /* the median of the samples */
+        double t[HCNN_PROFILE_MAX_REF];
+        for (int k = 0; k < p->nref; k++)
+            t[k] = p->ref[(size_t)k * p->nids + l->id];
+        s = hcnn_median(t, p->nref);
+    }
+    if (top >= 0)
+        j->fwd_total += fw, j->bwd_total += bw;
+    if (flops == 0.0) {
+        fprintf(j->out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s\n", l->name,
+                hcnn_block_kind_name(l->kind), fw, bw, "-", "-", "-", "-");
+        return;
+    }
+    flops *= j->micro_per_step;
+    const double g = s * j->micro_per_step * 1e3;
+    if (top >= 0)
+        j->gemm_total += g;
     const double layer_gflops = fw + bw > 0 ? flops / ((fw + bw) * 1e-3) / 1e9 : 0.0;
-    const double g =
-        (time_gemms(net->be, f, nf) + time_gemms(net->be, b, nb)) * micro_per_step * 1e3;
-    fprintf(out, "  %-18s %-8s %9.3f %9.3f %9.1f %10.3f %10.1f %8.2fx\n", l->name,
+    fprintf(j->out, "  %-18s %-8s %9.3f %9.3f %9.1f %10.3f %10.1f %8.2fx\n", l->name,
             hcnn_block_kind_name(l->kind), fw, bw, layer_gflops, g,
             g > 0 ? flops / (g * 1e-3) / 1e9 : 0.0, g > 0 ? (fw + bw) / g : 0.0);
-    free(f), free(b);
-    return g;
 }
 
 double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
                           int first, int last, int n, int micro_per_step, FILE *out)
 {
     const double steps = p->steps > 0 ? (double)p->steps : 1.0;
-    double gemm_total = 0.0, fwd_total = 0.0, bwd_total = 0.0;
     fprintf(out, "# profile over %ld steps, %d samples per pass x %d passes per step (per rank)\n",
             p->steps, n, micro_per_step);
     fprintf(out, "# %-18s %-8s %9s %9s %9s %10s %10s %9s\n", "block", "kind", "fwd_ms", "bwd_ms",
             "gflops", "gemm_ms", "gemm_gflops", "vs_gemm");
-    for (int i = first; i < last; i++) {
-        const hcnn_layer *l = &net->layers[i];
-        const double fw = p->fwd[i] / steps * 1e3, bw = p->bwd[i] / steps * 1e3;
-        fwd_total += fw, bwd_total += bw;
-        gemm_total += print_row(out, l, net, ctx, n, i > 0, micro_per_step, fw, bw);
-        for (int j = 0; j < l->nbody + l->nproj; j++) {
-            const hcnn_layer *c = j < l->nbody ? &l->body[j] : &l->proj[j - l->nbody];
-            print_row(out, c, net, ctx, n, 1, micro_per_step, p->cfwd[c->id] / steps * 1e3,
-                      p->cbwd[c->id] / steps * 1e3);
-        }
-    }
+    print_job j = {.p = p, .net = net, .ctx = ctx, .n = n, .micro_per_step = micro_per_step,
+                   .out = out};
+    for_each_row(net, first, last, print_row, &j);
+    const double gemm_total = j.gemm_total, fwd_total = j.fwd_total, bwd_total = j.bwd_total;
     const double step_ms = p->step_s / steps * 1e3;
     const double share = step_ms > 0 ? gemm_total / step_ms : 0.0;
     fprintf(out, "# step_ms=%.3f forward_ms=%.3f backward_ms=%.3f raw_gemm_ms=%.3f\n", step_ms,

@@ -802,14 +802,31 @@ static int enable_profile(hcnn_run *r)
     return rc;
 }
 
+/* The samples per pass of this rank's blocks: its shard, or its
+ * micro-batch and passes per step in a pipeline. */
+static int profile_pass(const hcnn_run *r, int *passes)
+{
+    *passes = r->pipe_ready ? r->pipe.M : 1;
+    return r->pipe_ready ? r->pipe.micro_cap
+                         : (r->cfg->batch_size + r->ngroups - 1) / r->ngroups;
+}
+
+/* One sample of rank 0's raw-GEMM reference (the rank that prints). */
+static void sample_reference(hcnn_run *r)
+{
+    int passes;
+    const int n = profile_pass(r, &passes);
+    if (is_root(r))
+        hcnn_profile_sample_reference(&r->prof, &r->net, &r->scratch.ctx, r->first, r->last, n);
+}
+
 /* Rank 0's profile table: its blocks, its shard (or micro-batch) size. */
 static double print_profile(hcnn_run *r)
 {
     if (!is_root(r))
         return 0.0;
-    int n = (r->cfg->batch_size + r->ngroups - 1) / r->ngroups, passes = 1;
-    if (r->pipe_ready)
-        n = r->pipe.micro_cap, passes = r->pipe.M;
+    int passes;
+    const int n = profile_pass(r, &passes);
     double share = hcnn_profile_print(&r->prof, &r->net, &r->scratch.ctx, r->first, r->last, n,
                                       passes, stdout);
     fflush(stdout);
@@ -987,6 +1004,7 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
             if (comm->size > 1) /* the global rate is set by the slowest rank */
                 MPI_Allreduce(MPI_IN_PLACE, &el, 1, MPI_DOUBLE, MPI_MAX, comm->world);
             rate[nrate++] = el > 0 ? (double)cfg->batch_size * steps / el : 0.0;
+            sample_reference(&r); /* alternately with the timed steps */
             if (is_root(&r)) {
                 printf("repeat=%d images_per_s=%.1f step_ms=%.3f\n", k + 1, rate[nrate - 1],
                        el / steps * 1e3);
