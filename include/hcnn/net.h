@@ -112,6 +112,11 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
 
 static inline const float *hcnn_acts_output(const hcnn_acts *a) { return a->y[a->last - 1 - a->first]; }
 
+/* The threads that each carry their share of n samples through all of
+ * blocks [first, last) in one parallel region (whole-network per-thread
+ * execution: image-local blocks, conv_algo not batched), or 0. */
+int hcnn_net_whole_threads(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n);
+
 /* Largest per-sample activation (input or output) of blocks [first, last). */
 size_t hcnn_net_max_act(const hcnn_net *net, int first, int last);
 

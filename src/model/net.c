@@ -417,6 +417,12 @@ static size_t per_thread_net(const hcnn_net *net, const hcnn_ctx *ctx, int first
     return thread_ws_slice(net, ctx, first, last, *nt);
 }
 
+int hcnn_net_whole_threads(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n)
+{
+    int nt;
+    return per_thread_net(net, ctx, first, last, n, &nt) ? nt : 0;
+}
+
 int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last, int capacity)
 {
     memset(s, 0, sizeof *s);

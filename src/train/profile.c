@@ -47,21 +47,23 @@ typedef struct gemm_shape {
 } gemm_shape;
 
 /* The GEMMs a layer (and, for a residual block, its children) issues for
- * n samples: forward into f[], backward into b[], counted in *nf, *nb
- * (with f and b NULL: only counted). */
+ * n samples (whole_nt > 0: under whole-network per-thread execution on
+ * that many threads): forward into f[], backward into b[], counted in
+ * *nf, *nb (with f and b NULL: only counted). */
 #define PUSH(arr, cnt, ...)                                                                        \
     do {                                                                                           \
         if (arr)                                                                                   \
             (arr)[*(cnt)] = (gemm_shape){__VA_ARGS__};                                             \
         (*(cnt))++;                                                                                \
     } while (0)
-static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int need_dx,
-                        gemm_shape *f, int *nf, gemm_shape *b, int *nb, double *flops)
+static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int whole_nt,
+                        int need_dx, gemm_shape *f, int *nf, gemm_shape *b, int *nb,
+                        double *flops)
 {
     for (int j = 0; j < l->nbody; j++)
-        layer_gemms(&l->body[j], ctx, n, 1, f, nf, b, nb, flops);
+        layer_gemms(&l->body[j], ctx, n, whole_nt, 1, f, nf, b, nb, flops);
     for (int j = 0; j < l->nproj; j++)
-        layer_gemms(&l->proj[j], ctx, n, 1, f, nf, b, nb, flops);
+        layer_gemms(&l->proj[j], ctx, n, whole_nt, 1, f, nf, b, nb, flops);
     if (l->kind == HCNN_BLOCK_CONV) {
         const int K = l->conv.c * l->conv.kh * l->conv.kw, P = l->conv.oh * l->conv.ow;
         const int co = l->out_c;
@@ -90,10 +92,12 @@ static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nee
         *flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
     } else if (l->kind == HCNN_BLOCK_FC) {
         const int in = (int)hcnn_layer_in_size(l), out = l->out_c;
-        PUSH(f, nf, 0, 1, n, out, in, 0);
-        PUSH(b, nb, 1, 0, out, in, n, 0);
+        /* whole-network execution: every thread its share of the rows */
+        const int per = whole_nt > 0, m = per ? (n + whole_nt - 1) / whole_nt : n;
+        PUSH(f, nf, 0, 1, m, out, in, per);
+        PUSH(b, nb, 1, 0, out, in, m, per);
         if (need_dx)
-            PUSH(b, nb, 0, 0, n, in, out, 0);
+            PUSH(b, nb, 0, 0, m, in, out, per);
         *flops += 2.0 * in * out * (double)n * (need_dx ? 3 : 2);
     }
 }
@@ -166,18 +170,18 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng, in
 /* A row's raw-GEMM seconds per pass (reps timings, median; reps = 0: not
  * timed), and its flops per pass; 0 seconds for a layer without GEMMs. */
 static double row_reference(const hcnn_layer *l, const hcnn_net *net, const hcnn_ctx *ctx, int n,
-                            int need_dx, int reps, double *flops)
+                            int whole_nt, int need_dx, int reps, double *flops)
 {
     int nf = 0, nb = 0;
     *flops = 0.0;
-    layer_gemms(l, ctx, n, need_dx, NULL, &nf, NULL, &nb, flops);
+    layer_gemms(l, ctx, n, whole_nt, need_dx, NULL, &nf, NULL, &nb, flops);
     if (nf + nb == 0 || reps == 0)
         return 0.0;
     gemm_shape *f = malloc(sizeof *f * (size_t)nf), *b = malloc(sizeof *b * (size_t)nb);
     double s = 0.0;
     if (f && b) {
         nf = nb = 0, *flops = 0.0;
-        layer_gemms(l, ctx, n, need_dx, f, &nf, b, &nb, flops);
+        layer_gemms(l, ctx, n, whole_nt, need_dx, f, &nf, b, &nb, flops);
         s = time_gemms(net->be, f, nf, reps) + time_gemms(net->be, b, nb, reps);
     }
     free(f), free(b);
@@ -201,7 +205,7 @@ typedef struct sample_job {
     hcnn_profile *p;
     const hcnn_net *net;
     const hcnn_ctx *ctx;
-    int n;
+    int n, whole_nt;
 } sample_job;
 
 static void sample_row(void *arg, const hcnn_layer *l, int top, int need_dx)
@@ -210,7 +214,7 @@ static void sample_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     sample_job *j = arg;
     double flops;
     j->p->ref[(size_t)j->p->nref * j->p->nids + l->id] =
-        row_reference(l, j->net, j->ctx, j->n, need_dx, 1, &flops);
+        row_reference(l, j->net, j->ctx, j->n, j->whole_nt, need_dx, 1, &flops);
 }
 
 void hcnn_profile_sample_reference(hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
@@ -218,7 +222,7 @@ void hcnn_profile_sample_reference(hcnn_profile *p, const hcnn_net *net, const h
 {
     if (p->nref >= HCNN_PROFILE_MAX_REF)
         return;
-    sample_job j = {p, net, ctx, n};
+    sample_job j = {p, net, ctx, n, hcnn_net_whole_threads(net, ctx, first, last, n)};
     for_each_row(net, first, last, sample_row, &j);
     p->nref++;
 }
@@ -227,7 +231,7 @@ typedef struct print_job {
     const hcnn_profile *p;
     const hcnn_net *net;
     const hcnn_ctx *ctx;
-    int n, micro_per_step;
+    int n, whole_nt, micro_per_step;
     FILE *out;
     double gemm_total, fwd_total, bwd_total; /* of the top-level rows */
 } print_job;
@@ -240,7 +244,8 @@ static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     const double steps = p->steps > 0 ? (double)p->steps : 1.0;
     const double fw = (top >= 0 ? p->fwd[top] : p->cfwd[l->id]) / steps * 1e3;
     const double bw = (top >= 0 ? p->bwd[top] : p->cbwd[l->id]) / steps * 1e3;
-    double flops, s = row_reference(l, j->net, j->ctx, j->n, need_dx, p->nref ? 0 : 5, &flops);
+    double flops,
+        s = row_reference(l, j->net, j->ctx, j->n, j->whole_nt, need_dx, p->nref ? 0 : 5, &flops);
     if (p->nref) { /* the median of the samples */
         double t[HCNN_PROFILE_MAX_REF];
         for (int k = 0; k < p->nref; k++)
@@ -273,7 +278,7 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
     fprintf(out, "# %-18s %-8s %9s %9s %9s %10s %10s %9s\n", "block", "kind", "fwd_ms", "bwd_ms",
             "gflops", "gemm_ms", "gemm_gflops", "vs_gemm");
     print_job j = {.p = p, .net = net, .ctx = ctx, .n = n, .micro_per_step = micro_per_step,
-                   .out = out};
+                   .whole_nt = hcnn_net_whole_threads(net, ctx, first, last, n), .out = out};
     for_each_row(net, first, last, print_row, &j);
     const double gemm_total = j.gemm_total, fwd_total = j.fwd_total, bwd_total = j.bwd_total;
     const double step_ms = p->step_s / steps * 1e3;
