@@ -400,12 +400,12 @@ static void transpose_tile16_avx512(const float *a, size_t lda, float *t, size_t
         u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
     for (int i = 0; i < 16; i += 4) {
-        const __m512d a = _mm512_castps_pd(u[i]), b = _mm512_castps_pd(u[i + 2]);
-        const __m512d c = _mm512_castps_pd(u[i + 1]), d = _mm512_castps_pd(u[i + 3]);
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+        const __m512d p0 = _mm512_castps_pd(u[i]), p2 = _mm512_castps_pd(u[i + 2]);
+        const __m512d p1 = _mm512_castps_pd(u[i + 1]), p3 = _mm512_castps_pd(u[i + 3]);
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(p0, p2));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(p0, p2));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(p1, p3));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(p1, p3));
     }
     /* r[4q + k] holds, in 128-bit lane L, column 4L + k of rows 4q..4q+3 */
     for (int k = 0; k < 4; k++) {
