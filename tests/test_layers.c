@@ -220,26 +220,58 @@ static void check_model(const hcnn_block_spec *b, int nb, int c, int h, int w, i
 
 /* ---- convolution ------------------------------------------------------------ */
 
+/* The naive convolution's loop nest: calls tap(arg, yi, xi, wi) for every
+ * product x[xi] * w[wi] that output yi sums, output after output, each in
+ * (ci, ki, kj) order, skipping the zero padding. */
+typedef struct naive_geom {
+    int n, c, h, wd, co, kh, kw, sh, sw, ph, pw, oh, ow;
+} naive_geom;
+typedef void (*naive_tap_fn)(void *arg, size_t yi, size_t xi, size_t wi);
+
+static void naive_conv_taps(const naive_geom *g, naive_tap_fn tap, void *arg)
+{
+    for (int i = 0; i < g->n; i++)
+        for (int o = 0; o < g->co; o++)
+            for (int oy = 0; oy < g->oh; oy++)
+                for (int ox = 0; ox < g->ow; ox++) {
+                    const size_t yi = ((size_t)(i * g->co + o) * g->oh + oy) * g->ow + ox;
+                    for (int ci = 0; ci < g->c; ci++)
+                        for (int ki = 0; ki < g->kh; ki++)
+                            for (int kj = 0; kj < g->kw; kj++) {
+                                int iy = oy * g->sh - g->ph + ki, ix = ox * g->sw - g->pw + kj;
+                                if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->wd)
+                                    continue;
+                                tap(arg, yi, ((size_t)(i * g->c + ci) * g->h + iy) * g->wd + ix,
+                                    ((size_t)(o * g->c + ci) * g->kh + ki) * g->kw + kj);
+                            }
+                }
+}
+
+typedef struct naive_fwd {
+    const float *x, *w;
+    double *acc;
+} naive_fwd;
+
+static void fwd_tap(void *arg, size_t yi, size_t xi, size_t wi)
+{
+    naive_fwd *f = arg;
+    f->acc[yi] += (double)f->x[xi] * f->w[wi];
+}
+
 static void naive_conv(const float *x, const float *w, const float *b, int n, int c, int h,
                        int wd, int co, int kh, int kw, int sh, int sw, int ph, int pw, float *y,
                        int oh, int ow)
 {
-    for (int i = 0; i < n; i++)
-        for (int o = 0; o < co; o++)
-            for (int oy = 0; oy < oh; oy++)
-                for (int ox = 0; ox < ow; ox++) {
-                    double s = b ? b[o] : 0.0;
-                    for (int ci = 0; ci < c; ci++)
-                        for (int ki = 0; ki < kh; ki++)
-                            for (int kj = 0; kj < kw; kj++) {
-                                int iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;
-                                if (iy < 0 || iy >= h || ix < 0 || ix >= wd)
-                                    continue;
-                                s += (double)x[((i * c + ci) * h + iy) * wd + ix] *
-                                     w[((o * c + ci) * kh + ki) * kw + kj];
-                            }
-                    y[((i * co + o) * oh + oy) * ow + ox] = (float)s;
-                }
+    const naive_geom g = {n, c, h, wd, co, kh, kw, sh, sw, ph, pw, oh, ow};
+    const size_t plane = (size_t)oh * ow, out = (size_t)n * co * plane;
+    naive_fwd f = {x, w, malloc(sizeof(double) * out)};
+    assert_non_null(f.acc);
+    for (size_t yi = 0; yi < out; yi++)
+        f.acc[yi] = b ? b[yi / plane % co] : 0.0;
+    naive_conv_taps(&g, fwd_tap, &f);
+    for (size_t yi = 0; yi < out; yi++)
+        y[yi] = (float)f.acc[yi];
+    free(f.acc);
 }
 
 static void conv_vs_naive(int n, int c, int h, int w, int co, int kh, int kw, int sh, int sw,
@@ -310,29 +342,30 @@ static void test_conv_backward_chunked(void **state)
 }
 
 /* Reference backward of naive_conv: dw, db accumulate, dx overwritten. */
+typedef struct naive_bwd {
+    const float *x, *w, *dy;
+    double *dw, *dx;
+} naive_bwd;
+
+static void bwd_tap(void *arg, size_t yi, size_t xi, size_t wi)
+{
+    naive_bwd *d = arg;
+    const double g = d->dy[yi];
+    d->dw[wi] += g * d->x[xi];
+    d->dx[xi] += g * d->w[wi];
+}
+
 static void naive_conv_backward(const float *x, const float *w, const float *dy, int n, int c,
                                 int h, int wd, int co, int kh, int kw, int sh, int sw, int ph,
                                 int pw, int oh, int ow, double *dw, double *db, double *dx)
 {
+    const naive_geom g = {n, c, h, wd, co, kh, kw, sh, sw, ph, pw, oh, ow};
+    const size_t plane = (size_t)oh * ow, out = (size_t)n * co * plane;
     memset(dx, 0, sizeof(double) * (size_t)n * c * h * wd);
-    for (int i = 0; i < n; i++)
-        for (int o = 0; o < co; o++)
-            for (int oy = 0; oy < oh; oy++)
-                for (int ox = 0; ox < ow; ox++) {
-                    const double g = dy[((i * co + o) * oh + oy) * ow + ox];
-                    db[o] += g;
-                    for (int ci = 0; ci < c; ci++)
-                        for (int ki = 0; ki < kh; ki++)
-                            for (int kj = 0; kj < kw; kj++) {
-                                int iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;
-                                if (iy < 0 || iy >= h || ix < 0 || ix >= wd)
-                                    continue;
-                                const size_t xi = ((size_t)(i * c + ci) * h + iy) * wd + ix;
-                                const size_t wi = ((size_t)(o * c + ci) * kh + ki) * kw + kj;
-                                dw[wi] += g * x[xi];
-                                dx[xi] += g * w[wi];
-                            }
-                }
+    for (size_t yi = 0; yi < out; yi++)
+        db[yi / plane % co] += dy[yi];
+    naive_bwd d = {x, w, dy, dw, dx};
+    naive_conv_taps(&g, bwd_tap, &d);
 }
 
 static void expect_close(const char *what, const float *got, const double *ref, size_t n,

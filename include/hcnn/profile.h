@@ -21,7 +21,7 @@ typedef struct hcnn_profile {
     double step_s;            /* whole steps */
     double data_s, opt_s, comm_s, bubble_s;
     /* raw-GEMM reference samples taken between timed repeats:
-     * ref[k * nids + id], seconds per step of layer id, for k < nref */
+     * ref[k * nids + id], seconds per pass of layer id, for k < nref */
     double *ref;
     int nref;
 } hcnn_profile;

@@ -167,8 +167,8 @@ static void col2im_tap(const hcnn_conv_geom *g, const float *s, int ki, int kj, 
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* AVX-512 versions for stride 1 (every 3x3 and 5x5 layer of LeNet-5 and
- * ResNet-18 but the down-sampling ones).  Image rows are short (4-32
+/* AVX-512 versions of im2col and col2im for strides 1 and 2 (every
+ * convolution of LeNet-5 and ResNet-18).  Image rows are short (4-32
  * floats), so the loops above spend more on loop control and scalar tails
  * than on moving data; here one masked load and one masked store move up to
  * 16 floats, the masks doing the zero padding (masked-off lanes are not
@@ -582,14 +582,13 @@ static void cpu_add_row_bias(float *y, const float *b, int n, int m)
             y[(size_t)i * m + j] += b[j];
 }
 
-/* Element-wise loops: `simd` makes them branch-free vector code (a data-
- * dependent branch on the sign mispredicts half the time); in-place calls
- * (y == x) are safe because each element only reads its own index. */
 /* Element-wise operations: a vectorised loop over a range (with AVX2 and
- * AVX-512 clones), run on slices by all threads when the array is large.
- * (An "omp parallel for simd if (...)" loop is compiled a second time for
- * the serial case, without simd: ReLU on 50k floats took 3x as long as on
- * 80k.)  The loops may run in place (y == x). */
+ * AVX-512 clones; branch-free, since a branch on the sign mispredicts half
+ * the time), run on slices by all threads when the array is large.  (An
+ * "omp parallel for simd if (...)" loop is compiled a second time for the
+ * serial case, without simd: ReLU on 50k floats took 3x as long as on
+ * 80k.)  The loops may run in place (y == x): each element only reads its
+ * own index. */
 #define ELEMENTWISE(n, range_call)                                                              \
     do {                                                                                        \
         if ((n) > 65536 && !omp_in_parallel()) {                                                \

@@ -169,37 +169,31 @@ int hcnn_loader_next(hcnn_loader *ld, float **x, int32_t **y, int *n, int *globa
     double t0 = hcnn_now();
     if (!ld->thread_started) {
         fill(ld, b, buf, omp_get_max_threads());
-        *x = ld->x[buf];
-        *y = ld->y[buf];
-        *n = ld->n[buf];
-        *global_n = ld->global_n[buf];
-        *first = ld->first[buf];
-        if (wait_s)
-            *wait_s = hcnn_now() - t0;
-        return 1;
-    }
-    pthread_mutex_lock(&ld->mu);
-    if (!ld->ready[buf] && ld->want == b) { /* not taken yet: assemble it here */
-        ld->want = -1;
-        pthread_mutex_unlock(&ld->mu);
-        fill(ld, b, buf, omp_get_max_threads());
+    } else {
         pthread_mutex_lock(&ld->mu);
-        ld->ready[buf] = 1;
+        if (!ld->ready[buf] && ld->want == b) { /* not taken yet: assemble it here */
+            ld->want = -1;
+            pthread_mutex_unlock(&ld->mu);
+            fill(ld, b, buf, omp_get_max_threads());
+            pthread_mutex_lock(&ld->mu);
+            ld->ready[buf] = 1;
+        }
+        while (!ld->ready[buf])
+            pthread_cond_wait(&ld->cv, &ld->mu);
+        ld->ready[buf] = 0;
+        if (b + 1 < ld->nbatches) { /* prefetch into the buffer handed out last time */
+            ld->want = b + 1;
+            ld->want_buf = buf ^ 1;
+            pthread_cond_broadcast(&ld->cv);
+        }
+        pthread_mutex_unlock(&ld->mu);
     }
-    while (!ld->ready[buf])
-        pthread_cond_wait(&ld->cv, &ld->mu);
-    ld->ready[buf] = 0;
-    if (b + 1 < ld->nbatches) { /* prefetch into the buffer handed out last time */
-        ld->want = b + 1;
-        ld->want_buf = buf ^ 1;
-        pthread_cond_broadcast(&ld->cv);
-    }
+    /* buffer buf is the caller's now: the worker fills only the other one */
     *x = ld->x[buf];
     *y = ld->y[buf];
     *n = ld->n[buf];
     *global_n = ld->global_n[buf];
     *first = ld->first[buf];
-    pthread_mutex_unlock(&ld->mu);
     if (wait_s)
         *wait_s = hcnn_now() - t0;
     return 1;

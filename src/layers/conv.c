@@ -63,6 +63,19 @@ static size_t slot_floats(const hcnn_layer *l)
     return round_up16(K * g * P) + (g > 1 ? out : 0) + (hcnn_conv_dw_transposed(l) ? out : 0) +
            round_up16((size_t)l->out_c * K);
 }
+static float *slot_at(const hcnn_layer *l, float *ws, int t)
+{
+    return ws + (size_t)t * slot_floats(l);
+}
+static float *slot_out(const hcnn_layer *l, float *slot) /* Y or dY */
+{
+    return slot + round_up16((size_t)conv_k(l) * group_images(l) * conv_p(l));
+}
+static float *slot_dyt(const hcnn_layer *l, float *slot)
+{
+    const int g = group_images(l);
+    return slot_out(l, slot) + (g > 1 ? round_up16((size_t)l->out_c * g * conv_p(l)) : 0);
+}
 static float *slot_dw(const hcnn_layer *l, float *slot)
 {
     return slot + slot_floats(l) - round_up16((size_t)l->out_c * conv_k(l));
@@ -206,8 +219,7 @@ static void forward_thread(void *arg, int t, int nt)
     const hcnn_layer *l = j->l;
     const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
     const int g = group_images(l);
-    float *col = j->ctx->ws + (size_t)t * slot_floats(l);
-    float *Y = col + round_up16((size_t)conv_k(l) * g * conv_p(l));
+    float *col = slot_at(l, j->ctx->ws, t), *Y = slot_out(l, col);
     const int i1 = (int)((long)j->n * (t + 1) / nt);
     for (int i = (int)((long)j->n * t / nt); i < i1; i += g) {
         const int nb = i1 - i < g ? i1 - i : g;
@@ -224,11 +236,8 @@ static void backward_thread(void *arg, int t, int nt)
     const hcnn_layer *l = j->l;
     const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
     const int g = group_images(l);
-    float *slot = j->ctx->ws + (size_t)t * slot_floats(l);
-    float *dY = slot + round_up16((size_t)conv_k(l) * g * conv_p(l));
-    float *dYT = NULL;
-    if (hcnn_conv_dw_transposed(l))
-        dYT = dY + (g > 1 ? round_up16((size_t)l->out_c * g * conv_p(l)) : 0);
+    float *slot = slot_at(l, j->ctx->ws, t), *dY = slot_out(l, slot);
+    float *dYT = hcnn_conv_dw_transposed(l) ? slot_dyt(l, slot) : NULL;
     /* only thread 0 drives communication (MPI_THREAD_FUNNELED) */
     hcnn_ctx ctx = *j->ctx;
     if (t != 0)
@@ -276,7 +285,7 @@ void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
         for (int t = 0; t < job.team; t++) {
             if ((long)n * t / job.team >= (long)n * (t + 1) / job.team) /* had no images */
                 continue;
-            float *slot = ctx->ws + (size_t)t * slot_floats(l), *part = slot_dw(l, slot);
+            float *slot = slot_at(l, ctx->ws, t), *part = slot_dw(l, slot);
             if (hcnn_conv_dw_transposed(l)) { /* [K][Cout] -> [Cout][K], into the columns */
                 be->transpose(part, conv_k(l), l->out_c, slot);
                 part = slot;

@@ -385,6 +385,17 @@ static int image_local(const hcnn_net *net, int first, int last)
     return 1;
 }
 
+/* Whether blocks [first, last) can run this way on nt threads: image-local
+ * blocks, and per-thread gradient buffers of at most 256 MiB (a large
+ * network without batch-norm on many threads takes the per-block path). */
+static int whole_net_eligible(const hcnn_net *net, hcnn_conv_algo algo, int nt, int first,
+                              int last)
+{
+    const double tgrad_bytes = (double)(nt - 1) * (double)(net->nparams + 1) * sizeof(float);
+    return algo != HCNN_CONV_BATCHED && nt > 1 && nt <= HCNN_MAX_THREADS &&
+           tgrad_bytes <= 256.0 * 1048576.0 && image_local(net, first, last);
+}
+
 /* Workspace one thread needs to run layer l on any number of images. */
 static size_t thread_ws_need(const hcnn_layer *l, const hcnn_ctx *ctx)
 {
@@ -411,8 +422,7 @@ static size_t per_thread_net(const hcnn_net *net, const hcnn_ctx *ctx, int first
                              int *nt)
 {
     *nt = ctx->be->threads();
-    if (ctx->conv_algo == HCNN_CONV_BATCHED || *nt < 2 || *nt > HCNN_MAX_THREADS || n < *nt ||
-        !image_local(net, first, last))
+    if (n < *nt || !whole_net_eligible(net, ctx->conv_algo, *nt, first, last))
         return 0;
     return thread_ws_slice(net, ctx, first, last, *nt);
 }
@@ -439,12 +449,8 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
         if (l->tmp_per_sample * capacity > tmp)
             tmp = l->tmp_per_sample * capacity;
     }
-    /* per-thread gradient buffers: at most 256 MiB (a large network without
-     * batch-norm on many threads takes the per-block path instead) */
     const int nt = net->be->threads();
-    const double tgrad_bytes = (double)(nt - 1) * (double)(net->nparams + 1) * sizeof(float);
-    const int whole = net->conv_algo != HCNN_CONV_BATCHED && nt > 1 &&
-                      image_local(net, first, last) && tgrad_bytes <= 256.0 * 1048576.0;
+    const int whole = whole_net_eligible(net, net->conv_algo, nt, first, last);
     if (whole)
         for (int i = first; i < last; i++) {
             const size_t need = (size_t)nt * (thread_ws_need(&net->layers[i], &s->ctx) + 16);
@@ -503,7 +509,7 @@ void hcnn_scratch_free(hcnn_scratch *s)
 /* Forward of blocks [acts->first, acts->last) on images [i0, i1) of x,
  * with the given layers (layers[i] for block i). */
 static int forward_range(hcnn_net *net, hcnn_layer *layers, const hcnn_ctx *ctx, hcnn_acts *acts,
-                         const float *x, int i0, int i1, int timed)
+                         const float *x, int i0, int i1)
 {
     const float *in = x + (size_t)i0 * hcnn_layer_in_size(&net->layers[acts->first]);
     for (int i = acts->first; i < acts->last; i++) {
@@ -511,11 +517,11 @@ static int forward_range(hcnn_net *net, hcnn_layer *layers, const hcnn_ctx *ctx,
         hcnn_layer *l = &layers[i];
         float *y = acts->y[k] + (size_t)i0 * hcnn_layer_out_size(l);
         float *aux = acts->aux[k] + (size_t)i0 * l->aux_per_sample;
-        const double t0 = timed ? hcnn_now() : 0.0;
+        const double t0 = ctx->prof_fwd ? hcnn_now() : 0.0;
         HCNN_MARKER_START(ctx, l->name, 0);
         int rc = hcnn_layer_forward(l, ctx, in, y, aux, i1 - i0);
         HCNN_MARKER_STOP(ctx, l->name, 0);
-        if (timed)
+        if (ctx->prof_fwd)
             ctx->prof_fwd[i] += hcnn_now() - t0;
         if (rc)
             return rc;
@@ -555,7 +561,7 @@ static void forward_thread(void *arg, int t, int nt)
     net_job *j = arg;
     int i0, i1;
     const hcnn_ctx c = thread_ctx(j, t, &i0, &i1, nt);
-    j->rc[t] = forward_range(j->net, j->net->layers, &c, j->acts, j->x, i0, i1, c.prof_fwd != NULL);
+    j->rc[t] = forward_range(j->net, j->net->layers, &c, j->acts, j->x, i0, i1);
 }
 
 int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const float *x, int n)
@@ -573,7 +579,7 @@ int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const 
                 return j.rc[t];
         return HCNN_OK;
     }
-    return forward_range(net, net->layers, ctx, acts, x, 0, n, ctx->prof_fwd != NULL);
+    return forward_range(net, net->layers, ctx, acts, x, 0, n);
 }
 
 /* Backward of blocks [acts->first, acts->last) on images [i0, i1), with the

@@ -244,8 +244,9 @@ static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     const double steps = p->steps > 0 ? (double)p->steps : 1.0;
     const double fw = (top >= 0 ? p->fwd[top] : p->cfwd[l->id]) / steps * 1e3;
     const double bw = (top >= 0 ? p->bwd[top] : p->cbwd[l->id]) / steps * 1e3;
-    double flops,
-        s = row_reference(l, j->net, j->ctx, j->n, j->whole_nt, need_dx, p->nref ? 0 : 5, &flops);
+    double flops;
+    double s = row_reference(l, j->net, j->ctx, j->n, j->whole_nt, need_dx, p->nref ? 0 : 5,
+                             &flops);
     if (p->nref) { /* the median of the samples */
         double t[HCNN_PROFILE_MAX_REF];
         for (int k = 0; k < p->nref; k++)

@@ -400,7 +400,6 @@ static int on_block_done(void *arg, int block)
     return hcnn_grad_sync_block_done(&r->sync, block);
 }
 
-/* One optimiser step on this rank's shard (n of gn samples). */
 /* A non-finite loss (or the HCNN_FAIL_AT test hook) fails this rank. */
 static int check_loss(const hcnn_run *r, double loss, int epoch, float lr)
 {
@@ -414,8 +413,7 @@ static int check_loss(const hcnn_run *r, double loss, int epoch, float lr)
 }
 
 /* Gradients of this step: forward, loss, backward with the bucketed
- * allreduce overlapped (serial and data strategies).  *counted: samples
- * whose loss this rank computed. */
+ * allreduce overlapped (serial and data strategies). */
 static int local_gradients(hcnn_run *r, const float *x, const int32_t *y, int n, int gn,
                            int epoch, float lr, double *loss, int *ok, epoch_stats *st)
 {
@@ -814,10 +812,11 @@ static int profile_pass(const hcnn_run *r, int *passes)
 /* One sample of rank 0's raw-GEMM reference (the rank that prints). */
 static void sample_reference(hcnn_run *r)
 {
+    if (!is_root(r))
+        return;
     int passes;
     const int n = profile_pass(r, &passes);
-    if (is_root(r))
-        hcnn_profile_sample_reference(&r->prof, &r->net, &r->scratch.ctx, r->first, r->last, n);
+    hcnn_profile_sample_reference(&r->prof, &r->net, &r->scratch.ctx, r->first, r->last, n);
 }
 
 /* Rank 0's profile table: its blocks, its shard (or micro-batch) size. */
@@ -1004,12 +1003,12 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
             if (comm->size > 1) /* the global rate is set by the slowest rank */
                 MPI_Allreduce(MPI_IN_PLACE, &el, 1, MPI_DOUBLE, MPI_MAX, comm->world);
             rate[nrate++] = el > 0 ? (double)cfg->batch_size * steps / el : 0.0;
-            sample_reference(&r); /* alternately with the timed steps */
             if (is_root(&r)) {
                 printf("repeat=%d images_per_s=%.1f step_ms=%.3f\n", k + 1, rate[nrate - 1],
                        el / steps * 1e3);
                 fflush(stdout);
             }
+            sample_reference(&r); /* alternately with the timed steps */
         }
     }
     if (!rc) {
