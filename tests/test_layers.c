@@ -448,8 +448,15 @@ static void test_conv_algorithms(void **state)
         /* 16 <= Cout <= 32: the transposed weight gradient, per-thread */
         {5, 4, 9, 9, 16, 3, 1, 1},   /* P = 81: groups of 4 images */
         {3, 3, 16, 16, 20, 3, 1, 1}, /* P = 256: one image per GEMM */
-        /* columns of an image > 300k floats: blocks of 13, 13, 6 rows */
+        /* columns of an image > 300k floats: blocks of 24, 24, 8 rows */
+        {1, 12, 56, 56, 3, 3, 1, 1},
+        /* shifted windows (C >= 16, wide planes), the weight gradient in
+         * blocks of 13, 13, 6 rows */
         {2, 40, 32, 32, 4, 3, 1, 1},
+        {2, 16, 32, 32, 8, 3, 1, 1},  /* the smallest C */
+        {1, 16, 34, 34, 4, 3, 1, 0},  /* unpadded: the padded width is the input's */
+        {1, 17, 20, 64, 3, 5, 1, 2},  /* 5x5, rectangular */
+        {3, 16, 32, 32, 20, 3, 1, 1}, /* with the transposed weight gradient */
     };
     const hcnn_conv_algo algos[] = {HCNN_CONV_BATCHED, HCNN_CONV_PER_THREAD, HCNN_CONV_AUTO};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -472,6 +479,34 @@ static void test_conv_algorithms(void **state)
                 free(first);
                 free(again);
             }
+    }
+}
+
+/* Which convolutions take shifted windows: the per-thread one-image path,
+ * stride 1, C >= 16, at most 1/16 of the padded width discarded. */
+static void test_conv_shifted_choice(void **state)
+{
+    (void)state;
+    static const int cases[][8] = {
+        /* c, h, w, co, k, s, p, shifted */
+        {64, 32, 32, 64, 3, 1, 1, 1}, /* ResNet-18's layer1 */
+        {16, 32, 32, 8, 3, 1, 1, 1},
+        {3, 32, 32, 64, 3, 1, 1, 0},   /* the stem: C = 3 */
+        {128, 16, 16, 128, 3, 1, 1, 0}, /* layer2: 2 of 18 columns discarded */
+        {64, 32, 32, 128, 3, 2, 1, 0},  /* stride 2 */
+        {64, 32, 32, 64, 1, 1, 0, 0},   /* 1x1: no taps to shift */
+        {16, 20, 64, 3, 5, 1, 2, 1},
+        {16, 20, 48, 3, 5, 1, 2, 0},    /* 4 of 52 columns discarded */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *q = cases[i];
+        hcnn_block_spec b = blk(HCNN_BLOCK_CONV, q[3], q[4], q[4], q[5], q[5], q[6], q[6]);
+        model m;
+        model_make(&m, &b, 1, q[0], q[1], q[2], 2);
+        if (hcnn_conv_shifted(&m.net.layers[0]) != q[7])
+            fail_msg("case %zu: shifted %d, expected %d", i,
+                     hcnn_conv_shifted(&m.net.layers[0]), q[7]);
+        model_free(&m);
     }
 }
 
@@ -953,6 +988,7 @@ int main(void)
         cmocka_unit_test(test_conv_backward),
         cmocka_unit_test(test_conv_backward_chunked),
         cmocka_unit_test(test_conv_algorithms),
+        cmocka_unit_test(test_conv_shifted_choice),
         cmocka_unit_test(test_whole_net_per_thread),
         cmocka_unit_test(test_im2col_adjoint),
         cmocka_unit_test(test_transpose),

@@ -127,6 +127,9 @@ size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt)
 /* 1 if per-thread groups compute the weight gradient transposed,
  * dW^T += col dY^T (GEMM [K][Cout][nb*P], no operand transposed) */
 int hcnn_conv_dw_transposed(const hcnn_layer *l);
+/* 1 if per-thread one-image groups compute the forward and dx by shifted
+ * windows: one GEMM per tap on the zero-padded input, no columns */
+int hcnn_conv_shifted(const hcnn_layer *l);
 /* Output rows per block of a one-image group's forward and weight-gradient
  * GEMMs (out_h: one block) */
 int hcnn_conv_rows_per_block(const hcnn_layer *l);

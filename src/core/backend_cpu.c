@@ -355,6 +355,15 @@ static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, float *
         }
 }
 
+static void cpu_copy_planes(const float *src, size_t splane, int sld, int c, int h, int w,
+                            float *dst, size_t dplane, int dld)
+{
+#pragma omp parallel for schedule(static) if ((size_t)c * h * w > 65536)
+    for (int i = 0; i < c; i++)
+        for (int y = 0; y < h; y++)
+            copy_floats(dst + i * dplane + (size_t)y * dld, src + i * splane + (size_t)y * sld, w);
+}
+
 static void cpu_cnp_to_nchw(const float *src, const float *bias, int n, int c, int np, float *y)
 {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -1106,6 +1115,7 @@ static const hcnn_backend cpu_backend = {
     .cnp_to_nchw = cpu_cnp_to_nchw,
     .add_channel_bias = cpu_add_channel_bias,
     .nchw_to_cnp = cpu_nchw_to_cnp,
+    .copy_planes = cpu_copy_planes,
     .transpose = cpu_transpose,
     .channel_sum_acc = cpu_channel_sum_acc,
     .row_sum_acc = cpu_row_sum_acc,

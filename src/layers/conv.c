@@ -37,12 +37,28 @@
  * auto takes per-thread groups when P >= PER_THREAD_MIN_P.  Measured with
  * `hcnn bench` (2 threads, batch 64): LeNet-5 17.5k -> 29.4k images/s,
  * ResNet-18 60.2 -> 64.1; ResNet-18's P = 16 stage is 1.4x slower
- * per-thread.  GROUP_N: 256 beat 100 and 512 on LeNet-5's conv2 (P = 100). */
+ * per-thread.  GROUP_N: 256 beat 100 and 512 on LeNet-5's conv2 (P = 100).
+ *
+ * Shifted windows (stride 1, one-image groups, wide planes, C >= 16): with
+ * the input zero-padded to Hp x Wp planes, output (oy, ox) of tap (ki, kj)
+ * reads padded element (oy + ki) * Wp + ox + kj, i.e. q = oy * Wp + ox
+ * shifted by off = ki * Wp + kj.  On the padded width (N = oh * Wp output
+ * columns, kw - 1 of each row discarded) every tap is one GEMM whose B is
+ * the padded input itself, at an offset, with no columns written or read:
+ *   Yext                   = sum over taps of W_t xpad[:, off : off + N]
+ *   dxpad[:, off : off + N] += W_t^T dYext  (dYext: dy, junk columns zero)
+ * with W_t = W[:, :, ki, kj] ([Cout][C], rearranged once per call).  One
+ * thread, one image, alternated medians: ResNet-18's layer1 (C = 64,
+ * 32 x 32) forward 1036 -> 898 us, dx 979 -> 908 us; C = 16..128 at 32 x 32
+ * and C = 64 at 64 x 64 faster by 5-35%; C = 8 even, C = 3 (the stem) 1.75x
+ * slower; a 16 x 16 plane (12% junk columns) 3% slower.  The weight
+ * gradient keeps the columns (its 9 GEMMs of Cout x C x N were 4% slower). */
 #include "hcnn/layer.h"
 
 #define PER_THREAD_MIN_P 64
 #define GROUP_N 256 /* columns of one per-thread GEMM */
 #define BLOCK_FLOATS ((size_t)150000)
+#define SHIFTED_MIN_C 16
 
 static size_t round_up16(size_t f) { return (f + 15) & ~(size_t)15; }
 
@@ -53,32 +69,76 @@ static int group_images(const hcnn_layer *l) { return (GROUP_N + conv_p(l) - 1) 
 /* Per-thread groups: dW^T += col dY^T (see above) */
 int hcnn_conv_dw_transposed(const hcnn_layer *l) { return l->out_c >= 16 && l->out_c <= 32; }
 
+/* Shifted windows (see above): stride 1, one image per group, at most 1/16
+ * of the computed columns discarded, taps of at least SHIFTED_MIN_C rows. */
+int hcnn_conv_shifted(const hcnn_layer *l)
+{
+    const hcnn_conv_geom *g = &l->conv;
+    return g->sh == 1 && g->sw == 1 && g->kh * g->kw > 1 && g->c >= SHIFTED_MIN_C &&
+           group_images(l) == 1 && 16 * (g->kw - 1) <= g->ow;
+}
+static int padded_w(const hcnn_layer *l) { return l->conv.w + 2 * l->conv.pw; }
+static size_t padded_plane(const hcnn_layer *l)
+{
+    return (size_t)(l->conv.h + 2 * l->conv.ph) * padded_w(l);
+}
+static size_t padded_floats(const hcnn_layer *l)
+{
+    return round_up16(l->conv.c * padded_plane(l) + (size_t)l->conv.kw - 1);
+}
+static size_t padded_out_floats(const hcnn_layer *l)
+{
+    return round_up16((size_t)l->out_c * l->conv.oh * padded_w(l));
+}
+static size_t tap_offset(const hcnn_layer *l, int t)
+{
+    return (size_t)(t / l->conv.kw) * padded_w(l) + t % l->conv.kw;
+}
+
 /* One thread's slot: the group's columns, its GEMM output (nb > 1 only),
- * dY^T (if the weight gradient is transposed) and its weight-gradient
- * partial ([Cout][K], or [K][Cout] if transposed). */
-static size_t slot_floats(const hcnn_layer *l)
+ * dY^T (if the weight gradient is transposed), the padded planes and the
+ * padded-width output of shifted windows (if shifted), and its
+ * weight-gradient partial ([Cout][K], or [K][Cout] if transposed).  The
+ * last tap of the last padded plane reads kw - 1 floats past it. */
+typedef struct conv_slot {
+    float *col, *out, *dyt, *pad, *ext, *dw;
+} conv_slot;
+
+static size_t slot_layout(const hcnn_layer *l, float *base, conv_slot *s)
 {
     const size_t K = (size_t)conv_k(l), P = (size_t)conv_p(l), g = (size_t)group_images(l);
     const size_t out = round_up16((size_t)l->out_c * g * P);
-    return round_up16(K * g * P) + (g > 1 ? out : 0) + (hcnn_conv_dw_transposed(l) ? out : 0) +
-           round_up16((size_t)l->out_c * K);
+    const int shifted = hcnn_conv_shifted(l);
+    const size_t sizes[6] = {
+        round_up16(K * g * P),
+        g > 1 ? out : 0,
+        hcnn_conv_dw_transposed(l) ? out : 0,
+        shifted ? padded_floats(l) : 0,
+        shifted ? padded_out_floats(l) : 0,
+        round_up16((size_t)l->out_c * K),
+    };
+    float **at[6] = {&s->col, &s->out, &s->dyt, &s->pad, &s->ext, &s->dw};
+    size_t off = 0;
+    for (int i = 0; i < 6; i++) {
+        *at[i] = base ? base + off : NULL;
+        off += sizes[i];
+    }
+    return off;
 }
-static float *slot_at(const hcnn_layer *l, float *ws, int t)
+static size_t slot_floats(const hcnn_layer *l) { return slot_layout(l, NULL, &(conv_slot){0}); }
+static conv_slot slot_at(const hcnn_layer *l, float *ws, int t)
 {
-    return ws + (size_t)t * slot_floats(l);
+    conv_slot s;
+    slot_layout(l, ws + (size_t)t * slot_floats(l), &s);
+    if (!hcnn_conv_dw_transposed(l))
+        s.dyt = NULL;
+    return s;
 }
-static float *slot_out(const hcnn_layer *l, float *slot) /* Y or dY */
+/* The taps' weights W_t ([kh*kw][Cout][C], shifted windows), after the
+ * threads' slots. */
+static float *shifted_weights(const hcnn_layer *l, float *ws, int nt)
 {
-    return slot + round_up16((size_t)conv_k(l) * group_images(l) * conv_p(l));
-}
-static float *slot_dyt(const hcnn_layer *l, float *slot)
-{
-    const int g = group_images(l);
-    return slot_out(l, slot) + (g > 1 ? round_up16((size_t)l->out_c * g * conv_p(l)) : 0);
-}
-static float *slot_dw(const hcnn_layer *l, float *slot)
-{
-    return slot + slot_floats(l) - round_up16((size_t)l->out_c * conv_k(l));
+    return ws + (size_t)nt * slot_floats(l);
 }
 
 size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt)
@@ -86,7 +146,8 @@ size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt)
     if (ctx->conv_algo == HCNN_CONV_BATCHED ||
         (ctx->conv_algo == HCNN_CONV_AUTO && conv_p(l) < PER_THREAD_MIN_P))
         return 0;
-    return (size_t)nt * slot_floats(l);
+    return (size_t)nt * slot_floats(l) +
+           (hcnn_conv_shifted(l) ? round_up16((size_t)l->out_c * conv_k(l)) : 0);
 }
 
 int hcnn_conv_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
@@ -153,13 +214,49 @@ static void forward_group(const hcnn_layer *l, const hcnn_backend *be, const flo
     be->cnp_to_nchw(Y, l->b, nb, co, P, y);
 }
 
+/* Forward of one image by shifted windows (see above); the padded planes'
+ * borders are zero. */
+static void forward_shifted(const hcnn_layer *l, const hcnn_backend *be, const float *wt,
+                            const conv_slot *s, const float *x, float *y)
+{
+    const hcnn_conv_geom *g = &l->conv;
+    const int Wp = padded_w(l), N = g->oh * Wp, co = l->out_c, P = conv_p(l);
+    const size_t plane = padded_plane(l);
+    be->copy_planes(x, (size_t)g->h * g->w, g->w, g->c, g->h, g->w,
+                    s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp);
+    for (int t = 0; t < g->kh * g->kw; t++)
+        be->gemm(0, 0, co, N, g->c, 1.0f, wt + (size_t)t * co * g->c, g->c, s->pad + tap_offset(l, t),
+                 (int)plane, t ? 1.0f : 0.0f, s->ext, N);
+    be->copy_planes(s->ext, (size_t)N, Wp, co, g->oh, g->ow, y, (size_t)P, g->ow);
+    if (l->b)
+        be->add_channel_bias(y, l->b, 1, co, P);
+}
+
+/* dx of one image by shifted windows; the padded-width output buffer's
+ * junk columns are zero. */
+static void dx_shifted(const hcnn_layer *l, const hcnn_backend *be, const float *wt,
+                       const conv_slot *s, const float *dy, float *dx)
+{
+    const hcnn_conv_geom *g = &l->conv;
+    const int Wp = padded_w(l), N = g->oh * Wp, co = l->out_c;
+    const size_t plane = padded_plane(l);
+    be->copy_planes(dy, (size_t)conv_p(l), g->ow, co, g->oh, g->ow, s->ext, (size_t)N, Wp);
+    be->fill(s->pad, padded_floats(l), 0.0f);
+    for (int t = 0; t < g->kh * g->kw; t++)
+        be->gemm(1, 0, g->c, N, co, 1.0f, wt + (size_t)t * co * g->c, g->c, s->ext, N, 1.0f,
+                 s->pad + tap_offset(l, t), (int)plane);
+    be->copy_planes(s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp, g->c, g->h, g->w, dx,
+                    (size_t)g->h * g->w, g->w);
+}
+
 /* Backward of nb images: dw = dw_beta * dw + dY col^T, or, with dYT
  * given, dw = dw_beta * dw + col dY^T ([K][Cout]); dx (if wanted)
  * overwritten. */
 static void backward_group(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
-                           const float *dy, float *dx, int nb, float *col, float *dY, float *dYT,
-                           float *dw, float dw_beta)
+                           const float *dy, float *dx, int nb, const conv_slot *s,
+                           const float *wt, float dw_beta)
 {
+    float *col = s->col, *dY = s->out, *dYT = s->dyt, *dw = s->dw;
     const hcnn_backend *be = ctx->be;
     const int K = conv_k(l), P = conv_p(l), co = l->out_c;
     const float *g = dy; /* nb = 1: dy is already [Cout][P] */
@@ -186,7 +283,10 @@ static void backward_group(const hcnn_layer *l, const hcnn_ctx *ctx, const float
         be->gemm(0, 1, co, K, nb * P, 1.0f, g, nb * P, col, nb * P, dw_beta, dw, K);
     }
     hcnn_ctx_poll(ctx);
-    if (dx) {
+    if (dx && wt) {
+        dx_shifted(l, be, wt, s, g, dx);
+        hcnn_ctx_poll(ctx);
+    } else if (dx) {
         /* the columns are no longer needed: reuse them for dcol */
         be->gemm(1, 0, K, nb * P, co, 1.0f, l->w, K, g, nb * P, 0.0f, col, nb * P);
         be->col2im(&l->conv, col, nb, dx);
@@ -209,22 +309,41 @@ typedef struct conv_job {
     const hcnn_ctx *ctx;
     const float *x, *dy;
     float *y, *dx;
+    const float *wt; /* the taps' weights (shifted windows), else NULL */
     int n;
     int team; /* threads that ran (written by thread 0) */
 } conv_job;
+
+/* The taps' weights of shifted windows, W_t[co][c] = W[co][c][t], after nt
+ * slots of the workspace; NULL if the layer does not take them. */
+static const float *prepare_shifted(const hcnn_layer *l, const hcnn_ctx *ctx, int nt)
+{
+    if (!hcnn_conv_shifted(l))
+        return NULL;
+    float *wt = shifted_weights(l, ctx->ws, nt);
+    ctx->be->transpose(l->w, l->out_c * l->conv.c, l->conv.kh * l->conv.kw, wt);
+    return wt;
+}
 
 static void forward_thread(void *arg, int t, int nt)
 {
     const conv_job *j = arg;
     const hcnn_layer *l = j->l;
+    const hcnn_backend *be = j->ctx->be;
     const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
     const int g = group_images(l);
-    float *col = slot_at(l, j->ctx->ws, t), *Y = slot_out(l, col);
-    const int i1 = (int)((long)j->n * (t + 1) / nt);
-    for (int i = (int)((long)j->n * t / nt); i < i1; i += g) {
+    const conv_slot s = slot_at(l, j->ctx->ws, t);
+    const int i0 = (int)((long)j->n * t / nt), i1 = (int)((long)j->n * (t + 1) / nt);
+    if (j->wt && i0 < i1) /* the padded planes' borders stay zero */
+        be->fill(s.pad, padded_floats(l), 0.0f);
+    for (int i = i0; i < i1; i += g) {
         const int nb = i1 - i < g ? i1 - i : g;
-        forward_group(l, j->ctx->be, j->x + (size_t)i * in_sz, j->y + (size_t)i * out_sz, nb,
-                      col, Y);
+        const float *x = j->x + (size_t)i * in_sz;
+        float *y = j->y + (size_t)i * out_sz;
+        if (j->wt)
+            forward_shifted(l, be, j->wt, &s, x, y);
+        else
+            forward_group(l, be, x, y, nb, s.col, s.out);
         if (t == 0)
             hcnn_ctx_poll(j->ctx);
     }
@@ -236,8 +355,7 @@ static void backward_thread(void *arg, int t, int nt)
     const hcnn_layer *l = j->l;
     const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
     const int g = group_images(l);
-    float *slot = slot_at(l, j->ctx->ws, t), *dY = slot_out(l, slot);
-    float *dYT = hcnn_conv_dw_transposed(l) ? slot_dyt(l, slot) : NULL;
+    const conv_slot s = slot_at(l, j->ctx->ws, t);
     /* only thread 0 drives communication (MPI_THREAD_FUNNELED) */
     hcnn_ctx ctx = *j->ctx;
     if (t != 0)
@@ -245,11 +363,13 @@ static void backward_thread(void *arg, int t, int nt)
     if (t == 0)
         j->team = nt;
     const int i0 = (int)((long)j->n * t / nt), i1 = (int)((long)j->n * (t + 1) / nt);
+    if (j->wt && j->dx && i0 < i1) /* dy on the padded width: junk columns stay zero */
+        ctx.be->fill(s.ext, padded_out_floats(l), 0.0f);
     for (int i = i0; i < i1; i += g) {
         const int nb = i1 - i < g ? i1 - i : g;
         backward_group(l, &ctx, j->x + (size_t)i * in_sz, j->dy + (size_t)i * out_sz,
-                       j->dx ? j->dx + (size_t)i * in_sz : NULL, nb, slot, dY, dYT,
-                       slot_dw(l, slot), i == i0 ? 0.0f : 1.0f);
+                       j->dx ? j->dx + (size_t)i * in_sz : NULL, nb, &s, j->wt,
+                       i == i0 ? 0.0f : 1.0f);
     }
 }
 
@@ -259,6 +379,7 @@ void hcnn_conv_forward(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
     int group, nt;
     if (hcnn_conv_per_thread(l, ctx, n, &group, &nt)) {
         conv_job job = {.l = l, .ctx = ctx, .x = x, .y = y, .n = n};
+        job.wt = prepare_shifted(l, ctx, nt);
         ctx->be->parallel(forward_thread, &job);
         return;
     }
@@ -281,14 +402,16 @@ void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
     int group, nt;
     if (hcnn_conv_per_thread(l, ctx, n, &group, &nt)) {
         conv_job job = {.l = l, .ctx = ctx, .x = x, .dy = dy, .dx = dx, .n = n};
+        job.wt = dx ? prepare_shifted(l, ctx, nt) : NULL;
         be->parallel(backward_thread, &job);
         for (int t = 0; t < job.team; t++) {
             if ((long)n * t / job.team >= (long)n * (t + 1) / job.team) /* had no images */
                 continue;
-            float *slot = slot_at(l, ctx->ws, t), *part = slot_dw(l, slot);
+            const conv_slot s = slot_at(l, ctx->ws, t);
+            float *part = s.dw;
             if (hcnn_conv_dw_transposed(l)) { /* [K][Cout] -> [Cout][K], into the columns */
-                be->transpose(part, conv_k(l), l->out_c, slot);
-                part = slot;
+                be->transpose(part, conv_k(l), l->out_c, s.col);
+                part = s.col;
             }
             be->add_acc(part, l->dw, (size_t)l->out_c * conv_k(l));
         }
@@ -297,8 +420,9 @@ void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
     const int chunk = hcnn_conv_chunk(l, ctx, n);
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
-        float *col = ctx->ws, *dY = ctx->ws + (size_t)conv_k(l) * nb * conv_p(l);
+        const conv_slot s = {.col = ctx->ws, .out = ctx->ws + (size_t)conv_k(l) * nb * conv_p(l),
+                             .dw = l->dw};
         backward_group(l, ctx, x + (size_t)i0 * in_sz, dy + (size_t)i0 * out_sz,
-                       dx ? dx + (size_t)i0 * in_sz : NULL, nb, col, dY, NULL, l->dw, 1.0f);
+                       dx ? dx + (size_t)i0 * in_sz : NULL, nb, &s, NULL, 1.0f);
     }
 }

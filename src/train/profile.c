@@ -73,20 +73,30 @@ static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int who
             chunk = group, count = (n + nt - 1) / nt, per = 1;
         }
         const int dwt = per && hcnn_conv_dw_transposed(l);
-        /* one-image groups: forward and weight gradient by blocks of rows */
+        /* one-image groups: forward and weight gradient by blocks of rows,
+         * or forward and dx by shifted windows (a GEMM per tap on the padded
+         * width) */
         const int rb = per && chunk == 1 && !dwt ? hcnn_conv_rows_per_block(l) : l->conv.oh;
+        const int shifted = per && chunk == 1 && hcnn_conv_shifted(l);
+        const int taps = l->conv.kh * l->conv.kw, c = l->conv.c;
+        const int wide = l->conv.oh * (l->conv.w + 2 * l->conv.pw);
         for (int i0 = 0; i0 < count; i0 += chunk) {
             const int cn = (count - i0 < chunk ? count - i0 : chunk) * P;
+            for (int t = 0; shifted && t < taps; t++)
+                PUSH(f, nf, 0, 0, co, wide, c, per);
             for (int oy0 = 0; oy0 < l->conv.oh; oy0 += rb) {
                 const int rows = l->conv.oh - oy0 < rb ? l->conv.oh - oy0 : rb;
                 const int bn = rb == l->conv.oh ? cn : rows * l->conv.ow;
-                PUSH(f, nf, 0, 0, co, bn, K, per);
+                if (!shifted)
+                    PUSH(f, nf, 0, 0, co, bn, K, per);
                 if (dwt)
                     PUSH(b, nb, 0, 0, K, co, bn, per);
                 else
                     PUSH(b, nb, 0, 1, co, K, bn, per);
             }
-            if (need_dx)
+            for (int t = 0; need_dx && shifted && t < taps; t++)
+                PUSH(b, nb, 1, 0, c, wide, co, per);
+            if (need_dx && !shifted)
                 PUSH(b, nb, 1, 0, K, cn, co, per);
         }
         *flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
