@@ -846,6 +846,75 @@ static void test_residual_backward(void **state)
     check_model(two, 2, 1, 6, 6, 2, 0);
 }
 
+/* The residual block's fused forward (batch-norm + ReLU, batch-norm +
+ * shortcut + ReLU in one pass) against its children run one by one and
+ * the addition and ReLU as separate passes: bit for bit, in training and
+ * inference, with identity and projection shortcuts. */
+static void residual_unfused(hcnn_layer *r, const hcnn_ctx *ctx, const float *x, int n,
+                             float *y)
+{
+    const hcnn_backend *be = ctx->be;
+    float *bufs[16] = {0}, *aux[16] = {0};
+    const float *h = x, *s = x;
+    for (int j = 0; j < r->nbody + r->nproj; j++) {
+        hcnn_layer *c = j < r->nbody ? &r->body[j] : &r->proj[j - r->nbody];
+        bufs[j] = malloc(sizeof(float) * hcnn_layer_out_size(c) * n);
+        aux[j] = malloc(sizeof(float) * (hcnn_layer_aux_size(c, n) + 1));
+        assert_true(bufs[j] && aux[j]);
+        const float *in = j < r->nbody ? h : s;
+        assert_int_equal(hcnn_layer_forward(c, ctx, in, bufs[j], aux[j], n), 0);
+        if (j < r->nbody)
+            h = bufs[j];
+        else
+            s = bufs[j];
+    }
+    const size_t sz = hcnn_layer_out_size(r) * n;
+    be->add(h, s, y, sz);
+    be->relu_fwd(y, y, sz);
+    for (int j = 0; j < r->nbody + r->nproj; j++)
+        free(bufs[j]), free(aux[j]);
+}
+
+static void test_residual_fused_forward(void **state)
+{
+    (void)state;
+    for (int proj = 0; proj < 2; proj++)
+        for (int training = 1; training >= 0; training--) {
+            hcnn_block_spec r = blk(HCNN_BLOCK_RESIDUAL, proj ? 6 : 4, 0, 0, proj ? 2 : 1,
+                                    proj ? 2 : 1, 0, 0);
+            r.shortcut = HCNN_SHORTCUT_AUTO;
+            model m;
+            model_make(&m, &r, 1, 4, 9, 9, 3);
+            hcnn_layer *l = &m.net.layers[0];
+            assert_int_equal(l->nproj > 0, proj);
+            float *x = malloc(sizeof(float) * m.in_sz), *y = malloc(sizeof(float) * m.out_sz);
+            assert_true(x && y);
+            fill_random(x, m.in_sz, 5, -1.0f, 1.0f);
+            /* batch-norm parameters and running statistics away from 1 and 0 */
+            for (int j = 0; j < l->nbody + l->nproj; j++) {
+                hcnn_layer *c = j < l->nbody ? &l->body[j] : &l->proj[j - l->nbody];
+                if (c->kind != HCNN_BLOCK_BN)
+                    continue;
+                fill_random(c->w, (size_t)c->out_c, 6 + j, 0.5f, 1.5f);
+                fill_random(c->b, (size_t)c->out_c, 7 + j, -0.5f, 0.5f);
+                fill_random(c->running_mean, (size_t)c->out_c, 8 + j, -0.2f, 0.2f);
+                fill_random(c->running_var, (size_t)c->out_c, 9 + j, 0.5f, 2.0f);
+            }
+            m.s.ctx.training = training;
+            residual_unfused(l, &m.s.ctx, x, m.n, y);
+            assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, m.n), 0);
+            const float *got = hcnn_acts_output(&m.acts);
+            size_t zeros = 0;
+            for (size_t i = 0; i < m.out_sz; i++)
+                zeros += y[i] == 0.0f;
+            assert_true(zeros > 0 && zeros < m.out_sz); /* the ReLU cuts some, not all */
+            if (memcmp(got, y, sizeof(float) * m.out_sz) != 0)
+                fail_msg("projection %d, training %d: fused forward differs", proj, training);
+            free(x), free(y);
+            model_free(&m);
+        }
+}
+
 static void test_small_cnn_backward(void **state)
 {
     (void)state;
@@ -1000,6 +1069,7 @@ int main(void)
         cmocka_unit_test(test_pool_relu_backward),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_residual_backward),
+        cmocka_unit_test(test_residual_fused_forward),
         cmocka_unit_test(test_small_cnn_backward),
         cmocka_unit_test(test_residual_identity_requires_shape),
         cmocka_unit_test(test_softmax_xent),

@@ -95,13 +95,17 @@ typedef struct hcnn_backend {
     /* batch normalisation over (n, h, w) per channel; np = h*w.
      * Training: saves mean and inverse std (per channel) for backward and
      * updates running statistics (running_var uses the unbiased variance,
-     * as PyTorch does).  Inference: uses running statistics. */
+     * as PyTorch does).  Inference: uses running statistics.  Both write
+     * y = act(gamma * xhat + beta + add), act = ReLU if relu else identity,
+     * add (shaped like y) skipped if NULL: a residual block's addition and
+     * ReLU, or the ReLU that follows, in the same pass. */
     void (*bn_fwd_train)(const float *x, int n, int c, int np, const float *gamma,
                          const float *beta, float eps, float momentum, float *running_mean,
-                         float *running_var, float *save_mean, float *save_invstd, float *y);
+                         float *running_var, float *save_mean, float *save_invstd,
+                         const float *add, int relu, float *y);
     void (*bn_fwd_infer)(const float *x, int n, int c, int np, const float *gamma,
                          const float *beta, float eps, const float *running_mean,
-                         const float *running_var, float *y);
+                         const float *running_var, const float *add, int relu, float *y);
     /* dx overwritten; dgamma, dbeta accumulated */
     void (*bn_bwd)(const float *x, const float *dy, int n, int c, int np, const float *gamma,
                    const float *save_mean, const float *save_invstd, float *dx, float *dgamma,

@@ -112,6 +112,9 @@ void hcnn_fc_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const 
                       float *dx, int n);
 void hcnn_bn_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
                      int n);
+/* y = act(bn(x) + add), act = ReLU if relu (add may be NULL) */
+void hcnn_bn_forward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *add,
+                           int relu, float *y, float *aux, int n);
 void hcnn_bn_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
                       const float *dy, float *dx, int n);
 int hcnn_residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,

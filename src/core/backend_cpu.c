@@ -54,7 +54,14 @@ static void cpu_download(void *dst, const void *src, size_t bytes) { memcpy(dst,
 static void cpu_fill(float *x, size_t n, float v)
 {
     if (v == 0.0f) {
-        memset(x, 0, n * sizeof *x);
+        /* one memset per thread: zeroing ResNet-18's 45 MB of gradients
+         * every step is bandwidth-bound, and one core does not saturate it */
+#pragma omp parallel if (n > ((size_t)1 << 20))
+        {
+            const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+            const size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+            memset(x + lo, 0, (hi - lo) * sizeof *x);
+        }
         return;
     }
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -942,10 +949,35 @@ static void cpu_avgpool_bwd(const hcnn_pool_geom *g, const float *dy, int n, flo
     }
 }
 
-/* y = gamma * (x - mean) * invstd + beta, statistics over (n, h, w) */
+/* One plane of y = act(x * a + b + add) (add may be NULL): the same
+ * operations, in the same order, as the batch-norm, addition and ReLU
+ * passes it replaces, so the same bits. */
+static void bn_apply_plane(const float *xp, const float *addp, int relu, float a, float b,
+                           float *yp, int np)
+{
+    if (addp && relu)
+        for (int p = 0; p < np; p++) {
+            const float v = (xp[p] * a + b) + addp[p];
+            yp[p] = v > 0.0f ? v : 0.0f;
+        }
+    else if (addp)
+        for (int p = 0; p < np; p++)
+            yp[p] = (xp[p] * a + b) + addp[p];
+    else if (relu)
+        for (int p = 0; p < np; p++) {
+            const float v = xp[p] * a + b;
+            yp[p] = v > 0.0f ? v : 0.0f;
+        }
+    else
+        for (int p = 0; p < np; p++)
+            yp[p] = xp[p] * a + b;
+}
+
+/* y = act(gamma * (x - mean) * invstd + beta + add), statistics over (n, h, w) */
 static void cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *gamma,
                              const float *beta, float eps, float momentum, float *running_mean,
-                             float *running_var, float *save_mean, float *save_invstd, float *y)
+                             float *running_var, float *save_mean, float *save_invstd,
+                             const float *add, int relu, float *y)
 {
     const double cnt = (double)n * np;
 #pragma omp parallel for schedule(static)
@@ -960,10 +992,8 @@ static void cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *
         save_invstd[ch] = invstd;
         const float a = gamma[ch] * invstd, b = beta[ch] - (float)mean * a;
         for (int i = 0; i < n; i++) {
-            const float *xp = x + ((size_t)i * c + ch) * np;
-            float *yp = y + ((size_t)i * c + ch) * np;
-            for (int p = 0; p < np; p++)
-                yp[p] = xp[p] * a + b;
+            const size_t off = ((size_t)i * c + ch) * np;
+            bn_apply_plane(x + off, add ? add + off : NULL, relu, a, b, y + off, np);
         }
         const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
         running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
@@ -973,17 +1003,15 @@ static void cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *
 
 static void cpu_bn_fwd_infer(const float *x, int n, int c, int np, const float *gamma,
                              const float *beta, float eps, const float *running_mean,
-                             const float *running_var, float *y)
+                             const float *running_var, const float *add, int relu, float *y)
 {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++) {
         for (int ch = 0; ch < c; ch++) {
             const float a = gamma[ch] / sqrtf(running_var[ch] + eps);
             const float b = beta[ch] - running_mean[ch] * a;
-            const float *xp = x + ((size_t)i * c + ch) * np;
-            float *yp = y + ((size_t)i * c + ch) * np;
-            for (int p = 0; p < np; p++)
-                yp[p] = xp[p] * a + b;
+            const size_t off = ((size_t)i * c + ch) * np;
+            bn_apply_plane(x + off, add ? add + off : NULL, relu, a, b, y + off, np);
         }
     }
 }

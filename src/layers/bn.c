@@ -9,13 +9,20 @@
 void hcnn_bn_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
                      int n)
 {
+    hcnn_bn_forward_fused(l, ctx, x, NULL, 0, y, aux, n);
+}
+
+/* y = act(bn(x) + add): see the backend's bn_fwd_train */
+void hcnn_bn_forward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *add,
+                           int relu, float *y, float *aux, int n)
+{
     const int c = l->out_c, np = l->out_h * l->out_w;
     if (ctx->training)
         ctx->be->bn_fwd_train(x, n, c, np, l->w, l->b, l->eps, l->momentum, l->running_mean,
-                              l->running_var, aux, aux + c, y);
+                              l->running_var, aux, aux + c, add, relu, y);
     else
         ctx->be->bn_fwd_infer(x, n, c, np, l->w, l->b, l->eps, l->running_mean, l->running_var,
-                              y);
+                              add, relu, y);
 }
 
 void hcnn_bn_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
