@@ -633,28 +633,49 @@ static void test_transpose(void **state)
     }
 }
 
+/* im2col and col2im are adjoint (<im2col x, c> = <x, col2im c>), and
+ * col2im's accumulate mode adds to dx what overwriting writes; on the
+ * scalar path (strides differing) and both vector strides. */
 static void test_im2col_adjoint(void **state)
 {
     (void)state;
     const hcnn_backend *be = hcnn_backend_cpu();
-    hcnn_conv_geom g = {.c = 3, .h = 7, .w = 6, .kh = 3, .kw = 2, .sh = 2, .sw = 1, .ph = 1, .pw = 1};
-    g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-    g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
-    const int n = 2;
-    size_t xs = (size_t)n * g.c * g.h * g.w, cs = (size_t)g.c * g.kh * g.kw * n * g.oh * g.ow;
-    float *x = malloc(xs * 4), *col = malloc(cs * 4), *c2 = malloc(cs * 4), *x2 = malloc(xs * 4);
-    assert_true(x && col && c2 && x2);
-    fill_random(x, xs, 1, -1, 1);
-    fill_random(c2, cs, 2, -1, 1);
-    be->im2col(&g, x, n, col);
-    be->col2im(&g, c2, n, x2);
-    double a = 0, b = 0;
-    for (size_t i = 0; i < cs; i++)
-        a += (double)col[i] * c2[i];
-    for (size_t i = 0; i < xs; i++)
-        b += (double)x[i] * x2[i];
-    assert_true(fabs(a - b) < 1e-4 * (1 + fabs(a)));
-    free(x), free(col), free(c2), free(x2);
+    static const int geoms[][9] = {
+        /* c, h, w, kh, kw, sh, sw, ph, pw */
+        {3, 7, 6, 3, 2, 2, 1, 1, 1},
+        {3, 9, 20, 1, 1, 2, 2, 0, 0}, /* ResNet's projections */
+        {2, 6, 18, 3, 3, 1, 1, 1, 1},
+    };
+    for (size_t gi = 0; gi < sizeof geoms / sizeof geoms[0]; gi++) {
+        const int *q = geoms[gi];
+        hcnn_conv_geom g = {.c = q[0], .h = q[1], .w = q[2], .kh = q[3], .kw = q[4], .sh = q[5],
+                            .sw = q[6], .ph = q[7], .pw = q[8]};
+        g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+        g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+        const int n = 2;
+        size_t xs = (size_t)n * g.c * g.h * g.w, cs = (size_t)g.c * g.kh * g.kw * n * g.oh * g.ow;
+        float *x = malloc(xs * 4), *col = malloc(cs * 4), *c2 = malloc(cs * 4);
+        float *x2 = malloc(xs * 4), *x3 = malloc(xs * 4);
+        assert_true(x && col && c2 && x2 && x3);
+        fill_random(x, xs, 1, -1, 1);
+        fill_random(c2, cs, 2, -1, 1);
+        be->im2col(&g, x, n, col);
+        be->col2im(&g, c2, n, 0, x2);
+        double a = 0, b = 0;
+        for (size_t i = 0; i < cs; i++)
+            a += (double)col[i] * c2[i];
+        for (size_t i = 0; i < xs; i++)
+            b += (double)x[i] * x2[i];
+        if (!(fabs(a - b) < 1e-4 * (1 + fabs(a))))
+            fail_msg("geometry %zu: <im2col x, c> = %g, <x, col2im c> = %g", gi, a, b);
+        memcpy(x3, x, xs * 4);
+        be->col2im(&g, c2, n, 1, x3);
+        for (size_t i = 0; i < xs; i++)
+            if (!close_enough(x3[i], (double)x[i] + x2[i], 1e-6, 1e-5))
+                fail_msg("geometry %zu: accumulated dx[%zu] = %g, expected %g + %g", gi, i,
+                         (double)x3[i], (double)x[i], (double)x2[i]);
+        free(x), free(col), free(c2), free(x2), free(x3);
+    }
 }
 
 /* The 2x2 stride-2 max-pool (LeNet's; vectorised where the CPU allows)

@@ -50,8 +50,9 @@ typedef struct hcnn_backend {
     /* im2col over a batch of n images: col is [c*kh*kw][n*oh*ow] (row-major),
      * so one GEMM with the [out][c*kh*kw] weights convolves the whole batch. */
     void (*im2col)(const hcnn_conv_geom *g, const float *x, int n, float *col);
-    /* col2im: the adjoint of im2col; overwrites dx [n][c][h][w]. */
-    void (*col2im)(const hcnn_conv_geom *g, const float *col, int n, float *dx);
+    /* col2im: the adjoint of im2col; overwrites dx [n][c][h][w], or adds to
+     * it if accumulate (each element: dx + its taps, in tap order). */
+    void (*col2im)(const hcnn_conv_geom *g, const float *col, int n, int accumulate, float *dx);
     /* y[i][co][p] = src[co][i*np + p] + bias[co] (bias may be NULL):
      * from the GEMM's channel-major layout back to NCHW. */
     void (*cnp_to_nchw)(const float *src, const float *bias, int n, int c, int np, float *y);

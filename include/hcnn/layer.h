@@ -107,6 +107,9 @@ int hcnn_layer_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
 void hcnn_conv_forward(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, int n);
 void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
                         float *dx, int n);
+/* hcnn_conv_backward, with dx added to instead of overwritten if dx_acc */
+void hcnn_conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
+                             float *dx, int dx_acc, int n);
 void hcnn_fc_forward(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, int n);
 void hcnn_fc_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
                       float *dx, int n);

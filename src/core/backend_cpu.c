@@ -244,7 +244,7 @@ static void im2col_tap_s2_avx512(const hcnn_conv_geom *g, const float *xp, int k
 
 /* One plane of dx, for stride st = 1 or 2 both ways, gathered rather than
  * scattered: each 16-float piece of an input row sums its kh*kw column rows
- * in a register and is stored once (adding into memory tap by tap would
+ * in a register (starting from its value in dx if acc) and is stored once (adding into memory tap by tap would
  * make every masked load wait for the previous masked store, which the CPU
  * does not forward).  Taps are added in the same (ki, kj) order as
  * col2im_tap.  Input column ix takes output column (ix + pw - kj) / st when
@@ -253,8 +253,8 @@ static void im2col_tap_s2_avx512(const hcnn_conv_geom *g, const float *xp, int k
  * so that st is a constant and the stride test leaves the inner loop (it
  * cost 15-40% there). */
 __attribute__((target("avx512f"), always_inline))
-static inline void col2im_plane_st(const hcnn_conv_geom *g, const float *s, size_t ldc, float *xp,
-                                   const int st)
+static inline void col2im_plane_st(const hcnn_conv_geom *g, const float *s, size_t ldc, int acc,
+                                   float *xp, const int st)
 {
     const int h = g->h, w = g->w, kh = g->kh, kw = g->kw, oh = g->oh, ow = g->ow;
     const int ph = g->ph, pw = g->pw;
@@ -277,7 +277,8 @@ static inline void col2im_plane_st(const hcnn_conv_geom *g, const float *s, size
             }
         }
         for (int iy = 0; iy < h; iy++) {
-            __m512 acc = _mm512_setzero_ps();
+            float *dst = xp + (size_t)iy * w + ix;
+            __m512 sum = acc ? _mm512_maskz_loadu_ps(row, dst) : _mm512_setzero_ps();
             for (int ki = 0; ki < kh; ki++) {
                 const int ty = iy + ph - ki; /* st * output row */
                 if (ty < 0 || ty % st || ty / st >= oh)
@@ -286,23 +287,24 @@ static inline void col2im_plane_st(const hcnn_conv_geom *g, const float *s, size
                 for (int kj = 0; kj < kw; kj++) {
                     const float *src = base + (size_t)kj * ldc + off[kj];
                     if (st == 1)
-                        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask[kj], src));
+                        sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask[kj], src));
                     else if (mask[kj])
-                        acc = _mm512_add_ps(acc, _mm512_maskz_expandloadu_ps(mask[kj], src));
+                        sum = _mm512_add_ps(sum, _mm512_maskz_expandloadu_ps(mask[kj], src));
                 }
             }
-            _mm512_mask_storeu_ps(xp + (size_t)iy * w + ix, row, acc);
+            _mm512_mask_storeu_ps(dst, row, sum);
         }
     }
 }
 
 __attribute__((target("avx512f")))
-static void col2im_plane_avx512(const hcnn_conv_geom *g, const float *s, size_t ldc, float *xp)
+static void col2im_plane_avx512(const hcnn_conv_geom *g, const float *s, size_t ldc, int acc,
+                                float *xp)
 {
     if (g->sw == 1)
-        col2im_plane_st(g, s, ldc, xp, 1);
+        col2im_plane_st(g, s, ldc, acc, xp, 1);
     else
-        col2im_plane_st(g, s, ldc, xp, 2);
+        col2im_plane_st(g, s, ldc, acc, xp, 2);
 }
 
 /* 1 or 2: the horizontal stride of the AVX-512 kernels to use; 0: none */
@@ -314,7 +316,7 @@ static int avx512_stride(const hcnn_conv_geom *g)
 static int avx512_stride(const hcnn_conv_geom *g) { (void)g; return 0; }
 #define im2col_tap_s1_avx512 im2col_tap
 #define im2col_tap_s2_avx512 im2col_tap
-#define col2im_plane_avx512(g, s, ldc, xp) ((void)0)
+#define col2im_plane_avx512(g, s, ldc, acc, xp) ((void)0)
 #endif
 
 /* Parallel over (channel, image): each task writes the kh*kw rows of its
@@ -340,7 +342,8 @@ static void cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *co
 /* Adjoint of im2col.  Parallel over (image, channel) planes: each thread
  * owns whole planes of dx, so there are no races and the summation order
  * is fixed. */
-static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, float *dx)
+static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, int accumulate,
+                       float *dx)
 {
     const size_t P = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w;
     const size_t ldc = (size_t)n * P;
@@ -352,10 +355,11 @@ static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, float *
             float *xp = dx + ((size_t)i * g->c + ci) * hw;
             const float *s = col + (size_t)ci * g->kh * g->kw * ldc + (size_t)i * P;
             if (gather) {
-                col2im_plane_avx512(g, s, ldc, xp);
+                col2im_plane_avx512(g, s, ldc, accumulate, xp);
                 continue;
             }
-            zero_floats(xp, (int)hw);
+            if (!accumulate)
+                zero_floats(xp, (int)hw);
             for (int ki = 0; ki < g->kh; ki++)
                 for (int kj = 0; kj < g->kw; kj++, s += ldc)
                     col2im_tap(g, s, ki, kj, xp);

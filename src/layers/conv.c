@@ -251,9 +251,9 @@ static void dx_shifted(const hcnn_layer *l, const hcnn_backend *be, const float 
 
 /* Backward of nb images: dw = dw_beta * dw + dY col^T, or, with dYT
  * given, dw = dw_beta * dw + col dY^T ([K][Cout]); dx (if wanted)
- * overwritten. */
+ * overwritten, or added to if dx_acc (never with shifted windows). */
 static void backward_group(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
-                           const float *dy, float *dx, int nb, const conv_slot *s,
+                           const float *dy, float *dx, int dx_acc, int nb, const conv_slot *s,
                            const float *wt, float dw_beta)
 {
     float *col = s->col, *dY = s->out, *dYT = s->dyt, *dw = s->dw;
@@ -289,7 +289,7 @@ static void backward_group(const hcnn_layer *l, const hcnn_ctx *ctx, const float
     } else if (dx) {
         /* the columns are no longer needed: reuse them for dcol */
         be->gemm(1, 0, K, nb * P, co, 1.0f, l->w, K, g, nb * P, 0.0f, col, nb * P);
-        be->col2im(&l->conv, col, nb, dx);
+        be->col2im(&l->conv, col, nb, dx_acc, dx);
         hcnn_ctx_poll(ctx);
     }
 }
@@ -309,6 +309,7 @@ typedef struct conv_job {
     const hcnn_ctx *ctx;
     const float *x, *dy;
     float *y, *dx;
+    int dx_acc;
     const float *wt; /* the taps' weights (shifted windows), else NULL */
     int n;
     int team; /* threads that ran (written by thread 0) */
@@ -368,7 +369,7 @@ static void backward_thread(void *arg, int t, int nt)
     for (int i = i0; i < i1; i += g) {
         const int nb = i1 - i < g ? i1 - i : g;
         backward_group(l, &ctx, j->x + (size_t)i * in_sz, j->dy + (size_t)i * out_sz,
-                       j->dx ? j->dx + (size_t)i * in_sz : NULL, nb, &s, j->wt,
+                       j->dx ? j->dx + (size_t)i * in_sz : NULL, j->dx_acc, nb, &s, j->wt,
                        i == i0 ? 0.0f : 1.0f);
     }
 }
@@ -395,14 +396,20 @@ void hcnn_conv_forward(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
 void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
                         float *dx, int n)
 {
+    hcnn_conv_backward_into(l, ctx, x, dy, dx, 0, n);
+}
+
+void hcnn_conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
+                             float *dx, int dx_acc, int n)
+{
     const hcnn_backend *be = ctx->be;
     const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
     if (l->db)
         be->channel_sum_acc(dy, n, l->out_c, conv_p(l), l->db);
     int group, nt;
     if (hcnn_conv_per_thread(l, ctx, n, &group, &nt)) {
-        conv_job job = {.l = l, .ctx = ctx, .x = x, .dy = dy, .dx = dx, .n = n};
-        job.wt = dx ? prepare_shifted(l, ctx, nt) : NULL;
+        conv_job job = {.l = l, .ctx = ctx, .x = x, .dy = dy, .dx = dx, .dx_acc = dx_acc, .n = n};
+        job.wt = dx && !dx_acc ? prepare_shifted(l, ctx, nt) : NULL;
         be->parallel(backward_thread, &job);
         for (int t = 0; t < job.team; t++) {
             if ((long)n * t / job.team >= (long)n * (t + 1) / job.team) /* had no images */
@@ -423,6 +430,6 @@ void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
         const conv_slot s = {.col = ctx->ws, .out = ctx->ws + (size_t)conv_k(l) * nb * conv_p(l),
                              .dw = l->dw};
         backward_group(l, ctx, x + (size_t)i0 * in_sz, dy + (size_t)i0 * out_sz,
-                       dx ? dx + (size_t)i0 * in_sz : NULL, nb, &s, NULL, 1.0f);
+                       dx ? dx + (size_t)i0 * in_sz : NULL, dx_acc, nb, &s, NULL, 1.0f);
     }
 }
