@@ -244,9 +244,9 @@ static void im2col_tap_s2_avx512(const hcnn_conv_geom *g, const float *xp, int k
 
 /* One plane of dx, for stride st = 1 or 2 both ways, gathered rather than
  * scattered: each 16-float piece of an input row sums its kh*kw column rows
- * in a register (starting from its value in dx if acc) and is stored once (adding into memory tap by tap would
- * make every masked load wait for the previous masked store, which the CPU
- * does not forward).  Taps are added in the same (ki, kj) order as
+ * in a register (starting from its value in dx if acc) and is stored once
+ * (adding into memory tap by tap would make every masked load wait for the
+ * previous masked store, which the CPU does not forward).  Taps are added in the same (ki, kj) order as
  * col2im_tap.  Input column ix takes output column (ix + pw - kj) / st when
  * that is whole: for st = 1 a masked load, for st = 2 every other lane, from
  * consecutive column values (an expanding load).  Inlined once per stride,

@@ -225,8 +225,8 @@ static void forward_shifted(const hcnn_layer *l, const hcnn_backend *be, const f
     be->copy_planes(x, (size_t)g->h * g->w, g->w, g->c, g->h, g->w,
                     s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp);
     for (int t = 0; t < g->kh * g->kw; t++)
-        be->gemm(0, 0, co, N, g->c, 1.0f, wt + (size_t)t * co * g->c, g->c, s->pad + tap_offset(l, t),
-                 (int)plane, t ? 1.0f : 0.0f, s->ext, N);
+        be->gemm(0, 0, co, N, g->c, 1.0f, wt + (size_t)t * co * g->c, g->c,
+                 s->pad + tap_offset(l, t), (int)plane, t ? 1.0f : 0.0f, s->ext, N);
     be->copy_planes(s->ext, (size_t)N, Wp, co, g->oh, g->ow, y, (size_t)P, g->ow);
     if (l->b)
         be->add_channel_bias(y, l->b, 1, co, P);
