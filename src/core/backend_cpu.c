@@ -51,24 +51,6 @@ static int cpu_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_thread
 static void cpu_upload(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_download(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
-static void cpu_fill(float *x, size_t n, float v)
-{
-    if (v == 0.0f) {
-        /* one memset per thread: zeroing ResNet-18's 45 MB of gradients
-         * every step is bandwidth-bound, and one core does not saturate it */
-#pragma omp parallel if (n > ((size_t)1 << 20))
-        {
-            const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-            const size_t lo = n * t / nt, hi = n * (t + 1) / nt;
-            memset(x + lo, 0, (hi - lo) * sizeof *x);
-        }
-        return;
-    }
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        x[i] = v;
-}
-
 static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
 
 static void sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
@@ -246,8 +228,8 @@ static void im2col_tap_s2_avx512(const hcnn_conv_geom *g, const float *xp, int k
  * scattered: each 16-float piece of an input row sums its kh*kw column rows
  * in a register (starting from its value in dx if acc) and is stored once
  * (adding into memory tap by tap would make every masked load wait for the
- * previous masked store, which the CPU does not forward).  Taps are added in the same (ki, kj) order as
- * col2im_tap.  Input column ix takes output column (ix + pw - kj) / st when
+ * previous masked store, which the CPU does not forward).  Taps are added
+ * in the same (ki, kj) order as col2im_tap.  Input column ix takes output column (ix + pw - kj) / st when
  * that is whole: for st = 1 a masked load, for st = 2 every other lane, from
  * consecutive column values (an expanding load).  Inlined once per stride,
  * so that st is a constant and the stride test leaves the inner loop (it
@@ -624,6 +606,23 @@ static void cpu_add_row_bias(float *y, const float *b, int n, int m)
             range_call;                                                                         \
         }                                                                                       \
     } while (0)
+
+static void fill_range(float *x, size_t n, float v)
+{
+    if (v == 0.0f) {
+        memset(x, 0, n * sizeof *x);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
+}
+
+/* Zeroing ResNet-18's 45 MB of gradients every step is bandwidth-bound: one
+ * memset per thread, 2.3-2.5 -> 1.3-1.5 ms on 2 threads. */
+static void cpu_fill(float *x, size_t n, float v)
+{
+    ELEMENTWISE(n, fill_range(x + lo, len, v));
+}
 
 HCNN_MULTIVERSION
 static void relu_fwd_range(const float *x, float *y, size_t n)
