@@ -936,6 +936,88 @@ static void test_residual_fused_forward(void **state)
         }
 }
 
+/* A batch-norm's backward with the following ReLU's mask (relu = 1) gives
+ * the bits of a ReLU backward pass then the plain batch-norm backward: in
+ * the kernel, on planes with and without a vector tail, and through a net
+ * whose batch-norm and ReLU the net fuses, against its layers run one by
+ * one (forward and backward). */
+static void test_bn_relu_fused_backward(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    const int n = 3, c = 4, planes[2] = {19, 64};
+    for (int k = 0; k < 2; k++) {
+        const int np = planes[k];
+        const size_t sz = (size_t)n * c * np;
+        float *x = malloc(sizeof(float) * sz * 7), *z = x + sz, *y = z + sz, *dy = y + sz;
+        float *g = dy + sz, *dx1 = g + sz, *dx2 = dx1 + sz;
+        float gamma[4], beta[4], rm[4] = {0}, rv[4] = {1, 1, 1, 1}, mean[4], istd[4];
+        float p1[8] = {0}, p2[8] = {0}; /* dgamma then dbeta */
+        assert_non_null(x);
+        fill_random(x, sz, 21 + k, -1.0f, 1.0f);
+        fill_random(dy, sz, 23 + k, -1.0f, 1.0f);
+        fill_random(gamma, 4, 25, 0.5f, 1.5f);
+        fill_random(beta, 4, 26, -0.5f, 0.5f);
+        be->bn_fwd_train(x, n, c, np, gamma, beta, 1e-5f, 0.1f, rm, rv, mean, istd, NULL, 0, z);
+        be->relu_fwd(z, y, sz);
+        be->relu_bwd(y, dy, g, sz);
+        be->bn_bwd(x, g, n, c, np, gamma, beta, mean, istd, 0, dx1, p1, p1 + 4);
+        be->bn_bwd(x, dy, n, c, np, gamma, beta, mean, istd, 1, dx2, p2, p2 + 4);
+        size_t cut = 0;
+        for (size_t i = 0; i < sz; i++)
+            cut += y[i] == 0.0f;
+        assert_true(cut > 0 && cut < sz);
+        if (memcmp(dx1, dx2, sizeof(float) * sz) || memcmp(p1, p2, sizeof p1))
+            fail_msg("plane of %d: fused batch-norm and ReLU backward differs", np);
+        free(x);
+    }
+
+    hcnn_block_spec b[] = {blk(HCNN_BLOCK_CONV, 4, 3, 3, 1, 1, 1, 1), simple(HCNN_BLOCK_BN),
+                           simple(HCNN_BLOCK_RELU), blk(HCNN_BLOCK_CONV, 3, 3, 3, 1, 1, 1, 1)};
+    model m;
+    model_make(&m, b, 4, 2, 6, 6, 3);
+    hcnn_net *net = &m.net;
+    fill_random(net->params, net->nparams, 9, -0.5f, 0.5f);
+    const hcnn_ctx *ctx = &m.s.ctx;
+    float *x = malloc(sizeof(float) * m.in_sz), *dy = malloc(sizeof(float) * m.out_sz);
+    float *dx = malloc(sizeof(float) * m.in_sz), *dx_ref = malloc(sizeof(float) * m.in_sz);
+    float *grads_ref = malloc(sizeof(float) * (net->nparams + 1));
+    float *ys[4], *aux[4], *gs[4];
+    for (int i = 0; i < 4; i++) {
+        const hcnn_layer *l = &net->layers[i];
+        ys[i] = malloc(sizeof(float) * hcnn_layer_out_size(l) * m.n);
+        gs[i] = malloc(sizeof(float) * hcnn_layer_in_size(l) * m.n);
+        aux[i] = malloc(sizeof(float) * (hcnn_layer_aux_size(l, m.n) + 1));
+        assert_true(ys[i] && gs[i] && aux[i]);
+    }
+    assert_true(x && dy && dx && dx_ref && grads_ref);
+    fill_random(x, m.in_sz, 5, -1.0f, 1.0f);
+    fill_random(dy, m.out_sz, 6, -1.0f, 1.0f);
+    memset(net->grads, 0, sizeof(float) * net->nparams);
+    const float *in = x;
+    for (int i = 0; i < 4; i++, in = ys[i - 1])
+        assert_int_equal(hcnn_layer_forward(&net->layers[i], ctx, in, ys[i], aux[i], m.n), 0);
+    const float *cur = dy;
+    for (int i = 3; i >= 0; i--, cur = gs[i + 1])
+        assert_int_equal(hcnn_layer_backward(&net->layers[i], ctx, i ? ys[i - 1] : x, ys[i],
+                                             aux[i], cur, gs[i], m.n),
+                         0);
+    memcpy(dx_ref, gs[0], sizeof(float) * m.in_sz);
+    memcpy(grads_ref, net->grads, sizeof(float) * net->nparams);
+    memset(net->grads, 0, sizeof(float) * net->nparams);
+    assert_int_equal(hcnn_net_forward(net, ctx, &m.acts, x, m.n), 0);
+    if (memcmp(hcnn_acts_output(&m.acts), ys[3], sizeof(float) * m.out_sz))
+        fail_msg("net: fused forward differs");
+    assert_int_equal(hcnn_net_backward(net, &m.s, &m.acts, x, dy, dx, m.n, NULL, NULL), 0);
+    if (memcmp(dx, dx_ref, sizeof(float) * m.in_sz) ||
+        memcmp(net->grads, grads_ref, sizeof(float) * net->nparams))
+        fail_msg("net: fused backward differs");
+    for (int i = 0; i < 4; i++)
+        free(ys[i]), free(gs[i]), free(aux[i]);
+    free(x), free(dy), free(dx), free(dx_ref), free(grads_ref);
+    model_free(&m);
+}
+
 static void test_small_cnn_backward(void **state)
 {
     (void)state;
@@ -1091,6 +1173,7 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_residual_backward),
         cmocka_unit_test(test_residual_fused_forward),
+        cmocka_unit_test(test_bn_relu_fused_backward),
         cmocka_unit_test(test_small_cnn_backward),
         cmocka_unit_test(test_residual_identity_requires_shape),
         cmocka_unit_test(test_softmax_xent),

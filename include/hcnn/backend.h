@@ -107,10 +107,12 @@ typedef struct hcnn_backend {
     void (*bn_fwd_infer)(const float *x, int n, int c, int np, const float *gamma,
                          const float *beta, float eps, const float *running_mean,
                          const float *running_var, const float *add, int relu, float *y);
-    /* dx overwritten; dgamma, dbeta accumulated */
+    /* dx overwritten; dgamma, dbeta accumulated.  relu: the forward fused
+     * the ReLU that follows, and dy is that ReLU's output gradient; the
+     * mask [y > 0] is applied here, y recomputed from x, gamma and beta. */
     void (*bn_bwd)(const float *x, const float *dy, int n, int c, int np, const float *gamma,
-                   const float *save_mean, const float *save_invstd, float *dx, float *dgamma,
-                   float *dbeta);
+                   const float *beta, const float *save_mean, const float *save_invstd,
+                   int relu, float *dx, float *dgamma, float *dbeta);
 
     /* softmax + cross-entropy on logits [n][k]: returns the summed loss,
      * counts correct argmax predictions, and writes

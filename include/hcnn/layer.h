@@ -120,6 +120,14 @@ void hcnn_bn_forward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, c
                            int relu, float *y, float *aux, int n);
 void hcnn_bn_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
                       const float *dy, float *dx, int n);
+/* hcnn_bn_backward, dy being the gradient of the ReLU that followed if relu */
+void hcnn_bn_backward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
+                            const float *dy, int relu, float *dx, int n);
+/* Whether layers[i], a batch-norm, and layers[i + 1] < end, a ReLU, run as
+ * one pass each way: the forward writes the ReLU's output (the batch-norm's
+ * own output is not written), the backward applies the ReLU's mask in the
+ * batch-norm's pass; the ReLU itself does not run. */
+int hcnn_bn_relu_fused(const hcnn_layer *layers, int i, int end);
 int hcnn_residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,
                           float *aux, int n);
 int hcnn_residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *y,

@@ -479,6 +479,7 @@ static void cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
  * result for every thread count and every ISA clone (-std=c11 does not
  * contract a*b+c into an FMA). */
 typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
 
 /* (no function takes or returns a v16f: that ABI differs between clones) */
 #define LOAD16(v, p) memcpy(&(v), (p), sizeof(v16f))
@@ -526,10 +527,12 @@ static float plane_sum_sq_dev(const float *x, int n, float m)
     return lanes_total((const float *)&acc, tail);
 }
 
-/* *sdy = sum of dy, *sdyx = sum of dy * (x - m) * is */
+/* *sdy = sum of g, *sdyx = sum of g * (x - m) * is, with g = dy, or with
+ * relu, g = dy where x * a + b > 0 and 0 elsewhere (the gradient through the
+ * ReLU that followed the batch-norm: its output recomputed from x) */
 HCNN_MULTIVERSION
-static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, float is,
-                             float *sdy, float *sdyx)
+static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, float is, int relu,
+                             float a_relu, float b_relu, float *sdy, float *sdyx)
 {
     v16f a = {0}, b = {0};
     int p = 0;
@@ -537,16 +540,45 @@ static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, fl
         v16f g, v;
         LOAD16(g, dy + p);
         LOAD16(v, x + p);
+        if (relu) {
+            const v16i keep = v * a_relu + b_relu > 0.0f;
+            g = (v16f)((v16i)g & keep);
+        }
         a += g;
         b += g * (v - m) * is;
     }
     float ta = 0.0f, tb = 0.0f;
     for (; p < n; p++) {
-        ta += dy[p];
-        tb += dy[p] * (x[p] - m) * is;
+        const float g = relu && !(x[p] * a_relu + b_relu > 0.0f) ? 0.0f : dy[p];
+        ta += g;
+        tb += g * (x[p] - m) * is;
     }
     *sdy = lanes_total((const float *)&a, ta);
     *sdyx = lanes_total((const float *)&b, tb);
+}
+
+/* dx = k * (g - mdy - (x - m) * is * mdyx), g as in plane_sum_dy_dyx (the
+ * mask as a select, not a branch: it is as random as the data) */
+HCNN_MULTIVERSION
+static void plane_bn_dx(const float *x, const float *dy, int n, float m, float is, int relu,
+                        float a_relu, float b_relu, float k, float mdy, float mdyx, float *dx)
+{
+    int p = 0;
+    for (; p + 16 <= n; p += 16) {
+        v16f g, v;
+        LOAD16(g, dy + p);
+        LOAD16(v, x + p);
+        if (relu) {
+            const v16i keep = v * a_relu + b_relu > 0.0f;
+            g = (v16f)((v16i)g & keep);
+        }
+        const v16f o = k * (g - mdy - (v - m) * is * mdyx);
+        memcpy(dx + p, &o, sizeof o);
+    }
+    for (; p < n; p++) {
+        const float g = relu && !(x[p] * a_relu + b_relu > 0.0f) ? 0.0f : dy[p];
+        dx[p] = k * (g - mdy - (x[p] - m) * is * mdyx);
+    }
 }
 
 /* Sum of channel ch of x [n][c][np]: per image in float, images in double,
@@ -1021,22 +1053,27 @@ static void cpu_bn_fwd_infer(const float *x, int n, int c, int np, const float *
 
 /* With xhat = (x - mean) * invstd:
  *   dbeta = sum dy,  dgamma = sum dy * xhat,
- *   dx = gamma * invstd / N * (N * dy - dbeta - xhat * dgamma) */
+ *   dx = gamma * invstd / N * (N * dy - dbeta - xhat * dgamma)
+ * With relu, dy is the gradient of the ReLU that followed (fused into the
+ * forward): dy * [y > 0] replaces dy, y = x * a + b recomputed exactly as
+ * bn_fwd_train wrote it, so the same bits as a ReLU backward pass before
+ * this one, without that pass over three tensors. */
 static void cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, const float *gamma,
-                       const float *save_mean, const float *save_invstd, float *dx, float *dgamma,
-                       float *dbeta)
+                       const float *beta, const float *save_mean, const float *save_invstd,
+                       int relu, float *dx, float *dgamma, float *dbeta)
 {
     const double cnt = (double)n * np;
 #pragma omp parallel for schedule(static)
     for (int ch = 0; ch < c; ch++) {
         const float m = save_mean[ch], is = save_invstd[ch];
+        const float a = gamma[ch] * is, b = beta[ch] - m * a; /* as bn_fwd_train */
         double sdy = 0.0, sdyx = 0.0;
         for (int i = 0; i < n; i++) {
             const size_t off = ((size_t)i * c + ch) * np;
-            float a, b;
-            plane_sum_dy_dyx(x + off, dy + off, np, m, is, &a, &b);
-            sdy += a;
-            sdyx += b;
+            float s1, s2;
+            plane_sum_dy_dyx(x + off, dy + off, np, m, is, relu, a, b, &s1, &s2);
+            sdy += s1;
+            sdyx += s2;
         }
         dbeta[ch] += (float)sdy;
         dgamma[ch] += (float)sdyx;
@@ -1045,11 +1082,8 @@ static void cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, co
         const float k = gamma[ch] * is;
         const float mdy = (float)(sdy / cnt), mdyx = (float)(sdyx / cnt);
         for (int i = 0; i < n; i++) {
-            const float *xp = x + ((size_t)i * c + ch) * np;
-            const float *dp = dy + ((size_t)i * c + ch) * np;
-            float *op = dx + ((size_t)i * c + ch) * np;
-            for (int p = 0; p < np; p++)
-                op[p] = k * (dp[p] - mdy - (xp[p] - m) * is * mdyx);
+            const size_t off = ((size_t)i * c + ch) * np;
+            plane_bn_dx(x + off, dy + off, np, m, is, relu, a, b, k, mdy, mdyx, dx + off);
         }
     }
 }

@@ -28,6 +28,18 @@ void hcnn_bn_forward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, c
 void hcnn_bn_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
                       const float *dy, float *dx, int n)
 {
+    hcnn_bn_backward_fused(l, ctx, x, aux, dy, 0, dx, n);
+}
+
+void hcnn_bn_backward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
+                            const float *dy, int relu, float *dx, int n)
+{
     const int c = l->out_c, np = l->out_h * l->out_w;
-    ctx->be->bn_bwd(x, dy, n, c, np, l->w, aux, aux + c, dx, l->dw, l->db);
+    ctx->be->bn_bwd(x, dy, n, c, np, l->w, l->b, aux, aux + c, relu, dx, l->dw, l->db);
+}
+
+int hcnn_bn_relu_fused(const hcnn_layer *layers, int i, int end)
+{
+    return i >= 0 && i + 1 < end && layers[i].kind == HCNN_BLOCK_BN &&
+           layers[i + 1].kind == HCNN_BLOCK_RELU;
 }

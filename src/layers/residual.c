@@ -9,9 +9,10 @@
  * (the ReLU does not run), and a body that ends in a batch-norm adds the
  * shortcut and applies the block's ReLU in that batch-norm's pass (the
  * shortcut runs first).  Each saves a pass over an activation (memory
- * bound: a ReLU of layer1's 16 MB tensor took 1.6 ms).  The backward is
- * unchanged: no child's backward reads a batch-norm's output, which is
- * therefore left unwritten.
+ * bound: a ReLU of layer1's 16 MB tensor took 1.6 ms).  No child's backward
+ * reads a batch-norm's output, which is therefore left unwritten.
+ * Backward fusion: the ReLU after a batch-norm does not run either; the
+ * batch-norm's backward applies its mask (hcnn_bn_relu_fused).
  *
  * aux layout for n samples: for each body layer then each projection
  * layer, its output followed by its own aux.  Gradient temporaries come
@@ -63,13 +64,16 @@ static int child_forward(hcnn_layer *c, const hcnn_ctx *ctx, const float *x, flo
 }
 
 static int child_backward(hcnn_layer *c, const hcnn_ctx *ctx, const float *x, const float *y,
-                          const float *aux, const float *dy, float *dx, int dx_acc, int n)
+                          const float *aux, const float *dy, float *dx, int dx_acc, int relu,
+                          int n)
 {
     const double t0 = ctx->prof_child_bwd ? hcnn_now() : 0.0;
     HCNN_MARKER_START(ctx, c->name, 1);
     int rc = 0;
     if (dx_acc) /* a convolution adding its dx (see hcnn_residual_backward) */
         hcnn_conv_backward_into(c, ctx, x, dy, dx, 1, n);
+    else if (relu) /* a batch-norm with the following ReLU's mask */
+        hcnn_bn_backward_fused(c, ctx, x, aux, dy, 1, dx, n);
     else
         rc = hcnn_layer_backward(c, ctx, x, y, aux, dy, dx, n);
     HCNN_MARKER_STOP(ctx, c->name, 1);
@@ -112,7 +116,7 @@ int hcnn_residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, fl
         float *out = b.y;
         if (j == l->nbody - 1 && last_bn) { /* y = relu(bn(h) + shortcut) */
             add = s, relu = 1, out = y;
-        } else if (is_kind(l, j, HCNN_BLOCK_BN) && is_kind(l, j + 1, HCNN_BLOCK_RELU)) {
+        } else if (hcnn_bn_relu_fused(l->body, j, l->nbody)) {
             relu = 1, out = child_at(l, aux, n, j + 1).y; /* the ReLU's output */
         }
         const int rc = child_forward(&l->body[j], ctx, h, out, b.aux, n, add, relu);
@@ -141,10 +145,14 @@ static int chain_backward(hcnn_layer *l, hcnn_layer *chain, int cnt, int k0, con
     float *bufs[2] = {t0, t1};
     int which = 0;
     for (int j = cnt - 1; j >= 0; j--) {
+        const int relu = hcnn_bn_relu_fused(chain, j - 1, cnt);
+        if (relu) /* the batch-norm before this ReLU applies its mask */
+            j--;
         child_bufs b = child_at(l, aux, n, k0 + j);
         const float *in = j == 0 ? x0 : child_at(l, aux, n, k0 + j - 1).y;
         float *out = j == 0 ? dx : bufs[which];
-        int rc = child_backward(&chain[j], ctx, in, b.y, b.aux, cur, out, j == 0 && dx_acc, n);
+        int rc = child_backward(&chain[j], ctx, in, b.y, b.aux, cur, out, j == 0 && dx_acc, relu,
+                                n);
         if (rc)
             return rc;
         hcnn_ctx_poll(ctx);

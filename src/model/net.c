@@ -515,17 +515,24 @@ static int forward_range(hcnn_net *net, hcnn_layer *layers, const hcnn_ctx *ctx,
     for (int i = acts->first; i < acts->last; i++) {
         const int k = i - acts->first;
         hcnn_layer *l = &layers[i];
-        float *y = acts->y[k] + (size_t)i0 * hcnn_layer_out_size(l);
+        const int relu = hcnn_bn_relu_fused(layers, i, acts->last);
+        /* a batch-norm fused with its ReLU writes the ReLU's output */
+        float *y = acts->y[k + relu] + (size_t)i0 * hcnn_layer_out_size(l);
         float *aux = acts->aux[k] + (size_t)i0 * l->aux_per_sample;
         const double t0 = ctx->prof_fwd ? hcnn_now() : 0.0;
         HCNN_MARKER_START(ctx, l->name, 0);
-        int rc = hcnn_layer_forward(l, ctx, in, y, aux, i1 - i0);
+        int rc = 0;
+        if (relu)
+            hcnn_bn_forward_fused(l, ctx, in, NULL, 1, y, aux, i1 - i0);
+        else
+            rc = hcnn_layer_forward(l, ctx, in, y, aux, i1 - i0);
         HCNN_MARKER_STOP(ctx, l->name, 0);
         if (ctx->prof_fwd)
             ctx->prof_fwd[i] += hcnn_now() - t0;
         if (rc)
             return rc;
         in = y;
+        i += relu;
     }
     return HCNN_OK;
 }
@@ -594,6 +601,15 @@ static int backward_range(hcnn_net *net, hcnn_layer *layers, const hcnn_ctx *ctx
     const float *cur = dy + (size_t)i0 * hcnn_layer_out_size(&net->layers[acts->last - 1]);
     int which = 0;
     for (int i = acts->last - 1; i >= acts->first; i--) {
+        /* a ReLU fused with the batch-norm before it: that batch-norm's
+         * backward applies its mask */
+        const int relu = i - 1 >= acts->first && hcnn_bn_relu_fused(layers, i - 1, acts->last);
+        if (relu && block_done) {
+            const int rc = block_done(arg, i);
+            if (rc)
+                return rc;
+        }
+        i -= relu;
         const int k = i - acts->first;
         hcnn_layer *l = &layers[i];
         const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
@@ -602,8 +618,12 @@ static int backward_range(hcnn_net *net, hcnn_layer *layers, const hcnn_ctx *ctx
                                       : g[which] + (size_t)i0 * gstride;
         const double t0 = ctx->prof_bwd ? hcnn_now() : 0.0;
         HCNN_MARKER_START(ctx, l->name, 1);
-        int rc = hcnn_layer_backward(l, ctx, in, acts->y[k] + (size_t)i0 * out_sz,
-                                     acts->aux[k] + (size_t)i0 * l->aux_per_sample, cur, out,
+        const float *aux = acts->aux[k] + (size_t)i0 * l->aux_per_sample;
+        int rc = 0;
+        if (relu)
+            hcnn_bn_backward_fused(l, ctx, in, aux, cur, 1, out, i1 - i0);
+        else
+            rc = hcnn_layer_backward(l, ctx, in, acts->y[k] + (size_t)i0 * out_sz, aux, cur, out,
                                      i1 - i0);
         HCNN_MARKER_STOP(ctx, l->name, 1);
         if (ctx->prof_bwd)
