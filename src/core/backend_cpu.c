@@ -938,9 +938,31 @@ static void cpu_maxpool_bwd(const hcnn_pool_geom *g, const float *dy, const int3
     }
 }
 
+/* A global average pool (one window covering the whole plane) takes one
+ * pass per plane without the generic loops' per-window bounds tests, with
+ * the same values: the forward sums in their order, the backward broadcasts
+ * 0 + dy / np.  ResNet-18's head, batch 64, 2 threads: forward 0.29-0.49 ->
+ * 0.10-0.14 ms, backward 1.19 -> 0.12-0.16 ms. */
+static int global_pool(const hcnn_pool_geom *g)
+{
+    return g->oh == 1 && g->ow == 1 && g->kh == g->h && g->kw == g->w && g->ph == 0 &&
+           g->pw == 0;
+}
+
 static void cpu_avgpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y)
 {
     const float inv = 1.0f / (float)(g->kh * g->kw);
+    if (global_pool(g)) { /* the generic loop's sum, in its order */
+        const size_t planes = (size_t)n * g->c, np = (size_t)g->h * g->w;
+#pragma omp parallel for schedule(static)
+        for (size_t pl = 0; pl < planes; pl++) {
+            float s = 0.0f;
+            for (size_t p = 0; p < np; p++)
+                s += x[pl * np + p];
+            y[pl] = s * inv;
+        }
+        return;
+    }
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++) {
         for (int c = 0; c < g->c; c++) {
@@ -970,6 +992,16 @@ static void cpu_avgpool_fwd(const hcnn_pool_geom *g, const float *x, int n, floa
 static void cpu_avgpool_bwd(const hcnn_pool_geom *g, const float *dy, int n, float *dx)
 {
     const float inv = 1.0f / (float)(g->kh * g->kw);
+    if (global_pool(g)) {
+        const size_t planes = (size_t)n * g->c, np = (size_t)g->h * g->w;
+#pragma omp parallel for schedule(static)
+        for (size_t pl = 0; pl < planes; pl++) {
+            const float d = 0.0f + dy[pl] * inv;
+            for (size_t p = 0; p < np; p++)
+                dx[pl * np + p] = d;
+        }
+        return;
+    }
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++) {
         for (int c = 0; c < g->c; c++) {
