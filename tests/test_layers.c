@@ -377,8 +377,9 @@ static void expect_close(const char *what, const float *got, const double *ref, 
                      (double)got[i], ref[i], algo, threads);
 }
 
-/* One convolution, forward and backward, through the given conv_algo on
- * the given number of threads, against the naive loops; returns the
+/* One convolution, forward and backward (dx overwritten, then added to),
+ * through the given conv_algo on the given number of threads, against the
+ * naive loops; returns the
  * layer's output and gradients (y, dw, db, dx concatenated) for the
  * caller's repeatability check. */
 static float *conv_run_vs_naive(int n, int c, int h, int w, int co, int k, int s, int p,
@@ -421,6 +422,16 @@ static float *conv_run_vs_naive(int n, int c, int h, int w, int co, int k, int s
     memcpy(out + m.out_sz, l->dw, sizeof(float) * l->nw);
     memcpy(out + m.out_sz + l->nw, l->db, sizeof(float) * l->nb);
     memcpy(out + m.out_sz + l->nw + l->nb, dx, sizeof(float) * m.in_sz);
+    /* the accumulate mode (a residual block's first convolution adding its
+     * dx to the shortcut's): dx = prior + the naive dx */
+    double *acc_ref = malloc(sizeof(double) * m.in_sz);
+    assert_non_null(acc_ref);
+    fill_random(dx, m.in_sz, 34, -1.0f, 1.0f);
+    for (size_t i = 0; i < m.in_sz; i++)
+        acc_ref[i] = dx[i] + dxr[i];
+    hcnn_conv_backward_into(l, &m.s.ctx, x, dy, dx, 1, n);
+    expect_close("accumulated dx", dx, acc_ref, m.in_sz, name, threads);
+    free(acc_ref);
     free(x), free(dy), free(dx), free(ref), free(yref);
     model_free(&m);
     omp_set_num_threads(saved);

@@ -60,11 +60,11 @@ typedef struct hcnn_backend {
     void (*add_channel_bias)(float *y, const float *bias, int n, int c, int np);
     /* dst[co][i*np + p] = y[i][co][p]: NCHW to channel-major. */
     void (*nchw_to_cnp)(const float *y, int n, int c, int np, float *dst);
-    /* dst[i][y*dld + x] = src[i][y*sld + x] for c planes of h x w, the planes
-     * splane and dplane floats apart; the rest of dst untouched.  Pads,
-     * crops and re-strides planes. */
+    /* dst[i][y*dld + x] = src[i][y*sld + x] (+= if accumulate) for c planes
+     * of h x w, the planes splane and dplane floats apart; the rest of dst
+     * untouched.  Pads, crops and re-strides planes. */
     void (*copy_planes)(const float *src, size_t splane, int sld, int c, int h, int w,
-                        float *dst, size_t dplane, int dld);
+                        float *dst, size_t dplane, int dld, int accumulate);
     /* t[j][i] = a[i][j] for a [rows][cols] */
     void (*transpose)(const float *a, int rows, int cols, float *t);
     /* db[co] += sum over i, p of dy[i][co][p] */

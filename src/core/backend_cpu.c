@@ -350,12 +350,19 @@ static void cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, int acc
 }
 
 static void cpu_copy_planes(const float *src, size_t splane, int sld, int c, int h, int w,
-                            float *dst, size_t dplane, int dld)
+                            float *dst, size_t dplane, int dld, int accumulate)
 {
 #pragma omp parallel for schedule(static) if ((size_t)c * h * w > 65536)
     for (int i = 0; i < c; i++)
-        for (int y = 0; y < h; y++)
-            copy_floats(dst + i * dplane + (size_t)y * dld, src + i * splane + (size_t)y * sld, w);
+        for (int y = 0; y < h; y++) {
+            float *d = dst + i * dplane + (size_t)y * dld;
+            const float *s = src + i * splane + (size_t)y * sld;
+            if (accumulate)
+                for (int x = 0; x < w; x++)
+                    d[x] += s[x];
+            else
+                copy_floats(d, s, w);
+        }
 }
 
 static void cpu_cnp_to_nchw(const float *src, const float *bias, int n, int c, int np, float *y)

@@ -223,35 +223,35 @@ static void forward_shifted(const hcnn_layer *l, const hcnn_backend *be, const f
     const int Wp = padded_w(l), N = g->oh * Wp, co = l->out_c, P = conv_p(l);
     const size_t plane = padded_plane(l);
     be->copy_planes(x, (size_t)g->h * g->w, g->w, g->c, g->h, g->w,
-                    s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp);
+                    s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp, 0);
     for (int t = 0; t < g->kh * g->kw; t++)
         be->gemm(0, 0, co, N, g->c, 1.0f, wt + (size_t)t * co * g->c, g->c,
                  s->pad + tap_offset(l, t), (int)plane, t ? 1.0f : 0.0f, s->ext, N);
-    be->copy_planes(s->ext, (size_t)N, Wp, co, g->oh, g->ow, y, (size_t)P, g->ow);
+    be->copy_planes(s->ext, (size_t)N, Wp, co, g->oh, g->ow, y, (size_t)P, g->ow, 0);
     if (l->b)
         be->add_channel_bias(y, l->b, 1, co, P);
 }
 
-/* dx of one image by shifted windows; the padded-width output buffer's
- * junk columns are zero. */
+/* dx of one image by shifted windows (added to dx if dx_acc); the
+ * padded-width output buffer's junk columns are zero. */
 static void dx_shifted(const hcnn_layer *l, const hcnn_backend *be, const float *wt,
-                       const conv_slot *s, const float *dy, float *dx)
+                       const conv_slot *s, const float *dy, float *dx, int dx_acc)
 {
     const hcnn_conv_geom *g = &l->conv;
     const int Wp = padded_w(l), N = g->oh * Wp, co = l->out_c;
     const size_t plane = padded_plane(l);
-    be->copy_planes(dy, (size_t)conv_p(l), g->ow, co, g->oh, g->ow, s->ext, (size_t)N, Wp);
+    be->copy_planes(dy, (size_t)conv_p(l), g->ow, co, g->oh, g->ow, s->ext, (size_t)N, Wp, 0);
     be->fill(s->pad, padded_floats(l), 0.0f);
     for (int t = 0; t < g->kh * g->kw; t++)
         be->gemm(1, 0, g->c, N, co, 1.0f, wt + (size_t)t * co * g->c, g->c, s->ext, N, 1.0f,
                  s->pad + tap_offset(l, t), (int)plane);
     be->copy_planes(s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp, g->c, g->h, g->w, dx,
-                    (size_t)g->h * g->w, g->w);
+                    (size_t)g->h * g->w, g->w, dx_acc);
 }
 
 /* Backward of nb images: dw = dw_beta * dw + dY col^T, or, with dYT
  * given, dw = dw_beta * dw + col dY^T ([K][Cout]); dx (if wanted)
- * overwritten, or added to if dx_acc (never with shifted windows). */
+ * overwritten, or added to if dx_acc. */
 static void backward_group(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
                            const float *dy, float *dx, int dx_acc, int nb, const conv_slot *s,
                            const float *wt, float dw_beta)
@@ -284,7 +284,7 @@ static void backward_group(const hcnn_layer *l, const hcnn_ctx *ctx, const float
     }
     hcnn_ctx_poll(ctx);
     if (dx && wt) {
-        dx_shifted(l, be, wt, s, g, dx);
+        dx_shifted(l, be, wt, s, g, dx, dx_acc);
         hcnn_ctx_poll(ctx);
     } else if (dx) {
         /* the columns are no longer needed: reuse them for dcol */
@@ -409,7 +409,7 @@ void hcnn_conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
     int group, nt;
     if (hcnn_conv_per_thread(l, ctx, n, &group, &nt)) {
         conv_job job = {.l = l, .ctx = ctx, .x = x, .dy = dy, .dx = dx, .dx_acc = dx_acc, .n = n};
-        job.wt = dx && !dx_acc ? prepare_shifted(l, ctx, nt) : NULL;
+        job.wt = dx ? prepare_shifted(l, ctx, nt) : NULL;
         be->parallel(backward_thread, &job);
         for (int t = 0; t < job.team; t++) {
             if ((long)n * t / job.team >= (long)n * (t + 1) / job.team) /* had no images */

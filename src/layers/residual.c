@@ -167,12 +167,20 @@ int hcnn_residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, c
 {
     const size_t out_sz = hcnn_layer_out_size(l) * n, inner = max_inner(l) * n;
     float *g = ctx->tmp, *t0 = g + out_sz, *t1 = t0 + inner, *t2 = t1 + inner;
+    /* identity shortcut, body from a convolution to another child: g is
+     * written into dx, which only the body's last child reads, and the
+     * convolution adds its dx to it (no g buffer, no addition pass: two
+     * passes over the block's input gradient fewer) */
+    const int into_dx = l->nproj == 0 && dx && l->nbody > 1 &&
+                        l->body[0].kind == HCNN_BLOCK_CONV;
+    if (into_dx)
+        g = dx;
     ctx->be->relu_bwd(y, dy, g, out_sz);
-    int rc = chain_backward(l, l->body, l->nbody, 0, ctx, x, aux, g, dx, 0, t0, t1, n);
+    int rc = chain_backward(l, l->body, l->nbody, 0, ctx, x, aux, g, dx, into_dx, t0, t1, n);
     if (rc)
         return rc;
     if (l->nproj == 0) {
-        if (dx)
+        if (dx && !into_dx)
             ctx->be->add_acc(g, dx, out_sz);
         return 0;
     }
