@@ -459,6 +459,8 @@ static void test_conv_algorithms(void **state)
         /* 16 <= Cout <= 32: the transposed weight gradient, per-thread */
         {5, 4, 9, 9, 16, 3, 1, 1},   /* P = 81: groups of 4 images */
         {3, 3, 16, 16, 20, 3, 1, 1}, /* P = 256: one image per GEMM */
+        /* K * P * 4 images > GROUP_MAX_COL: groups of 2 */
+        {5, 256, 8, 8, 4, 3, 1, 1},
         /* columns of an image > 300k floats: blocks of 24, 24, 8 rows */
         {1, 12, 56, 56, 3, 3, 1, 1},
         /* shifted windows (C >= 16, wide planes), the weight gradient in

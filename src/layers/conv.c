@@ -37,7 +37,12 @@
  * auto takes per-thread groups when P >= PER_THREAD_MIN_P.  Measured with
  * `hcnn bench` (2 threads, batch 64): LeNet-5 17.5k -> 29.4k images/s,
  * ResNet-18 60.2 -> 64.1; ResNet-18's P = 16 stage is 1.4x slower
- * per-thread.  GROUP_N: 256 beat 100 and 512 on LeNet-5's conv2 (P = 100).
+ * per-thread (still 5-10% slower with groups capped as below).  GROUP_N:
+ * 256 beat 100 and 512 on LeNet-5's conv2 (P = 100).  A group's columns are
+ * capped at GROUP_MAX_COL floats, so that they stay in a core's L2 (2 MB
+ * here) with the GEMM's packed weights: ResNet-18's layer3 convolutions
+ * with K = 2304 take 2 images, not 4 (2.4 MB), and its three 3x3 rows went
+ * 218-229 -> 202-203 ms a step (alternated runs; 1 image: 212-215).
  *
  * Shifted windows (stride 1, one-image groups, wide planes, C >= 16): with
  * the input zero-padded to Hp x Wp planes, output (oy, ox) of tap (ki, kj)
@@ -59,12 +64,18 @@
 #define GROUP_N 256 /* columns of one per-thread GEMM */
 #define BLOCK_FLOATS ((size_t)150000)
 #define SHIFTED_MIN_C 16
+#define GROUP_MAX_COL ((size_t)300000) /* floats of a group's columns (1.2 MB) */
 
 static size_t round_up16(size_t f) { return (f + 15) & ~(size_t)15; }
 
 static int conv_k(const hcnn_layer *l) { return l->conv.c * l->conv.kh * l->conv.kw; }
 static int conv_p(const hcnn_layer *l) { return l->conv.oh * l->conv.ow; }
-static int group_images(const hcnn_layer *l) { return (GROUP_N + conv_p(l) - 1) / conv_p(l); }
+static int group_images(const hcnn_layer *l)
+{
+    const int g = (GROUP_N + conv_p(l) - 1) / conv_p(l);
+    const size_t cap = GROUP_MAX_COL / ((size_t)conv_k(l) * conv_p(l));
+    return cap < 1 ? 1 : (size_t)g < cap ? g : (int)cap;
+}
 
 /* Per-thread groups: dW^T += col dY^T (see above) */
 int hcnn_conv_dw_transposed(const hcnn_layer *l) { return l->out_c >= 16 && l->out_c <= 32; }
