@@ -546,9 +546,25 @@ static float plane_sum_sq_dev(const float *x, int n, float m)
     return lanes_total((const float *)&acc, tail);
 }
 
-/* *sdy = sum of g, *sdyx = sum of g * (x - m) * is, with g = dy, or with
- * relu, g = dy where x * a + b > 0 and 0 elsewhere (the gradient through the
- * ReLU that followed the batch-norm: its output recomputed from x) */
+/* The batch-norm backward's g: dy, or with relu, dy where x * a + b > 0 and
+ * 0 elsewhere (the gradient through the ReLU that followed the batch-norm,
+ * its output recomputed from x; a select, not a branch: the mask is as
+ * random as the data).  LOAD_BN_GRAD loads 16 of g and x (a macro: no
+ * function takes a v16f). */
+#define LOAD_BN_GRAD(g, v, dyp, xp, relu, a, b)                                                 \
+    do {                                                                                        \
+        LOAD16(g, dyp);                                                                         \
+        LOAD16(v, xp);                                                                          \
+        if (relu)                                                                               \
+            g = (v16f)((v16i)g & (v * (a) + (b) > 0.0f));                                       \
+    } while (0)
+
+static inline float bn_grad(float dy, float x, int relu, float a, float b)
+{
+    return relu && !(x * a + b > 0.0f) ? 0.0f : dy;
+}
+
+/* *sdy = sum of g, *sdyx = sum of g * (x - m) * is, g as bn_grad */
 HCNN_MULTIVERSION
 static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, float is, int relu,
                              float a_relu, float b_relu, float *sdy, float *sdyx)
@@ -557,18 +573,13 @@ static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, fl
     int p = 0;
     for (; p + 16 <= n; p += 16) {
         v16f g, v;
-        LOAD16(g, dy + p);
-        LOAD16(v, x + p);
-        if (relu) {
-            const v16i keep = v * a_relu + b_relu > 0.0f;
-            g = (v16f)((v16i)g & keep);
-        }
+        LOAD_BN_GRAD(g, v, dy + p, x + p, relu, a_relu, b_relu);
         a += g;
         b += g * (v - m) * is;
     }
     float ta = 0.0f, tb = 0.0f;
     for (; p < n; p++) {
-        const float g = relu && !(x[p] * a_relu + b_relu > 0.0f) ? 0.0f : dy[p];
+        const float g = bn_grad(dy[p], x[p], relu, a_relu, b_relu);
         ta += g;
         tb += g * (x[p] - m) * is;
     }
@@ -576,8 +587,7 @@ static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, fl
     *sdyx = lanes_total((const float *)&b, tb);
 }
 
-/* dx = k * (g - mdy - (x - m) * is * mdyx), g as in plane_sum_dy_dyx (the
- * mask as a select, not a branch: it is as random as the data) */
+/* dx = k * (g - mdy - (x - m) * is * mdyx), g as bn_grad */
 HCNN_MULTIVERSION
 static void plane_bn_dx(const float *x, const float *dy, int n, float m, float is, int relu,
                         float a_relu, float b_relu, float k, float mdy, float mdyx, float *dx)
@@ -585,17 +595,12 @@ static void plane_bn_dx(const float *x, const float *dy, int n, float m, float i
     int p = 0;
     for (; p + 16 <= n; p += 16) {
         v16f g, v;
-        LOAD16(g, dy + p);
-        LOAD16(v, x + p);
-        if (relu) {
-            const v16i keep = v * a_relu + b_relu > 0.0f;
-            g = (v16f)((v16i)g & keep);
-        }
+        LOAD_BN_GRAD(g, v, dy + p, x + p, relu, a_relu, b_relu);
         const v16f o = k * (g - mdy - (v - m) * is * mdyx);
         memcpy(dx + p, &o, sizeof o);
     }
     for (; p < n; p++) {
-        const float g = relu && !(x[p] * a_relu + b_relu > 0.0f) ? 0.0f : dy[p];
+        const float g = bn_grad(dy[p], x[p], relu, a_relu, b_relu);
         dx[p] = k * (g - mdy - (x[p] - m) * is * mdyx);
     }
 }
