@@ -144,6 +144,8 @@ int hcnn_conv_dw_transposed(const hcnn_layer *l);
 /* 1 if per-thread one-image groups compute the forward and dx by shifted
  * windows: one GEMM per tap on the zero-padded input, no columns */
 int hcnn_conv_shifted(const hcnn_layer *l);
+/* Columns of each of its tap GEMMs: the output rows on the padded width. */
+int hcnn_conv_shifted_columns(const hcnn_layer *l);
 /* Output rows per block of a one-image group's forward and weight-gradient
  * GEMMs (out_h: one block) */
 int hcnn_conv_rows_per_block(const hcnn_layer *l);

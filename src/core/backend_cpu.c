@@ -587,21 +587,22 @@ static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, fl
     *sdyx = lanes_total((const float *)&b, tb);
 }
 
-/* dx = k * (g - mdy - (x - m) * is * mdyx), g as bn_grad */
+/* dx = a * (g - mdy - (x - m) * is * mdyx), g as bn_grad (a = gamma * is
+ * is also the scale of dx) */
 HCNN_MULTIVERSION
 static void plane_bn_dx(const float *x, const float *dy, int n, float m, float is, int relu,
-                        float a_relu, float b_relu, float k, float mdy, float mdyx, float *dx)
+                        float a, float b, float mdy, float mdyx, float *dx)
 {
     int p = 0;
     for (; p + 16 <= n; p += 16) {
         v16f g, v;
-        LOAD_BN_GRAD(g, v, dy + p, x + p, relu, a_relu, b_relu);
-        const v16f o = k * (g - mdy - (v - m) * is * mdyx);
+        LOAD_BN_GRAD(g, v, dy + p, x + p, relu, a, b);
+        const v16f o = a * (g - mdy - (v - m) * is * mdyx);
         memcpy(dx + p, &o, sizeof o);
     }
     for (; p < n; p++) {
-        const float g = bn_grad(dy[p], x[p], relu, a_relu, b_relu);
-        dx[p] = k * (g - mdy - (x[p] - m) * is * mdyx);
+        const float g = bn_grad(dy[p], x[p], relu, a, b);
+        dx[p] = a * (g - mdy - (x[p] - m) * is * mdyx);
     }
 }
 
@@ -1078,6 +1079,16 @@ static void bn_apply_plane(const float *xp, const float *addp, int relu, float a
 #define BN_BLOCK_BYTES ((size_t)256 * 1024)
 #define BN_MAX_BLOCK 256
 
+/* A channel's normalisation as y = x * a + b: one expression for the
+ * forward and for the backward's recomputed ReLU mask, which must agree bit
+ * for bit. */
+static inline void bn_affine(float gamma, float beta, float mean, float invstd, float *a,
+                             float *b)
+{
+    *a = gamma * invstd;
+    *b = beta - mean * *a;
+}
+
 static int bn_block_channels(int n, int c, int np)
 {
     const size_t per_channel = (size_t)n * np * sizeof(float);
@@ -1099,21 +1110,22 @@ static void cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *
     for (int blk = 0; blk < blocks; blk++) {
         const int c0 = blk * cb, nc = c - c0 < cb ? c - c0 : cb;
         double sum[BN_MAX_BLOCK] = {0}, ss[BN_MAX_BLOCK] = {0};
-        float a[BN_MAX_BLOCK], b[BN_MAX_BLOCK];
+        float mean_f[BN_MAX_BLOCK], a[BN_MAX_BLOCK], b[BN_MAX_BLOCK];
         for (int i = 0; i < n; i++)
             for (int k = 0; k < nc; k++)
                 sum[k] += plane_sum(x + ((size_t)i * c + c0 + k) * np, np);
+        for (int k = 0; k < nc; k++)
+            mean_f[k] = (float)(sum[k] / cnt);
         for (int i = 0; i < n; i++)
             for (int k = 0; k < nc; k++)
-                ss[k] += plane_sum_sq_dev(x + ((size_t)i * c + c0 + k) * np, np,
-                                          (float)(sum[k] / cnt));
+                ss[k] += plane_sum_sq_dev(x + ((size_t)i * c + c0 + k) * np, np, mean_f[k]);
         for (int k = 0; k < nc; k++) {
             const int ch = c0 + k;
             const double mean = sum[k] / cnt, var = ss[k] / cnt;
             const float invstd = (float)(1.0 / sqrt(var + eps));
-            save_mean[ch] = (float)mean;
+            save_mean[ch] = mean_f[k];
             save_invstd[ch] = invstd;
-            a[k] = gamma[ch] * invstd, b[k] = beta[ch] - (float)mean * a[k];
+            bn_affine(gamma[ch], beta[ch], mean_f[k], invstd, &a[k], &b[k]);
             const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
             running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
             running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
@@ -1158,11 +1170,10 @@ static void cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, co
     for (int blk = 0; blk < blocks; blk++) {
         const int c0 = blk * cb, nc = c - c0 < cb ? c - c0 : cb;
         double sdy[BN_MAX_BLOCK] = {0}, sdyx[BN_MAX_BLOCK] = {0};
-        float a[BN_MAX_BLOCK], b[BN_MAX_BLOCK]; /* as bn_fwd_train */
-        for (int k = 0; k < nc; k++) {
-            const int ch = c0 + k;
-            a[k] = gamma[ch] * save_invstd[ch], b[k] = beta[ch] - save_mean[ch] * a[k];
-        }
+        float a[BN_MAX_BLOCK], b[BN_MAX_BLOCK], mdy[BN_MAX_BLOCK], mdyx[BN_MAX_BLOCK];
+        for (int k = 0; k < nc; k++)
+            bn_affine(gamma[c0 + k], beta[c0 + k], save_mean[c0 + k], save_invstd[c0 + k], &a[k],
+                      &b[k]);
         for (int i = 0; i < n; i++)
             for (int k = 0; k < nc; k++) {
                 const int ch = c0 + k;
@@ -1176,6 +1187,7 @@ static void cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, co
         for (int k = 0; k < nc; k++) {
             dbeta[c0 + k] += (float)sdy[k];
             dgamma[c0 + k] += (float)sdyx[k];
+            mdy[k] = (float)(sdy[k] / cnt), mdyx[k] = (float)(sdyx[k] / cnt);
         }
         if (!dx)
             continue;
@@ -1183,10 +1195,8 @@ static void cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, co
             for (int k = 0; k < nc; k++) {
                 const int ch = c0 + k;
                 const size_t off = ((size_t)i * c + ch) * np;
-                const float is = save_invstd[ch];
-                plane_bn_dx(x + off, dy + off, np, save_mean[ch], is, relu, a[k], b[k],
-                            gamma[ch] * is, (float)(sdy[k] / cnt), (float)(sdyx[k] / cnt),
-                            dx + off);
+                plane_bn_dx(x + off, dy + off, np, save_mean[ch], save_invstd[ch], relu, a[k],
+                            b[k], mdy[k], mdyx[k], dx + off);
             }
     }
 }

@@ -89,6 +89,7 @@ int hcnn_conv_shifted(const hcnn_layer *l)
            group_images(l) == 1 && 16 * (g->kw - 1) <= g->ow;
 }
 static int padded_w(const hcnn_layer *l) { return l->conv.w + 2 * l->conv.pw; }
+int hcnn_conv_shifted_columns(const hcnn_layer *l) { return l->conv.oh * padded_w(l); }
 static size_t padded_plane(const hcnn_layer *l)
 {
     return (size_t)(l->conv.h + 2 * l->conv.ph) * padded_w(l);
@@ -99,7 +100,7 @@ static size_t padded_floats(const hcnn_layer *l)
 }
 static size_t padded_out_floats(const hcnn_layer *l)
 {
-    return round_up16((size_t)l->out_c * l->conv.oh * padded_w(l));
+    return round_up16((size_t)l->out_c * hcnn_conv_shifted_columns(l));
 }
 static size_t tap_offset(const hcnn_layer *l, int t)
 {
@@ -231,7 +232,7 @@ static void forward_shifted(const hcnn_layer *l, const hcnn_backend *be, const f
                             const conv_slot *s, const float *x, float *y)
 {
     const hcnn_conv_geom *g = &l->conv;
-    const int Wp = padded_w(l), N = g->oh * Wp, co = l->out_c, P = conv_p(l);
+    const int Wp = padded_w(l), N = hcnn_conv_shifted_columns(l), co = l->out_c, P = conv_p(l);
     const size_t plane = padded_plane(l);
     be->copy_planes(x, (size_t)g->h * g->w, g->w, g->c, g->h, g->w,
                     s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp, 0);
@@ -249,7 +250,7 @@ static void dx_shifted(const hcnn_layer *l, const hcnn_backend *be, const float 
                        const conv_slot *s, const float *dy, float *dx, int dx_acc)
 {
     const hcnn_conv_geom *g = &l->conv;
-    const int Wp = padded_w(l), N = g->oh * Wp, co = l->out_c;
+    const int Wp = padded_w(l), N = hcnn_conv_shifted_columns(l), co = l->out_c;
     const size_t plane = padded_plane(l);
     be->copy_planes(dy, (size_t)conv_p(l), g->ow, co, g->oh, g->ow, s->ext, (size_t)N, Wp, 0);
     be->fill(s->pad, padded_floats(l), 0.0f);

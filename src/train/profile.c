@@ -79,7 +79,7 @@ static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int who
         const int rb = per && chunk == 1 && !dwt ? hcnn_conv_rows_per_block(l) : l->conv.oh;
         const int shifted = per && chunk == 1 && hcnn_conv_shifted(l);
         const int taps = l->conv.kh * l->conv.kw, c = l->conv.c;
-        const int wide = l->conv.oh * (l->conv.w + 2 * l->conv.pw);
+        const int wide = shifted ? hcnn_conv_shifted_columns(l) : 0;
         for (int i0 = 0; i0 < count; i0 += chunk) {
             const int cn = (count - i0 < chunk ? count - i0 : chunk) * P;
             for (int t = 0; shifted && t < taps; t++)
