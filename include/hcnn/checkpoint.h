@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "hcnn/files.h"
 #include "hcnn/net.h"
 
 #define HCNN_CKPT_VERSION 1u
@@ -79,13 +80,5 @@ typedef struct hcnn_ckpt_file {
 int hcnn_ckpt_read(const char *path, hcnn_ckpt_file *f);
 void hcnn_ckpt_close(hcnn_ckpt_file *f);
 const char *hcnn_ckpt_role_name(int role);
-
-/* CRC32 (zlib) of any number of bytes */
-uint32_t hcnn_crc32(uint32_t crc, const void *data, size_t n);
-
-/* mkdir -p */
-int hcnn_mkdir_p(const char *dir);
-/* mkdir -p of the directory part of a file path */
-int hcnn_mkdir_parent(const char *path);
 
 #endif

@@ -1,71 +1,24 @@
 /* Run configuration: a YAML file (libyaml) plus `--set key=value`
  * overrides.  Every key is validated: unknown keys, wrong types and
- * out-of-range values are errors that name the key and the file. */
+ * out-of-range values are errors that name the key and the file.  The
+ * model part is include/hcnn/model_spec.h; the reader and writer are
+ * src/config/ (tree, overrides, schema, writer). */
 #ifndef HCNN_CONFIG_H
 #define HCNN_CONFIG_H
 
 #include <stdint.h>
 
-#define HCNN_NAME_MAX 64
+#include "hcnn/model_spec.h"
+
 #define HCNN_PATH_MAX 1024
-#define HCNN_MAX_BLOCKS 256
-
-typedef enum hcnn_block_kind {
-    HCNN_BLOCK_CONV = 0,
-    HCNN_BLOCK_BN,
-    HCNN_BLOCK_RELU,
-    HCNN_BLOCK_MAXPOOL,
-    HCNN_BLOCK_AVGPOOL,
-    HCNN_BLOCK_GAP,      /* global average pool */
-    HCNN_BLOCK_FC,
-    HCNN_BLOCK_DROPOUT,
-    HCNN_BLOCK_FLATTEN,
-    HCNN_BLOCK_RESIDUAL, /* basic block: conv3x3-bn-relu-conv3x3-bn + shortcut, relu */
-    HCNN_BLOCK_KIND_COUNT
-} hcnn_block_kind;
-
-typedef enum hcnn_shortcut {
-    HCNN_SHORTCUT_AUTO = 0,   /* identity if shape is kept, else 1x1 projection */
-    HCNN_SHORTCUT_IDENTITY,
-    HCNN_SHORTCUT_PROJECTION  /* 1x1 conv (stride) + bn */
-} hcnn_shortcut;
-
-/* One block of the model as written in the config. */
-typedef struct hcnn_block_spec {
-    hcnn_block_kind kind;
-    char name[HCNN_NAME_MAX]; /* tensor-name prefix; default derived from kind */
-    int out;                  /* conv/residual: output channels; fc: output features */
-    int kh, kw;               /* conv/pool kernel */
-    int sh, sw;               /* stride */
-    int ph, pw;               /* padding */
-    int bias;                 /* conv/fc: has a bias (default: conv 1, fc 1) */
-    float p;                  /* dropout probability */
-    float eps, momentum;      /* batch-norm */
-    hcnn_shortcut shortcut;   /* residual */
-} hcnn_block_spec;
-
-typedef struct hcnn_model_spec {
-    char name[HCNN_NAME_MAX];
-    int in_c, in_h, in_w;     /* input shape (per sample) */
-    int classes;
-    int nblocks;
-    hcnn_block_spec blocks[HCNN_MAX_BLOCKS];
-} hcnn_model_spec;
 
 typedef enum hcnn_schedule { HCNN_SCHED_CONSTANT = 0, HCNN_SCHED_STEP, HCNN_SCHED_COSINE } hcnn_schedule;
-typedef enum hcnn_init { HCNN_INIT_HE = 0, HCNN_INIT_XAVIER } hcnn_init;
 typedef enum hcnn_strategy { HCNN_STRATEGY_SERIAL = 0, HCNN_STRATEGY_DATA, HCNN_STRATEGY_PIPELINE } hcnn_strategy;
 typedef enum hcnn_pipe_schedule { HCNN_PIPE_GPIPE = 0, HCNN_PIPE_1F1B } hcnn_pipe_schedule;
 /* How a non-blocking gradient allreduce is driven while backward runs:
  * MPI_Test from the compute thread between layers and GEMM chunks, or a
  * communication thread doing blocking allreduces. */
 typedef enum hcnn_allreduce_progress { HCNN_PROGRESS_TEST = 0, HCNN_PROGRESS_THREAD } hcnn_allreduce_progress;
-
-/* How a convolution walks the mini-batch: auto picks per layer (see
- * src/layers/conv.c); batched = im2col + one GEMM over chunks of images;
- * per_thread = each thread takes its share of the images and runs
- * cache-resident im2col + single-threaded GEMMs on small groups of them. */
-typedef enum hcnn_conv_algo { HCNN_CONV_AUTO = 0, HCNN_CONV_BATCHED, HCNN_CONV_PER_THREAD } hcnn_conv_algo;
 
 /* Background batch assembly: auto = only when a core is left over by the
  * training threads (see src/data/loader.c). */
@@ -133,7 +86,6 @@ int hcnn_config_write(const hcnn_config *cfg, const char *path);
 /* Print the same YAML to a FILE* (stdout at run start). */
 void hcnn_config_print(const hcnn_config *cfg, void *file);
 
-const char *hcnn_block_kind_name(hcnn_block_kind k);
 const char *hcnn_schedule_name(hcnn_schedule s);
 const char *hcnn_init_name(hcnn_init i);
 const char *hcnn_strategy_name(hcnn_strategy s);

@@ -55,6 +55,11 @@ void hcnn_net_free(hcnn_net *net);
  * seeded RNG; biases 0; batch-norm gamma 1, beta 0, running var 1. */
 void hcnn_net_init(hcnn_net *net, hcnn_init init, uint64_t seed);
 
+/* The tensor named by name[0..len) (is_state: 0 parameters, 1 statistics,
+ * -1 either), or NULL. */
+const hcnn_tensor_info *hcnn_net_find_tensor(const hcnn_net *net, const char *name, size_t len,
+                                             int is_state);
+
 /* Parameters owned by blocks [first, last): [off, off + count). */
 void hcnn_net_param_range(const hcnn_net *net, int first, int last, size_t *off, size_t *count);
 

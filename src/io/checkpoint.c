@@ -9,46 +9,15 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "hcnn/checkpoint.h"
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 
 enum { SEC_META = 1, SEC_TENSORS = 2 };
 enum { ROLE_PARAM = 0, ROLE_STATE = 1, ROLE_MOMENTUM = 2 };
 static const char MAGIC[8] = {'H', 'C', 'N', 'N', 'C', 'K', 'P', 'T'};
 #define BOM 0x01020304u
-
-int hcnn_mkdir_p(const char *dir)
-{
-    char buf[HCNN_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return hcnn_error_code(HCNN_EIO, "%s: path too long", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return hcnn_error_code(HCNN_EIO, "cannot create directory %s: %s", buf,
-                                   strerror(errno));
-        *p = '/';
-    }
-    if (buf[0] && mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return hcnn_error_code(HCNN_EIO, "cannot create directory %s: %s", buf, strerror(errno));
-    return HCNN_OK;
-}
-
-int hcnn_mkdir_parent(const char *path)
-{
-    char buf[HCNN_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return hcnn_error_code(HCNN_EIO, "%s: path too long", path);
-    char *slash = strrchr(buf, '/');
-    if (!slash || slash == buf)
-        return HCNN_OK;
-    *slash = '\0';
-    return hcnn_mkdir_p(buf);
-}
 
 /* ---- writing ---------------------------------------------------------- */
 
@@ -104,52 +73,6 @@ static void put_section(wbuf *file, uint32_t kind, const wbuf *payload)
     put_u32(file, hcnn_crc32(0, payload->p, payload->n));
 }
 
-static int write_atomically(const char *path, const void *data, size_t n)
-{
-    char tmp[HCNN_PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return hcnn_error_code(HCNN_EIO, "cannot create %s: %s", tmp, strerror(errno));
-    const unsigned char *p = data;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(fd, p + done, n - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return hcnn_error_code(HCNN_EIO, "cannot write %s: %s", tmp, strerror(e));
-        }
-        done += (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        unlink(tmp);
-        return hcnn_error_code(HCNN_EIO, "cannot flush %s: %s", tmp, strerror(errno));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return hcnn_error_code(HCNN_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-    }
-    /* make the rename itself durable */
-    char dir[HCNN_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return HCNN_OK;
-}
-
 int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
                    const hcnn_ckpt_meta *meta)
 {
@@ -198,7 +121,7 @@ int hcnn_ckpt_save_buffers(const char *path, const hcnn_net *net, const float *p
     if (file.failed || sec.failed)
         rc = hcnn_error_code(HCNN_ENOMEM, "cannot allocate the checkpoint image for %s", path);
     else
-        rc = write_atomically(path, file.p, file.n);
+        rc = hcnn_write_file(path, file.p, file.n);
     free(file.p);
     free(sec.p);
     return rc;
@@ -258,18 +181,6 @@ void hcnn_ckpt_prune(const char *dir, int keep)
 }
 
 /* ---- reading ---------------------------------------------------------- */
-
-uint32_t hcnn_crc32(uint32_t crc, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    uLong c = crc;
-    while (n > 0) { /* zlib takes uInt lengths */
-        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        c = crc32(c, p, chunk);
-        p += chunk, n -= chunk;
-    }
-    return (uint32_t)c;
-}
 
 const char *hcnn_ckpt_role_name(int role)
 {
@@ -472,14 +383,6 @@ void hcnn_ckpt_close(hcnn_ckpt_file *f)
     memset(f, 0, sizeof *f);
 }
 
-static const hcnn_tensor_info *find_tensor(const hcnn_net *net, const char *name, int is_state)
-{
-    for (int i = 0; i < net->ntensors; i++)
-        if (net->tensors[i].is_state == is_state && !strcmp(net->tensors[i].name, name))
-            return &net->tensors[i];
-    return NULL;
-}
-
 int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_meta *meta)
 {
     hcnn_ckpt_file f;
@@ -498,7 +401,8 @@ int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_m
     int model_tensors = 0;
     for (int k = 0; k < f.ntensors; k++) {
         const hcnn_ckpt_tensor *c = &f.tensors[k];
-        const hcnn_tensor_info *t = find_tensor(net, c->name, c->role == ROLE_STATE);
+        const hcnn_tensor_info *t =
+            hcnn_net_find_tensor(net, c->name, strlen(c->name), c->role == ROLE_STATE);
         if (!t) {
             rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s is not part of the configured model",
                                  path, c->name);
@@ -525,7 +429,8 @@ int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_m
     }
     for (int k = 0; k < f.ntensors; k++) {
         const hcnn_ckpt_tensor *c = &f.tensors[k];
-        const hcnn_tensor_info *t = find_tensor(net, c->name, c->role == ROLE_STATE);
+        const hcnn_tensor_info *t =
+            hcnn_net_find_tensor(net, c->name, strlen(c->name), c->role == ROLE_STATE);
         float *dst = c->role == ROLE_PARAM   ? net->params + t->offset
                      : c->role == ROLE_STATE ? net->state + t->offset
                      : momentum              ? momentum + t->offset

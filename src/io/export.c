@@ -30,6 +30,7 @@
 #include "hcnn/checkpoint.h"
 #include "hcnn/common.h"
 #include "hcnn/export.h"
+#include "hcnn/files.h"
 #include "hcnn/net.h"
 
 enum { ROLE_PARAM = 0, ROLE_STATE = 1 };
@@ -126,64 +127,6 @@ static int join_path(char *buf, const char *dir, const char *name, const char *s
 
 /* ---- writing ---------------------------------------------------------- */
 
-/* A file written under a temporary name and renamed when complete, so a
- * crash never leaves a torn .npy that a later import would read. */
-typedef struct afile {
-    int fd;
-    const char *path;
-    char tmp[PATHBUF + 32];
-} afile;
-
-static int af_open(afile *a, const char *path)
-{
-    a->path = path;
-    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
-    a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (a->fd < 0)
-        return hcnn_error_code(HCNN_EIO, "cannot create %s: %s", a->tmp, strerror(errno));
-    return HCNN_OK;
-}
-
-/* On failure the temporary file is removed (af_abort need not be called). */
-static int af_write(afile *a, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    while (n > 0) {
-        ssize_t w = write(a->fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            close(a->fd);
-            unlink(a->tmp);
-            a->fd = -1;
-            return hcnn_error_code(HCNN_EIO, "cannot write %s: %s", a->tmp, strerror(e));
-        }
-        p += w, n -= (size_t)w;
-    }
-    return HCNN_OK;
-}
-
-static int af_commit(afile *a)
-{
-    /* fsync before rename: the new name must never point at unwritten data */
-    int bad = fsync(a->fd) != 0;
-    int e = errno;
-    bad |= close(a->fd) != 0;
-    a->fd = -1;
-    if (bad) {
-        unlink(a->tmp);
-        return hcnn_error_code(HCNN_EIO, "cannot flush %s: %s", a->tmp, strerror(e ? e : errno));
-    }
-    if (rename(a->tmp, a->path) != 0) {
-        e = errno;
-        unlink(a->tmp);
-        return hcnn_error_code(HCNN_EIO, "cannot rename %s to %s: %s", a->tmp, a->path,
-                               strerror(e));
-    }
-    return HCNN_OK;
-}
-
 /* Build the .npy 1.0 preamble and header exactly as numpy's _wrap_header
  * does (1 to 64 spaces of padding, then '\n'), so our files are byte for
  * byte what np.save writes for the same array.  Returns the total length,
@@ -220,9 +163,9 @@ static int write_npy(const char *path, item_kind kind, int ndim, const long long
     size_t hl = npy_header(hdr, sizeof hdr, kind == ITEM_F32 ? "<f4" : "<i8", ndim, dims);
     if (hl == 0)
         return hcnn_error_code(HCNN_EFORMAT, "%s: shape too large for a .npy header", path);
-    afile a;
-    int rc = af_open(&a, path);
-    if (rc || (rc = af_write(&a, hdr, hl)))
+    hcnn_afile a;
+    int rc = hcnn_afile_open(&a, path);
+    if (rc || (rc = hcnn_afile_write(&a, hdr, hl)))
         return rc;
     const size_t isz = kind == ITEM_F32 ? 4 : 8, per = CHUNK / isz;
     const unsigned char *s = src;
@@ -239,10 +182,10 @@ static int write_npy(const char *path, item_kind kind, int ndim, const long long
                 put_le64(chunk + k * 8, u);
             }
         }
-        if ((rc = af_write(&a, chunk, n * isz)))
+        if ((rc = hcnn_afile_write(&a, chunk, n * isz)))
             return rc;
     }
-    return af_commit(&a);
+    return hcnn_afile_commit(&a);
 }
 
 /* Growable text buffer for the manifest; a failed allocation is remembered
@@ -387,16 +330,9 @@ int hcnn_export_npy(const char *ckpt_path, const char *dir)
         goto out;
     }
     /* the manifest last: its presence marks a complete export */
-    afile a;
-    if ((rc = join_path(path, dir, "manifest.txt", "")) || (rc = af_open(&a, path)) ||
-        (rc = af_write(&a, manifest.p ? manifest.p : "", manifest.n)) || (rc = af_commit(&a)))
+    if ((rc = join_path(path, dir, "manifest.txt", "")) ||
+        (rc = hcnn_write_file(path, manifest.p ? manifest.p : "", manifest.n)))
         goto out;
-    /* make the renames durable */
-    int dfd = open(dir, O_RDONLY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
 out:
     free(chunk);
     free(manifest.p);
@@ -794,14 +730,6 @@ out:
     return rc;
 }
 
-static const hcnn_tensor_info *find_tensor(const hcnn_net *net, const char *name, size_t len)
-{
-    for (int i = 0; i < net->ntensors; i++)
-        if (strlen(net->tensors[i].name) == len && !memcmp(net->tensors[i].name, name, len))
-            return &net->tensors[i];
-    return NULL;
-}
-
 /* Every entry of dir must belong to the model: a file the model does not
  * read is most likely the sign of a different architecture (or config),
  * which would otherwise go unnoticed.  Names the alphabetically first
@@ -820,7 +748,7 @@ static int check_entries(const char *dir, const hcnn_net *net, const char *cfg_p
         if (!strcmp(s, ".") || !strcmp(s, "..") || !strcmp(s, "manifest.txt") ||
             ends_with(s, len, ".num_batches_tracked.npy"))
             continue;
-        if (ends_with(s, len, ".npy") && find_tensor(net, s, len - 4))
+        if (ends_with(s, len, ".npy") && hcnn_net_find_tensor(net, s, len - 4, -1))
             continue;
         if (nbad++ == 0 || strcmp(s, first) < 0) {
             snprintf(first, sizeof first, "%s", s);

@@ -250,6 +250,18 @@ void hcnn_net_init(hcnn_net *net, hcnn_init init, uint64_t seed)
         init_layer(&net->layers[i], init, &rng);
 }
 
+const hcnn_tensor_info *hcnn_net_find_tensor(const hcnn_net *net, const char *name, size_t len,
+                                             int is_state)
+{
+    for (int i = 0; i < net->ntensors; i++) {
+        const hcnn_tensor_info *t = &net->tensors[i];
+        if ((is_state < 0 || t->is_state == is_state) && strlen(t->name) == len &&
+            !memcmp(t->name, name, len))
+            return t;
+    }
+    return NULL;
+}
+
 void hcnn_net_param_range(const hcnn_net *net, int first, int last, size_t *off, size_t *count)
 {
     *off = first < net->nlayers ? net->layers[first].param_off : net->nparams;

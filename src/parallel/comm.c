@@ -11,7 +11,7 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
     int provided = 0, already = 0;
     c->world = MPI_COMM_WORLD;
     c->initialized = 0;
-    MPI_Initialized(&already);
+    HCNN_MPI(MPI_Initialized(&already));
     if (!already) {
         /* SERIALIZED: the optional communication thread calls MPI while the
          * main thread does not */
@@ -20,18 +20,18 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
         c->initialized = 1;
     }
     if (already)
-        MPI_Query_thread(&provided);
+        HCNN_MPI(MPI_Query_thread(&provided));
     c->thread_level = provided;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    HCNN_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    HCNN_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+    HCNN_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
     return HCNN_OK;
 }
 
 void hcnn_comm_finalize(hcnn_comm *c)
 {
     if (c->initialized)
-        MPI_Finalize();
+        HCNN_MPI(MPI_Finalize());
     c->initialized = 0;
 }
 
@@ -43,18 +43,30 @@ void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "hcnn: rank %d of %d: fatal at %s:%d: %s\n", c ? c->rank : 0,
-            c ? c->size : 1, file, line, msg);
-    fflush(stderr);
-    fflush(stdout);
-    int init = 0, fin = 0;
+    int init = 0, fin = 0, rank = c ? c->rank : 0, size = c ? c->size : 1;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
-    if (init && !fin && c && c->size > 1)
-        MPI_Abort(c->world, code ? code : 1);
+    if (!c && init && !fin) {
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+    fprintf(stderr, "hcnn: rank %d of %d: fatal at %s:%d: %s\n", rank, size, file, line, msg);
+    fflush(stderr);
+    fflush(stdout);
+    if (init && !fin && size > 1)
+        MPI_Abort(c ? c->world : MPI_COMM_WORLD, code ? code : 1);
     if (init && !fin)
         MPI_Finalize();
     exit(code ? code : 1);
+}
+
+void hcnn_mpi_fail(const char *file, int line, const char *call, int rc)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "MPI error code %d", rc);
+    hcnn_abort_at(NULL, file, line, 1, "%s failed: %s", call, msg);
 }
 
 #define CHUNK ((size_t)1 << 28)

@@ -1,0 +1,140 @@
+/* CRC32, mkdir -p and atomic whole-file writes (see include/hcnn/files.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "hcnn/common.h"
+#include "hcnn/files.h"
+
+uint32_t hcnn_crc32(uint32_t crc, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uLong c = crc;
+    while (n > 0) { /* zlib takes uInt lengths */
+        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = crc32(c, p, chunk);
+        p += chunk, n -= chunk;
+    }
+    return (uint32_t)c;
+}
+
+int hcnn_mkdir_p(const char *dir)
+{
+    char buf[HCNN_FILE_PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return hcnn_error_code(HCNN_EIO, "%s: path too long", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return hcnn_error_code(HCNN_EIO, "cannot create directory %s: %s", buf,
+                                   strerror(errno));
+        *p = '/';
+    }
+    if (buf[0] && mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return hcnn_error_code(HCNN_EIO, "cannot create directory %s: %s", buf, strerror(errno));
+    return HCNN_OK;
+}
+
+int hcnn_mkdir_parent(const char *path)
+{
+    char buf[HCNN_FILE_PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return hcnn_error_code(HCNN_EIO, "%s: path too long", path);
+    char *slash = strrchr(buf, '/');
+    if (!slash || slash == buf)
+        return HCNN_OK;
+    *slash = '\0';
+    return hcnn_mkdir_p(buf);
+}
+
+int hcnn_afile_open(hcnn_afile *a, const char *path)
+{
+    a->fd = -1;
+    if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path)
+        return hcnn_error_code(HCNN_EIO, "%s: path too long", path);
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (a->fd < 0)
+        return hcnn_error_code(HCNN_EIO, "cannot create %s: %s", a->tmp, strerror(errno));
+    return HCNN_OK;
+}
+
+void hcnn_afile_abort(hcnn_afile *a)
+{
+    if (a->fd >= 0) {
+        close(a->fd);
+        unlink(a->tmp);
+    }
+    a->fd = -1;
+}
+
+int hcnn_afile_write(hcnn_afile *a, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    while (n > 0) {
+        ssize_t w = write(a->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            hcnn_afile_abort(a);
+            return hcnn_error_code(HCNN_EIO, "cannot write %s: %s", a->tmp, strerror(e));
+        }
+        p += w, n -= (size_t)w;
+    }
+    return HCNN_OK;
+}
+
+int hcnn_afile_commit(hcnn_afile *a)
+{
+    /* fsync before rename: the new name must never point at unwritten data */
+    errno = 0;
+    int bad = fsync(a->fd) != 0;
+    int e = errno;
+    bad |= close(a->fd) != 0;
+    a->fd = -1;
+    if (bad) {
+        unlink(a->tmp);
+        return hcnn_error_code(HCNN_EIO, "cannot flush %s: %s", a->tmp, strerror(e ? e : errno));
+    }
+    if (rename(a->tmp, a->path) != 0) {
+        e = errno;
+        unlink(a->tmp);
+        return hcnn_error_code(HCNN_EIO, "cannot rename %s to %s: %s", a->tmp, a->path,
+                               strerror(e));
+    }
+    /* make the rename itself durable */
+    char dir[HCNN_FILE_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", a->path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    int dfd = open(dir, O_RDONLY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return HCNN_OK;
+}
+
+int hcnn_write_file(const char *path, const void *data, size_t n)
+{
+    hcnn_afile a;
+    int rc = hcnn_afile_open(&a, path);
+    if (!rc)
+        rc = hcnn_afile_write(&a, data, n);
+    if (!rc)
+        rc = hcnn_afile_commit(&a);
+    return rc;
+}
