@@ -904,7 +904,7 @@ static void residual_unfused(hcnn_layer *r, const hcnn_ctx *ctx, const float *x,
     }
     const size_t sz = hcnn_layer_out_size(r) * n;
     be->add(h, s, y, sz);
-    be->relu_fwd(y, y, sz);
+    be->relu_fwd(y, y, sz, 0.0f);
     for (int j = 0; j < r->nbody + r->nproj; j++)
         free(bufs[j]), free(aux[j]);
 }
@@ -972,8 +972,8 @@ static void test_bn_relu_fused_backward(void **state)
         fill_random(gamma, 4, 25, 0.5f, 1.5f);
         fill_random(beta, 4, 26, -0.5f, 0.5f);
         be->bn_fwd_train(x, n, c, np, gamma, beta, 1e-5f, 0.1f, rm, rv, mean, istd, NULL, 0, z);
-        be->relu_fwd(z, y, sz);
-        be->relu_bwd(y, dy, g, sz);
+        be->relu_fwd(z, y, sz, 0.0f);
+        be->relu_bwd(y, dy, g, sz, 0.0f);
         be->bn_bwd(x, g, n, c, np, gamma, beta, mean, istd, 0, dx1, p1, p1 + 4);
         be->bn_bwd(x, dy, n, c, np, gamma, beta, mean, istd, 1, dx2, p2, p2 + 4);
         size_t cut = 0;

@@ -4,7 +4,14 @@
  * they call these operations, so a CUDA backend can replace the CPU one
  * without touching them.  All tensors are float32, NCHW, contiguous.
  * "Accumulate" operations add into their output (gradients accumulate
- * over micro-batches); all others overwrite. */
+ * over micro-batches); all others overwrite.
+ *
+ * Memory: every tensor buffer (parameters, gradients, statistics, momentum,
+ * activations, workspaces) comes from alloc and goes back through free; the
+ * host reads and writes it only through download and upload (checkpoints,
+ * initialisation, metrics), or directly when host_memory says the backend's
+ * memory is the host's (then MPI also communicates it in place; see
+ * src/parallel/comm.c for the staging otherwise). */
 #ifndef HCNN_BACKEND_H
 #define HCNN_BACKEND_H
 
@@ -35,7 +42,12 @@ typedef struct hcnn_backend {
     /* nt that parallel() will use */
     int (*threads)(void);
 
-    /* memory (device memory for accelerator backends) */
+    /* 1: alloc returns host memory, which host code and MPI may use in
+     * place; 0: device memory, reached only through upload and download */
+    int host_memory;
+
+    /* memory (device memory for accelerator backends); alloc prints what
+     * failed and returns NULL */
     void *(*alloc)(size_t bytes, const char *what);
     void (*free)(void *p);
     void (*upload)(void *dst_dev, const void *src_host, size_t bytes);
@@ -75,10 +87,13 @@ typedef struct hcnn_backend {
     void (*add_row_bias)(float *y, const float *b, int n, int m);
 
     /* element-wise */
-    void (*relu_fwd)(const float *x, float *y, size_t n);
-    void (*relu_bwd)(const float *y, const float *dy, float *dx, size_t n);
+    /* y = x > 0 ? x : slope * x (ReLU: slope 0; leaky ReLU: 0 < slope < 1) */
+    void (*relu_fwd)(const float *x, float *y, size_t n, float slope);
+    /* dx = y > 0 ? dy : slope * dy, from the forward's output y */
+    void (*relu_bwd)(const float *y, const float *dy, float *dx, size_t n, float slope);
     void (*add)(const float *a, const float *b, float *y, size_t n);      /* y = a + b */
     void (*add_acc)(const float *a, float *y, size_t n);                  /* y += a */
+    void (*scale)(float *x, size_t n, float a);                           /* x *= a */
     /* dropout with a counter-based mask: keep element e of sample (first+i)
      * with probability 1-p, scaled by 1/(1-p); mask (0 or scale) saved. */
     void (*dropout_fwd)(const float *x, float *y, float *mask, int n, size_t per_sample, float p,

@@ -228,7 +228,7 @@ int hcnn_layer_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float
         hcnn_bn_forward(l, ctx, x, y, aux, n);
         return 0;
     case HCNN_BLOCK_RELU: /* y = max(x, 0) */
-        be->relu_fwd(x, y, sz);
+        be->relu_fwd(x, y, sz, 0.0f);
         return 0;
     case HCNN_BLOCK_FLATTEN: /* NCHW is already [n][c*h*w] */
         be->copy(y, x, sz);
@@ -278,7 +278,7 @@ int hcnn_layer_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
         return 0;
     switch (l->kind) {
     case HCNN_BLOCK_RELU: /* dx = dy * [y > 0] */
-        be->relu_bwd(y, dy, dx, sz);
+        be->relu_bwd(y, dy, dx, sz, 0.0f);
         return 0;
     case HCNN_BLOCK_FLATTEN:
         be->copy(dx, dy, sz);

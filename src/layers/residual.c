@@ -130,7 +130,7 @@ int hcnn_residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, fl
         return 0;
     const size_t sz = hcnn_layer_out_size(l) * n;
     ctx->be->add(h, s, y, sz);
-    ctx->be->relu_fwd(y, y, sz);
+    ctx->be->relu_fwd(y, y, sz, 0.0f);
     return 0;
 }
 
@@ -175,7 +175,7 @@ int hcnn_residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, c
                         l->body[0].kind == HCNN_BLOCK_CONV;
     if (into_dx)
         g = dx;
-    ctx->be->relu_bwd(y, dy, g, out_sz);
+    ctx->be->relu_bwd(y, dy, g, out_sz, 0.0f);
     int rc = chain_backward(l, l->body, l->nbody, 0, ctx, x, aux, g, dx, into_dx, t0, t1, n);
     if (rc)
         return rc;

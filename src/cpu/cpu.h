@@ -1,0 +1,173 @@
+/* Inside the CPU backend (src/cpu/): what its files share.  The backend
+ * is GEMM through OpenBLAS (OpenMP variant) and everything else as OpenMP
+ * loops, one file per group of operations, mirrored by src/cuda/.
+ *
+ * Threading: OpenBLAS built with USE_OPENMP shares libgomp's thread pool
+ * and runs single-threaded inside an OpenMP parallel region, so BLAS calls
+ * (made outside our parallel regions) use all threads and our loops use
+ * all threads, never both at once: no oversubscription.
+ *
+ * Determinism: every reduction runs in a fixed order that does not depend
+ * on the thread count (loops are parallel over independent outputs, and
+ * each output is summed serially), so results are bit-for-bit repeatable. */
+#ifndef HCNN_CPU_H
+#define HCNN_CPU_H
+
+#include <omp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "hcnn/backend.h"
+#include "hcnn/common.h"
+
+/* Image rows here are 4-32 floats: a memcpy/memset call per row costs more
+ * than the copy (LeNet-5 spent a quarter of its step in them).  Keep GCC
+ * from turning the explicit loops below back into library calls. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#endif
+
+static inline void copy_floats(float *restrict d, const float *restrict s, int n)
+{
+    for (int i = 0; i < n; i++)
+        d[i] = s[i];
+}
+
+static inline void zero_floats(float *d, int n)
+{
+    for (int i = 0; i < n; i++)
+        d[i] = 0.0f;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HCNN_CPU_AVX512 1
+
+/* bits [lo, hi) of 16, clamped */
+static inline __mmask16 lane_range(int lo, int hi)
+{
+    if (lo < 0) lo = 0;
+    if (hi > 16) hi = 16;
+    if (hi <= lo)
+        return 0;
+    return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+#endif
+
+/* Plane reductions for bias gradients and batch-norm.  A float sum in one
+ * running variable cannot be vectorised (each add waits for the previous
+ * one, and reordering would change the result), so these keep 16
+ * independent partial sums in a vector, lane k taking elements k, k+16,
+ * ..., and add the lanes in a fixed order: vectorised (GCC lowers the
+ * 16-float vector to whatever the clone's ISA has), and still the same
+ * result for every thread count and every ISA clone (-std=c11 does not
+ * contract a*b+c into an FMA). */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+/* (no function takes or returns a v16f: that ABI differs between clones) */
+#define LOAD16(v, p) memcpy(&(v), (p), sizeof(v16f))
+
+/* The 16 lanes added pairwise (lane k + lane k + 8, then + 4, + 2, + 1): a
+ * fixed order like a running sum, but a few vector additions instead of 15
+ * dependent ones, which dominated the batch-norm passes over small planes
+ * (ResNet-18's layer4, one vector a plane: forward 0.42-0.44 -> 0.25-0.27
+ * ms, backward 0.41-0.42 -> 0.26-0.28 ms).  Inlined, so that each ISA clone
+ * has its own (a call from an AVX-512 clone into baseline SSE code stalled
+ * on the transition: 20x slower). */
+static inline __attribute__((always_inline)) float lanes_total(const float *acc, float tail)
+{
+    float s[8];
+    for (int k = 0; k < 8; k++)
+        s[k] = acc[k] + acc[k + 8];
+    for (int k = 0; k < 4; k++)
+        s[k] += s[k + 4];
+    for (int k = 0; k < 2; k++)
+        s[k] += s[k + 2];
+    return (s[0] + s[1]) + tail;
+}
+
+/* Element-wise operations: a vectorised loop over a range (with AVX2 and
+ * AVX-512 clones; branch-free, since a branch on the sign mispredicts half
+ * the time), run on slices by all threads when the array is large.  (An
+ * "omp parallel for simd if (...)" loop is compiled a second time for the
+ * serial case, without simd: ReLU on 50k floats took 3x as long as on
+ * 80k.)  The loops may run in place (y == x): each element only reads its
+ * own index. */
+#define ELEMENTWISE(n, range_call)                                                              \
+    do {                                                                                        \
+        if ((n) > 65536 && !omp_in_parallel()) {                                                \
+            _Pragma("omp parallel")                                                             \
+            {                                                                                   \
+                const size_t t_ = (size_t)omp_get_thread_num();                                 \
+                const size_t nt_ = (size_t)omp_get_num_threads();                               \
+                const size_t lo = (n) * t_ / nt_, len = (n) * (t_ + 1) / nt_ - lo;              \
+                range_call;                                                                     \
+            }                                                                                   \
+        } else {                                                                                \
+            const size_t lo = 0, len = (n);                                                     \
+            range_call;                                                                         \
+        }                                                                                       \
+    } while (0)
+
+/* sum of x[0..n) in 16 lanes added pairwise (bn.c) */
+float hcnn_cpu_plane_sum(const float *x, int n);
+
+/* The operations of the table (backend.c), by file; each is documented
+ * where include/hcnn/backend.h declares its slot. */
+/* gemm.c */
+void hcnn_cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                   const float *b, int ldb, float beta, float *c, int ldc);
+/* im2col.c */
+void hcnn_cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *col);
+void hcnn_cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, int accumulate, float *dx);
+/* layout.c */
+void hcnn_cpu_copy_planes(const float *src, size_t splane, int sld, int c, int h, int w,
+                          float *dst, size_t dplane, int dld, int accumulate);
+void hcnn_cpu_cnp_to_nchw(const float *src, const float *bias, int n, int c, int np, float *y);
+void hcnn_cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst);
+void hcnn_cpu_transpose(const float *a, int rows, int cols, float *t);
+/* bias.c */
+void hcnn_cpu_add_channel_bias(float *y, const float *bias, int n, int c, int np);
+void hcnn_cpu_channel_sum_acc(const float *dy, int n, int c, int np, float *db);
+void hcnn_cpu_row_sum_acc(const float *dy, int n, int m, float *db);
+void hcnn_cpu_add_row_bias(float *y, const float *b, int n, int m);
+/* elementwise.c */
+void hcnn_cpu_fill(float *x, size_t n, float v);
+void hcnn_cpu_relu_fwd(const float *x, float *y, size_t n, float slope);
+void hcnn_cpu_relu_bwd(const float *y, const float *dy, float *dx, size_t n, float slope);
+void hcnn_cpu_add(const float *a, const float *b, float *y, size_t n);
+void hcnn_cpu_add_acc(const float *a, float *y, size_t n);
+void hcnn_cpu_mul(const float *a, const float *b, float *y, size_t n);
+void hcnn_cpu_scale(float *x, size_t n, float a);
+void hcnn_cpu_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample,
+                          float p, uint64_t seed, uint64_t step, uint64_t first_sample,
+                          uint64_t layer_id);
+/* pool.c */
+void hcnn_cpu_maxpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y,
+                          int32_t *argmax);
+void hcnn_cpu_maxpool_bwd(const hcnn_pool_geom *g, const float *dy, const int32_t *argmax, int n,
+                          float *dx);
+void hcnn_cpu_avgpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y);
+void hcnn_cpu_avgpool_bwd(const hcnn_pool_geom *g, const float *dy, int n, float *dx);
+/* bn.c */
+void hcnn_cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *gamma,
+                           const float *beta, float eps, float momentum, float *running_mean,
+                           float *running_var, float *save_mean, float *save_invstd,
+                           const float *add, int relu, float *y);
+void hcnn_cpu_bn_fwd_infer(const float *x, int n, int c, int np, const float *gamma,
+                           const float *beta, float eps, const float *running_mean,
+                           const float *running_var, const float *add, int relu, float *y);
+void hcnn_cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, const float *gamma,
+                     const float *beta, const float *save_mean, const float *save_invstd,
+                     int relu, float *dx, float *dgamma, float *dbeta);
+/* loss.c */
+double hcnn_cpu_softmax_xent(const float *logits, const int32_t *labels, int n, int k,
+                             float grad_scale, float *dlogits, int *correct);
+/* optim.c */
+void hcnn_cpu_sgd_step(float *w, const float *g, float *v, size_t n, float lr, float mu,
+                       float wd, int nesterov);
+double hcnn_cpu_sum_sq(const float *x, size_t n);
+
+#endif
