@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include "hcnn/common.h"
+#include "hcnn/conv.h"
 #include "hcnn/net.h"
 #include "hcnn/optim.h"
 
@@ -63,8 +64,7 @@ static void model_make_algo(model *m, const hcnn_block_spec *blocks, int nb, int
         snprintf(b.name, sizeof b.name, "probe");
         assert_int_equal(hcnn_layer_setup(&l, &b, cc, hh, ww, "test", i), 0);
         cc = l.out_c, hh = l.out_h, ww = l.out_w;
-        free(l.body);
-        free(l.proj);
+        hcnn_layer_free(&l);
     }
     m->spec.classes = cc * hh * ww;
     assert_int_equal(hcnn_net_create(&m->net, &m->spec, hcnn_backend_cpu(), "test"), 0);
@@ -429,7 +429,7 @@ static float *conv_run_vs_naive(int n, int c, int h, int w, int co, int k, int s
     fill_random(dx, m.in_sz, 34, -1.0f, 1.0f);
     for (size_t i = 0; i < m.in_sz; i++)
         acc_ref[i] = dx[i] + dxr[i];
-    hcnn_conv_backward_into(l, &m.s.ctx, x, dy, dx, 1, n);
+    l->ops->backward_acc(l, &m.s.ctx, x, dy, dx, n);
     expect_close("accumulated dx", dx, acc_ref, m.in_sz, name, threads);
     free(acc_ref);
     free(x), free(dy), free(dx), free(ref), free(yref);
@@ -1051,8 +1051,7 @@ static void test_residual_identity_requires_shape(void **state)
     snprintf(r.name, sizeof r.name, "layer1.0");
     hcnn_layer l;
     assert_int_not_equal(hcnn_layer_setup(&l, &r, 3, 4, 4, "test.yaml", 0), 0);
-    free(l.body);
-    free(l.proj);
+    hcnn_layer_free(&l);
 }
 
 /* ---- loss, optimiser, schedule --------------------------------------------------- */

@@ -17,8 +17,8 @@ typedef struct hcnn_ckpt_writer {
     const hcnn_net *net;         /* tensor table and model hash (read-only) */
     float *params, *state, *momentum; /* snapshots */
     hcnn_ckpt_meta meta;
-    char dir[HCNN_PATH_MAX];
-    char path[HCNN_PATH_MAX + 32];
+    char dir[HCNN_FILE_PATH_MAX];
+    char path[HCNN_FILE_PATH_MAX + 32];
     int keep;                    /* checkpoints kept (older ones are deleted) */
     int link_final;              /* also make <dir>/final.hcnn point to it */
     pthread_t thread;

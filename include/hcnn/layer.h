@@ -1,11 +1,18 @@
-/* Layers: forward and backward of each block kind.
+/* Layers: each block type's operations, registered in one table.
  *
- * A layer does not own memory.  Its parameters and gradients are views
- * into the network's two contiguous buffers; what it saves for backward
- * ("aux": max-pool argmax, dropout mask, batch-norm mean/invstd, the inner
+ * A block type is a file src/layers/<type>.c defining hcnn_layer_<type>, an
+ * hcnn_layer_ops (shape inference, forward, backward, and what else it
+ * needs), and a line of HCNN_BLOCK_TYPES (include/hcnn/model_spec.h).  The
+ * network, the chain runner, the profile and the strategies only call
+ * through the table; none of them switches on the type.
+ *
+ * A layer does not own memory.  Its parameters and gradients are views into
+ * the network's two contiguous buffers; what it saves for backward ("aux":
+ * max-pool argmax, dropout mask, batch-norm mean/invstd, the inner
  * activations of a residual block) lives in an activation arena owned by
  * the caller, one per micro-batch, so a pipeline can keep several in
- * flight.  Transient scratch (im2col columns) comes from the context. */
+ * flight.  Transient scratch (im2col columns) comes from the context.  All
+ * tensor math goes through the backend (include/hcnn/backend.h). */
 #ifndef HCNN_LAYER_H
 #define HCNN_LAYER_H
 
@@ -13,7 +20,8 @@
 #include <stdint.h>
 
 #include "hcnn/backend.h"
-#include "hcnn/config.h"
+#include "hcnn/common.h"
+#include "hcnn/model_spec.h"
 
 /* Everything a forward/backward call needs besides its tensors. */
 typedef struct hcnn_ctx {
@@ -28,14 +36,12 @@ typedef struct hcnn_ctx {
     uint64_t first_sample;   /* epoch position of this batch's first sample */
     size_t max_chunk_floats; /* cap on one im2col chunk */
     hcnn_conv_algo conv_algo;
-    /* called between GEMMs and sub-layers so that non-blocking communication
-     * progresses during long layers (NULL: nothing to drive) */
+    /* called between GEMMs and layers so that non-blocking communication
+     * progresses during long passes (NULL: nothing to drive) */
     void (*poll)(void *arg);
     void *poll_arg;
-    /* profiling (NULL: off): seconds accumulated per top-level block, and
-     * per layer id for the children of residual blocks */
+    /* profiling (NULL: off): seconds accumulated per layer id */
     double *prof_fwd, *prof_bwd;
-    double *prof_child_fwd, *prof_child_bwd;
 } hcnn_ctx;
 
 static inline void hcnn_ctx_poll(const hcnn_ctx *ctx)
@@ -44,10 +50,95 @@ static inline void hcnn_ctx_poll(const hcnn_ctx *ctx)
         ctx->poll(ctx->poll_arg);
 }
 
-typedef struct hcnn_layer {
+typedef struct hcnn_layer hcnn_layer;
+
+/* The GEMMs a layer issues in a pass, for the profile's raw-GEMM
+ * reference: forward into fwd[], backward into bwd[] (NULL arrays: only
+ * counted); per_thread: issued by every thread at once on its own images,
+ * single-threaded; else one threaded call. */
+typedef struct hcnn_gemm_shape {
+    int ta, tb, m, n, k;
+    int per_thread;
+} hcnn_gemm_shape;
+
+typedef struct hcnn_gemm_list {
+    hcnn_gemm_shape *fwd, *bwd;
+    int nfwd, nbwd;
+    double flops;            /* of the pass, forward and backward */
+} hcnn_gemm_list;
+
+void hcnn_gemm_push(hcnn_gemm_list *g, int backward, int ta, int tb, int m, int n, int k,
+                    int per_thread);
+
+/* setup's answer for a spec whose geometry cannot apply to the input: the
+ * caller prints one message naming the block, its keys and the input */
+#define HCNN_LAYER_BAD_SHAPE (-1)
+
+typedef struct hcnn_layer_ops {
+    /* Shape inference: l->spec, l->in_* and the output shape (= input) are
+     * set; fills the output shape, parameter and state counts (nw, nb,
+     * nstate), saved floats (aux_*), workspace and temporaries per sample,
+     * and forward FLOPs.  Returns HCNN_OK, HCNN_LAYER_BAD_SHAPE, or an
+     * error code after its own message. */
+    int (*setup)(hcnn_layer *l, const char *cfg_path, int index);
+    /* y = f(x) for n samples; aux receives what backward needs */
+    int (*forward)(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
+                   int n);
+    /* Given dy, accumulate parameter gradients and write dx (dx NULL: the
+     * input gradient is not needed, e.g. for the first layer). */
+    int (*backward)(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *y,
+                    const float *aux, const float *dy, float *dx, int n);
+
+    /* Optional (NULL: not available). */
+    /* y = act(f(x) + add), act = ReLU if relu (add may be NULL): the
+     * epilogue a batch-norm fuses (the chain runner and residual blocks) */
+    void (*forward_fused)(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *add,
+                          int relu, float *y, float *aux, int n);
+    /* backward, dy being the gradient of the ReLU that followed forward_fused */
+    void (*backward_relu)(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
+                          const float *dy, float *dx, int n);
+    /* backward adding its input gradient to dx instead of overwriting it */
+    void (*backward_acc)(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
+                         float *dx, int n);
+    /* Initial parameters into host buffers: w (nw), b (nb), state (nstate),
+     * from the seeded generator (one stream, layers in order). */
+    void (*init)(const hcnn_layer *l, hcnn_init init, hcnn_rng *rng, float *w, float *b,
+                 float *state);
+    /* Dimensions of the weight tensor in PyTorch's order; returns ndim
+     * (NULL: one dimension of nw). */
+    int (*weight_dims)(const hcnn_layer *l, int *dims);
+    /* Workspace floats for n samples, as ctx runs it (NULL: none). */
+    size_t (*workspace)(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
+    /* Workspace one thread needs to run any number of samples alone
+     * (whole-network per-thread execution; NULL: none). */
+    size_t (*thread_workspace)(const hcnn_layer *l, const hcnn_ctx *ctx);
+    /* The GEMMs of a pass over n samples (whole_nt > 0: under whole-network
+     * per-thread execution on that many threads). */
+    void (*gemms)(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int whole_nt, int need_dx,
+                  hcnn_gemm_list *g);
+
+    /* Each sample is computed on its own, from its own input and aux:
+     * whole-network per-thread execution may split the batch between
+     * threads through this layer (batch-norm couples the samples). */
+    int per_sample;
+    /* The ReLU that a preceding forward_fused absorbs (forward and backward). */
+    int is_relu;
+} hcnn_layer_ops;
+
+/* The table entry of every type: hcnn_layer_conv, hcnn_layer_bn, ... */
+#define HCNN_LAYER_OPS_DECL_(e, type, prefix) extern const hcnn_layer_ops hcnn_layer_##type;
+HCNN_BLOCK_TYPES(HCNN_LAYER_OPS_DECL_)
+#undef HCNN_LAYER_OPS_DECL_
+
+/* The operations of a block type (NULL for an unknown kind). */
+const hcnn_layer_ops *hcnn_layer_ops_of(hcnn_block_kind kind);
+
+struct hcnn_layer {
     hcnn_block_kind kind;
+    const hcnn_layer_ops *ops;
+    hcnn_block_spec spec;            /* as configured: each type reads its own keys */
     char name[2 * HCNN_NAME_MAX];
-    int id;                          /* unique within the network (dropout streams) */
+    int id;                          /* unique within the network (dropout streams, profile) */
     int in_c, in_h, in_w;            /* per-sample input shape */
     int out_c, out_h, out_w;         /* per-sample output shape */
     hcnn_conv_geom conv;             /* conv */
@@ -69,13 +160,14 @@ typedef struct hcnn_layer {
     size_t tmp_per_sample;           /* gradient temporaries per sample */
     double flops_per_sample;         /* forward multiply-adds x 2 */
 
-    /* residual block: body (conv, bn, relu, conv, bn) and projection
-     * shortcut (conv 1x1, bn) or none (identity) */
-    struct hcnn_layer *body;
-    int nbody;
-    struct hcnn_layer *proj;
-    int nproj;
-} hcnn_layer;
+    /* layers inside this one (a residual block: its body, then its
+     * projection shortcut if any), in the order their parameters are laid
+     * out; body and proj point into children */
+    hcnn_layer *children;
+    int nchildren;
+    hcnn_layer *body, *proj;
+    int nbody, nproj;
+};
 
 static inline size_t hcnn_layer_in_size(const hcnn_layer *l)
 {
@@ -90,67 +182,65 @@ static inline size_t hcnn_layer_aux_size(const hcnn_layer *l, int n)
     return l->aux_per_sample * (size_t)n + l->aux_fixed;
 }
 
-/* Shape inference from the spec; fills geometry, sizes, FLOPs.  Errors
- * (e.g. a kernel larger than the padded input) name the block. */
+/* Shape inference from the spec through the type's setup; errors (e.g. a
+ * kernel larger than the padded input) name the block. */
 int hcnn_layer_setup(hcnn_layer *l, const hcnn_block_spec *spec, int in_c, int in_h, int in_w,
                      const char *cfg_path, int index);
+/* Free what setup allocated (the children). */
+void hcnn_layer_free(hcnn_layer *l);
 
-/* y = f(x) for n samples; aux receives what backward needs. */
+/* He et al. 2015 (normal, std sqrt(2 / fan_in), for ReLU networks) or
+ * Glorot & Bengio 2010 (uniform in +-sqrt(6 / (fan_in + fan_out))) weights
+ * w[0, nw) from rng; biases b[0, nb) zero. */
+void hcnn_init_weights(hcnn_init init, hcnn_rng *rng, size_t fan_in, size_t fan_out, float *w,
+                       size_t nw, float *b, size_t nb);
+
+/* Through the table. */
 int hcnn_layer_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
                        int n);
-/* Given dy, accumulate parameter gradients and write dx (dx may be NULL when
- * the input gradient is not needed, e.g. for the first layer). */
 int hcnn_layer_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *y,
                         const float *aux, const float *dy, float *dx, int n);
+/* Workspace floats of l and its children for n samples. */
+size_t hcnn_layer_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
+size_t hcnn_layer_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx);
+/* The GEMMs of l and its children (children always compute their dx). */
+void hcnn_layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int whole_nt, int need_dx,
+                      hcnn_gemm_list *g);
 
-/* per-kind implementations (src/layers/) */
-void hcnn_conv_forward(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, int n);
-void hcnn_conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
-                        float *dx, int n);
-/* hcnn_conv_backward, with dx added to instead of overwritten if dx_acc */
-void hcnn_conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
-                             float *dx, int dx_acc, int n);
-void hcnn_fc_forward(const hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, int n);
-void hcnn_fc_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
-                      float *dx, int n);
-void hcnn_bn_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
-                     int n);
-/* y = act(bn(x) + add), act = ReLU if relu (add may be NULL) */
-void hcnn_bn_forward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *add,
-                           int relu, float *y, float *aux, int n);
-void hcnn_bn_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
-                      const float *dy, float *dx, int n);
-/* hcnn_bn_backward, dy being the gradient of the ReLU that followed if relu */
-void hcnn_bn_backward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
-                            const float *dy, int relu, float *dx, int n);
-/* Whether layers[i], a batch-norm, and layers[i + 1] < end, a ReLU, run as
- * one pass each way: the forward writes the ReLU's output (the batch-norm's
- * own output is not written), the backward applies the ReLU's mask in the
- * batch-norm's pass; the ReLU itself does not run. */
-int hcnn_bn_relu_fused(const hcnn_layer *layers, int i, int end);
-int hcnn_residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,
-                          float *aux, int n);
-int hcnn_residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *y,
-                           const float *aux, const float *dy, float *dx, int n);
+/* ---- the chain runner (src/layers/chain.c) --------------------------------
+ * A sequence of layers run one after another, each timed (ctx->prof_*) and
+ * wrapped in its LIKWID region; a layer with forward_fused followed by a
+ * ReLU (is_relu) runs as one pass each way: the forward writes the ReLU's
+ * output (y[j + 1]; y[j] is not written), the backward applies the ReLU's
+ * mask, and the ReLU itself does not run.  The network is one chain, a
+ * residual block two chains and an addition. */
 
-/* Images per im2col chunk so that the workspace stays bounded. */
-int hcnn_conv_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
-/* Workspace floats of the per-thread path for nt threads (0 if the layer
- * never takes it under ctx->conv_algo). */
-size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt);
-/* 1 if per-thread groups compute the weight gradient transposed,
- * dW^T += col dY^T (GEMM [K][Cout][nb*P], no operand transposed) */
-int hcnn_conv_dw_transposed(const hcnn_layer *l);
-/* 1 if per-thread one-image groups compute the forward and dx by shifted
- * windows: one GEMM per tap on the zero-padded input, no columns */
-int hcnn_conv_shifted(const hcnn_layer *l);
-/* Columns of each of its tap GEMMs: the output rows on the padded width. */
-int hcnn_conv_shifted_columns(const hcnn_layer *l);
-/* Output rows per block of a one-image group's forward and weight-gradient
- * GEMMs (out_h: one block) */
-int hcnn_conv_rows_per_block(const hcnn_layer *l);
-/* Whether n images take the per-thread path (see src/layers/conv.c); *group
- * receives its images per GEMM, *nt its thread count. */
-int hcnn_conv_per_thread(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int *group, int *nt);
+/* The last layer's output fused with the chain's consumer: if the last
+ * layer has forward_fused, it writes act(f(x) + add) to out (act = ReLU
+ * if relu) and *done is set; otherwise the caller finishes. */
+typedef struct hcnn_chain_epilogue {
+    const float *add;
+    int relu;
+    float *out;
+    int done;
+} hcnn_chain_epilogue;
+
+/* Forward of layers[0, count) on x: layer j writes y[j] and aux[j]. */
+int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, const float *x,
+                       float *const *y, float *const *aux, int n, hcnn_chain_epilogue *epi);
+
+/* Called after each layer's backward, last layer first (and for a fused
+ * ReLU before the layer it is fused into); a non-zero return stops. */
+typedef int (*hcnn_chain_done_fn)(void *arg, int j);
+
+/* Backward of layers[0, count) from dy (the gradient of the last output)
+ * to dx (NULL: not needed; added to if dx_acc, which the first layer must
+ * support through backward_acc), through the ping-pong buffers bufs[0],
+ * bufs[1]; inputs are x and y[j - 1], as the forward left them; ctx is
+ * polled after each layer. */
+int hcnn_chain_backward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, const float *x,
+                        float *const *y, float *const *aux, const float *dy, float *dx,
+                        int dx_acc, float *const bufs[2], int n, hcnn_chain_done_fn done,
+                        void *arg);
 
 #endif

@@ -1,15 +1,18 @@
-/* A network: the sequence of blocks from the config, all parameters in one
- * contiguous buffer and all gradients in another (per-layer views, as in
- * llm.c), so allreduce buckets, checkpoints and pipeline-stage ownership
- * are offset arithmetic. */
+/* A network: the sequence of blocks from the model spec, all parameters in
+ * one contiguous buffer and all gradients in another (per-layer views, as
+ * in llm.c), so allreduce buckets, checkpoints and pipeline-stage ownership
+ * are offset arithmetic.  The buffers are the backend's memory; the host
+ * fills and reads them only through the backend (hcnn_net_init, and the
+ * checkpoints' upload and download).  Forward and backward over a range of
+ * blocks run it as one chain (src/model/pass.c). */
 #ifndef HCNN_NET_H
 #define HCNN_NET_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hcnn/config.h"
 #include "hcnn/layer.h"
+#include "hcnn/model_spec.h"
 
 #define HCNN_TENSOR_NAME_MAX 160
 
@@ -32,7 +35,7 @@ typedef struct hcnn_net {
     hcnn_layer *layers;          /* top-level blocks */
     int nids;                    /* layers including residual children (ids 0..nids-1) */
 
-    float *params, *grads;       /* nparams each */
+    float *params, *grads;       /* nparams each, backend memory */
     size_t nparams;
     float *state;                /* batch-norm running statistics */
     size_t nstate;
@@ -51,9 +54,10 @@ int hcnn_net_create(hcnn_net *net, const hcnn_model_spec *spec, const hcnn_backe
                     const char *cfg_path);
 void hcnn_net_free(hcnn_net *net);
 
-/* He (normal, fan-in, gain sqrt 2) or Xavier (uniform) weights from a
- * seeded RNG; biases 0; batch-norm gamma 1, beta 0, running var 1. */
-void hcnn_net_init(hcnn_net *net, hcnn_init init, uint64_t seed);
+/* Every layer's initial parameters and statistics (its init operation:
+ * He or Xavier weights, zero biases, batch-norm gamma 1, beta 0, running
+ * variance 1) from one seeded stream, written on the host and uploaded. */
+int hcnn_net_init(hcnn_net *net, hcnn_init init, uint64_t seed);
 
 /* The tensor named by name[0..len) (is_state: 0 parameters, 1 statistics,
  * -1 either), or NULL. */
@@ -68,6 +72,7 @@ void hcnn_net_state_range(const hcnn_net *net, int first, int last, size_t *off,
 
 /* ---- activations of one (micro-)batch for blocks [first, last) ---- */
 typedef struct hcnn_acts {
+    const hcnn_backend *be;
     int first, last;
     int capacity;                /* samples */
     float **y;                   /* y[i - first]: output of block i */
@@ -86,11 +91,11 @@ void hcnn_acts_free(hcnn_acts *a);
 #define HCNN_MAX_THREADS 512
 
 typedef struct hcnn_scratch {
-    hcnn_ctx ctx;
+    hcnn_ctx ctx;                /* ctx.be owns the buffers */
     float *g[2];
     size_t g_floats;
     int capacity;
-    /* whole-network per-thread execution (see src/model/net.c): for threads
+    /* whole-network per-thread execution (see src/model/pass.c): for threads
      * 1 .. nt-1, a gradient buffer each and copies of the layers of
      * [first, last) whose gradient views point into it (NULL: not set up) */
     int nt;

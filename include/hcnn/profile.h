@@ -14,9 +14,8 @@
 #define HCNN_PROFILE_MAX_REF 64 /* reference samples kept */
 
 typedef struct hcnn_profile {
-    int nblocks, nids;
-    double *fwd, *bwd;        /* seconds per block, summed over steps */
-    double *cfwd, *cbwd;      /* seconds per layer id (children of residual blocks) */
+    int nids;
+    double *fwd, *bwd;        /* seconds per layer id (blocks and their layers), over steps */
     long steps;
     double step_s;            /* whole steps */
     double data_s, opt_s, comm_s, bubble_s;
@@ -26,8 +25,8 @@ typedef struct hcnn_profile {
     int nref;
 } hcnn_profile;
 
-/* nids: layer ids including residual children (hcnn_net.nids) */
-int hcnn_profile_init(hcnn_profile *p, int nblocks, int nids);
+/* nids: layer ids including the layers inside blocks (hcnn_net.nids) */
+int hcnn_profile_init(hcnn_profile *p, int nids);
 void hcnn_profile_reset(hcnn_profile *p);
 void hcnn_profile_free(hcnn_profile *p);
 

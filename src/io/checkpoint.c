@@ -174,7 +174,7 @@ void hcnn_ckpt_prune(const char *dir, int keep)
     long steps[4096];
     int n = list_steps(dir, steps, 4096);
     for (int i = 0; i < n - keep; i++) {
-        char path[HCNN_PATH_MAX + 32];
+        char path[HCNN_FILE_PATH_MAX + 32];
         hcnn_ckpt_name(path, sizeof path, dir, steps[i]);
         unlink(path);
     }

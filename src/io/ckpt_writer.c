@@ -11,7 +11,7 @@
  * link, renamed into place so that it is never missing or torn). */
 static void link_final(const hcnn_ckpt_writer *w)
 {
-    char tmp[HCNN_PATH_MAX + 48], fin[HCNN_PATH_MAX + 32];
+    char tmp[HCNN_FILE_PATH_MAX + 48], fin[HCNN_FILE_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s/final.hcnn.tmp.%ld", w->dir, (long)getpid());
     snprintf(fin, sizeof fin, "%s/final.hcnn", w->dir);
     unlink(tmp);

@@ -1,85 +1,159 @@
-/* Residual basic block (ResNet):
+/* Residual basic block (ResNet), two chains and an addition:
  *   y = relu(body(x) + shortcut(x))
  *   body     = conv3x3(stride s) - bn - relu - conv3x3 - bn
  *   shortcut = identity, or conv1x1(stride s) - bn ("projection")
  * Backward, with g = dy * [y > 0]:
  *   dx = body'(x)^T g + shortcut'(x)^T g
  *
- * Forward fusions: a batch-norm followed by a ReLU writes the ReLU's output
- * (the ReLU does not run), and a body that ends in a batch-norm adds the
- * shortcut and applies the block's ReLU in that batch-norm's pass (the
- * shortcut runs first).  Each saves a pass over an activation (memory
- * bound: a ReLU of layer1's 16 MB tensor took 1.6 ms).  No child's backward
- * reads a batch-norm's output, which is therefore left unwritten.
- * Backward fusion: the ReLU after a batch-norm does not run either; the
- * batch-norm's backward applies its mask (hcnn_bn_relu_fused).
+ * The shortcut runs first, so that the body's last batch-norm adds it and
+ * applies the block's ReLU in its own pass (the chain's epilogue).  The
+ * input gradient is written once: by the body's first convolution adding
+ * its dx to g written into dx (identity shortcut), and by the projection's
+ * convolution adding its dx into the block's (no input-sized buffer
+ * written and read again).
  *
- * aux layout for n samples: for each body layer then each projection
+ * aux layout for n samples: for each body layer, then each projection
  * layer, its output followed by its own aux.  Gradient temporaries come
- * from ctx->tmp: g (one output), then two ping-pong buffers of the largest
- * inner tensor, then one input-sized buffer for the projection's dx. */
+ * from ctx->tmp: g (one output), two ping-pong buffers of the largest inner
+ * tensor, one input-sized buffer for a projection without backward_acc. */
+#include <stdio.h>
 #include <string.h>
 
-#include "hcnn/common.h"
 #include "hcnn/layer.h"
-#include "hcnn/markers.h"
 
-typedef struct child_bufs {
-    float *y;
-    float *aux;
-} child_bufs;
+#define BODY 5           /* conv, bn, relu, conv, bn */
+#define MAX_CHILDREN 7   /* and the projection's conv, bn */
 
-/* Pointers to the saved output and aux of child k (body first, then proj). */
-static child_bufs child_at(const hcnn_layer *l, const float *aux, int n, int k)
+static void child_spec(hcnn_block_spec *s, hcnn_block_kind kind, int out, int k, int stride,
+                       int pad)
+{
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->out = out;
+    s->kh = s->kw = k;
+    s->sh = s->sw = stride;
+    s->ph = s->pw = pad;
+    s->bias = 0;
+    s->eps = 1e-5f;
+    s->momentum = 0.1f;
+}
+
+/* "<block>.<suffix>", PyTorch's (torchvision's) names inside a BasicBlock */
+static int child_name(hcnn_layer *child, const hcnn_layer *parent, const char *suffix)
+{
+    if (snprintf(child->name, sizeof child->name, "%s.%s", parent->name, suffix) >=
+        (int)sizeof child->name)
+        return hcnn_error("block name %s is too long", parent->name);
+    return 0;
+}
+
+static int residual_setup(hcnn_layer *l, const char *cfg_path, int index)
+{
+    const hcnn_block_spec *spec = &l->spec;
+    if (spec->out < 1)
+        return HCNN_LAYER_BAD_SHAPE;
+    const int out = spec->out, sh = spec->sh > 0 ? spec->sh : 1, sw = spec->sw > 0 ? spec->sw : 1;
+    int proj = spec->shortcut == HCNN_SHORTCUT_PROJECTION ||
+               (spec->shortcut == HCNN_SHORTCUT_AUTO && (out != l->in_c || sh != 1 || sw != 1));
+    if (spec->shortcut == HCNN_SHORTCUT_IDENTITY && (out != l->in_c || sh != 1 || sw != 1))
+        return hcnn_error("%s: block %d (%s): identity shortcut needs the same shape, but the "
+                          "block maps %d channels to %d with stride %dx%d (use shortcut: "
+                          "projection)",
+                          cfg_path, index, l->name, l->in_c, out, sh, sw);
+    l->nchildren = BODY + (proj ? 2 : 0);
+    l->children = hcnn_calloc(sizeof *l->children * (size_t)l->nchildren, "residual block");
+    if (!l->children)
+        return HCNN_ENOMEM;
+    l->body = l->children, l->nbody = BODY;
+    l->proj = proj ? l->children + BODY : NULL, l->nproj = proj ? 2 : 0;
+
+    hcnn_block_spec cs[MAX_CHILDREN];
+    static const char *suffix[MAX_CHILDREN] = {"conv1", "bn1", "relu", "conv2", "bn2",
+                                               "downsample.0", "downsample.1"};
+    child_spec(&cs[0], HCNN_BLOCK_CONV, out, 3, 1, 1);
+    cs[0].sh = sh, cs[0].sw = sw;
+    child_spec(&cs[1], HCNN_BLOCK_BN, out, 0, 0, 0);
+    child_spec(&cs[2], HCNN_BLOCK_RELU, out, 0, 0, 0);
+    child_spec(&cs[3], HCNN_BLOCK_CONV, out, 3, 1, 1);
+    child_spec(&cs[4], HCNN_BLOCK_BN, out, 0, 0, 0);
+    child_spec(&cs[5], HCNN_BLOCK_CONV, out, 1, 1, 0);
+    cs[5].sh = sh, cs[5].sw = sw;
+    child_spec(&cs[6], HCNN_BLOCK_BN, out, 0, 0, 0);
+
+    int c = l->in_c, h = l->in_h, w = l->in_w;
+    for (int j = 0; j < l->nbody; j++) {
+        int rc = hcnn_layer_setup(&l->body[j], &cs[j], c, h, w, cfg_path, index);
+        if (!rc)
+            rc = child_name(&l->body[j], l, suffix[j]);
+        if (rc)
+            return rc;
+        c = l->body[j].out_c, h = l->body[j].out_h, w = l->body[j].out_w;
+    }
+    l->out_c = c, l->out_h = h, l->out_w = w;
+    if (proj) {
+        int rc = hcnn_layer_setup(&l->proj[0], &cs[5], l->in_c, l->in_h, l->in_w, cfg_path, index);
+        if (!rc)
+            rc = hcnn_layer_setup(&l->proj[1], &cs[6], out, l->proj[0].out_h, l->proj[0].out_w,
+                                  cfg_path, index);
+        if (!rc)
+            rc = child_name(&l->proj[0], l, suffix[5]);
+        if (!rc)
+            rc = child_name(&l->proj[1], l, suffix[6]);
+        if (rc)
+            return rc;
+        if (l->proj[1].out_h != h || l->proj[1].out_w != w)
+            return hcnn_error("%s: block %d (%s): shortcut output %dx%d differs from body %dx%d",
+                              cfg_path, index, l->name, l->proj[1].out_h, l->proj[1].out_w, h, w);
+    }
+    size_t inner = hcnn_layer_in_size(l);
+    for (int j = 0; j < l->nchildren; j++) {
+        const hcnn_layer *ch = &l->children[j];
+        l->aux_per_sample += hcnn_layer_out_size(ch) + ch->aux_per_sample;
+        l->aux_fixed += ch->aux_fixed;
+        if (ch->ws_per_sample > l->ws_per_sample)
+            l->ws_per_sample = ch->ws_per_sample;
+        l->flops_per_sample += ch->flops_per_sample;
+        if (j < l->nbody && hcnn_layer_out_size(ch) > inner)
+            inner = hcnn_layer_out_size(ch);
+    }
+    l->tmp_per_sample = hcnn_layer_out_size(l) + 2 * inner + hcnn_layer_in_size(l);
+    return HCNN_OK;
+}
+
+/* The saved output and aux of every child (body first, then proj). */
+static void child_bufs(const hcnn_layer *l, const float *aux, int n, float **y, float **caux)
 {
     size_t off = 0;
-    for (int j = 0; j < l->nbody + l->nproj; j++) {
-        const hcnn_layer *c = j < l->nbody ? &l->body[j] : &l->proj[j - l->nbody];
-        child_bufs b = {(float *)aux + off, (float *)aux + off + hcnn_layer_out_size(c) * n};
-        if (j == k)
-            return b;
+    for (int j = 0; j < l->nchildren; j++) {
+        const hcnn_layer *c = &l->children[j];
+        y[j] = (float *)aux + off;
+        caux[j] = (float *)aux + off + hcnn_layer_out_size(c) * n;
         off += hcnn_layer_out_size(c) * n + hcnn_layer_aux_size(c, n);
     }
-    child_bufs none = {NULL, NULL};
-    return none;
 }
 
-/* A child's forward or backward, timed when profiling, and a LIKWID region
- * of its own ("fwd:layer1.0.conv1" inside "fwd:layer1.0": a region only
- * reads the counters at its start and stop, so regions nest). */
-static int child_forward(hcnn_layer *c, const hcnn_ctx *ctx, const float *x, float *y,
-                         float *aux, int n, const float *add, int relu)
+static int residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,
+                            float *aux, int n)
 {
-    const double t0 = ctx->prof_child_fwd ? hcnn_now() : 0.0;
-    HCNN_MARKER_START(ctx, c->name, 0);
-    int rc = 0;
-    if (add || relu) /* a batch-norm with the fused epilogue */
-        hcnn_bn_forward_fused(c, ctx, x, add, relu, y, aux, n);
-    else
-        rc = hcnn_layer_forward(c, ctx, x, y, aux, n);
-    HCNN_MARKER_STOP(ctx, c->name, 0);
-    if (ctx->prof_child_fwd)
-        ctx->prof_child_fwd[c->id] += hcnn_now() - t0;
-    return rc;
-}
-
-static int child_backward(hcnn_layer *c, const hcnn_ctx *ctx, const float *x, const float *y,
-                          const float *aux, const float *dy, float *dx, int dx_acc, int relu,
-                          int n)
-{
-    const double t0 = ctx->prof_child_bwd ? hcnn_now() : 0.0;
-    HCNN_MARKER_START(ctx, c->name, 1);
-    int rc = 0;
-    if (dx_acc) /* a convolution adding its dx (see hcnn_residual_backward) */
-        hcnn_conv_backward_into(c, ctx, x, dy, dx, 1, n);
-    else if (relu) /* a batch-norm with the following ReLU's mask */
-        hcnn_bn_backward_fused(c, ctx, x, aux, dy, 1, dx, n);
-    else
-        rc = hcnn_layer_backward(c, ctx, x, y, aux, dy, dx, n);
-    HCNN_MARKER_STOP(ctx, c->name, 1);
-    if (ctx->prof_child_bwd)
-        ctx->prof_child_bwd[c->id] += hcnn_now() - t0;
-    return rc;
+    float *ys[MAX_CHILDREN], *auxs[MAX_CHILDREN];
+    child_bufs(l, aux, n, ys, auxs);
+    const float *s = x;
+    if (l->nproj) {
+        const int rc = hcnn_chain_forward(l->proj, l->nproj, ctx, x, ys + l->nbody,
+                                          auxs + l->nbody, n, NULL);
+        if (rc)
+            return rc;
+        s = ys[l->nbody + l->nproj - 1];
+    }
+    /* y = relu(bn(h) + shortcut) in the body's last pass */
+    hcnn_chain_epilogue epi = {.add = s, .relu = 1, .out = y};
+    const int rc = hcnn_chain_forward(l->body, l->nbody, ctx, x, ys, auxs, n, &epi);
+    if (rc || epi.done)
+        return rc;
+    const size_t sz = hcnn_layer_out_size(l) * n;
+    ctx->be->add(ys[l->nbody - 1], s, y, sz);
+    ctx->be->relu_fwd(y, y, sz, 0.0f);
+    return HCNN_OK;
 }
 
 static size_t max_inner(const hcnn_layer *l)
@@ -91,111 +165,44 @@ static size_t max_inner(const hcnn_layer *l)
     return m;
 }
 
-static int is_kind(const hcnn_layer *l, int j, hcnn_block_kind kind)
+static int residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *y,
+                             const float *aux, const float *dy, float *dx, int n)
 {
-    return j >= 0 && j < l->nbody && l->body[j].kind == kind;
-}
-
-int hcnn_residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,
-                          float *aux, int n)
-{
-    const float *s = x;
-    for (int j = 0; j < l->nproj; j++) {
-        child_bufs b = child_at(l, aux, n, l->nbody + j);
-        int rc = child_forward(&l->proj[j], ctx, s, b.y, b.aux, n, NULL, 0);
-        if (rc)
-            return rc;
-        s = b.y;
-    }
-    const int last_bn = is_kind(l, l->nbody - 1, HCNN_BLOCK_BN);
-    const float *h = x;
-    for (int j = 0; j < l->nbody; j++) {
-        child_bufs b = child_at(l, aux, n, j);
-        const float *add = NULL;
-        int relu = 0;
-        float *out = b.y;
-        if (j == l->nbody - 1 && last_bn) { /* y = relu(bn(h) + shortcut) */
-            add = s, relu = 1, out = y;
-        } else if (hcnn_bn_relu_fused(l->body, j, l->nbody)) {
-            relu = 1, out = child_at(l, aux, n, j + 1).y; /* the ReLU's output */
-        }
-        const int rc = child_forward(&l->body[j], ctx, h, out, b.aux, n, add, relu);
-        if (rc)
-            return rc;
-        h = out;
-        if (relu && !add) /* the ReLU is done */
-            j++;
-    }
-    if (last_bn)
-        return 0;
-    const size_t sz = hcnn_layer_out_size(l) * n;
-    ctx->be->add(h, s, y, sz);
-    ctx->be->relu_fwd(y, y, sz, 0.0f);
-    return 0;
-}
-
-/* Backward through a chain of children [k0, k0+cnt) whose input is x0,
- * from gradient g to dx (which may be NULL; added to if dx_acc, the first
- * child then being a convolution), using buffers t[0], t[1]. */
-static int chain_backward(hcnn_layer *l, hcnn_layer *chain, int cnt, int k0, const hcnn_ctx *ctx,
-                          const float *x0, const float *aux, const float *g, float *dx,
-                          int dx_acc, float *t0, float *t1, int n)
-{
-    const float *cur = g;
-    float *bufs[2] = {t0, t1};
-    int which = 0;
-    for (int j = cnt - 1; j >= 0; j--) {
-        const int relu = hcnn_bn_relu_fused(chain, j - 1, cnt);
-        if (relu) /* the batch-norm before this ReLU applies its mask */
-            j--;
-        child_bufs b = child_at(l, aux, n, k0 + j);
-        const float *in = j == 0 ? x0 : child_at(l, aux, n, k0 + j - 1).y;
-        float *out = j == 0 ? dx : bufs[which];
-        int rc = child_backward(&chain[j], ctx, in, b.y, b.aux, cur, out, j == 0 && dx_acc, relu,
-                                n);
-        if (rc)
-            return rc;
-        hcnn_ctx_poll(ctx);
-        cur = out;
-        which ^= 1;
-    }
-    return 0;
-}
-
-int hcnn_residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *y,
-                           const float *aux, const float *dy, float *dx, int n)
-{
+    float *ys[MAX_CHILDREN], *auxs[MAX_CHILDREN];
+    child_bufs(l, aux, n, ys, auxs);
     const size_t out_sz = hcnn_layer_out_size(l) * n, inner = max_inner(l) * n;
     float *g = ctx->tmp, *t0 = g + out_sz, *t1 = t0 + inner, *t2 = t1 + inner;
-    /* identity shortcut, body from a convolution to another child: g is
-     * written into dx, which only the body's last child reads, and the
-     * convolution adds its dx to it (no g buffer, no addition pass: two
-     * passes over the block's input gradient fewer) */
-    const int into_dx = l->nproj == 0 && dx && l->nbody > 1 &&
-                        l->body[0].kind == HCNN_BLOCK_CONV;
+    float *const bufs[2] = {t0, t1};
+    /* identity shortcut, body from a layer that adds its dx: g is written
+     * into dx, which only the body's last layer reads, and the first one
+     * adds its dx to it (two passes over the input gradient fewer) */
+    const int into_dx = l->nproj == 0 && dx && l->nbody > 1 && l->body[0].ops->backward_acc;
     if (into_dx)
         g = dx;
     ctx->be->relu_bwd(y, dy, g, out_sz, 0.0f);
-    int rc = chain_backward(l, l->body, l->nbody, 0, ctx, x, aux, g, dx, into_dx, t0, t1, n);
+    int rc = hcnn_chain_backward(l->body, l->nbody, ctx, x, ys, auxs, g, dx, into_dx, bufs, n,
+                                 NULL, NULL);
     if (rc)
         return rc;
     if (l->nproj == 0) {
         if (dx && !into_dx)
             ctx->be->add_acc(g, dx, out_sz);
-        return 0;
+        return HCNN_OK;
     }
-    /* projection: parameter gradients always; its input gradient is added
-     * to dx, by the convolution's col2im itself when the chain starts with
-     * one (no input-sized buffer written and read again: ResNet-18's
-     * layer2.0-4.0 spent 3.4-3.6 ms a step in their own backward passes,
-     * now 1.4-1.6, with the projections' rows about as before), else
-     * through t2 */
-    const int direct = l->proj[0].kind == HCNN_BLOCK_CONV;
-    rc = chain_backward(l, l->proj, l->nproj, l->nbody, ctx, x, aux, g,
-                        dx && !direct ? t2 : dx, dx && direct, t0, t1, n);
+    /* projection: parameter gradients always; its input gradient added to
+     * dx by its first layer when that can, else through t2 */
+    const int direct = l->proj[0].ops->backward_acc != NULL;
+    rc = hcnn_chain_backward(l->proj, l->nproj, ctx, x, ys + l->nbody, auxs + l->nbody, g,
+                             dx && !direct ? t2 : dx, dx && direct, bufs, n, NULL, NULL);
     if (rc)
         return rc;
     if (dx && !direct)
         ctx->be->add_acc(t2, dx, hcnn_layer_in_size(l) * n);
-    return 0;
+    return HCNN_OK;
 }
+
+const hcnn_layer_ops hcnn_layer_residual = {
+    .setup = residual_setup,
+    .forward = residual_forward,
+    .backward = residual_backward,
+};

@@ -5,25 +5,20 @@
 #include "hcnn/common.h"
 #include "hcnn/profile.h"
 
-int hcnn_profile_init(hcnn_profile *p, int nblocks, int nids)
+int hcnn_profile_init(hcnn_profile *p, int nids)
 {
     memset(p, 0, sizeof *p);
-    p->nblocks = nblocks;
     p->nids = nids;
-    p->fwd = hcnn_calloc(sizeof(double) * (size_t)(nblocks + 1), "profile");
-    p->bwd = hcnn_calloc(sizeof(double) * (size_t)(nblocks + 1), "profile");
-    p->cfwd = hcnn_calloc(sizeof(double) * (size_t)(nids + 1), "profile");
-    p->cbwd = hcnn_calloc(sizeof(double) * (size_t)(nids + 1), "profile");
+    p->fwd = hcnn_calloc(sizeof(double) * (size_t)(nids + 1), "profile");
+    p->bwd = hcnn_calloc(sizeof(double) * (size_t)(nids + 1), "profile");
     p->ref = hcnn_calloc(sizeof(double) * (size_t)(nids + 1) * HCNN_PROFILE_MAX_REF, "profile");
-    return p->fwd && p->bwd && p->cfwd && p->cbwd && p->ref ? HCNN_OK : HCNN_ENOMEM;
+    return p->fwd && p->bwd && p->ref ? HCNN_OK : HCNN_ENOMEM;
 }
 
 void hcnn_profile_reset(hcnn_profile *p)
 {
-    memset(p->fwd, 0, sizeof(double) * (size_t)p->nblocks);
-    memset(p->bwd, 0, sizeof(double) * (size_t)p->nblocks);
-    memset(p->cfwd, 0, sizeof(double) * (size_t)p->nids);
-    memset(p->cbwd, 0, sizeof(double) * (size_t)p->nids);
+    memset(p->fwd, 0, sizeof(double) * (size_t)p->nids);
+    memset(p->bwd, 0, sizeof(double) * (size_t)p->nids);
     p->steps = 0;
     p->nref = 0;
     p->step_s = p->data_s = p->opt_s = p->comm_s = p->bubble_s = 0.0;
@@ -33,88 +28,13 @@ void hcnn_profile_free(hcnn_profile *p)
 {
     hcnn_free(p->fwd);
     hcnn_free(p->bwd);
-    hcnn_free(p->cfwd);
-    hcnn_free(p->cbwd);
     hcnn_free(p->ref);
     memset(p, 0, sizeof *p);
 }
 
-/* per_thread: issued by every thread at once, single-threaded, each on its
- * own images (the per-thread convolution path); else one threaded call. */
-typedef struct gemm_shape {
-    int ta, tb, m, n, k;
-    int per_thread;
-} gemm_shape;
-
-/* The GEMMs a layer (and, for a residual block, its children) issues for
- * n samples (whole_nt > 0: under whole-network per-thread execution on
- * that many threads): forward into f[], backward into b[], counted in
- * *nf, *nb (with f and b NULL: only counted). */
-#define PUSH(arr, cnt, ...)                                                                        \
-    do {                                                                                           \
-        if (arr)                                                                                   \
-            (arr)[*(cnt)] = (gemm_shape){__VA_ARGS__};                                             \
-        (*(cnt))++;                                                                                \
-    } while (0)
-static void layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int whole_nt,
-                        int need_dx, gemm_shape *f, int *nf, gemm_shape *b, int *nb,
-                        double *flops)
-{
-    for (int j = 0; j < l->nbody; j++)
-        layer_gemms(&l->body[j], ctx, n, whole_nt, 1, f, nf, b, nb, flops);
-    for (int j = 0; j < l->nproj; j++)
-        layer_gemms(&l->proj[j], ctx, n, whole_nt, 1, f, nf, b, nb, flops);
-    if (l->kind == HCNN_BLOCK_CONV) {
-        const int K = l->conv.c * l->conv.kh * l->conv.kw, P = l->conv.oh * l->conv.ow;
-        const int co = l->out_c;
-        int group, nt, chunk = hcnn_conv_chunk(l, ctx, n), count = n, per = 0;
-        if (hcnn_conv_per_thread(l, ctx, n, &group, &nt)) {
-            /* the largest thread share, in groups: the slowest thread */
-            chunk = group, count = (n + nt - 1) / nt, per = 1;
-        }
-        const int dwt = per && hcnn_conv_dw_transposed(l);
-        /* one-image groups: forward and weight gradient by blocks of rows,
-         * or forward and dx by shifted windows (a GEMM per tap on the padded
-         * width) */
-        const int rb = per && chunk == 1 && !dwt ? hcnn_conv_rows_per_block(l) : l->conv.oh;
-        const int shifted = per && chunk == 1 && hcnn_conv_shifted(l);
-        const int taps = l->conv.kh * l->conv.kw, c = l->conv.c;
-        const int wide = shifted ? hcnn_conv_shifted_columns(l) : 0;
-        for (int i0 = 0; i0 < count; i0 += chunk) {
-            const int cn = (count - i0 < chunk ? count - i0 : chunk) * P;
-            for (int t = 0; shifted && t < taps; t++)
-                PUSH(f, nf, 0, 0, co, wide, c, per);
-            for (int oy0 = 0; oy0 < l->conv.oh; oy0 += rb) {
-                const int rows = l->conv.oh - oy0 < rb ? l->conv.oh - oy0 : rb;
-                const int bn = rb == l->conv.oh ? cn : rows * l->conv.ow;
-                if (!shifted)
-                    PUSH(f, nf, 0, 0, co, bn, K, per);
-                if (dwt)
-                    PUSH(b, nb, 0, 0, K, co, bn, per);
-                else
-                    PUSH(b, nb, 0, 1, co, K, bn, per);
-            }
-            for (int t = 0; need_dx && shifted && t < taps; t++)
-                PUSH(b, nb, 1, 0, c, wide, co, per);
-            if (need_dx && !shifted)
-                PUSH(b, nb, 1, 0, K, cn, co, per);
-        }
-        *flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
-    } else if (l->kind == HCNN_BLOCK_FC) {
-        const int in = (int)hcnn_layer_in_size(l), out = l->out_c;
-        /* whole-network execution: every thread its share of the rows */
-        const int per = whole_nt > 0, m = per ? (n + whole_nt - 1) / whole_nt : n;
-        PUSH(f, nf, 0, 1, m, out, in, per);
-        PUSH(b, nb, 1, 0, out, in, m, per);
-        if (need_dx)
-            PUSH(b, nb, 0, 0, m, in, out, per);
-        *flops += 2.0 * in * out * (double)n * (need_dx ? 3 : 2);
-    }
-}
-
 typedef struct gemm_run {
     const hcnn_backend *be;
-    const gemm_shape *g;
+    const hcnn_gemm_shape *g;
     int ng;
     float *A, *B, *C;    /* one slice of each per thread */
     size_t a, b, c;      /* slice sizes */
@@ -125,7 +45,7 @@ static void run_shapes(const gemm_run *r, int t)
     const float *A = r->A + (size_t)t * r->a, *B = r->B + (size_t)t * r->b;
     float *C = r->C + (size_t)t * r->c;
     for (int i = 0; i < r->ng; i++) {
-        const gemm_shape *s = &r->g[i];
+        const hcnn_gemm_shape *s = &r->g[i];
         r->be->gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, s->ta ? s->m : s->k, B,
                     s->tb ? s->k : s->n, 0.0f, C, s->n);
     }
@@ -140,7 +60,7 @@ static void run_shapes_thread(void *arg, int t, int nt)
 /* Median of reps (<= 5) timings of the GEMM list on scratch buffers, each
  * run of per-thread shapes issued by all threads at once as the layer
  * does. */
-static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng, int reps)
+static double time_gemms(const hcnn_backend *be, const hcnn_gemm_shape *g, int ng, int reps)
 {
     const int nt = be->threads();
     gemm_run run = {.be = be, .a = 1, .b = 1, .c = 1};
@@ -150,15 +70,15 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng, in
         run.a = ea > run.a ? ea : run.a, run.b = eb > run.b ? eb : run.b;
         run.c = ec > run.c ? ec : run.c;
     }
-    run.A = hcnn_calloc(sizeof(float) * run.a * nt, "GEMM reference");
-    run.B = hcnn_calloc(sizeof(float) * run.b * nt, "GEMM reference");
-    run.C = hcnn_calloc(sizeof(float) * run.c * nt, "GEMM reference");
+    run.A = be->alloc(sizeof(float) * run.a * nt, "GEMM reference");
+    run.B = be->alloc(sizeof(float) * run.b * nt, "GEMM reference");
+    run.C = be->alloc(sizeof(float) * run.c * nt, "GEMM reference");
     double t[5] = {0, 0, 0, 0, 0};
     if (run.A && run.B && run.C) {
-        for (size_t i = 0; i < run.a * nt; i++)
-            run.A[i] = 0.001f * (float)(i % 13);
-        for (size_t i = 0; i < run.b * nt; i++)
-            run.B[i] = 0.001f * (float)(i % 7);
+        /* normal numbers (a GEMM's time does not depend on them otherwise) */
+        be->fill(run.A, run.a * nt, 0.001f);
+        be->fill(run.B, run.b * nt, 0.002f);
+        be->fill(run.C, run.c * nt, 0.0f);
         for (int r = 0; r < reps; r++) {
             const double t0 = hcnn_now();
             for (int i = 0, j; i < ng; i = j) {
@@ -173,7 +93,7 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng, in
             t[r] = hcnn_now() - t0;
         }
     }
-    hcnn_free(run.A), hcnn_free(run.B), hcnn_free(run.C);
+    be->free(run.A), be->free(run.B), be->free(run.C);
     return hcnn_median(t, reps);
 }
 
@@ -182,19 +102,20 @@ static double time_gemms(const hcnn_backend *be, const gemm_shape *g, int ng, in
 static double row_reference(const hcnn_layer *l, const hcnn_net *net, const hcnn_ctx *ctx, int n,
                             int whole_nt, int need_dx, int reps, double *flops)
 {
-    int nf = 0, nb = 0;
-    *flops = 0.0;
-    layer_gemms(l, ctx, n, whole_nt, need_dx, NULL, &nf, NULL, &nb, flops);
-    if (nf + nb == 0 || reps == 0)
+    hcnn_gemm_list g = {0};
+    hcnn_layer_gemms(l, ctx, n, whole_nt, need_dx, &g);
+    *flops = g.flops;
+    if (g.nfwd + g.nbwd == 0 || reps == 0)
         return 0.0;
-    gemm_shape *f = malloc(sizeof *f * (size_t)nf), *b = malloc(sizeof *b * (size_t)nb);
+    g.fwd = malloc(sizeof *g.fwd * (size_t)g.nfwd);
+    g.bwd = malloc(sizeof *g.bwd * (size_t)g.nbwd);
     double s = 0.0;
-    if (f && b) {
-        nf = nb = 0, *flops = 0.0;
-        layer_gemms(l, ctx, n, whole_nt, need_dx, f, &nf, b, &nb, flops);
-        s = time_gemms(net->be, f, nf, reps) + time_gemms(net->be, b, nb, reps);
+    if (g.fwd && g.bwd) {
+        g.nfwd = g.nbwd = 0, g.flops = 0.0;
+        hcnn_layer_gemms(l, ctx, n, whole_nt, need_dx, &g);
+        s = time_gemms(net->be, g.fwd, g.nfwd, reps) + time_gemms(net->be, g.bwd, g.nbwd, reps);
     }
-    free(f), free(b);
+    free(g.fwd), free(g.bwd);
     return s;
 }
 
@@ -206,8 +127,8 @@ static void for_each_row(const hcnn_net *net, int first, int last, row_fn fn, vo
     for (int i = first; i < last; i++) {
         const hcnn_layer *l = &net->layers[i];
         fn(arg, l, i, i > 0);
-        for (int j = 0; j < l->nbody + l->nproj; j++)
-            fn(arg, j < l->nbody ? &l->body[j] : &l->proj[j - l->nbody], -1, 1);
+        for (int j = 0; j < l->nchildren; j++)
+            fn(arg, &l->children[j], -1, 1);
     }
 }
 
@@ -252,8 +173,8 @@ static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     print_job *j = arg;
     const hcnn_profile *p = j->p;
     const double steps = p->steps > 0 ? (double)p->steps : 1.0;
-    const double fw = (top >= 0 ? p->fwd[top] : p->cfwd[l->id]) / steps * 1e3;
-    const double bw = (top >= 0 ? p->bwd[top] : p->cbwd[l->id]) / steps * 1e3;
+    const double fw = p->fwd[l->id] / steps * 1e3;
+    const double bw = p->bwd[l->id] / steps * 1e3;
     double flops;
     double s = row_reference(l, j->net, j->ctx, j->n, j->whole_nt, need_dx, p->nref ? 0 : 5,
                              &flops);

@@ -791,12 +791,10 @@ static int resume_from(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta)
 
 static int enable_profile(hcnn_run *r)
 {
-    int rc = hcnn_profile_init(&r->prof, r->net.nlayers, r->net.nids);
+    int rc = hcnn_profile_init(&r->prof, r->net.nids);
     r->profiling = 1;
     r->scratch.ctx.prof_fwd = r->prof.fwd;
     r->scratch.ctx.prof_bwd = r->prof.bwd;
-    r->scratch.ctx.prof_child_fwd = r->prof.cfwd;
-    r->scratch.ctx.prof_child_bwd = r->prof.cbwd;
     return rc;
 }
 
