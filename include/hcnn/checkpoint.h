@@ -38,10 +38,12 @@ typedef struct hcnn_ckpt_meta {
     double loss_sum, correct, seen;
 } hcnn_ckpt_meta;
 
-/* momentum may be NULL (then no optimiser state is stored). */
+/* The network's buffers (and momentum, backend memory too; may be NULL:
+ * then no optimiser state is stored), downloaded if they are not host
+ * memory. */
 int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
                    const hcnn_ckpt_meta *meta);
-/* The same from snapshot buffers laid out like net->params / net->state. */
+/* The same from host buffers laid out like net->params / net->state. */
 int hcnn_ckpt_save_buffers(const char *path, const hcnn_net *net, const float *params,
                            const float *state, const float *momentum, const hcnn_ckpt_meta *meta);
 
@@ -54,8 +56,9 @@ int hcnn_ckpt_latest(const char *dir, char *buf, size_t cap);
 /* Delete all but the newest `keep` checkpoints of dir. */
 void hcnn_ckpt_prune(const char *dir, int keep);
 /* Verifies magic, version, CRCs, model hash, every name and shape; on any
- * mismatch prints what does not match and leaves the net unchanged.
- * momentum may be NULL (optimiser state ignored). */
+ * mismatch prints what does not match and leaves the net unchanged; the
+ * tensors are uploaded into the network's buffers and into momentum
+ * (backend memory; may be NULL: optimiser state ignored). */
 int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_meta *meta);
 
 /* A checkpoint file read into memory, verified (magic, version, CRC32 of

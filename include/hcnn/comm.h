@@ -8,6 +8,9 @@
 #define HCNN_COMM_H
 
 #include <mpi.h>
+#include <stddef.h>
+
+#include "hcnn/backend.h"
 
 typedef struct hcnn_comm {
     int rank, size;
@@ -40,8 +43,38 @@ _Noreturn void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int
     } while (0)
 _Noreturn void hcnn_mpi_fail(const char *file, int line, const char *call, int rc);
 
-/* Collectives on float buffers of any length (MPI counts are int). */
-int hcnn_bcast_floats(MPI_Comm comm, float *buf, size_t n, int root);
-int hcnn_allreduce_sum_floats(MPI_Comm comm, float *buf, size_t n);
+/* ---- MPI on backend memory ------------------------------------------------
+ * MPI reads and writes the backend's buffers in place when they are host
+ * memory (backend host_memory); otherwise through a host copy, downloaded
+ * before a send and uploaded after a receive completes. */
+typedef struct hcnn_mpi_buf {
+    const hcnn_backend *be;
+    float *dev;          /* the backend's buffer */
+    float *host;         /* its host copy; NULL when MPI uses dev in place */
+    size_t n;            /* floats */
+} hcnn_mpi_buf;
+
+/* dev may be NULL (an unused buffer: nothing staged) */
+int hcnn_mpi_buf_init(hcnn_mpi_buf *b, const hcnn_backend *be, float *dev, size_t n,
+                      const char *what);
+void hcnn_mpi_buf_free(hcnn_mpi_buf *b);
+/* What a send of floats [off, off + count) reads: dev, or the host copy
+ * with those floats downloaded into it. */
+float *hcnn_mpi_send_ptr(hcnn_mpi_buf *b, size_t off, size_t count);
+/* What a receive into [off, ...) writes. */
+float *hcnn_mpi_recv_ptr(hcnn_mpi_buf *b, size_t off);
+/* After that receive completed: upload [off, off + count) if staged. */
+void hcnn_mpi_recv_done(hcnn_mpi_buf *b, size_t off, size_t count);
+
+/* Collectives and point-to-point transfers of n floats of backend memory,
+ * of any length (MPI counts are int): in place, or staged through a
+ * temporary host copy.  MPI failures end the job (HCNN_MPI); returns
+ * HCNN_OK or HCNN_ENOMEM (no host copy). */
+int hcnn_bcast_floats(const hcnn_backend *be, MPI_Comm comm, float *buf, size_t n, int root);
+int hcnn_allreduce_sum_floats(const hcnn_backend *be, MPI_Comm comm, float *buf, size_t n);
+int hcnn_send_floats(const hcnn_backend *be, MPI_Comm comm, const float *buf, size_t n, int dest,
+                     int tag);
+int hcnn_recv_floats(const hcnn_backend *be, MPI_Comm comm, float *buf, size_t n, int source,
+                     int tag);
 
 #endif

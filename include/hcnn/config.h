@@ -13,7 +13,7 @@
 #define HCNN_PATH_MAX 1024
 
 typedef enum hcnn_schedule { HCNN_SCHED_CONSTANT = 0, HCNN_SCHED_STEP, HCNN_SCHED_COSINE } hcnn_schedule;
-typedef enum hcnn_strategy { HCNN_STRATEGY_SERIAL = 0, HCNN_STRATEGY_DATA, HCNN_STRATEGY_PIPELINE } hcnn_strategy;
+typedef enum hcnn_strategy_kind { HCNN_STRATEGY_SERIAL = 0, HCNN_STRATEGY_DATA, HCNN_STRATEGY_PIPELINE } hcnn_strategy_kind;
 typedef enum hcnn_pipe_schedule { HCNN_PIPE_GPIPE = 0, HCNN_PIPE_1F1B } hcnn_pipe_schedule;
 /* How a non-blocking gradient allreduce is driven while backward runs:
  * MPI_Test from the compute thread between layers and GEMM chunks, or a
@@ -49,7 +49,7 @@ typedef struct hcnn_config {
 
     uint64_t seed;
     int threads;                   /* 0: OMP_NUM_THREADS, else all cores */
-    hcnn_strategy strategy;        /* serial | data | pipeline */
+    hcnn_strategy_kind strategy;   /* serial | data | pipeline */
     double bucket_mb;              /* data: gradient allreduce bucket size (MiB) */
     hcnn_allreduce_progress allreduce_progress;
     int stages;                    /* pipeline: S stages (world size = replicas x S) */
@@ -88,7 +88,7 @@ void hcnn_config_print(const hcnn_config *cfg, void *file);
 
 const char *hcnn_schedule_name(hcnn_schedule s);
 const char *hcnn_init_name(hcnn_init i);
-const char *hcnn_strategy_name(hcnn_strategy s);
+const char *hcnn_strategy_name(hcnn_strategy_kind s);
 const char *hcnn_progress_name(hcnn_allreduce_progress p);
 const char *hcnn_conv_algo_name(hcnn_conv_algo a);
 const char *hcnn_prefetch_name(hcnn_prefetch p);

@@ -20,7 +20,9 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdio.h>
 
+#include "hcnn/comm.h"
 #include "hcnn/config.h"
 #include "hcnn/net.h"
 
@@ -33,13 +35,12 @@ typedef struct hcnn_bucket {
 typedef struct hcnn_grad_sync {
     MPI_Comm comm;
     int size;
-    float *grads;
+    hcnn_mpi_buf buf;      /* the network's gradients, as MPI reaches them */
     hcnn_bucket *buckets;  /* buckets[0] holds the last blocks */
     int nbuckets;
     hcnn_allreduce_progress mode;
     int started;           /* buckets started this step */
     int completed;         /* buckets known complete this step */
-    int failed;            /* an MPI error in the communication thread */
 
     /* communication thread (HCNN_PROGRESS_THREAD) */
     pthread_t thread;
@@ -59,8 +60,7 @@ void hcnn_grad_sync_free(hcnn_grad_sync *gs);
 
 /* Per step: begin (before backward), block_done after backward of each
  * block (descending), poll whenever convenient, finish before the
- * optimiser.  Errors abort through the caller's abort path (returns
- * HCNN_EMPI). */
+ * optimiser.  An MPI failure ends the job (HCNN_MPI). */
 void hcnn_grad_sync_begin(hcnn_grad_sync *gs);
 int hcnn_grad_sync_block_done(hcnn_grad_sync *gs, int block);
 void hcnn_grad_sync_poll(void *gs);
@@ -69,5 +69,9 @@ int hcnn_grad_sync_finish(hcnn_grad_sync *gs);
 /* Median time of `reps` blocking allreduces of all buckets (the cost that
  * overlap hides); overwrites the gradients, so call it between steps. */
 double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps);
+
+/* The run header's line: buckets, progress, the calibrated blocking time. */
+void hcnn_grad_sync_print(const hcnn_grad_sync *gs, double bucket_mb, double allreduce_s,
+                          FILE *out);
 
 #endif

@@ -9,7 +9,7 @@
 #include "hcnn/config.h"
 
 typedef struct hcnn_sgd {
-    float *velocity;     /* momentum buffer, same layout as the parameters */
+    float *velocity;     /* momentum buffer, same layout as the parameters (backend memory) */
     size_t n;
     float momentum, weight_decay;
     int nesterov;
@@ -19,7 +19,7 @@ int hcnn_sgd_init(hcnn_sgd *opt, const hcnn_backend *be, size_t nparams, const h
 /* Update params[off, off + count) from grads of the same range. */
 void hcnn_sgd_step(hcnn_sgd *opt, const hcnn_backend *be, float *params, const float *grads,
                    size_t off, size_t count, float lr);
-void hcnn_sgd_free(hcnn_sgd *opt);
+void hcnn_sgd_free(hcnn_sgd *opt, const hcnn_backend *be);
 
 /* Learning rate at optimiser step `step` (0-based) of a run with
  * `steps_per_epoch` steps per epoch and cfg->epochs epochs:

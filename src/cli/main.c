@@ -264,9 +264,9 @@ static int load_config(hcnn_config *cfg, const cli *c, const hcnn_comm *comm)
     if (comm->rank == 0)
         rc = hcnn_config_load(cfg, c->config, c->sets, c->nset);
     if (comm->size > 1) {
-        MPI_Bcast(&rc, 1, MPI_INT, 0, comm->world);
+        HCNN_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, comm->world));
         if (!rc)
-            MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, comm->world);
+            HCNN_MPI(MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, comm->world));
     }
     return rc;
 }

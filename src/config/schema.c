@@ -36,7 +36,7 @@ const char *cfg_enum_name(const char *const *names, int n, int v)
 
 const char *hcnn_schedule_name(hcnn_schedule s) { return cfg_enum_name(schedule_names, COUNT(schedule_names), (int)s); }
 const char *hcnn_init_name(hcnn_init i) { return cfg_enum_name(init_names, COUNT(init_names), (int)i); }
-const char *hcnn_strategy_name(hcnn_strategy s) { return cfg_enum_name(strategy_names, COUNT(strategy_names), (int)s); }
+const char *hcnn_strategy_name(hcnn_strategy_kind s) { return cfg_enum_name(strategy_names, COUNT(strategy_names), (int)s); }
 const char *hcnn_progress_name(hcnn_allreduce_progress p) { return cfg_enum_name(progress_names, COUNT(progress_names), (int)p); }
 const char *hcnn_prefetch_name(hcnn_prefetch p) { return cfg_enum_name(prefetch_names, COUNT(prefetch_names), (int)p); }
 const char *hcnn_conv_algo_name(hcnn_conv_algo a) { return cfg_enum_name(conv_algo_names, COUNT(conv_algo_names), (int)a); }
@@ -344,7 +344,7 @@ static void set_schedule(hcnn_config *c, int v) { c->schedule = (hcnn_schedule)v
 static int get_init(const hcnn_config *c) { return (int)c->init; }
 static void set_init(hcnn_config *c, int v) { c->init = (hcnn_init)v; }
 static int get_strategy(const hcnn_config *c) { return (int)c->strategy; }
-static void set_strategy(hcnn_config *c, int v) { c->strategy = (hcnn_strategy)v; }
+static void set_strategy(hcnn_config *c, int v) { c->strategy = (hcnn_strategy_kind)v; }
 static int get_pipe_schedule(const hcnn_config *c) { return (int)c->pipeline_schedule; }
 static void set_pipe_schedule(hcnn_config *c, int v) { c->pipeline_schedule = (hcnn_pipe_schedule)v; }
 static int get_prefetch(const hcnn_config *c) { return (int)c->data_prefetch; }

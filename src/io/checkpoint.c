@@ -76,7 +76,22 @@ static void put_section(wbuf *file, uint32_t kind, const wbuf *payload)
 int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
                    const hcnn_ckpt_meta *meta)
 {
-    return hcnn_ckpt_save_buffers(path, net, net->params, net->state, momentum, meta);
+    const hcnn_backend *be = net->be;
+    if (be->host_memory)
+        return hcnn_ckpt_save_buffers(path, net, net->params, net->state, momentum, meta);
+    /* host copies of the backend's buffers */
+    const size_t np = net->nparams, ns = net->nstate;
+    float *h = hcnn_alloc(sizeof(float) * (2 * np + ns + 1), "checkpoint copy");
+    if (!h)
+        return HCNN_ENOMEM;
+    be->download(h, net->params, sizeof(float) * np);
+    be->download(h + np, net->state, sizeof(float) * ns);
+    if (momentum)
+        be->download(h + np + ns, momentum, sizeof(float) * np);
+    const int rc = hcnn_ckpt_save_buffers(path, net, h, h + np, momentum ? h + np + ns : NULL,
+                                          meta);
+    hcnn_free(h);
+    return rc;
 }
 
 int hcnn_ckpt_save_buffers(const char *path, const hcnn_net *net, const float *params,
@@ -435,8 +450,8 @@ int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_m
                      : c->role == ROLE_STATE ? net->state + t->offset
                      : momentum              ? momentum + t->offset
                                              : NULL;
-        if (dst)
-            memcpy(dst, c->data, c->count * sizeof(float));
+        if (dst) /* c->data is unaligned in the file image: upload copies bytes */
+            net->be->upload(dst, c->data, c->count * sizeof(float));
     }
 out:
     hcnn_ckpt_close(&f);

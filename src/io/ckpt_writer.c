@@ -1,4 +1,5 @@
-/* Asynchronous checkpoint writer (see include/hcnn/ckpt_writer.h). */
+/* Asynchronous checkpoint writer (see include/hcnn/ckpt_writer.h): the
+ * snapshot is the backend's download of the model into host buffers. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
@@ -90,9 +91,9 @@ int hcnn_ckpt_writer_submit(hcnn_ckpt_writer *w, const float *momentum, const hc
     const double t0 = hcnn_now();
     int rc = hcnn_ckpt_writer_wait(w); /* the previous write */
     const hcnn_net *net = w->net;
-    memcpy(w->params, net->params, sizeof(float) * net->nparams);
-    memcpy(w->state, net->state, sizeof(float) * net->nstate);
-    memcpy(w->momentum, momentum, sizeof(float) * net->nparams);
+    net->be->download(w->params, net->params, sizeof(float) * net->nparams);
+    net->be->download(w->state, net->state, sizeof(float) * net->nstate);
+    net->be->download(w->momentum, momentum, sizeof(float) * net->nparams);
     w->meta = *meta;
     w->link_final = link_final_too;
     hcnn_ckpt_name(w->path, sizeof w->path, w->dir, meta->step);

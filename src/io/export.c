@@ -782,7 +782,7 @@ int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckp
     if (rc)
         return rc;
     import_ctx x = {.dir = dir, .cfg = cfg};
-    float *momentum = NULL;
+    float *params = NULL;
     for (int i = 0; i < net.ntensors; i++)
         if (!safe_name(net.tensors[i].name)) { /* config names are [A-Za-z0-9_.] already */
             rc = hcnn_error_code(HCNN_EINVAL, "%s: tensor name '%s' cannot be used as a file name",
@@ -798,25 +798,27 @@ int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckp
         goto out;
     }
     x.chunk = x.hdr + NPY_HEADER_MAX;
-    for (int i = 0; i < net.ntensors; i++) {
-        const hcnn_tensor_info *t = &net.tensors[i];
-        if ((rc = read_npy(&x, t, (t->is_state ? net.state : net.params) + t->offset)))
-            goto out;
-    }
-    /* a fresh optimiser: zero momentum, so training can start from it */
-    momentum = hcnn_calloc(net.nparams * sizeof(float), "momentum");
-    if (!momentum) {
+    /* host buffers laid out like the network's; a fresh optimiser: zero
+     * momentum, so training can start from the checkpoint */
+    params = hcnn_calloc(sizeof(float) * (2 * net.nparams + net.nstate + 1), "imported model");
+    if (!params) {
         rc = HCNN_ENOMEM;
         goto out;
+    }
+    float *momentum = params + net.nparams, *state = momentum + net.nparams;
+    for (int i = 0; i < net.ntensors; i++) {
+        const hcnn_tensor_info *t = &net.tensors[i];
+        if ((rc = read_npy(&x, t, (t->is_state ? state : params) + t->offset)))
+            goto out;
     }
     hcnn_ckpt_meta meta = {.model_hash = net.model_hash, .epoch = 0, .step = 0,
                            .seed = cfg->seed};
     snprintf(meta.model, sizeof meta.model, "%s", cfg->model.name);
     if ((rc = hcnn_mkdir_parent(out_ckpt)))
         goto out;
-    rc = hcnn_ckpt_save(out_ckpt, &net, momentum, &meta);
+    rc = hcnn_ckpt_save_buffers(out_ckpt, &net, params, state, momentum, &meta);
 out:
-    hcnn_free(momentum);
+    hcnn_free(params);
     free(x.hdr);
     hcnn_net_free(&net);
     return rc;

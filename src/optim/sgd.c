@@ -25,8 +25,9 @@ void hcnn_sgd_step(hcnn_sgd *opt, const hcnn_backend *be, float *params, const f
                  opt->weight_decay, opt->nesterov);
 }
 
-void hcnn_sgd_free(hcnn_sgd *opt)
+void hcnn_sgd_free(hcnn_sgd *opt, const hcnn_backend *be)
 {
-    hcnn_free(opt->velocity);
+    if (opt->velocity)
+        be->free(opt->velocity);
     memset(opt, 0, sizeof *opt);
 }

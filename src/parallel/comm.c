@@ -69,24 +69,119 @@ void hcnn_mpi_fail(const char *file, int line, const char *call, int rc)
     hcnn_abort_at(NULL, file, line, 1, "%s failed: %s", call, msg);
 }
 
+/* ---- MPI on backend memory ---------------------------------------------- */
+
+int hcnn_mpi_buf_init(hcnn_mpi_buf *b, const hcnn_backend *be, float *dev, size_t n,
+                      const char *what)
+{
+    b->be = be, b->dev = dev, b->n = n, b->host = NULL;
+    if (!dev || be->host_memory)
+        return HCNN_OK;
+    b->host = hcnn_alloc(sizeof(float) * (n + 1), what);
+    return b->host ? HCNN_OK : HCNN_ENOMEM;
+}
+
+void hcnn_mpi_buf_free(hcnn_mpi_buf *b)
+{
+    hcnn_free(b->host);
+    b->host = NULL;
+}
+
+float *hcnn_mpi_send_ptr(hcnn_mpi_buf *b, size_t off, size_t count)
+{
+    if (!b->host)
+        return b->dev + off;
+    b->be->download(b->host + off, b->dev + off, sizeof(float) * count);
+    return b->host + off;
+}
+
+float *hcnn_mpi_recv_ptr(hcnn_mpi_buf *b, size_t off)
+{
+    return (b->host ? b->host : b->dev) + off;
+}
+
+void hcnn_mpi_recv_done(hcnn_mpi_buf *b, size_t off, size_t count)
+{
+    if (b->host)
+        b->be->upload(b->dev + off, b->host + off, sizeof(float) * count);
+}
+
+/* MPI counts are int: transfers go in chunks */
 #define CHUNK ((size_t)1 << 28)
 
-int hcnn_bcast_floats(MPI_Comm comm, float *buf, size_t n, int root)
+/* A host view of n floats of backend memory for one transfer: the buffer
+ * itself, or a temporary copy (downloaded if `download`). */
+static float *host_view(const hcnn_backend *be, const float *buf, size_t n, int download)
 {
+    if (be->host_memory)
+        return (float *)buf;
+    float *h = hcnn_alloc(sizeof(float) * (n + 1), "MPI staging buffer");
+    if (h && download)
+        be->download(h, buf, sizeof(float) * n);
+    return h;
+}
+
+static void host_view_done(const hcnn_backend *be, float *h, float *buf, size_t n, int upload)
+{
+    if (be->host_memory)
+        return;
+    if (upload)
+        be->upload(buf, h, sizeof(float) * n);
+    hcnn_free(h);
+}
+
+int hcnn_bcast_floats(const hcnn_backend *be, MPI_Comm comm, float *buf, size_t n, int root)
+{
+    int rank;
+    HCNN_MPI(MPI_Comm_rank(comm, &rank));
+    float *h = host_view(be, buf, n, rank == root);
+    if (!h)
+        return HCNN_ENOMEM;
     for (size_t off = 0; off < n; off += CHUNK) {
-        int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
-        if (MPI_Bcast(buf + off, cnt, MPI_FLOAT, root, comm) != MPI_SUCCESS)
-            return hcnn_error_code(HCNN_EMPI, "MPI_Bcast of %d floats failed", cnt);
+        const int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
+        HCNN_MPI(MPI_Bcast(h + off, cnt, MPI_FLOAT, root, comm));
     }
+    host_view_done(be, h, buf, n, rank != root);
     return HCNN_OK;
 }
 
-int hcnn_allreduce_sum_floats(MPI_Comm comm, float *buf, size_t n)
+int hcnn_allreduce_sum_floats(const hcnn_backend *be, MPI_Comm comm, float *buf, size_t n)
 {
+    float *h = host_view(be, buf, n, 1);
+    if (!h)
+        return HCNN_ENOMEM;
     for (size_t off = 0; off < n; off += CHUNK) {
-        int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
-        if (MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, comm) != MPI_SUCCESS)
-            return hcnn_error_code(HCNN_EMPI, "MPI_Allreduce of %d floats failed", cnt);
+        const int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
+        HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, h + off, cnt, MPI_FLOAT, MPI_SUM, comm));
     }
+    host_view_done(be, h, buf, n, 1);
+    return HCNN_OK;
+}
+
+int hcnn_send_floats(const hcnn_backend *be, MPI_Comm comm, const float *buf, size_t n, int dest,
+                     int tag)
+{
+    float *h = host_view(be, buf, n, 1);
+    if (!h)
+        return HCNN_ENOMEM;
+    for (size_t off = 0; off < n; off += CHUNK) {
+        const int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
+        HCNN_MPI(MPI_Send(h + off, cnt, MPI_FLOAT, dest, tag, comm));
+    }
+    host_view_done(be, h, (float *)buf, n, 0);
+    return HCNN_OK;
+}
+
+int hcnn_recv_floats(const hcnn_backend *be, MPI_Comm comm, float *buf, size_t n, int source,
+                     int tag)
+{
+    float *h = host_view(be, buf, n, 0);
+    if (!h)
+        return HCNN_ENOMEM;
+    for (size_t off = 0; off < n; off += CHUNK) {
+        const int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
+        HCNN_MPI(MPI_Recv(h + off, cnt, MPI_FLOAT, source, tag, comm, MPI_STATUS_IGNORE));
+    }
+    host_view_done(be, h, buf, n, 1);
     return HCNN_OK;
 }

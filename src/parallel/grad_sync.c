@@ -3,17 +3,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <limits.h>
+#include <stdio.h>
+
 #include "hcnn/common.h"
 #include "hcnn/grad_sync.h"
 
-#include <limits.h>
-
-static int mpi_fail(int rc, const char *what)
+/* Bucket b's allreduce, blocking (the communication thread, calibration). */
+static void allreduce_bucket(hcnn_grad_sync *gs, const hcnn_bucket *b)
 {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    return hcnn_error_code(HCNN_EMPI, "%s failed: %s", what, msg);
+    float *p = hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, MPI_SUM, gs->comm));
+    hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
 }
 
 static void *comm_thread(void *arg)
@@ -27,11 +28,8 @@ static void *comm_thread(void *arg)
             break;
         hcnn_bucket *b = &gs->buckets[gs->completed];
         pthread_mutex_unlock(&gs->mu);
-        int rc = MPI_Allreduce(MPI_IN_PLACE, gs->grads + b->off, (int)b->count, MPI_FLOAT, MPI_SUM,
-                               gs->comm);
+        allreduce_bucket(gs, b);
         pthread_mutex_lock(&gs->mu);
-        if (rc != MPI_SUCCESS)
-            gs->failed = rc;
         gs->completed++;
         pthread_cond_broadcast(&gs->cv);
     }
@@ -44,9 +42,10 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
 {
     memset(gs, 0, sizeof *gs);
     gs->comm = comm;
-    MPI_Comm_size(comm, &gs->size);
-    gs->grads = net->grads;
+    HCNN_MPI(MPI_Comm_size(comm, &gs->size));
     gs->mode = mode;
+    if (hcnn_mpi_buf_init(&gs->buf, net->be, net->grads, net->nparams, "gradient staging"))
+        return HCNN_ENOMEM;
     size_t cap = (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
     if (cap < 1)
         cap = 1;
@@ -103,6 +102,7 @@ void hcnn_grad_sync_free(hcnn_grad_sync *gs)
         pthread_mutex_destroy(&gs->mu);
     }
     hcnn_free(gs->buckets);
+    hcnn_mpi_buf_free(&gs->buf);
     memset(gs, 0, sizeof *gs);
 }
 
@@ -122,10 +122,9 @@ static int start_bucket(hcnn_grad_sync *gs)
         pthread_mutex_unlock(&gs->mu);
         return HCNN_OK;
     }
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, gs->grads + b->off, (int)b->count, MPI_FLOAT, MPI_SUM,
-                            gs->comm, &b->req);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(rc, "MPI_Iallreduce of a gradient bucket");
+    float *p = hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
+    HCNN_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, MPI_SUM, gs->comm,
+                            &b->req));
     gs->started++;
     return HCNN_OK;
 }
@@ -137,10 +136,12 @@ void hcnn_grad_sync_poll(void *arg)
         return;
     /* testing the oldest request drives OpenMPI's progress engine for all */
     while (gs->completed < gs->started) {
+        hcnn_bucket *b = &gs->buckets[gs->completed];
         int done = 0;
-        if (MPI_Test(&gs->buckets[gs->completed].req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
-            !done)
-            return; /* errors surface in finish's MPI_Wait */
+        HCNN_MPI(MPI_Test(&b->req, &done, MPI_STATUS_IGNORE));
+        if (!done)
+            return;
+        hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
         gs->completed++;
     }
 }
@@ -164,21 +165,20 @@ int hcnn_grad_sync_finish(hcnn_grad_sync *gs)
             return rc;
     }
     const double t0 = hcnn_now();
-    int rc = MPI_SUCCESS;
     if (gs->mode == HCNN_PROGRESS_THREAD) {
         pthread_mutex_lock(&gs->mu);
         while (gs->completed < gs->nbuckets)
             pthread_cond_wait(&gs->cv, &gs->mu);
-        rc = gs->failed;
         pthread_mutex_unlock(&gs->mu);
     } else {
-        for (; gs->completed < gs->nbuckets && rc == MPI_SUCCESS; gs->completed++)
-            rc = MPI_Wait(&gs->buckets[gs->completed].req, MPI_STATUS_IGNORE);
+        for (; gs->completed < gs->nbuckets; gs->completed++) {
+            hcnn_bucket *b = &gs->buckets[gs->completed];
+            HCNN_MPI(MPI_Wait(&b->req, MPI_STATUS_IGNORE));
+            hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
+        }
     }
     gs->wait_s += hcnn_now() - t0;
     gs->steps++;
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(rc, "the gradient allreduce");
     return HCNN_OK;
 }
 
@@ -190,12 +190,22 @@ double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
     if (reps < 1 || gs->nbuckets == 0)
         return 0.0;
     for (int r = 0; r < reps; r++) {
-        MPI_Barrier(gs->comm);
+        HCNN_MPI(MPI_Barrier(gs->comm));
         const double t0 = hcnn_now();
         for (int k = 0; k < gs->nbuckets; k++)
-            MPI_Allreduce(MPI_IN_PLACE, gs->grads + gs->buckets[k].off,
-                          (int)gs->buckets[k].count, MPI_FLOAT, MPI_SUM, gs->comm);
+            allreduce_bucket(gs, &gs->buckets[k]);
         t[r] = hcnn_now() - t0;
     }
     return hcnn_median(t, reps);
+}
+
+void hcnn_grad_sync_print(const hcnn_grad_sync *gs, double bucket_mb, double allreduce_s,
+                          FILE *out)
+{
+    fprintf(out,
+            "hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s; "
+            "blocking allreduce of all gradients: %.4f s\n",
+            gs->nbuckets, gs->nbuckets == 1 ? "" : "s", bucket_mb,
+            gs->mode == HCNN_PROGRESS_TEST ? "MPI_Test polling" : "a communication thread",
+            allreduce_s);
 }

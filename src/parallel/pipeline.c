@@ -1,12 +1,16 @@
-/* Pipeline model parallelism: partition, schedules, point-to-point
- * transfers (see include/hcnn/pipeline.h). */
+/* The pipeline strategy's set-up: layout checks, the partition (explicit,
+ * or balanced from measured block costs), communicators and buffers,
+ * gathering the model on rank 0, the per-stage report, and its entry in
+ * the strategy table (src/parallel/pipeline.h; the schedules are in
+ * pipeline_step.c). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "hcnn/common.h"
-#include "hcnn/pipeline.h"
+#include "hcnn/strategy.h"
+#include "pipeline.h"
 
 /* ---- configuration checks ---------------------------------------------- */
 
@@ -19,13 +23,6 @@ int hcnn_pipe_check(const hcnn_config *cfg, const hcnn_comm *comm)
             hcnn_error(__VA_ARGS__);                                                           \
         return HCNN_EINVAL;                                                                    \
     } while (0)
-    if (cfg->strategy != HCNN_STRATEGY_PIPELINE) {
-        if (cfg->stages != 1 || cfg->microbatches != 1 || cfg->npartition != 0)
-            FAIL("%s: stages, microbatches and partition apply to strategy 'pipeline' (strategy "
-                 "is '%s')",
-                 cfg->path, hcnn_strategy_name(cfg->strategy));
-        return HCNN_OK;
-    }
     const int S = cfg->stages, W = comm->size, nb = cfg->model.nblocks;
     if (S > nb)
         FAIL("%s: stages %d is larger than the number of blocks %d of model '%s'", cfg->path, S,
@@ -66,6 +63,7 @@ int hcnn_pipe_check(const hcnn_config *cfg, const hcnn_comm *comm)
  * parameters, statistics and gradients as they were. */
 static int measure_costs(hcnn_net *net, int cap, double *cost)
 {
+    const hcnn_backend *be = net->be;
     hcnn_acts a;
     hcnn_scratch s;
     const int nl = net->nlayers;
@@ -75,11 +73,11 @@ static int measure_costs(hcnn_net *net, int cap, double *cost)
     rc = hcnn_scratch_alloc(&s, net, 0, nl, cap);
     const size_t in_sz = (size_t)net->in_c * net->in_h * net->in_w * cap;
     const size_t out_sz = (size_t)net->classes * cap;
-    float *x = hcnn_alloc(sizeof(float) * in_sz, "warm-up input");
-    float *dy = hcnn_alloc(sizeof(float) * out_sz, "warm-up gradient");
-    float *state = hcnn_alloc(sizeof(float) * (net->nstate + 1), "statistics copy");
-    if (rc || !x || !dy || !state) {
-        hcnn_free(x), hcnn_free(dy), hcnn_free(state);
+    float *hx = hcnn_alloc(sizeof(float) * (in_sz + out_sz), "warm-up input");
+    float *x = be->alloc(sizeof(float) * (in_sz + out_sz), "warm-up input");
+    float *state = be->alloc(sizeof(float) * (net->nstate + 1), "statistics copy");
+    if (rc || !hx || !x || !state) {
+        hcnn_free(hx), be->free(x), be->free(state);
         hcnn_acts_free(&a);
         hcnn_scratch_free(&s);
         return rc ? rc : HCNN_ENOMEM;
@@ -87,10 +85,12 @@ static int measure_costs(hcnn_net *net, int cap, double *cost)
     hcnn_rng rng;
     hcnn_rng_seed(&rng, 1, 2);
     for (size_t i = 0; i < in_sz; i++)
-        x[i] = hcnn_rng_normal(&rng);
+        hx[i] = hcnn_rng_normal(&rng);
     for (size_t i = 0; i < out_sz; i++)
-        dy[i] = 0.01f * hcnn_rng_normal(&rng);
-    memcpy(state, net->state, sizeof(float) * net->nstate);
+        hx[in_sz + i] = 0.01f * hcnn_rng_normal(&rng);
+    be->upload(x, hx, sizeof(float) * (in_sz + out_sz));
+    const float *dy = x + in_sz;
+    be->copy(state, net->state, net->nstate);
     s.ctx.training = 1;
     for (int rep = 0; rep < 2 && !rc; rep++) {
         const float *in = x;
@@ -110,9 +110,9 @@ static int measure_costs(hcnn_net *net, int cap, double *cost)
             cur = out;
         }
     }
-    memcpy(net->state, state, sizeof(float) * net->nstate);
-    net->be->fill(net->grads, net->nparams, 0.0f);
-    hcnn_free(x), hcnn_free(dy), hcnn_free(state);
+    be->copy(net->state, state, net->nstate);
+    be->fill(net->grads, net->nparams, 0.0f);
+    hcnn_free(hx), be->free(x), be->free(state);
     hcnn_acts_free(&a);
     hcnn_scratch_free(&s);
     return rc;
@@ -148,12 +148,11 @@ static void balance(const double *cost, int n, int S, int *bounds)
 
 /* ---- set-up ------------------------------------------------------------- */
 
-static void pipe_poll(void *arg);
-
 int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, hcnn_net *net,
                    hcnn_scratch *scratch)
 {
     memset(p, 0, sizeof *p);
+    p->be = net->be;
     p->pipe_comm = p->stage_comm = MPI_COMM_NULL;
     p->S = cfg->stages;
     p->R = comm->size / p->S;
@@ -164,9 +163,8 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
     p->classes = net->classes;
     const int shard_cap = (cfg->batch_size + p->R - 1) / p->R;
     p->micro_cap = (shard_cap + p->M - 1) / p->M;
-    if (MPI_Comm_split(comm->world, p->replica, p->stage, &p->pipe_comm) != MPI_SUCCESS ||
-        MPI_Comm_split(comm->world, p->stage, p->replica, &p->stage_comm) != MPI_SUCCESS)
-        return hcnn_error_code(HCNN_EMPI, "MPI_Comm_split for the pipeline failed");
+    HCNN_MPI(MPI_Comm_split(comm->world, p->replica, p->stage, &p->pipe_comm));
+    HCNN_MPI(MPI_Comm_split(comm->world, p->stage, p->replica, &p->stage_comm));
     p->prev = p->stage > 0 ? p->stage - 1 : MPI_PROC_NULL;
     p->next = p->stage < p->S - 1 ? p->stage + 1 : MPI_PROC_NULL;
 
@@ -176,10 +174,10 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
     int rc = HCNN_OK;
     if (comm->rank == 0)
         rc = measure_costs(net, p->micro_cap, cost);
-    MPI_Bcast(&rc, 1, MPI_INT, 0, comm->world);
+    HCNN_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, comm->world));
     if (rc)
         return rc;
-    MPI_Bcast(cost, nl, MPI_DOUBLE, 0, comm->world);
+    HCNN_MPI(MPI_Bcast(cost, nl, MPI_DOUBLE, 0, comm->world));
     if (cfg->npartition) {
         for (int s = 0; s < p->S; s++)
             p->bounds[s] = cfg->partition[s];
@@ -205,6 +203,7 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
     p->slots = hcnn_calloc(sizeof *p->slots * (size_t)p->nslots, "pipeline slots");
     if (!p->slots)
         return HCNN_ENOMEM;
+    const hcnn_backend *be = net->be;
     const size_t cap = (size_t)p->micro_cap;
     for (int k = 0; k < p->nslots; k++) {
         hcnn_pipe_slot *sl = &p->slots[k];
@@ -213,300 +212,76 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
         rc = hcnn_acts_alloc(&sl->acts, net, p->first, p->last, p->micro_cap);
         if (rc)
             return rc;
-        if (p->stage > 0 && !(sl->x = hcnn_alloc(sizeof(float) * p->in_sz * cap, "stage input")))
+        if (p->stage > 0 && !(sl->x = be->alloc(sizeof(float) * p->in_sz * cap, "stage input")))
+            return HCNN_ENOMEM;
+        float *out = p->next != MPI_PROC_NULL ? (float *)hcnn_acts_output(&sl->acts) : NULL;
+        if (hcnn_mpi_buf_init(&sl->xbuf, be, sl->x, p->in_sz * cap, "stage input staging") ||
+            hcnn_mpi_buf_init(&sl->obuf, be, out, p->out_sz * cap, "stage output staging"))
             return HCNN_ENOMEM;
     }
     p->slot_bytes = sizeof(float) * (p->slots[0].acts.floats + (p->stage > 0 ? p->in_sz * cap : 0));
     for (int j = 0; j < 2; j++) {
         p->dy_req[j] = p->dx_req[j] = MPI_REQUEST_NULL;
         if (p->next != MPI_PROC_NULL &&
-            !(p->dy[j] = hcnn_alloc(sizeof(float) * p->out_sz * cap, "stage output gradient")))
+            !(p->dy[j] = be->alloc(sizeof(float) * p->out_sz * cap, "stage output gradient")))
             return HCNN_ENOMEM;
         if (p->prev != MPI_PROC_NULL &&
-            !(p->dx[j] = hcnn_alloc(sizeof(float) * p->in_sz * cap, "stage input gradient")))
+            !(p->dx[j] = be->alloc(sizeof(float) * p->in_sz * cap, "stage input gradient")))
+            return HCNN_ENOMEM;
+        if (hcnn_mpi_buf_init(&p->dybuf[j], be, p->dy[j], p->out_sz * cap, "gradient staging") ||
+            hcnn_mpi_buf_init(&p->dxbuf[j], be, p->dx[j], p->in_sz * cap, "gradient staging"))
             return HCNN_ENOMEM;
     }
     if (p->next == MPI_PROC_NULL &&
-        !(p->dlogits = hcnn_alloc(sizeof(float) * (size_t)p->classes * cap, "logit gradients")))
+        !(p->dlogits = be->alloc(sizeof(float) * (size_t)p->classes * cap, "logit gradients")))
         return HCNN_ENOMEM;
     rc = hcnn_scratch_alloc(scratch, net, p->first, p->last, p->micro_cap);
     if (rc)
         return rc;
     if (p->R > 1) {
+        p->sync_ready = 1; /* freed whole even when set-up fails half-way */
         rc = hcnn_grad_sync_init(&p->sync, p->stage_comm, net, p->first, p->last, cfg->bucket_mb,
                                  cfg->allreduce_progress);
         if (rc)
             return rc;
-        p->sync_ready = 1;
     }
-    scratch->ctx.poll = pipe_poll;
+    scratch->ctx.poll = hcnn_pipe_poll;
     scratch->ctx.poll_arg = p;
     return HCNN_OK;
 }
 
 void hcnn_pipe_free(hcnn_pipe *p)
 {
+    const hcnn_backend *be = p->be;
     if (p->sync_ready)
         hcnn_grad_sync_free(&p->sync);
     for (int k = 0; p->slots && k < p->nslots; k++) {
-        hcnn_acts_free(&p->slots[k].acts);
-        hcnn_free(p->slots[k].x);
+        hcnn_pipe_slot *sl = &p->slots[k];
+        hcnn_acts_free(&sl->acts);
+        hcnn_mpi_buf_free(&sl->xbuf);
+        hcnn_mpi_buf_free(&sl->obuf);
+        be->free(sl->x);
     }
     hcnn_free(p->slots);
-    for (int j = 0; j < 2; j++) {
-        hcnn_free(p->dy[j]);
-        hcnn_free(p->dx[j]);
+    for (int j = 0; be && j < 2; j++) {
+        hcnn_mpi_buf_free(&p->dybuf[j]);
+        hcnn_mpi_buf_free(&p->dxbuf[j]);
+        be->free(p->dy[j]);
+        be->free(p->dx[j]);
     }
-    hcnn_free(p->dlogits);
+    if (be)
+        be->free(p->dlogits);
     if (p->pipe_comm != MPI_COMM_NULL)
-        MPI_Comm_free(&p->pipe_comm);
+        HCNN_MPI(MPI_Comm_free(&p->pipe_comm));
     if (p->stage_comm != MPI_COMM_NULL)
-        MPI_Comm_free(&p->stage_comm);
+        HCNN_MPI(MPI_Comm_free(&p->stage_comm));
     memset(p, 0, sizeof *p);
 }
 
-/* ---- one step ------------------------------------------------------------- */
+/* ---- gathering, reporting ---------------------------------------------------- */
 
-/* Drive outstanding transfers (and the replicas' allreduce) during compute. */
-static void pipe_poll(void *arg)
+int hcnn_pipe_gather(hcnn_pipe *p, hcnn_net *net, float *momentum)
 {
-    hcnn_pipe *p = arg;
-    int flag;
-    for (int k = 0; k < p->nslots; k++) {
-        if (p->slots[k].recv != MPI_REQUEST_NULL)
-            MPI_Test(&p->slots[k].recv, &flag, MPI_STATUS_IGNORE);
-        if (p->slots[k].send != MPI_REQUEST_NULL)
-            MPI_Test(&p->slots[k].send, &flag, MPI_STATUS_IGNORE);
-    }
-    for (int j = 0; j < 2; j++) {
-        if (p->dy_req[j] != MPI_REQUEST_NULL)
-            MPI_Test(&p->dy_req[j], &flag, MPI_STATUS_IGNORE);
-        if (p->dx_req[j] != MPI_REQUEST_NULL)
-            MPI_Test(&p->dx_req[j], &flag, MPI_STATUS_IGNORE);
-    }
-    if (p->sync_ready)
-        hcnn_grad_sync_poll(&p->sync);
-}
-
-/* MPI_Wait, counted as pipeline bubble. */
-static int wait_bubble(hcnn_pipe *p, MPI_Request *req, const char *what)
-{
-    if (*req == MPI_REQUEST_NULL)
-        return HCNN_OK;
-    const double t0 = hcnn_now();
-    int rc = MPI_Wait(req, MPI_STATUS_IGNORE);
-    p->st.bubble_s += hcnn_now() - t0;
-    if (rc != MPI_SUCCESS)
-        return hcnn_error_code(HCNN_EMPI, "stage %d: waiting for %s failed", p->stage, what);
-    return HCNN_OK;
-}
-
-static hcnn_pipe_slot *slot_of(hcnn_pipe *p, int micro)
-{
-    for (int k = 0; k < p->nslots; k++)
-        if (p->slots[k].micro == micro)
-            return &p->slots[k];
-    return NULL;
-}
-
-static hcnn_pipe_slot *free_slot(hcnn_pipe *p)
-{
-    return slot_of(p, -1);
-}
-
-/* Post the receive of micro-batch m's input if a slot is free. */
-static int post_input(hcnn_pipe *p, int m, int lo, int hi)
-{
-    hcnn_pipe_slot *sl = free_slot(p);
-    if (!sl)
-        return 0;
-    sl->micro = m;
-    sl->forwarded = 0;
-    if (MPI_Irecv(sl->x, (int)(p->in_sz * (size_t)(hi - lo)), MPI_FLOAT, p->prev, 2 * m,
-                  p->pipe_comm, &sl->recv) != MPI_SUCCESS) {
-        hcnn_error_code(HCNN_EMPI, "stage %d: MPI_Irecv of micro-batch %d failed", p->stage, m);
-        return -1;
-    }
-    return 1;
-}
-
-static int on_block_done(void *arg, int block)
-{
-    hcnn_pipe *p = arg;
-    return hcnn_grad_sync_block_done(&p->sync, block);
-}
-
-int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
-                   const int32_t *y, int n, int gn, double *loss, int *correct)
-{
-    const int M = n < p->M ? n : p->M;
-    const uint64_t base = s->ctx.first_sample;
-    int lo[HCNN_MAX_BLOCKS + 1];
-    /* micro-batch m is samples [lo[m], lo[m+1]) of the shard */
-    for (int m = 0; m <= M; m++)
-        lo[m] = (int)((long)n * m / (M ? M : 1));
-    /* the schedule: op k is micro-batch ops[k] >= 0 forward, -1-m backward */
-    int ops[2 * HCNN_MAX_BLOCKS + 2], nops = 0;
-    if (p->schedule == HCNN_PIPE_GPIPE) {
-        for (int m = 0; m < M; m++)
-            ops[nops++] = m;
-        for (int m = 0; m < M; m++)
-            ops[nops++] = -1 - m;
-    } else {
-        int warm = p->S - p->stage - 1;
-        if (warm > M)
-            warm = M;
-        int f = 0, b = 0;
-        for (; f < warm; f++)
-            ops[nops++] = f;
-        for (; f < M; f++, b++) {
-            ops[nops++] = f;
-            ops[nops++] = -1 - b;
-        }
-        for (; b < M; b++)
-            ops[nops++] = -1 - b;
-    }
-    *loss = 0.0;
-    *correct = 0;
-    int rc = HCNN_OK, inflight = 0, next_input = 0, bk = 0;
-    if (p->sync_ready)
-        hcnn_grad_sync_begin(&p->sync);
-    if (p->prev != MPI_PROC_NULL)
-        while (next_input < M && (rc = post_input(p, next_input, lo[next_input], lo[next_input + 1])) == 1)
-            next_input++;
-    if (rc < 0)
-        return HCNN_EMPI;
-    if (p->next != MPI_PROC_NULL && M > 0 &&
-        MPI_Irecv(p->dy[0], (int)(p->out_sz * (size_t)(lo[1] - lo[0])), MPI_FLOAT, p->next, 1,
-                  p->pipe_comm, &p->dy_req[0]) != MPI_SUCCESS)
-        return hcnn_error_code(HCNN_EMPI, "stage %d: MPI_Irecv of a gradient failed", p->stage);
-    for (int k = 0; k < nops; k++) {
-        const int fwd = ops[k] >= 0, m = fwd ? ops[k] : -1 - ops[k];
-        const int nm = lo[m + 1] - lo[m];
-        hcnn_pipe_slot *sl = p->prev != MPI_PROC_NULL || !fwd ? slot_of(p, m) : free_slot(p);
-        if (!sl)
-            return hcnn_error_code(HCNN_EINVAL, "stage %d: no activation slot for micro-batch %d",
-                                   p->stage, m);
-        const float *in = p->prev == MPI_PROC_NULL ? x + (size_t)lo[m] * p->in_sz : sl->x;
-        if (fwd) {
-            if ((rc = wait_bubble(p, &sl->recv, "activations")))
-                return rc;
-            sl->micro = m;
-            s->ctx.first_sample = base + (uint64_t)lo[m];
-            const double t0 = hcnn_now();
-            rc = hcnn_net_forward(net, &s->ctx, &sl->acts, in, nm);
-            p->st.compute_s += hcnn_now() - t0;
-            if (rc)
-                return rc;
-            sl->forwarded = 1;
-            if (++inflight > p->st.peak_micro)
-                p->st.peak_micro = inflight;
-            if (p->next != MPI_PROC_NULL &&
-                MPI_Isend(hcnn_acts_output(&sl->acts), (int)(p->out_sz * (size_t)nm), MPI_FLOAT,
-                          p->next, 2 * m, p->pipe_comm, &sl->send) != MPI_SUCCESS)
-                return hcnn_error_code(HCNN_EMPI, "stage %d: MPI_Isend failed", p->stage);
-            continue;
-        }
-        /* backward of micro-batch m */
-        const float *dy;
-        if (p->next != MPI_PROC_NULL) {
-            if ((rc = wait_bubble(p, &p->dy_req[bk & 1], "gradients")))
-                return rc;
-            dy = p->dy[bk & 1];
-            if (m + 1 < M &&
-                MPI_Irecv(p->dy[(bk + 1) & 1], (int)(p->out_sz * (size_t)(lo[m + 2] - lo[m + 1])),
-                          MPI_FLOAT, p->next, 2 * (m + 1) + 1, p->pipe_comm,
-                          &p->dy_req[(bk + 1) & 1]) != MPI_SUCCESS)
-                return hcnn_error_code(HCNN_EMPI, "stage %d: MPI_Irecv failed", p->stage);
-        } else {
-            const double t0 = hcnn_now();
-            int ok = 0;
-            *loss += net->be->softmax_xent(hcnn_acts_output(&sl->acts), y + lo[m], nm,
-                                           p->classes, 1.0f / (float)gn, p->dlogits, &ok);
-            *correct += ok;
-            p->st.compute_s += hcnn_now() - t0;
-            dy = p->dlogits;
-        }
-        float *dx = NULL;
-        if (p->prev != MPI_PROC_NULL) {
-            if ((rc = wait_bubble(p, &p->dx_req[bk & 1], "a gradient send")))
-                return rc;
-            dx = p->dx[bk & 1];
-        }
-        const int last_op = k == nops - 1;
-        s->ctx.first_sample = base + (uint64_t)lo[m];
-        const double t0 = hcnn_now();
-        rc = hcnn_net_backward(net, s, &sl->acts, in, dy, dx, nm,
-                               last_op && p->sync_ready ? on_block_done : NULL, p);
-        p->st.compute_s += hcnn_now() - t0;
-        if (rc)
-            return rc;
-        if (dx && MPI_Isend(dx, (int)(p->in_sz * (size_t)nm), MPI_FLOAT, p->prev, 2 * m + 1,
-                            p->pipe_comm, &p->dx_req[bk & 1]) != MPI_SUCCESS)
-            return hcnn_error_code(HCNN_EMPI, "stage %d: MPI_Isend failed", p->stage);
-        bk++;
-        /* the slot is free once its output has left */
-        if ((rc = wait_bubble(p, &sl->send, "an activation send")))
-            return rc;
-        sl->micro = -1;
-        sl->forwarded = 0;
-        inflight--;
-        if (p->prev != MPI_PROC_NULL && next_input < M) {
-            int posted = post_input(p, next_input, lo[next_input], lo[next_input + 1]);
-            if (posted < 0)
-                return HCNN_EMPI;
-            next_input += posted;
-        }
-    }
-    for (int j = 0; j < 2; j++)
-        if ((rc = wait_bubble(p, &p->dx_req[j], "a gradient send")))
-            return rc;
-    s->ctx.first_sample = base;
-    if (p->sync_ready)
-        return hcnn_grad_sync_finish(&p->sync);
-    return HCNN_OK;
-}
-
-/* ---- inference and gathering ------------------------------------------------ */
-
-int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
-                    const int32_t *y, int n, double *loss, int *correct)
-{
-    hcnn_ctx ctx = s->ctx;
-    ctx.training = 0;
-    ctx.poll = NULL;
-    hcnn_pipe_slot *sl = &p->slots[0];
-    *loss = 0.0;
-    *correct = 0;
-    for (int i0 = 0; i0 < n; i0 += p->micro_cap) {
-        const int nm = n - i0 < p->micro_cap ? n - i0 : p->micro_cap;
-        const float *in = x + (size_t)i0 * p->in_sz;
-        if (p->prev != MPI_PROC_NULL) {
-            if (MPI_Recv(sl->x, (int)(p->in_sz * (size_t)nm), MPI_FLOAT, p->prev, 0, p->pipe_comm,
-                         MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                return hcnn_error_code(HCNN_EMPI, "stage %d: MPI_Recv failed", p->stage);
-            in = sl->x;
-        }
-        int rc = hcnn_net_forward(net, &ctx, &sl->acts, in, nm);
-        if (rc)
-            return rc;
-        if (p->next != MPI_PROC_NULL) {
-            if (MPI_Send(hcnn_acts_output(&sl->acts), (int)(p->out_sz * (size_t)nm), MPI_FLOAT,
-                         p->next, 0, p->pipe_comm) != MPI_SUCCESS)
-                return hcnn_error_code(HCNN_EMPI, "stage %d: MPI_Send failed", p->stage);
-        } else {
-            int ok = 0;
-            *loss += net->be->softmax_xent(hcnn_acts_output(&sl->acts), y + i0, nm, p->classes,
-                                           0.0f, NULL, &ok);
-            *correct += ok;
-        }
-    }
-    return HCNN_OK;
-}
-
-int hcnn_pipe_gather(hcnn_pipe *p, const hcnn_comm *comm, hcnn_net *net, float *momentum)
-{
-    (void)comm;
     if (p->replica != 0)
         return HCNN_OK;
     for (int s = 1; s < p->S; s++) {
@@ -520,13 +295,143 @@ int hcnn_pipe_gather(hcnn_pipe *p, const hcnn_comm *comm, hcnn_net *net, float *
         for (int b = 0; b < 3; b++) {
             if (counts[b] == 0)
                 continue;
-            int rc = p->stage == 0
-                         ? MPI_Recv(bufs[b], (int)counts[b], MPI_FLOAT, s, 100 + b, p->pipe_comm,
-                                    MPI_STATUS_IGNORE)
-                         : MPI_Send(bufs[b], (int)counts[b], MPI_FLOAT, 0, 100 + b, p->pipe_comm);
-            if (rc != MPI_SUCCESS)
-                return hcnn_error_code(HCNN_EMPI, "gathering stage %d's model failed", s);
+            const int rc = p->stage == 0 ? hcnn_recv_floats(p->be, p->pipe_comm, bufs[b], counts[b],
+                                                            s, 100 + b)
+                                         : hcnn_send_floats(p->be, p->pipe_comm, bufs[b], counts[b],
+                                                            0, 100 + b);
+            if (rc)
+                return rc;
         }
     }
     return HCNN_OK;
 }
+
+void hcnn_pipe_print_layout(const hcnn_pipe *p, const hcnn_net *net, int explicit, FILE *out)
+{
+    fprintf(out,
+            "hcnn: pipeline: %d stage%s x %d replica%s, %d micro-batches of <= %d samples, "
+            "schedule %s, partition [",
+            p->S, p->S > 1 ? "s" : "", p->R, p->R > 1 ? "s" : "", p->M, p->micro_cap,
+            hcnn_pipe_schedule_name(p->schedule));
+    for (int s = 0; s < p->S; s++)
+        fprintf(out, "%s%d", s ? ", " : "", p->bounds[s]);
+    fprintf(out, "] (%s)\n", explicit ? "explicit" : "balanced from a measured warm-up");
+    for (int s = 0; s < p->S; s++)
+        fprintf(out, "hcnn: stage %d: blocks %d-%d (%s .. %s), estimated %.4f s per step\n", s,
+                p->bounds[s], p->bounds[s + 1] - 1, net->layers[p->bounds[s]].name,
+                net->layers[p->bounds[s + 1] - 1].name, p->est_s[s]);
+}
+
+int hcnn_pipe_report(hcnn_pipe *p, MPI_Comm world, int rank, double epoch_s, FILE *out)
+{
+    enum { K = 4 };
+    double v[K * HCNN_MAX_BLOCKS] = {0}, sum[K * HCNN_MAX_BLOCKS];
+    v[K * p->stage] = p->st.compute_s / p->R;
+    v[K * p->stage + 1] = p->st.bubble_s / p->R;
+    v[K * p->stage + 2] = (double)p->st.peak_micro / p->R;
+    v[K * p->stage + 3] = (double)p->st.peak_micro * (double)p->slot_bytes / p->R;
+    HCNN_MPI(MPI_Reduce(v, sum, K * p->S, MPI_DOUBLE, MPI_SUM, 0, world));
+    memset(&p->st, 0, sizeof p->st);
+    if (rank != 0)
+        return HCNN_OK;
+    double bubble = 0.0;
+    for (int s = 0; s < p->S; s++) {
+        const double c = sum[K * s], b = sum[K * s + 1], peak = sum[K * s + 2];
+        const double share = epoch_s > 0 ? b / epoch_s : 0.0;
+        bubble += share / p->S;
+        fprintf(out,
+                "stage=%d blocks=%d-%d compute_s=%.3f bubble_s=%.3f bubble_share=%.3f "
+                "peak_stored_microbatches=%.0f peak_activation_mb=%.2f\n",
+                s, p->bounds[s], p->bounds[s + 1] - 1, c, b, share, peak,
+                sum[K * s + 3] / 1048576.0);
+    }
+    fprintf(out, "pipeline_bubble_share=%.3f theoretical=%.3f\n", bubble,
+            (double)(p->S - 1) / (p->M + p->S - 1));
+    fflush(out);
+    return HCNN_OK;
+}
+
+/* ---- the strategy ------------------------------------------------------------ */
+
+static int pipe_check(const hcnn_config *cfg, const hcnn_comm *comm)
+{
+    return hcnn_pipe_check(cfg, comm);
+}
+
+static int pipe_init(hcnn_strategy *s, int need_train)
+{
+    hcnn_pipe *p = hcnn_calloc(sizeof *p, "pipeline strategy");
+    if (!p)
+        return HCNN_ENOMEM;
+    s->impl = p;
+    const int rc = hcnn_pipe_init(p, s->cfg, s->comm, s->net, &s->scratch);
+    if (rc)
+        return rc;
+    s->first = p->first, s->last = p->last;
+    s->group = p->replica, s->ngroups = p->R;
+    s->replicas = p->stage_comm;
+    const int shard = (s->cfg->batch_size + p->R - 1) / p->R;
+    s->eval_batch = s->cfg->eval_batch_size > 0 ? s->cfg->eval_batch_size : shard;
+    s->pass_samples = p->micro_cap, s->passes = p->M;
+    /* samples are counted where their loss is: the last stage */
+    s->counts_loss = p->next == MPI_PROC_NULL;
+    s->sync = p->sync_ready ? &p->sync : NULL;
+    if (need_train && s->sync)
+        s->allreduce_s = hcnn_grad_sync_calibrate(s->sync, 3);
+    return HCNN_OK;
+}
+
+static int pipe_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, int gn,
+                     double *loss, int *correct)
+{
+    hcnn_pipe *p = s->impl;
+    const int rc = hcnn_pipe_step(p, s->net, &s->scratch, x, y, n, gn, loss, correct);
+    s->bubble_s = p->st.bubble_s;
+    return rc;
+}
+
+static int pipe_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n, double *loss,
+                      int *correct)
+{
+    return hcnn_pipe_infer(s->impl, s->net, &s->scratch, x, y, n, loss, correct);
+}
+
+static int pipe_gather(hcnn_strategy *s, float *momentum)
+{
+    return hcnn_pipe_gather(s->impl, s->net, momentum);
+}
+
+static void pipe_report_header(const hcnn_strategy *s, FILE *out)
+{
+    hcnn_pipe_print_layout(s->impl, s->net, s->cfg->npartition != 0, out);
+    if (s->sync)
+        hcnn_grad_sync_print(s->sync, s->cfg->bucket_mb, s->allreduce_s, out);
+}
+
+static int pipe_report_epoch(hcnn_strategy *s, double epoch_s, FILE *out)
+{
+    const int rc = hcnn_pipe_report(s->impl, s->comm->world, s->comm->rank, epoch_s, out);
+    s->bubble_s = 0.0;
+    return rc;
+}
+
+static void pipe_free(hcnn_strategy *s)
+{
+    if (s->impl) {
+        hcnn_pipe_free(s->impl);
+        hcnn_free(s->impl);
+    }
+    hcnn_scratch_free(&s->scratch);
+}
+
+const hcnn_strategy_ops hcnn_strategy_pipeline = {
+    .name = "pipeline",
+    .check = pipe_check,
+    .init = pipe_init,
+    .step = pipe_step,
+    .infer = pipe_infer,
+    .gather = pipe_gather,
+    .report_header = pipe_report_header,
+    .report_epoch = pipe_report_epoch,
+    .free = pipe_free,
+};

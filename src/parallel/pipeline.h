@@ -1,4 +1,7 @@
-/* Pipeline model parallelism (strategy: pipeline), optionally with several
+/* Inside the pipeline strategy (src/parallel/pipeline*.c; its interface to
+ * the trainer is include/hcnn/strategy.h).
+ *
+ * Pipeline model parallelism (strategy: pipeline), optionally with several
  * pipeline replicas combined by data parallelism.
  *
  * World rank w is stage (w % S) of replica (w / S).  Stage s owns blocks
@@ -18,6 +21,7 @@
 #define HCNN_PIPELINE_H
 
 #include <mpi.h>
+#include <stdio.h>
 
 #include "hcnn/comm.h"
 #include "hcnn/config.h"
@@ -27,6 +31,8 @@
 typedef struct hcnn_pipe_slot {
     hcnn_acts acts;        /* activations of this stage's blocks for one micro-batch */
     float *x;              /* its input, received from the previous stage */
+    hcnn_mpi_buf xbuf;     /* x as MPI receives it */
+    hcnn_mpi_buf obuf;     /* the stage's output as MPI sends it */
     int micro;             /* micro-batch held, -1: free */
     int forwarded;         /* forward done, backward not yet */
     MPI_Request recv;      /* input receive */
@@ -40,6 +46,7 @@ typedef struct hcnn_pipe_stats {
 } hcnn_pipe_stats;
 
 typedef struct hcnn_pipe {
+    const hcnn_backend *be;
     int S, R, M;
     int stage, replica;
     hcnn_pipe_schedule schedule;
@@ -57,8 +64,10 @@ typedef struct hcnn_pipe {
     int nslots;
     size_t slot_bytes;     /* activation bytes of one slot */
     float *dy[2];          /* incoming output gradients (ping-pong) */
+    hcnn_mpi_buf dybuf[2];
     MPI_Request dy_req[2];
     float *dx[2];          /* outgoing input gradients (ping-pong) */
+    hcnn_mpi_buf dxbuf[2];
     MPI_Request dx_req[2];
     float *dlogits;        /* last stage: loss gradient of a micro-batch */
     hcnn_grad_sync sync;   /* across replicas of this stage */
@@ -76,10 +85,14 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
                    hcnn_scratch *scratch);
 void hcnn_pipe_free(hcnn_pipe *p);
 
+/* Drive this stage's outstanding transfers (the context's poll). */
+void hcnn_pipe_poll(void *arg);
+
 /* One training step of this replica's shard x (stage 0 reads it), labels y
- * (the last stage reads them), n samples of a global batch of gn;
- * accumulates gradients of this stage's blocks and sums them over the
- * replicas.  On the last stage *loss and *correct get the shard's sums. */
+ * (the last stage reads them), n samples of a global batch of gn, both in
+ * backend memory; accumulates gradients of this stage's blocks and sums
+ * them over the replicas.  On the last stage *loss and *correct get the
+ * shard's sums. */
 int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
                    const int32_t *y, int n, int gn, double *loss, int *correct);
 
@@ -90,6 +103,12 @@ int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x
 
 /* Copy the parameters, statistics and momentum of every stage of replica 0
  * to world rank 0 (for checkpoints: the file holds the whole model). */
-int hcnn_pipe_gather(hcnn_pipe *p, const hcnn_comm *comm, hcnn_net *net, float *momentum);
+int hcnn_pipe_gather(hcnn_pipe *p, hcnn_net *net, float *momentum);
+
+/* The partition and the stages' estimated times (rank 0, run header). */
+void hcnn_pipe_print_layout(const hcnn_pipe *p, const hcnn_net *net, int explicit, FILE *out);
+/* Per-stage metrics of the epoch (compute, bubble, stored activations),
+ * averaged over replicas, printed by rank 0; collective; resets them. */
+int hcnn_pipe_report(hcnn_pipe *p, MPI_Comm world, int rank, double epoch_s, FILE *out);
 
 #endif

@@ -1,0 +1,101 @@
+/* Strategies: how the ranks of a job share a training step.
+ *
+ * The trainer (src/train/) keeps the epoch loop: batches, the optimiser,
+ * evaluation, checkpoints, metrics.  Through this table it asks the
+ * strategy for each step's gradients, for inference on evaluation batches,
+ * for the whole model on rank 0 before a checkpoint, and for the lines it
+ * adds to the run's output; it never branches on which strategy runs.
+ *   serial, data   src/parallel/data.c: every rank a full replica and a
+ *                  shard of each global batch, gradients summed by the
+ *                  bucketed, overlapped allreduce (grad_sync.c); one rank
+ *                  is the serial case of the same code
+ *   pipeline       src/parallel/pipeline*.c: the blocks split over stages,
+ *                  micro-batches through them (GPipe or 1F1B), replicas of
+ *                  a stage summed by the same allreduce
+ * Either way a step is a serial step on the global batch: the loss
+ * gradient is scaled by 1 / global batch and summed over the replicas.
+ *
+ * Adding a strategy: a file with an hcnn_strategy_ops, a value of the
+ * config key `strategy` (src/config/schema.c) and its line in
+ * hcnn_strategy_ops_for (src/parallel/strategy.c). */
+#ifndef HCNN_STRATEGY_H
+#define HCNN_STRATEGY_H
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hcnn/comm.h"
+#include "hcnn/config.h"
+#include "hcnn/grad_sync.h"
+#include "hcnn/net.h"
+
+typedef struct hcnn_strategy hcnn_strategy;
+
+typedef struct hcnn_strategy_ops {
+    const char *name;
+    /* Layout checks that need only the configuration and the world size:
+     * identical on every rank, only rank 0 prints; HCNN_OK or HCNN_EINVAL. */
+    int (*check)(const hcnn_config *cfg, const hcnn_comm *comm);
+    /* This rank's blocks, shard, buffers and communicators (the common
+     * fields below); need_train: also what training needs (gradient
+     * buffers, the allreduce and its calibration). */
+    int (*init)(hcnn_strategy *s, int need_train);
+    /* One step's gradients on this rank's shard x, y (backend memory; n of
+     * a global batch of gn samples), summed over the replicas into
+     * net->grads of this rank's blocks.  *loss and *correct: the sums over
+     * the samples whose loss this rank computed (counts_loss). */
+    int (*step)(hcnn_strategy *s, const float *x, const int32_t *y, int n, int gn, double *loss,
+                int *correct);
+    /* Loss and correct predictions of n samples, in inference mode. */
+    int (*infer)(hcnn_strategy *s, const float *x, const int32_t *y, int n, double *loss,
+                 int *correct);
+    /* The whole model (parameters, statistics, momentum) on world rank 0;
+     * collective. */
+    int (*gather)(hcnn_strategy *s, float *momentum);
+    /* Rank 0's lines in the run header. */
+    void (*report_header)(const hcnn_strategy *s, FILE *out);
+    /* After an epoch of epoch_s seconds (collective; rank 0 prints). */
+    int (*report_epoch)(hcnn_strategy *s, double epoch_s, FILE *out);
+    void (*free)(hcnn_strategy *s);
+} hcnn_strategy_ops;
+
+struct hcnn_strategy {
+    const hcnn_strategy_ops *ops;
+    const hcnn_config *cfg;
+    const hcnn_comm *comm;
+    hcnn_net *net;
+    hcnn_scratch scratch;        /* the passes' workspace; its ctx is the step's context */
+    int first, last;             /* blocks this rank computes and updates */
+    int group, ngroups;          /* the data shard: replica index and count */
+    MPI_Comm replicas;           /* ranks holding the same blocks */
+    int eval_batch;              /* samples per evaluation batch */
+    int pass_samples, passes;    /* the profile: samples per pass, passes per step */
+    int counts_loss;             /* this rank computes the loss of its samples */
+    hcnn_grad_sync *sync;        /* the gradient allreduce (NULL: none) */
+    double allreduce_s;          /* its calibrated blocking time */
+    double bubble_s;             /* waiting for neighbour stages, since the last report */
+    /* the batch in backend memory (NULL when that is host memory) */
+    float *x_dev;
+    int32_t *y_dev;
+    void *impl;
+};
+
+/* The strategy the configuration names (serial and data share one). */
+const hcnn_strategy_ops *hcnn_strategy_ops_for(hcnn_strategy_kind kind);
+
+/* Every layout check (identical on every rank, rank 0 prints). */
+int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm);
+
+/* init through the table, after the common fields; on failure free still
+ * releases what was set up. */
+int hcnn_strategy_init(hcnn_strategy *s, const hcnn_config *cfg, const hcnn_comm *comm,
+                       hcnn_net *net, int need_train);
+void hcnn_strategy_free(hcnn_strategy *s);
+
+/* The batch for a step or inference in backend memory: x and y themselves
+ * when the backend's memory is the host's, else uploaded into x_dev, y_dev
+ * (one host-to-device copy of each).  n samples of in_sz floats. */
+void hcnn_strategy_stage(hcnn_strategy *s, const float **x, const int32_t **y, int n);
+
+#endif

@@ -1,0 +1,84 @@
+/* The strategy table's dispatch and what every strategy shares: the layout
+ * checks common to all, the batch staged into backend memory
+ * (include/hcnn/strategy.h). */
+#include <string.h>
+
+#include "hcnn/common.h"
+#include "hcnn/strategy.h"
+
+extern const hcnn_strategy_ops hcnn_strategy_data, hcnn_strategy_pipeline;
+
+const hcnn_strategy_ops *hcnn_strategy_ops_for(hcnn_strategy_kind kind)
+{
+    return kind == HCNN_STRATEGY_PIPELINE ? &hcnn_strategy_pipeline : &hcnn_strategy_data;
+}
+
+int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm)
+{
+    const int root = comm->rank == 0;
+    if (cfg->strategy == HCNN_STRATEGY_SERIAL && comm->size != 1) {
+        if (root)
+            hcnn_error("%s: strategy 'serial' runs on one rank, but %d ranks were started "
+                       "(use --set strategy=data)",
+                       cfg->path, comm->size);
+        return HCNN_EINVAL;
+    }
+    const int rc = hcnn_strategy_ops_for(cfg->strategy)->check(cfg, comm);
+    if (rc)
+        return rc;
+    if (cfg->allreduce_progress == HCNN_PROGRESS_THREAD && comm->size > 1 &&
+        comm->thread_level < MPI_THREAD_SERIALIZED) {
+        if (root)
+            hcnn_error("%s: allreduce_progress 'thread' needs MPI_THREAD_SERIALIZED, this MPI "
+                       "provides level %d",
+                       cfg->path, comm->thread_level);
+        return HCNN_EINVAL;
+    }
+    return HCNN_OK;
+}
+
+int hcnn_strategy_init(hcnn_strategy *s, const hcnn_config *cfg, const hcnn_comm *comm,
+                       hcnn_net *net, int need_train)
+{
+    memset(s, 0, sizeof *s);
+    s->ops = hcnn_strategy_ops_for(cfg->strategy);
+    s->cfg = cfg, s->comm = comm, s->net = net;
+    s->replicas = comm->world;
+    int rc = s->ops->init(s, need_train);
+    if (rc)
+        return rc;
+    s->scratch.ctx.seed = cfg->seed;
+    const hcnn_backend *be = net->be;
+    if (be->host_memory)
+        return HCNN_OK;
+    /* a step's shard or an evaluation batch, whichever is larger */
+    const int shard = (cfg->batch_size + s->ngroups - 1) / s->ngroups;
+    const size_t cap = (size_t)(shard > s->eval_batch ? shard : s->eval_batch);
+    const size_t in_sz = (size_t)net->in_c * net->in_h * net->in_w;
+    s->x_dev = be->alloc(sizeof(float) * in_sz * cap, "input batch");
+    s->y_dev = be->alloc(sizeof(int32_t) * cap, "input labels");
+    return s->x_dev && s->y_dev ? HCNN_OK : HCNN_ENOMEM;
+}
+
+void hcnn_strategy_free(hcnn_strategy *s)
+{
+    if (!s->ops)
+        return;
+    s->ops->free(s);
+    if (s->net) {
+        s->net->be->free(s->x_dev);
+        s->net->be->free(s->y_dev);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+void hcnn_strategy_stage(hcnn_strategy *s, const float **x, const int32_t **y, int n)
+{
+    const hcnn_backend *be = s->net->be;
+    if (be->host_memory || n <= 0)
+        return;
+    const size_t in_sz = (size_t)s->net->in_c * s->net->in_h * s->net->in_w;
+    be->upload(s->x_dev, *x, sizeof(float) * in_sz * (size_t)n);
+    be->upload(s->y_dev, *y, sizeof(int32_t) * (size_t)n);
+    *x = s->x_dev, *y = s->y_dev;
+}

@@ -1,0 +1,171 @@
+/* What a run prints and records: the run header, the progress line, the
+ * epoch line and the CSV metrics row (min / mean / max over ranks of each
+ * phase, as HPL reports its timers, so a slow node shows). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "config.h"
+#include "hcnn/blas.h"
+#include "hcnn/common.h"
+#include "hcnn/files.h"
+#include "run.h"
+
+void report_compute_setup(const hcnn_run *r)
+{
+    const hcnn_config *cfg = r->cfg;
+    printf("hcnn: convolutions: conv_algo %s; data_prefetch %s; batch assembly: %s\n",
+           hcnn_conv_algo_name(cfg->conv_algo), hcnn_prefetch_name(cfg->data_prefetch),
+           r->loader.thread_started ? "background thread" : "by the training threads");
+}
+
+void report_header(const hcnn_run *r)
+{
+    if (!run_is_root(r))
+        return;
+    const hcnn_config *cfg = r->cfg;
+    char blas[256];
+    printf("hcnn: model %s: %d blocks, %zu parameters; data %s: %d train / %d test samples; "
+           "strategy %s on %d rank%s x %d threads; global batch %d; %s\n",
+           cfg->model.name, r->net.nlayers, r->net.nparams, cfg->dataset, r->train.n, r->test.n,
+           hcnn_strategy_name(cfg->strategy), r->comm->size, r->comm->size > 1 ? "s" : "",
+           r->threads, cfg->batch_size, hcnn_blas_describe(blas, sizeof blas));
+    report_compute_setup(r);
+    r->strat.ops->report_header(&r->strat, stdout);
+    fflush(stdout);
+}
+
+void report_progress(const hcnn_run *r, int epoch, int batch, int nbatches,
+                     const epoch_stats *st, double t0, double *last_print)
+{
+    if (!run_is_root(r))
+        return;
+    const double now = hcnn_now();
+    const int by_steps = !r->tty && r->cfg->progress_every > 0;
+    if (by_steps ? (batch % r->cfg->progress_every != 0)
+                 : (now - *last_print < (r->tty ? 0.5 : 10.0)))
+        return;
+    *last_print = now;
+    const double el = now - t0;
+    /* rank 0's shard: the epoch line has the global figures */
+    printf("%sepoch %d/%d step %d/%d loss %.4f acc %.2f%% %.0f img/s lr %.4g%s",
+           r->tty ? "\r" : "", epoch + 1, r->cfg->epochs, batch, nbatches,
+           st->seen ? st->loss_sum / st->seen : 0.0,
+           st->seen ? 100.0 * st->correct / st->seen : 0.0,
+           el > 0 ? st->seen * r->comm->size / el : 0.0, st->lr, r->tty ? "   " : "\n");
+    fflush(stdout);
+}
+
+#define CSV_HEADER                                                                             \
+    "run_id,git_commit,timestamp,strategy,ranks,stages,replicas,threads,batch_size,"          \
+    "microbatches,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,"       \
+    "epoch_time_s,eval_time_s,compute_s,compute_s_min,compute_s_max,comm_wait_s,"            \
+    "comm_wait_s_min,comm_wait_s_max,data_wait_s,data_wait_s_min,data_wait_s_max,bubble_s,"  \
+    "bubble_s_min,bubble_s_max,allreduce_hidden,peak_rss_mb"
+
+/* The per-epoch metrics file (rank 0), and the configuration beside it
+ * (<csv minus .csv>.config.yaml) so that any row can be reproduced.  A new
+ * file starts whole with its header (the atomic-file helper); a resumed
+ * run appends to the file it continues. */
+int report_csv_open(hcnn_run *r, int append)
+{
+    if (!r->cfg->csv[0] || !run_is_root(r))
+        return HCNN_OK;
+    int rc = hcnn_mkdir_parent(r->cfg->csv);
+    if (rc)
+        return rc;
+    char cfgpath[HCNN_PATH_MAX + 16];
+    snprintf(cfgpath, sizeof cfgpath, "%s", r->cfg->csv);
+    char *dot = strrchr(cfgpath, '.');
+    if (dot && !strchr(dot, '/'))
+        *dot = '\0';
+    strncat(cfgpath, ".config.yaml", sizeof cfgpath - strlen(cfgpath) - 1);
+    if ((rc = hcnn_config_write(r->cfg, cfgpath)))
+        return rc;
+    FILE *old = append ? fopen(r->cfg->csv, "r") : NULL;
+    int has_header = 0;
+    if (old) {
+        char line[64];
+        has_header = fgets(line, sizeof line, old) != NULL && !strncmp(line, "run_id,", 7);
+        fclose(old);
+    }
+    static const char header[] = CSV_HEADER "\n";
+    if (!(append && has_header) && (rc = hcnn_write_file(r->cfg->csv, header, strlen(header))))
+        return rc;
+    r->csv = fopen(r->cfg->csv, "a");
+    if (!r->csv)
+        return hcnn_error_code(HCNN_EIO, "cannot create the metrics file %s (key csv in %s)",
+                               r->cfg->csv, r->cfg->path);
+    return HCNN_OK;
+}
+
+int report_reduce_epoch(hcnn_run *r, epoch_stats *st)
+{
+    double sums[4] = {st->loss_sum, st->correct, st->seen, st->trained};
+    double t[4] = {st->compute_s, st->comm_wait_s, st->data_wait_s, st->bubble_s};
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss = (double)ru.ru_maxrss / 1024.0;
+    for (int k = 0; k < 4; k++)
+        st->lo[k] = st->hi[k] = st->mean[k] = t[k];
+    st->peak_rss_mb = rss;
+    if (r->comm->size == 1)
+        return HCNN_OK;
+    MPI_Comm w = r->comm->world;
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, w));
+    HCNN_MPI(MPI_Allreduce(t, st->lo, 4, MPI_DOUBLE, MPI_MIN, w));
+    HCNN_MPI(MPI_Allreduce(t, st->hi, 4, MPI_DOUBLE, MPI_MAX, w));
+    HCNN_MPI(MPI_Allreduce(t, st->mean, 4, MPI_DOUBLE, MPI_SUM, w));
+    HCNN_MPI(MPI_Allreduce(&rss, &st->peak_rss_mb, 1, MPI_DOUBLE, MPI_MAX, w));
+    st->loss_sum = sums[0], st->correct = sums[1], st->seen = sums[2], st->trained = sums[3];
+    for (int k = 0; k < 4; k++)
+        st->mean[k] /= r->comm->size;
+    st->compute_s = st->mean[0], st->comm_wait_s = st->mean[1];
+    st->data_wait_s = st->mean[2], st->bubble_s = st->mean[3];
+    return HCNN_OK;
+}
+
+void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
+{
+    if (!run_is_root(r))
+        return;
+    const double ips = st->train_s > 0 ? st->trained / st->train_s : 0.0;
+    const double tl = st->seen ? st->loss_sum / st->seen : 0.0;
+    const double ta = st->seen ? st->correct / st->seen : 0.0;
+    /* share of the allreduce hidden behind backward: 1 - blocked / cost */
+    double hidden = 0.0;
+    if (r->strat.sync && r->strat.allreduce_s > 0 && st->steps > 0) {
+        hidden = 1.0 - (st->comm_wait_s / st->steps) / r->strat.allreduce_s;
+        hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
+    }
+    printf("epoch=%d step=%ld train_loss=%.4f train_acc=%.4f test_loss=%.4f test_acc=%.4f "
+           "images_per_s=%.1f epoch_time_s=%.3f data_wait_s=%.3f eval_time_s=%.3f",
+           epoch + 1, r->step, tl, ta, st->test_loss, st->test_acc, ips, st->train_s,
+           st->data_wait_s, st->eval_s);
+    if (r->comm->size > 1)
+        printf(" compute_s=%.3f comm_wait_s=%.3f comm_wait_share=%.3f allreduce_s=%.4f "
+               "allreduce_hidden=%.3f",
+               st->compute_s, st->comm_wait_s,
+               st->train_s > 0 ? st->comm_wait_s / st->train_s : 0.0, r->strat.allreduce_s,
+               hidden);
+    printf("\n");
+    fflush(stdout);
+    if (!r->csv)
+        return;
+    char ts[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now, &tmv);
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+    const int replicas = r->strat.ngroups, stages = r->comm->size / replicas;
+    fprintf(r->csv, "%s,%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%ld,%.6g,%.6f,%.6f,%.6f,%.6f,%.2f,%.4f,%.4f",
+            r->run_id, HCNN_GIT_COMMIT, ts, hcnn_strategy_name(r->cfg->strategy), r->comm->size,
+            stages, replicas, r->threads, r->cfg->batch_size, r->strat.passes, epoch + 1,
+            r->step, st->lr, tl, ta, st->test_loss, st->test_acc, ips, st->train_s, st->eval_s);
+    for (int k = 0; k < 4; k++)
+        fprintf(r->csv, ",%.4f,%.4f,%.4f", st->mean[k], st->lo[k], st->hi[k]);
+    fprintf(r->csv, ",%.4f,%.1f\n", hidden, st->peak_rss_mb);
+    fflush(r->csv);
+}

@@ -1,0 +1,223 @@
+/* A run's set-up and release, evaluation, and the checks the replicas
+ * agree on (src/train/run.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hcnn/common.h"
+#include "hcnn/files.h"
+#include "run.h"
+
+int hcnn_setup_threads(const hcnn_config *cfg)
+{
+    int t = cfg->threads;
+    if (t <= 0) {
+        const char *env = getenv("OMP_NUM_THREADS");
+        t = env && atoi(env) > 0 ? omp_get_max_threads() : omp_get_num_procs();
+    }
+    if (t < 1)
+        t = 1;
+    omp_set_num_threads(t);
+    /* OpenBLAS's OpenMP variant follows omp_set_num_threads; set it
+     * explicitly as well so that both agree whatever the variant. */
+    openblas_set_num_threads(t);
+    return t;
+}
+
+int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
+{
+    return hcnn_strategy_check(cfg, comm);
+}
+
+void run_free(hcnn_run *r)
+{
+    if (r->profiling)
+        hcnn_profile_free(&r->prof);
+    if (r->writer_ready)
+        hcnn_ckpt_writer_free(&r->writer);
+    if (r->strat_ready)
+        hcnn_strategy_free(&r->strat);
+    if (r->loader_ready)
+        hcnn_loader_free(&r->loader);
+    hcnn_sgd_free(&r->opt, r->be);
+    hcnn_net_free(&r->net);
+    hcnn_dataset_free(&r->train);
+    hcnn_dataset_free(&r->test);
+    hcnn_free(r->perm);
+    if (r->csv)
+        fclose(r->csv);
+}
+
+/* HCNN_FAIL_AT=rank:step makes that rank fail at that step (a non-finite
+ * loss), to test that one failing rank ends the whole job. */
+static void read_fault_hook(hcnn_run *r)
+{
+    r->fail_rank = r->fail_step = -1;
+    const char *f = getenv("HCNN_FAIL_AT");
+    if (f && sscanf(f, "%ld:%ld", &r->fail_rank, &r->fail_step) != 2)
+        r->fail_rank = r->fail_step = -1;
+}
+
+int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train)
+{
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->comm = comm;
+    r->be = hcnn_backend_cpu();
+    r->threads = hcnn_setup_threads(cfg);
+    /* in-place progress only on a real terminal: mpirun gives its ranks a
+     * pseudo-terminal even when its own output goes to a file */
+    r->tty = isatty(STDOUT_FILENO) && comm->size == 1 && !getenv("OMPI_COMM_WORLD_SIZE");
+    read_fault_hook(r);
+    int rc = hcnn_dataset_open(cfg, &r->train, &r->test);
+    if (!rc)
+        rc = hcnn_net_create(&r->net, &cfg->model, r->be, cfg->path);
+    if (!rc)
+        rc = hcnn_net_init(&r->net, cfg->init, cfg->seed);
+    if (rc)
+        return rc;
+    r->net.chunk_floats = (size_t)(cfg->im2col_mb * 1048576.0 / sizeof(float));
+    r->net.conv_algo = cfg->conv_algo;
+    /* replicas start identical whatever their seeds: rank 0's parameters */
+    if (comm->size > 1) {
+        rc = hcnn_bcast_floats(r->be, comm->world, r->net.params, r->net.nparams, 0);
+        if (!rc)
+            rc = hcnn_bcast_floats(r->be, comm->world, r->net.state, r->net.nstate, 0);
+        if (rc)
+            return rc;
+    }
+    r->strat_ready = 1; /* freed whole even when set-up fails half-way */
+    if ((rc = hcnn_strategy_init(&r->strat, cfg, comm, &r->net, need_train)) || !need_train)
+        return rc;
+    if ((rc = hcnn_sgd_init(&r->opt, r->be, r->net.nparams, cfg)))
+        return rc;
+    r->perm = hcnn_alloc(sizeof *r->perm * (size_t)r->train.n, "epoch permutation");
+    if (!r->perm)
+        return HCNN_ENOMEM;
+    const int augment = cfg->augment >= 0 ? cfg->augment : r->train.augment_default;
+    /* a background thread only helps when a core is left for it */
+    const int prefetch = cfg->data_prefetch == HCNN_PREFETCH_ON ||
+                         (cfg->data_prefetch == HCNN_PREFETCH_AUTO &&
+                          omp_get_max_threads() < omp_get_num_procs());
+    rc = hcnn_loader_init(&r->loader, &r->train, cfg->batch_size, r->strat.group,
+                          r->strat.ngroups, augment, cfg->seed, prefetch ? 1 : 0);
+    if (rc)
+        return rc;
+    r->loader_ready = 1;
+    return HCNN_OK;
+}
+
+int run_average_bn_state(hcnn_run *r)
+{
+    size_t off, count;
+    hcnn_net_state_range(&r->net, r->strat.first, r->strat.last, &off, &count);
+    if (r->strat.ngroups == 1 || count == 0)
+        return HCNN_OK;
+    const int rc = hcnn_allreduce_sum_floats(r->be, r->strat.replicas, r->net.state + off, count);
+    r->be->scale(r->net.state + off, count, 1.0f / (float)r->strat.ngroups);
+    return rc;
+}
+
+int run_evaluate(hcnn_run *r, double *loss, double *acc)
+{
+    const hcnn_dataset *ds = &r->test;
+    int lo, hi;
+    hcnn_shard(ds->n, r->strat.group, r->strat.ngroups, &lo, &hi);
+    const int eb = r->strat.eval_batch;
+    const size_t in_sz = (size_t)ds->c * ds->h * ds->w;
+    float *x = hcnn_alloc(sizeof(float) * in_sz * eb, "evaluation batch");
+    int32_t *y = hcnn_alloc(sizeof(int32_t) * eb, "evaluation labels");
+    uint32_t *idx = hcnn_alloc(sizeof(uint32_t) * eb, "evaluation indices");
+    if (!x || !y || !idx) {
+        hcnn_free(x), hcnn_free(y), hcnn_free(idx);
+        return HCNN_ENOMEM;
+    }
+    double sums[2] = {0.0, 0.0}; /* loss, correct */
+    int rc = HCNN_OK;
+    for (int i0 = lo; i0 < hi && !rc; i0 += eb) {
+        const int n = hi - i0 < eb ? hi - i0 : eb;
+        for (int i = 0; i < n; i++)
+            idx[i] = (uint32_t)(i0 + i);
+        hcnn_batch_assemble(ds, idx, n, 0, r->cfg->seed, 0, x, y, r->threads);
+        const float *bx = x;
+        const int32_t *by = y;
+        hcnn_strategy_stage(&r->strat, &bx, &by, n);
+        int ok = 0;
+        double l = 0.0;
+        rc = r->strat.ops->infer(&r->strat, bx, by, n, &l, &ok);
+        sums[0] += l;
+        sums[1] += ok;
+    }
+    hcnn_free(x), hcnn_free(y), hcnn_free(idx);
+    if (!rc && r->comm->size > 1)
+        HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, r->comm->world));
+    *loss = ds->n ? sums[0] / ds->n : 0.0;
+    *acc = ds->n ? sums[1] / ds->n : 0.0;
+    return rc;
+}
+
+/* CRC32 of n floats of backend memory, continuing crc. */
+static int crc_floats(const hcnn_backend *be, const float *buf, size_t n, uint32_t *crc)
+{
+    if (be->host_memory) {
+        *crc = hcnn_crc32(*crc, buf, n * sizeof(float));
+        return HCNN_OK;
+    }
+    float *h = hcnn_alloc(sizeof(float) * (n + 1), "checksum copy");
+    if (!h)
+        return HCNN_ENOMEM;
+    be->download(h, buf, sizeof(float) * n);
+    *crc = hcnn_crc32(*crc, h, n * sizeof(float));
+    hcnn_free(h);
+    return HCNN_OK;
+}
+
+/* After training every replica must hold the same parameters and
+ * statistics; a mismatch means a bug or a non-deterministic reduction. */
+int run_check_replicas(hcnn_run *r)
+{
+    if (r->strat.ngroups == 1)
+        return HCNN_OK;
+    size_t po, pc, so, sc;
+    hcnn_net_param_range(&r->net, r->strat.first, r->strat.last, &po, &pc);
+    hcnn_net_state_range(&r->net, r->strat.first, r->strat.last, &so, &sc);
+    uint32_t crc = 0;
+    int rc = crc_floats(r->be, r->net.params + po, pc, &crc);
+    if (!rc)
+        rc = crc_floats(r->be, r->net.state + so, sc, &crc);
+    if (rc)
+        return rc;
+    unsigned long mine = crc, lo = crc, hi = crc;
+    HCNN_MPI(MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG, MPI_MIN, r->strat.replicas));
+    HCNN_MPI(MPI_Allreduce(&mine, &hi, 1, MPI_UNSIGNED_LONG, MPI_MAX, r->strat.replicas));
+    if (lo != hi)
+        return hcnn_error_code(HCNN_EMPI, "replicas diverged: parameter CRC32 %08lx on this "
+                                          "rank, ranks range over %08lx..%08lx",
+                               mine, lo, hi);
+    if (run_is_root(r))
+        printf("replica_check=ok replicas=%d params_crc32=%08lx\n", r->strat.ngroups, mine);
+    return HCNN_OK;
+}
+
+int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *checkpoint)
+{
+    hcnn_run r;
+    int rc = run_setup(&r, cfg, comm, 0);
+    hcnn_ckpt_meta meta;
+    if (!rc)
+        rc = hcnn_ckpt_load(checkpoint, &r.net, NULL, &meta);
+    double loss = 0.0, acc = 0.0;
+    const double t0 = hcnn_now();
+    if (!rc)
+        rc = run_evaluate(&r, &loss, &acc);
+    if (!rc && run_is_root(&r))
+        printf("checkpoint=%s epoch=%ld step=%ld test_samples=%d test_loss=%.4f test_acc=%.4f "
+               "eval_time_s=%.3f\n",
+               checkpoint, meta.epoch, meta.step, r.test.n, loss, acc, hcnn_now() - t0);
+    run_free(&r);
+    return rc;
+}

@@ -1,0 +1,105 @@
+/* Inside the trainer (src/train/): what a run owns, one struct passed down,
+ * and the functions its files share.
+ *   run.c      set-up and release, evaluation, the replicas' agreement
+ *   train.c    the epoch loop: batches, steps, the optimiser, signals
+ *   report.c   the run header, progress, epoch lines and CSV metrics
+ *   resume.c   checkpoints written and resumed
+ *   bench.c    hcnn bench and the per-block profile of a run
+ * How the ranks share a step is the strategy's (include/hcnn/strategy.h). */
+#ifndef HCNN_TRAIN_RUN_H
+#define HCNN_TRAIN_RUN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hcnn/ckpt_writer.h"
+#include "hcnn/data.h"
+#include "hcnn/net.h"
+#include "hcnn/optim.h"
+#include "hcnn/profile.h"
+#include "hcnn/strategy.h"
+#include "hcnn/train.h"
+
+typedef struct hcnn_run {
+    const hcnn_config *cfg;
+    const hcnn_comm *comm;
+    const hcnn_backend *be;
+    int threads;
+    hcnn_dataset train, test;
+    hcnn_net net;
+    hcnn_strategy strat;
+    int strat_ready;
+    hcnn_sgd opt;
+    hcnn_loader loader;
+    int loader_ready;
+    uint32_t *perm;
+    FILE *csv;
+    int tty;
+    long step;               /* optimiser steps taken */
+    long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
+    hcnn_ckpt_writer writer;  /* rank 0, when checkpoint_dir is set */
+    int writer_ready;
+    int stop_signal;          /* SIGTERM/SIGUSR1 received (agreed by all ranks) */
+    hcnn_profile prof;        /* --profile and bench */
+    int profiling;
+    char run_id[64];
+} hcnn_run;
+
+typedef struct epoch_stats {
+    double loss_sum, correct, seen;  /* summed over ranks at the end of the epoch */
+    double trained;                  /* samples trained by this process run (throughput) */
+    double train_s, data_wait_s, comm_wait_s, compute_s, bubble_s, eval_s;
+    /* min / mean / max over ranks of compute, comm wait, data wait, bubble */
+    double lo[4], mean[4], hi[4];
+    double peak_rss_mb;
+    double test_loss, test_acc;
+    double lr;
+    long steps;
+} epoch_stats;
+
+static inline int run_is_root(const hcnn_run *r) { return r->comm->rank == 0; }
+
+/* run.c */
+/* Data sets, model, strategy, optimiser, loader; on error run_free
+ * releases what was set up. */
+int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train);
+void run_free(hcnn_run *r);
+/* Batch-norm running statistics averaged over the replicas (each saw its
+ * own shard); collective. */
+int run_average_bn_state(hcnn_run *r);
+/* Loss and accuracy on the test set, in inference mode, sharded over the
+ * replicas; collective. */
+int run_evaluate(hcnn_run *r, double *loss, double *acc);
+/* Every replica holds the same parameters and statistics; collective. */
+int run_check_replicas(hcnn_run *r);
+
+/* report.c */
+void report_header(const hcnn_run *r);
+void report_compute_setup(const hcnn_run *r);
+void report_progress(const hcnn_run *r, int epoch, int batch, int nbatches,
+                     const epoch_stats *st, double t0, double *last_print);
+int report_csv_open(hcnn_run *r, int append);
+/* Sums over ranks of the epoch's counts, min / mean / max of its times */
+int report_reduce_epoch(hcnn_run *r, epoch_stats *st);
+void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
+
+/* resume.c */
+/* A checkpoint of the current state (collective; rank 0 writes it in the
+ * background; wait: until it is on disk). */
+int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st, int final,
+                    int wait);
+int resume_from(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta);
+
+/* bench.c */
+int profile_enable(hcnn_run *r);
+/* One sample of rank 0's raw-GEMM reference (between timed repeats). */
+void profile_sample_reference(hcnn_run *r);
+/* Rank 0's table; returns the GEMM share of the step. */
+double profile_print(hcnn_run *r);
+
+/* train.c */
+/* Take the next batch of the epoch and train on it: 1 after a step, 0 at
+ * the end of the epoch, -code on error. */
+int train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st);
+
+#endif
