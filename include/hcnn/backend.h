@@ -143,7 +143,11 @@ typedef struct hcnn_backend {
     double (*sum_sq)(const float *x, size_t n);
 } hcnn_backend;
 
-/* The CPU backend: OpenBLAS (OpenMP variant) + OpenMP loops. */
+/* The CPU backend: OpenBLAS (OpenMP variant) + OpenMP loops (src/cpu/). */
 const hcnn_backend *hcnn_backend_cpu(void);
+/* The same behind memory the host cannot dereference (src/cpu/devmem.c):
+ * host_memory 0, so a run on it proves that nothing touches a tensor
+ * except through the backend. */
+const hcnn_backend *hcnn_backend_cpu_devmem(void);
 
 #endif

@@ -5,13 +5,13 @@
 /* Inside the region every OpenMP loop of this backend runs on the calling
  * thread alone (nested regions are inactive) and the OpenMP OpenBLAS runs
  * single-threaded. */
-static void cpu_parallel(void (*fn)(void *arg, int t, int nt), void *arg)
+void hcnn_cpu_parallel(void (*fn)(void *arg, int t, int nt), void *arg)
 {
 #pragma omp parallel
     fn(arg, omp_get_thread_num(), omp_get_num_threads());
 }
 
-static int cpu_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+int hcnn_cpu_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
 static void cpu_upload(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_download(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -21,8 +21,8 @@ static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, 
 
 static const hcnn_backend cpu_backend = {
     .name = "cpu-openblas",
-    .parallel = cpu_parallel,
-    .threads = cpu_threads,
+    .parallel = hcnn_cpu_parallel,
+    .threads = hcnn_cpu_threads,
     .host_memory = 1,
     .alloc = hcnn_alloc,
     .free = hcnn_free,

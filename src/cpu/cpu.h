@@ -116,6 +116,9 @@ float hcnn_cpu_plane_sum(const float *x, int n);
 
 /* The operations of the table (backend.c), by file; each is documented
  * where include/hcnn/backend.h declares its slot. */
+/* backend.c */
+void hcnn_cpu_parallel(void (*fn)(void *arg, int t, int nt), void *arg);
+int hcnn_cpu_threads(void);
 /* gemm.c */
 void hcnn_cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);

@@ -62,18 +62,35 @@ static void read_fault_hook(hcnn_run *r)
         r->fail_rank = r->fail_step = -1;
 }
 
+/* The CPU backend, or the one the environment's HCNN_BACKEND names:
+ * cpu-devmem, the CPU backend behind memory the host cannot touch (the
+ * backend seam's test, tests/test_seam.sh). */
+static int run_backend(const hcnn_backend **be)
+{
+    const char *name = getenv("HCNN_BACKEND");
+    if (!name || !*name || !strcmp(name, "cpu"))
+        *be = hcnn_backend_cpu();
+    else if (!strcmp(name, "cpu-devmem"))
+        *be = hcnn_backend_cpu_devmem();
+    else
+        return hcnn_error("HCNN_BACKEND=%s: unknown backend (cpu, cpu-devmem)", name);
+    return HCNN_OK;
+}
+
 int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train)
 {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
     r->comm = comm;
-    r->be = hcnn_backend_cpu();
+    int rc = run_backend(&r->be);
+    if (rc)
+        return rc;
     r->threads = hcnn_setup_threads(cfg);
     /* in-place progress only on a real terminal: mpirun gives its ranks a
      * pseudo-terminal even when its own output goes to a file */
     r->tty = isatty(STDOUT_FILENO) && comm->size == 1 && !getenv("OMPI_COMM_WORLD_SIZE");
     read_fault_hook(r);
-    int rc = hcnn_dataset_open(cfg, &r->train, &r->test);
+    rc = hcnn_dataset_open(cfg, &r->train, &r->test);
     if (!rc)
         rc = hcnn_net_create(&r->net, &cfg->model, r->be, cfg->path);
     if (!rc)
