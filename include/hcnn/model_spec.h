@@ -74,6 +74,10 @@ typedef enum hcnn_init { HCNN_INIT_HE = 0, HCNN_INIT_XAVIER } hcnn_init;
  * src/layers/conv_plan.c); batched = im2col + one GEMM over chunks of
  * images; per_thread = each thread takes its share of the images and runs
  * cache-resident im2col + single-threaded GEMMs on small groups of them. */
-typedef enum hcnn_conv_algo { HCNN_CONV_AUTO = 0, HCNN_CONV_BATCHED, HCNN_CONV_PER_THREAD } hcnn_conv_algo;
+typedef enum hcnn_conv_algo {
+    HCNN_CONV_AUTO = 0,
+    HCNN_CONV_BATCHED,
+    HCNN_CONV_PER_THREAD
+} hcnn_conv_algo;
 
 #endif

@@ -120,7 +120,10 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
                       const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
                       void *arg);
 
-static inline const float *hcnn_acts_output(const hcnn_acts *a) { return a->y[a->last - 1 - a->first]; }
+static inline const float *hcnn_acts_output(const hcnn_acts *a)
+{
+    return a->y[a->last - 1 - a->first];
+}
 
 /* The threads that each carry their share of n samples through all of
  * blocks [first, last) in one parallel region (whole-network per-thread

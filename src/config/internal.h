@@ -130,7 +130,7 @@ typedef struct block_key {
 typedef struct block_type {
     unsigned keys;            /* bit k: accepts block_keys[k] (type and name always) */
     unsigned required;        /* bit k: must be given */
-    int window;               /* a pooling window: stride defaults to the kernel, pad <= kernel / 2 */
+    int window;               /* a pooling window: stride defaults to the kernel, pad <= half */
     hcnn_block_spec defaults;
 } block_type;
 

@@ -77,8 +77,8 @@ static int graft_map(node *map, const char *key, node *val, node **slot_out)
 
 typedef struct override {
     const char *file;
-    const char *text;   /* the whole "key=value" */
-    char *comps[64];    /* key components (point into a writable copy) */
+    const char *text; /* the whole "key=value" */
+    char *comps[64];  /* key components (point into a writable copy) */
     int ncomps;
 } override;
 
@@ -95,7 +95,8 @@ static int graft(node **root, const override *o, node *val)
         int last = i == o->ncomps - 1;
         if (i > 0)
             cfg_path_push(&where, o->comps[i - 1]);
-        if (cur->type == NODE_SCALAR && i == 3 && !strcmp(o->comps[0], "model") && !strcmp(o->comps[1], "blocks")) {
+        if (cur->type == NODE_SCALAR && i == 3 && !strcmp(o->comps[0], "model") &&
+            !strcmp(o->comps[1], "blocks")) {
             int rc = scalar_to_block_map(cur);
             if (rc)
                 return rc;
@@ -118,9 +119,10 @@ static int graft(node **root, const override *o, node *val)
         } else if (cur->type == NODE_SEQ) {
             size_t idx;
             if (!parse_index(comp, &idx))
-                return hcnn_error("%s: --set '%s': '%s' is a sequence: expected an index 0, 1, ... after it, "
-                                  "got '%s'",
-                                  o->file, o->text, where.s, comp);
+                return hcnn_error(
+                    "%s: --set '%s': '%s' is a sequence: expected an index 0, 1, ... after it, "
+                    "got '%s'",
+                    o->file, o->text, where.s, comp);
             if (idx > cur->n)
                 return hcnn_error("%s: --set '%s': index %zu is beyond the end of '%s' (%zu items; "
                                   "use %zu to append)",
@@ -144,8 +146,8 @@ static int graft(node **root, const override *o, node *val)
                 return rc;
             cur = fresh;
         } else {
-            return hcnn_error("%s: --set '%s': '%s' is a single value, not a mapping or sequence", o->file,
-                              o->text, where.s);
+            return hcnn_error("%s: --set '%s': '%s' is a single value, not a mapping or sequence",
+                              o->file, o->text, where.s);
         }
     }
     return HCNN_OK;
@@ -155,8 +157,9 @@ int cfg_apply_override(node **root, const char *file, const char *set)
 {
     const char *eq = set ? strchr(set, '=') : NULL;
     if (!eq || eq == set)
-        return hcnn_error("%s: --set '%s': expected key=value (e.g. lr=0.1 or model.blocks.0.out=8)", file,
-                          set ? set : "(null)");
+        return hcnn_error(
+            "%s: --set '%s': expected key=value (e.g. lr=0.1 or model.blocks.0.out=8)", file,
+            set ? set : "(null)");
     override o;
     memset(&o, 0, sizeof o);
     o.file = file;
@@ -171,7 +174,9 @@ int cfg_apply_override(node **root, const char *file, const char *set)
         if (dot)
             *dot = '\0';
         if (!*s || o.ncomps == COUNT(o.comps)) {
-            rc = hcnn_error("%s: --set '%s': invalid key (expected dotted names like model.blocks.0.out)", file, set);
+            rc = hcnn_error(
+                "%s: --set '%s': invalid key (expected dotted names like model.blocks.0.out)", file,
+                set);
             break;
         }
         o.comps[o.ncomps++] = s;
@@ -193,4 +198,3 @@ int cfg_apply_override(node **root, const char *file, const char *set)
     free(key);
     return rc;
 }
-

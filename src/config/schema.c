@@ -34,13 +34,34 @@ const char *cfg_enum_name(const char *const *names, int n, int v)
     return (v >= 0 && v < n) ? names[v] : "unknown";
 }
 
-const char *hcnn_schedule_name(hcnn_schedule s) { return cfg_enum_name(schedule_names, COUNT(schedule_names), (int)s); }
-const char *hcnn_init_name(hcnn_init i) { return cfg_enum_name(init_names, COUNT(init_names), (int)i); }
-const char *hcnn_strategy_name(hcnn_strategy_kind s) { return cfg_enum_name(strategy_names, COUNT(strategy_names), (int)s); }
-const char *hcnn_progress_name(hcnn_allreduce_progress p) { return cfg_enum_name(progress_names, COUNT(progress_names), (int)p); }
-const char *hcnn_prefetch_name(hcnn_prefetch p) { return cfg_enum_name(prefetch_names, COUNT(prefetch_names), (int)p); }
-const char *hcnn_conv_algo_name(hcnn_conv_algo a) { return cfg_enum_name(conv_algo_names, COUNT(conv_algo_names), (int)a); }
-const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s) { return cfg_enum_name(pipe_schedule_names, COUNT(pipe_schedule_names), (int)s); }
+const char *hcnn_schedule_name(hcnn_schedule s)
+{
+    return cfg_enum_name(schedule_names, COUNT(schedule_names), (int)s);
+}
+const char *hcnn_init_name(hcnn_init i)
+{
+    return cfg_enum_name(init_names, COUNT(init_names), (int)i);
+}
+const char *hcnn_strategy_name(hcnn_strategy_kind s)
+{
+    return cfg_enum_name(strategy_names, COUNT(strategy_names), (int)s);
+}
+const char *hcnn_progress_name(hcnn_allreduce_progress p)
+{
+    return cfg_enum_name(progress_names, COUNT(progress_names), (int)p);
+}
+const char *hcnn_prefetch_name(hcnn_prefetch p)
+{
+    return cfg_enum_name(prefetch_names, COUNT(prefetch_names), (int)p);
+}
+const char *hcnn_conv_algo_name(hcnn_conv_algo a)
+{
+    return cfg_enum_name(conv_algo_names, COUNT(conv_algo_names), (int)a);
+}
+const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s)
+{
+    return cfg_enum_name(pipe_schedule_names, COUNT(pipe_schedule_names), (int)s);
+}
 
 /* ======================================================================
  * Defaults
@@ -92,8 +113,10 @@ void hcnn_config_defaults(hcnn_config *cfg)
 
 /* The keys a block may have, in the order the writer emits them; a type
  * accepts those of its row of cfg_block_types (type and name always). */
+/* clang-format off */
 enum { BK_TYPE, BK_NAME, BK_OUT, BK_KERNEL, BK_STRIDE, BK_PAD, BK_BIAS, BK_EPS, BK_MOMENTUM,
        BK_P, BK_SHORTCUT };
+/* clang-format on */
 #define BLOCK_FIELD(f) offsetof(hcnn_block_spec, f)
 const block_key cfg_block_keys[] = {
     [BK_TYPE] = {"type", BKT_TYPE, 0, 0, {0}},
@@ -116,6 +139,7 @@ const int cfg_nblock_keys = COUNT(cfg_block_keys);
 #define WINDOW K(BK_KERNEL) | K(BK_STRIDE) | K(BK_PAD)
 #define BN_EPS 1e-5f
 #define BN_MOMENTUM 0.1f
+/* clang-format off */
 const block_type cfg_block_types[HCNN_BLOCK_KIND_COUNT] = {
     [HCNN_BLOCK_CONV] = {K(BK_OUT) | WINDOW | K(BK_BIAS), K(BK_OUT), 0,
                          {.kh = 3, .kw = 3, .sh = 1, .sw = 1, .bias = 1}},
@@ -131,6 +155,7 @@ const block_type cfg_block_types[HCNN_BLOCK_KIND_COUNT] = {
                              {.sh = 1, .sw = 1, .shortcut = HCNN_SHORTCUT_AUTO, .eps = BN_EPS,
                               .momentum = BN_MOMENTUM}},
 };
+/* clang-format on */
 
 static unsigned accepted_keys(hcnn_block_kind kind)
 {
@@ -172,7 +197,7 @@ static int unknown_block_key(const ictx *c, const entry *e, hcnn_block_kind kind
             o += (size_t)snprintf(valid + o, sizeof valid - o, "%s%s", o ? ", " : "",
                                   cfg_block_keys[k].name);
     return cfg_fail_at(c->file, e->line, "unknown key '%s' for block type '%s' (valid keys: %s)",
-                   c->path.s, hcnn_block_kind_name(kind), valid);
+                       c->path.s, hcnn_block_kind_name(kind), valid);
 }
 
 /* Checks that need the whole block: required keys, window defaults and
@@ -183,7 +208,7 @@ static int finish_block(ictx *c, const node *n, hcnn_block_spec *b, unsigned see
     for (int k = 0; k < cfg_nblock_keys; k++)
         if ((t->required & K(k)) && !(seen & K(k)))
             return cfg_fail_at(c->file, n->line, "missing required key '%s.%s' for block type '%s'",
-                           c->path.s, cfg_block_keys[k].name, hcnn_block_kind_name(b->kind));
+                               c->path.s, cfg_block_keys[k].name, hcnn_block_kind_name(b->kind));
     if (!t->window)
         return HCNN_OK;
     if (!(seen & K(BK_STRIDE))) {
@@ -194,8 +219,9 @@ static int finish_block(ictx *c, const node *n, hcnn_block_spec *b, unsigned see
         /* seen has BK_PAD here (pad defaults to 0), so n is a mapping with a pad entry */
         const entry *e = cfg_node_find(n, "pad");
         size_t old = cfg_path_push(&c->path, "pad");
-        int rc = cfg_fail_at(c->file, e->val->line, "%s: expected at most half the kernel (kernel [%d, %d]), got [%d, %d]",
-                         c->path.s, b->kh, b->kw, b->ph, b->pw);
+        int rc = cfg_fail_at(c->file, e->val->line,
+                             "%s: expected at most half the kernel (kernel [%d, %d]), got [%d, %d]",
+                             c->path.s, b->kh, b->kw, b->ph, b->pw);
         cfg_path_pop(&c->path, old);
         return rc;
     }
@@ -263,8 +289,8 @@ static int check_block_names(ictx *c, const node *seq, const hcnn_model_spec *m)
                 continue;
             size_t old = cfg_path_push_index(&c->path, (size_t)i);
             int rc = cfg_fail_at(c->file, seq->items[i].val->line,
-                             "%s.name: duplicate block name '%s' (also used by block %d)", c->path.s,
-                             m->blocks[i].name, j);
+                                 "%s.name: duplicate block name '%s' (also used by block %d)",
+                                 c->path.s, m->blocks[i].name, j);
             cfg_path_pop(&c->path, old);
             return rc;
         }
@@ -322,14 +348,17 @@ static int interpret_model(ictx *c, const node *n, hcnn_model_spec *m)
         else if (!strcmp(e->key, "blocks"))
             rc = interpret_blocks(c, e->val, m);
         else
-            rc = cfg_fail_at(c->file, e->line, "unknown key '%s' (valid keys: name, input, classes, blocks)", c->path.s);
+            rc = cfg_fail_at(c->file, e->line,
+                             "unknown key '%s' (valid keys: name, input, classes, blocks)",
+                             c->path.s);
         cfg_path_pop(&c->path, old);
         if (rc)
             return rc;
     }
     for (int i = 0; i < COUNT(required); i++)
         if (!cfg_node_find(n, required[i]))
-            return cfg_fail_at(c->file, n->line, "missing required key '%s.%s'", c->path.s, required[i]);
+            return cfg_fail_at(c->file, n->line, "missing required key '%s.%s'", c->path.s,
+                               required[i]);
     if (!m->name[0])
         snprintf(m->name, sizeof m->name, "model");
     return HCNN_OK;
@@ -346,27 +375,56 @@ static void set_init(hcnn_config *c, int v) { c->init = (hcnn_init)v; }
 static int get_strategy(const hcnn_config *c) { return (int)c->strategy; }
 static void set_strategy(hcnn_config *c, int v) { c->strategy = (hcnn_strategy_kind)v; }
 static int get_pipe_schedule(const hcnn_config *c) { return (int)c->pipeline_schedule; }
-static void set_pipe_schedule(hcnn_config *c, int v) { c->pipeline_schedule = (hcnn_pipe_schedule)v; }
+static void set_pipe_schedule(hcnn_config *c, int v)
+{
+    c->pipeline_schedule = (hcnn_pipe_schedule)v;
+}
 static int get_prefetch(const hcnn_config *c) { return (int)c->data_prefetch; }
 static void set_prefetch(hcnn_config *c, int v) { c->data_prefetch = (hcnn_prefetch)v; }
 static int get_conv_algo(const hcnn_config *c) { return (int)c->conv_algo; }
 static void set_conv_algo(hcnn_config *c, int v) { c->conv_algo = (hcnn_conv_algo)v; }
 static int get_progress(const hcnn_config *c) { return (int)c->allreduce_progress; }
-static void set_progress(hcnn_config *c, int v) { c->allreduce_progress = (hcnn_allreduce_progress)v; }
+static void set_progress(hcnn_config *c, int v)
+{
+    c->allreduce_progress = (hcnn_allreduce_progress)v;
+}
 
 #define FIELD(f) offsetof(hcnn_config, f)
 #define FSIZE(f) sizeof(((hcnn_config *)0)->f)
-#define K_INT(n, f, min) {.name = n, .type = KT_INT, .off = FIELD(f), .lo = min}
-#define K_LONG(n, f, min) {.name = n, .type = KT_LONG, .off = FIELD(f), .lo = min}
-#define K_NUM(n, f, l, lopen, h, hopen) {.name = n, .type = KT_NUM, .off = FIELD(f), .r = {l, h, lopen, hopen}}
-#define K_BOOL(n, f) {.name = n, .type = KT_BOOL, .off = FIELD(f)}
-#define K_STR(n, f) {.name = n, .type = KT_STR, .off = FIELD(f), .size = FSIZE(f)}
-#define K_ENUM(n, list, g, s) {.name = n, .type = KT_ENUM, .names = list, .nnames = COUNT(list), .get = g, .set = s}
+#define K_INT(n, f, min)                                                                           \
+    {                                                                                              \
+        .name = n, .type = KT_INT, .off = FIELD(f), .lo = min                                      \
+    }
+#define K_LONG(n, f, min)                                                                          \
+    {                                                                                              \
+        .name = n, .type = KT_LONG, .off = FIELD(f), .lo = min                                     \
+    }
+#define K_NUM(n, f, l, lopen, h, hopen)                                                            \
+    {                                                                                              \
+        .name = n, .type = KT_NUM, .off = FIELD(f), .r = { l, h, lopen, hopen }                    \
+    }
+#define K_BOOL(n, f)                                                                               \
+    {                                                                                              \
+        .name = n, .type = KT_BOOL, .off = FIELD(f)                                                \
+    }
+#define K_STR(n, f)                                                                                \
+    {                                                                                              \
+        .name = n, .type = KT_STR, .off = FIELD(f), .size = FSIZE(f)                               \
+    }
+#define K_ENUM(n, list, g, s)                                                                      \
+    {                                                                                              \
+        .name = n, .type = KT_ENUM, .names = list, .nnames = COUNT(list), .get = g, .set = s       \
+    }
 
 const keydef cfg_top_keys[] = {
     {.name = "model", .type = KT_MODEL, .required = 1},
-    {.name = "dataset", .type = KT_CHOICE, .off = FIELD(dataset), .size = FSIZE(dataset), .names = dataset_names,
-     .nnames = COUNT(dataset_names), .required = 1},
+    {.name = "dataset",
+     .type = KT_CHOICE,
+     .off = FIELD(dataset),
+     .size = FSIZE(dataset),
+     .names = dataset_names,
+     .nnames = COUNT(dataset_names),
+     .required = 1},
     K_STR("data_dir", data_dir),
     K_INT("synthetic_train", synthetic_train, 1),
     K_INT("synthetic_test", synthetic_test, 1),
@@ -461,7 +519,8 @@ static int apply_top_key(ictx *c, const keydef *d, const node *n, hcnn_config *c
         /* [] (automatic) or the first block of each stage: non-negative
          * integers; their order is checked against the model at start */
         if (!n || n->type != NODE_SEQ || n->n > HCNN_MAX_BLOCKS)
-            return cfg_fail_value(c, n, "a list of block indices, e.g. [0, 5] (or [] for automatic)");
+            return cfg_fail_value(c, n,
+                                  "a list of block indices, e.g. [0, 5] (or [] for automatic)");
         cfg->npartition = 0;
         for (size_t k = 0; k < n->n; k++) {
             size_t old = cfg_path_push_index(&c->path, k);
@@ -484,13 +543,15 @@ static int interpret(ictx *c, const node *root, hcnn_config *cfg)
     if (root && root->type != NODE_MAP) {
         char got[112];
         cfg_describe(root, got, sizeof got);
-        return cfg_fail_at(c->file, root->line, "expected a mapping of keys at the top level, got %s", got);
+        return cfg_fail_at(c->file, root->line,
+                           "expected a mapping of keys at the top level, got %s", got);
     }
     for (size_t i = 0; root && i < root->n; i++) {
         const entry *e = &root->items[i];
         const keydef *d = find_top_key(e->key);
         if (!d)
-            return cfg_fail_at(c->file, e->line, "unknown key '%s' (see docs/config-reference.md)", e->key);
+            return cfg_fail_at(c->file, e->line, "unknown key '%s' (see docs/config-reference.md)",
+                               e->key);
         seen[d - cfg_top_keys] = 1;
         size_t old = cfg_path_push(&c->path, e->key);
         int rc = apply_top_key(c, d, e->val, cfg);
@@ -500,7 +561,8 @@ static int interpret(ictx *c, const node *root, hcnn_config *cfg)
     }
     for (int i = 0; i < NKEYS; i++)
         if (cfg_top_keys[i].required && !seen[i])
-            return cfg_fail_at(c->file, LINE_NONE, "missing required key '%s'", cfg_top_keys[i].name);
+            return cfg_fail_at(c->file, LINE_NONE, "missing required key '%s'",
+                               cfg_top_keys[i].name);
     if (!cfg->data_dir[0])
         snprintf(cfg->data_dir, sizeof cfg->data_dir, "data/%s", cfg->dataset);
     return HCNN_OK;
@@ -515,8 +577,8 @@ int hcnn_config_load(hcnn_config *cfg, const char *path, const char *const *sets
     /* keep the path even on failure: callers use it in their own messages */
     memcpy(cfg->path, path, len < sizeof cfg->path ? len : sizeof cfg->path - 1);
     if (len >= sizeof cfg->path)
-        return hcnn_error("configuration path is too long (%zu characters, at most %d): %.60s...", len,
-                          HCNN_PATH_MAX - 1, path);
+        return hcnn_error("configuration path is too long (%zu characters, at most %d): %.60s...",
+                          len, HCNN_PATH_MAX - 1, path);
 
     node *root = NULL;
     int rc = cfg_parse_file(path, &root);
@@ -536,4 +598,3 @@ int hcnn_config_load(hcnn_config *cfg, const char *path, const char *const *sets
     }
     return rc;
 }
-

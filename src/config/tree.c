@@ -16,9 +16,12 @@
  * Generic node tree
  * ==================================================================== */
 
-#define MAX_DEPTH 64   /* nesting limit: keeps the recursion bounded */
+#define MAX_DEPTH 64 /* nesting limit: keeps the recursion bounded */
 
-int cfg_oom(void) { return hcnn_error_code(HCNN_ENOMEM, "out of memory while reading the configuration"); }
+int cfg_oom(void)
+{
+    return hcnn_error_code(HCNN_ENOMEM, "out of memory while reading the configuration");
+}
 
 void cfg_node_free(node *n)
 {
@@ -156,10 +159,10 @@ void cfg_describe(const node *n, char *buf, size_t size)
 
 typedef struct builder {
     yaml_parser_t parser;
-    const char *file;     /* config path, for messages */
-    const char *set;      /* the override being parsed, NULL for the file */
-    FILE *fp;             /* the open file (to tell I/O errors from bad YAML) */
-    pathbuf path;         /* key path of the node being built */
+    const char *file; /* config path, for messages */
+    const char *set;  /* the override being parsed, NULL for the file */
+    FILE *fp;         /* the open file (to tell I/O errors from bad YAML) */
+    pathbuf path;     /* key path of the node being built */
 } builder;
 
 static int node_line(const builder *b, const yaml_event_t *ev)
@@ -177,8 +180,10 @@ static int yaml_failure(builder *b)
         return hcnn_error("%s: --set '%s': invalid YAML value: %s", b->file, b->set, problem);
     if (p->error == YAML_READER_ERROR) {
         if (b->fp && ferror(b->fp))
-            return hcnn_error_code(HCNN_EIO, "%s: cannot read the file: %s", b->file, strerror(errno));
-        return hcnn_error("%s: byte %zu: cannot decode the file: %s", b->file, p->problem_offset, problem);
+            return hcnn_error_code(HCNN_EIO, "%s: cannot read the file: %s", b->file,
+                                   strerror(errno));
+        return hcnn_error("%s: byte %zu: cannot decode the file: %s", b->file, p->problem_offset,
+                          problem);
     }
     if (p->context)
         return hcnn_error("%s:%zu:%zu: YAML syntax error: %s (%s started at line %zu)", b->file,
@@ -202,14 +207,15 @@ static int build_scalar(builder *b, const yaml_event_t *ev, node **out)
     const char *text = (const char *)ev->data.scalar.value;
     size_t len = ev->data.scalar.length;
     if (memchr(text, '\0', len))
-        return cfg_fail_at(b->file, node_line(b, ev), "%s: a NUL character is not allowed in a value", b->path.s);
+        return cfg_fail_at(b->file, node_line(b, ev),
+                           "%s: a NUL character is not allowed in a value", b->path.s);
     node *n = cfg_scalar_new(text, len, node_line(b, ev));
     if (!n)
         return cfg_oom();
     /* a plain (unquoted) empty value, ~ or null is YAML's null */
     n->is_null = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-                 (len == 0 || !strcmp(n->str, "~") || !strcmp(n->str, "null") || !strcmp(n->str, "Null") ||
-                  !strcmp(n->str, "NULL"));
+                 (len == 0 || !strcmp(n->str, "~") || !strcmp(n->str, "null") ||
+                  !strcmp(n->str, "Null") || !strcmp(n->str, "NULL"));
     *out = n;
     return HCNN_OK;
 }
@@ -251,7 +257,7 @@ static int build_mapping(builder *b, node *map, int depth)
         if (ev.type != YAML_SCALAR_EVENT) {
             yaml_event_delete(&ev);
             return cfg_fail_at(b->file, line, "%s: mapping keys must be plain strings",
-                           b->path.len ? b->path.s : "(top level)");
+                               b->path.len ? b->path.s : "(top level)");
         }
         char *key = strdup((const char *)ev.data.scalar.value);
         yaml_event_delete(&ev);
@@ -291,15 +297,18 @@ static int build_node(builder *b, yaml_event_t *ev, int depth, node **out)
     }
     yaml_event_delete(ev);
     if (depth > MAX_DEPTH)
-        return cfg_fail_at(b->file, line, "%s: nested more than %d levels deep", b->path.s, MAX_DEPTH);
+        return cfg_fail_at(b->file, line, "%s: nested more than %d levels deep", b->path.s,
+                           MAX_DEPTH);
     if (type == YAML_ALIAS_EVENT)
-        return cfg_fail_at(b->file, line, "%s: YAML aliases (*name) are not supported", b->path.len ? b->path.s : "value");
+        return cfg_fail_at(b->file, line, "%s: YAML aliases (*name) are not supported",
+                           b->path.len ? b->path.s : "value");
     if (type != YAML_SEQUENCE_START_EVENT && type != YAML_MAPPING_START_EVENT)
         return cfg_fail_at(b->file, line, "unexpected YAML structure");
     node *n = cfg_node_new(type == YAML_SEQUENCE_START_EVENT ? NODE_SEQ : NODE_MAP, line);
     if (!n)
         return cfg_oom();
-    rc = type == YAML_SEQUENCE_START_EVENT ? build_sequence(b, n, depth) : build_mapping(b, n, depth);
+    rc = type == YAML_SEQUENCE_START_EVENT ? build_sequence(b, n, depth)
+                                           : build_mapping(b, n, depth);
     if (rc) {
         cfg_node_free(n);
         return rc;
@@ -324,8 +333,8 @@ static int build_document(builder *b, node **root)
             yaml_event_delete(&ev);
             return cfg_fail_at(b->file, line, "only one YAML document is allowed");
         }
-        if (type == YAML_SCALAR_EVENT || type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT ||
-            type == YAML_ALIAS_EVENT) {
+        if (type == YAML_SCALAR_EVENT || type == YAML_SEQUENCE_START_EVENT ||
+            type == YAML_MAPPING_START_EVENT || type == YAML_ALIAS_EVENT) {
             if ((rc = build_node(b, &ev, 0, root)) != HCNN_OK)
                 return rc;
             continue;
@@ -362,7 +371,8 @@ int cfg_parse_file(const char *path, node **root)
 
 /* Parse an override's value ("0.1", "[1, 28, 28]", "{type: relu}"); an
  * empty value is a null scalar.  All nodes get line LINE_SET. */
-int cfg_parse_value(const char *file, const char *set, const char *key, const char *text, node **out)
+int cfg_parse_value(const char *file, const char *set, const char *key, const char *text,
+                    node **out)
 {
     builder b;
     memset(&b, 0, sizeof b);
@@ -387,4 +397,3 @@ int cfg_parse_value(const char *file, const char *set, const char *key, const ch
     }
     return HCNN_OK;
 }
-

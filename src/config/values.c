@@ -22,7 +22,8 @@ int cfg_fail_value(const ictx *c, const node *n, const char *expected)
 {
     char got[112];
     cfg_describe(n, got, sizeof got);
-    return cfg_fail_at(c->file, n ? n->line : LINE_NONE, "%s: expected %s, got %s", c->path.s, expected, got);
+    return cfg_fail_at(c->file, n ? n->line : LINE_NONE, "%s: expected %s, got %s", c->path.s,
+                       expected, got);
 }
 
 int cfg_is_scalar(const node *n) { return n && n->type == NODE_SCALAR && !n->is_null; }
@@ -56,13 +57,11 @@ static int parse_num(const char *s, double *out)
     return 1;
 }
 
-static int all_digits(const char *s)
-{
-    return *s && strspn(s, "0123456789") == strlen(s);
-}
+static int all_digits(const char *s) { return *s && strspn(s, "0123456789") == strlen(s); }
 
 /* "a positive integer"; the upper limit is only mentioned when it was hit. */
-static void int_expectation(char *buf, size_t size, long long lo, long long hi, long long type_max, int too_big)
+static void int_expectation(char *buf, size_t size, long long lo, long long hi, long long type_max,
+                            int too_big)
 {
     if (hi < type_max || (lo != 0 && lo != 1))
         snprintf(buf, size, "an integer in [%lld, %lld]", lo, hi);
@@ -73,7 +72,8 @@ static void int_expectation(char *buf, size_t size, long long lo, long long hi, 
 }
 
 /* Integer in [lo, hi]; type_max is the field type's maximum (for the message). */
-int cfg_get_ll(const ictx *c, const node *n, long long lo, long long hi, long long type_max, long long *out)
+int cfg_get_ll(const ictx *c, const node *n, long long lo, long long hi, long long type_max,
+               long long *out)
 {
     long long v = 0;
     int parsed = cfg_is_scalar(n) && cfg_parse_ll(n->str, &v);
@@ -122,7 +122,8 @@ static void num_expectation(char *buf, size_t size, range r)
     if (isinf(r.hi))
         snprintf(buf, size, "a number %s %g", r.lo_open ? ">" : ">=", r.lo);
     else
-        snprintf(buf, size, "a number in %c%g, %g%c", r.lo_open ? '(' : '[', r.lo, r.hi, r.hi_open ? ')' : ']');
+        snprintf(buf, size, "a number in %c%g, %g%c", r.lo_open ? '(' : '[', r.lo, r.hi,
+                 r.hi_open ? ')' : ']');
 }
 
 int cfg_get_num(const ictx *c, const node *n, range r, double *out)
@@ -223,7 +224,8 @@ int cfg_pair_item(const node *n, int lo, int *out)
 /* kernel / stride / pad: "k" or "[kh, kw]", each >= lo. */
 int cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w)
 {
-    const char *expected = lo > 0 ? "a positive integer or [h, w]" : "a non-negative integer or [h, w]";
+    const char *expected =
+        lo > 0 ? "a positive integer or [h, w]" : "a non-negative integer or [h, w]";
     if (n && n->type == NODE_SEQ && n->n == 2) {
         /* name the offending element rather than "a sequence" */
         for (size_t i = 0; i < 2; i++) {
@@ -247,8 +249,8 @@ int cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w)
 int cfg_get_name(const ictx *c, const node *n, char *buf, size_t size, const char *extra_chars)
 {
     char expected[96];
-    snprintf(expected, sizeof expected, "a name of at most %zu characters from [A-Za-z0-9_.%s]", size - 1,
-             extra_chars);
+    snprintf(expected, sizeof expected, "a name of at most %zu characters from [A-Za-z0-9_.%s]",
+             size - 1, extra_chars);
     if (!n || n->type != NODE_SCALAR)
         return cfg_fail_value(c, n, expected);
     const char *s = n->is_null ? "" : n->str;
@@ -261,4 +263,3 @@ int cfg_get_name(const ictx *c, const node *n, char *buf, size_t size, const cha
     memcpy(buf, s, strlen(s));
     return HCNN_OK;
 }
-

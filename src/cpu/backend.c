@@ -18,7 +18,6 @@ static void cpu_download(void *dst, const void *src, size_t bytes) { memcpy(dst,
 
 static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
 
-
 static const hcnn_backend cpu_backend = {
     .name = "cpu-openblas",
     .parallel = hcnn_cpu_parallel,

@@ -49,4 +49,3 @@ void hcnn_cpu_add_row_bias(float *y, const float *b, int n, int m)
         for (int j = 0; j < m; j++)
             y[(size_t)i * m + j] += b[j];
 }
-

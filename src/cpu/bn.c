@@ -46,12 +46,12 @@ static float plane_sum_sq_dev(const float *x, int n, float m)
  * its output recomputed from x; a select, not a branch: the mask is as
  * random as the data).  LOAD_BN_GRAD loads 16 of g and x (a macro: no
  * function takes a v16f). */
-#define LOAD_BN_GRAD(g, v, dyp, xp, relu, a, b)                                                 \
-    do {                                                                                        \
-        LOAD16(g, dyp);                                                                         \
-        LOAD16(v, xp);                                                                          \
-        if (relu)                                                                               \
-            g = (v16f)((v16i)g & (v * (a) + (b) > 0.0f));                                       \
+#define LOAD_BN_GRAD(g, v, dyp, xp, relu, a, b)                                                    \
+    do {                                                                                           \
+        LOAD16(g, dyp);                                                                            \
+        LOAD16(v, xp);                                                                             \
+        if (relu)                                                                                  \
+            g = (v16f)((v16i)g & (v * (a) + (b) > 0.0f));                                          \
     } while (0)
 
 static inline float bn_grad(float dy, float x, int relu, float a, float b)
@@ -142,8 +142,7 @@ static void bn_apply_plane(const float *xp, const float *addp, int relu, float a
 /* A channel's normalisation as y = x * a + b: one expression for the
  * forward and for the backward's recomputed ReLU mask, which must agree bit
  * for bit. */
-static inline void bn_affine(float gamma, float beta, float mean, float invstd, float *a,
-                             float *b)
+static inline void bn_affine(float gamma, float beta, float mean, float invstd, float *a, float *b)
 {
     *a = gamma * invstd;
     *b = beta - mean * *a;
@@ -160,9 +159,9 @@ static int bn_block_channels(int n, int c, int np)
 
 /* y = act(gamma * (x - mean) * invstd + beta + add), statistics over (n, h, w) */
 void hcnn_cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *gamma,
-                             const float *beta, float eps, float momentum, float *running_mean,
-                             float *running_var, float *save_mean, float *save_invstd,
-                             const float *add, int relu, float *y)
+                           const float *beta, float eps, float momentum, float *running_mean,
+                           float *running_var, float *save_mean, float *save_invstd,
+                           const float *add, int relu, float *y)
 {
     const double cnt = (double)n * np;
     const int cb = bn_block_channels(n, c, np), blocks = (c + cb - 1) / cb;
@@ -199,8 +198,8 @@ void hcnn_cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *ga
 }
 
 void hcnn_cpu_bn_fwd_infer(const float *x, int n, int c, int np, const float *gamma,
-                             const float *beta, float eps, const float *running_mean,
-                             const float *running_var, const float *add, int relu, float *y)
+                           const float *beta, float eps, const float *running_mean,
+                           const float *running_var, const float *add, int relu, float *y)
 {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++) {
@@ -221,8 +220,8 @@ void hcnn_cpu_bn_fwd_infer(const float *x, int n, int c, int np, const float *ga
  * bn_fwd_train wrote it, so the same bits as a ReLU backward pass before
  * this one, without that pass over three tensors. */
 void hcnn_cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, const float *gamma,
-                       const float *beta, const float *save_mean, const float *save_invstd,
-                       int relu, float *dx, float *dgamma, float *dbeta)
+                     const float *beta, const float *save_mean, const float *save_invstd, int relu,
+                     float *dx, float *dgamma, float *dbeta)
 {
     const double cnt = (double)n * np;
     const int cb = bn_block_channels(n, c, np), blocks = (c + cb - 1) / cb;
@@ -255,9 +254,8 @@ void hcnn_cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, cons
             for (int k = 0; k < nc; k++) {
                 const int ch = c0 + k;
                 const size_t off = ((size_t)i * c + ch) * np;
-                plane_bn_dx(x + off, dy + off, np, save_mean[ch], save_invstd[ch], relu, a[k],
-                            b[k], mdy[k], mdyx[k], dx + off);
+                plane_bn_dx(x + off, dy + off, np, save_mean[ch], save_invstd[ch], relu, a[k], b[k],
+                            mdy[k], mdyx[k], dx + off);
             }
     }
 }
-

@@ -16,11 +16,11 @@
 #define DEVMEM_SHIFT ((uintptr_t)1 << 62)
 
 /* device pointer -> host pointer (NULL stays NULL) */
-#define H(p) ((void *)((p) ? (uintptr_t)(p) - DEVMEM_SHIFT : 0))
+#define H(p) ((void *)((p) ? (uintptr_t)(p)-DEVMEM_SHIFT : 0))
 #define HF(p) ((float *)H(p))
 #define HI(p) ((int32_t *)H(p))
 /* the same for a pointer that is never NULL */
-#define HN(p) ((void *)((uintptr_t)(p) - DEVMEM_SHIFT))
+#define HN(p) ((void *)((uintptr_t)(p)-DEVMEM_SHIFT))
 
 static void *dm_alloc(size_t bytes, const char *what)
 {
@@ -97,9 +97,8 @@ static void dm_mul(const float *a, const float *b, float *y, size_t n)
 {
     hcnn_cpu_mul(HF(a), HF(b), HF(y), n);
 }
-static void dm_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample,
-                           float p, uint64_t seed, uint64_t step, uint64_t first_sample,
-                           uint64_t layer_id)
+static void dm_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample, float p,
+                           uint64_t seed, uint64_t step, uint64_t first_sample, uint64_t layer_id)
 {
     hcnn_cpu_dropout_fwd(HF(x), HF(y), HF(mask), n, per_sample, p, seed, step, first_sample,
                          layer_id);
@@ -109,8 +108,8 @@ static void dm_maxpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float
 {
     hcnn_cpu_maxpool_fwd(g, HF(x), n, HF(y), HI(argmax));
 }
-static void dm_maxpool_bwd(const hcnn_pool_geom *g, const float *dy, const int32_t *argmax,
-                           int n, float *dx)
+static void dm_maxpool_bwd(const hcnn_pool_geom *g, const float *dy, const int32_t *argmax, int n,
+                           float *dx)
 {
     hcnn_cpu_maxpool_bwd(g, HF(dy), HI(argmax), n, HF(dx));
 }
@@ -123,19 +122,18 @@ static void dm_avgpool_bwd(const hcnn_pool_geom *g, const float *dy, int n, floa
     hcnn_cpu_avgpool_bwd(g, HF(dy), n, HF(dx));
 }
 static void dm_bn_fwd_train(const float *x, int n, int c, int np, const float *gamma,
-                            const float *beta, float eps, float momentum, float *rmean,
-                            float *rvar, float *smean, float *sinvstd, const float *add,
-                            int relu, float *y)
+                            const float *beta, float eps, float momentum, float *rmean, float *rvar,
+                            float *smean, float *sinvstd, const float *add, int relu, float *y)
 {
-    hcnn_cpu_bn_fwd_train(HF(x), n, c, np, HF(gamma), HF(beta), eps, momentum, HF(rmean),
-                          HF(rvar), HF(smean), HF(sinvstd), HF(add), relu, HF(y));
+    hcnn_cpu_bn_fwd_train(HF(x), n, c, np, HF(gamma), HF(beta), eps, momentum, HF(rmean), HF(rvar),
+                          HF(smean), HF(sinvstd), HF(add), relu, HF(y));
 }
 static void dm_bn_fwd_infer(const float *x, int n, int c, int np, const float *gamma,
                             const float *beta, float eps, const float *rmean, const float *rvar,
                             const float *add, int relu, float *y)
 {
-    hcnn_cpu_bn_fwd_infer(HF(x), n, c, np, HF(gamma), HF(beta), eps, HF(rmean), HF(rvar),
-                          HF(add), relu, HF(y));
+    hcnn_cpu_bn_fwd_infer(HF(x), n, c, np, HF(gamma), HF(beta), eps, HF(rmean), HF(rvar), HF(add),
+                          relu, HF(y));
 }
 static void dm_bn_bwd(const float *x, const float *dy, int n, int c, int np, const float *gamma,
                       const float *beta, const float *smean, const float *sinvstd, int relu,
@@ -149,8 +147,8 @@ static double dm_softmax_xent(const float *logits, const int32_t *labels, int n,
 {
     return hcnn_cpu_softmax_xent(HF(logits), HI(labels), n, k, grad_scale, HF(dlogits), correct);
 }
-static void dm_sgd_step(float *w, const float *g, float *v, size_t n, float lr, float mu,
-                        float wd, int nesterov)
+static void dm_sgd_step(float *w, const float *g, float *v, size_t n, float lr, float mu, float wd,
+                        int nesterov)
 {
     hcnn_cpu_sgd_step(HF(w), HF(g), HF(v), n, lr, mu, wd, nesterov);
 }

@@ -15,10 +15,7 @@ static void fill_range(float *x, size_t n, float v)
 
 /* Zeroing ResNet-18's 45 MB of gradients every step is bandwidth-bound: one
  * memset per thread, 2.3-2.5 -> 1.3-1.5 ms on 2 threads. */
-void hcnn_cpu_fill(float *x, size_t n, float v)
-{
-    ELEMENTWISE(n, fill_range(x + lo, len, v));
-}
+void hcnn_cpu_fill(float *x, size_t n, float v) { ELEMENTWISE(n, fill_range(x + lo, len, v)); }
 
 HCNN_MULTIVERSION
 static void relu_fwd_range(const float *x, float *y, size_t n)
@@ -109,14 +106,10 @@ static void scale_range(float *x, size_t n, float a)
         x[i] *= a;
 }
 
-void hcnn_cpu_scale(float *x, size_t n, float a)
-{
-    ELEMENTWISE(n, scale_range(x + lo, len, a));
-}
+void hcnn_cpu_scale(float *x, size_t n, float a) { ELEMENTWISE(n, scale_range(x + lo, len, a)); }
 
-void hcnn_cpu_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample,
-                            float p, uint64_t seed, uint64_t step, uint64_t first_sample,
-                            uint64_t layer_id)
+void hcnn_cpu_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample, float p,
+                          uint64_t seed, uint64_t step, uint64_t first_sample, uint64_t layer_id)
 {
     const float scale = 1.0f / (1.0f - p);
     /* keep iff the element's 24-bit uniform >= p */

@@ -8,8 +8,8 @@
 static void sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                   const float *b, int ldb, float beta, float *c, int ldc)
 {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* OpenBLAS parallelises a GEMM over its output, so a weight gradient (a
@@ -20,7 +20,7 @@ static void sgemm(int ta, int tb, int m, int n, int k, float alpha, const float 
 #define SPLITK_MAX_OUT 65536
 #define SPLITK_MIN_K 4096
 void hcnn_cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                     const float *b, int ldb, float beta, float *c, int ldc)
+                   const float *b, int ldb, float beta, float *c, int ldc)
 {
     const int nt = omp_get_max_threads();
     float *part = NULL;
@@ -49,4 +49,3 @@ void hcnn_cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float
         }
     free(part);
 }
-

@@ -220,7 +220,7 @@ void hcnn_cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *col)
  * owns whole planes of dx, so there are no races and the summation order
  * is fixed. */
 void hcnn_cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, int accumulate,
-                       float *dx)
+                     float *dx)
 {
     const size_t P = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w;
     const size_t ldc = (size_t)n * P;

@@ -4,7 +4,7 @@
 #include "cpu.h"
 
 void hcnn_cpu_copy_planes(const float *src, size_t splane, int sld, int c, int h, int w,
-                            float *dst, size_t dplane, int dld, int accumulate)
+                          float *dst, size_t dplane, int dld, int accumulate)
 {
 #pragma omp parallel for schedule(static) if ((size_t)c * h * w > 65536)
     for (int i = 0; i < c; i++)

@@ -4,7 +4,7 @@
 #include "cpu.h"
 
 double hcnn_cpu_softmax_xent(const float *logits, const int32_t *labels, int n, int k,
-                               float grad_scale, float *dlogits, int *correct)
+                             float grad_scale, float *dlogits, int *correct)
 {
     double loss = 0.0;
     int ok = 0;
@@ -35,4 +35,3 @@ double hcnn_cpu_softmax_xent(const float *logits, const int32_t *labels, int n, 
         *correct = ok;
     return loss;
 }
-

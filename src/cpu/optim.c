@@ -24,8 +24,8 @@ static void sgd_range(float *restrict w, const float *restrict g, float *restric
 
 /* Element-wise, so any split gives the same result.  LeNet-5's 62k
  * parameters are worth two threads; the serial loop was 5% of its step. */
-void hcnn_cpu_sgd_step(float *w, const float *g, float *v, size_t n, float lr, float mu,
-                         float wd, int nesterov)
+void hcnn_cpu_sgd_step(float *w, const float *g, float *v, size_t n, float lr, float mu, float wd,
+                       int nesterov)
 {
 #pragma omp parallel if (n > 16384)
     {
@@ -43,4 +43,3 @@ double hcnn_cpu_sum_sq(const float *x, size_t n)
         s += (double)x[i] * x[i];
     return s;
 }
-

@@ -120,7 +120,7 @@ static int maxpool2x2(const hcnn_pool_geom *g)
 }
 
 void hcnn_cpu_maxpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y,
-                            int32_t *argmax)
+                          int32_t *argmax)
 {
     if (maxpool2x2(g)) {
         void (*plane_fn)(const float *, int, int, int, float *, int32_t *) = maxpool2x2_plane;
@@ -169,7 +169,7 @@ void hcnn_cpu_maxpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float 
 }
 
 void hcnn_cpu_maxpool_bwd(const hcnn_pool_geom *g, const float *dy, const int32_t *argmax,
-                            int n, float *dx)
+                          int n, float *dx)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     /* (narrower planes, such as LeNet's 10x10 -> 5x5, were faster scalar) */

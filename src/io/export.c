@@ -46,7 +46,6 @@ static int ends_with(const char *s, size_t len, const char *suffix)
     return len >= n && memcmp(s + len - n, suffix, n) == 0;
 }
 
-
 static int join_path(char *buf, const char *dir, const char *name, const char *suffix)
 {
     int n = snprintf(buf, PATHBUF, "%s/%s%s", dir, name, suffix);
@@ -268,8 +267,7 @@ int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckp
                                 (t->is_state ? state : params) + t->offset)))
             goto out;
     }
-    hcnn_ckpt_meta meta = {.model_hash = net.model_hash, .epoch = 0, .step = 0,
-                           .seed = cfg->seed};
+    hcnn_ckpt_meta meta = {.model_hash = net.model_hash, .epoch = 0, .step = 0, .seed = cfg->seed};
     snprintf(meta.model, sizeof meta.model, "%s", cfg->model.name);
     if ((rc = hcnn_mkdir_parent(out_ckpt)))
         goto out;
@@ -279,4 +277,3 @@ out:
     hcnn_net_free(&net);
     return rc;
 }
-

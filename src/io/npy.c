@@ -26,7 +26,6 @@
 #include "hcnn/files.h"
 #include "npy.h"
 
-
 static const char NPY_MAGIC[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 /* numpy aligns the data to 64 bytes (ARRAY_ALIGN) so it can be mmap'ed */
 #define NPY_ALIGN 64
@@ -111,9 +110,9 @@ int hcnn_npy_write(const char *path, hcnn_npy_type kind, int ndim, const int *id
     long long dims[4] = {0};
     for (int d = 0; d < ndim && d < 4; d++)
         dims[d] = idims[d];
-    const size_t hl = ndim <= 4 ? npy_header(hdr, sizeof hdr, kind == HCNN_NPY_F32 ? "<f4" : "<i8",
-                                             ndim, dims)
-                                : 0;
+    const size_t hl =
+        ndim <= 4 ? npy_header(hdr, sizeof hdr, kind == HCNN_NPY_F32 ? "<f4" : "<i8", ndim, dims)
+                  : 0;
     if (hl == 0)
         return hcnn_error_code(HCNN_EFORMAT, "%s: shape too large for a .npy header", path);
     unsigned char *chunk = malloc(CHUNK);
@@ -149,7 +148,7 @@ int hcnn_npy_write(const char *path, hcnn_npy_type kind, int ndim, const int *id
 /* ---- reading: the header parser --------------------------------------- */
 
 typedef struct npy_hdr {
-    char descr[32];      /* printable copy, "..." appended if cut */
+    char descr[32]; /* printable copy, "..." appended if cut */
     int fortran;
     int ndim;
     long long dims[NPY_MAX_DIMS];
@@ -376,8 +375,8 @@ static int read_file(const char *path, const char *name, const char *owner, int 
                      const int *dims, size_t count, float *dst, unsigned char *hdr,
                      unsigned char *chunk);
 
-int hcnn_npy_read(const char *path, const char *name, const char *owner, int ndim,
-                  const int *dims, size_t count, float *dst)
+int hcnn_npy_read(const char *path, const char *name, const char *owner, int ndim, const int *dims,
+                  size_t count, float *dst)
 {
     unsigned char *buf = malloc(NPY_HEADER_MAX + CHUNK);
     if (!buf)
@@ -441,8 +440,8 @@ static int read_file(const char *path, const char *name, const char *owner, int 
     }
     if (hlen > NPY_HEADER_MAX) {
         rc = hcnn_error_code(HCNN_EFORMAT,
-                             "%s: header of %llu bytes is larger than the %d bytes supported",
-                             path, (unsigned long long)hlen, NPY_HEADER_MAX);
+                             "%s: header of %llu bytes is larger than the %d bytes supported", path,
+                             (unsigned long long)hlen, NPY_HEADER_MAX);
         goto out;
     }
     if (size < prelen + hlen) {
@@ -492,27 +491,26 @@ static int read_file(const char *path, const char *name, const char *owner, int 
     fmt_tuple(want, sizeof want, ndim, wd);
     if (!same) {
         fmt_tuple(found, sizeof found, h.ndim, h.dims);
-        rc = hcnn_error_code(HCNN_EFORMAT, "%s: shape %s found, %s expects %s for %s", path,
-                             found, owner, want, name);
+        rc = hcnn_error_code(HCNN_EFORMAT, "%s: shape %s found, %s expects %s for %s", path, found,
+                             owner, want, name);
         goto out;
     }
     /* exactly the data: a short file is truncated, a longer one is not an
      * array of this shape (or was written by something we do not know) */
     const uint64_t need = (uint64_t)count * isz, have = size - prelen - hlen;
     if (have != need) {
-        rc = hcnn_error_code(HCNN_EFORMAT,
-                             have < need ? "%s: truncated: %llu data bytes, shape %s of %s needs %llu"
-                                         : "%s: %llu data bytes, shape %s of %s needs only %llu",
-                             path, (unsigned long long)have, want, h.descr,
-                             (unsigned long long)need);
+        rc = hcnn_error_code(
+            HCNN_EFORMAT,
+            have < need ? "%s: truncated: %llu data bytes, shape %s of %s needs %llu"
+                        : "%s: %llu data bytes, shape %s of %s needs only %llu",
+            path, (unsigned long long)have, want, h.descr, (unsigned long long)need);
         goto out;
     }
     const size_t per = CHUNK / isz;
     const uint64_t data_off = prelen + hlen;
     for (size_t i = 0; i < count; i += per) {
         size_t n = count - i < per ? count - i : per;
-        if (read_at(fd, chunk, n * isz, data_off + (uint64_t)i * isz, &got) ||
-            got != n * isz) {
+        if (read_at(fd, chunk, n * isz, data_off + (uint64_t)i * isz, &got) || got != n * isz) {
             rc = hcnn_error_code(HCNN_EIO, "cannot read the data of %s", path);
             goto out;
         }
@@ -528,8 +526,8 @@ static int read_file(const char *path, const char *name, const char *owner, int 
                 /* a finite double beyond float range would silently become inf */
                 if (isfinite(v) && !isfinite(fv)) {
                     rc = hcnn_error_code(HCNN_EFORMAT,
-                                         "%s: element %zu (%g) is outside the float32 range",
-                                         path, i + k, v);
+                                         "%s: element %zu (%g) is outside the float32 range", path,
+                                         i + k, v);
                     goto out;
                 }
                 dst[i + k] = fv;

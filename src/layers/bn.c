@@ -28,8 +28,8 @@ static void bn_forward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
         ctx->be->bn_fwd_train(x, n, c, np, l->w, l->b, l->eps, l->momentum, l->running_mean,
                               l->running_var, aux, aux + c, add, relu, y);
     else
-        ctx->be->bn_fwd_infer(x, n, c, np, l->w, l->b, l->eps, l->running_mean, l->running_var,
-                              add, relu, y);
+        ctx->be->bn_fwd_infer(x, n, c, np, l->w, l->b, l->eps, l->running_mean, l->running_var, add,
+                              relu, y);
 }
 
 static int bn_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
@@ -40,8 +40,8 @@ static int bn_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float 
 }
 
 /* dy: the gradient of the ReLU that followed if relu (its mask applied here) */
-static void bn_backward_masked(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
-                               const float *aux, const float *dy, int relu, float *dx, int n)
+static void bn_backward_masked(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *aux,
+                               const float *dy, int relu, float *dx, int n)
 {
     const int c = l->out_c, np = l->out_h * l->out_w;
     ctx->be->bn_bwd(x, dy, n, c, np, l->w, l->b, aux, aux + c, relu, dx, l->dw, l->db);

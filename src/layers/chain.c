@@ -65,9 +65,8 @@ int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, const
 }
 
 int hcnn_chain_backward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, const float *x,
-                        float *const *y, float *const *aux, const float *dy, float *dx,
-                        int dx_acc, float *const bufs[2], int n, hcnn_chain_done_fn done,
-                        void *arg)
+                        float *const *y, float *const *aux, const float *dy, float *dx, int dx_acc,
+                        float *const bufs[2], int n, hcnn_chain_done_fn done, void *arg)
 {
     const float *cur = dy;
     int which = 0;

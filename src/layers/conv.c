@@ -239,16 +239,15 @@ static int conv_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, floa
     for (int i0 = 0; i0 < n; i0 += p.group) {
         const int nb = n - i0 < p.group ? n - i0 : p.group;
         float *col = ctx->ws, *Y = ctx->ws + (size_t)K * nb * P;
-        forward_group(l, ctx->be, &p, x + (size_t)i0 * in_sz, y + (size_t)i0 * out_sz, nb, col,
-                      Y);
+        forward_group(l, ctx->be, &p, x + (size_t)i0 * in_sz, y + (size_t)i0 * out_sz, nb, col, Y);
         hcnn_ctx_poll(ctx);
     }
     return HCNN_OK;
 }
 
 /* Backward; dx overwritten, or added to if dx_acc. */
-static void conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
-                               const float *dy, float *dx, int dx_acc, int n)
+static void conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
+                               float *dx, int dx_acc, int n)
 {
     const hcnn_backend *be = ctx->be;
     const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
@@ -258,8 +257,8 @@ static void conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *
     hcnn_conv_plan p;
     hcnn_conv_plan_make(l, ctx, n, &p);
     if (p.per_thread) {
-        conv_job job = {.l = l, .ctx = ctx, .p = &p, .x = x, .dy = dy, .dx = dx,
-                        .dx_acc = dx_acc, .n = n};
+        conv_job job = {
+            .l = l, .ctx = ctx, .p = &p, .x = x, .dy = dy, .dx = dx, .dx_acc = dx_acc, .n = n};
         job.wt = dx ? prepare_shifted(l, ctx, &p) : NULL;
         be->parallel(backward_thread, &job);
         /* dW += the threads' partials, in thread order */
@@ -278,8 +277,7 @@ static void conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *
     }
     for (int i0 = 0; i0 < n; i0 += p.group) {
         const int nb = n - i0 < p.group ? n - i0 : p.group;
-        const hcnn_conv_slot s = {.col = ctx->ws, .out = ctx->ws + (size_t)K * nb * P,
-                                  .dw = l->dw};
+        const hcnn_conv_slot s = {.col = ctx->ws, .out = ctx->ws + (size_t)K * nb * P, .dw = l->dw};
         backward_group(l, ctx, &p, x + (size_t)i0 * in_sz, dy + (size_t)i0 * out_sz,
                        dx ? dx + (size_t)i0 * in_sz : NULL, dx_acc, nb, &s, NULL, 1.0f);
     }
@@ -293,8 +291,8 @@ static int conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, con
     return HCNN_OK;
 }
 
-static void conv_backward_acc(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
-                              const float *dy, float *dx, int n)
+static void conv_backward_acc(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
+                              float *dx, int n)
 {
     conv_backward_into(l, ctx, x, dy, dx, 1, n);
 }

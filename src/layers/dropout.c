@@ -14,8 +14,8 @@ static int dropout_setup(hcnn_layer *l, const char *cfg_path, int index)
     return HCNN_OK;
 }
 
-static int dropout_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,
-                           float *aux, int n)
+static int dropout_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
+                           int n)
 {
     const size_t sz = hcnn_layer_out_size(l) * (size_t)n;
     if (!ctx->training || l->p == 0.0f)

@@ -9,8 +9,8 @@ static int flatten_setup(hcnn_layer *l, const char *cfg_path, int index)
     return HCNN_OK;
 }
 
-static int flatten_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,
-                           float *aux, int n)
+static int flatten_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
+                           int n)
 {
     (void)aux;
     ctx->be->copy(y, x, hcnn_layer_out_size(l) * (size_t)n);

@@ -24,8 +24,8 @@ static int pool_setup(hcnn_layer *l, const char *cfg_path, int index)
 {
     (void)cfg_path, (void)index;
     const hcnn_block_spec *s = &l->spec;
-    return pool_window(l, s->kh, s->kw, s->sh > 0 ? s->sh : s->kh, s->sw > 0 ? s->sw : s->kw,
-                       s->ph, s->pw);
+    return pool_window(l, s->kh, s->kw, s->sh > 0 ? s->sh : s->kh, s->sw > 0 ? s->sw : s->kw, s->ph,
+                       s->pw);
 }
 
 static int maxpool_setup(hcnn_layer *l, const char *cfg_path, int index)
@@ -41,8 +41,8 @@ static int gap_setup(hcnn_layer *l, const char *cfg_path, int index)
     return pool_window(l, l->in_h, l->in_w, 1, 1, 0, 0);
 }
 
-static int maxpool_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,
-                           float *aux, int n)
+static int maxpool_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
+                           int n)
 {
     ctx->be->maxpool_fwd(&l->pool, x, n, y, (int32_t *)aux);
     return HCNN_OK;
@@ -57,8 +57,8 @@ static int maxpool_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, 
     return HCNN_OK;
 }
 
-static int avgpool_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y,
-                           float *aux, int n)
+static int avgpool_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
+                           int n)
 {
     (void)aux;
     ctx->be->avgpool_fwd(&l->pool, x, n, y);

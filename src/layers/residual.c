@@ -21,8 +21,8 @@
 
 #include "hcnn/layer.h"
 
-#define BODY 5           /* conv, bn, relu, conv, bn */
-#define MAX_CHILDREN 7   /* and the projection's conv, bn */
+#define BODY 5         /* conv, bn, relu, conv, bn */
+#define MAX_CHILDREN 7 /* and the projection's conv, bn */
 
 static void child_spec(hcnn_block_spec *s, hcnn_block_kind kind, int out, int k, int stride,
                        int pad)
@@ -139,8 +139,8 @@ static int residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, 
     child_bufs(l, aux, n, ys, auxs);
     const float *s = x;
     if (l->nproj) {
-        const int rc = hcnn_chain_forward(l->proj, l->nproj, ctx, x, ys + l->nbody,
-                                          auxs + l->nbody, n, NULL);
+        const int rc =
+            hcnn_chain_forward(l->proj, l->nproj, ctx, x, ys + l->nbody, auxs + l->nbody, n, NULL);
         if (rc)
             return rc;
         s = ys[l->nbody + l->nproj - 1];
@@ -180,8 +180,8 @@ static int residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
     if (into_dx)
         g = dx;
     ctx->be->relu_bwd(y, dy, g, out_sz, 0.0f);
-    int rc = hcnn_chain_backward(l->body, l->nbody, ctx, x, ys, auxs, g, dx, into_dx, bufs, n,
-                                 NULL, NULL);
+    int rc = hcnn_chain_backward(l->body, l->nbody, ctx, x, ys, auxs, g, dx, into_dx, bufs, n, NULL,
+                                 NULL);
     if (rc)
         return rc;
     if (l->nproj == 0) {

@@ -16,9 +16,9 @@ typedef struct walk {
     hcnn_net *net;
     size_t poff, soff;
     int ntensors;
-    int top;        /* top-level block index */
+    int top; /* top-level block index */
     int next_id;
-    int assign;     /* 0: count only */
+    int assign; /* 0: count only */
 } walk;
 
 static void add_tensor(walk *wk, const char *layer, const char *suffix, int ndim, const int *dims,
@@ -97,8 +97,8 @@ static uint64_t model_hash(const hcnn_net *net)
     }
     for (int i = 0; i < net->nlayers; i++) {
         const hcnn_layer *l = &net->layers[i];
-        int geo[8] = {(int)l->kind, l->out_c, l->out_h, l->out_w,
-                      l->conv.sh, l->conv.ph, l->pool.kh, l->pool.sh};
+        int geo[8] = {(int)l->kind, l->out_c,   l->out_h,   l->out_w,
+                      l->conv.sh,   l->conv.ph, l->pool.kh, l->pool.sh};
         hsh = fnv1a(hsh, geo, sizeof geo);
     }
     return hsh;

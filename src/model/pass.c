@@ -36,8 +36,7 @@ static int per_sample_blocks(const hcnn_net *net, int first, int last)
 /* Whether blocks [first, last) can run this way on nt threads: per-sample
  * blocks, and per-thread gradient buffers of at most 256 MiB (a large
  * network without batch-norm on many threads takes the per-block path). */
-static int whole_net_eligible(const hcnn_net *net, hcnn_conv_algo algo, int nt, int first,
-                              int last)
+static int whole_net_eligible(const hcnn_net *net, hcnn_conv_algo algo, int nt, int first, int last)
 {
     const double tgrad_bytes = (double)(nt - 1) * (double)(net->nparams + 1) * sizeof(float);
     return algo != HCNN_CONV_BATCHED && nt > 1 && nt <= HCNN_MAX_THREADS &&
@@ -45,8 +44,7 @@ static int whole_net_eligible(const hcnn_net *net, hcnn_conv_algo algo, int nt, 
 }
 
 /* Each thread's slice of the workspace, or 0 if some layer does not fit. */
-static size_t thread_ws_slice(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last,
-                              int nt)
+static size_t thread_ws_slice(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int nt)
 {
     const size_t slice = (ctx->ws_floats / (size_t)nt) & ~(size_t)15;
     for (int i = first; i < last; i++)
@@ -110,10 +108,10 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
     if (!whole)
         return HCNN_OK;
     const int nl = last - first;
-    s->tgrads = be->alloc(sizeof(float) * (net->nparams + 1) * (size_t)(nt - 1),
-                          "per-thread gradients");
-    s->tlayers = hcnn_alloc(sizeof(hcnn_layer) * (size_t)nl * (size_t)(nt - 1),
-                            "per-thread layer views");
+    s->tgrads =
+        be->alloc(sizeof(float) * (net->nparams + 1) * (size_t)(nt - 1), "per-thread gradients");
+    s->tlayers =
+        hcnn_alloc(sizeof(hcnn_layer) * (size_t)nl * (size_t)(nt - 1), "per-thread layer views");
     if (!s->tgrads || !s->tlayers) {
         hcnn_scratch_free(s);
         return HCNN_ENOMEM;
@@ -191,8 +189,8 @@ static int chain_done(void *arg, int j)
  * never write over each other's samples when blocks differ in size. */
 static int backward_range(const hcnn_net *net, hcnn_layer *layers, const hcnn_ctx *ctx,
                           float *const g[2], size_t gstride, hcnn_acts *acts, const float *x,
-                          const float *dy, float *dx, int i0, int i1,
-                          hcnn_block_done_fn block_done, void *arg)
+                          const float *dy, float *dx, int i0, int i1, hcnn_block_done_fn block_done,
+                          void *arg)
 {
     float *y[HCNN_MAX_BLOCKS], *aux[HCNN_MAX_BLOCKS];
     block_bufs(acts, layers, i0, y, aux);
@@ -210,7 +208,7 @@ static int backward_range(const hcnn_net *net, hcnn_layer *layers, const hcnn_ct
  * slice, its layers; only thread 0 profiles and drives communication. */
 typedef struct net_job {
     hcnn_net *net;
-    hcnn_scratch *s;          /* backward only */
+    hcnn_scratch *s; /* backward only */
     const hcnn_ctx *ctx;
     hcnn_acts *acts;
     const float *x, *dy;
@@ -273,8 +271,8 @@ static void backward_thread(void *arg, int t, int nt)
         layers = s->tlayers + (size_t)(t - 1) * (s->last - s->first) - s->first;
     }
     const size_t gstride = j->s->g_floats / (size_t)j->s->capacity;
-    j->rc[t] = backward_range(j->net, layers, &c, j->s->g, gstride, j->acts, j->x, j->dy, j->dx,
-                              i0, i1, NULL, NULL);
+    j->rc[t] = backward_range(j->net, layers, &c, j->s->g, gstride, j->acts, j->x, j->dy, j->dx, i0,
+                              i1, NULL, NULL);
 }
 
 /* net->grads += the other threads' gradients: every thread takes a slice of
@@ -297,16 +295,22 @@ static void reduce_thread(void *arg, int t, int nt)
 }
 
 int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
-                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
-                      void *arg)
+                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done, void *arg)
 {
     int nt;
     const size_t slice = s->tlayers && s->first == acts->first && s->last == acts->last
                              ? per_thread_net(net, &s->ctx, acts->first, acts->last, n, &nt)
                              : 0;
     if (slice && nt == s->nt) {
-        net_job j = {.net = net, .s = s, .ctx = &s->ctx, .acts = acts, .x = x, .dy = dy,
-                     .dx = dx, .n = n, .slice = slice};
+        net_job j = {.net = net,
+                     .s = s,
+                     .ctx = &s->ctx,
+                     .acts = acts,
+                     .x = x,
+                     .dy = dy,
+                     .dx = dx,
+                     .n = n,
+                     .slice = slice};
         net->be->parallel(backward_thread, &j);
         for (int t = 0; t < nt; t++)
             if (j.rc[t])

@@ -35,8 +35,7 @@ void hcnn_comm_finalize(hcnn_comm *c)
     c->initialized = 0;
 }
 
-void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code, const char *fmt,
-                   ...)
+void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code, const char *fmt, ...)
 {
     char msg[2048];
     va_list ap;
@@ -95,10 +94,7 @@ float *hcnn_mpi_send_ptr(hcnn_mpi_buf *b, size_t off, size_t count)
     return b->host + off;
 }
 
-float *hcnn_mpi_recv_ptr(hcnn_mpi_buf *b, size_t off)
-{
-    return (b->host ? b->host : b->dev) + off;
-}
+float *hcnn_mpi_recv_ptr(hcnn_mpi_buf *b, size_t off) { return (b->host ? b->host : b->dev) + off; }
 
 void hcnn_mpi_recv_done(hcnn_mpi_buf *b, size_t off, size_t count)
 {

@@ -9,7 +9,7 @@
 #include "hcnn/strategy.h"
 
 typedef struct data_impl {
-    hcnn_acts acts;            /* one arena for training and evaluation */
+    hcnn_acts acts; /* one arena for training and evaluation */
     float *dlogits;
     hcnn_grad_sync sync;
     int sync_ready;
@@ -57,8 +57,8 @@ static int data_init(hcnn_strategy *s, int need_train)
         rc = hcnn_scratch_alloc(&s->scratch, net, 0, net->nlayers, cap);
     if (rc || !need_train)
         return rc;
-    d->dlogits = net->be->alloc(sizeof(float) * ((size_t)cap + 1) * net->classes,
-                                "logit gradients");
+    d->dlogits =
+        net->be->alloc(sizeof(float) * ((size_t)cap + 1) * net->classes, "logit gradients");
     if (!d->dlogits)
         return HCNN_ENOMEM;
     if (s->comm->size == 1)
@@ -77,10 +77,7 @@ static int data_init(hcnn_strategy *s, int need_train)
     return HCNN_OK;
 }
 
-static int on_block_done(void *arg, int block)
-{
-    return hcnn_grad_sync_block_done(arg, block);
-}
+static int on_block_done(void *arg, int block) { return hcnn_grad_sync_block_done(arg, block); }
 
 static int data_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, int gn,
                      double *loss, int *correct)

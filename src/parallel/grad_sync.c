@@ -49,7 +49,8 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
     size_t cap = (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
     if (cap < 1)
         cap = 1;
-    gs->buckets = hcnn_calloc(sizeof *gs->buckets * (size_t)(last - first + 1), "allreduce buckets");
+    gs->buckets =
+        hcnn_calloc(sizeof *gs->buckets * (size_t)(last - first + 1), "allreduce buckets");
     if (!gs->buckets)
         return HCNN_ENOMEM;
     /* whole blocks, from the last one backwards */
@@ -123,8 +124,7 @@ static int start_bucket(hcnn_grad_sync *gs)
         return HCNN_OK;
     }
     float *p = hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
-    HCNN_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, MPI_SUM, gs->comm,
-                            &b->req));
+    HCNN_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, MPI_SUM, gs->comm, &b->req));
     gs->started++;
     return HCNN_OK;
 }
@@ -199,8 +199,7 @@ double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
     return hcnn_median(t, reps);
 }
 
-void hcnn_grad_sync_print(const hcnn_grad_sync *gs, double bucket_mb, double allreduce_s,
-                          FILE *out)
+void hcnn_grad_sync_print(const hcnn_grad_sync *gs, double bucket_mb, double allreduce_s, FILE *out)
 {
     fprintf(out,
             "hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s; "

@@ -17,16 +17,16 @@
 int hcnn_pipe_check(const hcnn_config *cfg, const hcnn_comm *comm)
 {
     const int root = comm->rank == 0;
-#define FAIL(...)                                                                              \
-    do {                                                                                       \
-        if (root)                                                                              \
-            hcnn_error(__VA_ARGS__);                                                           \
-        return HCNN_EINVAL;                                                                    \
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (root)                                                                                  \
+            hcnn_error(__VA_ARGS__);                                                               \
+        return HCNN_EINVAL;                                                                        \
     } while (0)
     const int S = cfg->stages, W = comm->size, nb = cfg->model.nblocks;
     if (S > nb)
-        FAIL("%s: stages %d is larger than the number of blocks %d of model '%s'", cfg->path, S,
-             nb, cfg->model.name);
+        FAIL("%s: stages %d is larger than the number of blocks %d of model '%s'", cfg->path, S, nb,
+             cfg->model.name);
     if (W % S != 0)
         FAIL("%s: the world size %d is not divisible by stages %d (ranks = replicas x stages)",
              cfg->path, W, S);
@@ -44,8 +44,8 @@ int hcnn_pipe_check(const hcnn_config *cfg, const hcnn_comm *comm)
             FAIL("%s: partition has %d entries, expected one per stage (%d)", cfg->path,
                  cfg->npartition, S);
         if (cfg->partition[0] != 0)
-            FAIL("%s: partition.0 is %d, expected 0 (stage 0 starts at the first block)",
-                 cfg->path, cfg->partition[0]);
+            FAIL("%s: partition.0 is %d, expected 0 (stage 0 starts at the first block)", cfg->path,
+                 cfg->partition[0]);
         for (int s = 1; s < S; s++)
             if (cfg->partition[s] <= cfg->partition[s - 1] || cfg->partition[s] >= nb)
                 FAIL("%s: partition.%d is %d: stage starts must be increasing and below the "
@@ -196,9 +196,8 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
     p->out_sz = hcnn_layer_out_size(&net->layers[p->last - 1]);
 
     /* buffers: in-flight micro-batches (+1 to receive ahead) */
-    const int inflight = p->schedule == HCNN_PIPE_GPIPE ? p->M
-                                                         : (p->M < p->S - p->stage ? p->M
-                                                                                   : p->S - p->stage);
+    const int inflight =
+        p->schedule == HCNN_PIPE_GPIPE ? p->M : (p->M < p->S - p->stage ? p->M : p->S - p->stage);
     p->nslots = inflight + (p->stage > 0 ? 1 : 0);
     p->slots = hcnn_calloc(sizeof *p->slots * (size_t)p->nslots, "pipeline slots");
     if (!p->slots)
@@ -295,10 +294,10 @@ int hcnn_pipe_gather(hcnn_pipe *p, hcnn_net *net, float *momentum)
         for (int b = 0; b < 3; b++) {
             if (counts[b] == 0)
                 continue;
-            const int rc = p->stage == 0 ? hcnn_recv_floats(p->be, p->pipe_comm, bufs[b], counts[b],
-                                                            s, 100 + b)
-                                         : hcnn_send_floats(p->be, p->pipe_comm, bufs[b], counts[b],
-                                                            0, 100 + b);
+            const int rc =
+                p->stage == 0
+                    ? hcnn_recv_floats(p->be, p->pipe_comm, bufs[b], counts[b], s, 100 + b)
+                    : hcnn_send_floats(p->be, p->pipe_comm, bufs[b], counts[b], 0, 100 + b);
             if (rc)
                 return rc;
         }

@@ -52,10 +52,7 @@ static hcnn_pipe_slot *slot_of(hcnn_pipe *p, int micro)
     return NULL;
 }
 
-static hcnn_pipe_slot *free_slot(hcnn_pipe *p)
-{
-    return slot_of(p, -1);
-}
+static hcnn_pipe_slot *free_slot(hcnn_pipe *p) { return slot_of(p, -1); }
 
 /* Post the receive of micro-batch m's input if a slot is free; 1 if posted. */
 static int post_input(hcnn_pipe *p, int m, int lo, int hi)
@@ -76,8 +73,8 @@ static int on_block_done(void *arg, int block)
     return hcnn_grad_sync_block_done(&p->sync, block);
 }
 
-int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
-                   const int32_t *y, int n, int gn, double *loss, int *correct)
+int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x, const int32_t *y,
+                   int n, int gn, double *loss, int *correct)
 {
     const int M = n < p->M ? n : p->M;
     const uint64_t base = s->ctx.first_sample;
@@ -160,8 +157,8 @@ int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
         } else {
             const double t0 = hcnn_now();
             int ok = 0;
-            *loss += net->be->softmax_xent(hcnn_acts_output(&sl->acts), y + lo[m], nm,
-                                           p->classes, 1.0f / (float)gn, p->dlogits, &ok);
+            *loss += net->be->softmax_xent(hcnn_acts_output(&sl->acts), y + lo[m], nm, p->classes,
+                                           1.0f / (float)gn, p->dlogits, &ok);
             *correct += ok;
             p->st.compute_s += hcnn_now() - t0;
             dy = p->dlogits;
@@ -202,8 +199,8 @@ int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
 
 /* ---- inference and gathering ------------------------------------------------ */
 
-int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
-                    const int32_t *y, int n, double *loss, int *correct)
+int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x, const int32_t *y,
+                    int n, double *loss, int *correct)
 {
     hcnn_ctx ctx = s->ctx;
     ctx.training = 0;
@@ -225,8 +222,7 @@ int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x
             return rc;
         if (p->next != MPI_PROC_NULL) {
             HCNN_MPI(MPI_Send(hcnn_mpi_send_ptr(&sl->obuf, 0, p->out_sz * (size_t)nm),
-                              (int)(p->out_sz * (size_t)nm), MPI_FLOAT, p->next, 0,
-                              p->pipe_comm));
+                              (int)(p->out_sz * (size_t)nm), MPI_FLOAT, p->next, 0, p->pipe_comm));
         } else {
             int ok = 0;
             *loss += net->be->softmax_xent(hcnn_acts_output(&sl->acts), y + i0, nm, p->classes,
@@ -236,4 +232,3 @@ int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x
     }
     return HCNN_OK;
 }
-

@@ -36,8 +36,8 @@ typedef struct gemm_run {
     const hcnn_backend *be;
     const hcnn_gemm_shape *g;
     int ng;
-    float *A, *B, *C;    /* one slice of each per thread */
-    size_t a, b, c;      /* slice sizes */
+    float *A, *B, *C; /* one slice of each per thread */
+    size_t a, b, c;   /* slice sizes */
 } gemm_run;
 
 static void run_shapes(const gemm_run *r, int t)
@@ -176,8 +176,8 @@ static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     const double fw = p->fwd[l->id] / steps * 1e3;
     const double bw = p->bwd[l->id] / steps * 1e3;
     double flops;
-    double s = row_reference(l, j->net, j->ctx, j->n, j->whole_nt, need_dx, p->nref ? 0 : 5,
-                             &flops);
+    double s =
+        row_reference(l, j->net, j->ctx, j->n, j->whole_nt, need_dx, p->nref ? 0 : 5, &flops);
     if (p->nref) { /* the median of the samples */
         double t[HCNN_PROFILE_MAX_REF];
         for (int k = 0; k < p->nref; k++)
@@ -209,8 +209,13 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
             p->steps, n, micro_per_step);
     fprintf(out, "# %-18s %-8s %9s %9s %9s %10s %10s %9s\n", "block", "kind", "fwd_ms", "bwd_ms",
             "gflops", "gemm_ms", "gemm_gflops", "vs_gemm");
-    print_job j = {.p = p, .net = net, .ctx = ctx, .n = n, .micro_per_step = micro_per_step,
-                   .whole_nt = hcnn_net_whole_threads(net, ctx, first, last, n), .out = out};
+    print_job j = {.p = p,
+                   .net = net,
+                   .ctx = ctx,
+                   .n = n,
+                   .micro_per_step = micro_per_step,
+                   .whole_nt = hcnn_net_whole_threads(net, ctx, first, last, n),
+                   .out = out};
     for_each_row(net, first, last, print_row, &j);
     const double gemm_total = j.gemm_total, fwd_total = j.fwd_total, bwd_total = j.bwd_total;
     const double step_ms = p->step_s / steps * 1e3;
@@ -218,8 +223,9 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
     fprintf(out, "# step_ms=%.3f forward_ms=%.3f backward_ms=%.3f raw_gemm_ms=%.3f\n", step_ms,
             fwd_total, bwd_total, gemm_total);
     if (step_ms > 0)
-        fprintf(out, "# shares of the step: gemm=%.3f data_wait=%.4f optimizer=%.4f "
-                     "communication=%.4f bubble=%.4f outside_gemm=%.3f\n",
+        fprintf(out,
+                "# shares of the step: gemm=%.3f data_wait=%.4f optimizer=%.4f "
+                "communication=%.4f bubble=%.4f outside_gemm=%.3f\n",
                 share, p->data_s / steps * 1e3 / step_ms, p->opt_s / steps * 1e3 / step_ms,
                 p->comm_s / steps * 1e3 / step_ms, p->bubble_s / steps * 1e3 / step_ms,
                 1.0 - share);

@@ -37,8 +37,8 @@ void report_header(const hcnn_run *r)
     fflush(stdout);
 }
 
-void report_progress(const hcnn_run *r, int epoch, int batch, int nbatches,
-                     const epoch_stats *st, double t0, double *last_print)
+void report_progress(const hcnn_run *r, int epoch, int batch, int nbatches, const epoch_stats *st,
+                     double t0, double *last_print)
 {
     if (!run_is_root(r))
         return;
@@ -50,19 +50,18 @@ void report_progress(const hcnn_run *r, int epoch, int batch, int nbatches,
     *last_print = now;
     const double el = now - t0;
     /* rank 0's shard: the epoch line has the global figures */
-    printf("%sepoch %d/%d step %d/%d loss %.4f acc %.2f%% %.0f img/s lr %.4g%s",
-           r->tty ? "\r" : "", epoch + 1, r->cfg->epochs, batch, nbatches,
-           st->seen ? st->loss_sum / st->seen : 0.0,
+    printf("%sepoch %d/%d step %d/%d loss %.4f acc %.2f%% %.0f img/s lr %.4g%s", r->tty ? "\r" : "",
+           epoch + 1, r->cfg->epochs, batch, nbatches, st->seen ? st->loss_sum / st->seen : 0.0,
            st->seen ? 100.0 * st->correct / st->seen : 0.0,
            el > 0 ? st->seen * r->comm->size / el : 0.0, st->lr, r->tty ? "   " : "\n");
     fflush(stdout);
 }
 
-#define CSV_HEADER                                                                             \
-    "run_id,git_commit,timestamp,strategy,ranks,stages,replicas,threads,batch_size,"          \
-    "microbatches,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,"       \
-    "epoch_time_s,eval_time_s,compute_s,compute_s_min,compute_s_max,comm_wait_s,"            \
-    "comm_wait_s_min,comm_wait_s_max,data_wait_s,data_wait_s_min,data_wait_s_max,bubble_s,"  \
+#define CSV_HEADER                                                                                 \
+    "run_id,git_commit,timestamp,strategy,ranks,stages,replicas,threads,batch_size,"               \
+    "microbatches,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,"             \
+    "epoch_time_s,eval_time_s,compute_s,compute_s_min,compute_s_max,comm_wait_s,"                  \
+    "comm_wait_s_min,comm_wait_s_max,data_wait_s,data_wait_s_min,data_wait_s_max,bubble_s,"        \
     "bubble_s_min,bubble_s_max,allreduce_hidden,peak_rss_mb"
 
 /* The per-epoch metrics file (rank 0), and the configuration beside it
@@ -148,8 +147,7 @@ void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
         printf(" compute_s=%.3f comm_wait_s=%.3f comm_wait_share=%.3f allreduce_s=%.4f "
                "allreduce_hidden=%.3f",
                st->compute_s, st->comm_wait_s,
-               st->train_s > 0 ? st->comm_wait_s / st->train_s : 0.0, r->strat.allreduce_s,
-               hidden);
+               st->train_s > 0 ? st->comm_wait_s / st->train_s : 0.0, r->strat.allreduce_s, hidden);
     printf("\n");
     fflush(stdout);
     if (!r->csv)
@@ -162,8 +160,8 @@ void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
     const int replicas = r->strat.ngroups, stages = r->comm->size / replicas;
     fprintf(r->csv, "%s,%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%ld,%.6g,%.6f,%.6f,%.6f,%.6f,%.2f,%.4f,%.4f",
             r->run_id, HCNN_GIT_COMMIT, ts, hcnn_strategy_name(r->cfg->strategy), r->comm->size,
-            stages, replicas, r->threads, r->cfg->batch_size, r->strat.passes, epoch + 1,
-            r->step, st->lr, tl, ta, st->test_loss, st->test_acc, ips, st->train_s, st->eval_s);
+            stages, replicas, r->threads, r->cfg->batch_size, r->strat.passes, epoch + 1, r->step,
+            st->lr, tl, ta, st->test_loss, st->test_acc, ips, st->train_s, st->eval_s);
     for (int k = 0; k < 4; k++)
         fprintf(r->csv, ",%.4f,%.4f,%.4f", st->mean[k], st->lo[k], st->hi[k]);
     fprintf(r->csv, ",%.4f,%.1f\n", hidden, st->peak_rss_mb);

@@ -26,8 +26,12 @@ int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats
             return rc;
         r->writer_ready = 1;
     }
-    hcnn_ckpt_meta meta = {.epoch = epochs_done, .batch = batch, .step = r->step,
-                           .seed = cfg->seed, .batch_size = cfg->batch_size, .lr = st->lr};
+    hcnn_ckpt_meta meta = {.epoch = epochs_done,
+                           .batch = batch,
+                           .step = r->step,
+                           .seed = cfg->seed,
+                           .batch_size = cfg->batch_size,
+                           .lr = st->lr};
     if (batch > 0) { /* the epoch in progress */
         meta.loss_sum = st->loss_sum, meta.correct = st->correct, meta.seen = st->seen;
     }
@@ -74,8 +78,8 @@ int resume_from(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta)
                           path, (unsigned long long)meta->seed, cfg->path,
                           (unsigned long long)cfg->seed);
     if (meta->batch > 0 && meta->batch_size != cfg->batch_size)
-        return hcnn_error("%s: stopped inside an epoch with batch_size %d, %s has %d",
-                          path, meta->batch_size, cfg->path, cfg->batch_size);
+        return hcnn_error("%s: stopped inside an epoch with batch_size %d, %s has %d", path,
+                          meta->batch_size, cfg->path, cfg->batch_size);
     r->step = meta->step;
     if (run_is_root(r))
         printf("hcnn: resuming from %s: epoch %ld, batch %ld, step %ld\n", path, meta->epoch + 1,

@@ -117,11 +117,11 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
         return HCNN_ENOMEM;
     const int augment = cfg->augment >= 0 ? cfg->augment : r->train.augment_default;
     /* a background thread only helps when a core is left for it */
-    const int prefetch = cfg->data_prefetch == HCNN_PREFETCH_ON ||
-                         (cfg->data_prefetch == HCNN_PREFETCH_AUTO &&
-                          omp_get_max_threads() < omp_get_num_procs());
-    rc = hcnn_loader_init(&r->loader, &r->train, cfg->batch_size, r->strat.group,
-                          r->strat.ngroups, augment, cfg->seed, prefetch ? 1 : 0);
+    const int prefetch =
+        cfg->data_prefetch == HCNN_PREFETCH_ON ||
+        (cfg->data_prefetch == HCNN_PREFETCH_AUTO && omp_get_max_threads() < omp_get_num_procs());
+    rc = hcnn_loader_init(&r->loader, &r->train, cfg->batch_size, r->strat.group, r->strat.ngroups,
+                          augment, cfg->seed, prefetch ? 1 : 0);
     if (rc)
         return rc;
     r->loader_ready = 1;
@@ -212,8 +212,9 @@ int run_check_replicas(hcnn_run *r)
     HCNN_MPI(MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG, MPI_MIN, r->strat.replicas));
     HCNN_MPI(MPI_Allreduce(&mine, &hi, 1, MPI_UNSIGNED_LONG, MPI_MAX, r->strat.replicas));
     if (lo != hi)
-        return hcnn_error_code(HCNN_EMPI, "replicas diverged: parameter CRC32 %08lx on this "
-                                          "rank, ranks range over %08lx..%08lx",
+        return hcnn_error_code(HCNN_EMPI,
+                               "replicas diverged: parameter CRC32 %08lx on this "
+                               "rank, ranks range over %08lx..%08lx",
                                mine, lo, hi);
     if (run_is_root(r))
         printf("replica_check=ok replicas=%d params_crc32=%08lx\n", r->strat.ngroups, mine);
