@@ -125,17 +125,13 @@ static void bn_apply_plane(const float *xp, const float *addp, int relu, float a
             yp[p] = xp[p] * a + b;
 }
 
-/* The training batch-norm passes walk blocks of channels: a channel's
- * planes are np floats in each of the n images, c * np apart, so one
- * channel at a time reads runs of np floats with long strides, which the
- * hardware prefetchers do not follow when planes are small (ResNet-18's
- * layer4: 64 bytes).  A block takes as many consecutive channels as keep
- * BN_BLOCK_BYTES of each tensor, so that every image contributes one run of
- * cb * np floats and the block stays in L2 between the passes; each
- * channel's sums still run over the images in order, so the results do not
- * depend on the blocking.  Backward at batch 64, 2 threads, medians of 31:
- * 512 channels of 4 x 4 (layer4) 0.80-0.91 -> 0.41-0.52 ms, 256 of 8 x 8
- * 0.64-0.66 -> 0.43-0.49 ms; 64 channels of 32 x 32 take one at a time. */
+/* The training batch-norm passes walk blocks of channels: one channel at a
+ * time reads runs of np floats c * np apart, which the prefetchers do not
+ * follow when planes are small; a block of channels keeping BN_BLOCK_BYTES
+ * of each tensor gives one run per image and stays in L2 between the
+ * passes (ResNet-18's layer4 backward 0.80-0.91 -> 0.41-0.52 ms; see
+ * docs/performance.md).  Each channel's sums still run over the images in
+ * order, so the results do not depend on the blocking. */
 #define BN_BLOCK_BYTES ((size_t)256 * 1024)
 #define BN_MAX_BLOCK 256
 

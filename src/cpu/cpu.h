@@ -71,11 +71,9 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 
 /* The 16 lanes added pairwise (lane k + lane k + 8, then + 4, + 2, + 1): a
  * fixed order like a running sum, but a few vector additions instead of 15
- * dependent ones, which dominated the batch-norm passes over small planes
- * (ResNet-18's layer4, one vector a plane: forward 0.42-0.44 -> 0.25-0.27
- * ms, backward 0.41-0.42 -> 0.26-0.28 ms).  Inlined, so that each ISA clone
- * has its own (a call from an AVX-512 clone into baseline SSE code stalled
- * on the transition: 20x slower). */
+ * dependent ones (batch-norm over small planes 40% faster).  Inlined into
+ * each ISA clone: a call from the AVX-512 clone into baseline code was 20x
+ * slower (docs/performance.md). */
 static inline __attribute__((always_inline)) float lanes_total(const float *acc, float tail)
 {
     float s[8];
