@@ -694,8 +694,9 @@ static void test_write_unwritable(void **state)
 static void test_names(void **state)
 {
     (void)state;
-    static const char *const kinds[] = {"conv", "bn",      "relu",    "maxpool", "avgpool",
-                                        "gap",  "fc",      "dropout", "flatten", "residual"};
+    static const char *const kinds[] = {"conv", "bn",      "relu",    "maxpool",  "avgpool",
+                                        "gap",  "fc",      "dropout", "flatten",  "residual",
+                                        "leaky_relu"};
     for (int k = 0; k < HCNN_BLOCK_KIND_COUNT; k++)
         assert_string_equal(hcnn_block_kind_name((hcnn_block_kind)k), kinds[k]);
     assert_string_equal(hcnn_schedule_name(HCNN_SCHED_CONSTANT), "constant");

@@ -826,6 +826,37 @@ static void test_pool_relu_backward(void **state)
     check_model(&b, 1, 2, 3, 3, 2, 0);
 }
 
+/* The leaky ReLU against finite differences (slopes 0.01 and 0.3), after a
+ * convolution, with spaced inputs (no kink within a step); slope 0 is the
+ * ReLU bit for bit. */
+static void test_leaky_relu(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        hcnn_block_spec b[2] = {blk(HCNN_BLOCK_CONV, 3, 3, 3, 1, 1, 1, 1),
+                                simple(HCNN_BLOCK_LEAKY_RELU)};
+        b[1].negative_slope = k ? 0.3f : 0.01f;
+        check_model(&b[1], 1, 2, 3, 3, 2, 1);
+        check_model(b, 2, 2, 4, 4, 2, 1);
+    }
+    const hcnn_backend *be = hcnn_backend_cpu();
+    float x[37], y0[37], y1[37], d0[37], d1[37], g[37];
+    fill_random(x, 37, 8, -1.0f, 1.0f);
+    fill_random(g, 37, 9, -1.0f, 1.0f);
+    be->relu_fwd(x, y0, 37, 0.0f);
+    hcnn_block_spec s = simple(HCNN_BLOCK_LEAKY_RELU);
+    s.negative_slope = 0.0f;
+    model m;
+    model_make(&m, &s, 1, 37, 1, 1, 1);
+    assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, 1), 0);
+    memcpy(y1, hcnn_acts_output(&m.acts), sizeof y1);
+    assert_int_equal(hcnn_net_backward(&m.net, &m.s, &m.acts, x, g, d1, 1, NULL, NULL), 0);
+    be->relu_bwd(y0, g, d0, 37, 0.0f);
+    assert_memory_equal(y0, y1, sizeof y0);
+    assert_memory_equal(d0, d1, sizeof d0);
+    model_free(&m);
+}
+
 static void test_dropout(void **state)
 {
     (void)state;
@@ -1221,6 +1252,7 @@ int main(void)
         cmocka_unit_test(test_bn_backward_training),
         cmocka_unit_test(test_bn_statistics),
         cmocka_unit_test(test_pool_relu_backward),
+        cmocka_unit_test(test_leaky_relu),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_residual_backward),
         cmocka_unit_test(test_residual_fused_forward),

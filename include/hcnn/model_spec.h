@@ -25,7 +25,8 @@
     X(FC, fc, fc)                                                                              \
     X(DROPOUT, dropout, dropout)                                                               \
     X(FLATTEN, flatten, flatten)                                                               \
-    X(RESIDUAL, residual, res) /* basic block: conv3x3-bn-relu-conv3x3-bn + shortcut, relu */
+    X(RESIDUAL, residual, res) /* basic block: conv3x3-bn-relu-conv3x3-bn + shortcut, relu */ \
+    X(LEAKY_RELU, leaky_relu, leaky_relu)
 
 typedef enum hcnn_block_kind {
 #define HCNN_BLOCK_ENUM_(e, type, prefix) HCNN_BLOCK_##e,
@@ -58,6 +59,7 @@ typedef struct hcnn_block_spec {
     float p;                  /* dropout probability */
     float eps, momentum;      /* batch-norm */
     hcnn_shortcut shortcut;   /* residual */
+    float negative_slope;     /* leaky_relu */
 } hcnn_block_spec;
 
 typedef struct hcnn_model_spec {

@@ -115,7 +115,7 @@ void hcnn_config_defaults(hcnn_config *cfg)
  * accepts those of its row of cfg_block_types (type and name always). */
 /* clang-format off */
 enum { BK_TYPE, BK_NAME, BK_OUT, BK_KERNEL, BK_STRIDE, BK_PAD, BK_BIAS, BK_EPS, BK_MOMENTUM,
-       BK_P, BK_SHORTCUT };
+       BK_P, BK_SHORTCUT, BK_NEGATIVE_SLOPE };
 /* clang-format on */
 #define BLOCK_FIELD(f) offsetof(hcnn_block_spec, f)
 const block_key cfg_block_keys[] = {
@@ -130,6 +130,8 @@ const block_key cfg_block_keys[] = {
     [BK_MOMENTUM] = {"momentum", BKT_FLOAT, BLOCK_FIELD(momentum), 0, {0.0, 1.0, 1, 0}},
     [BK_P] = {"p", BKT_FLOAT, BLOCK_FIELD(p), 0, {0.0, 1.0, 0, 1}},
     [BK_SHORTCUT] = {"shortcut", BKT_SHORTCUT, BLOCK_FIELD(shortcut), 0, {0}},
+    [BK_NEGATIVE_SLOPE] = {"negative_slope", BKT_FLOAT, BLOCK_FIELD(negative_slope), 0,
+                           {0.0, 1.0, 0, 1}},
 };
 const int cfg_nblock_keys = COUNT(cfg_block_keys);
 
@@ -154,6 +156,7 @@ const block_type cfg_block_types[HCNN_BLOCK_KIND_COUNT] = {
     [HCNN_BLOCK_RESIDUAL] = {K(BK_OUT) | K(BK_STRIDE) | K(BK_SHORTCUT), K(BK_OUT), 0,
                              {.sh = 1, .sw = 1, .shortcut = HCNN_SHORTCUT_AUTO, .eps = BN_EPS,
                               .momentum = BN_MOMENTUM}},
+    [HCNN_BLOCK_LEAKY_RELU] = {K(BK_NEGATIVE_SLOPE), 0, 0, {.negative_slope = 0.01f}},
 };
 /* clang-format on */
 
