@@ -62,7 +62,9 @@ void hcnn_grad_sync_free(hcnn_grad_sync *gs);
  * block (descending), poll whenever convenient, finish before the
  * optimiser.  An MPI failure ends the job (HCNN_MPI). */
 void hcnn_grad_sync_begin(hcnn_grad_sync *gs);
-int hcnn_grad_sync_block_done(hcnn_grad_sync *gs, int block);
+/* block_done and poll take the hcnn_grad_sync as void *: they are the
+ * network's block callback and the context's poll as they are */
+int hcnn_grad_sync_block_done(void *gs, int block);
 void hcnn_grad_sync_poll(void *gs);
 int hcnn_grad_sync_finish(hcnn_grad_sync *gs);
 

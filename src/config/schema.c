@@ -34,34 +34,15 @@ const char *cfg_enum_name(const char *const *names, int n, int v)
     return (v >= 0 && v < n) ? names[v] : "unknown";
 }
 
-const char *hcnn_schedule_name(hcnn_schedule s)
-{
-    return cfg_enum_name(schedule_names, COUNT(schedule_names), (int)s);
-}
-const char *hcnn_init_name(hcnn_init i)
-{
-    return cfg_enum_name(init_names, COUNT(init_names), (int)i);
-}
-const char *hcnn_strategy_name(hcnn_strategy_kind s)
-{
-    return cfg_enum_name(strategy_names, COUNT(strategy_names), (int)s);
-}
-const char *hcnn_progress_name(hcnn_allreduce_progress p)
-{
-    return cfg_enum_name(progress_names, COUNT(progress_names), (int)p);
-}
-const char *hcnn_prefetch_name(hcnn_prefetch p)
-{
-    return cfg_enum_name(prefetch_names, COUNT(prefetch_names), (int)p);
-}
-const char *hcnn_conv_algo_name(hcnn_conv_algo a)
-{
-    return cfg_enum_name(conv_algo_names, COUNT(conv_algo_names), (int)a);
-}
-const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s)
-{
-    return cfg_enum_name(pipe_schedule_names, COUNT(pipe_schedule_names), (int)s);
-}
+#define ENUM_NAME(fn, type, names)                                                             \
+    const char *fn(type v) { return cfg_enum_name(names, COUNT(names), (int)v); }
+ENUM_NAME(hcnn_schedule_name, hcnn_schedule, schedule_names)
+ENUM_NAME(hcnn_init_name, hcnn_init, init_names)
+ENUM_NAME(hcnn_strategy_name, hcnn_strategy_kind, strategy_names)
+ENUM_NAME(hcnn_progress_name, hcnn_allreduce_progress, progress_names)
+ENUM_NAME(hcnn_prefetch_name, hcnn_prefetch, prefetch_names)
+ENUM_NAME(hcnn_conv_algo_name, hcnn_conv_algo, conv_algo_names)
+ENUM_NAME(hcnn_pipe_schedule_name, hcnn_pipe_schedule, pipe_schedule_names)
 
 /* ======================================================================
  * Defaults

@@ -77,8 +77,6 @@ static int data_init(hcnn_strategy *s, int need_train)
     return HCNN_OK;
 }
 
-static int on_block_done(void *arg, int block) { return hcnn_grad_sync_block_done(arg, block); }
-
 static int data_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, int gn,
                      double *loss, int *correct)
 {
@@ -97,7 +95,8 @@ static int data_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, 
     if (s->sync)
         hcnn_grad_sync_begin(s->sync);
     if (n > 0 && (rc = hcnn_net_backward(net, &s->scratch, &d->acts, x, d->dlogits, NULL, n,
-                                         s->sync ? on_block_done : NULL, s->sync)))
+                                         s->sync ? hcnn_grad_sync_block_done : NULL,
+                                         s->sync)))
         return rc;
     if (!s->sync)
         return HCNN_OK;

@@ -146,8 +146,9 @@ void hcnn_grad_sync_poll(void *arg)
     }
 }
 
-int hcnn_grad_sync_block_done(hcnn_grad_sync *gs, int block)
+int hcnn_grad_sync_block_done(void *arg, int block)
 {
+    hcnn_grad_sync *gs = arg;
     while (gs->started < gs->nbuckets && gs->buckets[gs->started].lowest_block >= block) {
         int rc = start_bucket(gs);
         if (rc)

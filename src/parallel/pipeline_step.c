@@ -67,12 +67,6 @@ static int post_input(hcnn_pipe *p, int m, int lo, int hi)
     return 1;
 }
 
-static int on_block_done(void *arg, int block)
-{
-    hcnn_pipe *p = arg;
-    return hcnn_grad_sync_block_done(&p->sync, block);
-}
-
 int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x, const int32_t *y,
                    int n, int gn, double *loss, int *correct)
 {
@@ -172,7 +166,8 @@ int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
         s->ctx.first_sample = base + (uint64_t)lo[m];
         const double t0 = hcnn_now();
         rc = hcnn_net_backward(net, s, &sl->acts, in, dy, dx, nm,
-                               last_op && p->sync_ready ? on_block_done : NULL, p);
+                               last_op && p->sync_ready ? hcnn_grad_sync_block_done : NULL,
+                               &p->sync);
         p->st.compute_s += hcnn_now() - t0;
         if (rc)
             return rc;
