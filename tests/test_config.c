@@ -1,4 +1,4 @@
-/* Tests for the configuration reader/writer (src/io/config.c).
+/* Tests for the configuration reader/writer (src/config/).
  *
  * YAML files are written to a mkdtemp directory; shipped configs are read
  * from $HCNN_SRCDIR/configs (default: ./configs, i.e. run from the source
