@@ -9,6 +9,7 @@ PACKAGES=(
     gcc make autoconf automake libtool pkg-config autoconf-archive   # build
     openmpi-bin libopenmpi-dev                                        # MPI (mpicc, mpirun)
     libopenblas-openmp-dev                                            # BLAS, OpenMP build
+    libblis-openmp-dev                                                # second BLAS (--with-blas=blis, CI)
     libyaml-dev zlib1g-dev                                            # configs, gzip data, CRC32
     libcmocka-dev                                                     # make check
     gnuplot-nox                                                       # results/ plots

@@ -68,8 +68,9 @@ typedef struct hcnn_backend {
     /* y[i][co][p] = src[co][i*np + p] + bias[co] (bias may be NULL):
      * from the GEMM's channel-major layout back to NCHW. */
     void (*cnp_to_nchw)(const float *src, const float *bias, int n, int c, int np, float *y);
-    /* y[i][co][p] += bias[co] for y [n][c][np] */
-    void (*add_channel_bias)(float *y, const float *bias, int n, int c, int np);
+    /* y[(i*c + co)*ld + p] += bias[co] for p < np: n images of c planes,
+     * ld floats apart (ld = np for [n][c][np]; a block of rows: ld > np) */
+    void (*add_channel_bias)(float *y, const float *bias, int n, int c, int np, size_t ld);
     /* dst[co][i*np + p] = y[i][co][p]: NCHW to channel-major. */
     void (*nchw_to_cnp)(const float *y, int n, int c, int np, float *dst);
     /* dst[i][y*dld + x] = src[i][y*sld + x] (+= if accumulate) for c planes

@@ -1,21 +1,65 @@
-/* OpenBLAS kernel selection.
+/* The BLAS: which library (configure --with-blas) and, for OpenBLAS, which
+ * of its kernels, chosen by measurement (src/blas/).
  *
- * OpenBLAS built with DYNAMIC_ARCH picks its kernels from the CPU model at
- * load time.  Version 0.3.21 (Debian 12) does not know recent CPUs and falls
- * back to its oldest x86-64 kernels ("Prescott", SSE3): on an AVX-512 Xeon
- * that is 3x slower for our GEMMs.  OPENBLAS_CORETYPE overrides the choice
- * but is read only when the library loads, so when the detected core is
- * such a fallback and the CPU has AVX2 or AVX-512, hcnn re-executes itself
- * once with OPENBLAS_CORETYPE set (Haswell or SkylakeX).  A user who sets
- * OPENBLAS_CORETYPE (even to an empty string) keeps full control. */
+ * OpenBLAS built with DYNAMIC_ARCH carries kernels for many CPU types and
+ * picks one when it loads, from its own CPU tables or OPENBLAS_CORETYPE.
+ * Neither is reliably the fastest for hcnn's GEMMs: on an AMD Zen 5 whose
+ * environment sets OPENBLAS_CORETYPE=Haswell, ResNet-18 trains 1.5x faster
+ * with the Cooperlake kernels (docs/performance.md, "BLAS kernels").  The
+ * config key blas_kernels says how they are chosen:
+ *   auto   the model's own GEMMs, as the layers issue them for one pass on a
+ *          rank, timed under every kernel type the CPU can run (and the
+ *          environment's), each in a short child process; the fastest wins
+ *          unless the one that would load anyway is within 3% of it.  The
+ *          table is cached per CPU model, library build, thread count and
+ *          model, so only the first run on a node type pays;
+ *   env    the environment's OPENBLAS_CORETYPE (or OpenBLAS's own choice);
+ *   NAME   that kernel type (e.g. SkylakeX).
+ * OPENBLAS_CORETYPE is read only when the library loads, so the choice is
+ * applied by re-executing the program once with it set, before MPI or any
+ * thread starts.  With BLIS or a generic CBLAS there is nothing to choose:
+ * auto and env run the library as it is. */
 #ifndef HCNN_BLAS_H
 #define HCNN_BLAS_H
 
-/* Call first thing in main, before any thread or MPI start-up.  Returns
- * only if no re-execution was needed or possible. */
-void hcnn_blas_select_kernels(char **argv);
+#include <stdio.h>
 
-/* One line describing the kernel in use (and why), for the run header. */
+#include "hcnn/config.h"
+
+/* First thing in main for train, eval and bench (before MPI and threads
+ * start): applies cfg->blas_kernels, measuring or reading the cache.  When
+ * other kernels must load, it sets the environment for a re-execution and
+ * *reexec = 1: call hcnn_blas_reexec.  world: the job's ranks
+ * (hcnn_blas_env_world).  Returns HCNN_OK, or HCNN_EINVAL after one
+ * message for kernels this library cannot load. */
+int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec);
+/* execv of argv with the chosen kernels; returns only if that fails (the
+ * run then goes on with the kernels loaded, and says so). */
+void hcnn_blas_reexec(char **argv);
+
+/* hcnn tune: measures (whatever the cache holds), prints the table on out,
+ * writes the cache. */
+int hcnn_blas_tune(const hcnn_config *cfg, int world, FILE *out);
+
+/* The child of a measurement (hcnn tune --probe): the model's GEMMs timed
+ * under the kernels this process loaded; prints one line on stdout. */
+int hcnn_blas_probe(const hcnn_config *cfg, int world);
+
+/* The ranks of the job from the MPI launcher's environment (before
+ * MPI_Init): OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_STEP_NUM_TASKS; else 1. */
+int hcnn_blas_env_world(void);
+
+/* The kernels running: OpenBLAS's core type, BLIS's architecture, "" for a
+ * generic CBLAS (the ranks of a job check that they agree). */
+const char *hcnn_blas_kernels(void);
+
+/* One line for the run header: the library, its kernels and why. */
 const char *hcnn_blas_describe(char *buf, int cap);
+
+/* Every BLAS call of hcnn is single-threaded: hcnn splits products into
+ * pieces fixed by shape and runs them on its own threads (src/cpu/gemm.c),
+ * so results do not depend on the thread count.  Called by the CPU
+ * backend. */
+void hcnn_blas_single_threaded(void);
 
 #endif

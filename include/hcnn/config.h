@@ -70,6 +70,7 @@ typedef struct hcnn_config {
     double im2col_mb;              /* cap on the im2col columns of one GEMM chunk (MiB) */
     hcnn_conv_algo conv_algo;      /* auto | batched | per_thread */
     hcnn_prefetch data_prefetch;   /* auto | on | off */
+    char blas_kernels[32];         /* auto | env | an OpenBLAS core name (src/blas/) */
 } hcnn_config;
 
 /* Defaults for every key (model empty). */

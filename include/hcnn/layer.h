@@ -36,6 +36,10 @@ typedef struct hcnn_ctx {
     uint64_t first_sample;   /* epoch position of this batch's first sample */
     size_t max_chunk_floats; /* cap on one im2col chunk */
     hcnn_conv_algo conv_algo;
+    /* 1: this call is one work unit of a larger decomposition, run on the
+     * calling thread (whole-network execution): layers cut no items for
+     * other threads */
+    int in_unit;
     /* called between GEMMs and layers so that non-blocking communication
      * progresses during long passes (NULL: nothing to drive) */
     void (*poll)(void *arg);
@@ -109,12 +113,13 @@ typedef struct hcnn_layer_ops {
     int (*weight_dims)(const hcnn_layer *l, int *dims);
     /* Workspace floats for n samples, as ctx runs it (NULL: none). */
     size_t (*workspace)(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
-    /* Workspace one thread needs to run any number of samples alone
-     * (whole-network per-thread execution; NULL: none). */
-    size_t (*thread_workspace)(const hcnn_layer *l, const hcnn_ctx *ctx);
-    /* The GEMMs of a pass over n samples (whole_nt > 0: under whole-network
-     * per-thread execution on that many threads). */
-    void (*gemms)(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int whole_nt, int need_dx,
+    /* Workspace for n samples run on the calling thread as one work unit
+     * (whole-network per-thread execution, ctx->in_unit; NULL: none). */
+    size_t (*thread_workspace)(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
+    /* The GEMMs of a pass over n samples; unit > 0: whole-network execution,
+     * the GEMMs of one work unit of that many samples (every thread runs
+     * its own units at once). */
+    void (*gemms)(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
                   hcnn_gemm_list *g);
 
     /* Each sample is computed on its own, from its own input and aux:
@@ -202,9 +207,9 @@ int hcnn_layer_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, cons
                         const float *aux, const float *dy, float *dx, int n);
 /* Workspace floats of l and its children for n samples. */
 size_t hcnn_layer_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
-size_t hcnn_layer_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx);
+size_t hcnn_layer_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int n);
 /* The GEMMs of l and its children (children always compute their dx). */
-void hcnn_layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int whole_nt, int need_dx,
+void hcnn_layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
                       hcnn_gemm_list *g);
 
 /* ---- the chain runner (src/layers/chain.c) --------------------------------

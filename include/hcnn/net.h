@@ -95,13 +95,13 @@ typedef struct hcnn_scratch {
     float *g[2];
     size_t g_floats;
     int capacity;
-    /* whole-network per-thread execution (see src/model/pass.c): for threads
-     * 1 .. nt-1, a gradient buffer each and copies of the layers of
+    /* whole-network execution (src/model/pass.c): for each of up to `units`
+     * work units, a gradient buffer and copies of the layers of
      * [first, last) whose gradient views point into it (NULL: not set up) */
-    int nt;
+    int units;
     int first, last;
-    float *tgrads;
-    hcnn_layer *tlayers;
+    float *ugrads;
+    hcnn_layer *ulayers;
 } hcnn_scratch;
 
 int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last, int capacity);
@@ -125,10 +125,11 @@ static inline const float *hcnn_acts_output(const hcnn_acts *a)
     return a->y[a->last - 1 - a->first];
 }
 
-/* The threads that each carry their share of n samples through all of
- * blocks [first, last) in one parallel region (whole-network per-thread
- * execution: image-local blocks, conv_algo not batched), or 0. */
-int hcnn_net_whole_threads(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n);
+/* Samples of a work unit when n samples go through blocks [first, last)
+ * by whole-network execution (per-sample blocks, conv_algo not batched:
+ * each unit carried through all the blocks by one thread), or 0 when they
+ * go block by block. */
+int hcnn_net_unit_images(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n);
 
 /* Largest per-sample activation (input or output) of blocks [first, last). */
 size_t hcnn_net_max_act(const hcnn_net *net, int first, int last);

@@ -7,6 +7,7 @@
 #ifndef HCNN_PROFILE_H
 #define HCNN_PROFILE_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "hcnn/net.h"
@@ -46,5 +47,20 @@ void hcnn_profile_sample_reference(hcnn_profile *p, const hcnn_net *net, const h
  * median of 5 timings taken now. */
 double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
                           int first, int last, int n, int micro_per_step, FILE *out);
+
+/* The GEMMs of one training pass (forward and backward) of blocks [first,
+ * last) on n samples, as the layers issue them, merged by shape: calls
+ * counts those of the busiest thread (all threads run theirs at once), hash
+ * identifies the list (shapes and counts).  reps > 0: every shape timed as
+ * the profile does (median of reps <= 5), seconds = sum of calls x time:
+ * the BLAS kernels' measurement (src/blas/). */
+typedef struct hcnn_pass_gemms {
+    int shapes;
+    double calls, flops, seconds;
+    uint64_t hash;
+} hcnn_pass_gemms;
+
+int hcnn_profile_pass_gemms(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n,
+                            int reps, hcnn_pass_gemms *out);
 
 #endif

@@ -87,6 +87,10 @@ const hcnn_strategy_ops *hcnn_strategy_ops_for(hcnn_strategy_kind kind);
 /* Every layout check (identical on every rank, rank 0 prints). */
 int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm);
 
+/* Samples a rank carries through one forward and backward pass, for a job
+ * of `world` ranks (before MPI starts: the BLAS kernels' measurement). */
+int hcnn_strategy_pass_samples(const hcnn_config *cfg, int world);
+
 /* init through the table, after the common fields; on failure free still
  * releases what was set up. */
 int hcnn_strategy_init(hcnn_strategy *s, const hcnn_config *cfg, const hcnn_comm *comm,

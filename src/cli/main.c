@@ -1,10 +1,12 @@
-/* hcnn command line: train, eval, --help. */
+/* hcnn command line: train, eval, bench, tune, diff, export, import, --help. */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "hcnn/blas.h"
@@ -27,13 +29,14 @@ static const char *USAGE_MAIN =
     "  train   train a model as configured:  hcnn train --config FILE [--set key=value ...]\n"
     "  eval    evaluate a checkpoint:        hcnn eval --config FILE --checkpoint FILE\n"
     "  bench   training throughput:          hcnn bench --config FILE [--set key=value ...]\n"
+    "  tune    measure the BLAS kernels:     hcnn tune --config FILE [--set key=value ...]\n"
     "  diff    compare two checkpoints:      hcnn diff A B [--tol X]\n"
     "  export  checkpoint to NumPy files:    hcnn export CKPT DIR\n"
     "  import  NumPy files to a checkpoint:  hcnn import DIR --config FILE -o CKPT\n"
     "\n"
     "options:\n"
     "  -h, --help     this help; 'hcnn <command> --help' for a command's options\n"
-    "  -V, --version  print the version\n"
+    "  -V, --version  print the version and the BLAS library with its kernels\n"
     "\n"
     "exit status: 0 success, 1 run-time failure (data, numerics, I/O), 2 bad command line or\n"
     "configuration, 75 stopped by SIGTERM/SIGUSR1 after writing a checkpoint.\n"
@@ -98,6 +101,27 @@ static const char *USAGE_BENCH =
     "  --repeats N          timed repeats, 1..64 (default 5)\n"
     "  --steps N            steps per repeat (default 5)\n";
 
+static const char *USAGE_TUNE =
+    "usage: hcnn tune --config FILE [--set key=value ...] [--ranks N]\n"
+    "\n"
+    "Measure which OpenBLAS kernels run this model fastest on this node, as blas_kernels: auto\n"
+    "does at the start of a run: the GEMMs the layers issue for one training pass on a rank\n"
+    "(the config's model, batch, strategy, conv_algo and thread count) are timed under each\n"
+    "kernel type the CPU can run, OpenBLAS's own choice and the environment's\n"
+    "OPENBLAS_CORETYPE, each in a child process, three rounds in rotated order, medians.\n"
+    "Prints the table (kernels, why a candidate, GEMM milliseconds per pass, speed against the\n"
+    "kernels that would load anyway) and as its last line\n"
+    "  choice=NAME speedup=X measured_s=S cache=FILE\n"
+    "and writes the cache (XDG_CACHE_HOME/hcnn or ~/.cache/hcnn) that train, eval and bench\n"
+    "read: run it once per node type, e.g. srun --ntasks-per-node=1 hcnn tune --config FILE.\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE    run configuration (YAML)\n"
+    "  -s, --set KEY=VALUE  override a key (repeatable)\n"
+    "  --ranks N            ranks of the job the table is for (the samples a rank carries);\n"
+    "                       default: the MPI launcher's environment, else 1\n"
+    "  -h, --help           this help\n";
+
 static const char *USAGE_EXPORT =
     "usage: hcnn export CKPT DIR\n"
     "\n"
@@ -148,6 +172,8 @@ typedef struct cli {
     int nset;
     int quiet;
     int help;
+    int probe; /* tune: the measurement's child (src/blas/measure.c) */
+    int ranks; /* tune: 0 = from the environment */
 } cli;
 
 static int usage_error(const char *usage, const char *fmt, const char *arg)
@@ -192,8 +218,19 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
             if (!(v = opt_value(argc, argv, &i, "--resume", "-r")))
                 return usage_error(usage, "option %s needs a checkpoint file or 'latest'", a);
             c->resume = v;
+        } else if (!strcmp(c->command, "tune") && !strcmp(a, "--probe")) {
+            c->probe = 1;
+        } else if (!strcmp(c->command, "tune") && is_opt(a, "--ranks", NULL)) {
+            char *end;
+            if (!(v = opt_value(argc, argv, &i, "--ranks", NULL)))
+                return usage_error(usage, "option %s needs a number", a);
+            const long k = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || k < 1 || k > 1000000)
+                return usage_error(usage, "--ranks: expected an integer >= 1, got '%s'", v);
+            c->ranks = (int)k;
         } else if ((!strcmp(c->command, "train") || !strcmp(c->command, "eval") ||
-                    !strcmp(c->command, "bench") || !strcmp(c->command, "import")) &&
+                    !strcmp(c->command, "bench") || !strcmp(c->command, "import") ||
+                    !strcmp(c->command, "tune")) &&
                    is_opt(a, "--config", "-c")) {
             if (!(v = opt_value(argc, argv, &i, "--config", "-c")))
                 return usage_error(usage, "option %s needs a file name", a);
@@ -286,10 +323,83 @@ static void block_stop_signals(int block)
     pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }
 
+/* hcnn tune, and its children: no MPI. */
+static int tune_main(const cli *c)
+{
+    hcnn_config *cfg = malloc(sizeof *cfg);
+    if (!cfg)
+        return 1;
+    int rc = hcnn_config_load(cfg, c->config, c->sets, c->nset);
+    const int world = c->ranks > 0 ? c->ranks : hcnn_blas_env_world();
+    if (!rc)
+        rc = c->probe ? hcnn_blas_probe(cfg, world) : hcnn_blas_tune(cfg, world, stdout);
+    free(cfg);
+    return exit_status(rc);
+}
+
+/* The rank the MPI launcher gives this process (before MPI_Init), or 0. */
+static int launcher_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]))
+            return atoi(getenv(vars[i]));
+    return 0;
+}
+
+/* stderr to /dev/null (returns the saved descriptor, -1 if not muted), and
+ * back */
+static int mute_stderr(int mute)
+{
+    if (!mute)
+        return -1;
+    fflush(stderr);
+    const int saved = dup(STDERR_FILENO), null = open("/dev/null", O_WRONLY);
+    if (saved >= 0 && null >= 0)
+        dup2(null, STDERR_FILENO);
+    if (null >= 0)
+        close(null);
+    return saved;
+}
+
+static void unmute_stderr(int saved)
+{
+    if (saved < 0)
+        return;
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+}
+
+/* blas_kernels (include/hcnn/blas.h), before MPI and threads start: may
+ * re-execute argv.  A configuration that does not load is left to the
+ * ranks' load after MPI_Init, which reports it once; what the choice has
+ * to say, rank 0 says. */
+static int choose_blas_kernels(const cli *c, char **argv)
+{
+    hcnn_config *cfg = malloc(sizeof *cfg);
+    if (!cfg)
+        return HCNN_ENOMEM;
+    int saved = mute_stderr(1);
+    int rc = hcnn_config_load(cfg, c->config, c->sets, c->nset);
+    unmute_stderr(saved);
+    int reexec = 0;
+    if (rc == HCNN_OK) {
+        saved = mute_stderr(launcher_rank() != 0);
+        rc = hcnn_blas_choose(cfg, hcnn_blas_env_world(), &reexec);
+        unmute_stderr(saved);
+    } else {
+        rc = HCNN_OK;
+    }
+    free(cfg);
+    if (reexec)
+        hcnn_blas_reexec(argv);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     block_stop_signals(argc > 1 && !strcmp(argv[1], "train"));
-    hcnn_blas_select_kernels(argv);
     if (argc < 2)
         return usage_error(USAGE_MAIN, "%s", "missing command");
     const char *cmd = argv[1];
@@ -298,7 +408,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
-        printf("hcnn %s\n", PACKAGE_VERSION);
+        char blas[1024];
+        printf("hcnn %s\nBLAS: %s\n", PACKAGE_VERSION, hcnn_blas_describe(blas, sizeof blas));
         return 0;
     }
     const char *usage;
@@ -310,6 +421,8 @@ int main(int argc, char **argv)
         usage = USAGE_DIFF;
     else if (!strcmp(cmd, "bench"))
         usage = USAGE_BENCH;
+    else if (!strcmp(cmd, "tune"))
+        usage = USAGE_TUNE;
     else if (!strcmp(cmd, "export"))
         usage = USAGE_EXPORT;
     else if (!strcmp(cmd, "import"))
@@ -356,6 +469,10 @@ int main(int argc, char **argv)
         return usage_error(usage, "%s", "missing --config FILE");
     if (!strcmp(cmd, "eval") && !c.checkpoint)
         return usage_error(usage, "%s", "missing --checkpoint FILE");
+    if (!strcmp(cmd, "tune"))
+        return tune_main(&c);
+    if ((rc = choose_blas_kernels(&c, argv)))
+        return exit_status(rc);
 
     hcnn_comm comm;
     if (hcnn_comm_init(&comm, &argc, &argv))

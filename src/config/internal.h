@@ -140,8 +140,8 @@ extern const block_type cfg_block_types[HCNN_BLOCK_KIND_COUNT];
 extern const char *const cfg_shortcut_names[3];
 
 typedef enum ktype {
-    KT_MODEL, KT_INT, KT_LONG, KT_U64, KT_NUM, KT_BOOL, KT_STR, KT_CHOICE, KT_ENUM, KT_AUGMENT,
-    KT_PARTITION
+    KT_MODEL, KT_INT, KT_LONG, KT_U64, KT_NUM, KT_BOOL, KT_STR, KT_NAME, KT_CHOICE, KT_ENUM,
+    KT_AUGMENT, KT_PARTITION
 } ktype;
 
 /* A top-level key: its type and where it goes in hcnn_config. */
@@ -149,7 +149,7 @@ typedef struct keydef {
     const char *name;
     ktype type;
     size_t off;                /* offsetof(hcnn_config, field) */
-    size_t size;               /* KT_STR, KT_CHOICE: buffer size */
+    size_t size;               /* KT_STR, KT_NAME, KT_CHOICE: buffer size */
     int lo;                    /* KT_INT, KT_LONG: minimum */
     range r;                   /* KT_NUM */
     const char *const *names;  /* KT_CHOICE, KT_ENUM */

@@ -86,6 +86,7 @@ void hcnn_config_defaults(hcnn_config *cfg)
     cfg->im2col_mb = 8.0;
     cfg->conv_algo = HCNN_CONV_AUTO;
     cfg->data_prefetch = HCNN_PREFETCH_AUTO;
+    strcpy(cfg->blas_kernels, "auto");
 }
 
 /* ======================================================================
@@ -447,6 +448,8 @@ const keydef cfg_top_keys[] = {
     K_NUM("im2col_mb", im2col_mb, 0.0, 1, INFINITY, 0),
     K_ENUM("conv_algo", conv_algo_names, get_conv_algo, set_conv_algo),
     K_ENUM("data_prefetch", prefetch_names, get_prefetch, set_prefetch),
+    {.name = "blas_kernels", .type = KT_NAME, .off = FIELD(blas_kernels),
+     .size = FSIZE(blas_kernels)},
 };
 const int cfg_ntop_keys = COUNT(cfg_top_keys);
 #define NKEYS cfg_ntop_keys
@@ -481,6 +484,8 @@ static int apply_top_key(ictx *c, const keydef *d, const node *n, hcnn_config *c
         return cfg_get_bool(c, n, (int *)(void *)field);
     case KT_STR:
         return cfg_get_str(c, n, field, d->size);
+    case KT_NAME:
+        return cfg_get_name(c, n, field, d->size, "");
     case KT_CHOICE:
         if ((rc = cfg_get_choice(c, n, d->names, d->nnames, &i)) == HCNN_OK) {
             memset(field, 0, d->size);

@@ -152,6 +152,7 @@ static void write_top_key(FILE *f, const hcnn_config *cfg, const keydef *d)
         fputs(*(const int *)(const void *)field ? "true" : "false", f);
         break;
     case KT_STR:
+    case KT_NAME:
     case KT_CHOICE:
         write_string(f, field);
         break;

@@ -1,6 +1,7 @@
 /* The CPU backend's table (include/hcnn/backend.h): host memory, OpenMP
  * threads, and the operations of the files beside this one. */
 #include "cpu.h"
+#include "hcnn/blas.h"
 
 /* Inside the region every OpenMP loop of this backend runs on the calling
  * thread alone (nested regions are inactive) and the OpenMP OpenBLAS runs
@@ -59,4 +60,8 @@ static const hcnn_backend cpu_backend = {
     .sum_sq = hcnn_cpu_sum_sq,
 };
 
-const hcnn_backend *hcnn_backend_cpu(void) { return &cpu_backend; }
+const hcnn_backend *hcnn_backend_cpu(void)
+{
+    hcnn_blas_single_threaded();
+    return &cpu_backend;
+}

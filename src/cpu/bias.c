@@ -2,12 +2,12 @@
  * per channel of NCHW; fully connected: per column). */
 #include "cpu.h"
 
-void hcnn_cpu_add_channel_bias(float *y, const float *bias, int n, int c, int np)
+void hcnn_cpu_add_channel_bias(float *y, const float *bias, int n, int c, int np, size_t ld)
 {
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)n * c * np > 65536)
     for (int i = 0; i < n; i++)
         for (int co = 0; co < c; co++) {
-            float *d = y + ((size_t)i * c + co) * np;
+            float *d = y + ((size_t)i * c + co) * ld;
             const float b = bias[co];
 #pragma omp simd
             for (int p = 0; p < np; p++)

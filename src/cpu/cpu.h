@@ -130,7 +130,7 @@ void hcnn_cpu_cnp_to_nchw(const float *src, const float *bias, int n, int c, int
 void hcnn_cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst);
 void hcnn_cpu_transpose(const float *a, int rows, int cols, float *t);
 /* bias.c */
-void hcnn_cpu_add_channel_bias(float *y, const float *bias, int n, int c, int np);
+void hcnn_cpu_add_channel_bias(float *y, const float *bias, int n, int c, int np, size_t ld);
 void hcnn_cpu_channel_sum_acc(const float *dy, int n, int c, int np, float *db);
 void hcnn_cpu_row_sum_acc(const float *dy, int n, int m, float *db);
 void hcnn_cpu_add_row_bias(float *y, const float *b, int n, int m);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "hcnn/blas.h"
 
 #define DEVMEM_SHIFT ((uintptr_t)1 << 62)
 
@@ -50,9 +51,9 @@ static void dm_cnp_to_nchw(const float *src, const float *bias, int n, int c, in
 {
     hcnn_cpu_cnp_to_nchw(HF(src), HF(bias), n, c, np, HF(y));
 }
-static void dm_add_channel_bias(float *y, const float *bias, int n, int c, int np)
+static void dm_add_channel_bias(float *y, const float *bias, int n, int c, int np, size_t ld)
 {
-    hcnn_cpu_add_channel_bias(HF(y), HF(bias), n, c, np);
+    hcnn_cpu_add_channel_bias(HF(y), HF(bias), n, c, np, ld);
 }
 static void dm_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
 {
@@ -197,4 +198,8 @@ static const hcnn_backend devmem_backend = {
     .sum_sq = dm_sum_sq,
 };
 
-const hcnn_backend *hcnn_backend_cpu_devmem(void) { return &devmem_backend; }
+const hcnn_backend *hcnn_backend_cpu_devmem(void)
+{
+    hcnn_blas_single_threaded();
+    return &devmem_backend;
+}

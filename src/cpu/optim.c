@@ -35,11 +35,29 @@ void hcnn_cpu_sgd_step(float *w, const float *g, float *v, size_t n, float lr, f
     }
 }
 
+/* In blocks fixed by n (at least 65536 elements, at most 256 of them), each
+ * summed in order, the blocks' sums added in block order: the same bits on
+ * any number of threads (an OpenMP reduction adds the threads' partial
+ * sums, whose split follows the thread count). */
+#define SUM_SQ_MIN_BLOCK 65536
+#define SUM_SQ_MAX_BLOCKS 256
+
 double hcnn_cpu_sum_sq(const float *x, size_t n)
 {
+    size_t block = (n + SUM_SQ_MAX_BLOCKS - 1) / SUM_SQ_MAX_BLOCKS;
+    block = block < SUM_SQ_MIN_BLOCK ? SUM_SQ_MIN_BLOCK : block;
+    const int blocks = (int)((n + block - 1) / block);
+    double part[SUM_SQ_MAX_BLOCKS];
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (int b = 0; b < blocks; b++) {
+        const size_t lo = (size_t)b * block, hi = n - lo < block ? n : lo + block;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++)
+            s += (double)x[i] * x[i];
+        part[b] = s;
+    }
     double s = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : s) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
+    for (int b = 0; b < blocks; b++)
+        s += part[b];
     return s;
 }

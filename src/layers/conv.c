@@ -12,12 +12,19 @@
  *   dcol = W^T dY               [K][nb*P]
  *   dx   = col2im(dcol)
  * For nb = 1, Y and dY are already NCHW: the GEMMs read and write the
- * activations directly and no layout change runs.  Shifted windows (one
- * image, stride 1, wide planes): with W_t = W[:, :, ki, kj] and the input
- * zero-padded (src/layers/conv_plan.h),
+ * activations directly and no layout change runs; a block of output rows
+ * is a block of Y's columns, a block of input channels a block of dcol's
+ * rows.  Shifted windows (one image, stride 1, wide planes): with W_t =
+ * W[:, :, ki, kj] and the input zero-padded (src/layers/conv_plan.h),
  *   Yext                      = sum over taps of W_t xpad[:, off_t : off_t + N]
  *   dxpad[:, off_t : off_t + N] += W_t^T dYext  (dYext: dy, junk columns zero)
- * and the weight gradient keeps the columns. */
+ * and the weight gradient keeps the columns.
+ *
+ * On the per-thread path the backward's tasks, weight-gradient chunks (each
+ * into its partial sum) and input-gradient items, go to whichever thread
+ * is free; the partials are then added to dW in chunk order. */
+#include <stdatomic.h>
+
 #include "conv_plan.h"
 
 /* y = W x + b: kernel kh x kw, stride, padding; K*P multiply-adds a sample */
@@ -44,111 +51,65 @@ static int conv_setup(hcnn_layer *l, const char *cfg_path, int index)
     return HCNN_OK;
 }
 
-/* Forward of nb images; col holds K*nb*P floats, Y Cout*nb*P (unused for
- * nb = 1, whose output rows go in blocks: plan.rows_per_block). */
-static void forward_group(const hcnn_layer *l, const hcnn_backend *be, const hcnn_conv_plan *p,
-                          const float *x, float *y, int nb, float *col, float *Y)
+/* ---- forward ------------------------------------------------------------- */
+
+/* Output rows [oy0, oy0 + rows) of one image by im2col + GEMM. */
+static void forward_rows(const hcnn_layer *l, const hcnn_backend *be, const float *x, float *y,
+                         int oy0, int rows, float *col)
+{
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, ow = l->conv.ow;
+    const hcnn_conv_geom g = hcnn_conv_row_block(l, oy0, rows);
+    be->im2col(&g, x, 1, col);
+    be->gemm(0, 0, co, rows * ow, K, 1.0f, l->w, K, col, rows * ow, 0.0f, y + (size_t)oy0 * ow,
+             P);
+    if (l->b)
+        be->add_channel_bias(y + (size_t)oy0 * ow, l->b, 1, co, rows * ow, (size_t)P);
+}
+
+/* Forward of nb > 1 images; col holds K*nb*P floats, Y Cout*nb*P. */
+static void forward_group(const hcnn_layer *l, const hcnn_backend *be, const float *x, float *y,
+                          int nb, float *col, float *Y)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
-    if (nb == 1) {
-        /* Y[:, block] = W col(block), written into y with row stride P */
-        const int rb = p->rows_per_block, ow = l->conv.ow;
-        for (int oy0 = 0; oy0 < l->conv.oh; oy0 += rb) {
-            const int rows = l->conv.oh - oy0 < rb ? l->conv.oh - oy0 : rb;
-            const hcnn_conv_geom g = hcnn_conv_row_block(l, oy0, rows);
-            be->im2col(&g, x, 1, col);
-            be->gemm(0, 0, co, rows * ow, K, 1.0f, l->w, K, col, rows * ow, 0.0f,
-                     y + (size_t)oy0 * ow, P);
-        }
-        if (l->b)
-            be->add_channel_bias(y, l->b, 1, co, P);
-        return;
-    }
     be->im2col(&l->conv, x, nb, col);
     be->gemm(0, 0, co, nb * P, K, 1.0f, l->w, K, col, nb * P, 0.0f, Y, nb * P);
     be->cnp_to_nchw(Y, l->b, nb, co, P, y);
 }
 
-/* Forward of one image by shifted windows; the padded planes' borders are
- * zero. */
+/* Output rows [oy0, oy0 + rows) of one image by shifted windows: the
+ * padded rows they read, [oy0, oy0 + rows + kh - 1), copied into s->pad
+ * (whose border columns stay zero; rows outside the image are zeroed). */
 static void forward_shifted(const hcnn_layer *l, const hcnn_backend *be, const float *wt,
-                            const hcnn_conv_slot *s, const float *x, float *y)
+                            const hcnn_conv_slot *s, const float *x, float *y, int oy0, int rows)
 {
     const hcnn_conv_geom *g = &l->conv;
-    const int Wp = hcnn_conv_padded_w(l), N = hcnn_conv_shifted_columns(l);
-    const int co = l->out_c, P = hcnn_conv_p(l);
-    const size_t plane = hcnn_conv_padded_plane(l);
-    be->copy_planes(x, (size_t)g->h * g->w, g->w, g->c, g->h, g->w,
-                    s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp, 0);
+    const int Wp = hcnn_conv_padded_w(l), co = l->out_c, P = hcnn_conv_p(l), N = rows * Wp;
+    const int prows = rows + g->kh - 1;                /* padded rows read */
+    const size_t plane = (size_t)prows * Wp;           /* of the item's padded planes */
+    int top = g->ph - oy0, iy0 = 0;                    /* padded rows above the image */
+    if (top < 0)
+        iy0 = -top, top = 0;
+    int inside = g->h - iy0 < prows - top ? g->h - iy0 : prows - top;
+    inside = inside < 0 ? 0 : inside;
+    for (int c = 0; c < g->c; c++) {
+        float *pc = s->pad + (size_t)c * plane;
+        if (top)
+            be->fill(pc, (size_t)top * Wp, 0.0f);
+        if (top + inside < prows)
+            be->fill(pc + (size_t)(top + inside) * Wp, (size_t)(prows - top - inside) * Wp, 0.0f);
+    }
+    be->copy_planes(x + (size_t)iy0 * g->w, (size_t)g->h * g->w, g->w, g->c, inside, g->w,
+                    s->pad + (size_t)top * Wp + g->pw, plane, Wp, 0);
     for (int t = 0; t < g->kh * g->kw; t++)
         be->gemm(0, 0, co, N, g->c, 1.0f, wt + (size_t)t * co * g->c, g->c,
                  s->pad + hcnn_conv_tap_offset(l, t), (int)plane, t ? 1.0f : 0.0f, s->ext, N);
-    be->copy_planes(s->ext, (size_t)N, Wp, co, g->oh, g->ow, y, (size_t)P, g->ow, 0);
+    be->copy_planes(s->ext, (size_t)N, Wp, co, rows, g->ow, y + (size_t)oy0 * g->ow, (size_t)P,
+                    g->ow, 0);
     if (l->b)
-        be->add_channel_bias(y, l->b, 1, co, P);
+        be->add_channel_bias(y + (size_t)oy0 * g->ow, l->b, 1, co, rows * g->ow, (size_t)P);
 }
 
-/* dx of one image by shifted windows (added to dx if dx_acc); the
- * padded-width output buffer's junk columns are zero. */
-static void dx_shifted(const hcnn_layer *l, const hcnn_backend *be, const float *wt,
-                       const hcnn_conv_slot *s, const float *dy, float *dx, int dx_acc)
-{
-    const hcnn_conv_geom *g = &l->conv;
-    const int Wp = hcnn_conv_padded_w(l), N = hcnn_conv_shifted_columns(l), co = l->out_c;
-    const size_t plane = hcnn_conv_padded_plane(l);
-    be->copy_planes(dy, (size_t)hcnn_conv_p(l), g->ow, co, g->oh, g->ow, s->ext, (size_t)N, Wp, 0);
-    be->fill(s->pad, hcnn_conv_padded_floats(l), 0.0f);
-    for (int t = 0; t < g->kh * g->kw; t++)
-        be->gemm(1, 0, g->c, N, co, 1.0f, wt + (size_t)t * co * g->c, g->c, s->ext, N, 1.0f,
-                 s->pad + hcnn_conv_tap_offset(l, t), (int)plane);
-    be->copy_planes(s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp, g->c, g->h, g->w, dx,
-                    (size_t)g->h * g->w, g->w, dx_acc);
-}
-
-/* Backward of nb images: dw = dw_beta * dw + dY col^T, or, with s->dyt,
- * dw = dw_beta * dw + col dY^T ([K][Cout]); dx (if wanted) overwritten, or
- * added to if dx_acc. */
-static void backward_group(const hcnn_layer *l, const hcnn_ctx *ctx, const hcnn_conv_plan *p,
-                           const float *x, const float *dy, float *dx, int dx_acc, int nb,
-                           const hcnn_conv_slot *s, const float *wt, float dw_beta)
-{
-    float *col = s->col, *dY = s->out, *dYT = s->dyt, *dw = s->dw;
-    const hcnn_backend *be = ctx->be;
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
-    const float *g = dy; /* nb = 1: dy is already [Cout][P] */
-    if (nb > 1) {
-        be->nchw_to_cnp(dy, nb, co, P, dY);
-        g = dY;
-    }
-    if (dYT) {
-        be->im2col(&l->conv, x, nb, col);
-        be->transpose(g, co, nb * P, dYT);
-        be->gemm(0, 0, K, co, nb * P, 1.0f, col, nb * P, dYT, co, dw_beta, dw, co);
-    } else if (nb == 1) {
-        /* dw += dY[:, block] col(block)^T, in the forward's row blocks */
-        const int rb = p->rows_per_block, ow = l->conv.ow;
-        for (int oy0 = 0; oy0 < l->conv.oh; oy0 += rb) {
-            const int rows = l->conv.oh - oy0 < rb ? l->conv.oh - oy0 : rb;
-            const hcnn_conv_geom gb = hcnn_conv_row_block(l, oy0, rows);
-            be->im2col(&gb, x, 1, col);
-            be->gemm(0, 1, co, K, rows * ow, 1.0f, g + (size_t)oy0 * ow, P, col, rows * ow,
-                     oy0 == 0 ? dw_beta : 1.0f, dw, K);
-        }
-    } else {
-        be->im2col(&l->conv, x, nb, col);
-        be->gemm(0, 1, co, K, nb * P, 1.0f, g, nb * P, col, nb * P, dw_beta, dw, K);
-    }
-    hcnn_ctx_poll(ctx);
-    if (dx && wt) {
-        dx_shifted(l, be, wt, s, g, dx, dx_acc);
-        hcnn_ctx_poll(ctx);
-    } else if (dx) {
-        /* the columns are no longer needed: reuse them for dcol */
-        be->gemm(1, 0, K, nb * P, co, 1.0f, l->w, K, g, nb * P, 0.0f, col, nb * P);
-        be->col2im(&l->conv, col, nb, dx_acc, dx);
-        hcnn_ctx_poll(ctx);
-    }
-}
+/* ---- the items ----------------------------------------------------------- */
 
 typedef struct conv_job {
     const hcnn_layer *l;
@@ -159,17 +120,32 @@ typedef struct conv_job {
     int dx_acc;
     const float *wt; /* the taps' weights (shifted windows), else NULL */
     int n;
-    int team; /* threads that ran (written by thread 0) */
+    atomic_int next; /* backward: the next task to take */
 } conv_job;
 
+/* Item i: group i / row_items (first image, images), row block i % row_items. */
+typedef struct conv_item {
+    int i0, nb, oy0, rows;
+} conv_item;
+
+static conv_item item_at(const conv_job *j, int i)
+{
+    const hcnn_conv_plan *p = j->p;
+    const int k = i / p->row_items, r = i % p->row_items, oh = j->l->conv.oh;
+    conv_item it = {k * p->group, 0, r * p->rows, 0};
+    it.nb = j->n - it.i0 < p->group ? j->n - it.i0 : p->group;
+    it.rows = oh - it.oy0 < p->rows ? oh - it.oy0 : p->rows;
+    return it;
+}
+
 /* The taps' weights of shifted windows, W_t[co][c] = W[co][c][t], after the
- * plan's slots; NULL if the plan has none. */
+ * plan's slots and partials; NULL if the plan has none. */
 static const float *prepare_shifted(const hcnn_layer *l, const hcnn_ctx *ctx,
                                     const hcnn_conv_plan *p)
 {
     if (!p->shifted)
         return NULL;
-    float *wt = hcnn_conv_shifted_weights(l, ctx->ws, p->nt);
+    float *wt = hcnn_conv_shifted_weights(l, p, ctx->ws);
     ctx->be->transpose(l->w, l->out_c * l->conv.c, l->conv.kh * l->conv.kw, wt);
     return wt;
 }
@@ -180,47 +156,160 @@ static void forward_thread(void *arg, int t, int nt)
     const hcnn_layer *l = j->l;
     const hcnn_backend *be = j->ctx->be;
     const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
-    const int g = j->p->group;
-    const hcnn_conv_slot s = hcnn_conv_slot_at(l, j->ctx->ws, t);
-    const int i0 = (int)((long)j->n * t / nt), i1 = (int)((long)j->n * (t + 1) / nt);
-    if (j->wt && i0 < i1) /* the padded planes' borders stay zero */
+    const hcnn_conv_slot s = hcnn_conv_slot_at(l, j->p, j->ctx->ws, t);
+    const int a = (int)((long)j->p->nitems * t / nt), b = (int)((long)j->p->nitems * (t + 1) / nt);
+    if (j->wt && a < b) /* the padded planes' border columns stay zero */
         be->fill(s.pad, hcnn_conv_padded_floats(l), 0.0f);
-    for (int i = i0; i < i1; i += g) {
-        const int nb = i1 - i < g ? i1 - i : g;
-        const float *x = j->x + (size_t)i * in_sz;
-        float *y = j->y + (size_t)i * out_sz;
+    for (int i = a; i < b; i++) {
+        const conv_item it = item_at(j, i);
+        const float *x = j->x + (size_t)it.i0 * in_sz;
+        float *y = j->y + (size_t)it.i0 * out_sz;
         if (j->wt)
-            forward_shifted(l, be, j->wt, &s, x, y);
+            forward_shifted(l, be, j->wt, &s, x, y, it.oy0, it.rows);
+        else if (it.nb == 1)
+            forward_rows(l, be, x, y, it.oy0, it.rows, s.col);
         else
-            forward_group(l, be, j->p, x, y, nb, s.col, s.out);
+            forward_group(l, be, x, y, it.nb, s.col, s.out);
         if (t == 0)
             hcnn_ctx_poll(j->ctx);
     }
 }
 
-static void backward_thread(void *arg, int t, int nt)
+/* Weight gradient of output rows [oy0, oy0 + rows) of one image:
+ * dw = beta * dw + dY[:, rows] col(rows)^T. */
+static void dw_rows(const hcnn_layer *l, const hcnn_backend *be, const float *x, const float *dy,
+                    int oy0, int rows, float *col, float beta, float *dw)
 {
-    conv_job *j = arg;
-    const hcnn_layer *l = j->l;
-    const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
-    const int g = j->p->group;
-    const hcnn_conv_slot s = hcnn_conv_slot_at(l, j->ctx->ws, t);
-    /* only thread 0 drives communication (MPI_THREAD_FUNNELED) */
-    hcnn_ctx ctx = *j->ctx;
-    if (t != 0)
-        ctx.poll = NULL;
-    if (t == 0)
-        j->team = nt;
-    const int i0 = (int)((long)j->n * t / nt), i1 = (int)((long)j->n * (t + 1) / nt);
-    if (j->wt && j->dx && i0 < i1) /* dy on the padded width: junk columns stay zero */
-        ctx.be->fill(s.ext, hcnn_conv_padded_out_floats(l), 0.0f);
-    for (int i = i0; i < i1; i += g) {
-        const int nb = i1 - i < g ? i1 - i : g;
-        backward_group(l, &ctx, j->p, j->x + (size_t)i * in_sz, j->dy + (size_t)i * out_sz,
-                       j->dx ? j->dx + (size_t)i * in_sz : NULL, j->dx_acc, nb, &s, j->wt,
-                       i == i0 ? 0.0f : 1.0f);
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, ow = l->conv.ow;
+    const hcnn_conv_geom gb = hcnn_conv_row_block(l, oy0, rows);
+    be->im2col(&gb, x, 1, col);
+    be->gemm(0, 1, co, K, rows * ow, 1.0f, dy + (size_t)oy0 * ow, P, col, rows * ow, beta, dw, K);
+}
+
+/* Weight gradient of nb > 1 images: dY into out, dw = beta * dw + dY col^T,
+ * or with dyt (transposed) dw = beta * dw + col dY^T ([K][Cout]). */
+static void dw_group(const hcnn_layer *l, const hcnn_backend *be, const float *x, const float *dy,
+                     int nb, const hcnn_conv_slot *s, float beta, float *dw)
+{
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
+    const float *g = dy;
+    if (nb > 1) {
+        be->nchw_to_cnp(dy, nb, co, P, s->out);
+        g = s->out;
+    }
+    be->im2col(&l->conv, x, nb, s->col);
+    if (s->dyt) {
+        be->transpose(g, co, nb * P, s->dyt);
+        be->gemm(0, 0, K, co, nb * P, 1.0f, s->col, nb * P, s->dyt, co, beta, dw, co);
+    } else {
+        be->gemm(0, 1, co, K, nb * P, 1.0f, g, nb * P, s->col, nb * P, beta, dw, K);
     }
 }
+
+/* Input gradient of nb images by dcol = W^T dY and col2im (added to dx if
+ * acc); for one image, of its input channels [c0, c0 + cb) only (rows
+ * [c0*taps, (c0+cb)*taps) of dcol, dx pointing at channel c0). */
+static void dx_columns(const hcnn_layer *l, const hcnn_backend *be, const float *dy, int nb,
+                       int c0, int cb, const hcnn_conv_slot *s, int acc, float *dx)
+{
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
+    const int taps = l->conv.kh * l->conv.kw;
+    const float *g = dy;
+    if (nb > 1) {
+        be->nchw_to_cnp(dy, nb, co, P, s->out);
+        g = s->out;
+    }
+    hcnn_conv_geom gc = l->conv;
+    gc.c = cb;
+    be->gemm(1, 0, cb * taps, nb * P, co, 1.0f, l->w + (size_t)c0 * taps, K, g, nb * P, 0.0f,
+             s->col, nb * P);
+    be->col2im(&gc, s->col, nb, acc, dx);
+}
+
+/* Item i's weight gradient into dw (beta: 0 for a chunk's first item). */
+static void dw_item(const conv_job *j, const hcnn_conv_slot *s, int i, float beta, float *dw)
+{
+    const conv_item it = item_at(j, i);
+    const float *x = j->x + (size_t)it.i0 * hcnn_layer_in_size(j->l);
+    const float *dy = j->dy + (size_t)it.i0 * hcnn_layer_out_size(j->l);
+    if (it.nb == 1 && !s->dyt)
+        dw_rows(j->l, j->ctx->be, x, dy, it.oy0, it.rows, s->col, beta, dw);
+    else
+        dw_group(j->l, j->ctx->be, x, dy, it.nb, s, beta, dw);
+}
+
+/* Weight-gradient chunk c: its items in order into partial c. */
+static void dw_chunk(const conv_job *j, const hcnn_conv_slot *s, int c, int t)
+{
+    const hcnn_conv_plan *p = j->p;
+    float *part = hcnn_conv_partial(j->l, p, j->ctx->ws, c);
+    const int a = (int)((long)p->nitems * c / p->nchunks);
+    const int b = (int)((long)p->nitems * (c + 1) / p->nchunks);
+    for (int i = a; i < b; i++) {
+        dw_item(j, s, i, i == a ? 0.0f : 1.0f, part);
+        if (t == 0) /* only thread 0 drives communication (MPI_THREAD_FUNNELED) */
+            hcnn_ctx_poll(j->ctx);
+    }
+}
+
+/* Input-gradient item d: group d / per_group, channel block d % per_group. */
+static void dx_item(const conv_job *j, const hcnn_conv_slot *s, int d)
+{
+    const hcnn_layer *l = j->l;
+    const hcnn_conv_plan *p = j->p;
+    const hcnn_backend *be = j->ctx->be;
+    const hcnn_conv_geom *g = &l->conv;
+    const int P = hcnn_conv_p(l), co = l->out_c, taps = g->kh * g->kw;
+    const int per_group = p->ndx / p->ngroups, k = d / per_group;
+    const int c0 = d % per_group * p->dx_channels;
+    const int cb = g->c - c0 < p->dx_channels ? g->c - c0 : p->dx_channels;
+    const int i0 = k * p->group, nb = j->n - i0 < p->group ? j->n - i0 : p->group;
+    const size_t hw = (size_t)g->h * g->w;
+    const float *dy = j->dy + (size_t)i0 * hcnn_layer_out_size(l);
+    float *dx = j->dx + (size_t)i0 * hcnn_layer_in_size(l) + (size_t)c0 * hw;
+    if (!j->wt) {
+        dx_columns(l, be, dy, nb, c0, cb, s, j->dx_acc, dx);
+        return;
+    }
+    /* shifted windows, one image: dy onto the padded width, the taps into
+     * cb padded planes, their interior into dx */
+    const int Wp = hcnn_conv_padded_w(l), N = hcnn_conv_shifted_columns(l);
+    const size_t plane = hcnn_conv_padded_plane(l);
+    be->copy_planes(dy, (size_t)P, g->ow, co, g->oh, g->ow, s->ext, (size_t)N, Wp, 0);
+    be->fill(s->pad, hcnn_round_up16((size_t)cb * plane + (size_t)g->kw - 1), 0.0f);
+    for (int t = 0; t < taps; t++)
+        be->gemm(1, 0, cb, N, co, 1.0f, j->wt + (size_t)t * co * g->c + c0, g->c, s->ext, N, 1.0f,
+                 s->pad + hcnn_conv_tap_offset(l, t), (int)plane);
+    be->copy_planes(s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp, cb, g->h, g->w, dx, hw, g->w,
+                    j->dx_acc);
+}
+
+/* The backward's tasks, taken in turn by whichever thread is free: the
+ * weight-gradient chunks (the larger tasks) first, then the input-gradient
+ * items.  Who runs a task does not change its result. */
+static void backward_thread(void *arg, int t, int nt)
+{
+    (void)nt;
+    conv_job *j = arg;
+    const hcnn_conv_plan *p = j->p;
+    const hcnn_conv_slot s = hcnn_conv_slot_at(j->l, p, j->ctx->ws, t);
+    const int ntasks = p->nchunks + (j->dx ? p->ndx : 0);
+    int dx_ready = 0;
+    for (int k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < ntasks;) {
+        if (k < p->nchunks) {
+            dw_chunk(j, &s, k, t);
+            continue;
+        }
+        if (j->wt && !dx_ready) /* dy on the padded width: junk columns stay zero */
+            j->ctx->be->fill(s.ext, hcnn_conv_padded_out_floats(j->l), 0.0f);
+        dx_ready = 1;
+        dx_item(j, &s, k - p->nchunks);
+        if (t == 0)
+            hcnn_ctx_poll(j->ctx);
+    }
+}
+
+/* ---- the table's operations -------------------------------------------------- */
 
 static int conv_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
                         int n)
@@ -239,47 +328,65 @@ static int conv_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, floa
     for (int i0 = 0; i0 < n; i0 += p.group) {
         const int nb = n - i0 < p.group ? n - i0 : p.group;
         float *col = ctx->ws, *Y = ctx->ws + (size_t)K * nb * P;
-        forward_group(l, ctx->be, &p, x + (size_t)i0 * in_sz, y + (size_t)i0 * out_sz, nb, col, Y);
+        const float *xi = x + (size_t)i0 * in_sz;
+        float *yi = y + (size_t)i0 * out_sz;
+        if (nb == 1)
+            for (int oy0 = 0; oy0 < l->conv.oh; oy0 += p.rows)
+                forward_rows(l, ctx->be, xi, yi, oy0,
+                             l->conv.oh - oy0 < p.rows ? l->conv.oh - oy0 : p.rows, col);
+        else
+            forward_group(l, ctx->be, xi, yi, nb, col, Y);
         hcnn_ctx_poll(ctx);
     }
     return HCNN_OK;
 }
 
 /* Backward; dx overwritten, or added to if dx_acc. */
-static void conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
-                               float *dx, int dx_acc, int n)
+static void conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
+                               const float *dy, float *dx, int dx_acc, int n)
 {
     const hcnn_backend *be = ctx->be;
-    const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l);
     if (l->db)
         be->channel_sum_acc(dy, n, l->out_c, P, l->db);
     hcnn_conv_plan p;
     hcnn_conv_plan_make(l, ctx, n, &p);
-    if (p.per_thread) {
-        conv_job job = {
-            .l = l, .ctx = ctx, .p = &p, .x = x, .dy = dy, .dx = dx, .dx_acc = dx_acc, .n = n};
-        job.wt = dx ? prepare_shifted(l, ctx, &p) : NULL;
-        be->parallel(backward_thread, &job);
-        /* dW += the threads' partials, in thread order */
-        for (int t = 0; t < job.team; t++) {
-            if ((long)n * t / job.team >= (long)n * (t + 1) / job.team) /* had no images */
-                continue;
-            const hcnn_conv_slot s = hcnn_conv_slot_at(l, ctx->ws, t);
-            float *part = s.dw;
-            if (p.dw_transposed) { /* [K][Cout] -> [Cout][K], into the columns */
-                be->transpose(part, K, l->out_c, s.col);
-                part = s.col;
+    if (!p.per_thread) { /* batched: every chunk and its columns on all threads */
+        const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
+        const hcnn_conv_slot s = {.col = ctx->ws, .out = ctx->ws + (size_t)K * p.group * P};
+        for (int i0 = 0; i0 < n; i0 += p.group) {
+            const int nb = n - i0 < p.group ? n - i0 : p.group;
+            const float *xi = x + (size_t)i0 * in_sz, *dyi = dy + (size_t)i0 * out_sz;
+            if (nb == 1) /* in the forward's row blocks */
+                for (int oy0 = 0; oy0 < l->conv.oh; oy0 += p.rows)
+                    dw_rows(l, be, xi, dyi, oy0,
+                            l->conv.oh - oy0 < p.rows ? l->conv.oh - oy0 : p.rows, s.col, 1.0f,
+                            l->dw);
+            else
+                dw_group(l, be, xi, dyi, nb, &s, 1.0f, l->dw);
+            hcnn_ctx_poll(ctx);
+            if (dx) {
+                dx_columns(l, be, dyi, nb, 0, l->conv.c, &s, dx_acc, dx + (size_t)i0 * in_sz);
+                hcnn_ctx_poll(ctx);
             }
-            be->add_acc(part, l->dw, (size_t)l->out_c * K);
         }
         return;
     }
-    for (int i0 = 0; i0 < n; i0 += p.group) {
-        const int nb = n - i0 < p.group ? n - i0 : p.group;
-        const hcnn_conv_slot s = {.col = ctx->ws, .out = ctx->ws + (size_t)K * nb * P, .dw = l->dw};
-        backward_group(l, ctx, &p, x + (size_t)i0 * in_sz, dy + (size_t)i0 * out_sz,
-                       dx ? dx + (size_t)i0 * in_sz : NULL, dx_acc, nb, &s, NULL, 1.0f);
+    conv_job job = {.l = l, .ctx = ctx, .p = &p, .x = x, .dy = dy, .dx = dx, .dx_acc = dx_acc,
+                    .n = n};
+    atomic_init(&job.next, 0);
+    if (dx)
+        job.wt = prepare_shifted(l, ctx, &p);
+    be->parallel(backward_thread, &job);
+    /* dW += the partial sums, in chunk order */
+    for (int c = 0; c < p.nchunks; c++) {
+        float *part = hcnn_conv_partial(l, &p, ctx->ws, c);
+        if (p.dw_transposed) { /* [K][Cout] -> [Cout][K] */
+            float *t = hcnn_conv_dw_buffer(l, &p, ctx->ws);
+            be->transpose(part, K, l->out_c, t);
+            part = t;
+        }
+        be->add_acc(part, l->dw, (size_t)l->out_c * K);
     }
 }
 
@@ -291,8 +398,8 @@ static int conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, con
     return HCNN_OK;
 }
 
-static void conv_backward_acc(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *dy,
-                              float *dx, int n)
+static void conv_backward_acc(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
+                              const float *dy, float *dx, int n)
 {
     conv_backward_into(l, ctx, x, dy, dx, 1, n);
 }

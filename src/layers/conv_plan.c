@@ -1,11 +1,12 @@
 /* The convolution plan (include/hcnn/conv.h): every choice of how a
- * convolution runs, the workspace it needs, the layout of that workspace,
- * and the GEMMs it issues.  The measurements behind each threshold are in
- * docs/performance.md ("Convolutions"); the reason is repeated in a line
- * where the choice is made. */
+ * convolution runs, from the layer's shape and the number of images only;
+ * the workspace it needs and its layout; the GEMMs it issues.  The
+ * measurements behind each threshold are in docs/performance.md
+ * ("Convolutions"); the reason is repeated in a line where the choice is
+ * made. */
 #include "conv_plan.h"
 
-/* auto: per-thread groups for planes of >= 64 outputs (ResNet-18's 4 x 4
+/* auto: per-thread items for planes of >= 64 outputs (ResNet-18's 4 x 4
  * stage, P = 16, runs 1.4x slower per-thread: its GEMMs would be narrow) */
 #define PER_THREAD_MIN_P 64
 /* columns of one per-thread GEMM (256 beat 100 and 512 on LeNet-5's conv2) */
@@ -19,6 +20,18 @@
 /* shifted windows need taps of >= 16 channels (the stem, C = 3, was 1.75x
  * slower) */
 #define SHIFTED_MIN_C 16
+/* Items a plan makes available to threads when the batch allows, and the
+ * most partial sums of the weight gradient: enough for a 64-core node.  A
+ * smaller batch has its images cut into row and channel items, down to
+ * ITEM_MIN_MACS multiply-adds an item. */
+#define TARGET_ITEMS 64
+#define ITEM_MIN_MACS ((double)(1 << 21))
+/* a weight-gradient partial sum covers at least this many columns (images
+ * x pixels) of dY col^T: each of its floats, written and read once, then
+ * costs 1/1024 of its multiply-adds (ResNet-18's layer3, dW 2.4 MB, P = 64,
+ * at batch 64: 2 partials, not 64; the input-gradient items keep the other
+ * threads busy meanwhile) */
+#define CHUNK_MIN_COLUMNS 2048
 
 static int group_images(const hcnn_layer *l)
 {
@@ -27,8 +40,8 @@ static int group_images(const hcnn_layer *l)
     return cap < 1 ? 1 : (size_t)g < cap ? g : (int)cap;
 }
 
-/* Per-thread groups with 16 <= Cout <= 32 compute dW^T += col dY^T:
- * OpenBLAS 0.3.21's kernels for dY col^T (B transposed) are slow there. */
+/* dW^T += col dY^T for 16 <= Cout <= 32: OpenBLAS 0.3.21's kernels for
+ * dY col^T (B transposed) are slow there */
 static int dw_transposed(const hcnn_layer *l) { return l->out_c >= 16 && l->out_c <= 32; }
 
 int hcnn_conv_shifted(const hcnn_layer *l)
@@ -47,69 +60,124 @@ static int rows_per_block(const hcnn_layer *l)
     return rows < 1 ? 1 : rows;
 }
 
+static int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
+
+/* The per-thread decomposition of n images (everything but nt). */
+static void decompose(const hcnn_layer *l, const hcnn_ctx *ctx, int n, hcnn_conv_plan *p)
+{
+    const int target = ctx->in_unit ? 1 : TARGET_ITEMS;
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), oh = l->conv.oh, C = l->conv.c;
+    const double co = l->out_c;
+    /* fewer images than items wanted: smaller groups first */
+    int g = group_images(l);
+    if (n < g * target)
+        g = n / target > 1 ? (n / target < g ? n / target : g) : 1;
+    p->group = g;
+    p->ngroups = ceil_div(n > 0 ? n : 1, g);
+    p->shifted = hcnn_conv_shifted(l);
+    p->dw_transposed = dw_transposed(l);
+    /* then one image's output rows (forward, weight gradient) ... */
+    p->rows = g == 1 && !p->dw_transposed ? rows_per_block(l) : oh;
+    if (g == 1 && !p->dw_transposed && p->ngroups < target) {
+        int rows = ceil_div(oh, ceil_div(target, p->ngroups));
+        const int min_rows = (int)(ITEM_MIN_MACS / (co * K * l->conv.ow)) + 1;
+        rows = rows < min_rows ? min_rows : rows;
+        p->rows = rows < p->rows ? rows : p->rows;
+    }
+    p->row_items = g == 1 ? ceil_div(oh, p->rows) : 1;
+    p->nitems = p->ngroups * p->row_items;
+    /* ... and its input channels (input gradient) */
+    p->dx_channels = C;
+    if (g == 1 && p->ngroups < target) {
+        int cb = ceil_div(C, ceil_div(target, p->ngroups));
+        const int min_cb = (int)(ITEM_MIN_MACS / (co * l->conv.kh * l->conv.kw * P)) + 1;
+        cb = cb < min_cb ? min_cb : cb;
+        p->dx_channels = cb < C ? cb : C;
+    }
+    p->ndx = p->ngroups * ceil_div(C, p->dx_channels);
+    const long by_columns = (long)n * P / CHUNK_MIN_COLUMNS;
+    p->nchunks = p->nitems < target ? p->nitems : target;
+    if (p->nchunks > by_columns)
+        p->nchunks = by_columns > 1 ? (int)by_columns : 1;
+}
+
 /* ---- the workspace ---------------------------------------------------------- */
 
-static size_t slot_layout(const hcnn_layer *l, float *base, hcnn_conv_slot *s)
+static size_t slot_layout(const hcnn_layer *l, const hcnn_conv_plan *p, float *base,
+                          hcnn_conv_slot *s)
 {
-    const size_t K = (size_t)hcnn_conv_k(l), P = (size_t)hcnn_conv_p(l);
-    const size_t g = (size_t)group_images(l);
+    const size_t K = (size_t)hcnn_conv_k(l), P = (size_t)hcnn_conv_p(l), g = (size_t)p->group;
     const size_t out = hcnn_round_up16((size_t)l->out_c * g * P);
-    const int shifted = hcnn_conv_shifted(l);
-    const size_t sizes[6] = {
+    const size_t sizes[5] = {
         hcnn_round_up16(K * g * P),
         g > 1 ? out : 0,
-        dw_transposed(l) ? out : 0,
-        shifted ? hcnn_conv_padded_floats(l) : 0,
-        shifted ? hcnn_conv_padded_out_floats(l) : 0,
-        hcnn_round_up16((size_t)l->out_c * K),
+        p->dw_transposed ? out : 0,
+        p->shifted ? hcnn_conv_padded_floats(l) : 0,
+        p->shifted ? hcnn_conv_padded_out_floats(l) : 0,
     };
-    float **at[6] = {&s->col, &s->out, &s->dyt, &s->pad, &s->ext, &s->dw};
+    float **at[5] = {&s->col, &s->out, &s->dyt, &s->pad, &s->ext};
     size_t off = 0;
-    for (int i = 0; i < 6; i++) {
-        *at[i] = base ? base + off : NULL;
+    for (int i = 0; i < 5; i++) {
+        *at[i] = base && sizes[i] ? base + off : NULL;
         off += sizes[i];
     }
     return off;
 }
 
-static size_t slot_floats(const hcnn_layer *l)
+static size_t slot_floats(const hcnn_layer *l, const hcnn_conv_plan *p)
 {
-    return slot_layout(l, NULL, &(hcnn_conv_slot){0});
+    return slot_layout(l, p, NULL, &(hcnn_conv_slot){0});
 }
 
-hcnn_conv_slot hcnn_conv_slot_at(const hcnn_layer *l, float *ws, int t)
+static size_t dw_floats(const hcnn_layer *l)
+{
+    return hcnn_round_up16((size_t)l->out_c * hcnn_conv_k(l));
+}
+
+hcnn_conv_slot hcnn_conv_slot_at(const hcnn_layer *l, const hcnn_conv_plan *p, float *ws, int t)
 {
     hcnn_conv_slot s;
-    slot_layout(l, ws + (size_t)t * slot_floats(l), &s);
-    if (!dw_transposed(l))
-        s.dyt = NULL;
+    slot_layout(l, p, ws + (size_t)t * slot_floats(l, p), &s);
     return s;
 }
 
-float *hcnn_conv_shifted_weights(const hcnn_layer *l, float *ws, int nt)
+float *hcnn_conv_partial(const hcnn_layer *l, const hcnn_conv_plan *p, float *ws, int chunk)
 {
-    return ws + (size_t)nt * slot_floats(l);
+    return ws + (size_t)p->nt * slot_floats(l, p) + (size_t)chunk * dw_floats(l);
 }
 
-size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int nt)
+float *hcnn_conv_dw_buffer(const hcnn_layer *l, const hcnn_conv_plan *p, float *ws)
 {
-    if (ctx->conv_algo == HCNN_CONV_BATCHED ||
-        (ctx->conv_algo == HCNN_CONV_AUTO && hcnn_conv_p(l) < PER_THREAD_MIN_P))
+    return hcnn_conv_partial(l, p, ws, p->nchunks);
+}
+
+float *hcnn_conv_shifted_weights(const hcnn_layer *l, const hcnn_conv_plan *p, float *ws)
+{
+    return hcnn_conv_dw_buffer(l, p, ws) + (p->dw_transposed ? dw_floats(l) : 0);
+}
+
+static int per_thread_allowed(const hcnn_layer *l, const hcnn_ctx *ctx)
+{
+    return ctx->conv_algo == HCNN_CONV_PER_THREAD ||
+           (ctx->conv_algo == HCNN_CONV_AUTO && hcnn_conv_p(l) >= PER_THREAD_MIN_P);
+}
+
+size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nt)
+{
+    if (!per_thread_allowed(l, ctx))
         return 0;
-    return (size_t)nt * slot_floats(l) +
-           (hcnn_conv_shifted(l) ? hcnn_round_up16((size_t)l->out_c * hcnn_conv_k(l)) : 0);
+    hcnn_conv_plan p;
+    decompose(l, ctx, n, &p);
+    p.nt = nt;
+    return (size_t)nt * slot_floats(l, &p) + (size_t)p.nchunks * dw_floats(l) +
+           (p.dw_transposed ? dw_floats(l) : 0) + (p.shifted ? dw_floats(l) : 0);
 }
 
-/* Images per batched chunk, so that its columns stay within im2col_mb and
- * the workspace. */
+/* Images per batched chunk: its columns stay within im2col_mb. */
 static int batched_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
 {
-    size_t per = l->ws_per_sample ? l->ws_per_sample : 1;
+    const size_t per = l->ws_per_sample ? l->ws_per_sample : 1;
     size_t cap = ctx->max_chunk_floats / per;
-    if (cap < 1)
-        cap = 1;
-    if (cap * per > ctx->ws_floats)
-        cap = ctx->ws_floats / per;
     if (cap < 1)
         cap = 1;
     return (size_t)n < cap ? n : (int)cap;
@@ -120,15 +188,23 @@ static int batched_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
 void hcnn_conv_plan_make(const hcnn_layer *l, const hcnn_ctx *ctx, int n, hcnn_conv_plan *p)
 {
     p->nt = ctx->be->threads();
-    const size_t need = hcnn_conv_per_thread_ws(l, ctx, p->nt);
-    /* the per-thread path when the workspace holds it and every thread has
-     * an image (conv_algo per_thread: always) */
-    p->per_thread = need != 0 && need <= ctx->ws_floats &&
-                    (ctx->conv_algo == HCNN_CONV_PER_THREAD || n >= p->nt);
-    p->group = p->per_thread ? group_images(l) : batched_chunk(l, ctx, n);
-    p->shifted = p->per_thread && hcnn_conv_shifted(l);
-    p->dw_transposed = p->per_thread && dw_transposed(l);
-    p->rows_per_block = rows_per_block(l);
+    /* the workspace is sized for the plan (hcnn_conv_workspace): the check
+     * only guards against a caller's smaller one */
+    p->per_thread = per_thread_allowed(l, ctx) &&
+                    hcnn_conv_per_thread_ws(l, ctx, n, p->nt) <= ctx->ws_floats;
+    if (p->per_thread) {
+        decompose(l, ctx, n, p);
+        return;
+    }
+    p->group = batched_chunk(l, ctx, n);
+    p->ngroups = ceil_div(n > 0 ? n : 1, p->group);
+    p->shifted = p->dw_transposed = 0;
+    p->rows = rows_per_block(l);
+    p->row_items = 1;
+    p->nitems = p->ngroups;
+    p->dx_channels = l->conv.c;
+    p->ndx = p->ngroups;
+    p->nchunks = 1;
 }
 
 hcnn_conv_geom hcnn_conv_row_block(const hcnn_layer *l, int oy0, int rows)
@@ -139,58 +215,67 @@ hcnn_conv_geom hcnn_conv_row_block(const hcnn_layer *l, int oy0, int rows)
     return g;
 }
 
-/* Workspace for `capacity` samples: the largest batched chunk, or the
- * per-thread slots on all threads, whichever is larger. */
+/* Workspace for `capacity` images: the largest batched chunk, or the
+ * per-thread slots on all threads and the partial sums, whichever is
+ * larger. */
 size_t hcnn_conv_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int capacity)
 {
-    size_t chunk = ctx->max_chunk_floats / l->ws_per_sample;
-    if (chunk < 1)
-        chunk = 1;
-    if (chunk > (size_t)capacity)
-        chunk = (size_t)capacity;
-    const size_t need = chunk * l->ws_per_sample;
-    const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, ctx->be->threads());
-    return per_thread > need ? per_thread : need;
+    const size_t batched = (size_t)batched_chunk(l, ctx, capacity) * l->ws_per_sample;
+    const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, ctx->be->threads());
+    return per_thread > batched ? per_thread : batched;
 }
 
-/* One thread alone on any number of images (whole-network execution). */
-size_t hcnn_conv_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx)
+/* n images on the calling thread alone, as one work unit. */
+size_t hcnn_conv_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
 {
-    const size_t own = hcnn_conv_per_thread_ws(l, ctx, 1);
-    return own > l->ws_per_sample ? own : l->ws_per_sample;
+    hcnn_ctx unit = *ctx;
+    unit.in_unit = 1;
+    const size_t own = hcnn_conv_per_thread_ws(l, &unit, n, 1);
+    const size_t batched = (size_t)batched_chunk(l, ctx, n) * l->ws_per_sample;
+    return own > batched ? own : batched;
 }
 
 /* The GEMMs of a pass as conv.c issues them: on the per-thread path those
- * of the slowest thread (the largest share), all threads at once. */
-void hcnn_conv_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int whole_nt, int need_dx,
+ * of the first thread's items (the largest share), all threads at once;
+ * under whole-network execution those of one unit. */
+void hcnn_conv_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
                      hcnn_gemm_list *gl)
 {
-    (void)whole_nt; /* each thread then runs the per-thread path on its share: the same list */
     hcnn_conv_plan p;
-    hcnn_conv_plan_make(l, ctx, n, &p);
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, c = l->conv.c;
+    hcnn_ctx c = *ctx;
+    c.in_unit = unit > 0; /* each thread runs its own units alone */
+    const int nimg = unit > 0 ? unit : n;
+    hcnn_conv_plan_make(l, &c, nimg, &p);
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, C = l->conv.c;
     const int taps = l->conv.kh * l->conv.kw, ow = l->conv.ow, oh = l->conv.oh;
-    const int N = hcnn_conv_shifted_columns(l), per = p.per_thread;
-    const int count = per ? (n + p.nt - 1) / p.nt : n;
-    for (int i0 = 0; i0 < count; i0 += p.group) {
-        const int nb = count - i0 < p.group ? count - i0 : p.group;
-        const int rb = nb == 1 ? p.rows_per_block : oh;
+    const int Wp = hcnn_conv_padded_w(l), per = p.per_thread || unit > 0;
+    const int nthreads = p.per_thread && unit == 0 ? p.nt : 1;
+    const int items = ceil_div(p.nitems, nthreads);
+    for (int i = 0; i < items; i++) {
+        const int k = i / p.row_items, r = i % p.row_items;
+        const int nb = nimg - k * p.group < p.group ? nimg - k * p.group : p.group;
+        const int rows = oh - r * p.rows < p.rows ? oh - r * p.rows : p.rows;
+        const int cols = nb == 1 ? rows * ow : nb * P;
         for (int t = 0; p.shifted && t < taps; t++)
-            hcnn_gemm_push(gl, 0, 0, 0, co, N, c, per);
-        for (int oy0 = 0; !p.shifted && oy0 < oh; oy0 += rb) {
-            const int rows = oh - oy0 < rb ? oh - oy0 : rb;
-            hcnn_gemm_push(gl, 0, 0, 0, co, rb == oh ? nb * P : rows * ow, K, per);
-        }
+            hcnn_gemm_push(gl, 0, 0, 0, co, rows * Wp, C, per);
+        if (!p.shifted)
+            hcnn_gemm_push(gl, 0, 0, 0, co, cols, K, per);
         if (p.dw_transposed)
             hcnn_gemm_push(gl, 1, 0, 0, K, co, nb * P, per);
-        for (int oy0 = 0; !p.dw_transposed && oy0 < oh; oy0 += rb) {
-            const int rows = oh - oy0 < rb ? oh - oy0 : rb;
-            hcnn_gemm_push(gl, 1, 0, 1, co, K, rb == oh ? nb * P : rows * ow, per);
-        }
-        for (int t = 0; need_dx && p.shifted && t < taps; t++)
-            hcnn_gemm_push(gl, 1, 1, 0, c, N, co, per);
-        if (need_dx && !p.shifted)
-            hcnn_gemm_push(gl, 1, 1, 0, K, nb * P, co, per);
+        else
+            hcnn_gemm_push(gl, 1, 0, 1, co, K, cols, per);
+    }
+    const int dx_items = need_dx ? ceil_div(p.ndx, nthreads) : 0;
+    const int per_group = p.ndx / p.ngroups;
+    for (int d = 0; d < dx_items; d++) {
+        const int k = d / per_group, b = d % per_group;
+        const int nb = nimg - k * p.group < p.group ? nimg - k * p.group : p.group;
+        const int cb = C - b * p.dx_channels < p.dx_channels ? C - b * p.dx_channels
+                                                              : p.dx_channels;
+        for (int t = 0; p.shifted && t < taps; t++)
+            hcnn_gemm_push(gl, 1, 1, 0, cb, hcnn_conv_shifted_columns(l), co, per);
+        if (!p.shifted)
+            hcnn_gemm_push(gl, 1, 1, 0, cb * taps, nb * P, co, per);
     }
     gl->flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
 }

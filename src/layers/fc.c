@@ -54,14 +54,14 @@ static int fc_weight_dims(const hcnn_layer *l, int *dims)
     return 2;
 }
 
-/* Under whole-network per-thread execution every thread multiplies its
- * share of the rows, all at once. */
-static void fc_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int whole_nt, int need_dx,
+/* Under whole-network execution every thread multiplies its unit's rows,
+ * all at once. */
+static void fc_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
                      hcnn_gemm_list *g)
 {
     (void)ctx;
     const int in = (int)hcnn_layer_in_size(l), out = l->out_c;
-    const int per = whole_nt > 0, m = per ? (n + whole_nt - 1) / whole_nt : n;
+    const int per = unit > 0, m = per ? unit : n;
     hcnn_gemm_push(g, 0, 0, 1, m, out, in, per);
     hcnn_gemm_push(g, 1, 1, 0, out, in, m, per);
     if (need_dx)

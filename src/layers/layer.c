@@ -72,9 +72,9 @@ size_t hcnn_layer_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
     return need;
 }
 
-size_t hcnn_layer_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx)
+size_t hcnn_layer_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
 {
-    return l->ops->thread_workspace ? l->ops->thread_workspace(l, ctx) : 0;
+    return l->ops->thread_workspace ? l->ops->thread_workspace(l, ctx, n) : 0;
 }
 
 void hcnn_gemm_push(hcnn_gemm_list *g, int backward, int ta, int tb, int m, int n, int k,
@@ -87,13 +87,13 @@ void hcnn_gemm_push(hcnn_gemm_list *g, int backward, int ta, int tb, int m, int 
     (*cnt)++;
 }
 
-void hcnn_layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int whole_nt, int need_dx,
+void hcnn_layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
                       hcnn_gemm_list *g)
 {
     for (int j = 0; j < l->nchildren; j++)
-        hcnn_layer_gemms(&l->children[j], ctx, n, whole_nt, 1, g);
+        hcnn_layer_gemms(&l->children[j], ctx, n, unit, 1, g);
     if (l->ops->gemms)
-        l->ops->gemms(l, ctx, n, whole_nt, need_dx, g);
+        l->ops->gemms(l, ctx, n, unit, need_dx, g);
 }
 
 void hcnn_init_weights(hcnn_init init, hcnn_rng *rng, size_t fan_in, size_t fan_out, float *w,

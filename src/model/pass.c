@@ -2,17 +2,16 @@
  * pipeline stage) as one chain (src/layers/chain.c), and the scratch they
  * share (include/hcnn/net.h).
  *
- * Whole-network per-thread execution: when every block of the range
- * computes each sample on its own (no batch-norm statistics, no residual
- * blocks: LeNet-class networks), each thread carries its share of the
- * samples through all of them: one parallel region per forward and one per
- * backward instead of several per block, and each thread's samples stay in
- * its cache.  Activations, saved aux (argmax, dropout masks) and gradient
- * buffers are per-sample arrays, so a thread works on its slice of each.
- * Thread 0 accumulates parameter gradients into net->grads, thread t > 0
- * into a buffer of its own through copies of the layers whose gradient
- * views point there; those are added to net->grads in thread order after
- * the backward, so a run is repeatable for a given thread count.
+ * Whole-network execution: when every block of the range computes each
+ * sample on its own (no batch-norm statistics, no residual blocks:
+ * LeNet-class networks), the samples are cut into work units of a size
+ * fixed by n (unit_images), and each unit is carried through all the
+ * blocks, forward and backward, by one thread: one parallel region per
+ * pass, each unit's samples in its thread's cache.  Unit u accumulates its
+ * parameter gradients into a buffer of its own, through copies of the
+ * layers whose gradient views point there; the buffers are added to
+ * net->grads in unit order.  The units and their order depend on n only,
+ * so the result is the same bits whatever the thread count.
  * conv_algo: batched turns it off. */
 #include <string.h>
 
@@ -21,7 +20,33 @@
 
 #define HCNN_DEFAULT_CHUNK_FLOATS ((size_t)32 << 20) /* 128 MiB of im2col columns */
 
-/* ---- whole-network per-thread execution: when ---------------------------- */
+/* ---- whole-network execution: when, and its units -------------------------- */
+
+/* Units of n / 8 samples, but of 16 to 32 unless that makes more than
+ * MAX_UNITS of them (enough for a 64-core node; a unit has a gradient
+ * buffer of its own, which the reduction reads once).  LeNet-5 on 2
+ * threads, alternated medians against units of n / threads: units of 8
+ * 0.92x (batch 64) and 0.93x (256): the fully connected layers' GEMMs keep
+ * too few rows and 32 buffers are added; of 16 0.99x (64) and 0.93x (256);
+ * of 32 at batch 256 0.99x; of 64 and 128 1.00x (docs/performance.md,
+ * "Determinism"). */
+#define UNIT_MIN_IMAGES 16
+#define UNIT_MAX_IMAGES 32
+#define MAX_UNITS 64
+
+static int unit_images(int n)
+{
+    int g = n / 8;
+    g = g < UNIT_MIN_IMAGES ? UNIT_MIN_IMAGES : g > UNIT_MAX_IMAGES ? UNIT_MAX_IMAGES : g;
+    const int most = (n + MAX_UNITS - 1) / MAX_UNITS;
+    return g > most ? g : most;
+}
+
+static int units_of(int n) { return n > 0 ? (n + unit_images(n) - 1) / unit_images(n) : 0; }
+
+/* A pass of fewer than two units' samples goes block by block instead,
+ * where the convolutions split images between threads. */
+static int enough_units(int n) { return units_of(n) >= 2; }
 
 static int per_sample_blocks(const hcnn_net *net, int first, int last)
 {
@@ -33,41 +58,31 @@ static int per_sample_blocks(const hcnn_net *net, int first, int last)
     return 1;
 }
 
-/* Whether blocks [first, last) can run this way on nt threads: per-sample
- * blocks, and per-thread gradient buffers of at most 256 MiB (a large
- * network without batch-norm on many threads takes the per-block path). */
-static int whole_net_eligible(const hcnn_net *net, hcnn_conv_algo algo, int nt, int first, int last)
+/* Whether blocks [first, last) run this way, whatever the thread count:
+ * per-sample blocks, and at most 256 MiB of units' gradient buffers (a
+ * large network without batch-norm takes the per-block path). */
+static int whole_net_eligible(const hcnn_net *net, hcnn_conv_algo algo, int first, int last)
 {
-    const double tgrad_bytes = (double)(nt - 1) * (double)(net->nparams + 1) * sizeof(float);
-    return algo != HCNN_CONV_BATCHED && nt > 1 && nt <= HCNN_MAX_THREADS &&
-           tgrad_bytes <= 256.0 * 1048576.0 && per_sample_blocks(net, first, last);
+    const double unit_grad_bytes = (double)MAX_UNITS * (double)(net->nparams + 1) * sizeof(float);
+    return algo != HCNN_CONV_BATCHED && unit_grad_bytes <= 256.0 * 1048576.0 &&
+           per_sample_blocks(net, first, last);
 }
 
-/* Each thread's slice of the workspace, or 0 if some layer does not fit. */
-static size_t thread_ws_slice(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int nt)
+/* Workspace one thread needs to run a unit of up to `images` samples. */
+static size_t unit_ws(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int images)
 {
-    const size_t slice = (ctx->ws_floats / (size_t)nt) & ~(size_t)15;
-    for (int i = first; i < last; i++)
-        if (hcnn_layer_thread_workspace(&net->layers[i], ctx) > slice)
-            return 0;
-    return slice;
+    size_t need = 0;
+    for (int i = first; i < last; i++) {
+        const size_t w = hcnn_layer_thread_workspace(&net->layers[i], ctx, images);
+        need = w > need ? w : need;
+    }
+    return (need + 31) & ~(size_t)15;
 }
 
-/* Each thread's workspace slice if n samples run the whole-network
- * per-thread path on *nt threads, else 0. */
-static size_t per_thread_net(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n,
-                             int *nt)
+int hcnn_net_unit_images(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n)
 {
-    *nt = ctx->be->threads();
-    if (n < *nt || !whole_net_eligible(net, ctx->conv_algo, *nt, first, last))
-        return 0;
-    return thread_ws_slice(net, ctx, first, last, *nt);
-}
-
-int hcnn_net_whole_threads(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n)
-{
-    int nt;
-    return per_thread_net(net, ctx, first, last, n, &nt) ? nt : 0;
+    return whole_net_eligible(net, ctx->conv_algo, first, last) && enough_units(n) ? unit_images(n)
+                                                                                     : 0;
 }
 
 /* ---- scratch ---------------------------------------------------------------- */
@@ -88,11 +103,11 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
         tmp = l->tmp_per_sample * capacity > tmp ? l->tmp_per_sample * capacity : tmp;
     }
     const int nt = be->threads();
-    const int whole = whole_net_eligible(net, net->conv_algo, nt, first, last);
-    for (int i = first; whole && i < last; i++) {
-        const size_t need =
-            (size_t)nt * (hcnn_layer_thread_workspace(&net->layers[i], &s->ctx) + 16);
-        ws = need > ws ? need : ws;
+    const int whole = whole_net_eligible(net, net->conv_algo, first, last) &&
+                      enough_units(capacity);
+    if (whole) { /* a slice for each thread, for a unit of the largest size */
+        const size_t per = unit_ws(net, &s->ctx, first, last, unit_images(capacity));
+        ws = (size_t)nt * per > ws ? (size_t)nt * per : ws;
     }
     s->g_floats = hcnn_net_max_act(net, first, last) * capacity;
     s->ctx.ws = be->alloc(sizeof(float) * (ws + 16), "im2col workspace");
@@ -107,26 +122,28 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
     }
     if (!whole)
         return HCNN_OK;
+    int units = 0; /* the most units of any pass up to capacity */
+    for (int n = 1; n <= capacity; n++)
+        units = units_of(n) > units ? units_of(n) : units;
     const int nl = last - first;
-    s->tgrads =
-        be->alloc(sizeof(float) * (net->nparams + 1) * (size_t)(nt - 1), "per-thread gradients");
-    s->tlayers =
-        hcnn_alloc(sizeof(hcnn_layer) * (size_t)nl * (size_t)(nt - 1), "per-thread layer views");
-    if (!s->tgrads || !s->tlayers) {
+    s->ugrads = be->alloc(sizeof(float) * (net->nparams + 1) * (size_t)units, "units' gradients");
+    s->ulayers = hcnn_alloc(sizeof(hcnn_layer) * (size_t)nl * (size_t)units,
+                            "units' layer views");
+    if (!s->ugrads || !s->ulayers) {
         hcnn_scratch_free(s);
         return HCNN_ENOMEM;
     }
-    for (int t = 1; t < nt; t++)
+    for (int u = 0; u < units; u++)
         for (int i = first; i < last; i++) {
-            hcnn_layer *c = &s->tlayers[(size_t)(t - 1) * nl + (i - first)];
-            float *g = s->tgrads + (size_t)(t - 1) * (net->nparams + 1);
+            hcnn_layer *c = &s->ulayers[(size_t)u * nl + (i - first)];
+            float *g = s->ugrads + (size_t)u * (net->nparams + 1);
             *c = net->layers[i];
             if (c->dw)
                 c->dw = g + (c->dw - net->grads);
             if (c->db)
                 c->db = g + (c->db - net->grads);
         }
-    s->nt = nt, s->first = first, s->last = last;
+    s->units = units, s->first = first, s->last = last;
     return HCNN_OK;
 }
 
@@ -138,9 +155,9 @@ void hcnn_scratch_free(hcnn_scratch *s)
         be->free(s->ctx.tmp);
         be->free(s->g[0]);
         be->free(s->g[1]);
-        be->free(s->tgrads);
+        be->free(s->ugrads);
     }
-    hcnn_free(s->tlayers);
+    hcnn_free(s->ulayers);
     memset(s, 0, sizeof *s);
 }
 
@@ -204,8 +221,9 @@ static int backward_range(const hcnn_net *net, hcnn_layer *layers, const hcnn_ct
                                block_done ? chain_done : NULL, &call);
 }
 
-/* A thread's part of a whole-network pass: its samples, its workspace
- * slice, its layers; only thread 0 profiles and drives communication. */
+/* A pass of whole-network execution: each thread runs its units, each on
+ * its workspace slice with its layers (forward: the network's; backward:
+ * the unit's copies); only thread 0 profiles and drives communication. */
 typedef struct net_job {
     hcnn_net *net;
     hcnn_scratch *s; /* backward only */
@@ -213,29 +231,64 @@ typedef struct net_job {
     hcnn_acts *acts;
     const float *x, *dy;
     float *dx;
-    int n;
+    int n, units, unit_images;
     size_t slice;
-    int rc[HCNN_MAX_THREADS];
+    int rc[MAX_UNITS]; /* each unit's */
 } net_job;
 
-static hcnn_ctx thread_ctx(const net_job *j, int t, int *i0, int *i1, int nt)
+/* Unit u on thread t. */
+static int run_unit(net_job *j, int u, int t)
 {
+    const int i0 = u * j->unit_images;
+    const int i1 = j->n - i0 < j->unit_images ? j->n : i0 + j->unit_images;
     hcnn_ctx c = *j->ctx;
     c.ws = j->ctx->ws + (size_t)t * j->slice;
     c.ws_floats = j->slice;
-    *i0 = (int)((long)j->n * t / nt), *i1 = (int)((long)j->n * (t + 1) / nt);
-    c.first_sample += (uint64_t)*i0; /* dropout masks follow the sample */
+    c.in_unit = 1;
+    c.first_sample += (uint64_t)i0; /* dropout masks follow the sample */
     if (t != 0)
         c.poll = NULL, c.prof_fwd = c.prof_bwd = NULL;
-    return c;
+    if (!j->s)
+        return forward_range(j->net, j->net->layers, &c, j->acts, j->x, i0, i1);
+    const hcnn_scratch *s = j->s;
+    size_t off, count;
+    hcnn_net_param_range(j->net, s->first, s->last, &off, &count);
+    j->net->be->fill(s->ugrads + (size_t)u * (j->net->nparams + 1) + off, count, 0.0f);
+    /* layers[i] is block i's copy for this unit */
+    hcnn_layer *layers = s->ulayers + (size_t)u * (s->last - s->first) - s->first;
+    const size_t gstride = s->g_floats / (size_t)s->capacity;
+    return backward_range(j->net, layers, &c, s->g, gstride, j->acts, j->x, j->dy, j->dx, i0, i1,
+                          NULL, NULL);
 }
 
-static void forward_thread(void *arg, int t, int nt)
+static void unit_thread(void *arg, int t, int nt)
 {
     net_job *j = arg;
-    int i0, i1;
-    const hcnn_ctx c = thread_ctx(j, t, &i0, &i1, nt);
-    j->rc[t] = forward_range(j->net, j->net->layers, &c, j->acts, j->x, i0, i1);
+    const int a = (int)((long)j->units * t / nt), b = (int)((long)j->units * (t + 1) / nt);
+    int rc = HCNN_OK;
+    for (int u = a; u < b; u++)
+        j->rc[u] = rc = rc ? rc : run_unit(j, u, t);
+}
+
+/* Runs the units of j->n samples, if blocks [acts->first, acts->last) take
+ * whole-network execution (and, backward, s is set up for it): 1 and *rc,
+ * else 0. */
+static int run_units(hcnn_net *net, net_job *j, int *rc)
+{
+    const hcnn_acts *a = j->acts;
+    const int nt = net->be->threads();
+    if (!whole_net_eligible(net, j->ctx->conv_algo, a->first, a->last) || !enough_units(j->n))
+        return 0;
+    if (j->s && (!j->s->ulayers || j->s->first != a->first || j->s->last != a->last ||
+                 units_of(j->n) > j->s->units))
+        return 0;
+    j->units = units_of(j->n), j->unit_images = unit_images(j->n);
+    j->slice = (j->ctx->ws_floats / (size_t)nt) & ~(size_t)15;
+    net->be->parallel(unit_thread, j);
+    *rc = HCNN_OK;
+    for (int u = 0; u < j->units && !*rc; u++)
+        *rc = j->rc[u];
+    return 1;
 }
 
 int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const float *x, int n)
@@ -243,45 +296,21 @@ int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const 
     if (n > acts->capacity)
         return hcnn_error("batch of %d samples exceeds the activation capacity %d", n,
                           acts->capacity);
-    int nt;
-    const size_t slice = per_thread_net(net, ctx, acts->first, acts->last, n, &nt);
-    if (slice) {
-        net_job j = {.net = net, .ctx = ctx, .acts = acts, .x = x, .n = n, .slice = slice};
-        net->be->parallel(forward_thread, &j);
-        for (int t = 0; t < nt; t++)
-            if (j.rc[t])
-                return j.rc[t];
-        return HCNN_OK;
-    }
+    net_job j = {.net = net, .ctx = ctx, .acts = acts, .x = x, .n = n};
+    int rc;
+    if (run_units(net, &j, &rc))
+        return rc;
     return forward_range(net, net->layers, ctx, acts, x, 0, n);
 }
 
-static void backward_thread(void *arg, int t, int nt)
-{
-    net_job *j = arg;
-    int i0, i1;
-    const hcnn_ctx c = thread_ctx(j, t, &i0, &i1, nt);
-    hcnn_layer *layers = j->net->layers;
-    if (t > 0) {
-        const hcnn_scratch *s = j->s;
-        size_t off, count;
-        hcnn_net_param_range(j->net, s->first, s->last, &off, &count);
-        j->net->be->fill(s->tgrads + (size_t)(t - 1) * (j->net->nparams + 1) + off, count, 0.0f);
-        /* layers[i] is block i's copy for this thread */
-        layers = s->tlayers + (size_t)(t - 1) * (s->last - s->first) - s->first;
-    }
-    const size_t gstride = j->s->g_floats / (size_t)j->s->capacity;
-    j->rc[t] = backward_range(j->net, layers, &c, j->s->g, gstride, j->acts, j->x, j->dy, j->dx, i0,
-                              i1, NULL, NULL);
-}
-
-/* net->grads += the other threads' gradients: every thread takes a slice of
- * the parameters and adds the buffers of threads 1, 2, ... in that order,
- * so each element is summed in thread order whatever the slicing. */
+/* net->grads += the units' gradients: every thread takes a slice of the
+ * parameters and adds the buffers of units 0, 1, ... in that order, so
+ * each element is summed in unit order whatever the slicing. */
 typedef struct reduce_job {
     const hcnn_net *net;
     const hcnn_scratch *s;
     size_t off, count;
+    int units;
 } reduce_job;
 
 static void reduce_thread(void *arg, int t, int nt)
@@ -289,42 +318,29 @@ static void reduce_thread(void *arg, int t, int nt)
     const reduce_job *j = arg;
     const size_t lo = j->off + j->count * (size_t)t / (size_t)nt;
     const size_t hi = j->off + j->count * (size_t)(t + 1) / (size_t)nt;
-    for (int k = 1; k < j->s->nt; k++)
-        j->net->be->add_acc(j->s->tgrads + (size_t)(k - 1) * (j->net->nparams + 1) + lo,
+    for (int u = 0; u < j->units; u++)
+        j->net->be->add_acc(j->s->ugrads + (size_t)u * (j->net->nparams + 1) + lo,
                             j->net->grads + lo, hi - lo);
 }
 
 int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
-                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done, void *arg)
+                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
+                      void *arg)
 {
-    int nt;
-    const size_t slice = s->tlayers && s->first == acts->first && s->last == acts->last
-                             ? per_thread_net(net, &s->ctx, acts->first, acts->last, n, &nt)
-                             : 0;
-    if (slice && nt == s->nt) {
-        net_job j = {.net = net,
-                     .s = s,
-                     .ctx = &s->ctx,
-                     .acts = acts,
-                     .x = x,
-                     .dy = dy,
-                     .dx = dx,
-                     .n = n,
-                     .slice = slice};
-        net->be->parallel(backward_thread, &j);
-        for (int t = 0; t < nt; t++)
-            if (j.rc[t])
-                return j.rc[t];
-        /* the other threads' gradients; then the blocks are complete, last
-         * first as block_done expects */
-        reduce_job r = {.net = net, .s = s};
+    net_job j = {.net = net, .s = s, .ctx = &s->ctx, .acts = acts, .x = x, .dy = dy, .dx = dx,
+                 .n = n};
+    int rc;
+    if (run_units(net, &j, &rc)) {
+        if (rc)
+            return rc;
+        /* the units' gradients; then the blocks are complete, last first as
+         * block_done expects */
+        reduce_job r = {.net = net, .s = s, .units = j.units};
         hcnn_net_param_range(net, acts->first, acts->last, &r.off, &r.count);
         net->be->parallel(reduce_thread, &r);
-        for (int i = acts->last - 1; block_done && i >= acts->first; i--) {
-            const int rc = block_done(arg, i);
-            if (rc)
+        for (int i = acts->last - 1; block_done && i >= acts->first; i--)
+            if ((rc = block_done(arg, i)))
                 return rc;
-        }
         return HCNN_OK;
     }
     return backward_range(net, net->layers, &s->ctx, s->g, 0, acts, x, dy, dx, 0, n, block_done,

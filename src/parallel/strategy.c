@@ -37,6 +37,18 @@ int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm)
     return HCNN_OK;
 }
 
+int hcnn_strategy_pass_samples(const hcnn_config *cfg, int world)
+{
+    world = world > 0 ? world : 1;
+    if (cfg->strategy == HCNN_STRATEGY_SERIAL)
+        return cfg->batch_size;
+    if (cfg->strategy == HCNN_STRATEGY_DATA)
+        return (cfg->batch_size + world - 1) / world;
+    const int replicas = world / cfg->stages > 0 ? world / cfg->stages : 1;
+    const int shard = (cfg->batch_size + replicas - 1) / replicas;
+    return (shard + cfg->microbatches - 1) / cfg->microbatches;
+}
+
 int hcnn_strategy_init(hcnn_strategy *s, const hcnn_config *cfg, const hcnn_comm *comm,
                        hcnn_net *net, int need_train)
 {

@@ -98,12 +98,14 @@ static double time_gemms(const hcnn_backend *be, const hcnn_gemm_shape *g, int n
 }
 
 /* A row's raw-GEMM seconds per pass (reps timings, median; reps = 0: not
- * timed), and its flops per pass; 0 seconds for a layer without GEMMs. */
+ * timed), and its flops per pass; 0 seconds for a layer without GEMMs.
+ * unit > 0: whole-network execution in units of that many samples, the
+ * busiest thread running ceil(units / threads) of them. */
 static double row_reference(const hcnn_layer *l, const hcnn_net *net, const hcnn_ctx *ctx, int n,
-                            int whole_nt, int need_dx, int reps, double *flops)
+                            int unit, int need_dx, int reps, double *flops)
 {
     hcnn_gemm_list g = {0};
-    hcnn_layer_gemms(l, ctx, n, whole_nt, need_dx, &g);
+    hcnn_layer_gemms(l, ctx, n, unit, need_dx, &g);
     *flops = g.flops;
     if (g.nfwd + g.nbwd == 0 || reps == 0)
         return 0.0;
@@ -112,8 +114,12 @@ static double row_reference(const hcnn_layer *l, const hcnn_net *net, const hcnn
     double s = 0.0;
     if (g.fwd && g.bwd) {
         g.nfwd = g.nbwd = 0, g.flops = 0.0;
-        hcnn_layer_gemms(l, ctx, n, whole_nt, need_dx, &g);
+        hcnn_layer_gemms(l, ctx, n, unit, need_dx, &g);
         s = time_gemms(net->be, g.fwd, g.nfwd, reps) + time_gemms(net->be, g.bwd, g.nbwd, reps);
+        if (unit > 0) {
+            const int nt = net->be->threads(), units = (n + unit - 1) / unit;
+            s *= (units + nt - 1) / nt;
+        }
     }
     free(g.fwd), free(g.bwd);
     return s;
@@ -132,11 +138,111 @@ static void for_each_row(const hcnn_net *net, int first, int last, row_fn fn, vo
     }
 }
 
+/* ---- the GEMMs of a pass, for the BLAS kernels' measurement ---------------- */
+
+typedef struct shape_count {
+    hcnn_gemm_shape g;
+    double count; /* calls per pass on the busiest thread */
+} shape_count;
+
+typedef struct collect_job {
+    const hcnn_net *net;
+    const hcnn_ctx *ctx;
+    int n, unit, repeat;
+    shape_count *shapes;
+    int nshapes, cap;
+    double flops;
+} collect_job;
+
+static void collect_list(collect_job *j, const hcnn_gemm_shape *g, int ng)
+{
+    for (int i = 0; i < ng; i++) {
+        int k = 0;
+        while (k < j->nshapes && memcmp(&j->shapes[k].g, &g[i], sizeof g[i]))
+            k++;
+        if (k == j->nshapes) {
+            if (j->nshapes == j->cap)
+                continue; /* more distinct shapes than kept: the rest are not timed */
+            j->shapes[j->nshapes++] = (shape_count){g[i], 0.0};
+        }
+        j->shapes[k].count += j->repeat;
+    }
+}
+
+static void collect_row(void *arg, const hcnn_layer *l, int top, int need_dx)
+{
+    collect_job *j = arg;
+    if (top < 0) /* a block's own GEMMs include those of the layers inside it */
+        return;
+    hcnn_gemm_list g = {0};
+    hcnn_layer_gemms(l, j->ctx, j->n, j->unit, need_dx, &g);
+    j->flops += g.flops;
+    if (g.nfwd + g.nbwd == 0)
+        return;
+    g.fwd = malloc(sizeof *g.fwd * (size_t)g.nfwd);
+    g.bwd = malloc(sizeof *g.bwd * (size_t)g.nbwd);
+    if (g.fwd && g.bwd) {
+        g.nfwd = g.nbwd = 0;
+        hcnn_layer_gemms(l, j->ctx, j->n, j->unit, need_dx, &g);
+        collect_list(j, g.fwd, g.nfwd);
+        collect_list(j, g.bwd, g.nbwd);
+    }
+    free(g.fwd), free(g.bwd);
+}
+
+/* 64-bit FNV-1a */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+int hcnn_profile_pass_gemms(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n,
+                            int reps, hcnn_pass_gemms *out)
+{
+    enum { MAX_SHAPES = 512 };
+    collect_job j = {.net = net, .ctx = ctx, .n = n, .cap = MAX_SHAPES, .repeat = 1};
+    j.unit = hcnn_net_unit_images(net, ctx, first, last, n);
+    if (j.unit > 0) { /* the busiest thread runs this many units */
+        const int nt = net->be->threads(), units = (n + j.unit - 1) / j.unit;
+        j.repeat = (units + nt - 1) / nt;
+    }
+    j.shapes = malloc(sizeof *j.shapes * MAX_SHAPES);
+    if (!j.shapes)
+        return hcnn_error("cannot allocate the GEMM shape list");
+    for_each_row(net, first, last, collect_row, &j);
+    memset(out, 0, sizeof *out);
+    out->hash = 14695981039346656037ull;
+    for (int i = 0; i < j.nshapes; i++) {
+        out->hash = fnv(out->hash, &j.shapes[i].g, sizeof j.shapes[i].g);
+        out->hash = fnv(out->hash, &j.shapes[i].count, sizeof j.shapes[i].count);
+        out->calls += j.shapes[i].count;
+        if (reps > 0) { /* a run of up to BATCH calls, as a thread issues them */
+            enum { BATCH = 32 };
+            hcnn_gemm_shape run[BATCH];
+            const int b = j.shapes[i].count < BATCH ? (int)j.shapes[i].count : BATCH;
+            for (int k = 0; k < b; k++)
+                run[k] = j.shapes[i].g;
+            /* a run of 10 ms or more: its first timing is good enough */
+            double t = time_gemms(net->be, run, b, 1);
+            if (t < 0.01 && reps > 1)
+                t = time_gemms(net->be, run, b, reps);
+            out->seconds += j.shapes[i].count / b * t;
+        }
+    }
+    out->shapes = j.nshapes;
+    out->flops = j.flops;
+    free(j.shapes);
+    return HCNN_OK;
+}
+
 typedef struct sample_job {
     hcnn_profile *p;
     const hcnn_net *net;
     const hcnn_ctx *ctx;
-    int n, whole_nt;
+    int n, unit;
 } sample_job;
 
 static void sample_row(void *arg, const hcnn_layer *l, int top, int need_dx)
@@ -145,7 +251,7 @@ static void sample_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     sample_job *j = arg;
     double flops;
     j->p->ref[(size_t)j->p->nref * j->p->nids + l->id] =
-        row_reference(l, j->net, j->ctx, j->n, j->whole_nt, need_dx, 1, &flops);
+        row_reference(l, j->net, j->ctx, j->n, j->unit, need_dx, 1, &flops);
 }
 
 void hcnn_profile_sample_reference(hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
@@ -153,7 +259,7 @@ void hcnn_profile_sample_reference(hcnn_profile *p, const hcnn_net *net, const h
 {
     if (p->nref >= HCNN_PROFILE_MAX_REF)
         return;
-    sample_job j = {p, net, ctx, n, hcnn_net_whole_threads(net, ctx, first, last, n)};
+    sample_job j = {p, net, ctx, n, hcnn_net_unit_images(net, ctx, first, last, n)};
     for_each_row(net, first, last, sample_row, &j);
     p->nref++;
 }
@@ -162,7 +268,7 @@ typedef struct print_job {
     const hcnn_profile *p;
     const hcnn_net *net;
     const hcnn_ctx *ctx;
-    int n, whole_nt, micro_per_step;
+    int n, unit, micro_per_step;
     FILE *out;
     double gemm_total, fwd_total, bwd_total; /* of the top-level rows */
 } print_job;
@@ -177,7 +283,7 @@ static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     const double bw = p->bwd[l->id] / steps * 1e3;
     double flops;
     double s =
-        row_reference(l, j->net, j->ctx, j->n, j->whole_nt, need_dx, p->nref ? 0 : 5, &flops);
+        row_reference(l, j->net, j->ctx, j->n, j->unit, need_dx, p->nref ? 0 : 5, &flops);
     if (p->nref) { /* the median of the samples */
         double t[HCNN_PROFILE_MAX_REF];
         for (int k = 0; k < p->nref; k++)
@@ -214,7 +320,7 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
                    .ctx = ctx,
                    .n = n,
                    .micro_per_step = micro_per_step,
-                   .whole_nt = hcnn_net_whole_threads(net, ctx, first, last, n),
+                   .unit = hcnn_net_unit_images(net, ctx, first, last, n),
                    .out = out};
     for_each_row(net, first, last, print_row, &j);
     const double gemm_total = j.gemm_total, fwd_total = j.fwd_total, bwd_total = j.bwd_total;

@@ -1,7 +1,6 @@
 /* A run's set-up and release, evaluation, and the checks the replicas
  * agree on (src/train/run.h). */
 #define _POSIX_C_SOURCE 200809L
-#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include <unistd.h>
 
 #include "hcnn/common.h"
+#include "hcnn/blas.h"
 #include "hcnn/files.h"
 #include "run.h"
 
@@ -21,16 +21,44 @@ int hcnn_setup_threads(const hcnn_config *cfg)
     }
     if (t < 1)
         t = 1;
-    omp_set_num_threads(t);
-    /* OpenBLAS's OpenMP variant follows omp_set_num_threads; set it
-     * explicitly as well so that both agree whatever the variant. */
-    openblas_set_num_threads(t);
+    omp_set_num_threads(t); /* the BLAS itself runs single-threaded (src/cpu/gemm.c) */
     return t;
+}
+
+/* Every rank runs the same BLAS kernels (blas_kernels: each rank applied
+ * it before MPI started, from its node's measurement or cache): kernels
+ * give different bits, and one slow node's choice would hold the job. */
+static int check_blas_kernels(const hcnn_config *cfg, const hcnn_comm *comm)
+{
+    enum { LEN = 32 };
+    char mine[LEN] = {0};
+    snprintf(mine, LEN, "%s", hcnn_blas_kernels());
+    if (comm->size == 1)
+        return HCNN_OK;
+    char *all = malloc((size_t)LEN * (size_t)comm->size);
+    if (!all)
+        return hcnn_error("cannot allocate the ranks' BLAS kernel names");
+    HCNN_MPI(MPI_Allgather(mine, LEN, MPI_CHAR, all, LEN, MPI_CHAR, comm->world));
+    int other = -1;
+    for (int r = 1; r < comm->size && other < 0; r++)
+        if (strncmp(all, all + (size_t)r * LEN, LEN))
+            other = r;
+    if (other >= 0 && comm->rank == 0)
+        hcnn_error("%s: the ranks run different BLAS kernels (rank 0: %s, rank %d: %s; "
+                   "blas_kernels: %s): %s; set blas_kernels to one of them",
+                   cfg->path, all, other, all + (size_t)other * LEN, cfg->blas_kernels,
+                   !strcmp(cfg->blas_kernels, "auto")
+                       ? "their nodes measured differently, each into its own cache (run hcnn "
+                         "tune once with XDG_CACHE_HOME on a file system all nodes share)"
+                       : "their environments' OPENBLAS_CORETYPE differ");
+    free(all);
+    return other >= 0 ? HCNN_EINVAL : HCNN_OK;
 }
 
 int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
 {
-    return hcnn_strategy_check(cfg, comm);
+    const int rc = hcnn_strategy_check(cfg, comm);
+    return rc ? rc : check_blas_kernels(cfg, comm);
 }
 
 void run_free(hcnn_run *r)

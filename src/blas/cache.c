@@ -1,0 +1,146 @@
+/* The measurement's cache: one small text file per key, in
+ * $XDG_CACHE_HOME/hcnn (else ~/.cache/hcnn), so that only the first run on
+ * a node type pays for the measurement.  The key names the CPU model, the
+ * library build, the thread count, the environment's OPENBLAS_CORETYPE and
+ * the model's GEMM list (src/blas/measure.c); the file carries a magic line
+ * with a version and the whole key, checked on reading.  A lock file in the
+ * directory makes the ranks of a node (or of a cluster sharing a home
+ * directory) wait while one of them measures. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hcnn/common.h"
+#include "hcnn/files.h"
+#include "internal.h"
+
+#define CACHE_MAGIC "hcnn-blas-kernels"
+#define CACHE_VERSION 1
+
+int blas_cache_dir(char *buf, int cap)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (xdg && xdg[0] == '/')
+        n = snprintf(buf, (size_t)cap, "%s/hcnn", xdg);
+    else if (home && home[0])
+        n = snprintf(buf, (size_t)cap, "%s/.cache/hcnn", home);
+    else
+        n = snprintf(buf, (size_t)cap, "/tmp/hcnn-cache-%ld", (long)getuid());
+    if (n < 0 || n >= cap)
+        return hcnn_error("BLAS kernels' cache: directory name too long");
+    return hcnn_mkdir_p(buf);
+}
+
+int blas_cache_lock(const char *dir)
+{
+    char path[HCNN_FILE_PATH_MAX];
+    snprintf(path, sizeof path, "%s/blas.lock", dir);
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    while (flock(fd, LOCK_EX) != 0)
+        if (errno != EINTR) { /* a file system without locks: go on unlocked */
+            close(fd);
+            return -1;
+        }
+    return fd;
+}
+
+void blas_cache_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd); /* releases the lock */
+}
+
+/* 64-bit FNV-1a of the key: the file's name */
+static void cache_path(const char *dir, blas_table *t)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (const unsigned char *p = (const unsigned char *)t->key; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    snprintf(t->cache_path, sizeof t->cache_path, "%s/blas-%016llx.txt", dir,
+             (unsigned long long)h);
+}
+
+/* The rest of the line after `word ` into out, or 0. */
+static int field(const char *line, const char *word, char *out, size_t cap)
+{
+    const size_t n = strlen(word);
+    if (strncmp(line, word, n) || line[n] != ' ')
+        return 0;
+    snprintf(out, cap, "%s", line + n + 1);
+    out[strcspn(out, "\n")] = 0;
+    return 1;
+}
+
+int blas_cache_read(const char *dir, blas_table *t)
+{
+    cache_path(dir, t);
+    FILE *f = fopen(t->cache_path, "r");
+    if (!f)
+        return 0;
+    char line[1200], v[1200];
+    int ok = 0, magic = 0, keyok = 0;
+    blas_table r = *t;
+    r.n = 0, r.choice = r.baseline = -1;
+    while (fgets(line, sizeof line, f)) {
+        int version;
+        if (sscanf(line, CACHE_MAGIC " %d", &version) == 1)
+            magic = version == CACHE_VERSION;
+        else if (field(line, "key", v, sizeof v))
+            keyok = !strcmp(v, t->key);
+        else if (field(line, "seconds", v, sizeof v))
+            r.measure_s = atof(v);
+        else if (field(line, "baseline", v, sizeof v))
+            r.baseline = atoi(v);
+        else if (field(line, "choice", v, sizeof v))
+            r.choice = atoi(v);
+        else if (field(line, "candidate", v, sizeof v) && r.n < BLAS_MAX_CANDIDATES) {
+            blas_candidate *c = &r.c[r.n];
+            memset(c, 0, sizeof *c);
+            int used = 0;
+            if (sscanf(v, "%31s %31s %lf %n", c->name, c->asked, &c->seconds, &used) != 3)
+                break;
+            if (!strcmp(c->asked, "-"))
+                c->asked[0] = 0;
+            snprintf(c->source, sizeof c->source, "%s", v + used);
+            r.n++;
+        }
+    }
+    ok = magic && keyok && r.n > 0 && r.choice >= 0 && r.choice < r.n && r.baseline >= 0 &&
+         r.baseline < r.n && r.c[r.choice].seconds > 0;
+    fclose(f);
+    if (ok)
+        *t = r;
+    return ok;
+}
+
+int blas_cache_write(const char *dir, blas_table *t)
+{
+    cache_path(dir, t);
+    char buf[8192];
+    const time_t now = time(NULL);
+    struct tm tm;
+    char when[32] = "";
+    if (gmtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    int n = snprintf(buf, sizeof buf,
+                     CACHE_MAGIC " %d\n# written by hcnn (blas_kernels: auto, hcnn tune) on %s\n"
+                     "key %s\nmodel %s\nseconds %.3f\nbaseline %d\nchoice %d\n",
+                     CACHE_VERSION, when, t->key, t->model, t->measure_s, t->baseline, t->choice);
+    for (int i = 0; i < t->n && n < (int)sizeof buf; i++) {
+        const blas_candidate *c = &t->c[i];
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "candidate %s %s %.6f %s\n", c->name,
+                      c->asked[0] ? c->asked : "-", c->seconds,
+                      c->seconds < 0 ? c->failure : c->source);
+    }
+    if (n >= (int)sizeof buf)
+        return hcnn_error("%s: BLAS kernels' table too long", t->cache_path);
+    return hcnn_write_file(t->cache_path, buf, (size_t)n);
+}

@@ -1,0 +1,86 @@
+/* Inside the BLAS module (src/blas/): what its files share.
+ *   library.c  the linked library: its name, build, kernels, one thread
+ *   cache.c    the measurement's cache file, its key and lock
+ *   measure.c  the candidates, the child processes, the table, the choice
+ *   probe.c    the child: the model's GEMMs timed under one kernel type
+ *   select.c   blas_kernels at start-up: the choice applied by re-execution
+ * (include/hcnn/blas.h) */
+#ifndef HCNN_BLAS_INTERNAL_H
+#define HCNN_BLAS_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hcnn/blas.h"
+#include "hcnn/profile.h"
+
+/* ---- library.c ---------------------------------------------------------- */
+/* "OpenBLAS 0.3.21", "BLIS 0.9.0", "CBLAS" */
+const char *blas_library_name(char *buf, int cap);
+/* The kernels the library runs now: OpenBLAS's core type, BLIS's
+ * architecture, "" for a generic CBLAS. */
+const char *blas_loaded_kernels(void);
+/* What identifies the library build for the cache: its file and
+ * configuration (without the kernels now loaded). */
+const char *blas_library_build(char *buf, int cap);
+/* Whether kernels can be chosen (OpenBLAS: OPENBLAS_CORETYPE at load). */
+int blas_kernels_selectable(void);
+
+/* ---- measure.c ------------------------------------------------------------- */
+#define BLAS_MAX_CANDIDATES 12
+#define BLAS_NAME_MAX 32
+
+typedef struct blas_candidate {
+    char name[BLAS_NAME_MAX];   /* the core type as OpenBLAS names it once loaded */
+    char asked[BLAS_NAME_MAX];  /* OPENBLAS_CORETYPE given to the child ("": none) */
+    char source[64];            /* why it is a candidate */
+    double seconds;             /* median over rounds; < 0: failed */
+    char failure[96];
+} blas_candidate;
+
+typedef struct blas_table {
+    char key[1024];             /* what the measurement holds for (cache.c) */
+    char model[160];            /* in words, for the header and the table */
+    blas_candidate c[BLAS_MAX_CANDIDATES];
+    int n;
+    int baseline;               /* what would run without hcnn: the environment's or detected */
+    int choice;                 /* index into c */
+    double measure_s;           /* wall time of the measurement */
+    char cache_path[1024];
+} blas_table;
+
+/* Everything a measurement needs to know about the run. */
+typedef struct blas_run {
+    const hcnn_config *cfg;
+    int world;                  /* ranks of the job */
+    int threads;                /* the run's OpenMP threads */
+    const char *env_core;       /* the environment's OPENBLAS_CORETYPE ("" or NULL: unset) */
+} blas_run;
+
+/* The key and the model's description (builds the model to list its GEMMs). */
+int blas_table_key(const blas_run *run, blas_table *t);
+/* Measure every candidate in child processes and choose. */
+int blas_measure(const blas_run *run, blas_table *t);
+/* The table, for hcnn tune. */
+void blas_table_print(const blas_table *t, FILE *out);
+/* "Cooperlake (auto: 1.52x faster than Haswell from OPENBLAS_CORETYPE; ...)" */
+void blas_table_note(const blas_table *t, int cached, char *buf, int cap);
+
+/* ---- probe.c ------------------------------------------------------------- */
+/* The model's GEMMs for a pass on a rank of the run (reps 0: listed only,
+ * else each shape timed, median of reps); *samples: the pass's samples. */
+int blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *samples);
+
+/* ---- cache.c ------------------------------------------------------------- */
+/* The cache directory ($XDG_CACHE_HOME/hcnn, else ~/.cache/hcnn), created. */
+int blas_cache_dir(char *buf, int cap);
+/* An exclusive lock on the cache directory, held until blas_cache_unlock:
+ * ranks on a node wait while one measures.  Returns the descriptor or -1. */
+int blas_cache_lock(const char *dir);
+void blas_cache_unlock(int fd);
+/* The file of t->key in dir (t->cache_path); read: 1 found and filled, 0
+ * not there or stale; write: HCNN_OK or HCNN_EIO. */
+int blas_cache_read(const char *dir, blas_table *t);
+int blas_cache_write(const char *dir, blas_table *t);
+
+#endif

@@ -1,0 +1,426 @@
+/* The measurement behind blas_kernels: auto (include/hcnn/blas.h).
+ *
+ * Candidates: the kernels OpenBLAS picks by itself, the environment's
+ * OPENBLAS_CORETYPE, and every kernel type of this table the CPU can run.
+ * Each is timed in a child process (hcnn tune --probe, with
+ * OPENBLAS_CORETYPE set: the library reads it when it loads), ROUNDS times
+ * in rotated order so that a shared machine's slow moments fall on all of
+ * them; the median of the rounds is the candidate's time.  A child that
+ * crashes (kernels the CPU cannot run), or that loads other kernels than it
+ * was asked for (a type this build does not have), leaves its candidate
+ * out, with the reason in the table. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hcnn/common.h"
+#include "hcnn/files.h"
+#include "internal.h"
+
+extern char **environ;
+
+#define ROUNDS 3
+#define LAST_ROUND_WITHIN 0.10
+#define CHILD_TIMEOUT_S 300
+/* kernels within this fraction of the fastest count as fast as it */
+#define KEEP_MARGIN 0.03
+
+/* ---- candidates ------------------------------------------------------------- */
+
+typedef struct kernel_type {
+    const char *name, *needs;
+    int (*runs)(void);
+} kernel_type;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+static int has_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+static int has_avx512(void)
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512cd");
+}
+static int has_bf16(void) { return has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+static int has_fp16(void) { return has_bf16() && __builtin_cpu_supports("avx512fp16"); }
+
+/* OpenBLAS's x86-64 kernel types with FMA (the older ones are not worth a
+ * child process on a CPU that has it) */
+static const kernel_type kernel_types[] = {
+    {"Haswell", "AVX2", has_avx2},
+    {"Zen", "AVX2", has_avx2},
+    {"SkylakeX", "AVX-512", has_avx512},
+    {"Cooperlake", "AVX-512 BF16", has_bf16},
+    {"SapphireRapids", "AVX-512 FP16", has_fp16},
+};
+#define NKERNEL_TYPES ((int)(sizeof kernel_types / sizeof kernel_types[0]))
+#else
+/* elsewhere the child processes find out what runs */
+static int always(void) { return 1; }
+static const kernel_type kernel_types[] = {
+#if defined(__aarch64__)
+    {"ARMV8", "ARMv8", always},         {"NeoverseN1", "ARMv8.2", always},
+    {"NeoverseV1", "SVE", always},      {"NeoverseN2", "SVE2", always},
+    {"ThunderX2T99", "ARMv8.1", always}, {"A64FX", "SVE", always},
+#else
+    {"", "", always},
+#endif
+};
+#define NKERNEL_TYPES ((int)(sizeof kernel_types / sizeof kernel_types[0]))
+#endif
+
+static void add_candidate(blas_table *t, const char *asked, const char *source)
+{
+    if (t->n == BLAS_MAX_CANDIDATES || (asked[0] == 0 && t->n > 0))
+        return;
+    for (int i = 0; i < t->n; i++)
+        if (asked[0] && !strcasecmp(t->c[i].asked, asked))
+            return;
+    blas_candidate *c = &t->c[t->n++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->asked, sizeof c->asked, "%s", asked);
+    snprintf(c->source, sizeof c->source, "%s", source);
+}
+
+/* ---- one child ------------------------------------------------------------ */
+
+/* Runs `exe tune --probe --config cfg_file --ranks world` with
+ * OPENBLAS_CORETYPE = asked (unset if ""), OMP_NUM_THREADS = threads;
+ * returns 0 and fills kernels, seconds, hash, or -1 with why. */
+static int run_child(const char *exe, const char *cfg_file, const blas_run *run, const char *asked,
+                     char *kernels, double *seconds, unsigned long long *hash, char *why,
+                     size_t why_cap)
+{
+    char ranks[16], threads[48], core[64];
+    snprintf(ranks, sizeof ranks, "%d", run->world);
+    snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", run->threads);
+    snprintf(core, sizeof core, "OPENBLAS_CORETYPE=%s", asked);
+    /* the environment, without OPENBLAS_CORETYPE, OMP_NUM_THREADS and our
+     * re-execution's marks, plus the child's own */
+    int nenv = 0;
+    while (environ[nenv])
+        nenv++;
+    char **env = malloc(sizeof *env * (size_t)(nenv + 4));
+    if (!env) {
+        snprintf(why, why_cap, "out of memory");
+        return -1;
+    }
+    int k = 0;
+    for (int i = 0; i < nenv; i++)
+        if (strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) &&
+            strncmp(environ[i], "OMP_NUM_THREADS=", 16) && strncmp(environ[i], "HCNN_BLAS_", 10))
+            env[k++] = environ[i];
+    env[k++] = threads;
+    if (asked[0])
+        env[k++] = core;
+    env[k] = NULL;
+    char *argv[] = {(char *)exe, "tune",    "--probe", "--config", (char *)cfg_file,
+                    "--ranks",   ranks,     NULL};
+    int fds[2];
+    if (pipe(fds) != 0) {
+        free(env);
+        snprintf(why, why_cap, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) { /* only async-signal-safe calls until the exec */
+        dup2(fds[1], STDOUT_FILENO);
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execve(exe, argv, env);
+        _exit(127);
+    }
+    free(env);
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        snprintf(why, why_cap, "fork: %s", strerror(errno));
+        return -1;
+    }
+    char out[4096];
+    size_t len = 0;
+    const double deadline = hcnn_now() + CHILD_TIMEOUT_S;
+    int timed_out = 0;
+    for (;;) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        const int left_ms = (int)((deadline - hcnn_now()) * 1e3);
+        if (left_ms <= 0 || poll(&p, 1, left_ms) == 0) {
+            timed_out = 1;
+            kill(pid, SIGKILL);
+            break;
+        }
+        char tmp[512];
+        const ssize_t r = read(fds[0], tmp, sizeof tmp);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        /* keep the last bytes: the result line is the last one */
+        for (ssize_t i = 0; i < r; i++) {
+            if (len == sizeof out - 1) {
+                memmove(out, out + len / 2, len - len / 2);
+                len -= len / 2;
+            }
+            out[len++] = tmp[i];
+        }
+    }
+    out[len] = 0;
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    const char *line = strstr(out, "probe kernels=");
+    if (timed_out) {
+        snprintf(why, why_cap, "no answer in %d s", CHILD_TIMEOUT_S);
+        return -1;
+    }
+    if (WIFSIGNALED(status)) {
+        snprintf(why, why_cap, "crashed (%s): the CPU cannot run them", strsignal(WTERMSIG(status)));
+        return -1;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !line ||
+        sscanf(line, "probe kernels=%31s seconds=%lf shapes=%*d hash=%llx", kernels, seconds,
+               hash) != 3) {
+        /* its last message */
+        char *end = out + len;
+        while (end > out && (end[-1] == '\n' || end[-1] == ' '))
+            *--end = 0;
+        const char *last = strrchr(out, '\n');
+        snprintf(why, why_cap, "failed (exit %d): %.60s", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                 last ? last + 1 : out);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the measurement ---------------------------------------------------------- */
+
+int blas_measure(const blas_run *run, blas_table *t)
+{
+    const double t0 = hcnn_now();
+    /* the child reads the configuration as it stands after overrides */
+    char cfg_file[] = "/tmp/hcnn-tune-XXXXXX.yaml";
+    const int fd = mkstemps(cfg_file, 5);
+    if (fd < 0)
+        return hcnn_error("BLAS kernels: cannot create a temporary file in /tmp: %s",
+                          strerror(errno));
+    close(fd);
+    hcnn_config *copy = malloc(sizeof *copy);
+    if (!copy) {
+        unlink(cfg_file);
+        return HCNN_ENOMEM;
+    }
+    *copy = *run->cfg;
+    int rc = hcnn_config_write(copy, cfg_file);
+    free(copy);
+    if (rc) {
+        unlink(cfg_file);
+        return rc;
+    }
+    char exe[HCNN_FILE_PATH_MAX];
+    const ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (el <= 0) {
+        unlink(cfg_file);
+        return hcnn_error("BLAS kernels: cannot find this program (/proc/self/exe)");
+    }
+    exe[el] = 0;
+
+    t->n = 0;
+    add_candidate(t, "", "OpenBLAS's own choice for this CPU");
+    if (run->env_core && run->env_core[0])
+        add_candidate(t, run->env_core, "from OPENBLAS_CORETYPE");
+    for (int i = 0; i < NKERNEL_TYPES; i++)
+        if (kernel_types[i].name[0] && kernel_types[i].runs()) {
+            char source[64];
+            snprintf(source, sizeof source, "the CPU has %s", kernel_types[i].needs);
+            add_candidate(t, kernel_types[i].name, source);
+        }
+
+    double times[BLAS_MAX_CANDIDATES][ROUNDS];
+    int alive[BLAS_MAX_CANDIDATES], rounds[BLAS_MAX_CANDIDATES];
+    for (int i = 0; i < t->n; i++)
+        alive[i] = 1, rounds[i] = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        /* the last round only for those within LAST_ROUND_WITHIN of the best */
+        double best = 0;
+        for (int i = 0; r == ROUNDS - 1 && i < t->n; i++)
+            if (alive[i] && (best == 0 || hcnn_median(times[i], rounds[i]) < best))
+                best = hcnn_median(times[i], rounds[i]);
+        for (int j = 0; j < t->n; j++) {
+            const int i = (j + r) % t->n;
+            blas_candidate *c = &t->c[i];
+            if (!alive[i] ||
+                (r == ROUNDS - 1 && hcnn_median(times[i], rounds[i]) > (1 + LAST_ROUND_WITHIN) * best))
+                continue;
+            char kernels[BLAS_NAME_MAX] = "";
+            unsigned long long hash = 0;
+            if (run_child(exe, cfg_file, run, c->asked, kernels, &times[i][rounds[i]], &hash,
+                          c->failure, sizeof c->failure)) {
+                alive[i] = 0;
+                continue;
+            }
+            if (rounds[i]++ > 0)
+                continue;
+            snprintf(c->name, sizeof c->name, "%s", kernels);
+            if (c->asked[0] && strcasecmp(kernels, c->asked)) {
+                snprintf(c->failure, sizeof c->failure,
+                         "not in this build of the library (it loaded %s)", kernels);
+                alive[i] = 0;
+            }
+        }
+    }
+    unlink(cfg_file);
+
+    /* kernels that two candidates loaded are measured once: the first keeps them */
+    int n = 0, env_index = -1;
+    for (int i = 0; i < t->n; i++) {
+        blas_candidate c = t->c[i];
+        int dup = -1;
+        for (int k = 0; k < n && alive[i]; k++)
+            if (t->c[k].seconds >= 0 && !strcasecmp(t->c[k].name, c.name))
+                dup = k;
+        if (dup >= 0) {
+            if (!strcmp(c.source, "from OPENBLAS_CORETYPE")) {
+                env_index = dup;
+                snprintf(t->c[dup].source, sizeof t->c[dup].source, "%s", c.source);
+            }
+            continue;
+        }
+        if (alive[i]) {
+            c.seconds = hcnn_median(times[i], rounds[i]);
+        } else {
+            c.seconds = -1;
+            if (!c.name[0])
+                snprintf(c.name, sizeof c.name, "%s", c.asked[0] ? c.asked : "?");
+        }
+        if (!strcmp(c.source, "from OPENBLAS_CORETYPE") && alive[i])
+            env_index = n;
+        t->c[n] = c;
+        alive[n++] = alive[i];
+    }
+    t->n = n;
+    t->baseline = env_index >= 0 ? env_index : 0;
+    if (t->n == 0 || t->c[t->baseline].seconds <= 0)
+        return hcnn_error("BLAS kernels: the measurement failed (%s)",
+                          t->n ? t->c[0].failure : "no candidate");
+    /* the kernels that would load anyway if within KEEP_MARGIN of the
+     * fastest, else the first (in candidate order) within it: measurements
+     * on nodes of one type then agree even when two candidates are close */
+    double best = t->c[t->baseline].seconds;
+    for (int i = 0; i < t->n; i++)
+        if (t->c[i].seconds > 0 && t->c[i].seconds < best)
+            best = t->c[i].seconds;
+    t->choice = t->baseline;
+    for (int i = t->n - 1; i >= 0 && t->c[t->baseline].seconds * (1.0 - KEEP_MARGIN) > best; i--)
+        if (t->c[i].seconds > 0 && t->c[i].seconds * (1.0 - KEEP_MARGIN) <= best)
+            t->choice = i;
+    t->measure_s = hcnn_now() - t0;
+    return HCNN_OK;
+}
+
+/* ---- the key ---------------------------------------------------------------- */
+
+/* "AMD EPYC 9B45 (family 26 model 2 stepping 1)" from /proc/cpuinfo */
+static void cpu_model(char *buf, size_t cap)
+{
+    char name[128] = "unknown CPU", family[16] = "", model[16] = "", stepping[16] = "";
+    char impl[16] = "", part[16] = "";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        if (line[0] == '\n')
+            break; /* the first CPU's block */
+        char *v = strchr(line, ':');
+        if (!v)
+            continue;
+        v += 1 + (v[1] == ' ');
+        v[strcspn(v, "\n")] = 0;
+        if (!strncmp(line, "model name", 10))
+            snprintf(name, sizeof name, "%s", v);
+        else if (!strncmp(line, "cpu family", 10))
+            snprintf(family, sizeof family, "%s", v);
+        else if (!strncmp(line, "model\t", 6))
+            snprintf(model, sizeof model, "%s", v);
+        else if (!strncmp(line, "stepping", 8))
+            snprintf(stepping, sizeof stepping, "%s", v);
+        else if (!strncmp(line, "CPU implementer", 15))
+            snprintf(impl, sizeof impl, "%s", v);
+        else if (!strncmp(line, "CPU part", 8))
+            snprintf(part, sizeof part, "%s", v);
+    }
+    if (f)
+        fclose(f);
+    if (family[0])
+        snprintf(buf, cap, "%s (family %s model %s stepping %s)", name, family, model, stepping);
+    else
+        snprintf(buf, cap, "%s (implementer %s part %s)", name, impl, part);
+}
+
+int blas_table_key(const blas_run *run, blas_table *t)
+{
+    hcnn_pass_gemms g;
+    int n;
+    const int rc = blas_model_gemms(run, 0, &g, &n);
+    if (rc)
+        return rc;
+    char cpu[256], build[512];
+    cpu_model(cpu, sizeof cpu);
+    blas_library_build(build, sizeof build);
+    snprintf(t->model, sizeof t->model, "%s, %d samples a pass, %d GEMM shapes",
+             run->cfg->model.name, n, g.shapes);
+    snprintf(t->key, sizeof t->key, "cpu=%s; blas=%s; threads=%d; OPENBLAS_CORETYPE=%s; gemms=%016llx",
+             cpu, build, run->threads, run->env_core ? run->env_core : "",
+             (unsigned long long)g.hash);
+    return HCNN_OK;
+}
+
+/* ---- in words -------------------------------------------------------------- */
+
+void blas_table_print(const blas_table *t, FILE *out)
+{
+    const double base = t->c[t->baseline].seconds;
+    fprintf(out, "# BLAS kernels for %s\n# %s\n", t->model, t->key);
+    fprintf(out, "# %-16s %-36s %10s %10s\n", "kernels", "candidate because", "gemm_ms", "speed");
+    for (int i = 0; i < t->n; i++) {
+        const blas_candidate *c = &t->c[i];
+        if (c->seconds < 0) {
+            fprintf(out, "  %-16s %-36s %10s %10s  %s\n", c->name, c->source, "-", "-", c->failure);
+            continue;
+        }
+        fprintf(out, "  %-16s %-36s %10.3f %9.2fx%s%s\n", c->name, c->source, c->seconds * 1e3,
+                base / c->seconds, i == t->baseline ? "  (would load anyway)" : "",
+                i == t->choice ? "  <- chosen" : "");
+    }
+    fprintf(out, "choice=%s speedup=%.3f measured_s=%.1f cache=%s\n", t->c[t->choice].name,
+            base / t->c[t->choice].seconds, t->measure_s, t->cache_path);
+}
+
+void blas_table_note(const blas_table *t, int cached, char *buf, int cap)
+{
+    const blas_candidate *b = &t->c[t->baseline], *c = &t->c[t->choice];
+    const char *why = !strcmp(b->source, "from OPENBLAS_CORETYPE") ? "from OPENBLAS_CORETYPE"
+                                                                  : "OpenBLAS's own choice";
+    int n;
+    if (t->choice == t->baseline)
+        n = snprintf(buf, (size_t)cap, "%s (auto: %s, none measured %.0f%% faster", c->name, why,
+                     KEEP_MARGIN * 100);
+    else
+        n = snprintf(buf, (size_t)cap, "%s (auto: %.2fx faster than %s %s", c->name,
+                     b->seconds / c->seconds, b->name, why);
+    for (int i = 0; i < t->n && n < cap; i++)
+        if (i != t->choice && i != t->baseline && t->c[i].seconds > 0)
+            n += snprintf(buf + n, (size_t)(cap - n), "; %s %.2fx", t->c[i].name,
+                          b->seconds / t->c[i].seconds);
+    if (n < cap)
+        snprintf(buf + n, (size_t)(cap - n), "; %s %s)", cached ? "cached in" : "measured, cached in",
+                 t->cache_path);
+}

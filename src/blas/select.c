@@ -1,0 +1,199 @@
+/* blas_kernels at start-up (include/hcnn/blas.h): the choice, made or read
+ * from the cache, applied by re-executing the program once with
+ * OPENBLAS_CORETYPE set (the library reads it only when it loads); the
+ * re-executed program finds HCNN_BLAS_NOTE in its environment, the line
+ * the run header prints, and does not choose again. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "hcnn/common.h"
+#include "hcnn/files.h"
+#include "hcnn/train.h"
+#include "internal.h"
+
+#define NOTE_ENV "HCNN_BLAS_NOTE"   /* why these kernels (header) */
+#define WANT_ENV "HCNN_BLAS_WANT"   /* the kernels the re-execution asked for */
+#define ORIG_ENV "HCNN_BLAS_ORIGINAL_CORETYPE" /* the environment's, before ours */
+
+int hcnn_blas_env_world(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 0)
+            return atoi(v);
+    }
+    return 1;
+}
+
+const char *hcnn_blas_kernels(void) { return blas_loaded_kernels(); }
+
+const char *hcnn_blas_describe(char *buf, int cap)
+{
+    char lib[128];
+    blas_library_name(lib, sizeof lib);
+    const char *note = getenv(NOTE_ENV);
+    const char *k = blas_loaded_kernels();
+    if (!blas_kernels_selectable())
+        snprintf(buf, (size_t)cap, "%s%s%s kernels", lib, k[0] ? ", " : "", k[0] ? k : "its own");
+    else if (note && note[0])
+        snprintf(buf, (size_t)cap, "%s kernels: %s", lib, note);
+    else
+        snprintf(buf, (size_t)cap, "%s kernels: %s", lib, k);
+    return buf;
+}
+
+/* The environment's OPENBLAS_CORETYPE as the user set it ("" if unset). */
+static const char *original_coretype(void)
+{
+    const char *orig = getenv(ORIG_ENV);
+    if (orig)
+        return orig;
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    return env ? env : "";
+}
+
+/* The environment of the re-execution that loads `want`; 1, or 0 if it
+ * cannot be set (the run goes on with the kernels loaded). */
+static int prepare_reexec(const char *want, const char *note, int *reexec)
+{
+    *reexec = !setenv(ORIG_ENV, original_coretype(), 1) &&
+              !setenv("OPENBLAS_CORETYPE", want, 1) && !setenv(WANT_ENV, want, 1) &&
+              !setenv(NOTE_ENV, note, 1);
+    return HCNN_OK;
+}
+
+void hcnn_blas_reexec(char **argv)
+{
+    const char *want = getenv(WANT_ENV);
+    execv("/proc/self/exe", argv);
+    char line[512];
+    snprintf(line, sizeof line, "%s (wanted %s, but re-executing hcnn failed)",
+             blas_loaded_kernels(), want ? want : "?");
+    setenv(NOTE_ENV, line, 1);
+    unsetenv(WANT_ENV);
+    hcnn_warn("BLAS kernels: cannot re-execute /proc/self/exe to load %s; running with %s",
+              want ? want : "?", blas_loaded_kernels());
+}
+
+/* The table for this run: from the cache or measured (and cached), the
+ * ranks of a node waiting on the cache's lock while one measures. */
+static int auto_table(const blas_run *run, blas_table *t, int remeasure, int *cached)
+{
+    int rc = blas_table_key(run, t);
+    if (rc)
+        return rc;
+    char dir[HCNN_FILE_PATH_MAX];
+    const int have_dir = blas_cache_dir(dir, sizeof dir) == HCNN_OK;
+    const int lock = have_dir ? blas_cache_lock(dir) : -1;
+    *cached = !remeasure && have_dir && blas_cache_read(dir, t);
+    if (!*cached) {
+        rc = blas_measure(run, t);
+        if (!rc && have_dir && blas_cache_write(dir, t))
+            hcnn_warn("BLAS kernels: the table is not cached (%s); the next run measures again",
+                      t->cache_path);
+    }
+    blas_cache_unlock(lock);
+    return rc;
+}
+
+static blas_run run_of(const hcnn_config *cfg, int world)
+{
+    blas_run run = {.cfg = cfg, .world = world, .env_core = original_coretype()};
+    run.threads = hcnn_setup_threads(cfg);
+    return run;
+}
+
+int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
+{
+    *reexec = 0;
+    const char *mode = cfg->blas_kernels;
+    const char *want = getenv(WANT_ENV);
+    if (want) { /* the re-executed program */
+        if (strcasecmp(blas_loaded_kernels(), want))
+            return hcnn_error_code(HCNN_EINVAL,
+                                   "%s: blas_kernels: OpenBLAS has no kernels '%s' (it loaded %s "
+                                   "instead; hcnn tune --config lists those this CPU runs)",
+                                   cfg->path, want, blas_loaded_kernels());
+        return HCNN_OK;
+    }
+    if (getenv(NOTE_ENV))
+        return HCNN_OK;
+    const int is_auto = !strcmp(mode, "auto"), is_env = !strcmp(mode, "env");
+    if (!blas_kernels_selectable()) {
+        if (is_auto || is_env)
+            return HCNN_OK;
+        char lib[128];
+        return hcnn_error_code(HCNN_EINVAL,
+                               "%s: blas_kernels: '%s' names OpenBLAS kernels, but this hcnn "
+                               "uses %s (configure --with-blas): expected auto or env",
+                               cfg->path, mode, blas_library_name(lib, sizeof lib));
+    }
+    char note[1024];
+    if (is_env) {
+        const char *env = getenv("OPENBLAS_CORETYPE");
+        snprintf(note, sizeof note, "%s (env: %s%s)", blas_loaded_kernels(),
+                 env && env[0] ? "OPENBLAS_CORETYPE=" : "OpenBLAS's own choice",
+                 env && env[0] ? env : "");
+        setenv(NOTE_ENV, note, 1);
+        return HCNN_OK;
+    }
+    if (!is_auto) { /* a name */
+        if (!mode[0])
+            return hcnn_error_code(HCNN_EINVAL,
+                                   "%s: blas_kernels is empty: expected auto, env or an OpenBLAS "
+                                   "kernel type such as SkylakeX",
+                                   cfg->path);
+        snprintf(note, sizeof note, "%s (blas_kernels: %s)", mode, mode);
+        if (!strcasecmp(blas_loaded_kernels(), mode)) {
+            setenv(NOTE_ENV, note, 1);
+            return HCNN_OK;
+        }
+        return prepare_reexec(mode, note, reexec);
+    }
+    blas_run run = run_of(cfg, world);
+    blas_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return hcnn_error("cannot allocate the BLAS kernels' table");
+    int cached;
+    const int rc = auto_table(&run, t, 0, &cached);
+    if (rc) { /* no measurement: the kernels loaded, and why */
+        snprintf(note, sizeof note, "%s (auto: not measured, see above)", blas_loaded_kernels());
+        setenv(NOTE_ENV, note, 1);
+        free(t);
+        return HCNN_OK;
+    }
+    blas_table_note(t, cached, note, sizeof note);
+    const blas_candidate *c = &t->c[t->choice];
+    char chosen[BLAS_NAME_MAX];
+    snprintf(chosen, sizeof chosen, "%s", c->asked[0] ? c->asked : c->name);
+    free(t);
+    if (!strcasecmp(blas_loaded_kernels(), chosen)) {
+        setenv(NOTE_ENV, note, 1);
+        return HCNN_OK;
+    }
+    return prepare_reexec(chosen, note, reexec);
+}
+
+int hcnn_blas_tune(const hcnn_config *cfg, int world, FILE *out)
+{
+    if (!blas_kernels_selectable()) {
+        char lib[128];
+        fprintf(out, "# %s: its kernels are its own choice (blas_kernels applies to OpenBLAS)\n",
+                blas_library_name(lib, sizeof lib));
+        return HCNN_OK;
+    }
+    blas_run run = run_of(cfg, world);
+    blas_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return hcnn_error("cannot allocate the BLAS kernels' table");
+    int cached;
+    const int rc = auto_table(&run, t, 1, &cached);
+    if (!rc)
+        blas_table_print(t, out);
+    free(t);
+    return rc;
+}

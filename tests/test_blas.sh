@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# blas_kernels and hcnn tune (include/hcnn/blas.h): the measurement's table
+# and cache, the choice applied by re-execution and named in the run
+# header, forced and environment kernels, bad names, the ranks' agreement.
+# Which kernels are fastest depends on the machine, so the cases check the
+# mechanism: a table written by tune is what train reads and loads, and a
+# cached choice that differs from the environment's kernels is loaded.
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+SMALL="$HCNN_SRCDIR/configs/synthetic_small.yaml"
+export XDG_CACHE_HOME="$WORK/cache"
+mpi_setup
+TRAIN=(train --config "$SMALL" -q --set max_steps=2 --set csv= --set checkpoint_dir=)
+
+if ! "$HCNN" --version | grep -q '^BLAS: OpenBLAS'; then
+    # BLIS or a generic CBLAS: no kernels to choose
+    case_begin tune_other_blas
+    if "$HCNN" tune --config "$SMALL" >"$WORK/tune" 2>&1 && grep -q "its own choice" "$WORK/tune"; then
+        case_ok
+    else
+        case_fail "$(cat "$WORK/tune")"
+    fi
+    expect_fail name_refused_other_blas "names OpenBLAS kernels" \
+        "$HCNN" "${TRAIN[@]}" --set blas_kernels=SkylakeX
+    case_begin auto_runs_other_blas
+    if "$HCNN" "${TRAIN[@]}" >"$WORK/o" 2>&1; then case_ok; else case_fail "$(tail -n 3 "$WORK/o")"; fi
+    finish
+fi
+
+# the kernels a run's header names ("OpenBLAS 0.3.21 kernels: NAME (...)")
+header_kernels() { sed -n 's/.*OpenBLAS [^ ]* kernels: \([A-Za-z0-9_]*\).*/\1/p' "$1" | head -n 1; }
+
+case_begin tune_table_and_cache
+if "$HCNN" tune --config "$SMALL" >"$WORK/tune" 2>&1; then
+    last=$(tail -n 1 "$WORK/tune")
+    choice=$(echo "$last" | sed -n 's/^choice=\([A-Za-z0-9_]*\) speedup=[0-9.]* measured_s=[0-9.]* cache=\(.*\)$/\1/p')
+    cache=$(echo "$last" | sed -n 's/.* cache=\(.*\)$/\1/p')
+    if [ -n "$choice" ] && [ -f "$cache" ] && head -n 1 "$cache" | grep -q '^hcnn-blas-kernels 1$' &&
+       grep -q "<- chosen" "$WORK/tune" && [ "${cache#"$XDG_CACHE_HOME"/hcnn/}" != "$cache" ]; then
+        case_ok
+    else
+        case_fail "table or cache missing: $last"; sed 's/^/#   /' "$WORK/tune"
+    fi
+else
+    case_fail "$(tail -n 3 "$WORK/tune")"
+fi
+
+# train reads the table tune wrote, loads its choice and says so
+case_begin auto_uses_cached_choice
+"$HCNN" "${TRAIN[@]}" >"$WORK/auto" 2>&1
+got=$(header_kernels "$WORK/auto")
+if [ "$got" = "$choice" ] && grep -q "(auto: .*cached in $cache)" "$WORK/auto"; then case_ok
+else case_fail "header names '$got', tune chose '$choice': $(grep -m1 kernels "$WORK/auto")"; fi
+
+# a cached choice other than the kernels the environment loads: the run
+# re-executes itself with them (the case of an environment that sets slower
+# kernels than the measurement found)
+case_begin auto_reexecutes_with_other_kernels
+env_kernels=$("$HCNN" --version | sed -n 's/^BLAS: OpenBLAS [^ ]* kernels: \([A-Za-z0-9_]*\).*/\1/p')
+n=$(grep -c '^candidate ' "$cache")
+other=-1 name=
+for ((i = 0; i < n; i++)); do
+    line=$(grep '^candidate ' "$cache" | sed -n "$((i + 1))p")
+    k=$(echo "$line" | awk '{print $2}') s=$(echo "$line" | awk '{print $4}')
+    if [ "$k" != "$env_kernels" ] && awk -v s="$s" 'BEGIN { exit !(s > 0) }'; then other=$i name=$k; break; fi
+done
+if [ "$other" -lt 0 ]; then
+    case_skip "only one kernel type runs on this CPU"
+else
+    sed -i "s/^choice .*/choice $other/" "$cache"
+    "$HCNN" "${TRAIN[@]}" >"$WORK/other" 2>&1
+    got=$(header_kernels "$WORK/other")
+    if [ "$got" = "$name" ]; then case_ok
+    else case_fail "cache chose $name (environment: $env_kernels), header: $(grep -m1 kernels "$WORK/other")"; fi
+fi
+
+case_begin forced_name
+"$HCNN" "${TRAIN[@]}" --set blas_kernels="$choice" >"$WORK/forced" 2>&1
+if [ "$(header_kernels "$WORK/forced")" = "$choice" ] && grep -q "(blas_kernels: $choice)" "$WORK/forced"; then
+    case_ok
+else
+    case_fail "$(grep -m1 kernels "$WORK/forced")"
+fi
+
+case_begin env_keeps_environment
+"$HCNN" "${TRAIN[@]}" --set blas_kernels=env >"$WORK/env" 2>&1
+if [ "$(header_kernels "$WORK/env")" = "$env_kernels" ] && grep -q "(env: " "$WORK/env"; then case_ok
+else case_fail "$(grep -m1 kernels "$WORK/env")"; fi
+
+expect_fail unknown_name "OpenBLAS has no kernels 'NoSuchCore'" \
+    "$HCNN" "${TRAIN[@]}" --set blas_kernels=NoSuchCore
+expect_fail bad_name_chars "blas_kernels.*expected a name" \
+    "$HCNN" "${TRAIN[@]}" --set 'blas_kernels=Sky lake'
+
+# MPI: the ranks share the node's table (one measures, the other waits on
+# the lock) and agree; ranks with different kernels are stopped at start
+case_begin mpi_ranks_share_the_choice
+rm -rf "$XDG_CACHE_HOME"
+if "${MPIRUN[@]}" -np 2 -x XDG_CACHE_HOME "$HCNN" "${TRAIN[@]}" --set strategy=data >"$WORK/mpi" 2>&1 &&
+   [ "$(ls "$XDG_CACHE_HOME"/hcnn/blas-*.txt | wc -l)" -eq 1 ]; then
+    case_ok
+else
+    case_fail "$(tail -n 3 "$WORK/mpi")"
+fi
+if [ "$other" -ge 0 ]; then
+    expect_fail mpi_ranks_disagree "the ranks run different BLAS kernels" \
+        "${MPIRUN[@]}" -np 1 "$HCNN" "${TRAIN[@]}" --set strategy=data --set blas_kernels="$env_kernels" : \
+        -np 1 "$HCNN" "${TRAIN[@]}" --set strategy=data --set blas_kernels="$name"
+fi
+
+finish

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The thread count does not change the model: the same config and seed
+# trained on 1, 2, 3, 17 and 64 threads (more threads than this machine's
+# cores: oversubscribed on purpose) give byte-identical checkpoints.
+# LeNet-5 and a small residual network (batch-norm, projection shortcut,
+# dropout), batches above and below the thread count, every conv_algo,
+# and ResNet-18 at 4 images a rank; then data and pipeline parallelism at 1
+# and 17 threads a rank.  Why it holds: README "Determinism".  The BLAS
+# kernels are the environment's (blas_kernels: env): auto measures per
+# thread count and could pick different ones.
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+LENET="$HCNN_SRCDIR/configs/mnist_lenet.yaml"
+RES="$HCNN_SRCDIR/configs/synthetic_resnet.yaml"
+R18="$HCNN_SRCDIR/configs/cifar_resnet18.yaml"
+SYN=(dataset=synthetic synthetic_train=300 synthetic_test=32)
+THREADS=(1 2 3 17 64)
+mpi_setup
+
+# train NAME THREADS CONFIG key=value...: serial run, checkpoint in $WORK/NAME
+train() {
+    local name=$1 t=$2 cfg=$3 kv
+    shift 3
+    local args=(train --config "$cfg" -q --set csv= --set threads="$t" --set blas_kernels=env
+                --set checkpoint_dir="$WORK/$name")
+    for kv in "$@"; do args+=(--set "$kv"); done
+    OMP_NUM_THREADS=$t timeout 300 "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
+}
+
+# identical REF NAME: byte-identical final checkpoints
+identical() {
+    if [ ! -f "$WORK/$2/final.hcnn" ]; then
+        case_fail "no checkpoint: $(tail -n 3 "$WORK/$2.log")"
+    elif cmp -s "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn"; then
+        case_ok
+    else
+        case_fail "differs from $1: $("$HCNN" diff "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn" | tail -n 1)"
+    fi
+}
+
+# across NAME CONFIG key=value...: one case per thread count after the
+# first, each against the 1-thread run
+across() {
+    local name=$1 cfg=$2 t
+    shift 2
+    for t in "${THREADS[@]}"; do
+        train "$name-$t" "$t" "$cfg" "$@"
+        if [ "$t" -ne 1 ]; then
+            case_begin "${name}_${t}_threads"
+            identical "$name-1" "$name-$t"
+        fi
+    done
+}
+
+# LeNet-5: batch 64 (more images than threads but for 64), 8 (fewer than
+# 17), and per-block convolutions (conv_algo per_thread runs whole-network
+# units; batched does not)
+across lenet_b64 "$LENET" "${SYN[@]}" batch_size=64 max_steps=4
+across lenet_b8 "$LENET" "${SYN[@]}" batch_size=8 max_steps=6
+across lenet_batched_b8 "$LENET" "${SYN[@]}" batch_size=8 max_steps=6 conv_algo=batched
+# the small residual network: batch-norm couples the samples, so blocks
+# run one after another, convolutions on per-thread items (12x12 planes)
+# or batched (6x6)
+across resnet_b32 "$RES" epochs=1 max_steps=6 batch_size=32
+across resnet_b4 "$RES" epochs=1 max_steps=6 batch_size=4
+across resnet_per_thread_b4 "$RES" epochs=1 max_steps=6 batch_size=4 conv_algo=per_thread
+across resnet_batched_b32 "$RES" epochs=1 max_steps=6 batch_size=32 conv_algo=batched
+# ResNet-18, 4 images: its images split into row and channel items
+THREADS=(1 17 64)
+across resnet18_b4 "$R18" "${SYN[@]}" batch_size=4 eval_batch_size=16 max_steps=1
+
+# strategies: the same run at 1 and 17 threads a rank
+# mpi NAME THREADS RANKS key=value...
+mpi() {
+    local name=$1 t=$2 np=$3 kv
+    shift 3
+    local args=(train --config "$RES" -q --set csv= --set epochs=1 --set max_steps=6
+                --set threads="$t" --set blas_kernels=env --set checkpoint_dir="$WORK/$name")
+    for kv in "$@"; do args+=(--set "$kv"); done
+    "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS="$t" "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
+}
+for t in 1 17; do
+    mpi data-$t "$t" 2 strategy=data batch_size=8 bucket_mb=0.001
+    mpi pipe-$t "$t" 2 strategy=pipeline stages=2 microbatches=2 batch_size=8
+done
+case_begin data_2_ranks_17_threads
+identical data-1 data-17
+case_begin pipeline_2_stages_17_threads
+identical pipe-1 pipe-17
+
+finish
