@@ -66,7 +66,7 @@ HCNN=${HCNN:-./hcnn}
 PY=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch; not the pyenv python3 first on PATH
 [ -x "$HCNN" ] || { echo "compare.sh: $HCNN not found: build hcnn first (make)" >&2; exit 1; }
 [ -z "${OPENBLAS_CORETYPE:-}" ] ||
-    echo "compare.sh: note: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE is set in the environment (hcnn selects its kernels itself)" >&2
+    echo "compare.sh: note: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE is set in the environment (hcnn's blas_kernels: auto measures its own choice; PyTorch's OpenBLAS follows it)" >&2
 
 # The optimiser of the config, for the peer: top-level keys of the YAML.
 cfg_key() { # key default
@@ -153,6 +153,9 @@ for ((i = 1; i <= rounds; i++)); do
     echo "$line"
 done
 
+# the BLAS kernels hcnn ran with, from its header ("...; OpenBLAS 0.3.21 kernels: X (...)")
+kernels=$(head -n 1 "$tmp/hcnn.log" | sed -n 's/.*; \([^;]*kernels[^(]*\).*/\1/p')
+[ -z "$kernels" ] || echo "hcnn_blas=${kernels% }"
 hm=$(median < "$tmp/h")
 if [ "$have_torch" = 1 ]; then
     pm=$(median < "$tmp/p")
