@@ -12,6 +12,17 @@
 
 #define HCNN_PATH_MAX 1024
 
+/* Upper limits of configuration values (docs/config-reference.md): each far
+ * above what a real run uses, each low enough that the sizes derived from
+ * it (batch x sample, steps per epoch x epochs, MiB in bytes) cannot
+ * overflow before they are checked against the model. */
+#define HCNN_MAX_THREADS 1024      /* a 2-socket node of 256-core CPUs, with SMT */
+#define HCNN_MAX_BATCH (1 << 24)   /* samples per optimiser step or evaluation pass */
+#define HCNN_MAX_SAMPLES (1 << 30) /* synthetic set sizes, train_limit, test_limit */
+#define HCNN_MAX_EPOCHS (1 << 20)
+#define HCNN_MAX_STEPS (1LL << 50) /* max_steps, and a checkpoint's step */
+#define HCNN_MAX_MB (1 << 20)      /* bucket_mb, im2col_mb: 1 TiB */
+
 typedef enum hcnn_schedule { HCNN_SCHED_CONSTANT = 0, HCNN_SCHED_STEP, HCNN_SCHED_COSINE } hcnn_schedule;
 typedef enum hcnn_strategy_kind { HCNN_STRATEGY_SERIAL = 0, HCNN_STRATEGY_DATA, HCNN_STRATEGY_PIPELINE } hcnn_strategy_kind;
 typedef enum hcnn_pipe_schedule { HCNN_PIPE_GPIPE = 0, HCNN_PIPE_1F1B } hcnn_pipe_schedule;

@@ -16,6 +16,7 @@
 #ifndef HCNN_LAYER_H
 #define HCNN_LAYER_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -173,6 +174,10 @@ struct hcnn_layer {
     hcnn_layer *body, *proj;
     int nbody, nproj;
 };
+
+/* The most floats one tensor of one sample (and, with the batch, one
+ * activation tensor: hcnn_acts_alloc) may have: kernels index them with int. */
+#define HCNN_MAX_SAMPLE_FLOATS INT_MAX
 
 static inline size_t hcnn_layer_in_size(const hcnn_layer *l)
 {

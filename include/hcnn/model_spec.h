@@ -14,6 +14,11 @@
 
 #define HCNN_NAME_MAX 64
 #define HCNN_MAX_BLOCKS 256
+/* Largest value of any one model dimension (input channels, height, width,
+ * a block's out, kernel, stride or pad, classes): far above any real
+ * network, small enough that sums such as height + 2 * pad cannot overflow
+ * an int.  Products of dimensions are checked where layers are set up. */
+#define HCNN_MAX_DIM (1 << 20)
 
 #define HCNN_BLOCK_TYPES(X)                                                                    \
     X(CONV, conv, conv)                                                                        \

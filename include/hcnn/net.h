@@ -86,10 +86,6 @@ void hcnn_acts_free(hcnn_acts *a);
 
 /* Scratch shared by all micro-batches: kernel workspace, residual
  * temporaries and the two gradient ping-pong buffers between blocks. */
-/* Whole-network per-thread execution supports up to this many threads
- * (more: the per-block path). */
-#define HCNN_MAX_THREADS 512
-
 typedef struct hcnn_scratch {
     hcnn_ctx ctx;                /* ctx.be owns the buffers */
     float *g[2];

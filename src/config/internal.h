@@ -98,16 +98,21 @@ int cfg_parse_bool(const char *s, int *out);
 int cfg_get_ll(const ictx *c, const node *n, long long lo, long long hi, long long type_max,
                long long *out);
 int cfg_get_int(const ictx *c, const node *n, int lo, int *out);
+/* Integer in [lo, hi]. */
+int cfg_get_int_range(const ictx *c, const node *n, int lo, int hi, int *out);
 int cfg_get_u64(const ictx *c, const node *n, uint64_t *out);
 int cfg_get_num(const ictx *c, const node *n, range r, double *out);
+/* As cfg_get_num, for a double that the optimiser uses in single precision:
+ * a nonzero value must be a normal float (lr: 1e-320 would become 0). */
+int cfg_get_num_single(const ictx *c, const node *n, range r, double *out);
 /* Single-precision fields: the range is checked after rounding to float. */
 int cfg_get_float(const ictx *c, const node *n, range r, float *out);
 int cfg_get_bool(const ictx *c, const node *n, int *out);
 int cfg_get_str(const ictx *c, const node *n, char *buf, size_t size);
 int cfg_get_choice(const ictx *c, const node *n, const char *const *names, int count, int *out);
-/* A scalar integer >= lo into *out; 0 if it is not one. */
+/* A scalar integer in [lo, HCNN_MAX_DIM] into *out; 0 if it is not one. */
 int cfg_pair_item(const node *n, int lo, int *out);
-/* kernel / stride / pad: "k" or "[kh, kw]", each >= lo. */
+/* kernel / stride / pad: "k" or "[kh, kw]", each in [lo, HCNN_MAX_DIM]. */
 int cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w);
 /* Names become tensor-name prefixes: [A-Za-z0-9_.] and extra_chars. */
 int cfg_get_name(const ictx *c, const node *n, char *buf, size_t size, const char *extra_chars);
@@ -151,7 +156,9 @@ typedef struct keydef {
     size_t off;                /* offsetof(hcnn_config, field) */
     size_t size;               /* KT_STR, KT_NAME, KT_CHOICE: buffer size */
     int lo;                    /* KT_INT, KT_LONG: minimum */
+    long long hi;              /* KT_INT, KT_LONG: maximum; 0: the field type's */
     range r;                   /* KT_NUM */
+    int single;                /* KT_NUM used in float math: 0 or a normal float */
     const char *const *names;  /* KT_CHOICE, KT_ENUM */
     int nnames;
     int (*get)(const hcnn_config *);  /* KT_ENUM: the field is an enum type */

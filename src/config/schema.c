@@ -155,7 +155,7 @@ static int apply_block_key(const ictx *c, const block_key *k, const node *n, hcn
     case BKT_NAME:
         return cfg_get_name(c, n, field, sizeof b->name, "");
     case BKT_INT:
-        return cfg_get_int(c, n, k->lo, ints);
+        return cfg_get_int_range(c, n, k->lo, HCNN_MAX_DIM, ints);
     case BKT_PAIR:
         return cfg_get_pair(c, n, k->lo, &ints[0], &ints[1]);
     case BKT_BOOL:
@@ -310,7 +310,8 @@ static int get_input_shape(const ictx *c, const node *n, hcnn_model_spec *m)
         return cfg_fail_value(c, n, "[c, h, w] (three positive integers)");
     for (size_t i = 0; i < 3; i++)
         if (!cfg_pair_item(n->items[i].val, 1, dims[i]))
-            return cfg_fail_value(c, n->items[i].val, "[c, h, w] (three positive integers)");
+            return cfg_fail_value(c, n->items[i].val,
+                                  "[c, h, w] (three positive integers, each at most 1048576)");
     return HCNN_OK;
 }
 
@@ -329,7 +330,7 @@ static int interpret_model(ictx *c, const node *n, hcnn_model_spec *m)
         else if (!strcmp(e->key, "input"))
             rc = get_input_shape(c, e->val, m);
         else if (!strcmp(e->key, "classes"))
-            rc = cfg_get_int(c, e->val, 2, &m->classes);
+            rc = cfg_get_int_range(c, e->val, 2, HCNN_MAX_DIM, &m->classes);
         else if (!strcmp(e->key, "blocks"))
             rc = interpret_blocks(c, e->val, m);
         else
@@ -380,9 +381,17 @@ static void set_progress(hcnn_config *c, int v)
     {                                                                                              \
         .name = n, .type = KT_INT, .off = FIELD(f), .lo = min                                      \
     }
-#define K_LONG(n, f, min)                                                                          \
+#define K_INTR(n, f, min, max)                                                                     \
     {                                                                                              \
-        .name = n, .type = KT_LONG, .off = FIELD(f), .lo = min                                     \
+        .name = n, .type = KT_INT, .off = FIELD(f), .lo = min, .hi = max                           \
+    }
+#define K_LONGR(n, f, min, max)                                                                    \
+    {                                                                                              \
+        .name = n, .type = KT_LONG, .off = FIELD(f), .lo = min, .hi = max                          \
+    }
+#define K_SINGLE(n, f, l, lopen, h, hopen)                                                         \
+    {                                                                                              \
+        .name = n, .type = KT_NUM, .off = FIELD(f), .r = { l, h, lopen, hopen }, .single = 1       \
     }
 #define K_NUM(n, f, l, lopen, h, hopen)                                                            \
     {                                                                                              \
@@ -411,33 +420,33 @@ const keydef cfg_top_keys[] = {
      .nnames = COUNT(dataset_names),
      .required = 1},
     K_STR("data_dir", data_dir),
-    K_INT("synthetic_train", synthetic_train, 1),
-    K_INT("synthetic_test", synthetic_test, 1),
-    K_INT("epochs", epochs, 1),
-    K_INT("batch_size", batch_size, 1),
-    K_INT("eval_batch_size", eval_batch_size, 0),
-    K_NUM("lr", lr, 0.0, 1, INFINITY, 0),
-    K_NUM("momentum", momentum, 0.0, 0, 1.0, 1),
+    K_INTR("synthetic_train", synthetic_train, 1, HCNN_MAX_SAMPLES),
+    K_INTR("synthetic_test", synthetic_test, 1, HCNN_MAX_SAMPLES),
+    K_INTR("epochs", epochs, 1, HCNN_MAX_EPOCHS),
+    K_INTR("batch_size", batch_size, 1, HCNN_MAX_BATCH),
+    K_INTR("eval_batch_size", eval_batch_size, 0, HCNN_MAX_BATCH),
+    K_SINGLE("lr", lr, 0.0, 1, INFINITY, 0),
+    K_SINGLE("momentum", momentum, 0.0, 0, 1.0, 1),
     K_BOOL("nesterov", nesterov),
-    K_NUM("weight_decay", weight_decay, 0.0, 0, INFINITY, 0),
+    K_SINGLE("weight_decay", weight_decay, 0.0, 0, INFINITY, 0),
     K_ENUM("schedule", schedule_names, get_schedule, set_schedule),
-    K_NUM("warmup_epochs", warmup_epochs, 0.0, 0, INFINITY, 0),
-    K_INT("lr_step_epochs", lr_step_epochs, 1),
-    K_NUM("lr_gamma", lr_gamma, 0.0, 1, 1.0, 0),
-    K_NUM("min_lr", min_lr, 0.0, 0, INFINITY, 0),
+    K_NUM("warmup_epochs", warmup_epochs, 0.0, 0, HCNN_MAX_EPOCHS, 0),
+    K_INTR("lr_step_epochs", lr_step_epochs, 1, HCNN_MAX_EPOCHS),
+    K_SINGLE("lr_gamma", lr_gamma, 0.0, 1, 1.0, 0),
+    K_SINGLE("min_lr", min_lr, 0.0, 0, INFINITY, 0),
     K_ENUM("init", init_names, get_init, set_init),
     {.name = "seed", .type = KT_U64, .off = FIELD(seed)},
-    K_INT("threads", threads, 0),
+    K_INTR("threads", threads, 0, HCNN_MAX_THREADS),
     K_ENUM("strategy", strategy_names, get_strategy, set_strategy),
-    K_NUM("bucket_mb", bucket_mb, 0.0, 1, INFINITY, 0),
+    K_NUM("bucket_mb", bucket_mb, 0.0, 1, HCNN_MAX_MB, 0),
     K_ENUM("allreduce_progress", progress_names, get_progress, set_progress),
-    K_INT("stages", stages, 1),
+    K_INTR("stages", stages, 1, HCNN_MAX_BLOCKS),
     K_INT("microbatches", microbatches, 1),
     K_ENUM("pipeline_schedule", pipe_schedule_names, get_pipe_schedule, set_pipe_schedule),
     {.name = "partition", .type = KT_PARTITION},
-    K_LONG("max_steps", max_steps, 0),
-    K_LONG("train_limit", train_limit, 0),
-    K_LONG("test_limit", test_limit, 0),
+    K_LONGR("max_steps", max_steps, 0, HCNN_MAX_STEPS),
+    K_LONGR("train_limit", train_limit, 0, HCNN_MAX_SAMPLES),
+    K_LONGR("test_limit", test_limit, 0, HCNN_MAX_SAMPLES),
     K_BOOL("shuffle", shuffle),
     {.name = "augment", .type = KT_AUGMENT, .off = FIELD(augment)},
     K_STR("csv", csv),
@@ -445,7 +454,7 @@ const keydef cfg_top_keys[] = {
     K_INT("checkpoint_every", checkpoint_every, 0),
     K_INT("checkpoint_keep", checkpoint_keep, 1),
     K_INT("progress_every", progress_every, 0),
-    K_NUM("im2col_mb", im2col_mb, 0.0, 1, INFINITY, 0),
+    K_NUM("im2col_mb", im2col_mb, 0.0, 1, HCNN_MAX_MB, 0),
     K_ENUM("conv_algo", conv_algo_names, get_conv_algo, set_conv_algo),
     K_ENUM("data_prefetch", prefetch_names, get_prefetch, set_prefetch),
     {.name = "blas_kernels", .type = KT_NAME, .off = FIELD(blas_kernels),
@@ -471,14 +480,16 @@ static int apply_top_key(ictx *c, const keydef *d, const node *n, hcnn_config *c
     case KT_MODEL:
         return interpret_model(c, n, &cfg->model);
     case KT_INT:
-        return cfg_get_int(c, n, d->lo, (int *)(void *)field);
+        return cfg_get_int_range(c, n, d->lo, d->hi ? (int)d->hi : INT_MAX, (int *)(void *)field);
     case KT_LONG:
-        if ((rc = cfg_get_ll(c, n, d->lo, LONG_MAX, LONG_MAX, &v)) == HCNN_OK)
+        if ((rc = cfg_get_ll(c, n, d->lo, d->hi ? d->hi : LONG_MAX, LONG_MAX, &v)) == HCNN_OK)
             *(long *)(void *)field = (long)v;
         return rc;
     case KT_U64:
         return cfg_get_u64(c, n, (uint64_t *)(void *)field);
     case KT_NUM:
+        if (d->single)
+            return cfg_get_num_single(c, n, d->r, (double *)(void *)field);
         return cfg_get_num(c, n, d->r, (double *)(void *)field);
     case KT_BOOL:
         return cfg_get_bool(c, n, (int *)(void *)field);

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -59,13 +60,14 @@ static int parse_num(const char *s, double *out)
 
 static int all_digits(const char *s) { return *s && strspn(s, "0123456789") == strlen(s); }
 
-/* "a positive integer"; the upper limit is only mentioned when it was hit. */
+/* "a positive integer"; the upper limit is mentioned when it was hit or is
+ * below the field type's own. */
 static void int_expectation(char *buf, size_t size, long long lo, long long hi, long long type_max,
                             int too_big)
 {
-    if (hi < type_max || (lo != 0 && lo != 1))
+    if (lo != 0 && lo != 1)
         snprintf(buf, size, "an integer in [%lld, %lld]", lo, hi);
-    else if (too_big)
+    else if (too_big || hi < type_max)
         snprintf(buf, size, "a %s integer of at most %lld", lo ? "positive" : "non-negative", hi);
     else
         snprintf(buf, size, "a %s integer", lo ? "positive" : "non-negative");
@@ -90,8 +92,13 @@ int cfg_get_ll(const ictx *c, const node *n, long long lo, long long hi, long lo
 
 int cfg_get_int(const ictx *c, const node *n, int lo, int *out)
 {
+    return cfg_get_int_range(c, n, lo, INT_MAX, out);
+}
+
+int cfg_get_int_range(const ictx *c, const node *n, int lo, int hi, int *out)
+{
     long long v = 0;
-    int rc = cfg_get_ll(c, n, lo, INT_MAX, INT_MAX, &v);
+    int rc = cfg_get_ll(c, n, lo, hi, INT_MAX, &v);
     if (!rc)
         *out = (int)v;
     return rc;
@@ -136,6 +143,24 @@ int cfg_get_num(const ictx *c, const node *n, range r, double *out)
     char expected[96];
     num_expectation(expected, sizeof expected, r);
     return cfg_fail_value(c, n, expected);
+}
+
+int cfg_get_num_single(const ictx *c, const node *n, range r, double *out)
+{
+    double v = 0.0;
+    int rc = cfg_get_num(c, n, r, &v);
+    if (rc)
+        return rc;
+    if (v != 0.0 && (fabs(v) < FLT_MIN || fabs(v) > FLT_MAX)) {
+        char expected[160];
+        num_expectation(expected, sizeof expected, r);
+        snprintf(expected + strlen(expected), sizeof expected - strlen(expected),
+                 " that single precision can hold (%s%g to %g in magnitude)",
+                 r.lo == 0.0 && !r.lo_open ? "0 or " : "", (double)FLT_MIN, (double)FLT_MAX);
+        return cfg_fail_value(c, n, expected);
+    }
+    *out = v;
+    return HCNN_OK;
 }
 
 /* Single-precision fields: the range is checked after rounding to float,
@@ -215,23 +240,33 @@ int cfg_get_choice(const ictx *c, const node *n, const char *const *names, int c
 int cfg_pair_item(const node *n, int lo, int *out)
 {
     long long v;
-    if (!cfg_is_scalar(n) || !cfg_parse_ll(n->str, &v) || v < lo || v > INT_MAX)
+    if (!cfg_is_scalar(n) || !cfg_parse_ll(n->str, &v) || v < lo || v > HCNN_MAX_DIM)
         return 0;
     *out = (int)v;
     return 1;
 }
 
-/* kernel / stride / pad: "k" or "[kh, kw]", each >= lo. */
+/* kernel / stride / pad: "k" or "[kh, kw]", each in [lo, HCNN_MAX_DIM]. */
+static int pair_fail(const ictx *c, const node *n, int lo)
+{
+    long long v;
+    int too_big = cfg_is_scalar(n) && cfg_parse_ll(n->str, &v) && v > HCNN_MAX_DIM;
+    char limit[40] = "", expected[96];
+    if (too_big)
+        snprintf(limit, sizeof limit, " of at most %d", HCNN_MAX_DIM);
+    snprintf(expected, sizeof expected, "a %s integer%s or [h, w]",
+             lo > 0 ? "positive" : "non-negative", limit);
+    return cfg_fail_value(c, n, expected);
+}
+
 int cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w)
 {
-    const char *expected =
-        lo > 0 ? "a positive integer or [h, w]" : "a non-negative integer or [h, w]";
     if (n && n->type == NODE_SEQ && n->n == 2) {
         /* name the offending element rather than "a sequence" */
         for (size_t i = 0; i < 2; i++) {
             int v;
             if (!cfg_pair_item(n->items[i].val, lo, &v))
-                return cfg_fail_value(c, n->items[i].val, expected);
+                return pair_fail(c, n->items[i].val, lo);
         }
         cfg_pair_item(n->items[0].val, lo, h);
         cfg_pair_item(n->items[1].val, lo, w);
@@ -239,7 +274,7 @@ int cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w)
     }
     int v;
     if (!cfg_pair_item(n, lo, &v))
-        return cfg_fail_value(c, n, expected);
+        return pair_fail(c, n, lo);
     *h = *w = v;
     return HCNN_OK;
 }

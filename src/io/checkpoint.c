@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 
 #include "hcnn/checkpoint.h"
 #include "hcnn/common.h"
+#include "hcnn/config.h"
 #include "hcnn/files.h"
 
 enum { SEC_META = 1, SEC_TENSORS = 2 };
@@ -242,6 +245,45 @@ static int read_file(const char *path, unsigned char **data, size_t *n)
     return HCNN_OK;
 }
 
+/* One META value: the whole text a number in [lo, hi] (a file whose CRCs
+ * are valid can still claim step 2^63-1 or epoch -5). */
+static int meta_long(const char *path, const char *key, const char *v, long lo, long hi,
+                     long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return hcnn_error_code(HCNN_EFORMAT, "%s: META %s=%s: expected an integer in [%ld, %ld]",
+                               path, key, v, lo, hi);
+    *out = x;
+    return HCNN_OK;
+}
+
+static int meta_double(const char *path, const char *key, const char *v, double lo, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x) || x < lo)
+        return hcnn_error_code(HCNN_EFORMAT, "%s: META %s=%s: expected a finite number >= %g", path,
+                               key, v, lo);
+    *out = x;
+    return HCNN_OK;
+}
+
+static int meta_u64(const char *path, const char *key, const char *v, int base, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, base);
+    if (errno || end == v || *end || *v == '-' || *v == '+' || *v == ' ')
+        return hcnn_error_code(HCNN_EFORMAT, "%s: META %s=%s: expected an unsigned %s integer",
+                               path, key, v, base == 16 ? "hexadecimal" : "decimal");
+    *out = (uint64_t)x;
+    return HCNN_OK;
+}
+
 static int parse_meta(const char *path, const unsigned char *p, size_t n, hcnn_ckpt_meta *m)
 {
     char text[4096];
@@ -257,31 +299,41 @@ static int parse_meta(const char *path, const unsigned char *p, size_t n, hcnn_c
             continue;
         *eq = '\0';
         const char *v = eq + 1;
+        long batch_size = 0;
+        int rc = HCNN_OK;
         if (!strcmp(line, "model_hash"))
-            m->model_hash = strtoull(v, NULL, 16), have_hash = 1;
+            rc = meta_u64(path, line, v, 16, &m->model_hash), have_hash = 1;
         else if (!strcmp(line, "model"))
             snprintf(m->model, sizeof m->model, "%s", v);
         else if (!strcmp(line, "epoch"))
-            m->epoch = strtol(v, NULL, 10);
+            rc = meta_long(path, line, v, 0, HCNN_MAX_EPOCHS, &m->epoch);
         else if (!strcmp(line, "step"))
-            m->step = strtol(v, NULL, 10);
+            rc = meta_long(path, line, v, 0, (long)HCNN_MAX_STEPS, &m->step);
         else if (!strcmp(line, "seed"))
-            m->seed = strtoull(v, NULL, 10);
+            rc = meta_u64(path, line, v, 10, &m->seed);
         else if (!strcmp(line, "batch"))
-            m->batch = strtol(v, NULL, 10);
-        else if (!strcmp(line, "batch_size"))
-            m->batch_size = (int)strtol(v, NULL, 10);
-        else if (!strcmp(line, "lr"))
-            m->lr = strtod(v, NULL);
+            rc = meta_long(path, line, v, 0, (long)HCNN_MAX_STEPS, &m->batch);
+        else if (!strcmp(line, "batch_size")) {
+            rc = meta_long(path, line, v, 0, HCNN_MAX_BATCH, &batch_size);
+            m->batch_size = (int)batch_size;
+        } else if (!strcmp(line, "lr"))
+            rc = meta_double(path, line, v, 0.0, &m->lr);
         else if (!strcmp(line, "loss_sum"))
-            m->loss_sum = strtod(v, NULL);
+            rc = meta_double(path, line, v, 0.0, &m->loss_sum);
         else if (!strcmp(line, "correct"))
-            m->correct = strtod(v, NULL);
+            rc = meta_double(path, line, v, 0.0, &m->correct);
         else if (!strcmp(line, "seen"))
-            m->seen = strtod(v, NULL);
+            rc = meta_double(path, line, v, 0.0, &m->seen);
+        if (rc)
+            return rc;
     }
     if (!have_hash)
         return hcnn_error_code(HCNN_EFORMAT, "%s: META section has no model_hash", path);
+    if (m->batch > m->step || m->correct > m->seen)
+        return hcnn_error_code(HCNN_EFORMAT,
+                               "%s: META is inconsistent: batch %ld of step %ld, %.0f correct of "
+                               "%.0f seen (expected batch <= step, correct <= seen)",
+                               path, m->batch, m->step, m->correct, m->seen);
     return HCNN_OK;
 }
 
@@ -309,11 +361,17 @@ static int index_tensors(const char *path, const unsigned char *p, size_t n, hcn
         if (get(&b, &role, 1) || get(&b, &ndim, 1) || ndim > 4 || role > ROLE_MOMENTUM)
             return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s: bad header", path, t->name);
         t->role = role, t->ndim = ndim;
-        size_t prod = 1;
+        uint64_t prod = 1;
         for (int d = 0; d < 4; d++) {
             uint32_t v = 1;
             if (d < ndim && get(&b, &v, 4))
                 return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s truncated", path, t->name);
+            /* each dimension and the product bounded before they are used */
+            if (v > (uint32_t)INT_MAX || (v && prod > (b.n / sizeof(float)) / v))
+                return hcnn_error_code(HCNN_EFORMAT,
+                                       "%s: tensor %s: dimension %d is %u, more than the %zu-byte "
+                                       "section can hold",
+                                       path, t->name, d, v, n);
             t->dims[d] = (int)v;
             prod *= v;
         }
@@ -325,6 +383,11 @@ static int index_tensors(const char *path, const unsigned char *p, size_t n, hcn
         b.off += cnt * sizeof(float);
         f->ntensors++;
     }
+    if (b.off != n)
+        return hcnn_error_code(HCNN_EFORMAT,
+                               "%s: TENSORS section: %zu bytes after the %u tensors it counts "
+                               "(expected none)",
+                               path, n - b.off, count);
     return HCNN_OK;
 }
 
@@ -398,8 +461,26 @@ void hcnn_ckpt_close(hcnn_ckpt_file *f)
     memset(f, 0, sizeof *f);
 }
 
+/* Every value finite; a batch-norm running variance not negative. */
+static int check_values(const char *path, const hcnn_ckpt_tensor *c, const hcnn_tensor_info *t)
+{
+    const size_t len = strlen(c->name), suffix = sizeof "running_var" - 1;
+    const int variance = t->is_state && len >= suffix && !strcmp(c->name + len - suffix, "running_var");
+    for (size_t i = 0; i < c->count; i++) {
+        float v;
+        memcpy(&v, c->data + i, sizeof v); /* unaligned in the file image */
+        if (!isfinite(v) || (variance && v < 0.0f))
+            return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s (%s), element %zu is %g "
+                                   "(expected a finite%s value)",
+                                   path, c->name, hcnn_ckpt_role_name(c->role), i, (double)v,
+                                   variance ? ", non-negative" : "");
+    }
+    return HCNN_OK;
+}
+
 int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_meta *meta)
 {
+    unsigned char *seen = NULL;
     hcnn_ckpt_file f;
     int rc = hcnn_ckpt_read(path, &f);
     if (rc)
@@ -413,7 +494,13 @@ int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_m
         goto out;
     }
     /* validate everything first, so that a bad file changes nothing */
-    int model_tensors = 0;
+    int model_tensors = 0, momentum_tensors = 0;
+    /* seen[i]: tensor i of the model, seen[ntensors + i]: its momentum */
+    seen = calloc(2 * (size_t)net->ntensors + 1, 1);
+    if (!seen) {
+        rc = hcnn_error_code(HCNN_ENOMEM, "cannot allocate the tensor table to check %s", path);
+        goto out;
+    }
     for (int k = 0; k < f.ntensors; k++) {
         const hcnn_ckpt_tensor *c = &f.tensors[k];
         const hcnn_tensor_info *t =
@@ -434,14 +521,40 @@ int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_m
                                  c->ndim, t->dims[0], t->dims[1], t->dims[2], t->dims[3], t->ndim);
             goto out;
         }
+        if (c->role == ROLE_MOMENTUM && t->is_state) {
+            rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s: momentum of a batch-norm statistic",
+                                 path, c->name);
+            goto out;
+        }
+        unsigned char *once = &seen[(size_t)(t - net->tensors) +
+                                    (c->role == ROLE_MOMENTUM ? (size_t)net->ntensors : 0)];
+        if (*once) {
+            rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s (%s) appears twice", path, c->name,
+                                 hcnn_ckpt_role_name(c->role));
+            goto out;
+        }
+        *once = 1;
+        if ((rc = check_values(path, c, t)) != HCNN_OK)
+            goto out;
         model_tensors += c->role != ROLE_MOMENTUM;
+        momentum_tensors += c->role == ROLE_MOMENTUM;
     }
-    if (model_tensors != net->ntensors) {
-        rc = hcnn_error_code(HCNN_EFORMAT,
-                             "%s: holds %d model tensors, the configured model has %d", path,
-                             model_tensors, net->ntensors);
-        goto out;
-    }
+    for (int i = 0; i < net->ntensors; i++)
+        if (!seen[i]) {
+            rc = hcnn_error_code(HCNN_EFORMAT,
+                                 "%s: holds %d model tensors, the configured model has %d: "
+                                 "%s is missing",
+                                 path, model_tensors, net->ntensors, net->tensors[i].name);
+            goto out;
+        }
+    for (int i = 0; momentum_tensors > 0 && i < net->ntensors; i++)
+        if (!net->tensors[i].is_state && !seen[net->ntensors + i]) {
+            rc = hcnn_error_code(HCNN_EFORMAT,
+                                 "%s: has momentum for %d tensors but not for %s (expected all "
+                                 "parameters or none)",
+                                 path, momentum_tensors, net->tensors[i].name);
+            goto out;
+        }
     for (int k = 0; k < f.ntensors; k++) {
         const hcnn_ckpt_tensor *c = &f.tensors[k];
         const hcnn_tensor_info *t =
@@ -454,6 +567,7 @@ int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_m
             net->be->upload(dst, c->data, c->count * sizeof(float));
     }
 out:
+    free(seen);
     hcnn_ckpt_close(&f);
     return rc;
 }

@@ -16,6 +16,31 @@ const hcnn_layer_ops *hcnn_layer_ops_of(hcnn_block_kind kind)
     return (int)kind >= 0 && kind < HCNN_BLOCK_KIND_COUNT ? layer_types[kind] : NULL;
 }
 
+/* Per-sample sizes that the kernels index with int (GEMM dimensions, one
+ * image's columns): at most HCNN_MAX_SAMPLE_FLOATS each, checked here, so
+ * that a model such as a 65536x65536 input is refused before anything is
+ * allocated rather than overflowing. */
+static int check_sample_sizes(const hcnn_layer *l, const char *cfg_path, int index)
+{
+    const struct {
+        const char *what;
+        size_t floats;
+    } sizes[] = {
+        {"input values per sample", hcnn_layer_in_size(l)},
+        {"output values per sample", hcnn_layer_out_size(l)},
+        {"auxiliary values per sample", l->aux_per_sample},
+        {"workspace values per sample", l->ws_per_sample},
+        {"weights", l->nw},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].floats > HCNN_MAX_SAMPLE_FLOATS)
+            return hcnn_error("%s: model.blocks.%d (%s): %zu %s, more than the %d a tensor may "
+                              "hold (sizes are int in the kernels): make the model smaller",
+                              cfg_path, index, l->name, sizes[i].floats, sizes[i].what,
+                              HCNN_MAX_SAMPLE_FLOATS);
+    return HCNN_OK;
+}
+
 int hcnn_layer_setup(hcnn_layer *l, const hcnn_block_spec *spec, int in_c, int in_h, int in_w,
                      const char *cfg_path, int index)
 {
@@ -31,7 +56,13 @@ int hcnn_layer_setup(hcnn_layer *l, const hcnn_block_spec *spec, int in_c, int i
     l->spec = *spec;
     l->in_c = in_c, l->in_h = in_h, l->in_w = in_w;
     l->out_c = in_c, l->out_h = in_h, l->out_w = in_w;
+    if (in_c > HCNN_MAX_DIM || in_h > HCNN_MAX_DIM || in_w > HCNN_MAX_DIM)
+        return hcnn_error("%s: model.blocks.%d (%s): its input %dx%dx%d has a dimension above "
+                          "%d",
+                          cfg_path, index, l->name, in_c, in_h, in_w, HCNN_MAX_DIM);
     const int rc = l->ops->setup(l, cfg_path, index);
+    if (rc == HCNN_OK)
+        return check_sample_sizes(l, cfg_path, index);
     if (rc != HCNN_LAYER_BAD_SHAPE)
         return rc;
     return hcnn_error("%s: model.blocks.%d (%s, %s): cannot apply kernel %dx%d stride %dx%d "

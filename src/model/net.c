@@ -282,6 +282,18 @@ int hcnn_acts_alloc(hcnn_acts *a, const hcnn_net *net, int first, int last, int 
     size_t total = 0;
     for (int i = first; i < last; i++) {
         const hcnn_layer *l = &net->layers[i];
+        /* the kernels index one tensor with int; the layer's per-sample
+         * sizes are at most HCNN_MAX_SAMPLE_FLOATS (hcnn_layer_setup) */
+        const size_t per_sample = hcnn_layer_out_size(l) > l->aux_per_sample
+                                      ? hcnn_layer_out_size(l)
+                                      : l->aux_per_sample;
+        if (capacity < 0 || per_sample > (size_t)HCNN_MAX_SAMPLE_FLOATS / ((size_t)capacity + 1)) {
+            hcnn_acts_free(a);
+            return hcnn_error("block %s: %d samples of %zu values make one activation tensor "
+                              "larger than %d values (sizes are int in the kernels): lower "
+                              "batch_size (or eval_batch_size)",
+                              l->name, capacity, per_sample, HCNN_MAX_SAMPLE_FLOATS);
+        }
         /* round each tensor to 16 floats so every tensor is 64-byte aligned */
         total += (hcnn_layer_out_size(l) * capacity + 15) & ~(size_t)15;
         total += (hcnn_layer_aux_size(l, capacity) + 15) & ~(size_t)15;

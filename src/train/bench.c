@@ -48,7 +48,15 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
     /* synthetic data of the model's input shape, exactly enough batches */
     *cfg = *cfg_in;
     snprintf(cfg->dataset, sizeof cfg->dataset, "synthetic");
-    cfg->synthetic_train = cfg->batch_size * (warmup + repeats * steps);
+    const long long samples = (long long)cfg->batch_size * (warmup + (long long)repeats * steps);
+    if (samples > HCNN_MAX_SAMPLES) {
+        free(cfg);
+        return hcnn_error("%s: batch_size %d x (%d warm-up + %d x %d timed steps) = %lld samples, "
+                          "more than %d: fewer steps or a smaller batch",
+                          cfg_in->path, cfg_in->batch_size, warmup, repeats, steps, samples,
+                          HCNN_MAX_SAMPLES);
+    }
+    cfg->synthetic_train = (int)samples;
     cfg->synthetic_test = cfg->batch_size;
     cfg->epochs = 1;
     cfg->max_steps = 0;
