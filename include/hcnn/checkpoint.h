@@ -53,6 +53,8 @@ void hcnn_ckpt_name(char *buf, size_t cap, const char *dir, long step);
 /* The newest checkpoint of dir (highest step) into buf; HCNN_EIO naming the
  * directory if there is none. */
 int hcnn_ckpt_latest(const char *dir, char *buf, size_t cap);
+/* The same without a message: HCNN_EIO if there is none. */
+int hcnn_ckpt_latest_quiet(const char *dir, char *buf, size_t cap);
 /* Delete all but the newest `keep` checkpoints of dir. */
 void hcnn_ckpt_prune(const char *dir, int keep);
 /* Verifies magic, version, CRCs, model hash, every name and shape; on any

@@ -26,6 +26,7 @@ typedef struct hcnn_ckpt_writer {
     pthread_cond_t cv;
     int started, busy, stop;
     int last_rc;                 /* result of the last write */
+    int failure_seen;            /* hcnn_ckpt_writer_failed reported last_rc */
     double last_write_s;         /* background time of the last write */
 } hcnn_ckpt_writer;
 
@@ -34,6 +35,9 @@ int hcnn_ckpt_writer_init(hcnn_ckpt_writer *w, const hcnn_net *net, const char *
  * the caller.  Returns the result of the previous write (HCNN_OK if none). */
 int hcnn_ckpt_writer_submit(hcnn_ckpt_writer *w, const float *momentum, const hcnn_ckpt_meta *meta,
                             int link_final, double *stall_s);
+/* Without waiting: the error of the last write if it failed and no earlier
+ * call reported it (the path it was writing is w->path), else HCNN_OK. */
+int hcnn_ckpt_writer_failed(hcnn_ckpt_writer *w);
 /* Wait for the write in flight; returns its result and the path written. */
 int hcnn_ckpt_writer_wait(hcnn_ckpt_writer *w);
 void hcnn_ckpt_writer_free(hcnn_ckpt_writer *w);

@@ -27,7 +27,9 @@ enum hcnn_status {
     HCNN_EFORMAT = 4,  /* file has a wrong magic, size or content */
     HCNN_ENUMERIC = 5, /* NaN or Inf during training */
     HCNN_EMPI = 6,     /* an MPI call failed or another rank failed */
-    HCNN_STOPPED = 7   /* stopped by SIGTERM/SIGUSR1 after writing a checkpoint */
+    HCNN_STOPPED = 7,  /* stopped by SIGTERM/SIGUSR1 after writing a checkpoint */
+    HCNN_EAGREED = 8   /* every rank stopped on one error they agreed on (a non-finite
+                          step, a failed checkpoint write), reported once by rank 0 */
 };
 
 /* Print "hcnn: error: <message>" on stderr.  Returns HCNN_EINVAL so that

@@ -35,6 +35,14 @@ typedef enum hcnn_allreduce_progress { HCNN_PROGRESS_TEST = 0, HCNN_PROGRESS_THR
  * training threads (see src/data/loader.c). */
 typedef enum hcnn_prefetch { HCNN_PREFETCH_AUTO = 0, HCNN_PREFETCH_ON, HCNN_PREFETCH_OFF } hcnn_prefetch;
 
+/* A step whose loss or gradients are not finite on some rank (all ranks
+ * agree by one small allreduce before the optimiser step): abort with a
+ * checkpoint of the last good state, or skip the step everywhere. */
+typedef enum hcnn_nonfinite { HCNN_NONFINITE_ABORT = 0, HCNN_NONFINITE_SKIP } hcnn_nonfinite;
+/* A checkpoint write that failed (disk full, directory gone): stop the run
+ * (the previous checkpoint is intact) or keep training and retry. */
+typedef enum hcnn_on_error { HCNN_ON_ERROR_STOP = 0, HCNN_ON_ERROR_CONTINUE } hcnn_on_error;
+
 typedef struct hcnn_config {
     char path[HCNN_PATH_MAX];      /* the file it was read from */
     hcnn_model_spec model;
@@ -82,6 +90,10 @@ typedef struct hcnn_config {
     hcnn_conv_algo conv_algo;      /* auto | batched | per_thread */
     hcnn_prefetch data_prefetch;   /* auto | on | off */
     char blas_kernels[32];         /* auto | env | an OpenBLAS core name (src/blas/) */
+    hcnn_nonfinite nonfinite;
+    int nonfinite_max_skips;       /* skip: most steps skipped in a row before aborting */
+    hcnn_on_error checkpoint_on_error;
+    double stall_timeout_s;        /* a collective or receive waiting longer aborts; 0: off */
 } hcnn_config;
 
 /* Defaults for every key (model empty). */
@@ -104,6 +116,8 @@ const char *hcnn_strategy_name(hcnn_strategy_kind s);
 const char *hcnn_progress_name(hcnn_allreduce_progress p);
 const char *hcnn_conv_algo_name(hcnn_conv_algo a);
 const char *hcnn_prefetch_name(hcnn_prefetch p);
+const char *hcnn_nonfinite_name(hcnn_nonfinite v);
+const char *hcnn_on_error_name(hcnn_on_error v);
 const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s);
 
 #endif

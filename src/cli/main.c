@@ -505,9 +505,9 @@ int main(int argc, char **argv)
     }
     free(cfg);
     HCNN_MARKER_CLOSE();
-    if (rc == HCNN_STOPPED) { /* every rank stopped together after the checkpoint */
+    if (rc == HCNN_STOPPED || rc == HCNN_EAGREED) { /* every rank stopped together */
         hcnn_comm_finalize(&comm);
-        return 75;
+        return rc == HCNN_STOPPED ? 75 : 1;
     }
     /* a failure on one rank may leave the others in a collective: end the job */
     if (rc && comm.size > 1)

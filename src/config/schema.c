@@ -24,6 +24,8 @@ static const char *const init_names[] = {"he", "xavier"};
 static const char *const strategy_names[] = {"serial", "data", "pipeline"};
 static const char *const pipe_schedule_names[] = {"gpipe", "1f1b"};
 static const char *const progress_names[] = {"test", "thread"};
+static const char *const nonfinite_names[] = {"abort", "skip"};
+static const char *const on_error_names[] = {"stop", "continue"};
 static const char *const conv_algo_names[] = {"auto", "batched", "per_thread"};
 static const char *const prefetch_names[] = {"auto", "on", "off"};
 static const char *const dataset_names[] = {"mnist", "fashion_mnist", "cifar10", "synthetic"};
@@ -43,6 +45,8 @@ ENUM_NAME(hcnn_progress_name, hcnn_allreduce_progress, progress_names)
 ENUM_NAME(hcnn_prefetch_name, hcnn_prefetch, prefetch_names)
 ENUM_NAME(hcnn_conv_algo_name, hcnn_conv_algo, conv_algo_names)
 ENUM_NAME(hcnn_pipe_schedule_name, hcnn_pipe_schedule, pipe_schedule_names)
+ENUM_NAME(hcnn_nonfinite_name, hcnn_nonfinite, nonfinite_names)
+ENUM_NAME(hcnn_on_error_name, hcnn_on_error, on_error_names)
 
 /* ======================================================================
  * Defaults
@@ -87,6 +91,10 @@ void hcnn_config_defaults(hcnn_config *cfg)
     cfg->conv_algo = HCNN_CONV_AUTO;
     cfg->data_prefetch = HCNN_PREFETCH_AUTO;
     strcpy(cfg->blas_kernels, "auto");
+    cfg->nonfinite = HCNN_NONFINITE_ABORT;
+    cfg->nonfinite_max_skips = 3;
+    cfg->checkpoint_on_error = HCNN_ON_ERROR_STOP;
+    cfg->stall_timeout_s = 300.0;
 }
 
 /* ======================================================================
@@ -369,6 +377,10 @@ static int get_prefetch(const hcnn_config *c) { return (int)c->data_prefetch; }
 static void set_prefetch(hcnn_config *c, int v) { c->data_prefetch = (hcnn_prefetch)v; }
 static int get_conv_algo(const hcnn_config *c) { return (int)c->conv_algo; }
 static void set_conv_algo(hcnn_config *c, int v) { c->conv_algo = (hcnn_conv_algo)v; }
+static int get_nonfinite(const hcnn_config *c) { return (int)c->nonfinite; }
+static void set_nonfinite(hcnn_config *c, int v) { c->nonfinite = (hcnn_nonfinite)v; }
+static int get_on_error(const hcnn_config *c) { return (int)c->checkpoint_on_error; }
+static void set_on_error(hcnn_config *c, int v) { c->checkpoint_on_error = (hcnn_on_error)v; }
 static int get_progress(const hcnn_config *c) { return (int)c->allreduce_progress; }
 static void set_progress(hcnn_config *c, int v)
 {
@@ -459,6 +471,10 @@ const keydef cfg_top_keys[] = {
     K_ENUM("data_prefetch", prefetch_names, get_prefetch, set_prefetch),
     {.name = "blas_kernels", .type = KT_NAME, .off = FIELD(blas_kernels),
      .size = FSIZE(blas_kernels)},
+    K_ENUM("nonfinite", nonfinite_names, get_nonfinite, set_nonfinite),
+    K_INTR("nonfinite_max_skips", nonfinite_max_skips, 0, INT_MAX),
+    K_ENUM("checkpoint_on_error", on_error_names, get_on_error, set_on_error),
+    K_NUM("stall_timeout_s", stall_timeout_s, 0.0, 0, 1e9, 0),
 };
 const int cfg_ntop_keys = COUNT(cfg_top_keys);
 #define NKEYS cfg_ntop_keys

@@ -177,12 +177,19 @@ static int list_steps(const char *dir, long *steps, int cap)
 
 int hcnn_ckpt_latest(const char *dir, char *buf, size_t cap)
 {
-    long steps[4096];
-    int n = list_steps(dir, steps, 4096);
-    if (n == 0)
+    if (hcnn_ckpt_latest_quiet(dir, buf, cap) != HCNN_OK)
         return hcnn_error_code(HCNN_EIO, "--resume latest: no checkpoint (ckpt-s*.hcnn) in '%s' "
                                          "(key checkpoint_dir)",
                                dir);
+    return HCNN_OK;
+}
+
+int hcnn_ckpt_latest_quiet(const char *dir, char *buf, size_t cap)
+{
+    long steps[4096];
+    int n = list_steps(dir, steps, 4096);
+    if (n == 0)
+        return HCNN_EIO;
     hcnn_ckpt_name(buf, cap, dir, steps[n - 1]);
     return HCNN_OK;
 }

@@ -85,6 +85,18 @@ int hcnn_ckpt_writer_wait(hcnn_ckpt_writer *w)
     return rc;
 }
 
+int hcnn_ckpt_writer_failed(hcnn_ckpt_writer *w)
+{
+    if (!w->started)
+        return HCNN_OK;
+    pthread_mutex_lock(&w->mu);
+    int rc = !w->busy && !w->failure_seen ? w->last_rc : HCNN_OK;
+    if (rc)
+        w->failure_seen = 1;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
 int hcnn_ckpt_writer_submit(hcnn_ckpt_writer *w, const float *momentum, const hcnn_ckpt_meta *meta,
                             int link_final_too, double *stall_s)
 {
@@ -99,6 +111,7 @@ int hcnn_ckpt_writer_submit(hcnn_ckpt_writer *w, const float *momentum, const hc
     hcnn_ckpt_name(w->path, sizeof w->path, w->dir, meta->step);
     pthread_mutex_lock(&w->mu);
     w->busy = 1;
+    w->failure_seen = 0;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     if (stall_s)

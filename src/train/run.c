@@ -72,6 +72,8 @@ void run_free(hcnn_run *r)
     if (r->loader_ready)
         hcnn_loader_free(&r->loader);
     hcnn_sgd_free(&r->opt, r->be);
+    if (r->state_before)
+        r->be->free(r->state_before);
     hcnn_net_free(&r->net);
     hcnn_dataset_free(&r->train);
     hcnn_dataset_free(&r->test);

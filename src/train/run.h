@@ -40,6 +40,11 @@ typedef struct hcnn_run {
     hcnn_ckpt_writer writer;  /* rank 0, when checkpoint_dir is set */
     int writer_ready;
     int stop_signal;          /* SIGTERM/SIGUSR1 received (agreed by all ranks) */
+    int stop_error;           /* all ranks agreed to stop on this error (HCNN_ENUMERIC:
+                                 non-finite step, HCNN_EIO: checkpoint write failed) */
+    float *state_before;      /* batch-norm statistics before the step (backend memory):
+                                 restored when the step is dropped */
+    int skips_in_row;         /* non-finite steps skipped in a row */
     hcnn_profile prof;        /* --profile and bench */
     int profiling;
     char run_id[64];

@@ -3,6 +3,8 @@
  * checkpoints.  Everything a run owns lives in one struct passed down
  * (src/train/run.h); how the ranks share a step is the strategy's. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,19 +13,107 @@
 #include <unistd.h>
 
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 #include "hcnn/markers.h"
 #include "run.h"
 
-/* A non-finite loss (or the HCNN_FAIL_AT test hook) fails this rank. */
-static int check_loss(const hcnn_run *r, double loss, int epoch, float lr)
+/* What every rank must know before the optimiser step, in one small
+ * allreduce (MPI_MAX) that replaces a per-step signal check: whether a
+ * rank's loss or gradients are not finite (the lowest such rank, as
+ * size - rank), a stop signal, a failed checkpoint write (rank 0's writer). */
+enum { AGREE_BAD_RANK, AGREE_SIGNAL, AGREE_CKPT_FAILED, AGREE_N };
+
+static int take_stop_signal(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    const struct timespec zero = {0, 0};
+    int got = sigtimedwait(&set, NULL, &zero);
+    return got > 0 ? got : 0;
+}
+
+/* The HCNN_FAIL_AT=rank:step hook poisons that rank's loss. */
+static int step_is_finite(hcnn_run *r, double loss, size_t off, size_t count)
 {
     if (r->comm->rank == r->fail_rank && r->step == r->fail_step)
         loss = NAN;
-    if (isfinite(loss))
-        return HCNN_OK;
-    return hcnn_error_code(HCNN_ENUMERIC,
-                           "non-finite loss at epoch %d step %ld (lr %g): lower lr in %s",
-                           epoch + 1, r->step, (double)lr, r->cfg->path);
+    return isfinite(loss) && isfinite(r->be->sum_sq(r->net.grads + off, count));
+}
+
+static int step_agree(hcnn_run *r, int finite, int agreed[AGREE_N])
+{
+    agreed[AGREE_BAD_RANK] = finite ? 0 : r->comm->size - r->comm->rank;
+    agreed[AGREE_SIGNAL] = take_stop_signal();
+    agreed[AGREE_CKPT_FAILED] = r->writer_ready && hcnn_ckpt_writer_failed(&r->writer) != HCNN_OK;
+    if (r->comm->size > 1)
+        HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, agreed, AGREE_N, MPI_INT, MPI_MAX, r->comm->world));
+    return HCNN_OK;
+}
+
+/* After the agreement: stop signals and failed writes are acted on after
+ * the step; a non-finite step is dropped on every rank (its batch-norm
+ * statistics restored), then skipped or the run stopped.  Returns 1 when
+ * the optimiser step is to be skipped. */
+static int act_on_agreement(hcnn_run *r, const int agreed[AGREE_N], int epoch, float lr)
+{
+    const hcnn_config *cfg = r->cfg;
+    const int root = run_is_root(r);
+    if (agreed[AGREE_SIGNAL] && !r->stop_signal && root) {
+        printf("hcnn: %s received: finishing the step, writing a checkpoint, exiting\n",
+               agreed[AGREE_SIGNAL] == SIGTERM ? "SIGTERM" : "SIGUSR1");
+        fflush(stdout);
+    }
+    if (agreed[AGREE_SIGNAL])
+        r->stop_signal = agreed[AGREE_SIGNAL];
+    if (agreed[AGREE_CKPT_FAILED]) {
+        const int stop = cfg->checkpoint_on_error == HCNN_ON_ERROR_STOP;
+        if (root) {
+            char last[HCNN_FILE_PATH_MAX + 32] = "none";
+            if (hcnn_ckpt_latest_quiet(cfg->checkpoint_dir, last, sizeof last))
+                snprintf(last, sizeof last, "none");
+            hcnn_error("checkpoint %s could not be written (cause above); the last good "
+                       "checkpoint is %s; %s (checkpoint_on_error: %s)",
+                       r->writer.path, last,
+                       stop ? "stopping after this step" : "training goes on, the next "
+                                                           "checkpoint tries again",
+                       hcnn_on_error_name(cfg->checkpoint_on_error));
+        }
+        if (stop)
+            r->stop_error = HCNN_EIO;
+    }
+    if (!agreed[AGREE_BAD_RANK]) {
+        r->skips_in_row = 0;
+        return 0;
+    }
+    if (r->state_before) /* this step's statistics saw the bad values */
+        r->be->copy(r->net.state, r->state_before, r->net.nstate);
+    const int bad_rank = r->comm->size - agreed[AGREE_BAD_RANK];
+    const int skip = cfg->nonfinite == HCNN_NONFINITE_SKIP &&
+                     r->skips_in_row < cfg->nonfinite_max_skips;
+    if (skip) {
+        r->skips_in_row++;
+        if (root) {
+            printf("hcnn: rank %d%s: non-finite loss or gradient at epoch %d step %ld: step "
+                   "skipped on every rank (%d in a row, nonfinite_max_skips %d)\n",
+                   bad_rank, r->comm->size > 1 ? " (the first of the ranks that had one)" : "",
+                   epoch + 1, r->step,
+                   r->skips_in_row, cfg->nonfinite_max_skips);
+            fflush(stdout);
+        }
+        return 1;
+    }
+    if (root)
+        hcnn_error("rank %d%s: non-finite loss or gradient at epoch %d step %ld (lr %g): "
+                   "stopping with a checkpoint of the last good state%s; lower lr in %s",
+                   bad_rank, r->comm->size > 1 ? " (the first of the ranks that had one)" : "",
+                   epoch + 1, r->step, (double)lr,
+                   cfg->nonfinite == HCNN_NONFINITE_SKIP ? " after nonfinite_max_skips skips"
+                                                         : "",
+                   cfg->path);
+    r->stop_error = HCNN_ENUMERIC;
+    return 1;
 }
 
 /* One optimiser step on this rank's shard (n of gn samples, the first at
@@ -35,6 +125,8 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     hcnn_strategy *s = &r->strat;
     hcnn_ctx *ctx = &s->scratch.ctx;
     r->be->fill(r->net.grads, r->net.nparams, 0.0f);
+    if (r->state_before)
+        r->be->copy(r->state_before, r->net.state, r->net.nstate);
     ctx->training = 1;
     ctx->step = (uint64_t)r->step;
     ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
@@ -45,12 +137,15 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     int rc = s->ops->step(s, x, y, n, gn, &loss, &ok);
     if (s->sync)
         st->comm_wait_s += s->sync->wait_s - w0;
-    if (!rc)
-        rc = check_loss(r, loss, epoch, lr);
     if (rc)
         return rc;
     size_t off, count;
     hcnn_net_param_range(&r->net, s->first, s->last, &off, &count);
+    int agreed[AGREE_N];
+    if ((rc = step_agree(r, step_is_finite(r, loss, off, count), agreed)) != HCNN_OK)
+        return rc;
+    if (act_on_agreement(r, agreed, epoch, lr))
+        return HCNN_OK; /* dropped: no update, no loss counted */
     const double o0 = hcnn_now();
     HCNN_MARKER_START(ctx, "optimizer", 2);
     hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, off, count, lr);
@@ -67,28 +162,10 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
 }
 
 /* SIGTERM and SIGUSR1 are blocked in every thread (see main) and taken
- * here, between steps, so a step is never interrupted; all ranks agree on
- * stopping so that they write one checkpoint together. */
-static int stop_requested(hcnn_run *r)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGUSR1);
-    const struct timespec zero = {0, 0};
-    int got = sigtimedwait(&set, NULL, &zero);
-    int local = got > 0 ? got : 0, any = local;
-    if (r->comm->size > 1)
-        HCNN_MPI(MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, r->comm->world));
-    if (any && !r->stop_signal && run_is_root(r)) {
-        printf("hcnn: %s received: finishing the step, writing a checkpoint, exiting\n",
-               any == SIGTERM ? "SIGTERM" : "SIGUSR1");
-        fflush(stdout);
-    }
-    if (any)
-        r->stop_signal = any;
-    return any != 0;
-}
+ * in each step's agreement (step_agree), before the optimiser step, so a
+ * step is never interrupted and all ranks stop after the same step, to
+ * write one checkpoint together. */
+static int stop_requested(const hcnn_run *r) { return r->stop_signal != 0 || r->stop_error != 0; }
 
 int train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st)
 {
@@ -157,6 +234,32 @@ static int train_epoch(hcnn_run *r, int epoch, int first_batch, long steps_per_e
     return HCNN_OK;
 }
 
+/* A checkpoint directory that cannot be written is found before training,
+ * not at the first checkpoint (checkpoint_dir=/dev/null/ck used to lose
+ * the whole run): rank 0 creates it and writes, syncs and removes a file. */
+static int check_checkpoint_dir(const hcnn_run *r)
+{
+    const char *dir = r->cfg->checkpoint_dir;
+    if (!dir[0] || !run_is_root(r))
+        return HCNN_OK;
+    int rc = hcnn_mkdir_p(dir); /* its message names the directory */
+    if (rc)
+        return rc;
+    char probe[HCNN_FILE_PATH_MAX + 64];
+    snprintf(probe, sizeof probe, "%s/.hcnn-write-test-%ld", dir, (long)getpid());
+    const int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    const int ok = fd >= 0 && write(fd, "", 1) == 1 && fsync(fd) == 0;
+    const int err = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    if (!ok)
+        return hcnn_error_code(HCNN_EIO, "checkpoint_dir '%s' (%s) is not writable: %s",
+                               dir, r->cfg->path, strerror(err));
+    return HCNN_OK;
+}
+
 int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opts *opts)
 {
     hcnn_run r;
@@ -164,6 +267,11 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
     int rc = run_setup(&r, cfg, comm, 1);
     if (!rc && opts && opts->profile)
         rc = profile_enable(&r);
+    if (!rc && r.net.nstate > 0 &&
+        !(r.state_before = r.be->alloc(sizeof(float) * r.net.nstate, "statistics before a step")))
+        rc = HCNN_ENOMEM;
+    if (!rc)
+        rc = check_checkpoint_dir(&r);
     hcnn_ckpt_meta start = {0};
     if (!rc && resume)
         rc = resume_from(&r, resume, &start);
@@ -217,8 +325,9 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
         rc = run_check_replicas(&r);
     if (!rc && r.profiling)
         profile_print(&r);
-    /* the final checkpoint (also after max_steps or a signal) */
-    if (!rc) {
+    /* the final checkpoint (also after max_steps, a signal or a non-finite
+     * step: the parameters are those before it); not after a failed write */
+    if (!rc && r.stop_error != HCNN_EIO) {
         const int inside = (stop != 0) && done < (int)steps_per_epoch && epoch < cfg->epochs;
         if (stop == 2 && comm->size > 1) { /* partial sums of the epoch, global (collective) */
             double sums[3] = {st.loss_sum, st.correct, st.seen};
@@ -229,6 +338,8 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
         const long epochs_done = stop == 2 && !inside ? epoch + 1 : epoch;
         rc = save_checkpoint(&r, inside ? epoch : epochs_done, inside ? done : 0, &st, 1, 1);
     }
+    if (!rc && r.stop_error)
+        rc = HCNN_EAGREED;
     if (!rc && r.stop_signal)
         rc = HCNN_STOPPED;
     run_free(&r);
