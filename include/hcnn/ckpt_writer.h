@@ -32,7 +32,8 @@ typedef struct hcnn_ckpt_writer {
 
 int hcnn_ckpt_writer_init(hcnn_ckpt_writer *w, const hcnn_net *net, const char *dir, int keep);
 /* Snapshot and write in the background; *stall_s gets the time taken from
- * the caller.  Returns the result of the previous write (HCNN_OK if none). */
+ * the caller.  Returns the result of the previous write (HCNN_OK if none,
+ * or if hcnn_ckpt_writer_failed reported it). */
 int hcnn_ckpt_writer_submit(hcnn_ckpt_writer *w, const float *momentum, const hcnn_ckpt_meta *meta,
                             int link_final, double *stall_s);
 /* Without waiting: the error of the last write if it failed and no earlier

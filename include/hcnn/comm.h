@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "hcnn/backend.h"
+#include "hcnn/watchdog.h"
 
 typedef struct hcnn_comm {
     int rank, size;
@@ -34,10 +35,13 @@ _Noreturn void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int
  * abort path, naming the call, its error string, this rank, file and line
  * (exit status 1, a run-time failure).  MPI_COMM_WORLD's handler is
  * MPI_ERRORS_RETURN, so a failed call returns here instead of killing the
- * process without a word. */
+ * process without a word.  The stall watchdog marks the call while it runs
+ * (include/hcnn/watchdog.h). */
 #define HCNN_MPI(call)                                                                         \
     do {                                                                                       \
+        hcnn_watch_enter(#call, __FILE__, __LINE__);                                           \
         const int mpi_rc_ = (call);                                                            \
+        hcnn_watch_leave();                                                                    \
         if (mpi_rc_ != MPI_SUCCESS)                                                            \
             hcnn_mpi_fail(__FILE__, __LINE__, #call, mpi_rc_);                                 \
     } while (0)

@@ -400,6 +400,9 @@ static int choose_blas_kernels(const cli *c, char **argv)
 int main(int argc, char **argv)
 {
     block_stop_signals(argc > 1 && !strcmp(argv[1], "train"));
+    /* a file-size limit (ulimit -f, a Slurm job's) makes a write fail with
+     * EFBIG and be reported, instead of killing the process mid-checkpoint */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2)
         return usage_error(USAGE_MAIN, "%s", "missing command");
     const char *cmd = argv[1];
@@ -489,6 +492,8 @@ int main(int argc, char **argv)
         return rc == HCNN_EIO ? 1 : 2;
     }
     HCNN_MARKER_INIT();
+    if ((rc = hcnn_watchdog_start(&comm, cfg->stall_timeout_s, cfg->checkpoint_dir)) != HCNN_OK)
+        HCNN_ABORT(&comm, rc, "cannot start the stall watchdog");
     if (!strcmp(cmd, "train")) {
         if (!c.quiet && comm.rank == 0) {
             printf("# configuration (%s, after overrides)\n", c.config);
@@ -504,6 +509,7 @@ int main(int argc, char **argv)
         rc = hcnn_evaluate(cfg, &comm, c.checkpoint);
     }
     free(cfg);
+    hcnn_watchdog_stop();
     HCNN_MARKER_CLOSE();
     if (rc == HCNN_STOPPED || rc == HCNN_EAGREED) { /* every rank stopped together */
         hcnn_comm_finalize(&comm);

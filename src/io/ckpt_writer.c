@@ -101,7 +101,9 @@ int hcnn_ckpt_writer_submit(hcnn_ckpt_writer *w, const float *momentum, const hc
                             int link_final_too, double *stall_s)
 {
     const double t0 = hcnn_now();
-    int rc = hcnn_ckpt_writer_wait(w); /* the previous write */
+    int rc = hcnn_ckpt_writer_wait(w); /* the previous write, unless already reported */
+    if (w->failure_seen)
+        rc = HCNN_OK;
     const hcnn_net *net = w->net;
     net->be->download(w->params, net->params, sizeof(float) * net->nparams);
     net->be->download(w->state, net->state, sizeof(float) * net->nstate);

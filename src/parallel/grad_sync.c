@@ -174,9 +174,12 @@ int hcnn_grad_sync_finish(hcnn_grad_sync *gs)
     } else {
         for (; gs->completed < gs->nbuckets; gs->completed++) {
             hcnn_bucket *b = &gs->buckets[gs->completed];
+            hcnn_watch_context("gradient allreduce bucket %d of %d", gs->completed + 1,
+                               gs->nbuckets);
             HCNN_MPI(MPI_Wait(&b->req, MPI_STATUS_IGNORE));
             hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
         }
+        hcnn_watch_context(NULL);
     }
     gs->wait_s += hcnn_now() - t0;
     gs->steps++;

@@ -40,7 +40,10 @@ static void wait_bubble(hcnn_pipe *p, MPI_Request *req)
     if (*req == MPI_REQUEST_NULL)
         return;
     const double t0 = hcnn_now();
+    hcnn_watch_context("pipeline stage %d: activations or gradients from or to rank %d / %d",
+                       p->stage, p->prev, p->next);
     HCNN_MPI(MPI_Wait(req, MPI_STATUS_IGNORE));
+    hcnn_watch_context(NULL);
     p->st.bubble_s += hcnn_now() - t0;
 }
 
@@ -207,6 +210,8 @@ int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x
         const int nm = n - i0 < p->micro_cap ? n - i0 : p->micro_cap;
         const float *in = x + (size_t)i0 * p->in_sz;
         if (p->prev != MPI_PROC_NULL) {
+            hcnn_watch_context("pipeline stage %d (evaluation): receive from rank %d", p->stage,
+                               p->prev);
             HCNN_MPI(MPI_Recv(hcnn_mpi_recv_ptr(&sl->xbuf, 0), (int)(p->in_sz * (size_t)nm),
                               MPI_FLOAT, p->prev, 0, p->pipe_comm, MPI_STATUS_IGNORE));
             hcnn_mpi_recv_done(&sl->xbuf, 0, p->in_sz * (size_t)nm);

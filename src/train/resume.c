@@ -38,6 +38,11 @@ int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats
     snprintf(meta.model, sizeof meta.model, "%s", cfg->model.name);
     double stall = 0.0;
     rc = hcnn_ckpt_writer_submit(&r->writer, r->opt.velocity, &meta, final, &stall);
+    if (rc && cfg->checkpoint_on_error == HCNN_ON_ERROR_CONTINUE) {
+        hcnn_warn("the previous checkpoint could not be written (cause above); training goes "
+                  "on (checkpoint_on_error: continue)");
+        rc = HCNN_OK;
+    }
     if (!rc && wait)
         rc = hcnn_ckpt_writer_wait(&r->writer);
     if (!rc) {

@@ -47,8 +47,11 @@ static int step_agree(hcnn_run *r, int finite, int agreed[AGREE_N])
     agreed[AGREE_BAD_RANK] = finite ? 0 : r->comm->size - r->comm->rank;
     agreed[AGREE_SIGNAL] = take_stop_signal();
     agreed[AGREE_CKPT_FAILED] = r->writer_ready && hcnn_ckpt_writer_failed(&r->writer) != HCNN_OK;
-    if (r->comm->size > 1)
+    if (r->comm->size > 1) {
+        hcnn_watch_context("the agreement of step %ld (non-finite, signals, checkpoint)", r->step);
         HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, agreed, AGREE_N, MPI_INT, MPI_MAX, r->comm->world));
+        hcnn_watch_context(NULL);
+    }
     return HCNN_OK;
 }
 
@@ -73,12 +76,18 @@ static int act_on_agreement(hcnn_run *r, const int agreed[AGREE_N], int epoch, f
             char last[HCNN_FILE_PATH_MAX + 32] = "none";
             if (hcnn_ckpt_latest_quiet(cfg->checkpoint_dir, last, sizeof last))
                 snprintf(last, sizeof last, "none");
-            hcnn_error("checkpoint %s could not be written (cause above); the last good "
-                       "checkpoint is %s; %s (checkpoint_on_error: %s)",
-                       r->writer.path, last,
-                       stop ? "stopping after this step" : "training goes on, the next "
-                                                           "checkpoint tries again",
-                       hcnn_on_error_name(cfg->checkpoint_on_error));
+            char msg[HCNN_FILE_PATH_MAX * 2 + 256];
+            snprintf(msg, sizeof msg,
+                     "checkpoint %s could not be written (cause above); the last good "
+                     "checkpoint is %s; %s (checkpoint_on_error: %s)",
+                     r->writer.path, last,
+                     stop ? "stopping after this step"
+                          : "training goes on, the next checkpoint tries again",
+                     hcnn_on_error_name(cfg->checkpoint_on_error));
+            if (stop)
+                hcnn_error("%s", msg);
+            else
+                hcnn_warn("%s", msg);
         }
         if (stop)
             r->stop_error = HCNN_EIO;
@@ -124,6 +133,7 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
 {
     hcnn_strategy *s = &r->strat;
     hcnn_ctx *ctx = &s->scratch.ctx;
+    hcnn_watch_step(r->step);
     r->be->fill(r->net.grads, r->net.nparams, 0.0f);
     if (r->state_before)
         r->be->copy(r->state_before, r->net.state, r->net.nstate);

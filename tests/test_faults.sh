@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Faults a long cluster job meets (issue 17), for serial, data (2 ranks) and
+# pipeline (2 stages) runs: each ends the whole job in under 30 s with one
+# message naming the rank and the cause, and the last good checkpoint still
+# loads.  A non-finite step injected on one rank (HCNN_FAIL_AT=rank:step)
+# is agreed on by every rank (nonfinite: abort | skip); a rank stopped with
+# SIGSTOP is found by the stall watchdog; a checkpoint directory that
+# cannot be written is refused at start, and one that disappears mid-run
+# stops the run (checkpoint_on_error: stop) or not (continue) with the
+# previous checkpoint intact; SIGTERM through scripts/hcnn-mpirun exits 75.
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
+mpi_setup
+MPIRUN=(timeout 60 mpirun --oversubscribe --bind-to none)
+export HCNN_FAIL_AT="" # set per case; mpirun -x needs it to exist
+
+# launch NAME RANKS STRATEGY-ARGS... -- train overrides: output in $WORK/NAME.log,
+# exit status in $rc, seconds in $took
+launch() {
+    local name=$1 np=$2
+    shift 2
+    local start
+    start=$(date +%s)
+    if [ "$np" -eq 0 ]; then
+        timeout 60 "$HCNN" train --config "$CFG" -q --set csv= "$@" >"$WORK/$name.log" 2>&1
+    else
+        "${MPIRUN[@]}" -np "$np" -x HCNN_FAIL_AT "$HCNN" train --config "$CFG" -q --set csv= \
+            --set threads=1 "$@" >"$WORK/$name.log" 2>&1
+    fi
+    rc=$?
+    took=$(( $(date +%s) - start ))
+}
+
+# loads NAME CHECKPOINT: the checkpoint is complete and valid (hcnn eval)
+loads() {
+    "$HCNN" eval --config "$CFG" --checkpoint "$2" >"$WORK/$1.eval" 2>&1
+}
+
+LAYOUTS=("serial 0" "data 2 --set strategy=data" "pipeline 2 --set strategy=pipeline --set stages=2")
+
+# ---- non-finite consensus ---------------------------------------------------
+for layout in "${LAYOUTS[@]}"; do
+    read -r kind np extra <<<"$layout"
+    bad=$(( np > 0 ? np - 1 : 0 )) # the last rank: a pipeline's last stage has the loss
+    case_begin "nonfinite_abort_$kind"
+    # shellcheck disable=SC2086
+    HCNN_FAIL_AT=$bad:5 launch "nf_$kind" "$np" $extra --set checkpoint_dir="$WORK/nf_$kind"
+    if [ $rc -eq 1 ] && [ "$took" -lt 30 ] && grep -q "rank $bad.*non-finite loss or gradient at epoch 1 step 5" "$WORK/nf_$kind.log" &&
+        [ "$(grep -c 'hcnn: .*error' "$WORK/nf_$kind.log")" -eq 1 ] &&
+        loads "nf_$kind" "$WORK/nf_$kind/final.hcnn" && grep -q "step=6 " "$WORK/nf_$kind.eval"; then
+        case_ok
+    else
+        case_fail "exit $rc after ${took}s: $(cat "$WORK/nf_$kind.log" "$WORK/nf_$kind.eval" 2>/dev/null)"
+    fi
+    case_begin "nonfinite_skip_$kind"
+    # shellcheck disable=SC2086
+    HCNN_FAIL_AT=$bad:5 launch "nfs_$kind" "$np" $extra --set nonfinite=skip --set epochs=1
+    if [ $rc -eq 0 ] && grep -q "rank $bad.*step 5: step skipped on every rank (1 in a row" "$WORK/nfs_$kind.log" &&
+        grep -q '^epoch=1 step=16 ' "$WORK/nfs_$kind.log"; then
+        case_ok
+    else
+        case_fail "exit $rc: $(cat "$WORK/nfs_$kind.log")"
+    fi
+done
+
+case_begin nonfinite_skip_limit
+HCNN_FAIL_AT=0:5 launch nfl 0 --set nonfinite=skip --set nonfinite_max_skips=0
+if [ $rc -eq 1 ] && grep -q "after nonfinite_max_skips skips" "$WORK/nfl.log"; then case_ok
+else case_fail "exit $rc: $(cat "$WORK/nfl.log")"; fi
+
+# ---- stall watchdog: one rank stopped --------------------------------------
+# stop_rank NAME: SIGSTOP the rank-1 process of the job writing $WORK/NAME.log
+stop_rank_1() {
+    local p
+    for _ in $(seq 1 100); do
+        for p in $(pgrep -f "hcnn.* train --config $CFG"); do
+            if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
+                grep -q '^epoch=1 ' "$WORK/$1.log" 2>/dev/null; then
+                kill -STOP "$p"
+                echo "$p"
+                return 0
+            fi
+        done
+        sleep 0.1
+    done
+    return 1
+}
+for layout in "${LAYOUTS[@]:1}"; do
+    read -r kind np extra <<<"$layout"
+    case_begin "stall_watchdog_$kind"
+    # shellcheck disable=SC2086
+    launch "st_$kind" "$np" $extra --set epochs=100000 --set stall_timeout_s=3 \
+        --set checkpoint_dir="$WORK/st_$kind" &
+    job=$!
+    stopped=$(stop_rank_1 "st_$kind")
+    t0=$(date +%s)
+    wait $job
+    took=$(( $(date +%s) - t0 ))
+    [ -n "$stopped" ] && kill -KILL "$stopped" 2>/dev/null
+    if [ -n "$stopped" ] && [ "$took" -lt 30 ] &&
+        grep -q "stalled .* in MPI_.*at step .*ranks that have not arrived: 1 (" "$WORK/st_$kind.log"; then
+        case_ok
+    else
+        case_fail "stopped '$stopped': $(cat "$WORK/st_$kind.log")"
+    fi
+done
+
+# ---- the checkpoint directory ------------------------------------------------
+case_begin checkpoint_dir_not_a_directory
+launch cd1 0 --set checkpoint_dir=/dev/null/ck
+if [ $rc -eq 1 ] && [ "$took" -lt 30 ] && [ "$(grep -c 'error:.*/dev/null/ck' "$WORK/cd1.log")" -eq 1 ] &&
+    ! grep -q '^epoch=' "$WORK/cd1.log"; then
+    case_ok
+else case_fail "exit $rc: $(cat "$WORK/cd1.log")"; fi
+
+case_begin checkpoint_dir_under_a_file
+: >"$WORK/plainfile"
+launch cd2 2 --set strategy=data --set checkpoint_dir="$WORK/plainfile/ck"
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "plainfile/ck" "$WORK/cd2.log" && ! grep -q '^epoch=' "$WORK/cd2.log"; then
+    case_ok
+else case_fail "exit $rc: $(cat "$WORK/cd2.log")"; fi
+
+# the directory disappears mid-run (replaced by a file): the next checkpoint
+# fails and the one written before it, moved aside, is intact; stop ends the
+# run, continue goes on and writes again once the directory is back
+for policy in stop continue; do
+    for layout in "${LAYOUTS[@]:0:2}"; do
+        read -r kind np extra <<<"$layout"
+        name="cw_${policy}_$kind"
+        case_begin "checkpoint_write_fails_${policy}_$kind"
+        dir="$WORK/$name"
+        # shellcheck disable=SC2086
+        launch "$name" "$np" $extra --set epochs=3000 --set checkpoint_every=1 --set checkpoint_keep=2 \
+            --set checkpoint_on_error=$policy --set checkpoint_dir="$dir" &
+        job=$!
+        for _ in $(seq 1 200); do ls "$dir"/ckpt-s*.hcnn >/dev/null 2>&1 && break; sleep 0.05; done
+        mv "$dir" "$dir.moved" && : >"$dir"
+        for _ in $(seq 1 200); do grep -q "could not be written" "$WORK/$name.log" && break; sleep 0.05; done
+        [ "$policy" = continue ] && rm -f "$dir" && mkdir -p "$dir"
+        wait $job
+        ok=1
+        last=$(ls "$dir.moved"/ckpt-s*.hcnn 2>/dev/null | tail -n 1)
+        [ -n "$last" ] && loads "$name" "$last" || ok=0
+        grep -q "could not be written .*checkpoint_on_error: $policy" "$WORK/$name.log" || ok=0
+        if [ "$policy" = stop ]; then
+            ! grep -q '^epoch=3000 ' "$WORK/$name.log" || ok=0
+        else
+            grep -q '^epoch=3000 ' "$WORK/$name.log" && loads "$name" "$dir/final.hcnn" || ok=0
+        fi
+        if [ $ok -eq 1 ]; then case_ok; else case_fail "last '$last': $(grep -v '^epoch=\|^checkpoint=' "$WORK/$name.log" | head -20)"; fi
+    done
+done
+
+# ---- preemption through mpirun ----------------------------------------------
+case_begin sigterm_to_hcnn_mpirun_exits_75
+"$HCNN_SRCDIR/scripts/hcnn-mpirun" --oversubscribe --bind-to none -np 2 "$HCNN" train --config "$CFG" -q \
+    --set csv= --set threads=1 --set strategy=data --set epochs=100000 --set checkpoint_dir="$WORK/pt" \
+    >"$WORK/pt.log" 2>&1 &
+job=$! # the script itself, not a timeout wrapper (which would signal mpirun too)
+( sleep 60; kill -KILL $job 2>/dev/null ) &
+guard=$!
+for _ in $(seq 1 200); do grep -q '^epoch=2 ' "$WORK/pt.log" 2>/dev/null && break; sleep 0.05; done
+kill -TERM $job
+wait $job
+rc=$?
+kill $guard 2>/dev/null
+if [ $rc -eq 75 ] && grep -q "SIGUSR1 received" "$WORK/pt.log" && loads pt "$WORK/pt/final.hcnn"; then case_ok
+else case_fail "exit $rc: $(grep -v '^epoch=' "$WORK/pt.log" | tail -n 8)"; fi
+
+finish

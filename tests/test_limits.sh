@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Hostile configurations (issue 17): every value and every size derived
+# from them is checked before anything is allocated, with one clear
+# message and exit status 2 (configuration) or 1, never a crash, a hang or
+# an allocation attempt; a 200,000-key YAML mapping is read in linear time.
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
+
+# refused NAME PATTERN OVERRIDE...: train refuses it within 20 s, naming PATTERN
+refused() {
+    local name=$1 pattern=$2
+    shift 2
+    local sets=()
+    for s in "$@"; do sets+=(--set "$s"); done
+    expect_fail "$name" "$pattern" timeout 20 "$HCNN" train --config "$CFG" -q --set csv= "${sets[@]}"
+}
+
+refused threads_100000 "threads: expected a non-negative integer of at most 1024" threads=100000
+refused threads_60000 "threads: .*at most 1024" threads=60000
+refused batch_int_max "batch_size: .*at most 16777216" batch_size=2147483647
+refused eval_batch_huge "eval_batch_size: .*at most 16777216" eval_batch_size=99999999
+refused pad_1e9 "model.blocks.0.pad: .*at most 1048576" model.blocks.0.pad=1000000000
+refused pad_2_30 "model.blocks.0.pad: .*at most 1048576" 'model.blocks.0.pad=[1, 1073741824]'
+refused kernel_huge "model.blocks.2.kernel: .*at most 1048576" model.blocks.2.kernel=2147483647
+refused out_huge "model.blocks.0.out: .*at most 1048576" model.blocks.0.out=2000000000
+refused classes_huge "model.classes: .*1048576" model.classes=5000000
+refused input_huge "model.input: expected .*each at most 1048576" 'model.input=[1, 4194304, 12]'
+refused lr_subnormal "lr: .*single precision" lr=1e-320
+refused lr_overflow "lr: .*single precision" lr=1e39
+refused weight_decay_subnormal "weight_decay: .*single precision" weight_decay=1e-45
+refused max_steps_2_63 "max_steps: .*1125899906842624" max_steps=9223372036854775807
+refused bucket_mb_1e300 "bucket_mb: " bucket_mb=1e300
+refused im2col_mb_inf "im2col_mb: " im2col_mb=inf
+refused epochs_huge "epochs: .*1048576" epochs=2000000000
+refused synthetic_huge "synthetic_train: .*1073741824" synthetic_train=2147483647
+refused stall_negative "stall_timeout_s: " stall_timeout_s=-1
+refused nonfinite_unknown "nonfinite: expected one of: abort, skip" nonfinite=ignore
+refused on_error_unknown "checkpoint_on_error: expected one of: stop, continue" checkpoint_on_error=maybe
+# sizes that only the model's shapes make too large: refused before allocating
+refused sample_too_large "input values per sample|output values per sample|is too large" \
+    'model.input=[64, 65536, 65536]' dataset=synthetic synthetic_train=1 synthetic_test=1
+refused activation_too_large "activation tensor larger than 2147483647" batch_size=16777216 synthetic_train=64
+
+case_begin bench_steps_times_batch
+"$HCNN" bench --config "$CFG" --set batch_size=1000000 --repeats 64 --steps 100000 >"$WORK/bench.out" 2>"$WORK/bench.err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "more than 1073741824" "$WORK/bench.err"; then case_ok; else case_fail "exit $rc: $(cat "$WORK/bench.err")"; fi
+
+# a hcnn import of a model too large for its int sizes is refused, not written
+case_begin import_huge_model
+mkdir -p "$WORK/npy"
+timeout 20 "$HCNN" import "$WORK/npy" --config "$CFG" --set 'model.input=[1, 65536, 65536]' -o "$WORK/imp.hcnn" \
+    >"$WORK/imp.out" 2>"$WORK/imp.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ ! -e "$WORK/imp.hcnn" ] && grep -q "per sample\|is too large" "$WORK/imp.err"; then case_ok
+else case_fail "exit $rc: $(cat "$WORK/imp.err")"; fi
+
+# YAML: 200,000 keys in a mapping (refused as unknown) and 200,000
+# duplicates, each in well under the 120 s that did not suffice before
+yaml_case() { # name lines-generator pattern
+    local name=$1 gen=$2 pattern=$3
+    case_begin "$name"
+    { echo "seed: 1"; echo "junk:"; $gen; } >"$WORK/$name.yaml"
+    local start took
+    start=$(date +%s)
+    timeout 60 "$HCNN" train --config "$WORK/$name.yaml" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    rc=$?
+    took=$(( $(date +%s) - start ))
+    if [ $rc -eq 2 ] && [ "$took" -lt 20 ] && grep -q "$pattern" "$WORK/$name.err"; then case_ok
+    else case_fail "exit $rc after ${took}s: $(cat "$WORK/$name.err")"; fi
+}
+keys200k() { seq 1 200000 | sed 's/.*/  k&: 1/'; }
+dups() { seq 1 200000 | awk '{print "  k" ($1 % 100000) ": 1"}'; }
+yaml_case yaml_200k_keys keys200k "unknown key 'junk'"
+yaml_case yaml_200k_duplicates dups "duplicate key 'k1'"
+
+finish
