@@ -19,6 +19,21 @@ static inline void write_file(const char *path, const void *data, size_t len)
     assert_int_equal(fclose(fp), 0);
 }
 
+/* A fresh directory made from tmpl ("/tmp/name_XXXXXX", into dir) holding
+ * model.yaml := text (its path into cfg_path); 0 on success. */
+static inline int config_fixture_dir(char *dir, const char *tmpl, char *cfg_path, size_t cap,
+                                     const char *text)
+{
+    strcpy(dir, tmpl);
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(cfg_path, cap, "%s/model.yaml", dir);
+    FILE *fp = fopen(cfg_path, "w");
+    if (!fp || fputs(text, fp) < 0 || fclose(fp) != 0)
+        return -1;
+    return 0;
+}
+
 /* stderr capture: exactly one "hcnn: error:" message containing each of
  * the NULL-terminated strings */
 typedef struct capture {

@@ -56,15 +56,11 @@ static int group_setup(void **state)
     if (!f)
         return -1;
     *state = f;
-    strcpy(f->dir, "/tmp/hcnn_test_ckpt_XXXXXX");
-    if (!mkdtemp(f->dir))
+    if (config_fixture_dir(f->dir, "/tmp/hcnn_test_ckpt_XXXXXX", f->cfg_path, sizeof f->cfg_path,
+                           CONFIG))
         return -1;
-    snprintf(f->cfg_path, sizeof f->cfg_path, "%s/model.yaml", f->dir);
     snprintf(f->good, sizeof f->good, "%s/good.hcnn", f->dir);
     snprintf(f->bad, sizeof f->bad, "%s/bad.hcnn", f->dir);
-    FILE *fp = fopen(f->cfg_path, "w");
-    if (!fp || fputs(CONFIG, fp) < 0 || fclose(fp) != 0)
-        return -1;
     if (hcnn_config_load(&f->cfg, f->cfg_path, NULL, 0) ||
         hcnn_net_create(&f->net, &f->cfg.model, hcnn_backend_cpu(), f->cfg.path) ||
         hcnn_net_init(&f->net, HCNN_INIT_HE, 5))

@@ -72,15 +72,11 @@ static int group_setup(void **state)
     if (!f)
         return -1;
     *state = f;
-    strcpy(f->dir, "/tmp/hcnn_test_export_XXXXXX");
-    if (!mkdtemp(f->dir))
+    if (config_fixture_dir(f->dir, "/tmp/hcnn_test_export_XXXXXX", f->cfg_path,
+                           sizeof f->cfg_path, CONFIG))
         return -1;
-    snprintf(f->cfg_path, sizeof f->cfg_path, "%s/model.yaml", f->dir);
     snprintf(f->ckpt, sizeof f->ckpt, "%s/model.hcnn", f->dir);
     snprintf(f->exp, sizeof f->exp, "%s/exp/sub", f->dir); /* mkdir -p needed */
-    FILE *fp = fopen(f->cfg_path, "w");
-    if (!fp || fputs(CONFIG, fp) < 0 || fclose(fp) != 0)
-        return -1;
     if (hcnn_config_load(&f->cfg, f->cfg_path, NULL, 0) != HCNN_OK)
         return -1;
     if (hcnn_net_create(&f->net, &f->cfg.model, hcnn_backend_cpu(), f->cfg.path) != HCNN_OK)
