@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +315,12 @@ static int index_tensors(const char *path, const unsigned char *p, size_t n, hcn
             uint32_t v = 1;
             if (d < ndim && get(&b, &v, 4))
                 return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s truncated", path, t->name);
+            /* dims are ints in memory; the product must not wrap around */
+            if (v > INT_MAX || (v != 0 && prod > SIZE_MAX / v))
+                return hcnn_error_code(HCNN_EFORMAT,
+                                       "%s: tensor %s: dimension %d is %u (expected at most %d, "
+                                       "and a product of the dimensions that fits in memory)",
+                                       path, t->name, d, v, INT_MAX);
             t->dims[d] = (int)v;
             prod *= v;
         }
