@@ -23,7 +23,8 @@ seconds=${1:-10}
 [ $# -gt 0 ] && shift
 case "$seconds" in '' | *[!0-9]*) echo "usage: $0 [SECONDS_PER_TARGET [TARGET...]]" >&2; exit 2 ;; esac
 all=(idx cifar config ckpt npy import)
-targets=("$@")
+targets=()
+for t in "$@"; do targets+=("${t#fuzz_}"); done   # "idx" or "fuzz_idx"
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
 # -max_len per target: a little over the largest seed; the YAML parse is
