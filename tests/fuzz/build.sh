@@ -33,15 +33,24 @@ if [ ! -f "$builddir/config.h" ]; then
     exit 2
 fi
 
-# the BLAS as configured (a rpath'ed -L... -lopenblas); MPI from the wrapper
+# the BLAS as configured (a rpath'ed -L... -lopenblas, its include directory);
+# MPI from the wrapper (OpenMPI's -showme, else MPICH's -show)
 blas_libs=$(sed -n 's/^#define HCNN_BLAS_LIBS "\(.*\)"$/\1/p' "$builddir/config.h")
-mpi_cflags=$(mpicc -showme:compile 2>/dev/null || true)
-mpi_libs=$(mpicc -showme:link 2>/dev/null || echo -lmpi)
+blas_cflags=$(sed -n 's/^BLAS_CFLAGS = //p' "$builddir/Makefile" 2>/dev/null || true)
+if mpicc -showme:compile >/dev/null 2>&1; then
+    mpi_cflags=$(mpicc -showme:compile)
+    mpi_libs=$(mpicc -showme:link)
+else
+    mpi_show=$(mpicc -show 2>/dev/null || true)
+    mpi_cflags=$(printf '%s\n' $mpi_show | grep '^-I' | tr '\n' ' ' || true)
+    mpi_libs="$(printf '%s\n' $mpi_show | grep -E '^-(L|l|Wl)' | tr '\n' ' ' || true)"
+    [ -n "$mpi_libs" ] || mpi_libs=-lmpi
+fi
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # -fopenmp with clang needs LLVM's OpenMP runtime (Debian: libomp-14-dev)
 CFLAGS="-std=c11 -g -O1 -fopenmp -Wall -Wextra -Wno-pass-failed -DHAVE_CONFIG_H $SAN"
-CPPFLAGS="-I$src/include -I$builddir $mpi_cflags"
+CPPFLAGS="-I$src/include -I$builddir $blas_cflags $mpi_cflags"
 
 mkdir -p "$out/obj"
 # not needed by the parsers, and clang 14 does not know its CPU feature names
