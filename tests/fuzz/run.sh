@@ -41,7 +41,14 @@ bindir=$(bash "$here/build.sh" "${targets[@]}" | tail -n 1) || { echo "fuzz: bui
 artifacts=${HCNN_FUZZ_ARTIFACTS:-$builddir/tests/fuzz/artifacts}
 mkdir -p "$artifacts"
 work=$(mktemp -d "${TMPDIR:-/tmp}/hcnn-fuzz-run.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# the targets' input files: on a tmpfs when there is one, removed at the end
+# even when a target aborted (its own clean-up does not run then)
+files=$work
+if [ -z "${HCNN_FUZZ_TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    files=$(mktemp -d /dev/shm/hcnn-fuzz-run.XXXXXX) || files=$work
+fi
+export HCNN_FUZZ_TMPDIR=${HCNN_FUZZ_TMPDIR:-$files}
+trap 'rm -rf "$work" "$files"' EXIT
 # single-threaded: OpenMP and OpenBLAS would start threads for nothing here
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
