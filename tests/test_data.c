@@ -293,6 +293,59 @@ static void test_idx_truncated(void **state)
     free(bl);
 }
 
+/* Bytes after the end of a gzip stream are refused as trailing bytes of a
+ * raw file are (zlib's gzread would ignore them); a second gzip member is
+ * valid gzip and its data counts (found by tests/fuzz/fuzz_idx). */
+static void append_bytes(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "ab");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_idx_gz_trailing(void **state)
+{
+    const char *img = tpath(state, "gt-img"), *lab = tpath(state, "gt-lab");
+    const char *member = tpath(state, "gt-member");
+    size_t li, ll;
+    uint8_t *bi = idx_images(3, 4, 4, 0x803, &li), *bl = idx_labels(3, 0x801, &ll);
+    write_file(lab, bl, ll);
+    hcnn_dataset ds;
+    capture c;
+    static const uint8_t junk[][4] = {{'X'}, {0, 0, 0, 0}, {0x1f}};
+    static const size_t junk_len[] = {1, 4, 1};
+    for (int k = 0; k < 3; k++) {
+        write_gz(img, bi, li);
+        append_bytes(img, junk[k], junk_len[k]);
+        capture_begin(&c);
+        assert_int_equal(hcnn_idx_load(&ds, img, lab, 10), HCNN_EFORMAT);
+        capture_end(&c, img, "trailing data after the end of the gzip stream", NULL);
+        assert_null(ds.images);
+    }
+    /* two members: the header and part of the data, then the rest */
+    write_gz(img, bi, 20);
+    write_gz(member, bi + 20, li - 20);
+    FILE *f = fopen(member, "rb");
+    assert_non_null(f);
+    uint8_t buf[512];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof buf);
+    append_bytes(img, buf, n);
+    assert_int_equal(hcnn_idx_load(&ds, img, lab, 10), HCNN_OK);
+    assert_int_equal(ds.n, 3);
+    assert_memory_equal(ds.images, bi + 16, 3 * 16);
+    hcnn_dataset_free(&ds);
+    /* ... followed by garbage */
+    append_bytes(img, "ab", 2);
+    capture_begin(&c);
+    assert_int_equal(hcnn_idx_load(&ds, img, lab, 10), HCNN_EFORMAT);
+    capture_end(&c, img, "trailing", NULL);
+    free(bi);
+    free(bl);
+}
+
 static void test_idx_count_mismatch(void **state)
 {
     const char *img = tpath(state, "c-img"), *lab = tpath(state, "c-lab");
@@ -949,6 +1002,7 @@ int main(void)
         cmocka_unit_test(test_idx_gz_equals_raw),
         cmocka_unit_test(test_idx_bad_magic),
         cmocka_unit_test(test_idx_truncated),
+        cmocka_unit_test(test_idx_gz_trailing),
         cmocka_unit_test(test_idx_count_mismatch),
         cmocka_unit_test(test_idx_label_range),
         cmocka_unit_test(test_idx_empty_missing_huge),

@@ -16,6 +16,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "hcnn/common.h"
 #include "hcnn/config.h"
 #include "hcnn/export.h"
+#include "hcnn/files.h"
 #include "hcnn/net.h"
 
 #include "capture.h"
@@ -575,6 +577,67 @@ static void test_fortran_order(void **state)
     expect_import_fail(f, dir, HCNN_EFORMAT, "fc.weight.npy", "fortran_order is True", NULL);
 }
 
+/* NaN and Inf are refused on import, in '<f4' and in '<f8' files, with a
+ * message naming the file and the element (found by tests/fuzz/fuzz_npy) */
+static void test_non_finite(void **state)
+{
+    fixture *f = *state;
+    char buf[256];
+    const char *dir = fresh_export(f, buf, sizeof buf);
+    const char *p = in_dir(dir, "fc.bias.npy");
+    const float special[] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        float v[3] = {0.5f, -1.0f, 2.0f};
+        v[2] = special[k];
+        write_npy(p, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", v, sizeof v);
+        expect_import_fail(f, dir, HCNN_EFORMAT, "fc.bias.npy", "element 2", "finite", NULL);
+        double d[3] = {0.5, (double)special[k], 2.0};
+        write_npy(p, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", d, sizeof d);
+        expect_import_fail(f, dir, HCNN_EFORMAT, "fc.bias.npy", "element 1", "finite", NULL);
+    }
+}
+
+/* A checkpoint tensor whose dimensions multiply past 2^64 (wrapping to
+ * its count of 0) is refused when the file is read, at the first dimension
+ * the section cannot hold (found by
+ * tests/fuzz/fuzz_ckpt). */
+static void put_le(unsigned char **p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        *(*p)++ = (unsigned char)(v >> (8 * i));
+}
+
+static void test_ckpt_dims_overflow(void **state)
+{
+    fixture *f = *state;
+    static const char meta[] = "model_hash=0000000000000000\nmodel=x\n";
+    unsigned char tens[64], file[256], *p = tens;
+    put_le(&p, 1, 4);                                 /* one tensor */
+    put_le(&p, 1, 2), *p++ = 'x', *p++ = 0, *p++ = 4; /* name, role, ndim */
+    for (int d = 0; d < 4; d++)
+        put_le(&p, 65536, 4);
+    put_le(&p, 0, 8); /* count: 2^64 mod 2^64 */
+    const size_t tl = (size_t)(p - tens), ml = sizeof meta - 1;
+    p = file;
+    memcpy(p, "HCNNCKPT", 8), p += 8;
+    put_le(&p, 1, 4), put_le(&p, 0x01020304, 4), put_le(&p, 2, 4);
+    put_le(&p, 1, 4), put_le(&p, 0, 4), put_le(&p, ml, 8);
+    memcpy(p, meta, ml), p += ml;
+    put_le(&p, hcnn_crc32(0, meta, ml), 4);
+    put_le(&p, 2, 4), put_le(&p, 0, 4), put_le(&p, tl, 8);
+    memcpy(p, tens, tl), p += tl;
+    put_le(&p, hcnn_crc32(0, tens, tl), 4);
+    char path[300];
+    snprintf(path, sizeof path, "%s/wrap.hcnn", f->dir);
+    write_file(path, file, (size_t)(p - file));
+    hcnn_ckpt_file cf;
+    capture c;
+    capture_begin(&c);
+    assert_int_equal(hcnn_ckpt_read(path, &cf), HCNN_EFORMAT);
+    capture_end(&c, path, "tensor x", "dimension 0 is 65536", NULL);
+    unlink(path);
+}
+
 static void test_truncated_and_long(void **state)
 {
     fixture *f = *state;
@@ -817,6 +880,8 @@ int main(void)
         cmocka_unit_test(test_wrong_shape),
         cmocka_unit_test(test_wrong_dtype),
         cmocka_unit_test(test_fortran_order),
+        cmocka_unit_test(test_non_finite),
+        cmocka_unit_test(test_ckpt_dims_overflow),
         cmocka_unit_test(test_truncated_and_long),
         cmocka_unit_test(test_garbage_headers),
         cmocka_unit_test(test_fuzz_headers),

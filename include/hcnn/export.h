@@ -31,7 +31,8 @@
 int hcnn_export_npy(const char *ckpt_path, const char *dir);
 
 /* Build the network of cfg->model, fill every tensor from dir/<name>.npy
- * ('<f4', or '<f8' converted; C order; exactly the model's shape) and
+ * ('<f4', or '<f8' converted; C order; exactly the model's shape; finite
+ * values: a NaN or Inf is an error naming the file and element) and
  * write a checkpoint to out_ckpt (epoch 0, step 0, zero momentum, seed
  * cfg->seed) that `hcnn eval` and `hcnn train` accept.  Every file in dir
  * must be a tensor of the model, a *.num_batches_tracked.npy or

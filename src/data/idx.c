@@ -1,7 +1,8 @@
 /* IDX reader (MNIST, Fashion-MNIST): raw or gzip-compressed files.
  *
- * zlib's gzread reads plain files transparently, so one code path serves
- * both and compression is detected by content, not by the file name.  The
+ * One code path serves both (idx_in below): compression is detected by
+ * content, not by the file name, and bytes after the data are refused
+ * whether they follow a raw file's data or the end of a gzip stream.  The
  * header is never trusted for allocation: the payload buffer grows with the
  * bytes actually read (at most doubling), so a lying header in a small file
  * cannot make us allocate gigabytes. */
@@ -10,7 +11,9 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -20,40 +23,124 @@
 #define IDX_MAX_BYTES ((uint64_t)1 << 40) /* sanity bound on a payload */
 #define IDX_FIRST_CHUNK ((size_t)1 << 24)
 
-/* gzread into buf, retrying short reads; returns bytes read or -1 (with
- * the error reported) on a read/decompression error. */
-static long long gz_read_full(gzFile f, const char *path, uint8_t *buf, size_t len, int *code)
+/* The file's bytes, decompressed if it is gzip'd (detected by its first
+ * two bytes, 1f 8b, as zlib's gzread does).  Our own inflate loop rather
+ * than gzread: gzread silently ignores whatever follows the last gzip
+ * member, and trailing bytes must be refused as they are in a raw file.
+ * Concatenated gzip members (valid gzip) are read one after another. */
+typedef struct idx_in {
+    FILE *f;
+    const char *path;
+    int gz;               /* gzip content */
+    int z_ready;          /* inflateInit2 done */
+    int member_end;       /* the current gzip member is complete */
+    z_stream z;
+    unsigned char in[1u << 17];
+} idx_in;
+
+/* Refill in->in keeping the unread bytes; returns 0 or -1 (reported). */
+static int in_fill(idx_in *in, int *code)
 {
-    size_t got = 0;
-    while (got < len) {
-        size_t chunk = len - got;
-        if (chunk > (size_t)1 << 30)
-            chunk = (size_t)1 << 30;
-        int r = gzread(f, buf + got, (unsigned)chunk);
-        if (r < 0) {
-            int zerr;
-            const char *msg = gzerror(f, &zerr);
-            size_t plen = strlen(path); /* zlib prefixes "<path>: " */
-            if (strncmp(msg, path, plen) == 0 && strncmp(msg + plen, ": ", 2) == 0)
-                msg += plen + 2;
-            *code = zerr == Z_ERRNO ? HCNN_EIO : HCNN_EFORMAT;
-            hcnn_error_code(*code, "%s: cannot read: %s", path,
-                            zerr == Z_ERRNO ? strerror(errno) : msg);
+    if (in->z.avail_in > 0 && in->z.next_in != in->in)
+        memmove(in->in, in->z.next_in, in->z.avail_in);
+    in->z.next_in = in->in;
+    size_t got = fread(in->in + in->z.avail_in, 1, sizeof in->in - in->z.avail_in, in->f);
+    if (got == 0 && ferror(in->f)) {
+        *code = hcnn_error_code(HCNN_EIO, "%s: cannot read: %s", in->path, strerror(errno));
+        return -1;
+    }
+    in->z.avail_in += (uInt)got;
+    return 0;
+}
+
+/* Read up to len bytes into buf (fewer only at the end of the data);
+ * returns the count, or -1 after reporting an error in *code. */
+static long long in_read(idx_in *in, uint8_t *buf, size_t len, int *code)
+{
+    if (!in->gz) { /* what in_open read ahead, then the file */
+        size_t got = in->z.avail_in < len ? in->z.avail_in : len;
+        if (got)
+            memcpy(buf, in->z.next_in, got);
+        in->z.next_in += got, in->z.avail_in -= (uInt)got;
+        if (got < len)
+            got += fread(buf + got, 1, len - got, in->f);
+        if (got < len && ferror(in->f)) {
+            *code = hcnn_error_code(HCNN_EIO, "%s: cannot read: %s", in->path, strerror(errno));
             return -1;
         }
-        if (r == 0) {
-            int zerr;
-            gzerror(f, &zerr);
-            if (zerr == Z_BUF_ERROR) { /* end of file inside a gzip stream */
-                *code = hcnn_error_code(HCNN_EFORMAT, "%s: truncated: the gzip stream ends unexpectedly",
-                                        path);
+        return (long long)got;
+    }
+    size_t got = 0;
+    while (got < len) {
+        if (in->z.avail_in < 2 && !feof(in->f) && in_fill(in, code))
+            return -1;
+        if (in->member_end) {
+            if (in->z.avail_in == 0)
+                break; /* the end of the last member: the end of the data */
+            if (in->z.avail_in < 2 || in->z.next_in[0] != 0x1f || in->z.next_in[1] != 0x8b) {
+                *code = hcnn_error_code(HCNN_EFORMAT,
+                                        "%s: trailing data after the end of the gzip stream "
+                                        "(expected the end of the file or another gzip member)",
+                                        in->path);
                 return -1;
             }
-            break;
+            inflateReset(&in->z); /* another member follows */
+            in->member_end = 0;
         }
-        got += (size_t)r;
+        size_t chunk = len - got < ((size_t)1 << 30) ? len - got : (size_t)1 << 30;
+        in->z.next_out = buf + got;
+        in->z.avail_out = (uInt)chunk;
+        int r = inflate(&in->z, Z_NO_FLUSH);
+        got += chunk - in->z.avail_out;
+        if (r == Z_STREAM_END) {
+            in->member_end = 1;
+        } else if (r == Z_BUF_ERROR) { /* no progress: more input needed */
+            if (in->z.avail_in == 0 && feof(in->f)) { /* the file ends inside a member */
+                *code = hcnn_error_code(HCNN_EFORMAT,
+                                        "%s: truncated: the gzip stream ends unexpectedly",
+                                        in->path);
+                return -1;
+            }
+        } else if (r == Z_MEM_ERROR) {
+            *code = hcnn_error_code(HCNN_ENOMEM, "%s: out of memory while decompressing",
+                                    in->path);
+            return -1;
+        } else if (r != Z_OK) {
+            *code = hcnn_error_code(HCNN_EFORMAT, "%s: cannot read: %s", in->path,
+                                    in->z.msg ? in->z.msg : "corrupt gzip stream");
+            return -1;
+        }
     }
     return (long long)got;
+}
+
+static int in_open(idx_in *in, const char *path)
+{
+    memset(in, 0, offsetof(idx_in, in));
+    in->path = path;
+    errno = 0;
+    in->f = fopen(path, "rb");
+    if (!in->f)
+        return hcnn_error_code(HCNN_EIO, "%s: cannot open: %s", path,
+                               errno ? strerror(errno) : "out of memory");
+    int code = HCNN_OK;
+    if (in_fill(in, &code))
+        return code;
+    in->gz = in->z.avail_in >= 2 && in->in[0] == 0x1f && in->in[1] == 0x8b;
+    if (in->gz) {
+        if (inflateInit2(&in->z, 15 + 16) != Z_OK) /* gzip wrapper only */
+            return hcnn_error_code(HCNN_ENOMEM, "%s: out of memory for decompression", path);
+        in->z_ready = 1;
+    }
+    return HCNN_OK;
+}
+
+static void in_close(idx_in *in)
+{
+    if (in->z_ready)
+        inflateEnd(&in->z);
+    if (in->f)
+        fclose(in->f);
 }
 
 /* Read an unsigned-byte IDX file with `ndims` dimensions.  On success
@@ -61,18 +148,16 @@ static long long gz_read_full(gzFile f, const char *path, uint8_t *buf, size_t l
 static int idx_read(const char *path, int ndims, const char *what, uint32_t dims[3], uint8_t **data)
 {
     *data = NULL;
-    errno = 0;
-    gzFile f = gzopen(path, "rb");
+    idx_in *f = malloc(sizeof *f);
     if (!f)
-        return hcnn_error_code(HCNN_EIO, "%s: cannot open: %s", path,
-                               errno ? strerror(errno) : "out of memory");
-    gzbuffer(f, 1u << 17);
-
-    int code = HCNN_OK;
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate a read buffer for %s", path);
+    int code = in_open(f, path);
     uint8_t *buf = NULL;
+    if (code != HCNN_OK)
+        goto out;
     uint8_t hdr[16];
     size_t hdr_len = 4 + 4 * (size_t)ndims;
-    long long got = gz_read_full(f, path, hdr, hdr_len, &code);
+    long long got = in_read(f, hdr, hdr_len, &code);
     if (got < 0)
         goto out;
     if (got == 0) {
@@ -126,7 +211,7 @@ static int idx_read(const char *path, int ndims, const char *what, uint32_t dims
         goto out;
     }
     for (;;) {
-        got = gz_read_full(f, path, buf + have, cap - have, &code);
+        got = in_read(f, buf + have, cap - have, &code);
         if (got < 0)
             goto out;
         have += (size_t)got;
@@ -150,7 +235,7 @@ static int idx_read(const char *path, int ndims, const char *what, uint32_t dims
         goto out;
     }
     uint8_t extra;
-    got = gz_read_full(f, path, &extra, 1, &code);
+    got = in_read(f, &extra, 1, &code);
     if (got < 0)
         goto out;
     if (got > 0) {
@@ -161,7 +246,8 @@ static int idx_read(const char *path, int ndims, const char *what, uint32_t dims
     }
 
 out:
-    gzclose(f);
+    in_close(f);
+    free(f);
     if (code != HCNN_OK)
         hcnn_free(buf);
     else

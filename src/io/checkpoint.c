@@ -373,12 +373,14 @@ static int index_tensors(const char *path, const unsigned char *p, size_t n, hcn
             uint32_t v = 1;
             if (d < ndim && get(&b, &v, 4))
                 return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s truncated", path, t->name);
-            /* each dimension and the product bounded before they are used */
+            /* dims are ints in memory; the product is bounded by the section
+             * before it is used (it cannot wrap around to match a small count) */
             if (v > (uint32_t)INT_MAX || (v && prod > (b.n / sizeof(float)) / v))
                 return hcnn_error_code(HCNN_EFORMAT,
-                                       "%s: tensor %s: dimension %d is %u, more than the %zu-byte "
-                                       "section can hold",
-                                       path, t->name, d, v, n);
+                                       "%s: tensor %s: dimension %d is %u (expected at most %d, "
+                                       "and a product of the dimensions that the %zu-byte "
+                                       "section can hold)",
+                                       path, t->name, d, v, INT_MAX, n);
             t->dims[d] = (int)v;
             prod *= v;
         }

@@ -517,14 +517,28 @@ static int read_file(const char *path, const char *name, const char *owner, int 
         for (size_t k = 0; k < n; k++) {
             if (isz == 4) {
                 uint32_t u = get_le32(chunk + 4 * k);
-                memcpy(&dst[i + k], &u, 4);
+                float fv;
+                memcpy(&fv, &u, 4);
+                if (!isfinite(fv)) {
+                    rc = hcnn_error_code(HCNN_EFORMAT,
+                                         "%s: element %zu of %s is %g (expected finite values)",
+                                         path, i + k, name, (double)fv);
+                    goto out;
+                }
+                dst[i + k] = fv;
             } else {
                 uint64_t u = get_le64(chunk + 8 * k);
                 double v;
                 memcpy(&v, &u, 8);
+                if (!isfinite(v)) {
+                    rc = hcnn_error_code(HCNN_EFORMAT,
+                                         "%s: element %zu of %s is %g (expected finite values)",
+                                         path, i + k, name, v);
+                    goto out;
+                }
                 float fv = (float)v;
                 /* a finite double beyond float range would silently become inf */
-                if (isfinite(v) && !isfinite(fv)) {
+                if (!isfinite(fv)) {
                     rc = hcnn_error_code(HCNN_EFORMAT,
                                          "%s: element %zu (%g) is outside the float32 range", path,
                                          i + k, v);

@@ -15,7 +15,8 @@ int hcnn_npy_write(const char *path, hcnn_npy_type type, int ndim, const int *di
                    const void *src, size_t count);
 
 /* Check path ('<f4', or '<f8' converted; C order; exactly shape
- * dims[0, ndim) of count elements) and read it into dst.  Messages name
+ * dims[0, ndim) of count elements; finite values only: NaN and Inf are
+ * refused) and read it into dst.  Messages name
  * the file and say the tensor `name` of `owner` ("the model configured in
  * x.yaml") expects the shape. */
 int hcnn_npy_read(const char *path, const char *name, const char *owner, int ndim,
