@@ -9,6 +9,7 @@
 #define HCNN_NET_H
 
 #include <stddef.h>
+#include <string.h>
 #include <stdint.h>
 
 #include "hcnn/layer.h"
@@ -27,6 +28,14 @@ typedef struct hcnn_tensor_info {
     int is_state;
     int layer;           /* top-level block owning it (pipeline stage ownership) */
 } hcnn_tensor_info;
+
+/* A batch-norm running variance: its values must not be negative (loaders
+ * refuse a file that says otherwise). */
+static inline int hcnn_tensor_is_variance(const hcnn_tensor_info *t)
+{
+    const size_t len = strlen(t->name), suffix = sizeof "running_var" - 1;
+    return t->is_state && len >= suffix && !strcmp(t->name + len - suffix, "running_var");
+}
 
 typedef struct hcnn_net {
     const hcnn_backend *be;

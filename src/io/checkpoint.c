@@ -473,8 +473,7 @@ void hcnn_ckpt_close(hcnn_ckpt_file *f)
 /* Every value finite; a batch-norm running variance not negative. */
 static int check_values(const char *path, const hcnn_ckpt_tensor *c, const hcnn_tensor_info *t)
 {
-    const size_t len = strlen(c->name), suffix = sizeof "running_var" - 1;
-    const int variance = t->is_state && len >= suffix && !strcmp(c->name + len - suffix, "running_var");
+    const int variance = hcnn_tensor_is_variance(t);
     for (size_t i = 0; i < c->count; i++) {
         float v;
         memcpy(&v, c->data + i, sizeof v); /* unaligned in the file image */

@@ -266,6 +266,14 @@ int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckp
             (rc = hcnn_npy_read(path, t->name, owner, t->ndim, t->dims, t->count,
                                 (t->is_state ? state : params) + t->offset)))
             goto out;
+        for (size_t k = 0; hcnn_tensor_is_variance(t) && k < t->count; k++)
+            if (state[t->offset + k] < 0.0f) { /* found by tests/fuzz/fuzz_import */
+                rc = hcnn_error_code(HCNN_EFORMAT,
+                                     "%s: element %zu of %s is %g (expected a running variance "
+                                     ">= 0)",
+                                     path, k, t->name, (double)state[t->offset + k]);
+                goto out;
+            }
     }
     hcnn_ckpt_meta meta = {.model_hash = net.model_hash, .epoch = 0, .step = 0, .seed = cfg->seed};
     snprintf(meta.model, sizeof meta.model, "%s", cfg->model.name);
