@@ -12,6 +12,7 @@ PACKAGES=(
     libblis-openmp-dev                                                # second BLAS (--with-blas=blis, CI)
     libyaml-dev zlib1g-dev                                            # configs, gzip data, CRC32
     libcmocka-dev                                                     # make check
+    valgrind                                                          # make check-valgrind (CI)
     gnuplot-nox                                                       # results/ plots
     likwid                                                            # ./configure --with-likwid
     dataset-fashion-mnist                                             # Fashion-MNIST
