@@ -13,6 +13,7 @@ PACKAGES=(
     libyaml-dev zlib1g-dev                                            # configs, gzip data, CRC32
     libcmocka-dev                                                     # make check
     clang-14 libclang-rt-14-dev libomp-14-dev                         # tests/fuzz (libFuzzer; -fopenmp under clang)
+    valgrind                                                          # make check-valgrind (CI)
     gnuplot-nox                                                       # results/ plots
     likwid                                                            # ./configure --with-likwid
     dataset-fashion-mnist                                             # Fashion-MNIST
