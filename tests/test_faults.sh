@@ -7,7 +7,10 @@
 # SIGSTOP is found by the stall watchdog; a checkpoint directory that
 # cannot be written is refused at start, and one that disappears mid-run
 # stops the run (checkpoint_on_error: stop) or not (continue) with the
-# previous checkpoint intact; SIGTERM through scripts/hcnn-mpirun exits 75.
+# previous checkpoint intact, and so does a full disk (a 64 KiB tmpfs); a
+# rank killed mid-step ends the job with the last checkpoint loadable; data
+# files deleted mid-run change nothing (read whole at start); SIGTERM
+# through scripts/hcnn-mpirun exits 75.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
 mpi_setup
@@ -130,7 +133,7 @@ for policy in stop continue; do
         case_begin "checkpoint_write_fails_${policy}_$kind"
         dir="$WORK/$name"
         # shellcheck disable=SC2086
-        launch "$name" "$np" $extra --set epochs=3000 --set checkpoint_every=1 --set checkpoint_keep=2 \
+        launch "$name" "$np" $extra --set epochs=600 --set checkpoint_every=1 --set checkpoint_keep=2 \
             --set checkpoint_on_error=$policy --set checkpoint_dir="$dir" &
         job=$!
         for _ in $(seq 1 200); do ls "$dir"/ckpt-s*.hcnn >/dev/null 2>&1 && break; sleep 0.05; done
@@ -143,13 +146,82 @@ for policy in stop continue; do
         [ -n "$last" ] && loads "$name" "$last" || ok=0
         grep -q "could not be written .*checkpoint_on_error: $policy" "$WORK/$name.log" || ok=0
         if [ "$policy" = stop ]; then
-            ! grep -q '^epoch=3000 ' "$WORK/$name.log" || ok=0
+            ! grep -q '^epoch=600 ' "$WORK/$name.log" || ok=0
         else
-            grep -q '^epoch=3000 ' "$WORK/$name.log" && loads "$name" "$dir/final.hcnn" || ok=0
+            grep -q '^epoch=600 ' "$WORK/$name.log" && loads "$name" "$dir/final.hcnn" || ok=0
         fi
         if [ $ok -eq 1 ]; then case_ok; else case_fail "last '$last': $(grep -v '^epoch=\|^checkpoint=' "$WORK/$name.log" | head -20)"; fi
     done
 done
+
+# a full disk (a 64 KiB tmpfs: three checkpoints fit) under both layouts
+for layout in "${LAYOUTS[@]:0:2}"; do
+    read -r kind np extra <<<"$layout"
+    name="full_$kind"
+    case_begin "checkpoint_disk_full_$kind"
+    dir="$WORK/$name"
+    mkdir -p "$dir"
+    if ! mount -t tmpfs -o size=64k tmpfs "$dir" 2>/dev/null; then
+        case_skip "cannot mount a tmpfs here (needs root)"
+        continue
+    fi
+    # shellcheck disable=SC2086
+    launch "$name" "$np" $extra --set epochs=50 --set checkpoint_every=1 --set checkpoint_keep=1000 \
+        --set checkpoint_dir="$dir"
+    last=$(ls "$dir"/ckpt-s*.hcnn 2>/dev/null | tail -n 1)
+    if [ $rc -eq 1 ] && [ "$took" -lt 30 ] && grep -q "could not be written" "$WORK/$name.log" &&
+        grep -q "No space left on device" "$WORK/$name.log" && [ -n "$last" ] && loads "$name" "$last" &&
+        ! ls "$dir"/*.tmp.* >/dev/null 2>&1; then
+        case_ok
+    else
+        case_fail "exit $rc after ${took}s, last '$last': $(grep -v '^epoch=\|^checkpoint=' "$WORK/$name.log" | head)"
+    fi
+    umount "$dir"
+done
+
+# ---- a rank killed mid-step ---------------------------------------------------
+case_begin sigkill_one_rank_mid_step
+launch_bg_kill() {
+    launch kill9 2 --set strategy=data --set epochs=100000 --set checkpoint_every=1 --set checkpoint_dir="$WORK/kill9" &
+    job=$!
+    local p
+    for _ in $(seq 1 200); do
+        for p in $(pgrep -f "hcnn.* train --config $CFG"); do
+            if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
+                ls "$WORK/kill9"/ckpt-s*.hcnn >/dev/null 2>&1; then
+                kill -KILL "$p"
+                return 0
+            fi
+        done
+        sleep 0.05
+    done
+    return 1
+}
+t0=$(date +%s)
+launch_bg_kill
+killed=$?
+wait $job
+took=$(( $(date +%s) - t0 ))
+last=$(ls "$WORK/kill9"/ckpt-s*.hcnn 2>/dev/null | tail -n 1)
+if [ $killed -eq 0 ] && [ "$took" -lt 30 ] && [ -n "$last" ] && loads kill9 "$last"; then case_ok
+else case_fail "killed $killed, ${took}s, last '$last': $(tail -n 5 "$WORK/kill9.log")"; fi
+
+# ---- a data file that vanishes mid-run ----------------------------------------
+# the data set is read whole at start: deleting its files changes nothing
+case_begin data_file_vanishes_mid_run
+mkdir -p "$WORK/vanish"
+for split in train t10k; do
+    { printf '\x00\x00\x08\x03\x00\x00\x02\x00\x00\x00\x00\x0c\x00\x00\x00\x0c'; head -c 73728 /dev/urandom; } >"$WORK/vanish/$split-images-idx3-ubyte"
+    { printf '\x00\x00\x08\x01\x00\x00\x02\x00'; head -c 512 /dev/urandom | od -An -v -tu1 | tr -s ' ' '\n' | grep . | awk '{printf "%c", $1 % 4}'; } >"$WORK/vanish/$split-labels-idx1-ubyte"
+done
+launch vanish 2 --set strategy=data --set dataset=mnist --set data_dir="$WORK/vanish" --set epochs=400 \
+    --set model.classes=10 --set model.blocks.7.out=10 &
+job=$!
+for _ in $(seq 1 200); do grep -q '^epoch=1 ' "$WORK/vanish.log" 2>/dev/null && break; sleep 0.05; done
+rm -f "$WORK/vanish"/*
+wait $job
+if grep -q '^epoch=1 ' "$WORK/vanish.log" && grep -q '^epoch=400 ' "$WORK/vanish.log" && ! grep -q error "$WORK/vanish.log"; then case_ok
+else case_fail "$(grep -v '^epoch=' "$WORK/vanish.log" | tail -n 5)"; fi
 
 # ---- preemption through mpirun ----------------------------------------------
 case_begin sigterm_to_hcnn_mpirun_exits_75
