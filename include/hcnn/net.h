@@ -90,6 +90,12 @@ typedef struct hcnn_acts {
     size_t floats;
 } hcnn_acts;
 
+/* Refuses (with a message) a capacity whose activation tensors in blocks
+ * [first, last) would pass HCNN_MAX_SAMPLE_FLOATS values: checked before
+ * any buffer sized by it is allocated. */
+int hcnn_net_check_capacity(const hcnn_net *net, int first, int last, int capacity);
+/* The same test without a message. */
+int hcnn_net_capacity_ok(const hcnn_net *net, int first, int last, int capacity);
 int hcnn_acts_alloc(hcnn_acts *a, const hcnn_net *net, int first, int last, int capacity);
 void hcnn_acts_free(hcnn_acts *a);
 

@@ -25,7 +25,9 @@ int blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *s
         return rc;
     net.chunk_floats = (size_t)(cfg->im2col_mb * 1048576.0 / sizeof(float));
     net.conv_algo = cfg->conv_algo;
-    rc = hcnn_scratch_alloc(&s, &net, 0, net.nlayers, n);
+    /* a batch the model cannot take: not measured, the run says why */
+    rc = hcnn_net_capacity_ok(&net, 0, net.nlayers, n) ? hcnn_scratch_alloc(&s, &net, 0, net.nlayers, n)
+                                                        : HCNN_EINVAL;
     if (!rc) {
         rc = hcnn_profile_pass_gemms(&net, &s.ctx, 0, net.nlayers, n, reps, out);
         hcnn_scratch_free(&s);

@@ -267,8 +267,51 @@ size_t hcnn_net_max_act(const hcnn_net *net, int first, int last)
 
 /* ---- activations ----------------------------------------------------------- */
 
+/* Values per sample of the larger of a block's output and auxiliary tensors;
+ * the kernels index one tensor with int, and a layer's per-sample sizes are
+ * at most HCNN_MAX_SAMPLE_FLOATS (hcnn_layer_setup). */
+static size_t act_per_sample(const hcnn_layer *l)
+{
+    return hcnn_layer_out_size(l) > l->aux_per_sample ? hcnn_layer_out_size(l)
+                                                      : l->aux_per_sample;
+}
+
+/* The first block of [first, last) whose activations at this capacity are
+ * too large, or -1. */
+static int capacity_exceeded_at(const hcnn_net *net, int first, int last, int capacity)
+{
+    for (int i = first; i < last; i++) {
+        const size_t per_sample = act_per_sample(&net->layers[i]);
+        if (capacity < 0 || per_sample > (size_t)HCNN_MAX_SAMPLE_FLOATS / ((size_t)capacity + 1))
+            return i;
+    }
+    return -1;
+}
+
+int hcnn_net_capacity_ok(const hcnn_net *net, int first, int last, int capacity)
+{
+    return capacity_exceeded_at(net, first, last, capacity) < 0;
+}
+
+int hcnn_net_check_capacity(const hcnn_net *net, int first, int last, int capacity)
+{
+    const int i = capacity_exceeded_at(net, first, last, capacity);
+    if (i >= 0) {
+        return hcnn_error("block %s: %d samples of %zu values make one activation tensor "
+                          "larger than %d values (sizes are int in the kernels): lower "
+                          "batch_size (or eval_batch_size)",
+                          net->layers[i].name, capacity, act_per_sample(&net->layers[i]),
+                          HCNN_MAX_SAMPLE_FLOATS);
+    }
+    return HCNN_OK;
+}
+
 int hcnn_acts_alloc(hcnn_acts *a, const hcnn_net *net, int first, int last, int capacity)
 {
+    memset(a, 0, sizeof *a);
+    const int rc = hcnn_net_check_capacity(net, first, last, capacity);
+    if (rc)
+        return rc;
     memset(a, 0, sizeof *a);
     a->be = net->be;
     a->first = first, a->last = last, a->capacity = capacity;
@@ -282,18 +325,6 @@ int hcnn_acts_alloc(hcnn_acts *a, const hcnn_net *net, int first, int last, int 
     size_t total = 0;
     for (int i = first; i < last; i++) {
         const hcnn_layer *l = &net->layers[i];
-        /* the kernels index one tensor with int; the layer's per-sample
-         * sizes are at most HCNN_MAX_SAMPLE_FLOATS (hcnn_layer_setup) */
-        const size_t per_sample = hcnn_layer_out_size(l) > l->aux_per_sample
-                                      ? hcnn_layer_out_size(l)
-                                      : l->aux_per_sample;
-        if (capacity < 0 || per_sample > (size_t)HCNN_MAX_SAMPLE_FLOATS / ((size_t)capacity + 1)) {
-            hcnn_acts_free(a);
-            return hcnn_error("block %s: %d samples of %zu values make one activation tensor "
-                              "larger than %d values (sizes are int in the kernels): lower "
-                              "batch_size (or eval_batch_size)",
-                              l->name, capacity, per_sample, HCNN_MAX_SAMPLE_FLOATS);
-        }
         /* round each tensor to 16 floats so every tensor is 64-byte aligned */
         total += (hcnn_layer_out_size(l) * capacity + 15) & ~(size_t)15;
         total += (hcnn_layer_aux_size(l, capacity) + 15) & ~(size_t)15;

@@ -91,6 +91,9 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
 {
     const hcnn_backend *be = net->be;
     memset(s, 0, sizeof *s);
+    const int rc = hcnn_net_check_capacity(net, first, last, capacity);
+    if (rc)
+        return rc;
     s->capacity = capacity;
     s->ctx.be = be;
     s->ctx.max_chunk_floats = net->chunk_floats ? net->chunk_floats : HCNN_DEFAULT_CHUNK_FLOATS;
