@@ -107,6 +107,17 @@ static blas_run run_of(const hcnn_config *cfg, int world)
     return run;
 }
 
+/* auto_table for cfg on world ranks into a new *t (the caller frees it,
+ * also on failure); HCNN_ENOMEM if the table cannot be allocated. */
+static int run_table(const hcnn_config *cfg, int world, int remeasure, blas_table **t,
+                     int *cached)
+{
+    const blas_run run = run_of(cfg, world);
+    if (!(*t = calloc(1, sizeof **t)))
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the BLAS kernels' table");
+    return auto_table(&run, *t, remeasure, cached);
+}
+
 int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
 {
     *reexec = 0;
@@ -154,12 +165,11 @@ int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
         }
         return prepare_reexec(mode, note, reexec);
     }
-    blas_run run = run_of(cfg, world);
-    blas_table *t = calloc(1, sizeof *t);
-    if (!t)
-        return hcnn_error("cannot allocate the BLAS kernels' table");
+    blas_table *t = NULL;
     int cached;
-    const int rc = auto_table(&run, t, 0, &cached);
+    const int rc = run_table(cfg, world, 0, &t, &cached);
+    if (rc == HCNN_ENOMEM)
+        return rc;
     if (rc) { /* no measurement: the kernels loaded, and why */
         snprintf(note, sizeof note, "%s (auto: not measured, see above)", blas_loaded_kernels());
         setenv(NOTE_ENV, note, 1);
@@ -186,12 +196,9 @@ int hcnn_blas_tune(const hcnn_config *cfg, int world, FILE *out)
                 blas_library_name(lib, sizeof lib));
         return HCNN_OK;
     }
-    blas_run run = run_of(cfg, world);
-    blas_table *t = calloc(1, sizeof *t);
-    if (!t)
-        return hcnn_error("cannot allocate the BLAS kernels' table");
+    blas_table *t = NULL;
     int cached;
-    const int rc = auto_table(&run, t, 1, &cached);
+    const int rc = run_table(cfg, world, 1, &t, &cached);
     if (!rc)
         blas_table_print(t, out);
     free(t);
