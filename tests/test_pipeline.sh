@@ -53,6 +53,13 @@ if [ "$p0" = 8 ] && [ "$p3" = 8 ]; then case_ok; else case_fail "peaks stage 0: 
 case_begin bubble_reported
 if grep -q '^pipeline_bubble_share=.* theoretical=0.273' "$WORK/mem1.log"; then case_ok
 else case_fail "$(grep pipeline_bubble "$WORK/mem1.log")"; fi
+# each stage's share of its epoch spent waiting is a share: <= 1 on every
+# stage of every run (it read 1.213 when divided by rank 0's epoch time)
+case_begin bubble_share_at_most_one
+shares=$(cat "$WORK"/hybrid.log "$WORK"/uneven.log "$WORK"/mem1.log "$WORK"/mem2.log |
+    tr ' ' '\n' | sed -n 's/^\(pipeline_\)\{0,1\}bubble_share=//p')
+if [ -n "$shares" ] && echo "$shares" | awk '$1 < 0 || $1 > 1 { bad = 1 } END { exit bad }'; then case_ok
+else case_fail "bubble shares: $(echo $shares)"; fi
 
 # ---- configurations that cannot run: one message, every rank exits ----
 refuse() { # name pattern ranks key=value...

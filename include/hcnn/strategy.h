@@ -55,7 +55,7 @@ typedef struct hcnn_strategy_ops {
     int (*gather)(hcnn_strategy *s, float *momentum);
     /* Rank 0's lines in the run header. */
     void (*report_header)(const hcnn_strategy *s, FILE *out);
-    /* After an epoch of epoch_s seconds (collective; rank 0 prints). */
+    /* After an epoch that took this rank epoch_s seconds (collective; rank 0 prints). */
     int (*report_epoch)(hcnn_strategy *s, double epoch_s, FILE *out);
     void (*free)(hcnn_strategy *s);
 } hcnn_strategy_ops;

@@ -19,13 +19,19 @@ int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm);
  * one rank must end the job through the abort path (the other ranks may be
  * waiting in a collective). */
 typedef struct hcnn_run_opts {
-    const char *resume;  /* train: checkpoint file, "latest" or NULL */
+    const char *resume;  /* train: checkpoint file, "latest", "auto" or NULL */
     int profile;         /* print the per-block profile table */
     int warmup, repeats, steps; /* bench: untimed steps, timed repeats of `steps` steps */
 } hcnn_run_opts;
 
 /* Returns HCNN_STOPPED after SIGTERM/SIGUSR1 (checkpoint written). */
 int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opts *opts);
+
+/* hcnn train --check: the data sets read and checked against the model,
+ * checkpoint_dir and the CSV's directory writable, the checkpoint that
+ * `resume` (file, "latest", "auto" or NULL) names found and intact; one
+ * "hcnn: check: ok (...)" line, nothing trained.  Serial. */
+int hcnn_train_check(const hcnn_config *cfg, const char *resume);
 
 /* Training throughput on synthetic data of the model's input shape: warm-up
  * steps, then timed repeats; rank 0 prints each repeat, the profile and the

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "hcnn_git.h"
 #include "hcnn/blas.h"
 #include "hcnn/comm.h"
 #include "hcnn/common.h"
@@ -36,14 +37,15 @@ static const char *USAGE_MAIN =
     "\n"
     "options:\n"
     "  -h, --help     this help; 'hcnn <command> --help' for a command's options\n"
-    "  -V, --version  print the version and the BLAS library with its kernels\n"
+    "  -V, --version  print the version, the git commit it was built from (-dirty: with\n"
+    "                 uncommitted changes), the BLAS library with its kernels, the MPI library\n"
     "\n"
     "exit status: 0 success, 1 run-time failure (data, numerics, I/O), 2 bad command line or\n"
     "configuration, 75 stopped by SIGTERM/SIGUSR1 after writing a checkpoint.\n"
     "See README.md and docs/config-reference.md.\n";
 
 static const char *USAGE_TRAIN =
-    "usage: hcnn train --config FILE [--set key=value ...] [--resume CKPT|latest]\n"
+    "usage: hcnn train --config FILE [--set key=value ...] [--resume CKPT|latest|auto] [--check]\n"
     "\n"
     "Train the model of the YAML run config FILE, serially or, with strategy=data under\n"
     "mpirun, data-parallel over all ranks.  Prints the configuration, a progress line\n"
@@ -58,7 +60,14 @@ static const char *USAGE_TRAIN =
     "                       e.g. --set epochs=3 --set model.blocks.0.out=8\n"
     "  -r, --resume CKPT    continue the run saved in CKPT, or 'latest' (the newest\n"
     "                       checkpoint in checkpoint_dir): same epoch, step, learning rate,\n"
-    "                       data order; any strategy and rank count may resume any checkpoint\n"
+    "                       data order; any strategy and rank count may resume any checkpoint;\n"
+    "                       'auto': the newest in checkpoint_dir if there is one, else a new\n"
+    "                       run (what a requeued batch job wants)\n"
+    "  --check              check, without training and without MPI peers, what the run\n"
+    "                       needs: the config, the data sets (read and matched to the model),\n"
+    "                       checkpoint_dir and the CSV's directory writable, the checkpoint\n"
+    "                       --resume names; prints 'hcnn: check: ok (...)' or one error\n"
+    "                       (exit 1: data, files; 2: configuration)\n"
     "  -q, --quiet          do not print the configuration at start\n"
     "  -p, --profile        print the per-block profile (forward/backward ms, GFLOP/s, the\n"
     "                       raw cblas_sgemm time of the same GEMMs) at the end\n"
@@ -171,6 +180,7 @@ typedef struct cli {
     const char *sets[MAX_SETS];
     int nset;
     int quiet;
+    int check; /* train --check */
     int help;
     int probe; /* tune: the measurement's child (src/blas/measure.c) */
     int ranks; /* tune: 0 = from the environment */
@@ -216,8 +226,10 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
             c->quiet = 1;
         } else if (!strcmp(c->command, "train") && is_opt(a, "--resume", "-r")) {
             if (!(v = opt_value(argc, argv, &i, "--resume", "-r")))
-                return usage_error(usage, "option %s needs a checkpoint file or 'latest'", a);
+                return usage_error(usage, "option %s needs a checkpoint file, 'latest' or 'auto'", a);
             c->resume = v;
+        } else if (!strcmp(c->command, "train") && !strcmp(a, "--check")) {
+            c->check = 1;
         } else if (!strcmp(c->command, "tune") && !strcmp(a, "--probe")) {
             c->probe = 1;
         } else if (!strcmp(c->command, "tune") && is_opt(a, "--ranks", NULL)) {
@@ -411,8 +423,14 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
-        char blas[1024];
-        printf("hcnn %s\nBLAS: %s\n", PACKAGE_VERSION, hcnn_blas_describe(blas, sizeof blas));
+        char blas[1024], mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+        int len = 0;
+        /* one of the few MPI calls allowed before MPI_Init; its first line */
+        if (MPI_Get_library_version(mpi, &len) != MPI_SUCCESS)
+            snprintf(mpi, sizeof mpi, "unknown");
+        mpi[strcspn(mpi, "\r\n")] = '\0';
+        printf("hcnn %s\ngit: %s\nBLAS: %s\nMPI: %s\n", PACKAGE_VERSION, HCNN_GIT_COMMIT,
+               hcnn_blas_describe(blas, sizeof blas), mpi);
         return 0;
     }
     const char *usage;
@@ -474,6 +492,16 @@ int main(int argc, char **argv)
         return usage_error(usage, "%s", "missing --checkpoint FILE");
     if (!strcmp(cmd, "tune"))
         return tune_main(&c);
+    if (c.check) { /* on the batch node before the launch: no MPI */
+        hcnn_config *ccfg = malloc(sizeof *ccfg);
+        if (!ccfg)
+            return 1;
+        rc = hcnn_config_load(ccfg, c.config, c.sets, c.nset);
+        if (!rc)
+            rc = hcnn_train_check(ccfg, c.resume);
+        free(ccfg);
+        return exit_status(rc);
+    }
     if ((rc = choose_blas_kernels(&c, argv)))
         return exit_status(rc);
 

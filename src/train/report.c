@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "hcnn_git.h"
 #include "hcnn/blas.h"
 #include "hcnn/common.h"
 #include "hcnn/files.h"

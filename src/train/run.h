@@ -93,7 +93,11 @@ void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
  * background; wait: until it is on disk). */
 int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st, int final,
                     int wait);
-int resume_from(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta);
+/* resume: a checkpoint file, "latest" or "auto"; *resumed = 0 when "auto"
+ * found none (a new run) */
+int resume_from(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed);
+/* Rank 0, before training: checkpoint_dir created and writable. */
+int run_check_checkpoint_dir(const hcnn_config *cfg);
 
 /* bench.c */
 int profile_enable(hcnn_run *r);

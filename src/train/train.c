@@ -244,32 +244,6 @@ static int train_epoch(hcnn_run *r, int epoch, int first_batch, long steps_per_e
     return HCNN_OK;
 }
 
-/* A checkpoint directory that cannot be written is found before training,
- * not at the first checkpoint (checkpoint_dir=/dev/null/ck used to lose
- * the whole run): rank 0 creates it and writes, syncs and removes a file. */
-static int check_checkpoint_dir(const hcnn_run *r)
-{
-    const char *dir = r->cfg->checkpoint_dir;
-    if (!dir[0] || !run_is_root(r))
-        return HCNN_OK;
-    int rc = hcnn_mkdir_p(dir); /* its message names the directory */
-    if (rc)
-        return rc;
-    char probe[HCNN_FILE_PATH_MAX + 64];
-    snprintf(probe, sizeof probe, "%s/.hcnn-write-test-%ld", dir, (long)getpid());
-    const int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    const int ok = fd >= 0 && write(fd, "", 1) == 1 && fsync(fd) == 0;
-    const int err = errno;
-    if (fd >= 0) {
-        close(fd);
-        unlink(probe);
-    }
-    if (!ok)
-        return hcnn_error_code(HCNN_EIO, "checkpoint_dir '%s' (%s) is not writable: %s",
-                               dir, r->cfg->path, strerror(err));
-    return HCNN_OK;
-}
-
 int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opts *opts)
 {
     hcnn_run r;
@@ -280,13 +254,14 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
     if (!rc && r.net.nstate > 0 &&
         !(r.state_before = r.be->alloc(sizeof(float) * r.net.nstate, "statistics before a step")))
         rc = HCNN_ENOMEM;
-    if (!rc)
-        rc = check_checkpoint_dir(&r);
+    if (!rc && run_is_root(&r))
+        rc = run_check_checkpoint_dir(cfg);
     hcnn_ckpt_meta start = {0};
+    int resumed = 0;
     if (!rc && resume)
-        rc = resume_from(&r, resume, &start);
+        rc = resume_from(&r, resume, &start, &resumed);
     if (!rc)
-        rc = report_csv_open(&r, resume != NULL);
+        rc = report_csv_open(&r, resumed);
     if (rc) {
         run_free(&r);
         return rc;
