@@ -56,6 +56,10 @@ const char *hcnn_blas_kernels(void);
 /* One line for the run header: the library, its kernels and why. */
 const char *hcnn_blas_describe(char *buf, int cap);
 
+/* "AMD EPYC 9B45 (family 26 model 2 stepping 1)": the first CPU of
+ * /proc/cpuinfo (the BLAS cache's key; hcnn plan's header). */
+void hcnn_cpu_model(char *buf, size_t cap);
+
 /* Every BLAS call of hcnn is single-threaded: hcnn splits products into
  * pieces fixed by shape and runs them on its own threads (src/cpu/gemm.c),
  * so results do not depend on the thread count.  Called by the CPU

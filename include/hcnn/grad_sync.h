@@ -54,6 +54,12 @@ typedef struct hcnn_grad_sync {
     long steps;
 } hcnn_grad_sync;
 
+/* The buckets of blocks [first, last) (buckets: room for last - first):
+ * about bucket_mb MiB of whole blocks each, from the last block backwards;
+ * returns their number.  hcnn plan prices the same buckets. */
+int hcnn_grad_buckets(const hcnn_net *net, int first, int last, double bucket_mb,
+                      hcnn_bucket *buckets);
+
 int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int first, int last,
                         double bucket_mb, hcnn_allreduce_progress mode);
 void hcnn_grad_sync_free(hcnn_grad_sync *gs);

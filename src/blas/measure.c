@@ -330,7 +330,7 @@ int blas_measure(const blas_run *run, blas_table *t)
 /* ---- the key ---------------------------------------------------------------- */
 
 /* "AMD EPYC 9B45 (family 26 model 2 stepping 1)" from /proc/cpuinfo */
-static void cpu_model(char *buf, size_t cap)
+void hcnn_cpu_model(char *buf, size_t cap)
 {
     char name[128] = "unknown CPU", family[16] = "", model[16] = "", stepping[16] = "";
     char impl[16] = "", part[16] = "";
@@ -373,7 +373,7 @@ int blas_table_key(const blas_run *run, blas_table *t)
     if (rc)
         return rc;
     char cpu[256], build[512];
-    cpu_model(cpu, sizeof cpu);
+    hcnn_cpu_model(cpu, sizeof cpu);
     blas_library_build(build, sizeof build);
     snprintf(t->model, sizeof t->model, "%s, %d samples a pass, %d GEMM shapes",
              run->cfg->model.name, n, g.shapes);

@@ -18,6 +18,7 @@
 #include "hcnn/diff.h"
 #include "hcnn/export.h"
 #include "hcnn/markers.h"
+#include "hcnn/plan.h"
 
 #define MAX_SETS 256
 
@@ -31,6 +32,8 @@ static const char *USAGE_MAIN =
     "  eval    evaluate a checkpoint:        hcnn eval --config FILE --checkpoint FILE\n"
     "  bench   training throughput:          hcnn bench --config FILE [--set key=value ...]\n"
     "  tune    measure the BLAS kernels:     hcnn tune --config FILE [--set key=value ...]\n"
+    "  plan    project to N nodes:           hcnn plan --config FILE [--nodes 1,2,..,32] "
+    "[--network ib-hdr]\n"
     "  diff    compare two checkpoints:      hcnn diff A B [--tol X]\n"
     "  export  checkpoint to NumPy files:    hcnn export CKPT DIR\n"
     "  import  NumPy files to a checkpoint:  hcnn import DIR --config FILE -o CKPT\n"
@@ -433,6 +436,8 @@ int main(int argc, char **argv)
                hcnn_blas_describe(blas, sizeof blas), mpi);
         return 0;
     }
+    if (!strcmp(cmd, "plan"))
+        return hcnn_plan_main(argc, argv);
     const char *usage;
     if (!strcmp(cmd, "train"))
         usage = USAGE_TRAIN;

@@ -37,25 +37,15 @@ static void *comm_thread(void *arg)
     return NULL;
 }
 
-int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int first, int last,
-                        double bucket_mb, hcnn_allreduce_progress mode)
+int hcnn_grad_buckets(const hcnn_net *net, int first, int last, double bucket_mb,
+                      hcnn_bucket *buckets)
 {
-    memset(gs, 0, sizeof *gs);
-    gs->comm = comm;
-    HCNN_MPI(MPI_Comm_size(comm, &gs->size));
-    gs->mode = mode;
-    if (hcnn_mpi_buf_init(&gs->buf, net->be, net->grads, net->nparams, "gradient staging"))
-        return HCNN_ENOMEM;
     size_t cap = (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
     if (cap < 1)
         cap = 1;
-    gs->buckets =
-        hcnn_calloc(sizeof *gs->buckets * (size_t)(last - first + 1), "allreduce buckets");
-    if (!gs->buckets)
-        return HCNN_ENOMEM;
     /* whole blocks, from the last one backwards */
     size_t hi = 0, lo = 0;
-    int open = 0;
+    int open = 0, n = 0;
     for (int i = last - 1; i >= first; i--) {
         const hcnn_layer *l = &net->layers[i];
         if (l->nparams == 0)
@@ -65,15 +55,30 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
             open = 1;
         }
         lo = l->param_off;
-        hcnn_bucket *b = &gs->buckets[gs->nbuckets];
+        hcnn_bucket *b = &buckets[n];
         b->off = lo, b->count = hi - lo, b->lowest_block = i;
         if (hi - lo >= cap) {
-            gs->nbuckets++;
+            n++;
             open = 0;
         }
     }
-    if (open)
-        gs->nbuckets++;
+    return open ? n + 1 : n;
+}
+
+int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int first, int last,
+                        double bucket_mb, hcnn_allreduce_progress mode)
+{
+    memset(gs, 0, sizeof *gs);
+    gs->comm = comm;
+    HCNN_MPI(MPI_Comm_size(comm, &gs->size));
+    gs->mode = mode;
+    if (hcnn_mpi_buf_init(&gs->buf, net->be, net->grads, net->nparams, "gradient staging"))
+        return HCNN_ENOMEM;
+    gs->buckets =
+        hcnn_calloc(sizeof *gs->buckets * (size_t)(last - first + 1), "allreduce buckets");
+    if (!gs->buckets)
+        return HCNN_ENOMEM;
+    gs->nbuckets = hcnn_grad_buckets(net, first, last, bucket_mb, gs->buckets);
     for (int k = 0; k < gs->nbuckets; k++)
         if (gs->buckets[k].count > INT_MAX) /* MPI counts are int */
             return hcnn_error("gradient bucket of %zu floats exceeds MPI's count limit: lower "

@@ -118,9 +118,7 @@ static int measure_costs(hcnn_net *net, int cap, double *cost)
     return rc;
 }
 
-/* Contiguous split of n costs into S non-empty groups minimising the
- * largest group (dynamic programming, O(S n^2)). */
-static void balance(const double *cost, int n, int S, int *bounds)
+void hcnn_pipe_balance(const double *cost, int n, int S, int *bounds)
 {
     double pre[HCNN_MAX_BLOCKS + 1];
     static double best[HCNN_MAX_BLOCKS + 1][HCNN_MAX_BLOCKS + 1];
@@ -183,7 +181,7 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
             p->bounds[s] = cfg->partition[s];
         p->bounds[p->S] = nl;
     } else {
-        balance(cost, nl, p->S, p->bounds);
+        hcnn_pipe_balance(cost, nl, p->S, p->bounds);
     }
     for (int s = 0; s < p->S; s++) {
         p->est_s[s] = 0.0;

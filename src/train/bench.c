@@ -7,6 +7,7 @@
 
 #include "hcnn/blas.h"
 #include "hcnn/common.h"
+#include "hcnn/plan.h"
 #include "run.h"
 
 int profile_enable(hcnn_run *r)
@@ -113,6 +114,81 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
             printf("images_per_s=%.1f\n", median);
         }
     }
+    run_free(&r);
+    free(cfg);
+    return rc;
+}
+
+/* hcnn plan's compute input (include/hcnn/plan.h).  What a step spends
+ * outside the blocks' passes (optimiser, loss, the finiteness check, the
+ * batch hand-over) is counted with the optimiser: opt_s. */
+int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, double *bwd,
+                     double *opt_s)
+{
+    enum { WARMUP = 2, MAX_STEPS = 64 };
+    if (steps < 1 || steps > MAX_STEPS)
+        return hcnn_error("hcnn_block_times: steps %d outside 1..%d", steps, MAX_STEPS);
+    hcnn_config *cfg = malloc(sizeof *cfg);
+    if (!cfg)
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the configuration");
+    *cfg = *cfg_in;
+    snprintf(cfg->dataset, sizeof cfg->dataset, "synthetic");
+    cfg->strategy = HCNN_STRATEGY_SERIAL;
+    cfg->batch_size = n;
+    cfg->synthetic_train = n * (WARMUP + steps);
+    cfg->synthetic_test = n;
+    cfg->epochs = 1;
+    cfg->max_steps = 0;
+    cfg->csv[0] = cfg->checkpoint_dir[0] = '\0';
+    /* a process of its own: whatever launched hcnn plan, the measurement is serial */
+    const hcnn_comm self = {.rank = 0, .size = 1, .world = MPI_COMM_SELF};
+    hcnn_run r;
+    int rc = run_setup(&r, cfg, &self, 1);
+    if (!rc)
+        rc = profile_enable(&r);
+    const int nl = rc ? 0 : r.net.nlayers;
+    double *v = rc ? NULL : hcnn_calloc(sizeof(double) * (size_t)(2 * nl + 1) * MAX_STEPS,
+                                        "block times");
+    if (!rc && !v)
+        rc = HCNN_ENOMEM;
+    if (!rc) {
+        const long spe = WARMUP + steps;
+        epoch_stats st = {0};
+        hcnn_epoch_permutation(r.perm, r.train.n, cfg->seed, 0, cfg->shuffle);
+        hcnn_loader_begin_epoch(&r.loader, r.perm, r.train.n, 0);
+        for (int i = 0; i < WARMUP + steps && !rc; i++) {
+            hcnn_profile_reset(&r.prof);
+            const double t0 = hcnn_now();
+            const int got = train_next_step(&r, 0, spe, &st);
+            const double el = hcnn_now() - t0;
+            rc = got < 0 ? -got : got == 0 ? hcnn_error("block times: ran out of batches") : 0;
+            if (rc || i < WARMUP)
+                continue;
+            double *row = v + (size_t)(i - WARMUP) * (2 * nl + 1);
+            double passes = 0.0;
+            for (int b = 0; b < nl; b++) {
+                row[b] = r.prof.fwd[r.net.layers[b].id];
+                row[nl + b] = r.prof.bwd[r.net.layers[b].id];
+                passes += row[b] + row[nl + b];
+            }
+            row[2 * nl] = el > passes ? el - passes : 0.0;
+        }
+    }
+    if (!rc) {
+        double col[MAX_STEPS];
+        for (int k = 0; k < 2 * nl + 1; k++) {
+            for (int i = 0; i < steps; i++)
+                col[i] = v[(size_t)i * (2 * nl + 1) + k];
+            const double m = hcnn_median(col, steps);
+            if (k < nl)
+                fwd[k] = m;
+            else if (k < 2 * nl)
+                bwd[k - nl] = m;
+            else
+                *opt_s = m;
+        }
+    }
+    free(v);
     run_free(&r);
     free(cfg);
     return rc;

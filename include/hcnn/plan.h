@@ -1,0 +1,119 @@
+/* hcnn plan: a projection of training throughput to N nodes, before
+ * paying for them (docs/plan.md has the model, its assumptions and its
+ * validation).
+ *
+ * A step is priced from three measured or stated inputs:
+ *   compute   per-block forward and backward seconds of one pass, measured
+ *             on this node at the per-thread share of samples each layout
+ *             implies (hcnn_block_times), and the optimiser's seconds;
+ *   network   an alpha-beta-gamma model (latency, seconds per byte moved,
+ *             seconds per byte reduced) of the algorithm OpenMPI 4.1's
+ *             tuned component picks for an allreduce of that size on that
+ *             many ranks, and of a point-to-point message;
+ *   layout    data parallel (S = 1) or S pipeline stages x R replicas with
+ *             M micro-batches, hcnn's own bucketing (hcnn_grad_buckets) and
+ *             stage partition (hcnn_pipe_balance).
+ * Everything here is arithmetic: plan.c measures and prints. */
+#ifndef HCNN_PLAN_H
+#define HCNN_PLAN_H
+
+#include <stddef.h>
+
+#include "hcnn/config.h"
+#include "hcnn/net.h"
+
+/* ---- the network ----------------------------------------------------------- */
+
+typedef struct hcnn_network {
+    char name[64];
+    double alpha_s;      /* latency of one message (MPI, inter-node) */
+    double beta_s;       /* seconds per byte on the wire (1 / bandwidth) */
+    double gamma_s;      /* seconds per byte of MPI_SUM reduction on one core */
+    double p2p_alpha_s;  /* latency of one point-to-point message */
+    double contention;   /* ranks sharing one host (--host-cores): a pass takes this
+                            many times longer when every core computes (1: none) */
+} hcnn_network;
+
+/* Presets "ib-hdr" and "eth-25g" (their sources: docs/plan.md), or a file
+ * of "key = value" lines: alpha_us, bandwidth_gbs (GB/s per direction),
+ * reduce_gbs (GB/s of float summation), optional p2p_alpha_us,
+ * host_contention (a pass's slowdown when all of one host's cores compute
+ * at once: only --host-cores uses it), name.  The
+ * file hcnn plan --calibrate-network writes is of this form. */
+int hcnn_network_load(const char *spec, hcnn_network *net);
+
+/* OpenMPI 4.1's choice for a commutative MPI_Allreduce of `bytes` on p
+ * ranks (coll_tuned_decision_fixed.c, ompi_coll_tuned_allreduce_intra_
+ * dec_fixed): 3 recursive doubling, 4 ring, 5 segmented ring, 6
+ * Rabenseifner (reduce-scatter + allgather). */
+typedef enum {
+    HCNN_AR_NONE = 0,
+    HCNN_AR_RECURSIVE_DOUBLING = 3,
+    HCNN_AR_RING = 4,
+    HCNN_AR_SEGMENTED_RING = 5,
+    HCNN_AR_RABENSEIFNER = 6
+} hcnn_allreduce_algo;
+hcnn_allreduce_algo hcnn_allreduce_choice(double bytes, int p);
+const char *hcnn_allreduce_algo_name(hcnn_allreduce_algo a);
+/* Seconds for that algorithm (p = 1: 0). */
+double hcnn_allreduce_seconds(const hcnn_network *nw, double bytes, int p);
+/* Seconds for one point-to-point message of `bytes`. */
+double hcnn_p2p_seconds(const hcnn_network *nw, double bytes);
+
+/* ---- compute ----------------------------------------------------------------- */
+
+/* Per-block seconds of one training pass on n samples at the target thread
+ * count, and the optimiser's seconds for all parameters. */
+typedef struct hcnn_pass_cost {
+    int n;                        /* samples of the pass */
+    double fwd[HCNN_MAX_BLOCKS], bwd[HCNN_MAX_BLOCKS];
+    double opt_s;
+    int below_threads;            /* fewer samples than threads: priced optimistically */
+} hcnn_pass_cost;
+
+/* ---- a layout and its step ------------------------------------------------- */
+
+typedef struct hcnn_layout {
+    int nodes;          /* = ranks: one rank per node */
+    int stages;         /* S; 1 = data parallel */
+    int replicas;       /* R = nodes / S */
+    int microbatches;   /* M (pipeline) */
+    int global_batch;   /* G */
+    int pass_samples;   /* samples of one pass: G / N (data), G / (R M) (pipeline) */
+} hcnn_layout;
+
+typedef struct hcnn_step_model {
+    double step_s;         /* one optimiser step */
+    double compute_s;      /* this rank's forward + backward + optimiser (the busiest stage) */
+    double allreduce_s;    /* exposed gradient allreduce (after backward ended) */
+    double allreduce_total_s; /* all buckets' allreduce time, hidden or not */
+    double bubble_s;       /* pipeline fill and drain, and waiting on slower stages */
+    double p2p_s;          /* activations and their gradients between stages */
+    double sync_s;         /* the per-step agreement allreduce (3 ints) */
+    double images_per_s;
+    int bounds[HCNN_MAX_BLOCKS + 1]; /* stage partition */
+    int nbuckets;
+} hcnn_step_model;
+
+/* Price one step.  cost: the pass cost at lay->pass_samples; host_cores > 0:
+ * all ranks share one host of that many cores (a validation on one machine),
+ * threads: per rank; compute is then stretched when ranks x threads exceed
+ * the cores. */
+int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_cost *cost,
+                   const hcnn_network *nw, double bucket_mb, int threads, int host_cores,
+                   hcnn_step_model *out);
+
+/* ---- measurement (src/train/bench.c) ------------------------------------- */
+
+/* Per-block forward/backward seconds (medians over `steps` timed steps after
+ * 2 warm-up steps) of serial training passes of n samples on synthetic data
+ * of cfg's model, with cfg->threads threads, in this process; opt_s: the
+ * optimiser step.  fwd/bwd have net.nlayers entries. */
+int hcnn_block_times(const hcnn_config *cfg, int n, int steps, double *fwd, double *bwd,
+                     double *opt_s);
+
+/* hcnn plan [options] (src/plan/plan.c): argv[1] is "plan"; returns the
+ * exit status. */
+int hcnn_plan_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,310 @@
+/* hcnn plan's arithmetic (include/hcnn/plan.h): the network's allreduce
+ * and point-to-point costs, and the price of one step of a layout.  The
+ * formulas and their assumptions are in docs/plan.md. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hcnn/common.h"
+#include "hcnn/grad_sync.h"
+#include "hcnn/plan.h"
+#include "hcnn/strategy.h"
+
+/* ---- networks ---------------------------------------------------------------- */
+
+/* Presets, one rank per node, everything between nodes.
+ *   ib-hdr  InfiniBand HDR (200 Gb/s = 25 GB/s per direction): OSU
+ *           osu_latency about 1.1 us between hosts and osu_bw about 24 GB/s
+ *           for large messages on ConnectX-6 HDR; 1.5 us and 23 GB/s are
+ *           taken for MPI with its software overhead.
+ *   eth-25g 25 Gb/s Ethernet over TCP (OpenMPI's tcp BTL): 3.125 GB/s on
+ *           the wire, about 2.8 GB/s achieved; latency about 20 us.
+ * Reduction (gamma): OpenMPI sums on one core per rank with vector code,
+ * memory-bound at 3 streams: 8 GB/s is taken (a Zen/Xeon core's share of
+ * a STREAM triad). */
+static const hcnn_network PRESETS[] = {
+    {"ib-hdr", 1.5e-6, 1.0 / 23e9, 1.0 / 8e9, 1.5e-6, 1.0},
+    {"eth-25g", 20e-6, 1.0 / 2.8e9, 1.0 / 8e9, 20e-6, 1.0},
+};
+
+int hcnn_network_load(const char *spec, hcnn_network *nw)
+{
+    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
+        if (!strcmp(spec, PRESETS[i].name)) {
+            *nw = PRESETS[i];
+            return HCNN_OK;
+        }
+    FILE *f = fopen(spec, "r");
+    if (!f)
+        return hcnn_error_code(HCNN_EIO, "--network '%s': neither a preset (ib-hdr, eth-25g) "
+                                         "nor a readable file",
+                               spec);
+    memset(nw, 0, sizeof *nw);
+    snprintf(nw->name, sizeof nw->name, "%.63s", spec);
+    double alpha = -1, bw = -1, red = -1, p2p = -1, cont = 1.0;
+    char line[512];
+    int lineno = 0, rc = HCNN_OK;
+    while (!rc && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = line + strspn(line, " \t");
+        if (*p == '#' || *p == '\n' || *p == '\0')
+            continue;
+        char key[64], val[256];
+        if (sscanf(p, " %63[a-z_0-9] = %255[^\n#]", key, val) != 2) {
+            rc = hcnn_error("%s:%d: expected 'key = value', got '%.60s'", spec, lineno, p);
+            break;
+        }
+        val[strcspn(val, " \t\r")] = '\0';
+        if (!strcmp(key, "name")) {
+            snprintf(nw->name, sizeof nw->name, "%.63s", val);
+            continue;
+        }
+        char *end;
+        const double v = strtod(val, &end);
+        if (*end || !(v > 0) || !isfinite(v)) {
+            rc = hcnn_error("%s:%d: %s: expected a positive number, got '%s'", spec, lineno, key,
+                            val);
+            break;
+        }
+        if (!strcmp(key, "alpha_us"))
+            alpha = v;
+        else if (!strcmp(key, "bandwidth_gbs"))
+            bw = v;
+        else if (!strcmp(key, "reduce_gbs"))
+            red = v;
+        else if (!strcmp(key, "p2p_alpha_us"))
+            p2p = v;
+        else if (!strcmp(key, "host_contention"))
+            cont = v;
+        else
+            rc = hcnn_error("%s:%d: unknown key '%s' (alpha_us, bandwidth_gbs, reduce_gbs, "
+                            "p2p_alpha_us, host_contention, name)",
+                            spec, lineno, key);
+    }
+    fclose(f);
+    if (rc)
+        return rc;
+    if (alpha < 0 || bw < 0 || red < 0)
+        return hcnn_error("%s: needs alpha_us, bandwidth_gbs and reduce_gbs", spec);
+    nw->alpha_s = alpha * 1e-6;
+    nw->beta_s = 1.0 / (bw * 1e9);
+    nw->gamma_s = 1.0 / (red * 1e9);
+    nw->p2p_alpha_s = (p2p > 0 ? p2p : alpha) * 1e-6;
+    nw->contention = cont;
+    return HCNN_OK;
+}
+
+/* ---- allreduce ------------------------------------------------------------------ */
+
+/* OpenMPI 4.1, ompi/mca/coll/tuned/coll_tuned_decision_fixed.c,
+ * ompi_coll_tuned_allreduce_intra_dec_fixed, commutative operations (the
+ * table measured by the OpenMPI team, used unless coll_tuned_use_dynamic_
+ * rules is set).  Up to 63 ranks; above, Rabenseifner for every size a
+ * gradient bucket has (>= 256 KiB). */
+hcnn_allreduce_algo hcnn_allreduce_choice(double bytes, int p)
+{
+    if (p <= 1)
+        return HCNN_AR_NONE;
+    if (p < 4) {
+        if (bytes < 8)
+            return HCNN_AR_RING;
+        if (bytes < 4096)
+            return HCNN_AR_RECURSIVE_DOUBLING;
+        if (bytes < 8192)
+            return HCNN_AR_RING;
+        if (bytes < 16384)
+            return HCNN_AR_RECURSIVE_DOUBLING;
+        if (bytes < 65536)
+            return HCNN_AR_RING;
+        if (bytes < 262144)
+            return HCNN_AR_SEGMENTED_RING;
+        return HCNN_AR_RABENSEIFNER;
+    }
+    if (p < 8)
+        return bytes < 16 ? HCNN_AR_RING : bytes < 8192 ? HCNN_AR_RECURSIVE_DOUBLING
+                                                        : HCNN_AR_RABENSEIFNER;
+    if (p < 16)
+        return bytes < 8192 ? HCNN_AR_RECURSIVE_DOUBLING : HCNN_AR_RABENSEIFNER;
+    if (p < 32)
+        return bytes < 64     ? HCNN_AR_SEGMENTED_RING
+               : bytes < 4096 ? HCNN_AR_RECURSIVE_DOUBLING
+                              : HCNN_AR_RABENSEIFNER;
+    if (p < 64)
+        return bytes < 128 ? HCNN_AR_SEGMENTED_RING : HCNN_AR_RABENSEIFNER;
+    if (p < 128)
+        return bytes < 262144 ? HCNN_AR_RECURSIVE_DOUBLING : HCNN_AR_RABENSEIFNER;
+    return bytes < 262144 ? HCNN_AR_RECURSIVE_DOUBLING : HCNN_AR_RABENSEIFNER;
+}
+
+const char *hcnn_allreduce_algo_name(hcnn_allreduce_algo a)
+{
+    switch (a) {
+    case HCNN_AR_RECURSIVE_DOUBLING: return "recursive_doubling";
+    case HCNN_AR_RING: return "ring";
+    case HCNN_AR_SEGMENTED_RING: return "segmented_ring";
+    case HCNN_AR_RABENSEIFNER: return "rabenseifner";
+    default: return "none";
+    }
+}
+
+/* Costs with n bytes on p ranks (Thakur, Rabenseifner, Gropp, "Optimization
+ * of collective communication operations in MPICH", IJHPCA 2005), p' the
+ * largest power of two <= p; a non-power-of-two p first folds the extra
+ * ranks in and finally sends them the result: 2 (alpha + n beta) + n gamma.
+ *   recursive doubling  log2 p' (alpha + n beta + n gamma)
+ *   ring                2 (p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
+ *   Rabenseifner        2 log2 p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma
+ * The segmented ring is priced as the ring (OpenMPI picks it only for
+ * messages below 256 KiB, where both are a few latencies). */
+double hcnn_allreduce_seconds(const hcnn_network *nw, double n, int p)
+{
+    const hcnn_allreduce_algo a = hcnn_allreduce_choice(n, p);
+    if (a == HCNN_AR_NONE)
+        return 0.0;
+    int pp = 1, lg = 0;
+    while (pp * 2 <= p)
+        pp *= 2, lg++;
+    const double fold = pp == p ? 0.0 : 2.0 * (nw->alpha_s + n * nw->beta_s) + n * nw->gamma_s;
+    const double al = nw->alpha_s, be = nw->beta_s, ga = nw->gamma_s;
+    switch (a) {
+    case HCNN_AR_RECURSIVE_DOUBLING: return fold + lg * (al + n * be + n * ga);
+    case HCNN_AR_RABENSEIFNER:
+        return fold + 2.0 * lg * al + 2.0 * (pp - 1) / pp * n * be + (double)(pp - 1) / pp * n * ga;
+    default:
+        return 2.0 * (p - 1) * al + 2.0 * (p - 1) / p * n * be + (double)(p - 1) / p * n * ga;
+    }
+}
+
+double hcnn_p2p_seconds(const hcnn_network *nw, double bytes)
+{
+    return nw->p2p_alpha_s + bytes * nw->beta_s;
+}
+
+/* ---- a step --------------------------------------------------------------------- */
+
+/* The gradient allreduce of blocks [first, last) on p ranks, overlapped with
+ * the backward pass that produces it: bucket k can start when backward has
+ * passed its lowest block (backward runs from the last block down) and
+ * after bucket k-1 (one allreduce at a time, in order).  Returns the time
+ * after the backward's end at which the last bucket completes (the exposed
+ * part); *total: all buckets' time. */
+static double bucket_timeline(const hcnn_net *net, int first, int last, const double *bwd,
+                              double stretch, double bucket_mb, const hcnn_network *nw, int p,
+                              double *total, int *nbuckets)
+{
+    hcnn_bucket buckets[HCNN_MAX_BLOCKS];
+    const int nb = hcnn_grad_buckets(net, first, last, bucket_mb, buckets);
+    *nbuckets = nb;
+    *total = 0.0;
+    if (p <= 1 || nb == 0)
+        return 0.0;
+    double backward = 0.0;
+    for (int i = first; i < last; i++)
+        backward += bwd[i] * stretch;
+    double end = 0.0;
+    for (int k = 0; k < nb; k++) {
+        double ready = 0.0; /* backward time until the bucket's lowest block is done */
+        for (int i = last - 1; i >= buckets[k].lowest_block; i--)
+            ready += bwd[i] * stretch;
+        const double t = hcnn_allreduce_seconds(nw, (double)buckets[k].count * sizeof(float), p);
+        *total += t;
+        end = fmax(end, ready) + t;
+    }
+    return fmax(0.0, end - backward);
+}
+
+static double params_share(const hcnn_net *net, int first, int last)
+{
+    size_t off, count;
+    hcnn_net_param_range(net, first, last, &off, &count);
+    return net->nparams ? (double)count / (double)net->nparams : 0.0;
+}
+
+int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_cost *cost,
+                   const hcnn_network *nw, double bucket_mb, int threads, int host_cores,
+                   hcnn_step_model *m)
+{
+    memset(m, 0, sizeof *m);
+    const int L = net->nlayers, N = lay->nodes, S = lay->stages, R = lay->replicas;
+    if (S < 1 || R < 1 || S * R != N || S > L || lay->pass_samples < 1)
+        return hcnn_error("plan: layout %d nodes = %d stages x %d replicas with %d samples "
+                          "per pass is not possible for %d blocks",
+                          N, S, R, lay->pass_samples, L);
+    /* ranks sharing one host's cores: every rank computes at once */
+    const double load = host_cores > 0 ? (double)N * threads / host_cores : 1.0;
+    /* and slow each other down (shared caches, memory, SMT siblings) */
+    const double contended = host_cores > 0 && N > 1 ? nw->contention : 1.0;
+    m->sync_s = hcnn_allreduce_seconds(nw, 3 * sizeof(int), N);
+    if (S == 1) {
+        const double stretch = fmax(1.0, load) * contended;
+        double F = 0.0, B = 0.0;
+        for (int i = 0; i < L; i++)
+            F += cost->fwd[i] * stretch, B += cost->bwd[i] * stretch;
+        m->compute_s = F + B + cost->opt_s * stretch;
+        m->allreduce_s = bucket_timeline(net, 0, L, cost->bwd, stretch, bucket_mb, nw, N,
+                                         &m->allreduce_total_s, &m->nbuckets);
+        m->bounds[0] = 0, m->bounds[1] = L;
+        m->step_s = m->compute_s + m->allreduce_s + m->sync_s;
+    } else {
+        const int M = lay->microbatches;
+        double c[HCNN_MAX_BLOCKS];
+        for (int i = 0; i < L; i++)
+            c[i] = cost->fwd[i] + cost->bwd[i];
+        hcnn_pipe_balance(c, L, S, m->bounds);
+        double fw[HCNN_MAX_BLOCKS], bw[HCNN_MAX_BLOCKS];
+        for (int i = 0; i < L; i++)
+            fw[i] = cost->fwd[i] * contended, bw[i] = cost->bwd[i] * contended;
+        double f[HCNN_MAX_BLOCKS], b[HCNN_MAX_BLOCKS], x[HCNN_MAX_BLOCKS], opt[HCNN_MAX_BLOCKS];
+        double slowest = 0.0, fill = 0.0, busy = 0.0;
+        int star = 0;
+        for (int s = 0; s < S; s++) {
+            f[s] = b[s] = 0.0;
+            for (int i = m->bounds[s]; i < m->bounds[s + 1]; i++)
+                f[s] += fw[i], b[s] += bw[i];
+            /* activations forward and their gradients back, per micro-batch */
+            const hcnn_layer *out = &net->layers[m->bounds[s + 1] - 1];
+            x[s] = s < S - 1 ? 2.0 * hcnn_p2p_seconds(nw, (double)lay->pass_samples *
+                                                              hcnn_layer_out_size(out) *
+                                                              sizeof(float))
+                             : 0.0;
+            opt[s] = cost->opt_s * contended * params_share(net, m->bounds[s], m->bounds[s + 1]);
+            if (f[s] + b[s] > slowest)
+                slowest = f[s] + b[s], star = s;
+            fill += f[s] + b[s] + x[s];
+            busy += R * (M * (f[s] + b[s]) + opt[s]);
+        }
+        /* the first micro-batch crosses every stage forward and back (with
+         * the transfers), the other M - 1 follow at the slowest stage's pace
+         * (GPipe and 1F1B alike) */
+        const double pipe = fill + (M - 1) * slowest;
+        /* stage s ends its last backward before stages 0..s-1 do theirs;
+         * then its replicas' allreduce (exposed part) and its optimiser */
+        double end = 0.0;
+        for (int s = 0; s < S; s++) {
+            double total;
+            int nb;
+            const double exposed = bucket_timeline(net, m->bounds[s], m->bounds[s + 1], bw,
+                                                   1.0, bucket_mb, nw, R, &total, &nb);
+            double done = pipe;
+            for (int j = 0; j < s; j++)
+                done -= b[j];
+            if (done + exposed + opt[s] > end) {
+                end = done + exposed + opt[s];
+                m->allreduce_s = exposed, m->allreduce_total_s = total, m->nbuckets = nb;
+            }
+        }
+        m->compute_s = M * (f[star] + b[star]) + opt[star];
+        m->p2p_s = 0.0;
+        for (int s = 0; s < S; s++)
+            m->p2p_s += x[s];
+        m->step_s = end + m->sync_s;
+        /* one host's cores shared by all ranks: the step takes at least the
+         * ranks' summed busy time over the cores */
+        if (load > 1.0)
+            m->step_s = fmax(m->step_s, busy * threads / host_cores + m->allreduce_s + m->sync_s);
+        m->bubble_s = fmax(0.0, m->step_s - m->compute_s - m->allreduce_s - m->p2p_s - m->sync_s);
+    }
+    m->images_per_s = m->step_s > 0 ? lay->global_batch / m->step_s : 0.0;
+    return HCNN_OK;
+}
