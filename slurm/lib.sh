@@ -39,28 +39,45 @@ job_date() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 # Traps from the start, so that a signal during the checks is not lost: the
 # job then stops before launching anything.  While something runs (job_run),
 # the signal goes on to it: to the launcher (JOB_FORWARD=pid; srun passes
-# TERM and USR1 to every task, scripts/hcnn-mpirun turns TERM into USR1 for
-# mpirun, which passes USR1 on), or to every process below the job
-# (JOB_FORWARD=tree: the sweep of the scaling jobs, which has no handler).
-JOB_STOP="" JOB_PID="" JOB_FORWARD=pid JOB_CKPT_DIR="" JOB_CKPT_STEP=0
+# TERM and USR1 to every process of every task, scripts/hcnn-mpirun turns
+# TERM into USR1 for mpirun, which passes USR1 on to each rank's process
+# group), to the process group of a command started in a session of its own
+# (JOB_FORWARD=group: likwid-perfctr and the hcnn it runs, with no launcher),
+# or to every process below the job (JOB_FORWARD=tree: the sweep of the
+# scaling jobs, which has no handler).
+JOB_STOP="" JOB_STOP_TIME=0 JOB_PID="" JOB_FORWARD=pid JOB_TREE=""
 job_signal_tree() { # SIG PID: PID and every process below it, children first
     local child
     for child in $(pgrep -P "$2" 2>/dev/null); do job_signal_tree "$1" "$child"; done
-    kill -s "$1" "$2" 2>/dev/null
+    kill -s "$1" "$2" 2>/dev/null && JOB_TREE="$JOB_TREE $2"
+}
+job_wait_tree() { # the processes job_signal_tree signalled: 30 s to end, then KILL
+    local p alive
+    for _ in $(seq 1 60); do
+        alive=""
+        for p in $JOB_TREE; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+        [ -n "$alive" ] || return 0
+        sleep 0.5
+    done
+    job_note "still running 30 s after the signal, killed:$alive"
+    for p in $alive; do kill -KILL "$p" 2>/dev/null; done
 }
 job_on_signal() { # SIG
     local to=$1
     [ "$1" = INT ] && to=TERM
-    # the newest checkpoint when the stop was first asked for (job_train)
-    if [ -z "$JOB_STOP" ] && [ -n "$JOB_CKPT_DIR" ]; then JOB_CKPT_STEP=$(job_newest_step "$JOB_CKPT_DIR"); fi
+    # when the stop was first asked for (job_train: was a checkpoint written?)
+    if [ -z "$JOB_STOP" ]; then JOB_STOP_TIME=$(date +%s); fi
     JOB_STOP=$1
     if [ -z "$JOB_PID" ]; then
         job_note "SIG$1 received before the launch: stopping"
     elif [ "$JOB_FORWARD" = tree ]; then
         job_note "SIG$1 received: passing SIG$to to every process of the job"
         job_signal_tree "$to" "$JOB_PID"
+    elif [ "$JOB_FORWARD" = group ]; then
+        job_note "SIG$1 received: passing SIG$to on to the processes of the run"
+        kill -s "$to" -- "-$JOB_PID" 2>/dev/null
     else
-        job_note "SIG$1 received: passing SIG$to to hcnn through the launcher (checkpoint, then stop)"
+        job_note "SIG$1 received: passing SIG$to on to hcnn (it finishes its step, writes its checkpoint and stops)"
         kill -s "$to" "$JOB_PID" 2>/dev/null
     fi
 }
@@ -73,16 +90,32 @@ job_stopped_early() { # exit 75 if a stop signal came before anything was launch
 
 # job_run CMD...: runs CMD in the background (bash runs a trap only while it
 # waits), passes stop signals on, and leaves CMD's exit status in JOB_RC.
+# With JOB_RUN_LOG set, CMD's output goes to that file.
 job_run() {
     job_stopped_early
-    "$@" &
+    # group: in a session of its own (setsid does not fork here: a background
+    # child of this script leads no process group), so its pid is the group's
+    if [ "$JOB_FORWARD" = group ]; then set -- setsid "$@"; fi
+    if [ -n "${JOB_RUN_LOG:-}" ]; then "$@" >"$JOB_RUN_LOG" 2>&1 & else "$@" & fi
     JOB_PID=$!
     # a trap interrupts `wait`; wait again until CMD has ended, then take its
     # status (bash keeps it)
     while kill -0 "$JOB_PID" 2>/dev/null; do wait "$JOB_PID"; done
     wait "$JOB_PID"
     JOB_RC=$?
+    # what was below CMD may outlive it for a moment (a signalled tree; the
+    # rest of a process group, e.g. hcnn after likwid-perfctr died of the signal)
+    if [ -n "$JOB_TREE" ]; then job_wait_tree; fi
+    if [ "$JOB_FORWARD" = group ]; then job_wait_group "$JOB_PID"; fi
     JOB_PID=""
+}
+job_wait_group() { # PGID: 30 s for the process group to end, then KILL
+    for _ in $(seq 1 60); do
+        kill -0 -- "-$1" 2>/dev/null || return 0
+        sleep 0.5
+    done
+    job_note "processes of the run still there 30 s after it ended: killed"
+    kill -KILL -- "-$1" 2>/dev/null
 }
 
 # ---- threads ------------------------------------------------------------------
@@ -209,17 +242,17 @@ job_launcher() {
 }
 
 # ---- the training job (train.sbatch, gpu.sbatch) ------------------------------
-# job_newest_step DIR: the step of the newest checkpoint DIR/ckpt-s<step>.hcnn
-# (hcnn writes each one under a temporary name and renames it), 0 if none
-job_newest_step() {
-    local f n max=0
+# job_newest_ckpt DIR: the newest checkpoint DIR/ckpt-s<step>.hcnn (highest
+# step; hcnn writes each one under a temporary name and renames it), or nothing
+job_newest_ckpt() {
+    local f n max=-1 newest=""
     for f in "$1"/ckpt-s*.hcnn; do
         n=${f##*/ckpt-s}
         n=${n%.hcnn}
         [[ "$n" =~ ^[0-9]+$ ]] || continue
-        if [ $((10#$n)) -gt "$max" ]; then max=$((10#$n)); fi
+        if [ $((10#$n)) -gt "$max" ]; then max=$((10#$n)) newest=$f; fi
     done
-    echo "$max"
+    echo "$newest"
 }
 # job_ckpt_dir ARGS...: the checkpoint_dir the last --set of ARGS gives
 job_ckpt_dir() {
@@ -294,19 +327,26 @@ job_train() {
     job_note "$(printf '%q ' "${cmd[@]}")"
 
     # where hcnn's checkpoints go, to tell after a stop whether it wrote one
-    JOB_CKPT_DIR=$(job_ckpt_dir "${args[@]}")
+    local ckdir ck="" rc
+    ckdir=$(job_ckpt_dir "${args[@]}")
     job_run "${cmd[@]}"
-    local rc=$JOB_RC step
+    rc=$JOB_RC
     job_note "$(job_date) hcnn ended with status $rc"
-    if [ -n "$JOB_STOP" ] && [ "$rc" -ne 75 ] && [ "$rc" -ne 0 ]; then
+    if [ -n "$JOB_STOP" ] && [ "$rc" -ne 75 ] && [ "$rc" -ne 0 ] && [ -n "$ckdir" ]; then
         # scancel and preemption signal every process of the job: OpenMPI's
         # mpirun, signalled itself, ends the ranks and exits 1 even when they
-        # wrote their checkpoint and exited 75.  A checkpoint newer than the
-        # one there was at the signal says that they did.
-        step=0
-        if [ -n "$JOB_CKPT_DIR" ]; then step=$(job_newest_step "$JOB_CKPT_DIR"); fi
-        if [ "$step" -gt "$JOB_CKPT_STEP" ]; then
-            job_note "the launcher ended with status $rc after SIG$JOB_STOP, but hcnn wrote its checkpoint (step $step in $JOB_CKPT_DIR): status 75"
+        # wrote their checkpoint and exited 75.  A checkpoint written since
+        # the signal (10 s of slack: the ranks may have been signalled before
+        # this script) says that they did; the ranks may outlive the launcher
+        # by a moment, so look for 10 s.
+        for _ in 1 2 3 4 5 6 7 8 9 10 11; do
+            ck=$(job_newest_ckpt "$ckdir")
+            if [ -n "$ck" ] && [ "$(stat -c %Y "$ck" 2>/dev/null || echo 0)" -ge $((JOB_STOP_TIME - 10)) ]; then break; fi
+            ck=""
+            sleep 1
+        done
+        if [ -n "$ck" ]; then
+            job_note "the launcher ended with status $rc after SIG$JOB_STOP, but hcnn wrote its checkpoint $ck: status 75"
             rc=75
         else
             job_note "stopped by SIG$JOB_STOP, but hcnn's status is $rc, not 75, and it wrote no checkpoint after the signal (see the messages above)"

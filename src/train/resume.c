@@ -87,9 +87,12 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume)
             snprintf(dir, sizeof dir, ".");
         if (slash && (rc = hcnn_mkdir_p(dir)))
             return rc;
-        if (access(dir, W_OK) != 0)
-            return hcnn_error_code(HCNN_EIO, "csv '%s' (%s): directory '%s' is not writable: %s",
-                                   cfg->csv, cfg->path, dir, strerror(errno));
+        struct stat sb;
+        errno = 0;
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0)
+            return hcnn_error_code(HCNN_EIO, "csv '%s' (%s): '%s' is not a writable directory%s%s",
+                                   cfg->csv, cfg->path, dir, errno ? ": " : "",
+                                   errno ? strerror(errno) : "");
     }
     char path[HCNN_FILE_PATH_MAX + 32] = "";
     hcnn_ckpt_file ck = {0};
