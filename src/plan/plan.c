@@ -54,7 +54,8 @@ typedef struct cost_cache {
     int nc;
 } cost_cache;
 
-static int parse_list(const char *opt, const char *v, int *out, int cap, int lo, int hi)
+static int parse_list(const char *opt, const char *v, int *out, int *count, int cap, int lo,
+                      int hi)
 {
     int n = 0;
     const char *p = v;
@@ -72,6 +73,7 @@ static int parse_list(const char *opt, const char *v, int *out, int cap, int lo,
     }
     if (!n)
         return hcnn_error_code(HCNN_EINVAL, "%s: empty list", opt);
+    *count = n;
     return HCNN_OK;
 }
 
@@ -271,12 +273,12 @@ static void print_rows(const plan_row *rows, int n, const hcnn_network *nw, cons
                     m->p2p_s * 1e3, m->sync_s * 1e3, r->efficiency, r->best, o->threads,
                     nw->name, r->below_threads, r->note);
         else
-            fprintf(f, "%-6s %5d %-15s %7d %6d %12.1f %9.3f %10.3f %12.3f %9.3f %8.3f %6.3f %s%s%s\n",
+            fprintf(f, "%-6s %5d %-15s %7d %6d %12.1f %9.3f %10.3f %12.3f %9.3f %8.3f %6.3f %s%s%s%s\n",
                     r->weak ? "weak" : "strong", r->lay.nodes, name, r->lay.global_batch,
                     r->lay.pass_samples, m->images_per_s, m->step_s * 1e3, m->compute_s * 1e3,
                     m->allreduce_s * 1e3, m->bubble_s * 1e3, m->p2p_s * 1e3, r->efficiency,
                     r->best ? "*" : "", r->below_threads ? " (fewer samples than threads)" : "",
-                    r->note[0] ? "" : "");
+                    r->note[0] ? " batch " : "", r->note);
     }
 }
 
@@ -397,7 +399,7 @@ static double pingpong(MPI_Comm world, int rank, char *buf, int bytes, int reps)
 
 /* Rank 0 alone (the others sleep, not spin, in a barrier), then every rank
  * at once: the slowdown of a pass when all of the host's ranks compute. */
-static double sleep_barrier(MPI_Comm world)
+static void sleep_barrier(MPI_Comm world)
 {
     MPI_Request req;
     int done = 0;
@@ -409,7 +411,6 @@ static double sleep_barrier(MPI_Comm world)
             nanosleep(&ts, NULL);
         }
     }
-    return 0.0;
 }
 
 static double pass_seconds(const hcnn_config *cfg)
@@ -640,7 +641,7 @@ int hcnn_plan_main(int argc, char **argv)
                    .gnuplot = "gnuplot"};
     const char *config = NULL, *sets[256];
     int nset = 0, noplots = 0, nodes_given = 0, stages_given = 0;
-    static char outbuf[HCNN_FILE_PATH_MAX];
+    char outbuf[HCNN_FILE_PATH_MAX];
     o.out = "";
     const char *env = getenv("GNUPLOT");
     if (env && *env)
@@ -673,11 +674,11 @@ int hcnn_plan_main(int argc, char **argv)
             sets[nset++] = v;
         } else if (!strcmp(a, "--nodes")) {
             NEED();
-            rc = parse_list(a, v, o.nodes, MAX_NODES, 1, 65536);
+            rc = parse_list(a, v, o.nodes, &o.nnodes, MAX_NODES, 1, 65536);
             nodes_given = 1;
         } else if (!strcmp(a, "--stages")) {
             NEED();
-            rc = parse_list(a, v, o.stages, MAX_STAGE_CHOICES, 2, HCNN_MAX_BLOCKS);
+            rc = parse_list(a, v, o.stages, &o.nstages, MAX_STAGE_CHOICES, 2, HCNN_MAX_BLOCKS);
             stages_given = 1;
         } else if (!strcmp(a, "--network")) {
             NEED();
@@ -738,16 +739,10 @@ int hcnn_plan_main(int argc, char **argv)
         const int def[] = {1, 2, 4, 8, 16, 32};
         memcpy(o.nodes, def, sizeof def);
         o.nnodes = 6;
-    } else {
-        for (o.nnodes = 0; o.nnodes < MAX_NODES && o.nodes[o.nnodes]; o.nnodes++) {
-        }
     }
     if (!stages_given) {
         o.stages[0] = 2, o.stages[1] = 4, o.stages[2] = 8;
         o.nstages = 3;
-    } else {
-        for (o.nstages = 0; o.nstages < MAX_STAGE_CHOICES && o.stages[o.nstages]; o.nstages++) {
-        }
     }
     hcnn_config *cfg = malloc(sizeof *cfg);
     if (!cfg)
