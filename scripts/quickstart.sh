@@ -44,5 +44,8 @@ fi
 status=0
 make -j"$JOBS" check TESTS= >/dev/null          # build the test programs in parallel
 make check || status=$?
+# a failing test's own log (its cases and their messages), so that a CI
+# log says which case failed and why, not only which program
+[ "$status" -eq 0 ] || [ ! -s test-suite.log ] || sed -n '/^FAIL: /,$p' test-suite.log | tail -n 200
 make check-summary || status=1
 exit $status

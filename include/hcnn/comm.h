@@ -20,6 +20,20 @@ typedef struct hcnn_comm {
     int thread_level;    /* MPI_THREAD_* provided */
 } hcnn_comm;
 
+/* The gradient buckets are MPI_Iallreduce(MPI_IN_PLACE).  OpenMPI 4.1's
+ * libnbc (nbc_iallreduce.c) picks its binomial tree for every in-place
+ * call unless coll_libnbc_iallreduce_algorithm says otherwise: a reduce
+ * up and a broadcast down, 2 ceil(log2 p) full copies of the bucket on
+ * the critical path (10 at 32 nodes), where Rabenseifner (reduce-scatter +
+ * allgather) moves 2 (p-1)/p.  16 MiB on 2 ranks of a 2-core AMD EPYC VM,
+ * median of 15, three alternations: binomial 5.4-6.6 ms, Rabenseifner
+ * 2.4-2.7 ms.  hcnn_comm_init therefore sets this variable to
+ * HCNN_IALLREDUCE_DEFAULT unless the user's environment already sets it
+ * (their setting wins); hcnn plan prices the buckets with the same value. */
+#define HCNN_IALLREDUCE_ENV "OMPI_MCA_coll_libnbc_iallreduce_algorithm"
+#define HCNN_IALLREDUCE_DEFAULT 3 /* 0 libnbc's own choice, 1 ring, 2 binomial,
+                                     3 rabenseifner, 4 recursive doubling */
+
 /* MPI_Init_thread (SERIALIZED: the optional communication thread calls MPI
  * while the main thread does not); MPI_COMM_WORLD gets MPI_ERRORS_RETURN,
  * so failures reach HCNN_MPI instead of the default fatal handler. */

@@ -32,6 +32,11 @@ typedef struct hcnn_network {
     double p2p_alpha_s;  /* latency of one point-to-point message */
     double contention;   /* ranks sharing one host (--host-cores): a pass takes this
                             many times longer when every core computes (1: none) */
+    int iallreduce;      /* how the gradient buckets are reduced: libnbc's
+                            coll_libnbc_iallreduce_algorithm (0..4, hcnn's
+                            default HCNN_IALLREDUCE_DEFAULT, the environment's
+                            when set), or -1: blocking MPI_Allreduce (tuned's
+                            table; allreduce_progress: thread) */
 } hcnn_network;
 
 /* Presets "ib-hdr" and "eth-25g" (their sources: docs/plan.md), or a file
@@ -39,7 +44,9 @@ typedef struct hcnn_network {
  * reduce_gbs (GB/s of float summation), optional p2p_alpha_us,
  * host_contention (a pass's slowdown when all of one host's cores compute
  * at once: only --host-cores uses it), name.  The
- * file hcnn plan --calibrate-network writes is of this form. */
+ * file hcnn plan --calibrate-network writes is of this form.  iallreduce
+ * is taken from the environment as MPI_Init will see it (HCNN_IALLREDUCE_ENV,
+ * include/hcnn/comm.h). */
 int hcnn_network_load(const char *spec, hcnn_network *net);
 
 /* OpenMPI 4.1's choice for a commutative MPI_Allreduce of `bytes` on p
@@ -51,12 +58,19 @@ typedef enum {
     HCNN_AR_RECURSIVE_DOUBLING = 3,
     HCNN_AR_RING = 4,
     HCNN_AR_SEGMENTED_RING = 5,
-    HCNN_AR_RABENSEIFNER = 6
+    HCNN_AR_RABENSEIFNER = 6,
+    HCNN_AR_BINOMIAL = 7 /* libnbc's (reduce up a binomial tree, broadcast down);
+                            not one of tuned's */
 } hcnn_allreduce_algo;
 hcnn_allreduce_algo hcnn_allreduce_choice(double bytes, int p);
 const char *hcnn_allreduce_algo_name(hcnn_allreduce_algo a);
 /* Seconds for that algorithm (p = 1: 0). */
 double hcnn_allreduce_seconds(const hcnn_network *nw, double bytes, int p);
+/* A gradient bucket: MPI_Iallreduce(MPI_IN_PLACE) through OpenMPI 4.1's
+ * libnbc with nw->iallreduce (nbc_iallreduce.c's selection), or the
+ * blocking choice above when nw->iallreduce < 0. */
+hcnn_allreduce_algo hcnn_iallreduce_choice(double bytes, int p, int setting);
+double hcnn_iallreduce_seconds(const hcnn_network *nw, double bytes, int p);
 /* Seconds for one point-to-point message of `bytes`. */
 double hcnn_p2p_seconds(const hcnn_network *nw, double bytes);
 
@@ -85,7 +99,9 @@ typedef struct hcnn_layout {
 typedef struct hcnn_step_model {
     double step_s;         /* one optimiser step */
     double compute_s;      /* this rank's forward + backward + optimiser (the busiest stage) */
-    double allreduce_s;    /* exposed gradient allreduce (after backward ended) */
+    double allreduce_s;    /* what the gradient allreduce adds to the step: its part
+                              after backward ended, and the reductions run during
+                              backward by the polling main thread */
     double allreduce_total_s; /* all buckets' allreduce time, hidden or not */
     double bubble_s;       /* pipeline fill and drain, and waiting on slower stages */
     double p2p_s;          /* activations and their gradients between stages */

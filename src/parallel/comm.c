@@ -1,4 +1,5 @@
 /* MPI start-up and the job-wide abort path. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,14 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
     c->initialized = 0;
     HCNN_MPI(MPI_Initialized(&already));
     if (!already) {
+#ifdef OPEN_MPI
+        /* the gradient buckets' algorithm (include/hcnn/comm.h says why);
+         * read by MPI_Init from this process's environment */
+        char alg[16];
+        snprintf(alg, sizeof alg, "%d", HCNN_IALLREDUCE_DEFAULT);
+        if (setenv(HCNN_IALLREDUCE_ENV, alg, 0) != 0)
+            return hcnn_error_code(HCNN_EMPI, "cannot set %s", HCNN_IALLREDUCE_ENV);
+#endif
         /* SERIALIZED: the optional communication thread calls MPI while the
          * main thread does not */
         if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)

@@ -210,10 +210,13 @@ double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
 
 void hcnn_grad_sync_print(const hcnn_grad_sync *gs, double bucket_mb, double allreduce_s, FILE *out)
 {
+    const char *alg = getenv(HCNN_IALLREDUCE_ENV); /* as MPI_Init read it */
     fprintf(out,
-            "hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s; "
+            "hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s%s%s; "
             "blocking allreduce of all gradients: %.4f s\n",
             gs->nbuckets, gs->nbuckets == 1 ? "" : "s", bucket_mb,
-            gs->mode == HCNN_PROGRESS_TEST ? "MPI_Test polling" : "a communication thread",
-            allreduce_s);
+            gs->mode == HCNN_PROGRESS_TEST ? "MPI_Test polling, MPI_Iallreduce"
+                                           : "a communication thread, MPI_Allreduce",
+            gs->mode == HCNN_PROGRESS_TEST && alg ? " with " HCNN_IALLREDUCE_ENV "=" : "",
+            gs->mode == HCNN_PROGRESS_TEST && alg ? alg : "", allreduce_s);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hcnn/comm.h"
 #include "hcnn/common.h"
 #include "hcnn/grad_sync.h"
 #include "hcnn/plan.h"
@@ -24,15 +25,41 @@
  * memory-bound at 3 streams: 8 GB/s is taken (a Zen/Xeon core's share of
  * a STREAM triad). */
 static const hcnn_network PRESETS[] = {
-    {"ib-hdr", 1.5e-6, 1.0 / 23e9, 1.0 / 8e9, 1.5e-6, 1.0},
-    {"eth-25g", 20e-6, 1.0 / 2.8e9, 1.0 / 8e9, 20e-6, 1.0},
+    {"ib-hdr", 1.5e-6, 1.0 / 23e9, 1.0 / 8e9, 1.5e-6, 1.0, HCNN_IALLREDUCE_DEFAULT},
+    {"eth-25g", 20e-6, 1.0 / 2.8e9, 1.0 / 8e9, 20e-6, 1.0, HCNN_IALLREDUCE_DEFAULT},
 };
+
+/* The gradient buckets' libnbc algorithm as MPI_Init will see it: the
+ * environment's (a number or OpenMPI's name for it), else hcnn's default. */
+static int iallreduce_setting(int *setting)
+{
+    static const char *const names[] = {"ignore", "ring", "binomial", "rabenseifner",
+                                        "recursive_doubling"};
+    const char *v = getenv(HCNN_IALLREDUCE_ENV);
+    *setting = HCNN_IALLREDUCE_DEFAULT;
+    if (!v || !*v)
+        return HCNN_OK;
+    for (int i = 0; i < 5; i++) {
+        char digit[2] = {(char)('0' + i), '\0'};
+        if (!strcmp(v, names[i]) || !strcmp(v, digit)) {
+            *setting = i;
+            return HCNN_OK;
+        }
+    }
+    return hcnn_error_code(HCNN_EINVAL, "%s='%s': expected 0-4 or ignore, ring, binomial, "
+                                        "rabenseifner, recursive_doubling",
+                           HCNN_IALLREDUCE_ENV, v);
+}
 
 int hcnn_network_load(const char *spec, hcnn_network *nw)
 {
+    int setting, rc = iallreduce_setting(&setting);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
         if (!strcmp(spec, PRESETS[i].name)) {
             *nw = PRESETS[i];
+            nw->iallreduce = setting;
             return HCNN_OK;
         }
     FILE *f = fopen(spec, "r");
@@ -44,7 +71,8 @@ int hcnn_network_load(const char *spec, hcnn_network *nw)
     snprintf(nw->name, sizeof nw->name, "%.63s", spec);
     double alpha = -1, bw = -1, red = -1, p2p = -1, cont = 1.0;
     char line[512];
-    int lineno = 0, rc = HCNN_OK;
+    int lineno = 0;
+    nw->iallreduce = setting;
     while (!rc && fgets(line, sizeof line, f)) {
         lineno++;
         char *p = line + strspn(line, " \t");
@@ -144,6 +172,7 @@ const char *hcnn_allreduce_algo_name(hcnn_allreduce_algo a)
     case HCNN_AR_RING: return "ring";
     case HCNN_AR_SEGMENTED_RING: return "segmented_ring";
     case HCNN_AR_RABENSEIFNER: return "rabenseifner";
+    case HCNN_AR_BINOMIAL: return "binomial";
     default: return "none";
     }
 }
@@ -155,25 +184,60 @@ const char *hcnn_allreduce_algo_name(hcnn_allreduce_algo a)
  *   recursive doubling  log2 p' (alpha + n beta + n gamma)
  *   ring                2 (p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
  *   Rabenseifner        2 log2 p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma
+ *   binomial (libnbc)   ceil(log2 p) (2 alpha + 2 n beta + n gamma): the
+ *                       reduce's rounds, then the root's broadcast sends
  * The segmented ring is priced as the ring (OpenMPI picks it only for
  * messages below 256 KiB, where both are a few latencies). */
-double hcnn_allreduce_seconds(const hcnn_network *nw, double n, int p)
+static double algo_seconds(const hcnn_network *nw, hcnn_allreduce_algo a, double n, int p)
 {
-    const hcnn_allreduce_algo a = hcnn_allreduce_choice(n, p);
     if (a == HCNN_AR_NONE)
         return 0.0;
-    int pp = 1, lg = 0;
+    int pp = 1, lg = 0, lgc = 0;
     while (pp * 2 <= p)
         pp *= 2, lg++;
+    while ((1 << lgc) < p)
+        lgc++;
     const double fold = pp == p ? 0.0 : 2.0 * (nw->alpha_s + n * nw->beta_s) + n * nw->gamma_s;
     const double al = nw->alpha_s, be = nw->beta_s, ga = nw->gamma_s;
     switch (a) {
     case HCNN_AR_RECURSIVE_DOUBLING: return fold + lg * (al + n * be + n * ga);
     case HCNN_AR_RABENSEIFNER:
         return fold + 2.0 * lg * al + 2.0 * (pp - 1) / pp * n * be + (double)(pp - 1) / pp * n * ga;
+    case HCNN_AR_BINOMIAL: return lgc * (2.0 * al + 2.0 * n * be + n * ga);
     default:
         return 2.0 * (p - 1) * al + 2.0 * (p - 1) / p * n * be + (double)(p - 1) / p * n * ga;
     }
+}
+
+double hcnn_allreduce_seconds(const hcnn_network *nw, double n, int p)
+{
+    return algo_seconds(nw, hcnn_allreduce_choice(n, p), n, p);
+}
+
+/* OpenMPI 4.1, ompi/mca/coll/libnbc/nbc_iallreduce.c, nbc_allreduce_init:
+ * setting 0 takes the binomial tree when p < 4, under 64 KiB, or in place
+ * (hcnn's buckets always are), else Rabenseifner; 3 takes Rabenseifner when
+ * the count is at least the largest power of two <= p, else the ring. */
+hcnn_allreduce_algo hcnn_iallreduce_choice(double bytes, int p, int setting)
+{
+    if (p <= 1)
+        return HCNN_AR_NONE;
+    if (setting < 0)
+        return hcnn_allreduce_choice(bytes, p);
+    int pp = 1;
+    while (pp * 2 <= p)
+        pp *= 2;
+    switch (setting) {
+    case 1: return HCNN_AR_RING;
+    case 3: return bytes / sizeof(float) >= pp ? HCNN_AR_RABENSEIFNER : HCNN_AR_RING;
+    case 4: return HCNN_AR_RECURSIVE_DOUBLING;
+    default: return HCNN_AR_BINOMIAL; /* 2, and 0 for an in-place call */
+    }
+}
+
+double hcnn_iallreduce_seconds(const hcnn_network *nw, double n, int p)
+{
+    return algo_seconds(nw, hcnn_iallreduce_choice(n, p, nw->iallreduce), n, p);
 }
 
 double hcnn_p2p_seconds(const hcnn_network *nw, double bytes)
@@ -186,12 +250,22 @@ double hcnn_p2p_seconds(const hcnn_network *nw, double bytes)
 /* The gradient allreduce of blocks [first, last) on p ranks, overlapped with
  * the backward pass that produces it: bucket k can start when backward has
  * passed its lowest block (backward runs from the last block down) and
- * after bucket k-1 (one allreduce at a time, in order).  Returns the time
- * after the backward's end at which the last bucket completes (the exposed
- * part); *total: all buckets' time. */
+ * after bucket k-1 (one allreduce at a time, in order).  What overlaps is
+ * not free: with allreduce_progress: test (the default) OpenMPI's libnbc
+ * runs a bucket's reductions (MPI_Reduce_local, the n gamma term) inside
+ * the MPI_Test that hcnn calls between blocks, on the rank's main thread,
+ * while its other threads wait; so a bucket started during backward
+ * lengthens backward by its reduction time.  With every rank on one host
+ * (shared_memory) the transfer is CPU work too: OpenMPI's vader transport
+ * copies the bytes inside those MPI_Test calls, so the whole bucket's time
+ * lengthens backward (on 2 ranks of a 2-core VM the 2-rank data point of
+ * tests/test_plan.sh was predicted 11-18% fast when only the reduction was
+ * charged; see docs/plan.md).  Returns the time the
+ * allreduce adds to the step: that lengthening plus what ends after the
+ * (lengthened) backward; *total: all buckets' time. */
 static double bucket_timeline(const hcnn_net *net, int first, int last, const double *bwd,
                               double stretch, double bucket_mb, const hcnn_network *nw, int p,
-                              double *total, int *nbuckets)
+                              int shared_memory, double *total, int *nbuckets)
 {
     hcnn_bucket buckets[HCNN_MAX_BLOCKS];
     const int nb = hcnn_grad_buckets(net, first, last, bucket_mb, buckets);
@@ -199,19 +273,24 @@ static double bucket_timeline(const hcnn_net *net, int first, int last, const do
     *total = 0.0;
     if (p <= 1 || nb == 0)
         return 0.0;
+    const hcnn_network gamma_only = {.gamma_s = nw->gamma_s, .iallreduce = nw->iallreduce};
+    const hcnn_network *on_cpu = shared_memory ? nw : &gamma_only;
     double backward = 0.0;
     for (int i = first; i < last; i++)
         backward += bwd[i] * stretch;
-    double end = 0.0;
+    double end = 0.0, delay = 0.0;
     for (int k = 0; k < nb; k++) {
-        double ready = 0.0; /* backward time until the bucket's lowest block is done */
+        double ready = delay; /* backward time until the bucket's lowest block is done */
         for (int i = last - 1; i >= buckets[k].lowest_block; i--)
             ready += bwd[i] * stretch;
-        const double t = hcnn_allreduce_seconds(nw, (double)buckets[k].count * sizeof(float), p);
+        const double bytes = (double)buckets[k].count * sizeof(float);
+        const double t = hcnn_iallreduce_seconds(nw, bytes, p), start = fmax(end, ready);
+        if (start < backward + delay)
+            delay += hcnn_iallreduce_seconds(on_cpu, bytes, p);
         *total += t;
-        end = fmax(end, ready) + t;
+        end = start + t;
     }
-    return fmax(0.0, end - backward);
+    return delay + fmax(0.0, end - (backward + delay));
 }
 
 static double params_share(const hcnn_net *net, int first, int last)
@@ -243,7 +322,7 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
             F += cost->fwd[i] * stretch, B += cost->bwd[i] * stretch;
         m->compute_s = F + B + cost->opt_s * stretch;
         m->allreduce_s = bucket_timeline(net, 0, L, cost->bwd, stretch, bucket_mb, nw, N,
-                                         &m->allreduce_total_s, &m->nbuckets);
+                                         host_cores > 0, &m->allreduce_total_s, &m->nbuckets);
         m->bounds[0] = 0, m->bounds[1] = L;
         m->step_s = m->compute_s + m->allreduce_s + m->sync_s;
     } else {
@@ -285,7 +364,8 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
             double total;
             int nb;
             const double exposed = bucket_timeline(net, m->bounds[s], m->bounds[s + 1], bw,
-                                                   1.0, bucket_mb, nw, R, &total, &nb);
+                                                   1.0, bucket_mb, nw, R, host_cores > 0,
+                                                   &total, &nb);
             double done = pipe;
             for (int j = 0; j < s; j++)
                 done -= b[j];
