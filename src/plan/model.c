@@ -188,13 +188,22 @@ const char *hcnn_allreduce_algo_name(hcnn_allreduce_algo a)
  *                       reduce's rounds, then the root's broadcast sends
  * The segmented ring is priced as the ring (OpenMPI picks it only for
  * messages below 256 KiB, where both are a few latencies). */
+static int largest_pow2_upto(int p)
+{
+    int pp = 1;
+    while (pp * 2 <= p)
+        pp *= 2;
+    return pp;
+}
+
 static double algo_seconds(const hcnn_network *nw, hcnn_allreduce_algo a, double n, int p)
 {
     if (a == HCNN_AR_NONE)
         return 0.0;
-    int pp = 1, lg = 0, lgc = 0;
-    while (pp * 2 <= p)
-        pp *= 2, lg++;
+    const int pp = largest_pow2_upto(p);
+    int lg = 0, lgc = 0; /* log2 pp, ceil(log2 p) */
+    while ((1 << lg) < pp)
+        lg++;
     while ((1 << lgc) < p)
         lgc++;
     const double fold = pp == p ? 0.0 : 2.0 * (nw->alpha_s + n * nw->beta_s) + n * nw->gamma_s;
@@ -224,12 +233,10 @@ hcnn_allreduce_algo hcnn_iallreduce_choice(double bytes, int p, int setting)
         return HCNN_AR_NONE;
     if (setting < 0)
         return hcnn_allreduce_choice(bytes, p);
-    int pp = 1;
-    while (pp * 2 <= p)
-        pp *= 2;
     switch (setting) {
     case 1: return HCNN_AR_RING;
-    case 3: return bytes / sizeof(float) >= pp ? HCNN_AR_RABENSEIFNER : HCNN_AR_RING;
+    case 3:
+        return bytes / sizeof(float) >= largest_pow2_upto(p) ? HCNN_AR_RABENSEIFNER : HCNN_AR_RING;
     case 4: return HCNN_AR_RECURSIVE_DOUBLING;
     default: return HCNN_AR_BINOMIAL; /* 2, and 0 for an in-place call */
     }
@@ -259,7 +266,7 @@ double hcnn_p2p_seconds(const hcnn_network *nw, double bytes)
  * (shared_memory) the transfer is CPU work too: OpenMPI's vader transport
  * copies the bytes inside those MPI_Test calls, so the whole bucket's time
  * lengthens backward (on 2 ranks of a 2-core VM the 2-rank data point of
- * tests/test_plan.sh was predicted 11-18% fast when only the reduction was
+ * tests/test_plan.sh was predicted 11-15% fast when only the reduction was
  * charged; see docs/plan.md).  Returns the time the
  * allreduce adds to the step: that lengthening plus what ends after the
  * (lengthened) backward; *total: all buckets' time. */
@@ -358,20 +365,19 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
          * (GPipe and 1F1B alike) */
         const double pipe = fill + (M - 1) * slowest;
         /* stage s ends its last backward before stages 0..s-1 do theirs;
-         * then its replicas' allreduce (exposed part) and its optimiser */
+         * then its replicas' allreduce (what it adds) and its optimiser */
         double end = 0.0;
         for (int s = 0; s < S; s++) {
             double total;
             int nb;
-            const double exposed = bucket_timeline(net, m->bounds[s], m->bounds[s + 1], bw,
-                                                   1.0, bucket_mb, nw, R, host_cores > 0,
-                                                   &total, &nb);
+            const double added = bucket_timeline(net, m->bounds[s], m->bounds[s + 1], bw, 1.0,
+                                                 bucket_mb, nw, R, host_cores > 0, &total, &nb);
             double done = pipe;
             for (int j = 0; j < s; j++)
                 done -= b[j];
-            if (done + exposed + opt[s] > end) {
-                end = done + exposed + opt[s];
-                m->allreduce_s = exposed, m->allreduce_total_s = total, m->nbuckets = nb;
+            if (done + added + opt[s] > end) {
+                end = done + added + opt[s];
+                m->allreduce_s = added, m->allreduce_total_s = total, m->nbuckets = nb;
             }
         }
         m->compute_s = M * (f[star] + b[star]) + opt[star];
