@@ -66,4 +66,11 @@ void hcnn_cpu_model(char *buf, size_t cap);
  * backend. */
 void hcnn_blas_single_threaded(void);
 
+/* Before anything else of a run is allocated, with `threads` OpenMP
+ * threads: OpenBLAS's per-thread buffers taken (every thread makes one
+ * small call), after checking that the address-space limit leaves room
+ * for them; HCNN_ENOMEM after one message saying what limit is needed
+ * otherwise (OpenBLAS would wait forever for them). */
+int hcnn_blas_take_buffers(int threads);
+
 #endif

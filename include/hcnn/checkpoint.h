@@ -4,7 +4,9 @@
  *   "HCNNCKPT"  u32 version  u32 byte-order mark 0x01020304  u32 nsections
  *   nsections x { u32 kind  u32 zero  u64 nbytes  payload[nbytes]  u32 crc32(payload) }
  * Sections:
- *   META    (1): "key=value\n" text: model_hash, model, epoch, step, ...
+ *   META    (1): "key=value\n" text: model_hash, model, epoch, step, ...,
+ *                run_id, parent_run, ... (hcnn_ckpt_meta; readers skip keys
+ *                they do not know, so new keys need no new version)
  *   TENSORS (2): u32 count, then per tensor: u16 name length, name,
  *                u8 role (0 parameter, 1 batch-norm statistic, 2 momentum),
  *                u8 ndim, i32 dims[ndim], u64 count, f32 data[count]
@@ -21,12 +23,24 @@
 
 #define HCNN_CKPT_VERSION 1u
 
+/* Run identities: "<UTC time>-<6 hex digits>", e.g. 20261124T112100Z-3f9a2c */
+#define HCNN_RUN_ID_MAX 40
+
 /* Where a run stands.  hcnn's randomness (shuffling, augmentation, dropout)
  * is counter-based, a function of (seed, epoch, step, sample index), so the
  * seed and this position are the whole RNG state; the learning-rate
- * schedule is a function of the step. */
+ * schedule is a function of the step.
+ *
+ * And whose it is (checkpoints written before run identities have none:
+ * run_id "" there): the run's line of checkpoints (run_id), where the line
+ * branched from (parent_run at parent_step: a run resumed from a
+ * checkpoint that was not its line's newest starts a new line), the Slurm
+ * job that wrote it, and what the line must match to be continued: the
+ * model (model_hash), the data set and the seed. */
 typedef struct hcnn_ckpt_meta {
     uint64_t model_hash;
+    int hash_version;    /* 1: written before version 2 of the model hash (no key) */
+    uint64_t model_hash_v1; /* version 1 of the hash (both versions write it) */
     char model[HCNN_NAME_MAX];
     long epoch;          /* completed epochs */
     long batch;          /* batches done in the epoch after those (resume inside an epoch) */
@@ -36,6 +50,13 @@ typedef struct hcnn_ckpt_meta {
     double lr;           /* learning rate of the last step (information) */
     /* running sums of the epoch in progress, so its metrics survive a resume */
     double loss_sum, correct, seen;
+    char run_id[HCNN_RUN_ID_MAX];
+    char parent_run[HCNN_RUN_ID_MAX]; /* "" for a line started fresh */
+    long parent_step;
+    char slurm_job[32];   /* SLURM_JOB_ID of the writer, "" outside Slurm */
+    char dataset[HCNN_NAME_MAX];
+    long train_samples;   /* size of the training set (0: not recorded) */
+    double written;       /* Unix time of the write (0: not recorded) */
 } hcnn_ckpt_meta;
 
 /* The network's buffers (and momentum, backend memory too; may be NULL:
@@ -47,16 +68,13 @@ int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
 int hcnn_ckpt_save_buffers(const char *path, const hcnn_net *net, const float *params,
                            const float *state, const float *momentum, const hcnn_ckpt_meta *meta);
 
-/* Checkpoints of a run are <dir>/ckpt-s<step, 10 digits>.hcnn.  Writes the
- * name of the one for `step` into buf. */
-void hcnn_ckpt_name(char *buf, size_t cap, const char *dir, long step);
-/* The newest checkpoint of dir (highest step) into buf; HCNN_EIO naming the
- * directory if there is none. */
-int hcnn_ckpt_latest(const char *dir, char *buf, size_t cap);
-/* The same without a message: HCNN_EIO if there is none. */
-int hcnn_ckpt_latest_quiet(const char *dir, char *buf, size_t cap);
-/* Delete all but the newest `keep` checkpoints of dir. */
-void hcnn_ckpt_prune(const char *dir, int keep);
+/* Reads only the header and META section of a checkpoint (a directory
+ * listing reads every checkpoint's META: not their tensors); verifies the
+ * magic, version and the META's CRC.  quiet: no message. */
+int hcnn_ckpt_read_meta(const char *path, hcnn_ckpt_meta *meta, int quiet);
+/* 1 when meta was written for net's architecture (by either version of
+ * the model hash). */
+int hcnn_ckpt_meta_matches_model(const hcnn_ckpt_meta *meta, const hcnn_net *net);
 /* Verifies magic, version, CRCs, model hash, every name and shape; on any
  * mismatch prints what does not match and leaves the net unchanged; the
  * tensors are uploaded into the network's buffers and into momentum

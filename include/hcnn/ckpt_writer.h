@@ -5,7 +5,8 @@
  * time the training thread spends) and a background thread serialises,
  * writes, fsyncs and renames the file, then prunes old checkpoints.  One
  * write is in flight at a time: a submit while the previous write runs
- * waits for it (that wait counts as stall).  Only one rank owns a writer. */
+ * waits for it (that wait counts as stall).  Only one rank owns a writer.
+ * Pruning keeps the newest `keep` checkpoints of the run's own line. */
 #ifndef HCNN_CKPT_WRITER_H
 #define HCNN_CKPT_WRITER_H
 
@@ -19,7 +20,8 @@ typedef struct hcnn_ckpt_writer {
     hcnn_ckpt_meta meta;
     char dir[HCNN_FILE_PATH_MAX];
     char path[HCNN_FILE_PATH_MAX + 32];
-    int keep;                    /* checkpoints kept (older ones are deleted) */
+    int keep;                    /* checkpoints of the line kept (older ones are deleted) */
+    int tagged;                  /* names carry the run's tag (include/hcnn/ckpt_dir.h) */
     int link_final;              /* also make <dir>/final.hcnn point to it */
     pthread_t thread;
     pthread_mutex_t mu;
@@ -30,7 +32,10 @@ typedef struct hcnn_ckpt_writer {
     double last_write_s;         /* background time of the last write */
 } hcnn_ckpt_writer;
 
-int hcnn_ckpt_writer_init(hcnn_ckpt_writer *w, const hcnn_net *net, const char *dir, int keep);
+/* Allocates and touches the snapshot buffers (refusing, with the size, when
+ * they cannot be had) and starts the thread; tagged: see hcnn_ckpt_name. */
+int hcnn_ckpt_writer_init(hcnn_ckpt_writer *w, const hcnn_net *net, const char *dir, int keep,
+                          int tagged);
 /* Snapshot and write in the background; *stall_s gets the time taken from
  * the caller.  Returns the result of the previous write (HCNN_OK if none,
  * or if hcnn_ckpt_writer_failed reported it). */

@@ -52,7 +52,8 @@ typedef struct hcnn_net {
     hcnn_tensor_info *tensors;
     int ntensors;
 
-    uint64_t model_hash;         /* hash of the architecture (checkpoint check) */
+    uint64_t model_hash;         /* hash of the architecture (checkpoint check), version 2 */
+    uint64_t model_hash_v1;      /* the same as version 1 hashed it (older checkpoints) */
     size_t chunk_floats;         /* cap on one im2col chunk (0: 128 MiB) */
     hcnn_conv_algo conv_algo;    /* how convolutions walk the mini-batch */
 } hcnn_net;

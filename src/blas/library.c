@@ -16,11 +16,14 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 #include "../cpu/cblas_decl.h"
+#include "hcnn/common.h"
 #include "internal.h"
 
 #if defined(HCNN_BLAS_OPENBLAS) || defined(HAVE_OPENBLAS_SET_NUM_THREADS)
@@ -121,4 +124,86 @@ const char *blas_library_build(char *buf, int cap)
     snprintf(buf, (size_t)cap, "%s [%s]", name, file);
 #endif
     return buf;
+}
+
+/* OpenBLAS 0.3.21 takes a buffer of 128 MiB (and 4 KiB) for each thread
+ * the first time that thread calls it (blas_memory_alloc; the backtrace of
+ * a LeNet-5 run under ulimit -v 600000 that never ended: malloc(134221824)
+ * in an OpenMP worker's first cblas_sgemm), keeps it for the thread's later
+ * calls, and when the allocation fails it tries again forever (a loop in
+ * its memory.c; upstream behaviour).  A job under an address-space limit
+ * must fail with a message instead of sitting until its time limit, and a
+ * check alone is not enough: the run's own allocations between the check
+ * and the first GEMM of each thread (activations, the first step's
+ * workspace) can take the room.  So the buffers are taken here, before
+ * anything else of the run is allocated: the room is tried first (reserved
+ * PROT_NONE and given back) for the message, then every thread of the team
+ * takes a buffer through OpenBLAS's own blas_memory_alloc, all of them at
+ * once, and gives it back: OpenBLAS keeps freed buffers for later calls,
+ * and a call takes any free one (strace: two threads calling one after the
+ * other map one buffer between them; a ResNet-18 run whose warm-up was a
+ * small product on each thread in turn still mapped a new buffer in its
+ * first convolution, where both threads call at once, and hung there under
+ * ulimit -v 1950000). */
+#define OPENBLAS_BUFFER_BYTES (((size_t)128 << 20) + 4096)
+
+/* MiB of address space in use (/proc/self/statm), 0 if unknown */
+static double used_mib(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (f) {
+        if (fscanf(f, "%lu", &pages) != 1)
+            pages = 0;
+        fclose(f);
+    }
+    return (double)pages * 4096.0 / 1048576.0;
+}
+
+int hcnn_blas_take_buffers(int threads)
+{
+#if defined(HCNN_BLAS_OPENBLAS)
+    threads = threads > 0 ? threads : 1;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        const size_t need = (size_t)threads * OPENBLAS_BUFFER_BYTES;
+        void *p = mmap(NULL, need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            const double limit = (double)rl.rlim_cur / 1048576.0, used = used_mib();
+            return hcnn_error_code(HCNN_ENOMEM,
+                                   "the address-space limit (ulimit -v) is %.0f MiB, %.0f MiB of "
+                                   "it in use: OpenBLAS needs %.0f MiB more for its buffers (128 "
+                                   "MiB for each of %d threads) and, when it cannot have them, "
+                                   "waits forever; raise the limit to at least %.0f MiB, or run "
+                                   "fewer threads (README: Faults, memory limits)",
+                                   limit, used, (double)need / 1048576.0, threads,
+                                   used + (double)need / 1048576.0 + 64.0);
+        }
+        munmap(p, need);
+    }
+    /* exported by OpenBLAS (common.h declares them), looked up so that a
+     * build without them still links: then a small product on each thread */
+    void *(*take)(int) = NULL;
+    void (*give)(void *) = NULL;
+    *(void **)&take = dlsym(RTLD_DEFAULT, "blas_memory_alloc");
+    *(void **)&give = dlsym(RTLD_DEFAULT, "blas_memory_free");
+#pragma omp parallel num_threads(threads)
+    {
+        void *buffer = take && give ? take(0) : NULL;
+        if (!buffer) {
+            enum { N = 64 };
+            static const float zero[N * N]; /* read only: a product of zeros */
+            float c[N * N];
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, zero, N, zero,
+                        N, 0.0f, c, N);
+        }
+#pragma omp barrier /* every thread holds one before any is given back */
+        if (buffer)
+            give(buffer);
+    }
+    return HCNN_OK;
+#else
+    (void)threads; /* BLIS and other libraries fail an allocation with a message */
+    return HCNN_OK;
+#endif
 }

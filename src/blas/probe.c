@@ -41,6 +41,8 @@ int hcnn_blas_probe(const hcnn_config *cfg, int world)
     blas_run run = {.cfg = cfg, .world = world, .threads = hcnn_setup_threads(cfg)};
     hcnn_pass_gemms g;
     int n;
+    if (hcnn_blas_take_buffers(run.threads)) /* under ulimit -v: a message, not a hang */
+        return HCNN_ENOMEM;
     /* three timings of every shape, the median of each */
     const int rc = blas_model_gemms(&run, 3, &g, &n);
     if (rc)

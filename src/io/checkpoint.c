@@ -24,56 +24,60 @@ static const char MAGIC[8] = {'H', 'C', 'N', 'N', 'C', 'K', 'P', 'T'};
 
 /* ---- writing ---------------------------------------------------------- */
 
-typedef struct wbuf {
-    unsigned char *p;
-    size_t n, cap;
-    int failed;
-} wbuf;
+/* The file is streamed from the caller's buffers through hcnn_afile: the
+ * section sizes are known before a byte is written and the CRCs are taken
+ * as the bytes go, so a write allocates nothing (an image of the whole
+ * file, 2x the model for ResNet-18's 89 MB, used to be built first: under
+ * a memory limit the run trained and then could not checkpoint). */
+typedef struct wstream {
+    hcnn_afile f;
+    uint32_t crc;   /* of the section being written */
+    int rc;
+} wstream;
 
-static void put(wbuf *b, const void *data, size_t n)
+static void put(wstream *w, const void *data, size_t n)
 {
-    if (b->failed)
+    if (w->rc)
         return;
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n)
-            cap *= 2;
-        unsigned char *q = realloc(b->p, cap);
-        if (!q) {
-            b->failed = 1;
-            return;
-        }
-        b->p = q, b->cap = cap;
-    }
-    memcpy(b->p + b->n, data, n);
-    b->n += n;
+    w->crc = hcnn_crc32(w->crc, data, n);
+    w->rc = hcnn_afile_write(&w->f, data, n);
 }
-static void put_u8(wbuf *b, uint8_t v) { put(b, &v, 1); }
-static void put_u16(wbuf *b, uint16_t v) { put(b, &v, 2); }
-static void put_u32(wbuf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(wbuf *b, uint64_t v) { put(b, &v, 8); }
+static void put_u8(wstream *w, uint8_t v) { put(w, &v, 1); }
+static void put_u16(wstream *w, uint16_t v) { put(w, &v, 2); }
+static void put_u32(wstream *w, uint32_t v) { put(w, &v, 4); }
+static void put_u64(wstream *w, uint64_t v) { put(w, &v, 8); }
 
-static void put_tensor(wbuf *b, const char *name, int role, const hcnn_tensor_info *t,
+/* Section header: kind, zero, payload size; the payload's CRC starts here. */
+static void begin_section(wstream *w, uint32_t kind, uint64_t nbytes)
+{
+    put_u32(w, kind);
+    put_u32(w, 0);
+    put_u64(w, nbytes);
+    w->crc = 0;
+}
+static void end_section(wstream *w)
+{
+    const uint32_t crc = w->crc;
+    put_u32(w, crc);
+}
+
+static size_t tensor_bytes(const char *name, const hcnn_tensor_info *t)
+{
+    return 2 + strlen(name) + 1 + 1 + 4 * (size_t)t->ndim + 8 + t->count * sizeof(float);
+}
+
+static void put_tensor(wstream *w, const char *name, int role, const hcnn_tensor_info *t,
                        const float *data)
 {
     size_t len = strlen(name);
-    put_u16(b, (uint16_t)len);
-    put(b, name, len);
-    put_u8(b, (uint8_t)role);
-    put_u8(b, (uint8_t)t->ndim);
+    put_u16(w, (uint16_t)len);
+    put(w, name, len);
+    put_u8(w, (uint8_t)role);
+    put_u8(w, (uint8_t)t->ndim);
     for (int d = 0; d < t->ndim; d++)
-        put_u32(b, (uint32_t)t->dims[d]);
-    put_u64(b, t->count);
-    put(b, data, t->count * sizeof(float));
-}
-
-static void put_section(wbuf *file, uint32_t kind, const wbuf *payload)
-{
-    put_u32(file, kind);
-    put_u32(file, 0);
-    put_u64(file, payload->n);
-    put(file, payload->p, payload->n);
-    put_u32(file, hcnn_crc32(0, payload->p, payload->n));
+        put_u32(w, (uint32_t)t->dims[d]);
+    put_u64(w, t->count);
+    put(w, data, t->count * sizeof(float));
 }
 
 int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
@@ -97,112 +101,64 @@ int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
     return rc;
 }
 
+/* The META text: every field of hcnn_ckpt_meta, the model hash in both
+ * versions. */
+static int meta_text(const hcnn_net *net, const hcnn_ckpt_meta *m, char *text, size_t cap)
+{
+    return snprintf(text, cap,
+                    "model_hash=%016" PRIx64 "\nmodel_hash_version=2\nmodel_hash_v1=%016" PRIx64
+                    "\nmodel=%s\nepoch=%ld\nbatch=%ld\nstep=%ld\n"
+                    "seed=%" PRIu64 "\nbatch_size=%d\nlr=%.17g\nloss_sum=%.17g\n"
+                    "correct=%.17g\nseen=%.17g\nrun_id=%s\nparent_run=%s\nparent_step=%ld\n"
+                    "slurm_job=%s\ndataset=%s\ntrain_samples=%ld\nwritten=%.6f\n",
+                    net->model_hash, net->model_hash_v1, m->model, m->epoch, m->batch, m->step,
+                    m->seed, m->batch_size, m->lr, m->loss_sum, m->correct, m->seen, m->run_id,
+                    m->parent_run, m->parent_step, m->slurm_job, m->dataset, m->train_samples,
+                    m->written);
+}
+
 int hcnn_ckpt_save_buffers(const char *path, const hcnn_net *net, const float *params,
                            const float *state, const float *momentum, const hcnn_ckpt_meta *meta)
 {
-    wbuf file = {0}, sec = {0};
-    char text[1024];
-    int len = snprintf(text, sizeof text,
-                       "model_hash=%016" PRIx64 "\nmodel=%s\nepoch=%ld\nbatch=%ld\nstep=%ld\n"
-                       "seed=%" PRIu64 "\nbatch_size=%d\nlr=%.17g\nloss_sum=%.17g\n"
-                       "correct=%.17g\nseen=%.17g\n",
-                       net->model_hash, meta->model, meta->epoch, meta->batch, meta->step,
-                       meta->seed, meta->batch_size, meta->lr, meta->loss_sum, meta->correct,
-                       meta->seen);
-    put(&file, MAGIC, sizeof MAGIC);
-    put_u32(&file, HCNN_CKPT_VERSION);
-    put_u32(&file, BOM);
-    put_u32(&file, 2);
-    put(&sec, text, (size_t)len);
-    put_section(&file, SEC_META, &sec);
-    sec.n = 0;
-    put_u32(&sec, (uint32_t)(net->ntensors * (momentum ? 2 : 1)));
+    char text[2048];
+    const int len = meta_text(net, meta, text, sizeof text);
+    if (len < 0 || (size_t)len >= sizeof text)
+        return hcnn_error_code(HCNN_EFORMAT, "%s: the META text does not fit %zu bytes", path,
+                               sizeof text);
+    uint32_t count = 0;
+    uint64_t nbytes = 4;
     for (int i = 0; i < net->ntensors; i++) {
         const hcnn_tensor_info *t = &net->tensors[i];
-        put_tensor(&sec, t->name, t->is_state ? ROLE_STATE : ROLE_PARAM, t,
+        const int with_momentum = momentum && !t->is_state;
+        count += with_momentum ? 2u : 1u;
+        nbytes += (with_momentum ? 2 : 1) * tensor_bytes(t->name, t);
+    }
+    wstream w = {0};
+    if ((w.rc = hcnn_afile_open(&w.f, path)))
+        return w.rc;
+    put(&w, MAGIC, sizeof MAGIC);
+    put_u32(&w, HCNN_CKPT_VERSION);
+    put_u32(&w, BOM);
+    put_u32(&w, 2);
+    begin_section(&w, SEC_META, (uint64_t)len);
+    put(&w, text, (size_t)len);
+    end_section(&w);
+    begin_section(&w, SEC_TENSORS, nbytes);
+    put_u32(&w, count);
+    for (int i = 0; i < net->ntensors; i++) {
+        const hcnn_tensor_info *t = &net->tensors[i];
+        put_tensor(&w, t->name, t->is_state ? ROLE_STATE : ROLE_PARAM, t,
                    (t->is_state ? state : params) + t->offset);
     }
     for (int i = 0; momentum && i < net->ntensors; i++) {
         const hcnn_tensor_info *t = &net->tensors[i];
         if (!t->is_state)
-            put_tensor(&sec, t->name, ROLE_MOMENTUM, t, momentum + t->offset);
+            put_tensor(&w, t->name, ROLE_MOMENTUM, t, momentum + t->offset);
     }
-    if (momentum) { /* count was written for all tensors; fix it to the real one */
-        uint32_t cnt = 0;
-        for (int i = 0; i < net->ntensors; i++)
-            cnt += net->tensors[i].is_state ? 1u : 2u;
-        if (!sec.failed)
-            memcpy(sec.p, &cnt, 4);
-    }
-    put_section(&file, SEC_TENSORS, &sec);
-    int rc;
-    if (file.failed || sec.failed)
-        rc = hcnn_error_code(HCNN_ENOMEM, "cannot allocate the checkpoint image for %s", path);
-    else
-        rc = hcnn_write_file(path, file.p, file.n);
-    free(file.p);
-    free(sec.p);
-    return rc;
-}
-
-void hcnn_ckpt_name(char *buf, size_t cap, const char *dir, long step)
-{
-    snprintf(buf, cap, "%s/ckpt-s%010ld.hcnn", dir, step);
-}
-
-/* Steps of the checkpoints in dir, sorted ascending; returns the count. */
-static int list_steps(const char *dir, long *steps, int cap)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        long step;
-        char tail[8];
-        /* exactly ckpt-sNNNNNNNNNN.hcnn: temporary files do not match */
-        if (strlen(e->d_name) == 21 && sscanf(e->d_name, "ckpt-s%10ld.%5s", &step, tail) == 2 &&
-            !strcmp(tail, "hcnn") && n < cap)
-            steps[n++] = step;
-    }
-    closedir(d);
-    for (int i = 1; i < n; i++) /* insertion sort: a handful of files */
-        for (int j = i; j > 0 && steps[j - 1] > steps[j]; j--) {
-            long t = steps[j];
-            steps[j] = steps[j - 1], steps[j - 1] = t;
-        }
-    return n;
-}
-
-int hcnn_ckpt_latest(const char *dir, char *buf, size_t cap)
-{
-    if (hcnn_ckpt_latest_quiet(dir, buf, cap) != HCNN_OK)
-        return hcnn_error_code(HCNN_EIO, "--resume latest: no checkpoint (ckpt-s*.hcnn) in '%s' "
-                                         "(key checkpoint_dir)",
-                               dir);
-    return HCNN_OK;
-}
-
-int hcnn_ckpt_latest_quiet(const char *dir, char *buf, size_t cap)
-{
-    long steps[4096];
-    int n = list_steps(dir, steps, 4096);
-    if (n == 0)
-        return HCNN_EIO;
-    hcnn_ckpt_name(buf, cap, dir, steps[n - 1]);
-    return HCNN_OK;
-}
-
-void hcnn_ckpt_prune(const char *dir, int keep)
-{
-    long steps[4096];
-    int n = list_steps(dir, steps, 4096);
-    for (int i = 0; i < n - keep; i++) {
-        char path[HCNN_FILE_PATH_MAX + 32];
-        hcnn_ckpt_name(path, sizeof path, dir, steps[i]);
-        unlink(path);
-    }
+    end_section(&w);
+    if (w.rc) /* hcnn_afile_write removed the temporary file and said why */
+        return w.rc;
+    return hcnn_afile_commit(&w.f);
 }
 
 /* ---- reading ---------------------------------------------------------- */
@@ -252,50 +208,74 @@ static int read_file(const char *path, unsigned char **data, size_t *n)
     return HCNN_OK;
 }
 
+/* parse_meta and its helpers: an error message unless quiet (a directory
+ * listing skips what it cannot read; a file the user named is reported) */
+#define META_ERROR(quiet, ...) ((quiet) ? HCNN_EFORMAT : hcnn_error_code(HCNN_EFORMAT, __VA_ARGS__))
+
 /* One META value: the whole text a number in [lo, hi] (a file whose CRCs
  * are valid can still claim step 2^63-1 or epoch -5). */
-static int meta_long(const char *path, const char *key, const char *v, long lo, long hi,
+static int meta_long(int quiet, const char *path, const char *key, const char *v, long lo, long hi,
                      long *out)
 {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi)
-        return hcnn_error_code(HCNN_EFORMAT, "%s: META %s=%s: expected an integer in [%ld, %ld]",
+        return META_ERROR(quiet, "%s: META %s=%s: expected an integer in [%ld, %ld]",
                                path, key, v, lo, hi);
     *out = x;
     return HCNN_OK;
 }
 
-static int meta_double(const char *path, const char *key, const char *v, double lo, double *out)
+static int meta_double(int quiet, const char *path, const char *key, const char *v, double lo, double *out)
 {
     char *end;
     errno = 0;
     double x = strtod(v, &end);
     if (errno || end == v || *end || !isfinite(x) || x < lo)
-        return hcnn_error_code(HCNN_EFORMAT, "%s: META %s=%s: expected a finite number >= %g", path,
+        return META_ERROR(quiet, "%s: META %s=%s: expected a finite number >= %g", path,
                                key, v, lo);
     *out = x;
     return HCNN_OK;
 }
 
-static int meta_u64(const char *path, const char *key, const char *v, int base, uint64_t *out)
+static int meta_u64(int quiet, const char *path, const char *key, const char *v, int base, uint64_t *out)
 {
     char *end;
     errno = 0;
     unsigned long long x = strtoull(v, &end, base);
     if (errno || end == v || *end || *v == '-' || *v == '+' || *v == ' ')
-        return hcnn_error_code(HCNN_EFORMAT, "%s: META %s=%s: expected an unsigned %s integer",
+        return META_ERROR(quiet, "%s: META %s=%s: expected an unsigned %s integer",
                                path, key, v, base == 16 ? "hexadecimal" : "decimal");
     *out = (uint64_t)x;
     return HCNN_OK;
 }
 
-static int parse_meta(const char *path, const unsigned char *p, size_t n, hcnn_ckpt_meta *m)
+/* A META text value into dst: shorter than cap, of the characters an
+ * identity may hold (letters, digits and "-_.:"; other text is refused,
+ * as a name that could carry a newline or a path would be). */
+static int meta_ident(int quiet, const char *path, const char *key, const char *v, char *dst, size_t cap)
+{
+    const size_t n = strlen(v);
+    int ok = n < cap;
+    for (size_t i = 0; ok && i < n; i++) {
+        const unsigned char ch = (unsigned char)v[i];
+        ok = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+             ch == '-' || ch == '_' || ch == '.' || ch == ':';
+    }
+    if (!ok)
+        return META_ERROR(quiet,
+                               "%s: META %s=%s: expected at most %zu letters, digits or -_.:",
+                               path, key, v, cap - 1);
+    memcpy(dst, v, n + 1);
+    return HCNN_OK;
+}
+
+static int parse_meta(int quiet, const char *path, const unsigned char *p, size_t n, hcnn_ckpt_meta *m)
 {
     char text[4096];
     if (n >= sizeof text)
-        return hcnn_error_code(HCNN_EFORMAT, "%s: META section too large (%zu bytes)", path, n);
+        return META_ERROR(quiet, "%s: META section too large (%zu bytes)", path, n);
     memcpy(text, p, n);
     text[n] = '\0';
     int have_hash = 0;
@@ -309,35 +289,59 @@ static int parse_meta(const char *path, const unsigned char *p, size_t n, hcnn_c
         long batch_size = 0;
         int rc = HCNN_OK;
         if (!strcmp(line, "model_hash"))
-            rc = meta_u64(path, line, v, 16, &m->model_hash), have_hash = 1;
+            rc = meta_u64(quiet, path, line, v, 16, &m->model_hash), have_hash = 1;
         else if (!strcmp(line, "model"))
             snprintf(m->model, sizeof m->model, "%s", v);
         else if (!strcmp(line, "epoch"))
-            rc = meta_long(path, line, v, 0, HCNN_MAX_EPOCHS, &m->epoch);
+            rc = meta_long(quiet, path, line, v, 0, HCNN_MAX_EPOCHS, &m->epoch);
         else if (!strcmp(line, "step"))
-            rc = meta_long(path, line, v, 0, (long)HCNN_MAX_STEPS, &m->step);
+            rc = meta_long(quiet, path, line, v, 0, (long)HCNN_MAX_STEPS, &m->step);
         else if (!strcmp(line, "seed"))
-            rc = meta_u64(path, line, v, 10, &m->seed);
+            rc = meta_u64(quiet, path, line, v, 10, &m->seed);
         else if (!strcmp(line, "batch"))
-            rc = meta_long(path, line, v, 0, (long)HCNN_MAX_STEPS, &m->batch);
+            rc = meta_long(quiet, path, line, v, 0, (long)HCNN_MAX_STEPS, &m->batch);
         else if (!strcmp(line, "batch_size")) {
-            rc = meta_long(path, line, v, 0, HCNN_MAX_BATCH, &batch_size);
+            rc = meta_long(quiet, path, line, v, 0, HCNN_MAX_BATCH, &batch_size);
             m->batch_size = (int)batch_size;
         } else if (!strcmp(line, "lr"))
-            rc = meta_double(path, line, v, 0.0, &m->lr);
+            rc = meta_double(quiet, path, line, v, 0.0, &m->lr);
         else if (!strcmp(line, "loss_sum"))
-            rc = meta_double(path, line, v, 0.0, &m->loss_sum);
+            rc = meta_double(quiet, path, line, v, 0.0, &m->loss_sum);
         else if (!strcmp(line, "correct"))
-            rc = meta_double(path, line, v, 0.0, &m->correct);
+            rc = meta_double(quiet, path, line, v, 0.0, &m->correct);
         else if (!strcmp(line, "seen"))
-            rc = meta_double(path, line, v, 0.0, &m->seen);
+            rc = meta_double(quiet, path, line, v, 0.0, &m->seen);
+        else if (!strcmp(line, "model_hash_version")) {
+            long version = 0;
+            rc = meta_long(quiet, path, line, v, 1, 2, &version);
+            m->hash_version = (int)version;
+        } else if (!strcmp(line, "model_hash_v1"))
+            rc = meta_u64(quiet, path, line, v, 16, &m->model_hash_v1);
+        else if (!strcmp(line, "run_id"))
+            rc = meta_ident(quiet, path, line, v, m->run_id, sizeof m->run_id);
+        else if (!strcmp(line, "parent_run"))
+            rc = meta_ident(quiet, path, line, v, m->parent_run, sizeof m->parent_run);
+        else if (!strcmp(line, "parent_step"))
+            rc = meta_long(quiet, path, line, v, 0, (long)HCNN_MAX_STEPS, &m->parent_step);
+        else if (!strcmp(line, "slurm_job"))
+            rc = meta_ident(quiet, path, line, v, m->slurm_job, sizeof m->slurm_job);
+        else if (!strcmp(line, "dataset"))
+            rc = meta_ident(quiet, path, line, v, m->dataset, sizeof m->dataset);
+        else if (!strcmp(line, "train_samples"))
+            rc = meta_long(quiet, path, line, v, 0, LONG_MAX, &m->train_samples);
+        else if (!strcmp(line, "written"))
+            rc = meta_double(quiet, path, line, v, 0.0, &m->written);
         if (rc)
             return rc;
     }
     if (!have_hash)
-        return hcnn_error_code(HCNN_EFORMAT, "%s: META section has no model_hash", path);
+        return META_ERROR(quiet, "%s: META section has no model_hash", path);
+    if (m->hash_version == 0) { /* written before version 2: its hash is version 1 */
+        m->hash_version = 1;
+        m->model_hash_v1 = m->model_hash;
+    }
     if (m->batch > m->step || m->correct > m->seen)
-        return hcnn_error_code(HCNN_EFORMAT,
+        return META_ERROR(quiet,
                                "%s: META is inconsistent: batch %ld of step %ld, %.0f correct of "
                                "%.0f seen (expected batch <= step, correct <= seen)",
                                path, m->batch, m->step, m->correct, m->seen);
@@ -443,7 +447,7 @@ int hcnn_ckpt_read(const char *path, hcnn_ckpt_file *f)
             goto fail;
         }
         if (kind == SEC_META && !have_meta) {
-            if ((rc = parse_meta(path, payload, len, &f->meta)))
+            if ((rc = parse_meta(0, path, payload, len, &f->meta)))
                 goto fail;
             have_meta = 1;
         } else if (kind == SEC_TENSORS && !have_tensors) {
@@ -461,6 +465,49 @@ int hcnn_ckpt_read(const char *path, hcnn_ckpt_file *f)
 fail:
     hcnn_ckpt_close(f);
     return rc;
+}
+
+int hcnn_ckpt_read_meta(const char *path, hcnn_ckpt_meta *meta, int quiet)
+{
+    memset(meta, 0, sizeof *meta);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return quiet ? HCNN_EIO
+                     : hcnn_error_code(HCNN_EIO, "cannot read checkpoint %s: %s", path,
+                                       fd >= 0 ? "not a regular file" : strerror(e));
+    }
+    /* header (20 bytes), META's section header (16), its text, its CRC */
+    unsigned char buf[20 + 16 + 4096 + 4];
+    const ssize_t got = read(fd, buf, sizeof buf);
+    close(fd);
+    uint32_t version = 0, bom = 0, kind = 0, crc = 0;
+    uint64_t len = 0;
+    if (got >= 36) {
+        memcpy(&version, buf + 8, 4), memcpy(&bom, buf + 12, 4);
+        memcpy(&kind, buf + 20, 4), memcpy(&len, buf + 28, 8);
+    }
+    if (got < 36 || memcmp(buf, MAGIC, sizeof MAGIC) || version != HCNN_CKPT_VERSION ||
+        bom != BOM || kind != SEC_META || len > 4096 || (size_t)got < 36 + len + 4)
+        return quiet ? HCNN_EFORMAT
+                     : hcnn_error_code(HCNN_EFORMAT,
+                                       "%s: not an hcnn checkpoint of version %u with its META "
+                                       "section first",
+                                       path, HCNN_CKPT_VERSION);
+    memcpy(&crc, buf + 36 + len, 4);
+    if (hcnn_crc32(0, buf + 36, (size_t)len) != crc)
+        return quiet ? HCNN_EFORMAT
+                     : hcnn_error_code(HCNN_EFORMAT, "%s: META section is corrupt (CRC32)", path);
+    return parse_meta(quiet, path, buf + 36, (size_t)len, meta);
+}
+
+int hcnn_ckpt_meta_matches_model(const hcnn_ckpt_meta *meta, const hcnn_net *net)
+{
+    return meta->hash_version >= 2 ? meta->model_hash == net->model_hash
+                                   : meta->model_hash_v1 == net->model_hash_v1;
 }
 
 void hcnn_ckpt_close(hcnn_ckpt_file *f)
@@ -494,7 +541,7 @@ int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_m
     if (rc)
         return rc;
     *meta = f.meta;
-    if (f.meta.model_hash != net->model_hash) {
+    if (!hcnn_ckpt_meta_matches_model(&f.meta, net)) {
         rc = hcnn_error_code(HCNN_EFORMAT,
                              "%s: written for model '%s' (hash %016" PRIx64
                              "), which differs from the configured model (hash %016" PRIx64 ")",

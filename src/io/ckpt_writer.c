@@ -2,9 +2,11 @@
  * snapshot is the backend's download of the model into host buffers. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "hcnn/ckpt_dir.h"
 #include "hcnn/ckpt_writer.h"
 #include "hcnn/common.h"
 
@@ -38,7 +40,7 @@ static void *writer_main(void *arg)
         if (!rc) {
             if (w->link_final)
                 link_final(w);
-            hcnn_ckpt_prune(w->dir, w->keep);
+            hcnn_ckpt_prune_line(w->dir, w->meta.run_id, w->keep);
         }
         pthread_mutex_lock(&w->mu);
         w->last_rc = rc;
@@ -50,21 +52,35 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-int hcnn_ckpt_writer_init(hcnn_ckpt_writer *w, const hcnn_net *net, const char *dir, int keep)
+int hcnn_ckpt_writer_init(hcnn_ckpt_writer *w, const hcnn_net *net, const char *dir, int keep,
+                          int tagged)
 {
     memset(w, 0, sizeof *w);
     w->net = net;
     w->keep = keep;
+    w->tagged = tagged;
     snprintf(w->dir, sizeof w->dir, "%s", dir);
     int rc = hcnn_mkdir_p(dir);
     if (rc)
         return rc;
-    /* touched now, so that the first snapshot does not pay the page faults */
-    w->params = hcnn_calloc(sizeof(float) * (net->nparams + 1), "checkpoint snapshot");
-    w->momentum = hcnn_calloc(sizeof(float) * (net->nparams + 1), "checkpoint snapshot");
-    w->state = hcnn_calloc(sizeof(float) * (net->nstate + 1), "checkpoint snapshot");
-    if (!w->params || !w->momentum || !w->state)
-        return HCNN_ENOMEM;
+    /* everything a checkpoint needs, before the first step (a run that
+     * trained for hours must not find at its first checkpoint that the
+     * memory is not there); the pages touched, so that a limit on resident
+     * memory shows now too, and the first snapshot does not pay the faults */
+    const size_t np = net->nparams + 1, bytes = sizeof(float) * (2 * np + net->nstate + 1);
+    void *block = NULL;
+    if (posix_memalign(&block, 64, bytes) != 0 || !block)
+        return hcnn_error_code(HCNN_ENOMEM,
+                               "checkpoint_dir %s: checkpoints need %.1f MB of host memory for "
+                               "their snapshot (parameters, momentum, statistics), reserved "
+                               "before the first step; it could not be allocated: raise the "
+                               "memory limit (ulimit -v, the job's memory) or set no "
+                               "checkpoint_dir",
+                               dir, (double)bytes / 1e6);
+    memset(block, 0, bytes);
+    w->params = block;
+    w->momentum = w->params + np;
+    w->state = w->momentum + np;
     if (pthread_mutex_init(&w->mu, NULL) || pthread_cond_init(&w->cv, NULL))
         return hcnn_error_code(HCNN_ENOMEM, "cannot create the checkpoint writer's lock");
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0)
@@ -110,7 +126,14 @@ int hcnn_ckpt_writer_submit(hcnn_ckpt_writer *w, const float *momentum, const hc
     net->be->download(w->momentum, momentum, sizeof(float) * net->nparams);
     w->meta = *meta;
     w->link_final = link_final_too;
-    hcnn_ckpt_name(w->path, sizeof w->path, w->dir, meta->step);
+    /* this line's name, unless another line's checkpoint has it (a file
+     * copied in since the run started): the tagged name then */
+    hcnn_ckpt_name(w->path, sizeof w->path, w->dir, meta->step,
+                   w->tagged ? hcnn_run_tag(meta->run_id) : NULL);
+    hcnn_ckpt_meta there;
+    if (!w->tagged && hcnn_ckpt_read_meta(w->path, &there, 1) == HCNN_OK &&
+        strcmp(there.run_id, meta->run_id))
+        hcnn_ckpt_name(w->path, sizeof w->path, w->dir, meta->step, hcnn_run_tag(meta->run_id));
     pthread_mutex_lock(&w->mu);
     w->busy = 1;
     w->failure_seen = 0;
@@ -133,8 +156,6 @@ void hcnn_ckpt_writer_free(hcnn_ckpt_writer *w)
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
     }
-    hcnn_free(w->params);
-    hcnn_free(w->state);
-    hcnn_free(w->momentum);
+    free(w->params); /* the one block of the three snapshots */
     memset(w, 0, sizeof *w);
 }

@@ -83,9 +83,10 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-/* The architecture: input, classes, every tensor's name and shape, every
- * block's type and geometry. */
-static uint64_t model_hash(const hcnn_net *net)
+/* The architecture as version 1 hashed it: input, classes, every tensor's
+ * name and shape, every block's type and output shape, and a part of its
+ * geometry.  Kept so that checkpoints written before version 2 still load. */
+static uint64_t model_hash_v1(const hcnn_net *net)
 {
     uint64_t hsh = 0xcbf29ce484222325ull;
     int shape[4] = {net->in_c, net->in_h, net->in_w, net->classes};
@@ -101,6 +102,42 @@ static uint64_t model_hash(const hcnn_net *net)
                       l->conv.sh,   l->conv.ph, l->pool.kh, l->pool.sh};
         hsh = fnv1a(hsh, geo, sizeof geo);
     }
+    return hsh;
+}
+
+/* What version 2 adds for one layer and its children: the whole kernel,
+ * stride and padding of convolutions and pools, and the parameters of the
+ * function a type computes (leaky_relu's negative_slope, dropout's p,
+ * batch-norm's eps).  Two models that differ in any of them compute
+ * different functions with the same tensors; version 1 took them for one.
+ * Batch-norm's momentum is left out: like the learning rate it changes how
+ * training proceeds, not the function, and a run may resume with another. */
+static uint64_t hash_layer_v2(uint64_t hsh, const hcnn_layer *l)
+{
+    const hcnn_conv_geom *c = &l->conv;
+    const hcnn_pool_geom *p = &l->pool;
+    int geo[15] = {(int)l->kind, l->out_c, l->out_h, l->out_w, c->kh, c->kw, c->sh, c->sw,
+                   c->ph, c->pw, p->kh, p->kw, p->sh, p->sw, p->ph};
+    hsh = fnv1a(hsh, geo, sizeof geo);
+    int more[2] = {p->pw, l->has_bias};
+    hsh = fnv1a(hsh, more, sizeof more);
+    /* floats by their bit patterns: the values as configured */
+    float fp[3] = {l->kind == HCNN_BLOCK_LEAKY_RELU ? l->spec.negative_slope : 0.0f,
+                   l->kind == HCNN_BLOCK_DROPOUT ? l->p : 0.0f,
+                   l->kind == HCNN_BLOCK_BN ? l->eps : 0.0f};
+    hsh = fnv1a(hsh, fp, sizeof fp);
+    for (int i = 0; i < l->nchildren; i++)
+        hsh = hash_layer_v2(hsh, &l->children[i]);
+    return hsh;
+}
+
+static uint64_t model_hash_v2(const hcnn_net *net)
+{
+    uint64_t hsh = model_hash_v1(net);
+    const char version[] = "model hash v2";
+    hsh = fnv1a(hsh, version, sizeof version);
+    for (int i = 0; i < net->nlayers; i++)
+        hsh = hash_layer_v2(hsh, &net->layers[i]);
     return hsh;
 }
 
@@ -160,7 +197,8 @@ int hcnn_net_create(hcnn_net *net, const hcnn_model_spec *spec, const hcnn_backe
     for (int i = 0; i < net->nlayers; i++)
         wk.top = i, walk_layer(&wk, &net->layers[i]);
     net->ntensors = wk.ntensors;
-    net->model_hash = model_hash(net);
+    net->model_hash = model_hash_v2(net);
+    net->model_hash_v1 = model_hash_v1(net);
     return HCNN_OK;
 }
 

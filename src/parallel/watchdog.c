@@ -180,8 +180,11 @@ int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
     long token[2] = {(long)getpid(), (long)time(NULL)};
     HCNN_MPI(MPI_Bcast(token, 2, MPI_LONG, 0, c->world));
     memset(&W, 0, sizeof W);
+    /* the job's own directory: two jobs on one checkpoint_dir (the second
+     * refused by its lock, or before it) must not read each other's
+     * heartbeats as their own ranks' */
     if (dir && dir[0])
-        snprintf(W.dir, sizeof W.dir, "%s/.hcnn-watch", dir);
+        snprintf(W.dir, sizeof W.dir, "%s/.hcnn-watch-%ld-%ld", dir, token[0], token[1]);
     else
         snprintf(W.dir, sizeof W.dir, "%s/hcnn-watch-%ld-%ld",
                  getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", token[0], token[1]);

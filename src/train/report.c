@@ -34,6 +34,7 @@ void report_header(const hcnn_run *r)
            hcnn_strategy_name(cfg->strategy), r->comm->size, r->comm->size > 1 ? "s" : "",
            r->threads, cfg->batch_size, hcnn_blas_describe(blas, sizeof blas));
     report_compute_setup(r);
+    fputs(r->ckpt_note, stdout);
     r->strat.ops->report_header(&r->strat, stdout);
     fflush(stdout);
 }

@@ -6,10 +6,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "hcnn/ckpt_dir.h"
 #include "hcnn/common.h"
 #include "hcnn/data.h"
 #include "hcnn/files.h"
@@ -41,9 +44,23 @@ int run_check_checkpoint_dir(const hcnn_config *cfg)
     return HCNN_OK;
 }
 
-/* The checkpoint --resume names: a file, "latest" (must exist) or "auto"
- * (none: *path = ""). */
-static int find_resume(const hcnn_config *cfg, const char *resume, char *path, size_t cap)
+/* What a line of checkpoints must match to be this run's. */
+static hcnn_run_ident run_ident(const hcnn_config *cfg, const hcnn_net *net, long train_samples)
+{
+    const char *job = getenv("SLURM_JOB_ID");
+    return (hcnn_run_ident){.net = net,
+                            .model = cfg->model.name,
+                            .dataset = cfg->dataset,
+                            .train_samples = train_samples,
+                            .seed = cfg->seed,
+                            .slurm_job = job ? job : "",
+                            .cfg_path = cfg->path};
+}
+
+/* The checkpoint --resume names: a file, or for "latest" (must exist) and
+ * "auto" (none: *path = "") the one hcnn_ckpt_pick_resume chooses. */
+static int find_resume(const hcnn_config *cfg, const hcnn_run_ident *want, const char *resume,
+                       char *path, size_t cap)
 {
     path[0] = '\0';
     const int automatic = !strcmp(resume, "auto");
@@ -55,17 +72,14 @@ static int find_resume(const hcnn_config *cfg, const char *resume, char *path, s
         return hcnn_error("--resume %s: %s sets no checkpoint_dir (key checkpoint_dir, or "
                           "--set checkpoint_dir=DIR)",
                           resume, cfg->path);
-    if (!automatic)
-        return hcnn_ckpt_latest(cfg->checkpoint_dir, path, cap);
-    if (hcnn_ckpt_latest_quiet(cfg->checkpoint_dir, path, cap) != HCNN_OK)
-        path[0] = '\0';
-    return HCNN_OK;
+    return hcnn_ckpt_pick_resume(cfg->checkpoint_dir, want, !automatic, path, cap);
 }
 
 /* hcnn train --check: what a job needs before it asks for nodes, without
  * training: the data sets read and checked against the model, the
- * checkpoint directory writable, the checkpoint to resume present and
- * whole, the CSV's directory writable.  Serial, no MPI peers needed. */
+ * checkpoint directory writable and not held by a live run, the checkpoint
+ * to resume present, whole and this run's, the CSV's directory writable.
+ * Serial, no MPI peers needed. */
 int hcnn_train_check(const hcnn_config *cfg, const char *resume)
 {
     hcnn_dataset train = {0}, test = {0};
@@ -76,6 +90,8 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume)
     if (rc)
         return rc;
     if ((rc = run_check_checkpoint_dir(cfg)))
+        return rc;
+    if (cfg->checkpoint_dir[0] && (rc = hcnn_ckpt_lock_probe(cfg->checkpoint_dir)))
         return rc;
     if (cfg->csv[0]) {
         char dir[HCNN_FILE_PATH_MAX];
@@ -94,23 +110,33 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume)
                                    cfg->csv, cfg->path, dir, errno ? ": " : "",
                                    errno ? strerror(errno) : "");
     }
-    char path[HCNN_FILE_PATH_MAX + 32] = "";
-    hcnn_ckpt_file ck = {0};
-    if (resume && (rc = find_resume(cfg, resume, path, sizeof path)))
-        return rc;
-    if (path[0] && (rc = hcnn_ckpt_read(path, &ck))) /* magic, version, CRCs */
-        return rc;
-    const hcnn_ckpt_meta meta = ck.meta;
-    if (path[0])
-        hcnn_ckpt_close(&ck);
+    char path[HCNN_FILE_PATH_MAX + 48] = "";
+    hcnn_ckpt_meta meta = {0};
+    if (resume) { /* the model's hash, to match the checkpoint to this run */
+        hcnn_net net;
+        if ((rc = hcnn_net_create(&net, &cfg->model, hcnn_backend_cpu(), cfg->path)))
+            return rc;
+        const hcnn_run_ident want = run_ident(cfg, &net, ntrain);
+        rc = find_resume(cfg, &want, resume, path, sizeof path);
+        hcnn_ckpt_file ck = {0};
+        if (!rc && path[0] && !(rc = hcnn_ckpt_read(path, &ck))) { /* magic, version, CRCs */
+            meta = ck.meta;
+            hcnn_ckpt_close(&ck);
+            rc = hcnn_ckpt_check_ident(path, &meta, &want);
+        }
+        hcnn_net_free(&net);
+        if (rc)
+            return rc;
+    }
     printf("hcnn: check: ok (%s: %ld training and %ld test samples of %s; checkpoint_dir %s; %s)\n",
            cfg->path, ntrain, ntest, cfg->dataset,
            cfg->checkpoint_dir[0] ? cfg->checkpoint_dir : "none (no checkpoints)",
            path[0] ? "resumes from the checkpoint" : resume ? "no checkpoint yet: a new run"
                                                            : "a new run");
     if (path[0])
-        printf("hcnn: check: resume from %s: epoch %ld, batch %ld, step %ld\n", path,
-               meta.epoch + 1, meta.batch, meta.step);
+        printf("hcnn: check: resume from %s: epoch %ld, batch %ld, step %ld (run %s)\n", path,
+               meta.epoch + 1, meta.batch, meta.step,
+               meta.run_id[0] ? meta.run_id : "written before run ids");
     return HCNN_OK;
 }
 
@@ -125,22 +151,28 @@ int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats
         rc = r->strat.ops->gather(&r->strat, r->opt.velocity);
     if (rc || !run_is_root(r))
         return rc;
-    if (!r->writer_ready) {
-        if ((rc = hcnn_ckpt_writer_init(&r->writer, &r->net, cfg->checkpoint_dir,
-                                        cfg->checkpoint_keep)))
-            return rc;
-        r->writer_ready = 1;
-    }
+    if ((rc = hcnn_ckpt_lock_check(&r->lock))) /* another run owns the directory now */
+        return rc;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
     hcnn_ckpt_meta meta = {.epoch = epochs_done,
                            .batch = batch,
                            .step = r->step,
                            .seed = cfg->seed,
                            .batch_size = cfg->batch_size,
-                           .lr = st->lr};
+                           .lr = st->lr,
+                           .parent_step = r->parent_step,
+                           .train_samples = r->train.n,
+                           .written = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec};
     if (batch > 0) { /* the epoch in progress */
         meta.loss_sum = st->loss_sum, meta.correct = st->correct, meta.seen = st->seen;
     }
     snprintf(meta.model, sizeof meta.model, "%s", cfg->model.name);
+    snprintf(meta.run_id, sizeof meta.run_id, "%s", r->run_id);
+    snprintf(meta.parent_run, sizeof meta.parent_run, "%s", r->parent_run);
+    snprintf(meta.dataset, sizeof meta.dataset, "%s", cfg->dataset);
+    const char *job = getenv("SLURM_JOB_ID");
+    snprintf(meta.slurm_job, sizeof meta.slurm_job, "%s", job ? job : "");
     double stall = 0.0;
     rc = hcnn_ckpt_writer_submit(&r->writer, r->opt.velocity, &meta, final, &stall);
     if (rc && cfg->checkpoint_on_error == HCNN_ON_ERROR_CONTINUE) {
@@ -158,44 +190,153 @@ int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats
     return rc;
 }
 
-/* Every rank reads the checkpoint: it holds the whole model, whatever
- * layout wrote it. */
-int resume_from(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed)
+/* 1 when checkpoint_dir, or the directory of path, holds a later
+ * checkpoint of meta's line than meta's own step: resuming meta then rolls
+ * the line back. */
+static int line_has_later(const hcnn_config *cfg, const char *path, const hcnn_ckpt_meta *meta)
+{
+    char dir[HCNN_FILE_PATH_MAX], newest[HCNN_FILE_PATH_MAX + 48];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    const char *dirs[2] = {cfg->checkpoint_dir, dir};
+    for (int k = 0; k < 2; k++) {
+        hcnn_ckpt_meta m;
+        if (!dirs[k][0])
+            continue;
+        hcnn_ckpt_line_newest(dirs[k], meta->run_id, newest, sizeof newest);
+        if (newest[0] && hcnn_ckpt_read_meta(newest, &m, 1) == HCNN_OK && m.step > meta->step)
+            return 1;
+    }
+    return 0;
+}
+
+/* Rank 0, after the resume: which line this run writes, the lock and the
+ * checkpoint writer (its memory reserved now), one line saying so. */
+static int open_line(hcnn_run *r, const char *path, const hcnn_ckpt_meta *meta)
 {
     const hcnn_config *cfg = r->cfg;
-    char path[HCNN_FILE_PATH_MAX + 32] = "";
+    const char *dir = cfg->checkpoint_dir;
+    hcnn_ckpt_list list = {0};
+    int rc = dir[0] ? hcnn_ckpt_list_dir(dir, &list) : HCNN_OK;
+    if (rc)
+        return rc;
+    char how[512];
+    if (path[0] && meta->run_id[0] && !line_has_later(cfg, path, meta)) {
+        snprintf(r->run_id, sizeof r->run_id, "%s", meta->run_id); /* continues its line */
+        snprintf(r->parent_run, sizeof r->parent_run, "%s", meta->parent_run);
+        r->parent_step = meta->parent_step;
+        snprintf(how, sizeof how, "continues its line from step %ld", meta->step);
+    } else {
+        hcnn_run_id_new(r->run_id, sizeof r->run_id, &list);
+        if (path[0]) { /* from a checkpoint that is not its line's newest */
+            snprintf(r->parent_run, sizeof r->parent_run, "%s", meta->run_id);
+            r->parent_step = meta->step;
+            snprintf(how, sizeof how,
+                     "a new line from step %ld of %s (%s; its checkpoints are kept)", meta->step,
+                     meta->run_id[0] ? meta->run_id : "a run without a run id",
+                     meta->run_id[0] ? "a roll back: that line has later checkpoints"
+                                     : "written before run ids");
+        } else {
+            snprintf(how, sizeof how, "a new run");
+        }
+    }
+    if (!dir[0]) /* `checkpoint_dir: ~` (YAML's null) also ends here: say so */
+        snprintf(r->ckpt_note, sizeof r->ckpt_note,
+                 "hcnn: checkpoints: off (checkpoint_dir is empty in %s: no checkpoint will be "
+                 "written, and a stopped run cannot be resumed); run %s\n",
+                 cfg->path, r->run_id);
+    if (dir[0]) {
+        r->tagged = hcnn_ckpt_others_present(&list, r->run_id);
+        int others = 0;
+        for (int i = 0; i < list.n; i++)
+            others += strcmp(list.e[i].meta.run_id, r->run_id) || !r->run_id[0];
+        char name[HCNN_FILE_PATH_MAX + 48], note[96] = "";
+        hcnn_ckpt_name(name, sizeof name, dir, 0, r->tagged ? hcnn_run_tag(r->run_id) : NULL);
+        char *pattern = strrchr(name, '/') + 1;
+        memcpy(pattern + 6, "<step>", 6); /* ckpt-s<step>[-tag].hcnn */
+        memmove(pattern + 12, pattern + 16, strlen(pattern + 16) + 1);
+        if (others)
+            snprintf(note, sizeof note, "; %d checkpoint%s of other runs left as they are",
+                     others, others > 1 ? "s" : "");
+        snprintf(r->ckpt_note, sizeof r->ckpt_note,
+               "hcnn: checkpoints: run %s, %s; written to %s/%s (every %d epoch%s, the newest "
+               "%d of this run kept)%s\n",
+               r->run_id, how, dir, pattern, cfg->checkpoint_every,
+               cfg->checkpoint_every == 1 ? "" : "s", cfg->checkpoint_keep, note);
+        rc = hcnn_ckpt_lock_set_run(&r->lock, r->run_id);
+        if (!rc)
+            rc = hcnn_ckpt_writer_init(&r->writer, &r->net, dir, cfg->checkpoint_keep,
+                                       r->tagged);
+        if (!rc)
+            r->writer_ready = 1;
+    }
+    hcnn_ckpt_list_free(&list);
+    fflush(stdout);
+    return rc;
+}
+
+/* The checkpoint directory taken (rank 0), the checkpoint to resume found
+ * and loaded (every rank: it holds the whole model, whatever layout wrote
+ * it), the line this run writes opened (rank 0).  Collective. */
+int run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed)
+{
+    const hcnn_config *cfg = r->cfg;
+    char path[HCNN_FILE_PATH_MAX + 48] = "";
     int rc = HCNN_OK;
     *resumed = 0;
-    /* rank 0 looks in the directory: every rank then opens the same file */
-    if (run_is_root(r))
-        rc = find_resume(cfg, resume, path, sizeof path);
+    memset(meta, 0, sizeof *meta);
+    const hcnn_run_ident want = run_ident(cfg, &r->net, r->train.n);
+    if (run_is_root(r)) {
+        rc = run_check_checkpoint_dir(cfg);
+        /* the lock before anything in the directory is read */
+        if (!rc && cfg->checkpoint_dir[0]) {
+            char provisional[HCNN_RUN_ID_MAX];
+            hcnn_run_id_new(provisional, sizeof provisional, NULL);
+            rc = hcnn_ckpt_lock_take(&r->lock, cfg->checkpoint_dir, provisional, cfg->path);
+        }
+        if (!rc && resume)
+            rc = find_resume(cfg, &want, resume, path, sizeof path);
+    }
     if (r->comm->size > 1) {
         HCNN_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, r->comm->world));
         HCNN_MPI(MPI_Bcast(path, sizeof path, MPI_CHAR, 0, r->comm->world));
     }
     if (rc)
         return rc;
-    if (!path[0]) { /* --resume auto, nothing written yet */
+    if (resume && !path[0] && run_is_root(r)) /* --resume auto, nothing written yet */
+        printf("hcnn: --resume auto: no checkpoint (ckpt-s*.hcnn) in %s yet: a new run\n",
+               cfg->checkpoint_dir);
+    if (path[0]) {
+        if ((rc = hcnn_ckpt_load(path, &r->net, r->opt.velocity, meta)))
+            return rc;
+        const long per_epoch = (r->train.n + cfg->batch_size - 1) / cfg->batch_size;
+        if (meta->seed != cfg->seed)
+            return hcnn_error("%s: written with seed %llu, %s has seed %llu: the data order "
+                              "would differ",
+                              path, (unsigned long long)meta->seed, cfg->path,
+                              (unsigned long long)cfg->seed);
+        if ((rc = hcnn_ckpt_check_ident(path, meta, &want)))
+            return rc;
+        if (meta->batch > 0 && meta->batch_size != cfg->batch_size)
+            return hcnn_error("%s: stopped inside an epoch with batch_size %d, %s has %d", path,
+                              meta->batch_size, cfg->path, cfg->batch_size);
+        if (meta->batch >= per_epoch)
+            return hcnn_error("%s: stopped after batch %ld of an epoch, but an epoch of %s has "
+                              "%ld batches (%d training samples, batch_size %d): the position "
+                              "does not exist in this run",
+                              path, meta->batch, cfg->path, per_epoch, r->train.n,
+                              cfg->batch_size);
+        r->step = meta->step;
+        *resumed = 1;
         if (run_is_root(r))
-            printf("hcnn: --resume auto: no checkpoint (ckpt-s*.hcnn) in %s yet: a new run\n",
-                   cfg->checkpoint_dir);
-        return HCNN_OK;
+            printf("hcnn: resuming from %s: epoch %ld, batch %ld, step %ld\n", path,
+                   meta->epoch + 1, meta->batch, meta->step);
     }
-    rc = hcnn_ckpt_load(path, &r->net, r->opt.velocity, meta);
-    if (rc)
-        return rc;
-    if (meta->seed != cfg->seed)
-        return hcnn_error("%s: written with seed %llu, %s has seed %llu: the data order would "
-                          "differ",
-                          path, (unsigned long long)meta->seed, cfg->path,
-                          (unsigned long long)cfg->seed);
-    if (meta->batch > 0 && meta->batch_size != cfg->batch_size)
-        return hcnn_error("%s: stopped inside an epoch with batch_size %d, %s has %d", path,
-                          meta->batch_size, cfg->path, cfg->batch_size);
-    r->step = meta->step;
-    *resumed = 1;
     if (run_is_root(r))
-        printf("hcnn: resuming from %s: epoch %ld, batch %ld, step %ld\n", path, meta->epoch + 1,
-               meta->batch, meta->step);
-    return HCNN_OK;
+        rc = open_line(r, path, meta);
+    return rc;
 }

@@ -67,6 +67,7 @@ void run_free(hcnn_run *r)
         hcnn_profile_free(&r->prof);
     if (r->writer_ready)
         hcnn_ckpt_writer_free(&r->writer);
+    hcnn_ckpt_lock_release(&r->lock); /* after the last write */
     if (r->strat_ready)
         hcnn_strategy_free(&r->strat);
     if (r->loader_ready)
@@ -116,6 +117,8 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
     if (rc)
         return rc;
     r->threads = hcnn_setup_threads(cfg);
+    if ((rc = hcnn_blas_take_buffers(r->threads))) /* before anything else is allocated */
+        return rc;
     /* in-place progress only on a real terminal: mpirun gives its ranks a
      * pseudo-terminal even when its own output goes to a file */
     r->tty = isatty(STDOUT_FILENO) && comm->size == 1 && !getenv("OMPI_COMM_WORLD_SIZE");

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "hcnn/ckpt_dir.h"
 #include "hcnn/ckpt_writer.h"
 #include "hcnn/data.h"
 #include "hcnn/net.h"
@@ -37,8 +38,14 @@ typedef struct hcnn_run {
     int tty;
     long step;               /* optimiser steps taken */
     long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
-    hcnn_ckpt_writer writer;  /* rank 0, when checkpoint_dir is set */
+    hcnn_ckpt_lock lock;      /* rank 0: checkpoint_dir is this run's (include/hcnn/ckpt_dir.h) */
+    hcnn_ckpt_writer writer;  /* rank 0, when checkpoint_dir is set (from before the first step) */
     int writer_ready;
+    char run_id[HCNN_RUN_ID_MAX];     /* this run's line of checkpoints (also the CSV's run_id) */
+    char parent_run[HCNN_RUN_ID_MAX]; /* the line it branched from, "" if none */
+    long parent_step;
+    int tagged;               /* its checkpoint names carry its tag */
+    char ckpt_note[2 * HCNN_FILE_PATH_MAX + 1024]; /* the run header's line on checkpoints */
     int stop_signal;          /* SIGTERM/SIGUSR1 received (agreed by all ranks) */
     int stop_error;           /* all ranks agreed to stop on this error (HCNN_ENUMERIC:
                                  non-finite step, HCNN_EIO: checkpoint write failed) */
@@ -47,7 +54,6 @@ typedef struct hcnn_run {
     int skips_in_row;         /* non-finite steps skipped in a row */
     hcnn_profile prof;        /* --profile and bench */
     int profiling;
-    char run_id[64];
 } hcnn_run;
 
 typedef struct epoch_stats {
@@ -93,9 +99,12 @@ void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
  * background; wait: until it is on disk). */
 int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st, int final,
                     int wait);
-/* resume: a checkpoint file, "latest" or "auto"; *resumed = 0 when "auto"
- * found none (a new run) */
-int resume_from(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed);
+/* Before the first step (collective): rank 0 takes checkpoint_dir
+ * (created, writable, locked), the checkpoint `resume` names (a file,
+ * "latest" or "auto"; NULL: none) is found and loaded on every rank
+ * (*resumed = 0 when "auto" found none: a new run), and rank 0 opens the
+ * line the run writes and the checkpoint writer. */
+int run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed);
 /* Rank 0, before training: checkpoint_dir created and writable. */
 int run_check_checkpoint_dir(const hcnn_config *cfg);
 

@@ -73,8 +73,9 @@ static int act_on_agreement(hcnn_run *r, const int agreed[AGREE_N], int epoch, f
     if (agreed[AGREE_CKPT_FAILED]) {
         const int stop = cfg->checkpoint_on_error == HCNN_ON_ERROR_STOP;
         if (root) {
-            char last[HCNN_FILE_PATH_MAX + 32] = "none";
-            if (hcnn_ckpt_latest_quiet(cfg->checkpoint_dir, last, sizeof last))
+            char last[HCNN_FILE_PATH_MAX + 48];
+            hcnn_ckpt_line_newest(cfg->checkpoint_dir, r->run_id, last, sizeof last);
+            if (!last[0])
                 snprintf(last, sizeof last, "none");
             char msg[HCNN_FILE_PATH_MAX * 2 + 256];
             snprintf(msg, sizeof msg,
@@ -254,24 +255,16 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
     if (!rc && r.net.nstate > 0 &&
         !(r.state_before = r.be->alloc(sizeof(float) * r.net.nstate, "statistics before a step")))
         rc = HCNN_ENOMEM;
-    if (!rc && run_is_root(&r))
-        rc = run_check_checkpoint_dir(cfg);
     hcnn_ckpt_meta start = {0};
     int resumed = 0;
-    if (!rc && resume)
-        rc = resume_from(&r, resume, &start, &resumed);
+    if (!rc)
+        rc = run_open_checkpoints(&r, resume, &start, &resumed);
     if (!rc)
         rc = report_csv_open(&r, resumed);
     if (rc) {
         run_free(&r);
         return rc;
     }
-    char ts[32];
-    const time_t now = time(NULL);
-    struct tm tmv;
-    gmtime_r(&now, &tmv);
-    strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tmv);
-    snprintf(r.run_id, sizeof r.run_id, "%s-%ld", ts, (long)getpid());
     const long steps_per_epoch = (r.train.n + cfg->batch_size - 1) / cfg->batch_size;
     report_header(&r);
     int stop = 0, done = 0;
@@ -285,7 +278,11 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
         rc = train_epoch(&r, (int)epoch, first_batch, steps_per_epoch, &st, &stop, &done);
         if (rc)
             break;
-        if (stop == 2) /* signal: checkpoint where we are and leave */
+        /* a signal inside the epoch: checkpoint where it stands and leave; on
+         * its last step the epoch is complete and is evaluated and reported
+         * first (its line and CSV row would otherwise be lost for good: the
+         * resumed run starts the next epoch) */
+        if (stop == 2 && done < (int)steps_per_epoch)
             break;
         rc = report_reduce_epoch(&r, &st);
         const double te = hcnn_now();
@@ -319,9 +316,7 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
             HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, comm->world));
             st.loss_sum = sums[0], st.correct = sums[1], st.seen = sums[2];
         }
-        /* a signal at the very end of an epoch leaves the loop before it counts */
-        const long epochs_done = stop == 2 && !inside ? epoch + 1 : epoch;
-        rc = save_checkpoint(&r, inside ? epoch : epochs_done, inside ? done : 0, &st, 1, 1);
+        rc = save_checkpoint(&r, epoch, inside ? done : 0, &st, 1, 1);
     }
     if (!rc && r.stop_error)
         rc = HCNN_EAGREED;
