@@ -65,7 +65,8 @@ static int find_resume(const hcnn_config *cfg, const char *resume, char *path, s
 /* hcnn train --check: what a job needs before it asks for nodes, without
  * training: the data sets read and checked against the model, the
  * checkpoint directory writable, the checkpoint to resume present and
- * whole, the CSV's directory writable.  Serial, no MPI peers needed. */
+ * whole, the CSV a regular file (if it exists) in a writable directory.
+ * Serial, no MPI peers needed. */
 int hcnn_train_check(const hcnn_config *cfg, const char *resume)
 {
     hcnn_dataset train = {0}, test = {0};
@@ -76,6 +77,8 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume)
     if (rc)
         return rc;
     if ((rc = run_check_checkpoint_dir(cfg)))
+        return rc;
+    if ((rc = report_csv_check(cfg)))
         return rc;
     if (cfg->csv[0]) {
         char dir[HCNN_FILE_PATH_MAX];
