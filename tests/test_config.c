@@ -714,12 +714,20 @@ static void test_missing_file(void **state)
     (void)state;
     char path[600];
     snprintf(path, sizeof path, "%s/does-not-exist.yaml", fx.dir);
-    assert_int_equal(load_capture(&fx.a, path, NULL, 0), HCNN_EIO);
+    /* a configuration error (exit status 2), not a run-time one */
+    assert_int_equal(load_capture(&fx.a, path, NULL, 0), HCNN_EINVAL);
     assert_msg_contains(path);
     assert_string_equal(fx.a.path, path); /* kept for the caller's messages */
     /* a directory cannot be read either */
-    assert_int_equal(load_capture(&fx.a, fx.dir, NULL, 0), HCNN_EIO);
+    assert_int_equal(load_capture(&fx.a, fx.dir, NULL, 0), HCNN_EINVAL);
     assert_msg_contains(fx.dir);
+    assert_msg_contains("is a directory");
+    /* nor a FIFO: refused at once, not waited on */
+    snprintf(path, sizeof path, "%s/fifo.yaml", fx.dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(load_capture(&fx.a, path, NULL, 0), HCNN_EINVAL);
+    assert_msg_contains("is a pipe or FIFO");
+    unlink(path);
 }
 
 static void test_line_numbers(void **state)

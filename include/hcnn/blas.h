@@ -30,8 +30,10 @@
  * start): applies cfg->blas_kernels, measuring or reading the cache.  When
  * other kernels must load, it sets the environment for a re-execution and
  * *reexec = 1: call hcnn_blas_reexec.  world: the job's ranks
- * (hcnn_blas_env_world).  Returns HCNN_OK, or HCNN_EINVAL after one
- * message for kernels this library cannot load. */
+ * (hcnn_blas_env_world).  Returns HCNN_OK, HCNN_EINVAL after one
+ * message for kernels this library cannot load, or HCNN_STOPPED after one
+ * line when SIGTERM or SIGUSR1 (blocked by main) came during the
+ * measurement: its child killed, nothing cached, nothing trained. */
 int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec);
 /* execv of argv with the chosen kernels; returns only if that fails (the
  * run then goes on with the kernels loaded, and says so). */

@@ -1,16 +1,19 @@
 /* Files: CRC32, mkdir -p, and the one way hcnn writes a whole file.
  *
- * Checkpoints, NumPy exports, run configurations and new metrics files are
- * written through hcnn_afile: under a temporary name beside the target,
- * fsync'ed, renamed into place, and the directory fsync'ed so that the
- * rename itself survives a crash.  A reader therefore sees the old file or
- * the new one, never a torn or missing one.  Every function prints one
- * message naming the file and returns HCNN_EIO on failure. */
+ * Checkpoints, NumPy exports and run configurations are written through
+ * hcnn_afile: under a temporary name beside the target, fsync'ed, renamed
+ * into place, and the directory fsync'ed so that the rename itself
+ * survives a crash.  A reader therefore sees the old file or the new one,
+ * never a torn or missing one.  (Metrics files are written through in
+ * place instead, so that a link stays a link: src/train/report.c.)  Every
+ * function prints one message naming the file and returns HCNN_EIO on
+ * failure (hcnn_open_regular: the code it is given). */
 #ifndef HCNN_FILES_H
 #define HCNN_FILES_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define HCNN_FILE_PATH_MAX 4096
 
@@ -21,6 +24,17 @@ uint32_t hcnn_crc32(uint32_t crc, const void *data, size_t n);
 int hcnn_mkdir_p(const char *dir);
 /* mkdir -p of the directory part of a file path */
 int hcnn_mkdir_parent(const char *path);
+
+/* What a file that is not a regular one is, for messages: "a directory",
+ * "a pipe or FIFO", "a character device", ... */
+const char *hcnn_file_kind(mode_t mode);
+
+/* Open path for reading, refusing what is not a regular file (a FIFO would
+ * block the open or the reads forever, a directory or a device never ends
+ * as a file does): opened with O_NONBLOCK, checked with fstat, then made
+ * blocking again.  HCNN_OK with *fd, or `code` after one message naming
+ * `what` (e.g. "config file"), the path and what it is. */
+int hcnn_open_regular(const char *path, const char *what, int code, int *fd);
 
 /* A file being written under a temporary name. */
 typedef struct hcnn_afile {

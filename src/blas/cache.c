@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -37,19 +38,36 @@ int blas_cache_dir(char *buf, int cap)
     return hcnn_mkdir_p(buf);
 }
 
-int blas_cache_lock(const char *dir)
+/* Waits for the lock in slices, taking a stop signal meanwhile: another
+ * process's measurement may last minutes. */
+int blas_cache_lock(const char *dir, int *stop)
 {
+    *stop = 0;
     char path[HCNN_FILE_PATH_MAX];
     snprintf(path, sizeof path, "%s/blas.lock", dir);
     const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return -1;
-    while (flock(fd, LOCK_EX) != 0)
-        if (errno != EINTR) { /* a file system without locks: go on unlocked */
-            close(fd);
-            return -1;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    const struct timespec slice = {0, 100 * 1000 * 1000};
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return fd;
+        if (errno == EINTR)
+            continue;
+        if (errno != EWOULDBLOCK) /* a file system without locks: go on unlocked */
+            break;
+        const int sig = sigtimedwait(&set, NULL, &slice); /* the wait itself */
+        if (sig > 0) {
+            *stop = sig;
+            break;
         }
-    return fd;
+    }
+    close(fd);
+    return -1;
 }
 
 void blas_cache_unlock(int fd)

@@ -59,8 +59,17 @@ typedef struct blas_run {
 
 /* The key and the model's description (builds the model to list its GEMMs). */
 int blas_table_key(const blas_run *run, blas_table *t);
-/* Measure every candidate in child processes and choose. */
+/* Measure every candidate in child processes and choose.  HCNN_STOPPED
+ * (after blas_stopped's line) when SIGTERM or SIGUSR1 comes meanwhile. */
 int blas_measure(const blas_run *run, blas_table *t);
+/* A pending SIGTERM or SIGUSR1 taken, else 0.  `train` blocks them (they
+ * wait for the trainer), so the measurement before MPI asks for them
+ * itself: between and during its children, and while it waits on the
+ * cache's lock. */
+int blas_take_stop_signal(void);
+/* One line: the signal came before training, nothing to checkpoint.
+ * Returns HCNN_STOPPED (exit status 75). */
+int blas_stopped(int sig);
 /* The table, for hcnn tune. */
 void blas_table_print(const blas_table *t, FILE *out);
 /* "Cooperlake (auto: 1.52x faster than Haswell from OPENBLAS_CORETYPE; ...)" */
@@ -75,8 +84,9 @@ int blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *s
 /* The cache directory ($XDG_CACHE_HOME/hcnn, else ~/.cache/hcnn), created. */
 int blas_cache_dir(char *buf, int cap);
 /* An exclusive lock on the cache directory, held until blas_cache_unlock:
- * ranks on a node wait while one measures.  Returns the descriptor or -1. */
-int blas_cache_lock(const char *dir);
+ * ranks on a node wait while one measures.  Returns the descriptor or -1
+ * (no lock; *stop: the stop signal that ended the wait, else 0). */
+int blas_cache_lock(const char *dir, int *stop);
 void blas_cache_unlock(int fd);
 /* The file of t->key in dir (t->cache_path); read: 1 found and filled, 0
  * not there or stale; write: HCNN_OK or HCNN_EIO. */

@@ -8,7 +8,11 @@
  * them; the median of the rounds is the candidate's time.  A child that
  * crashes (kernels the CPU cannot run), or that loads other kernels than it
  * was asked for (a type this build does not have), leaves its candidate
- * out, with the reason in the table. */
+ * out, with the reason in the table.  A stop signal (SIGTERM, SIGUSR1:
+ * blocked by `train`, which takes them itself) is looked for between the
+ * children and every POLL_SLICE_MS while one runs: the child is killed and
+ * the program stops with status 75 at once, caching nothing (a cold
+ * measurement can last a minute, a Slurm job's warning two). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -28,6 +32,8 @@ extern char **environ;
 #define ROUNDS 3
 #define LAST_ROUND_WITHIN 0.10
 #define CHILD_TIMEOUT_S 300
+/* how long a stop signal may wait while a child runs */
+#define POLL_SLICE_MS 50
 /* kernels within this fraction of the fastest count as fast as it */
 #define KEEP_MARGIN 0.03
 
@@ -92,13 +98,75 @@ static void add_candidate(blas_table *t, const char *asked, const char *source)
 
 /* ---- one child ------------------------------------------------------------ */
 
+int blas_take_stop_signal(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    const struct timespec zero = {0, 0};
+    const int got = sigtimedwait(&set, NULL, &zero);
+    return got > 0 ? got : 0;
+}
+
+int blas_stopped(int sig)
+{
+    fprintf(stderr, "hcnn: %s received during the BLAS kernel measurement: stopping before "
+                    "training (no checkpoint needed: nothing trained)\n",
+            sig == SIGTERM ? "SIGTERM" : "SIGUSR1");
+    fflush(stderr);
+    return HCNN_STOPPED;
+}
+
+enum { CHILD_DONE, CHILD_TIMED_OUT, CHILD_STOPPED };
+
+/* The child's output until it closes it, keeping the last bytes (the
+ * result line is the last one).  Waits in slices of POLL_SLICE_MS so that
+ * a stop signal is acted on at once: the child is killed (*stop = the
+ * signal, CHILD_STOPPED), as it is after CHILD_TIMEOUT_S (CHILD_TIMED_OUT). */
+static int collect_output(int fd, pid_t pid, char *out, size_t cap, size_t *len, int *stop)
+{
+    const double deadline = hcnn_now() + CHILD_TIMEOUT_S;
+    int result = CHILD_DONE;
+    for (;;) {
+        const int left_ms = (int)((deadline - hcnn_now()) * 1e3);
+        if ((*stop = blas_take_stop_signal()) || left_ms <= 0) {
+            result = *stop ? CHILD_STOPPED : CHILD_TIMED_OUT;
+            kill(pid, SIGKILL);
+            break;
+        }
+        struct pollfd p = {fd, POLLIN, 0};
+        const int ready = poll(&p, 1, left_ms < POLL_SLICE_MS ? left_ms : POLL_SLICE_MS);
+        if (ready == 0 || (ready < 0 && errno == EINTR))
+            continue;
+        char tmp[512];
+        const ssize_t r = read(fd, tmp, sizeof tmp);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        for (ssize_t i = 0; i < r; i++) {
+            if (*len == cap - 1) {
+                memmove(out, out + *len / 2, *len - *len / 2);
+                *len -= *len / 2;
+            }
+            out[(*len)++] = tmp[i];
+        }
+    }
+    out[*len] = 0;
+    return result;
+}
+
 /* Runs `exe tune --probe --config cfg_file --ranks world` with
  * OPENBLAS_CORETYPE = asked (unset if ""), OMP_NUM_THREADS = threads;
- * returns 0 and fills kernels, seconds, hash, or -1 with why. */
+ * returns 0 and fills kernels, seconds, hash, -1 with why, or -2 when a
+ * stop signal came (*stop: which; the child, if started, killed). */
 static int run_child(const char *exe, const char *cfg_file, const blas_run *run, const char *asked,
                      char *kernels, double *seconds, unsigned long long *hash, char *why,
-                     size_t why_cap)
+                     size_t why_cap, int *stop)
 {
+    if ((*stop = blas_take_stop_signal()))
+        return -2; /* between two children: start no other */
     char ranks[16], threads[48], core[64];
     snprintf(ranks, sizeof ranks, "%d", run->world);
     snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", run->threads);
@@ -148,38 +216,15 @@ static int run_child(const char *exe, const char *cfg_file, const blas_run *run,
     }
     char out[4096];
     size_t len = 0;
-    const double deadline = hcnn_now() + CHILD_TIMEOUT_S;
-    int timed_out = 0;
-    for (;;) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        const int left_ms = (int)((deadline - hcnn_now()) * 1e3);
-        if (left_ms <= 0 || poll(&p, 1, left_ms) == 0) {
-            timed_out = 1;
-            kill(pid, SIGKILL);
-            break;
-        }
-        char tmp[512];
-        const ssize_t r = read(fds[0], tmp, sizeof tmp);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        /* keep the last bytes: the result line is the last one */
-        for (ssize_t i = 0; i < r; i++) {
-            if (len == sizeof out - 1) {
-                memmove(out, out + len / 2, len - len / 2);
-                len -= len / 2;
-            }
-            out[len++] = tmp[i];
-        }
-    }
-    out[len] = 0;
+    const int waited = collect_output(fds[0], pid, out, sizeof out, &len, stop);
     close(fds[0]);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
+    if (waited == CHILD_STOPPED)
+        return -2;
     const char *line = strstr(out, "probe kernels=");
-    if (timed_out) {
+    if (waited == CHILD_TIMED_OUT) {
         snprintf(why, why_cap, "no answer in %d s", CHILD_TIMEOUT_S);
         return -1;
     }
@@ -263,8 +308,14 @@ int blas_measure(const blas_run *run, blas_table *t)
                 continue;
             char kernels[BLAS_NAME_MAX] = "";
             unsigned long long hash = 0;
-            if (run_child(exe, cfg_file, run, c->asked, kernels, &times[i][rounds[i]], &hash,
-                          c->failure, sizeof c->failure)) {
+            int stop = 0;
+            const int got = run_child(exe, cfg_file, run, c->asked, kernels, &times[i][rounds[i]],
+                                      &hash, c->failure, sizeof c->failure, &stop);
+            if (got == -2) { /* nothing measured is kept: no cache file */
+                unlink(cfg_file);
+                return blas_stopped(stop);
+            }
+            if (got) {
                 alive[i] = 0;
                 continue;
             }

@@ -88,7 +88,10 @@ static int auto_table(const blas_run *run, blas_table *t, int remeasure, int *ca
         return rc;
     char dir[HCNN_FILE_PATH_MAX];
     const int have_dir = blas_cache_dir(dir, sizeof dir) == HCNN_OK;
-    const int lock = have_dir ? blas_cache_lock(dir) : -1;
+    int stop = 0;
+    const int lock = have_dir ? blas_cache_lock(dir, &stop) : -1;
+    if (stop)
+        return blas_stopped(stop);
     *cached = !remeasure && have_dir && blas_cache_read(dir, t);
     if (!*cached) {
         rc = blas_measure(run, t);
@@ -168,8 +171,10 @@ int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
     blas_table *t = NULL;
     int cached;
     const int rc = run_table(cfg, world, 0, &t, &cached);
-    if (rc == HCNN_ENOMEM)
+    if (rc == HCNN_ENOMEM || rc == HCNN_STOPPED) { /* stopped: exit 75 before MPI */
+        free(t);
         return rc;
+    }
     if (rc) { /* no measurement: the kernels loaded, and why */
         snprintf(note, sizeof note, "%s (auto: not measured, see above)", blas_loaded_kernels());
         setenv(NOTE_ENV, note, 1);

@@ -76,7 +76,8 @@ static const char *USAGE_TRAIN =
     "                       raw cblas_sgemm time of the same GEMMs) at the end\n"
     "\n"
     "signals: SIGTERM or SIGUSR1 (e.g. Slurm's --signal=USR1@120) finish the current step,\n"
-    "write a checkpoint and exit with status 75; resume with --resume latest.\n"
+    "write a checkpoint and exit with status 75; resume with --resume latest.  During the\n"
+    "BLAS kernel measurement before training they stop the run at once (status 75).\n"
     "  -h, --help           this help\n";
 
 static const char *USAGE_DIFF =
@@ -323,7 +324,11 @@ static int load_config(hcnn_config *cfg, const cli *c, const hcnn_comm *comm)
     return rc;
 }
 
-static int exit_status(int rc) { return rc == HCNN_OK ? 0 : rc == HCNN_EINVAL ? 2 : 1; }
+/* The README's exit status: 75 stopped by SIGTERM/SIGUSR1 (Slurm requeues) */
+static int exit_status(int rc)
+{
+    return rc == HCNN_OK ? 0 : rc == HCNN_EINVAL ? 2 : rc == HCNN_STOPPED ? 75 : 1;
+}
 
 /* SIGTERM and SIGUSR1 ask `train` to checkpoint and stop: they are taken
  * between steps by the trainer (sigtimedwait), so they are blocked first

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 #include "internal.h"
 
 /* ======================================================================
@@ -181,8 +183,7 @@ static int yaml_failure(builder *b)
         return hcnn_error("%s: --set '%s': invalid YAML value: %s", b->file, b->set, problem);
     if (p->error == YAML_READER_ERROR) {
         if (b->fp && ferror(b->fp))
-            return hcnn_error_code(HCNN_EIO, "%s: cannot read the file: %s", b->file,
-                                   strerror(errno));
+            return hcnn_error("%s: cannot read the file: %s", b->file, strerror(errno));
         return hcnn_error("%s: byte %zu: cannot decode the file: %s", b->file, p->problem_offset,
                           problem);
     }
@@ -405,21 +406,29 @@ static int build_document(builder *b, node **root)
     }
 }
 
+/* A config that cannot be opened, or that is not a regular file (a
+ * directory; a FIFO would block the run forever), is a configuration error
+ * (HCNN_EINVAL: exit status 2, as the README promises). */
 int cfg_parse_file(const char *path, node **root)
 {
     builder b;
     memset(&b, 0, sizeof b);
     b.file = path;
     *root = NULL;
-    b.fp = fopen(path, "rb");
-    if (!b.fp)
-        return hcnn_error_code(HCNN_EIO, "cannot open config file '%s': %s", path, strerror(errno));
+    int fd;
+    int rc = hcnn_open_regular(path, "config file", HCNN_EINVAL, &fd);
+    if (rc)
+        return rc;
+    if (!(b.fp = fdopen(fd, "rb"))) {
+        close(fd);
+        return cfg_oom();
+    }
     if (!yaml_parser_initialize(&b.parser)) {
         fclose(b.fp);
         return cfg_oom();
     }
     yaml_parser_set_input_file(&b.parser, b.fp);
-    int rc = build_document(&b, root);
+    rc = build_document(&b, root);
     yaml_parser_delete(&b.parser);
     fclose(b.fp);
     if (rc) {

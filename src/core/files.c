@@ -54,6 +54,47 @@ int hcnn_mkdir_parent(const char *path)
     return hcnn_mkdir_p(buf);
 }
 
+const char *hcnn_file_kind(mode_t mode)
+{
+    if (S_ISREG(mode))
+        return "a regular file";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a pipe or FIFO";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "not a regular file";
+}
+
+int hcnn_open_regular(const char *path, const char *what, int code, int *fd)
+{
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (*fd < 0) { /* a socket cannot be opened: say what it is */
+        const int e = errno;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return hcnn_error_code(code, "%s '%s' is %s (expected a regular file)", what, path,
+                                   hcnn_file_kind(st.st_mode));
+        return hcnn_error_code(code, "cannot open %s '%s': %s", what, path, strerror(e));
+    }
+    const int e = fstat(*fd, &st) != 0 ? errno : 0;
+    if (e || !S_ISREG(st.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        if (e)
+            return hcnn_error_code(code, "cannot open %s '%s': %s", what, path, strerror(e));
+        return hcnn_error_code(code, "%s '%s' is %s (expected a regular file)", what, path,
+                               hcnn_file_kind(st.st_mode));
+    }
+    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK); /* reads wait for the disk again */
+    return HCNN_OK;
+}
+
 int hcnn_afile_open(hcnn_afile *a, const char *path)
 {
     a->fd = -1;

@@ -10,33 +10,47 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 
 #define CIFAR_SIDE 32
 #define CIFAR_PIXELS (3 * CIFAR_SIDE * CIFAR_SIDE)
 #define CIFAR_RECORD (1 + CIFAR_PIXELS)
 #define CIFAR_CLASSES 10
 
-/* Size of a regular file in bytes, or an error code. */
+#define CIFAR_WHAT "CIFAR-10 batch file"
+
+/* Size of a regular file in bytes, or an error code (a FIFO or a device
+ * is refused by what it is: reading one would block or never end). */
 static int file_size(const char *path, long long *size)
 {
     struct stat st;
     if (stat(path, &st) != 0)
-        return hcnn_error_code(HCNN_EIO, "%s: cannot open: %s", path, strerror(errno));
+        return hcnn_error_code(HCNN_EIO, "cannot open %s '%s': %s", CIFAR_WHAT, path,
+                               strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return hcnn_error_code(HCNN_EIO, "%s: not a regular file", path);
+        return hcnn_error_code(HCNN_EIO, "%s '%s' is %s (expected a regular file)", CIFAR_WHAT,
+                               path, hcnn_file_kind(st.st_mode));
     *size = (long long)st.st_size;
     return HCNN_OK;
 }
 
-/* Read `nrec` records of `path` into labels/images; checks every label. */
+/* Read `nrec` records of `path` into labels/images; checks every label.
+ * Opened as a regular file only: it may have been replaced since pass 1. */
 static int read_records(const char *path, long long nrec, uint8_t *labels, uint8_t *images)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return hcnn_error_code(HCNN_EIO, "%s: cannot open: %s", path, strerror(errno));
-    int code = HCNN_OK;
+    int fd;
+    int code = hcnn_open_regular(path, CIFAR_WHAT, HCNN_EIO, &fd);
+    if (code)
+        return code;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        code = hcnn_error_code(HCNN_EIO, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return code;
+    }
     for (long long i = 0; i < nrec && code == HCNN_OK; i++) {
         if (fread(labels + i, 1, 1, f) != 1 || fread(images + i * CIFAR_PIXELS, 1, CIFAR_PIXELS, f) != CIFAR_PIXELS)
             code = hcnn_error_code(ferror(f) ? HCNN_EIO : HCNN_EFORMAT,

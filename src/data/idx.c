@@ -15,13 +15,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 
 #define IDX_UBYTE 0x08
 #define IDX_MAX_BYTES ((uint64_t)1 << 40) /* sanity bound on a payload */
 #define IDX_FIRST_CHUNK ((size_t)1 << 24)
+#define IDX_DRAIN_MAX ((uint64_t)1 << 28) /* bytes read past the payload to tell corruption */
 
 /* The file's bytes, decompressed if it is gzip'd (detected by its first
  * two bytes, 1f 8b, as zlib's gzread does).  Our own inflate loop rather
@@ -106,24 +109,33 @@ static long long in_read(idx_in *in, uint8_t *buf, size_t len, int *code)
                                     in->path);
             return -1;
         } else if (r != Z_OK) {
-            *code = hcnn_error_code(HCNN_EFORMAT, "%s: cannot read: %s", in->path,
-                                    in->z.msg ? in->z.msg : "corrupt gzip stream");
+            *code = hcnn_error_code(HCNN_EFORMAT,
+                                    "%s: the gzip stream is corrupt (zlib: %s): the file is "
+                                    "damaged, fetch it again",
+                                    in->path, in->z.msg ? in->z.msg : "data error");
             return -1;
         }
     }
     return (long long)got;
 }
 
-static int in_open(idx_in *in, const char *path)
+/* Opens a regular file only: a FIFO given as a data file would block the
+ * run forever (hcnn_open_regular). */
+static int in_open(idx_in *in, const char *path, const char *what)
 {
     memset(in, 0, offsetof(idx_in, in));
     in->path = path;
+    int fd;
+    int code = hcnn_open_regular(path, what, HCNN_EIO, &fd);
+    if (code)
+        return code;
     errno = 0;
-    in->f = fopen(path, "rb");
-    if (!in->f)
+    in->f = fdopen(fd, "rb");
+    if (!in->f) {
+        close(fd);
         return hcnn_error_code(HCNN_EIO, "%s: cannot open: %s", path,
                                errno ? strerror(errno) : "out of memory");
-    int code = HCNN_OK;
+    }
     if (in_fill(in, &code))
         return code;
     in->gz = in->z.avail_in >= 2 && in->in[0] == 0x1f && in->in[1] == 0x8b;
@@ -143,6 +155,23 @@ static void in_close(idx_in *in)
         fclose(in->f);
 }
 
+/* Whether data follows the payload: 1, 0, or -1 (reported).  In a gzip
+ * file the rest of the stream is read first: a stream damaged in the
+ * middle often inflates to more bytes than the header announced, and its
+ * real fault (zlib's data error, the CRC) shows only further on; it must
+ * not be reported as trailing data.  Read at most IDX_DRAIN_MAX bytes. */
+static int in_extra(idx_in *in, int *code)
+{
+    uint8_t buf[4096];
+    long long got = in_read(in, buf, 1, code);
+    if (got <= 0 || !in->gz)
+        return got < 0 ? -1 : (int)got;
+    for (uint64_t drained = 0; drained < IDX_DRAIN_MAX; drained += (uint64_t)got)
+        if ((got = in_read(in, buf, sizeof buf, code)) <= 0)
+            return got < 0 ? -1 : 1;
+    return 1;
+}
+
 /* Read an unsigned-byte IDX file with `ndims` dimensions.  On success
  * *data holds exactly dims[0]*...*dims[ndims-1] bytes (hcnn_free it). */
 static int idx_read(const char *path, int ndims, const char *what, uint32_t dims[3], uint8_t **data)
@@ -151,7 +180,7 @@ static int idx_read(const char *path, int ndims, const char *what, uint32_t dims
     idx_in *f = malloc(sizeof *f);
     if (!f)
         return hcnn_error_code(HCNN_ENOMEM, "cannot allocate a read buffer for %s", path);
-    int code = in_open(f, path);
+    int code = in_open(f, path, ndims == 3 ? "IDX image file" : "IDX label file");
     uint8_t *buf = NULL;
     if (code != HCNN_OK)
         goto out;
@@ -234,9 +263,7 @@ static int idx_read(const char *path, int ndims, const char *what, uint32_t dims
                                path, have, what, (unsigned long long)total);
         goto out;
     }
-    uint8_t extra;
-    got = in_read(f, &extra, 1, &code);
-    if (got < 0)
+    if ((got = in_extra(f, &code)) < 0)
         goto out;
     if (got > 0) {
         code = hcnn_error_code(HCNN_EFORMAT,

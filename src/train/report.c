@@ -2,10 +2,14 @@
  * epoch line and the CSV metrics row (min / mean / max over ranks of each
  * phase, as HPL reports its timers, so a slow node shows). */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "hcnn_git.h"
@@ -34,7 +38,7 @@ void report_header(const hcnn_run *r)
            hcnn_strategy_name(cfg->strategy), r->comm->size, r->comm->size > 1 ? "s" : "",
            r->threads, cfg->batch_size, hcnn_blas_describe(blas, sizeof blas));
     report_compute_setup(r);
-    fputs(r->ckpt_note, stdout);
+    fputs(r->ckpt_note, stdout); /* where the checkpoints go, or that there are none */
     r->strat.ops->report_header(&r->strat, stdout);
     fflush(stdout);
 }
@@ -66,40 +70,110 @@ void report_progress(const hcnn_run *r, int epoch, int batch, int nbatches, cons
     "comm_wait_s_min,comm_wait_s_max,data_wait_s,data_wait_s_min,data_wait_s_max,bubble_s,"        \
     "bubble_s_min,bubble_s_max,allreduce_hidden,peak_rss_mb"
 
-/* The per-epoch metrics file (rank 0), and the configuration beside it
- * (<csv minus .csv>.config.yaml) so that any row can be reproduced.  A new
- * file starts whole with its header (the atomic-file helper); a resumed
- * run appends to the file it continues. */
-int report_csv_open(hcnn_run *r, int append)
+/* The one message for a csv that is not a regular file. */
+static int csv_refused(const hcnn_config *cfg, mode_t mode)
 {
-    if (!r->cfg->csv[0] || !run_is_root(r))
+    return hcnn_error_code(HCNN_EIO,
+                           "csv '%s' (%s) is %s (expected a regular file, a symbolic link to "
+                           "one, or a path where one can be created; csv: \"\" for no "
+                           "metrics file)",
+                           cfg->csv, cfg->path, hcnn_file_kind(mode));
+}
+
+/* A csv that exists must be a regular file (or a symbolic link to one):
+ * the metrics are written through it.  A pipe, FIFO, device or directory
+ * is refused before the run trains (as root, csv=/dev/stdout used to
+ * replace /dev/stdout with a plain file).  A path that does not exist yet
+ * is created later; other faults are reported by that creation. */
+int report_csv_check(const hcnn_config *cfg)
+{
+    struct stat st;
+    if (!cfg->csv[0] || stat(cfg->csv, &st) != 0 || S_ISREG(st.st_mode))
         return HCNN_OK;
-    int rc = hcnn_mkdir_parent(r->cfg->csv);
-    if (rc)
-        return rc;
+    return csv_refused(cfg, st.st_mode);
+}
+
+/* Opens the csv for appending, through a symbolic link, creating it if
+ * needed; O_NONBLOCK so that a FIFO put there since the check cannot
+ * block the open (fstat refuses it). */
+static int csv_open_through(const hcnn_config *cfg, int *fd)
+{
+    *fd = open(cfg->csv, O_RDWR | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0644);
+    struct stat st;
+    if (*fd < 0 || fstat(*fd, &st) != 0)
+        return hcnn_error_code(HCNN_EIO, "cannot create the metrics file %s (key csv in %s): %s",
+                               cfg->csv, cfg->path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return csv_refused(cfg, st.st_mode);
+    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
+    return HCNN_OK;
+}
+
+/* Whether the file starts with our header (a resumed run appends to it). */
+static int csv_has_header(int fd)
+{
+    char line[8];
+    return pread(fd, line, 7, 0) == 7 && !strncmp(line, "run_id,", 7);
+}
+
+/* A new metrics file: emptied in place (the link, the owner, the mode
+ * stay) and given its header, synced. */
+static int csv_start(const hcnn_config *cfg, int fd)
+{
+    static const char header[] = CSV_HEADER "\n";
+    size_t done = 0;
+    int ok = ftruncate(fd, 0) == 0;
+    while (ok && done < sizeof header - 1) {
+        const ssize_t w = write(fd, header + done, sizeof header - 1 - done);
+        if (w == 0)
+            errno = ENOSPC; /* no progress: the disk is full */
+        ok = w > 0 || (w < 0 && errno == EINTR);
+        done += w > 0 ? (size_t)w : 0;
+    }
+    if (!ok || fsync(fd) != 0)
+        return hcnn_error_code(HCNN_EIO, "cannot write the metrics file %s (key csv in %s): %s",
+                               cfg->csv, cfg->path, strerror(errno));
+    return HCNN_OK;
+}
+
+/* The configuration beside the csv (<csv minus .csv>.config.yaml). */
+static int csv_write_config(const hcnn_config *cfg)
+{
     char cfgpath[HCNN_PATH_MAX + 16];
-    snprintf(cfgpath, sizeof cfgpath, "%s", r->cfg->csv);
+    snprintf(cfgpath, sizeof cfgpath, "%s", cfg->csv);
     char *dot = strrchr(cfgpath, '.');
     if (dot && !strchr(dot, '/'))
         *dot = '\0';
     strncat(cfgpath, ".config.yaml", sizeof cfgpath - strlen(cfgpath) - 1);
-    if ((rc = hcnn_config_write(r->cfg, cfgpath)))
-        return rc;
-    FILE *old = append ? fopen(r->cfg->csv, "r") : NULL;
-    int has_header = 0;
-    if (old) {
-        char line[64];
-        has_header = fgets(line, sizeof line, old) != NULL && !strncmp(line, "run_id,", 7);
-        fclose(old);
-    }
-    static const char header[] = CSV_HEADER "\n";
-    if (!(append && has_header) && (rc = hcnn_write_file(r->cfg->csv, header, strlen(header))))
-        return rc;
-    r->csv = fopen(r->cfg->csv, "a");
-    if (!r->csv)
-        return hcnn_error_code(HCNN_EIO, "cannot create the metrics file %s (key csv in %s)",
-                               r->cfg->csv, r->cfg->path);
-    return HCNN_OK;
+    return hcnn_config_write(cfg, cfgpath);
+}
+
+/* The per-epoch metrics file (rank 0), and the configuration beside it so
+ * that any row can be reproduced.  Written through: a symbolic link stays
+ * a link and its target gets the rows; what is not a regular file is
+ * refused before anything is written beside it.  A new run starts the file
+ * with its header; a resumed run appends to the file it continues. */
+int report_csv_open(hcnn_run *r, int append)
+{
+    const hcnn_config *cfg = r->cfg;
+    if (!cfg->csv[0] || !run_is_root(r))
+        return HCNN_OK;
+    int fd = -1;
+    int rc = report_csv_check(cfg);
+    if (!rc)
+        rc = hcnn_mkdir_parent(cfg->csv);
+    if (!rc)
+        rc = csv_open_through(cfg, &fd);
+    if (!rc)
+        rc = csv_write_config(cfg);
+    if (!rc && !(append && csv_has_header(fd)))
+        rc = csv_start(cfg, fd);
+    if (!rc && !(r->csv = fdopen(fd, "a")))
+        rc = hcnn_error_code(HCNN_EIO, "cannot open the metrics file %s (key csv in %s): %s",
+                             cfg->csv, cfg->path, strerror(errno));
+    if (rc && fd >= 0)
+        close(fd);
+    return rc;
 }
 
 int report_reduce_epoch(hcnn_run *r, epoch_stats *st)

@@ -78,7 +78,8 @@ static int find_resume(const hcnn_config *cfg, const hcnn_run_ident *want, const
 /* hcnn train --check: what a job needs before it asks for nodes, without
  * training: the data sets read and checked against the model, the
  * checkpoint directory writable and not held by a live run, the checkpoint
- * to resume present, whole and this run's, the CSV's directory writable.
+ * to resume present, whole and this run's, the CSV a regular file (if it
+ * exists) in a writable directory.
  * Serial, no MPI peers needed. */
 int hcnn_train_check(const hcnn_config *cfg, const char *resume)
 {
@@ -92,6 +93,8 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume)
     if ((rc = run_check_checkpoint_dir(cfg)))
         return rc;
     if (cfg->checkpoint_dir[0] && (rc = hcnn_ckpt_lock_probe(cfg->checkpoint_dir)))
+        return rc;
+    if ((rc = report_csv_check(cfg)))
         return rc;
     if (cfg->csv[0]) {
         char dir[HCNN_FILE_PATH_MAX];
@@ -246,8 +249,8 @@ static int open_line(hcnn_run *r, const char *path, const hcnn_ckpt_meta *meta)
     }
     if (!dir[0]) /* `checkpoint_dir: ~` (YAML's null) also ends here: say so */
         snprintf(r->ckpt_note, sizeof r->ckpt_note,
-                 "hcnn: checkpoints: off (checkpoint_dir is empty in %s: no checkpoint will be "
-                 "written, and a stopped run cannot be resumed); run %s\n",
+                 "hcnn: checkpoints: off (checkpoint_dir is empty: no checkpoint will be "
+                 "written, and a stopped run cannot be resumed; %s); run %s\n",
                  cfg->path, r->run_id);
     if (dir[0]) {
         r->tagged = hcnn_ckpt_others_present(&list, r->run_id);

@@ -90,6 +90,8 @@ void report_compute_setup(const hcnn_run *r);
 void report_progress(const hcnn_run *r, int epoch, int batch, int nbatches,
                      const epoch_stats *st, double t0, double *last_print);
 int report_csv_open(hcnn_run *r, int append);
+/* The csv, if it exists, is a regular file or a link to one (also train --check). */
+int report_csv_check(const hcnn_config *cfg);
 /* Sums over ranks of the epoch's counts, min / mean / max of its times */
 int report_reduce_epoch(hcnn_run *r, epoch_stats *st);
 void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
