@@ -242,15 +242,16 @@ job_launcher() {
 }
 
 # ---- the training job (train.sbatch, gpu.sbatch) ------------------------------
-# job_newest_ckpt DIR: the newest checkpoint DIR/ckpt-s<step>.hcnn (highest
-# step; hcnn writes each one under a temporary name and renames it), or nothing
+# job_newest_ckpt DIR: the checkpoint of DIR written last (ckpt-s<step>.hcnn
+# or, for a run sharing the directory with other runs' checkpoints,
+# ckpt-s<step>-<run tag>.hcnn; hcnn writes each under a temporary name and
+# renames it), or nothing
 job_newest_ckpt() {
-    local f n max=-1 newest=""
+    local f newest="" t max=-1
     for f in "$1"/ckpt-s*.hcnn; do
-        n=${f##*/ckpt-s}
-        n=${n%.hcnn}
-        [[ "$n" =~ ^[0-9]+$ ]] || continue
-        if [ $((10#$n)) -gt "$max" ]; then max=$((10#$n)) newest=$f; fi
+        [ -f "$f" ] || continue
+        t=$(stat -c %Y "$f" 2>/dev/null || echo 0)
+        if [ "$t" -gt "$max" ]; then max=$t newest=$f; fi
     done
     echo "$newest"
 }

@@ -44,6 +44,10 @@ expect_fail() {
     fi
 }
 
+# same_bits A B: the checkpoints A and B hold the same tensors, bit for bit
+# (their META differs: each run has its own identity and write time)
+same_bits() { "$HCNN" diff "$1" "$2" --tol 0 >/dev/null 2>&1; }
+
 # same_as REF NAME: $WORK/NAME/final.hcnn matches $WORK/REF/final.hcnn to 1e-5
 # (relative, hcnn diff) and its run ($WORK/NAME.log) checked its replicas.
 same_as() {

@@ -49,7 +49,10 @@ BG="$BG $pid"
 for _ in $(seq 300); do [ "$(grep -c '^checkpoint=' "$WORK/killed.log")" -ge 3 ] && break; sleep 0.05; done
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
-last=$(sed -n 's/^checkpoint=\([^ ]*\) .*/\1/p' "$WORK/killed.log" | tail -n 1)
+# its newest checkpoint on disk (a checkpoint= line is printed when the
+# background write starts: the kill may have come before it ended)
+tag=$(sed -n 's/^hcnn: checkpoints: run [0-9TZ]*-\([0-9a-f]*\),.*/\1/p' "$WORK/killed.log")
+last=$(ls "$D"/ckpt-s*-"$tag".hcnn 2>/dev/null | sort | tail -n 1)
 "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$D" --set epochs=100 --set lr=0.01 \
     --set max_steps=100000 --set epochs=12 --resume auto >"$WORK/auto.log" 2>&1
 rc=$?

@@ -31,7 +31,7 @@ pair() {
 
 # same NAME: the two backends' final checkpoints are identical
 same() {
-    if cmp -s "$WORK/$1-cpu/final.hcnn" "$WORK/$1-cpu-devmem/final.hcnn"; then case_ok
+    if same_bits "$WORK/$1-cpu/final.hcnn" "$WORK/$1-cpu-devmem/final.hcnn"; then case_ok
     else case_fail "checkpoints differ: $("$HCNN" diff "$WORK/$1-cpu/final.hcnn" "$WORK/$1-cpu-devmem/final.hcnn" | tail -n 1)"; fi
 }
 
@@ -57,7 +57,7 @@ BASE=(train --config "$RES" -q --set epochs=2 --set csv=)
 HCNN_BACKEND=cpu-devmem "$HCNN" "${BASE[@]}" --set checkpoint_dir="$WORK/r" --set max_steps=5 >"$WORK/r.log" 2>&1 &&
     HCNN_BACKEND=cpu-devmem "$HCNN" "${BASE[@]}" --set checkpoint_dir="$WORK/r" --resume latest >>"$WORK/r.log" 2>&1 &&
     "$HCNN" "${BASE[@]}" --set checkpoint_dir="$WORK/straight" >"$WORK/straight.log" 2>&1
-if cmp -s "$WORK/r/final.hcnn" "$WORK/straight/final.hcnn"; then case_ok
+if same_bits "$WORK/r/final.hcnn" "$WORK/straight/final.hcnn"; then case_ok
 else case_fail "$(tail -n 3 "$WORK/r.log")"; fi
 
 case_begin eval_on_device_memory

@@ -163,7 +163,7 @@ show() { # NAME: the job's output, for a failure message
 }
 newest_ckpt() { # shellcheck disable=SC2012  # names without spaces, sorted by step
     ls "$1"/ckpt-s*.hcnn 2>/dev/null | tail -n 1; }
-step_of() { local n=${1##*ckpt-s}; n=${n%.hcnn}; echo $((10#$n)); }
+step_of() { local n=${1##*ckpt-s}; n=${n%.hcnn}; n=${n%%-*}; echo $((10#$n)); }
 loads() { timeout 60 "$HCNN" eval --config "$TREE/configs/synthetic_small.yaml" --checkpoint "$1" >/dev/null 2>&1; }
 
 # refused NAME STATUS PATTERN: the job ended with STATUS and exactly one line

@@ -30,7 +30,7 @@ train() {
 identical() {
     if [ ! -f "$WORK/$2/final.hcnn" ]; then
         case_fail "no checkpoint: $(tail -n 3 "$WORK/$2.log")"
-    elif cmp -s "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn"; then
+    elif same_bits "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn"; then
         case_ok
     else
         case_fail "differs from $1: $("$HCNN" diff "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn" | tail -n 1)"
