@@ -155,7 +155,7 @@ static void forge(const fixture *f, const forgery *g)
     meta.n = tensors.n = file.n = 0;
     char text[512];
     snprintf(text, sizeof text,
-             "model_hash=%016llx\nmodel=validate\nepoch=2\nstep=40\nseed=5\nbatch=0\n"
+             "model_hash=%016llx\nmodel_hash_version=2\nmodel=validate\nepoch=2\nstep=40\nseed=5\nbatch=0\n"
              "batch_size=4\n%s",
              (unsigned long long)f->net.model_hash, g->meta ? g->meta : "");
     put(&meta, text, strlen(text));
@@ -283,6 +283,12 @@ static void test_metadata_ranges(void **state)
         {"batch=41\n", "inconsistent"},
         {"seen=3\ncorrect=4\n", "inconsistent"},
         {"model_hash=-1\n", "model_hash=-1"},
+        {"run_id=../../etc\n", "run_id=../../etc: expected at most 39 letters, digits or -_.:"},
+        {"parent_run=a b\n", "parent_run=a b"},
+        {"slurm_job=12345678901234567890123456789012\n", "slurm_job="},
+        {"model_hash_version=3\n", "model_hash_version=3"},
+        {"train_samples=-4\n", "train_samples=-4"},
+        {"written=inf\n", "written=inf"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_refused(f, &(forgery){.meta = bad[i][0]}, f->bad, bad[i][1], NULL);

@@ -542,10 +542,13 @@ int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_m
         return rc;
     *meta = f.meta;
     if (!hcnn_ckpt_meta_matches_model(&f.meta, net)) {
+        const int v2 = f.meta.hash_version >= 2;
         rc = hcnn_error_code(HCNN_EFORMAT,
                              "%s: written for model '%s' (hash %016" PRIx64
-                             "), which differs from the configured model (hash %016" PRIx64 ")",
-                             path, f.meta.model, f.meta.model_hash, net->model_hash);
+                             "%s), which differs from the configured model (hash %016" PRIx64
+                             ")",
+                             path, f.meta.model, v2 ? f.meta.model_hash : f.meta.model_hash_v1,
+                             v2 ? "" : ", version 1", v2 ? net->model_hash : net->model_hash_v1);
         goto out;
     }
     /* validate everything first, so that a bad file changes nothing */

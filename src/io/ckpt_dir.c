@@ -123,7 +123,8 @@ static void clean_leftovers(const char *dir)
                dir, count, count > 1 ? "s" : "", bytes / 1e6);
 }
 
-static int lock_write_tmp(hcnn_ckpt_lock *l, char *tmp, size_t cap)
+/* The lock's text into a temporary file beside it; no message. */
+static int lock_write_tmp_quiet(hcnn_ckpt_lock *l, char *tmp, size_t cap)
 {
     snprintf(tmp, cap, "%s.tmp.%ld", l->path, (long)getpid());
     const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -132,12 +133,19 @@ static int lock_write_tmp(hcnn_ckpt_lock *l, char *tmp, size_t cap)
     const int e = errno;
     if (fd >= 0)
         close(fd);
-    if (!ok) {
+    if (!ok)
         unlink(tmp);
-        return hcnn_error_code(HCNN_EIO, "cannot write the lock of checkpoint_dir %s (%s): %s",
-                               l->dir, tmp, strerror(e));
-    }
-    return HCNN_OK;
+    errno = e;
+    return ok ? HCNN_OK : HCNN_EIO;
+}
+
+static int lock_write_tmp(hcnn_ckpt_lock *l, char *tmp, size_t cap)
+{
+    errno = 0;
+    if (lock_write_tmp_quiet(l, tmp, cap) == HCNN_OK)
+        return HCNN_OK;
+    return hcnn_error_code(HCNN_EIO, "cannot write the lock of checkpoint_dir %s (%s): %s",
+                           l->dir, tmp, strerror(errno ? errno : EIO));
 }
 
 static void lock_fill_text(hcnn_ckpt_lock *l, const char *run_id, const char *cfg_path)
@@ -271,19 +279,27 @@ int hcnn_ckpt_lock_check(hcnn_ckpt_lock *l)
         return HCNN_OK;
     char text[1024], desc[1024];
     double age;
-    const int gone = lock_read(l->path, text, sizeof text, &age) != HCNN_OK;
-    if (!gone && is_mine(l, text) && !atomic_load(&l->lost))
+    if (lock_read(l->path, text, sizeof text, &age) != HCNN_OK) {
+        /* gone with its directory (moved, removed, replaced): taken again
+         * when the directory is back; until then the checkpoint's own
+         * write fails and checkpoint_on_error decides */
+        char tmp[sizeof l->path + 32];
+        if (lock_write_tmp_quiet(l, tmp, sizeof tmp) == HCNN_OK) {
+            if (link(tmp, l->path) == 0)
+                atomic_store(&l->lost, 0);
+            unlink(tmp);
+        }
         return HCNN_OK;
-    if (!gone && is_mine(l, text)) /* lost for a moment, ours again: keep it */
-        return atomic_store(&l->lost, 0), HCNN_OK;
-    if (gone)
-        snprintf(desc, sizeof desc, "nobody: the lock file was removed");
-    else
-        lock_describe(text, age, desc, sizeof desc);
+    }
+    if (is_mine(l, text)) {
+        atomic_store(&l->lost, 0);
+        return HCNN_OK;
+    }
+    lock_describe(text, age, desc, sizeof desc);
     l->held = 0;
     return hcnn_error_code(HCNN_EIO,
-                           "checkpoint_dir %s is no longer this run's (now held by %s; this "
-                           "run's heartbeat must have lapsed for %d s): no more checkpoints are "
+                           "checkpoint_dir %s is no longer this run's: %s took it over (this "
+                           "run's heartbeat must have lapsed for %d s); no more checkpoints are "
                            "written there",
                            l->dir, desc, HCNN_LOCK_STALE_S);
 }
