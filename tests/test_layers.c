@@ -17,7 +17,7 @@
 #include <omp.h>
 
 #include "hcnn/common.h"
-#include "hcnn/conv.h"
+#include "../src/cpu/conv_plan.h" /* the CPU backend's plan: its own tests below */
 #include "hcnn/net.h"
 #include "hcnn/optim.h"
 
@@ -395,7 +395,9 @@ static float *conv_run_vs_naive(int n, int c, int h, int w, int co, int k, int s
     model_make_algo(&m, &b, 1, c, h, w, n, algo);
     hcnn_layer *l = &m.net.layers[0];
     if (algo == HCNN_CONV_PER_THREAD) /* the workspace admits the per-thread path */
-        assert_true(m.s.ctx.ws_floats >= hcnn_conv_per_thread_ws(l, &m.s.ctx, n, threads));
+        assert_true(m.s.ctx.ws_floats >= hcnn_conv_per_thread_ws(&(hcnn_conv_desc){l->conv, l->out_c},
+                                                                 &(hcnn_exec){.conv_algo = algo},
+                                                                 n, threads));
     float *x = malloc(sizeof(float) * m.in_sz), *dy = malloc(sizeof(float) * m.out_sz);
     float *dx = malloc(sizeof(float) * m.in_sz);
     double *ref = calloc(m.out_sz + l->nw + l->nb + m.in_sz, sizeof(double));
@@ -519,9 +521,10 @@ static void test_conv_shifted_choice(void **state)
         hcnn_block_spec b = blk(HCNN_BLOCK_CONV, q[3], q[4], q[4], q[5], q[5], q[6], q[6]);
         model m;
         model_make(&m, &b, 1, q[0], q[1], q[2], 2);
-        if (hcnn_conv_shifted(&m.net.layers[0]) != q[7])
-            fail_msg("case %zu: shifted %d, expected %d", i,
-                     hcnn_conv_shifted(&m.net.layers[0]), q[7]);
+        const hcnn_layer *l = &m.net.layers[0];
+        const hcnn_conv_desc d = {l->conv, l->out_c};
+        if (hcnn_conv_shifted(&d) != q[7])
+            fail_msg("case %zu: shifted %d, expected %d", i, hcnn_conv_shifted(&d), q[7]);
         model_free(&m);
     }
 }
@@ -616,7 +619,7 @@ static void test_gemm_split_k(void **state)
             for (int i = 0; i < m * n; i++)
                 c[i] = 1.0f;
             /* c = 0.5 * op(a) op(b) + 2 * c, with a and b read in the layout op() implies */
-            be->gemm(ta, tb, m, n, k, 0.5f, a, ta ? m : k, b, tb ? k : n, 2.0f, c, n);
+            be->gemm(be, ta, tb, m, n, k, 0.5f, a, ta ? m : k, b, tb ? k : n, 2.0f, c, n);
             for (int i = 0; i < m; i++)
                 for (int j = 0; j < n; j++) {
                     double ref = 0.0;
@@ -643,7 +646,7 @@ static void test_transpose(void **state)
         float *a = malloc(sizeof(float) * r * c), *t = malloc(sizeof(float) * r * c);
         assert_true(a && t);
         fill_random(a, (size_t)r * c, 61 + k, -1, 1);
-        be->transpose(a, r, c, t);
+        hcnn_cpu_transpose(be, a, r, c, t);
         for (int i = 0; i < r; i++)
             for (int j = 0; j < c; j++)
                 if (t[(size_t)j * r + i] != a[(size_t)i * c + j])
@@ -679,8 +682,8 @@ static void test_im2col_adjoint(void **state)
         assert_true(x && col && c2 && x2 && x3);
         fill_random(x, xs, 1, -1, 1);
         fill_random(c2, cs, 2, -1, 1);
-        be->im2col(&g, x, n, col);
-        be->col2im(&g, c2, n, 0, x2);
+        hcnn_cpu_im2col(be, &g, x, n, col);
+        hcnn_cpu_col2im(be, &g, c2, n, 0, x2);
         double a = 0, b = 0;
         for (size_t i = 0; i < cs; i++)
             a += (double)col[i] * c2[i];
@@ -689,7 +692,7 @@ static void test_im2col_adjoint(void **state)
         if (!(fabs(a - b) < 1e-4 * (1 + fabs(a))))
             fail_msg("geometry %zu: <im2col x, c> = %g, <x, col2im c> = %g", gi, a, b);
         memcpy(x3, x, xs * 4);
-        be->col2im(&g, c2, n, 1, x3);
+        hcnn_cpu_col2im(be, &g, c2, n, 1, x3);
         for (size_t i = 0; i < xs; i++)
             if (!close_enough(x3[i], (double)x[i] + x2[i], 1e-6, 1e-5))
                 fail_msg("geometry %zu: accumulated dx[%zu] = %g, expected %g + %g", gi, i,
@@ -724,8 +727,8 @@ static void test_maxpool2x2_vs_naive(void **state)
         fill_random(dy, (size_t)planes * out, 8 + s, -1, 1);
         for (int i = 0; i < planes * in; i++)
             dx[i] = 99.0f; /* every element must be written */
-        be->maxpool_fwd(&g, x, n, y, arg);
-        be->maxpool_bwd(&g, dy, arg, n, dx);
+        be->maxpool_fwd(be, &g, x, n, y, arg);
+        be->maxpool_bwd(be, &g, dy, arg, n, dx);
         for (int p = 0; p < planes; p++) {
             const float *xp = x + (size_t)p * in;
             for (int o = 0; o < out; o++) {
@@ -847,7 +850,7 @@ static void test_leaky_relu(void **state)
     float x[37], y0[37], y1[37], d0[37], d1[37], g[37];
     fill_random(x, 37, 8, -1.0f, 1.0f);
     fill_random(g, 37, 9, -1.0f, 1.0f);
-    be->relu_fwd(x, y0, 37, 0.0f);
+    be->relu_fwd(be, x, y0, 37, 0.0f);
     hcnn_block_spec s = simple(HCNN_BLOCK_LEAKY_RELU);
     s.negative_slope = 0.0f;
     model m;
@@ -855,7 +858,7 @@ static void test_leaky_relu(void **state)
     assert_int_equal(hcnn_net_forward(&m.net, &m.s.ctx, &m.acts, x, 1), 0);
     memcpy(y1, hcnn_acts_output(&m.acts), sizeof y1);
     assert_int_equal(hcnn_net_backward(&m.net, &m.s, &m.acts, x, g, d1, 1, NULL, NULL), 0);
-    be->relu_bwd(y0, g, d0, 37, 0.0f);
+    be->relu_bwd(be, y0, g, d0, 37, 0.0f);
     assert_memory_equal(y0, y1, sizeof y0);
     assert_memory_equal(d0, d1, sizeof d0);
     model_free(&m);
@@ -941,8 +944,8 @@ static void residual_unfused(hcnn_layer *r, const hcnn_ctx *ctx, const float *x,
             s = bufs[j];
     }
     const size_t sz = hcnn_layer_out_size(r) * n;
-    be->add(h, s, y, sz);
-    be->relu_fwd(y, y, sz, 0.0f);
+    be->add(be, h, s, y, sz);
+    be->relu_fwd(be, y, y, sz, 0.0f);
     for (int j = 0; j < r->nbody + r->nproj; j++)
         free(bufs[j]), free(aux[j]);
 }
@@ -1009,11 +1012,11 @@ static void test_bn_relu_fused_backward(void **state)
         fill_random(dy, sz, 23 + k, -1.0f, 1.0f);
         fill_random(gamma, 4, 25, 0.5f, 1.5f);
         fill_random(beta, 4, 26, -0.5f, 0.5f);
-        be->bn_fwd_train(x, n, c, np, gamma, beta, 1e-5f, 0.1f, rm, rv, mean, istd, NULL, 0, z);
-        be->relu_fwd(z, y, sz, 0.0f);
-        be->relu_bwd(y, dy, g, sz, 0.0f);
-        be->bn_bwd(x, g, n, c, np, gamma, beta, mean, istd, 0, dx1, p1, p1 + 4);
-        be->bn_bwd(x, dy, n, c, np, gamma, beta, mean, istd, 1, dx2, p2, p2 + 4);
+        be->bn_fwd_train(be, x, n, c, np, gamma, beta, 1e-5f, 0.1f, rm, rv, mean, istd, NULL, 0, z);
+        be->relu_fwd(be, z, y, sz, 0.0f);
+        be->relu_bwd(be, y, dy, g, sz, 0.0f);
+        be->bn_bwd(be, x, g, n, c, np, gamma, beta, mean, istd, 0, dx1, p1, p1 + 4);
+        be->bn_bwd(be, x, dy, n, c, np, gamma, beta, mean, istd, 1, dx2, p2, p2 + 4);
         size_t cut = 0;
         for (size_t i = 0; i < sz; i++)
             cut += y[i] == 0.0f;
@@ -1099,14 +1102,16 @@ static void test_residual_identity_requires_shape(void **state)
 static void test_devmem_backend(void **state)
 {
     (void)state;
-    const hcnn_backend *dm = hcnn_backend_cpu_devmem(), *cpu = hcnn_backend_cpu();
+    hcnn_backend *dm;
+    assert_int_equal(hcnn_backend_create("cpu-devmem", 0, &dm), HCNN_OK);
+    const hcnn_backend *cpu = hcnn_backend_cpu();
     float host[64], back[64], ref[64];
     fill_random(host, 64, 3, -1.0f, 1.0f);
     assert_false(dm->host_memory);
     assert_true(cpu->host_memory);
-    float *d = dm->alloc(sizeof host, "test tensor");
+    float *d = dm->alloc(dm, sizeof host, "test tensor");
     assert_non_null(d);
-    dm->upload(d, host, sizeof host);
+    dm->upload(dm, d, host, sizeof host);
     fflush(NULL);
     const pid_t pid = fork();
     if (pid == 0) {
@@ -1119,13 +1124,14 @@ static void test_devmem_backend(void **state)
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    dm->relu_fwd(d, d, 64, 0.0f);
-    dm->scale(d, 64, 0.5f);
-    dm->download(back, d, sizeof back);
-    cpu->relu_fwd(host, ref, 64, 0.0f);
-    cpu->scale(ref, 64, 0.5f);
+    dm->relu_fwd(dm, d, d, 64, 0.0f);
+    dm->scale(dm, d, 64, 0.5f);
+    dm->download(dm, back, d, sizeof back);
+    cpu->relu_fwd(cpu, host, ref, 64, 0.0f);
+    cpu->scale(cpu, ref, 64, 0.5f);
     assert_memory_equal(back, ref, sizeof ref);
-    dm->free(d);
+    dm->free(dm, d);
+    hcnn_backend_destroy(dm);
 }
 
 /* ---- loss, optimiser, schedule --------------------------------------------------- */
@@ -1138,8 +1144,9 @@ static void test_softmax_xent(void **state)
     float z[12], d[12];
     int32_t lab[3] = {0, 3, 2};
     fill_random(z, 12, 4, -3, 3);
-    int ok;
-    double l = be->softmax_xent(z, lab, n, k, 1.0f / n, d, &ok);
+    double st[HCNN_STATS] = {0};
+    be->softmax_xent(be, z, lab, n, k, 1.0f / n, d, st);
+    const double l = st[HCNN_STAT_LOSS];
     double ref = 0;
     for (int i = 0; i < n; i++) {
         double s = 0;
@@ -1151,17 +1158,21 @@ static void test_softmax_xent(void **state)
     for (int e = 0; e < 12; e++) {
         float keep = z[e];
         z[e] = keep + 1e-3f;
-        double lp = be->softmax_xent(z, lab, n, k, 0, NULL, NULL) / n;
+        double sp[HCNN_STATS] = {0}, sm[HCNN_STATS] = {0};
+        be->softmax_xent(be, z, lab, n, k, 0, NULL, sp);
         z[e] = keep - 1e-3f;
-        double lm = be->softmax_xent(z, lab, n, k, 0, NULL, NULL) / n;
+        be->softmax_xent(be, z, lab, n, k, 0, NULL, sm);
+        const double lp = sp[HCNN_STAT_LOSS] / n, lm = sm[HCNN_STAT_LOSS] / n;
         z[e] = keep;
         assert_true(close_enough(d[e], (lp - lm) / 2e-3, 1e-4, 1e-2));
     }
     /* huge logits stay finite */
     float big[4] = {1000, -1000, 0, 999};
     int32_t l0 = 0;
-    assert_true(isfinite(be->softmax_xent(big, &l0, 1, 4, 1, d, &ok)));
-    assert_int_equal(ok, 1);
+    double sb[HCNN_STATS] = {0};
+    be->softmax_xent(be, big, &l0, 1, 4, 1, d, sb);
+    assert_true(isfinite(sb[HCNN_STAT_LOSS]));
+    assert_int_equal((int)sb[HCNN_STAT_CORRECT], 1);
 }
 
 static void test_sgd(void **state)
@@ -1176,7 +1187,7 @@ static void test_sgd(void **state)
             ev[i] = 0.9f * v[i] + gi;
             ew[i] = w[i] - 0.1f * (nesterov ? gi + 0.9f * ev[i] : ev[i]);
         }
-        be->sgd_step(w, g, v, 3, 0.1f, 0.9f, 0.01f, nesterov);
+        be->sgd_step(be, w, g, v, 3, 0.1f, 0.9f, 0.01f, nesterov);
         for (int i = 0; i < 3; i++) {
             assert_true(fabsf(w[i] - ew[i]) < 1e-6f);
             assert_true(fabsf(v[i] - ev[i]) < 1e-6f);

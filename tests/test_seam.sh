@@ -73,6 +73,23 @@ else
     case_fail "$(tail -n 3 "$WORK/bench.log")"
 fi
 
-expect_fail unknown_backend "HCNN_BACKEND=gpu: unknown backend" env HCNN_BACKEND=gpu "$HCNN" train --config "$SMALL" -q --set max_steps=1
+expect_fail unknown_backend "backend 'gpu': unknown \(this build has cpu, cpu-devmem" env HCNN_BACKEND=gpu "$HCNN" train --config "$SMALL" -q --set max_steps=1
+
+# device: the configuration's choice of backend; a build without CUDA
+# refuses cuda as a configuration error (exit 2), also in train --check
+case_begin device_cuda_needs_a_cuda_build
+if grep -q '^#define HCNN_HAVE_CUDA 1' "$HCNN_BUILDDIR/config.h" 2>/dev/null; then
+    case_skip "this build has CUDA"
+else
+    "$HCNN" train --config "$SMALL" -q --set device=cuda >"$WORK/cuda.out" 2>"$WORK/cuda.err"
+    rc=$?
+    "$HCNN" train --config "$SMALL" --set device=cuda --check >/dev/null 2>"$WORK/cuda_check.err"
+    crc=$?
+    if [ $rc -eq 2 ] && [ $crc -eq 2 ] && [ "$(wc -l <"$WORK/cuda.err")" -eq 1 ] &&
+        grep -q "device: cuda: this hcnn was built without CUDA; rebuild it with ./configure --with-cuda" "$WORK/cuda.err"; then
+        case_ok
+    else case_fail "exit $rc, --check exit $crc: $(cat "$WORK/cuda.err")"; fi
+fi
+expect_fail device_unknown "device.*expected one of.*cpu.*cuda" "$HCNN" train --config "$SMALL" -q --set device=tpu
 
 finish

@@ -1,22 +1,44 @@
-/* The one interface through which all tensor math goes.
+/* The one interface through which all tensor math goes: a backend instance.
  *
- * Layers and strategies never call BLAS or loop over tensors themselves:
- * they call these operations, so a CUDA backend can replace the CPU one
- * without touching them.  All tensors are float32, NCHW, contiguous.
- * "Accumulate" operations add into their output (gradients accumulate
- * over micro-batches); all others overwrite.
+ * Layers, the network, the strategies and the trainer never call BLAS or
+ * loop over a tensor themselves: they call these operations, so a device
+ * backend (src/cuda/) replaces the CPU one (src/cpu/) without touching
+ * them.  All tensors are float32, NCHW, contiguous.  "Accumulate"
+ * operations add into their output (gradients accumulate over
+ * micro-batches); all others overwrite.
+ *
+ * The instance.  hcnn_backend_create makes one per run; every operation
+ * takes it first, so a device backend keeps its stream, library handles,
+ * workspaces and device id in `state`, not in globals.  Operations may be
+ * asynchronous: they are queued in order on the instance's stream and may
+ * return before they have run (the CPU backend runs them at once).  The
+ * host sees their results only through download (which waits for the work
+ * before it), sync, or a timer's stop.
  *
  * Memory: every tensor buffer (parameters, gradients, statistics, momentum,
- * activations, workspaces) comes from alloc and goes back through free; the
- * host reads and writes it only through download and upload (checkpoints,
- * initialisation, metrics), or directly when host_memory says the backend's
- * memory is the host's (then MPI also communicates it in place; see
- * src/parallel/comm.c for the staging otherwise). */
+ * activations, workspaces, the step's statistics) comes from alloc and goes
+ * back through free; the host reads and writes it only through download and
+ * upload, or directly when host_memory says the backend's memory is the
+ * host's (then MPI also communicates it in place; see src/parallel/comm.c
+ * for the staging otherwise).  alloc_host gives host memory the backend
+ * copies fastest from and to (pinned memory on a device): the loader's
+ * batches and the MPI staging buffers.
+ *
+ * What is the backend's to decide: how a convolution runs (the CPU
+ * backend's im2col / shifted-window plan and its per-thread items,
+ * src/cpu/conv_plan.c; cuDNN or im2col + cuBLAS on a device), how big a
+ * work unit of whole-network execution is (unit_images: the CPU's threads
+ * each carry units of samples through the network; a device none), how
+ * many host threads run (threads, parallel), and how reductions are
+ * ordered (in an order fixed by the shapes, never by the thread count:
+ * the same bits on every run).  docs/architecture.md, "Adding a backend". */
 #ifndef HCNN_BACKEND_H
 #define HCNN_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "hcnn/model_spec.h"
 
 typedef struct hcnn_conv_geom {
     int c, h, w;       /* input channels and spatial size */
@@ -32,123 +54,245 @@ typedef struct hcnn_pool_geom {
     int oh, ow;
 } hcnn_pool_geom;
 
-typedef struct hcnn_backend {
-    const char *name;
+/* A convolution: its geometry and output channels. */
+typedef struct hcnn_conv_desc {
+    hcnn_conv_geom g;
+    int out_c;
+} hcnn_conv_desc;
 
-    /* Run fn(arg, t, nt) once on each of the backend's nt host threads
-     * (nt = 1 for a device backend).  Backend operations called from fn run
-     * on the calling thread only. */
-    void (*parallel)(void (*fn)(void *arg, int t, int nt), void *arg);
-    /* nt that parallel() will use */
-    int (*threads)(void);
+/* How a backend call may run, from the caller: its workspace (backend
+ * memory, sized by the backend's own *_workspace), the configuration's
+ * execution keys (the CPU backend's; a device backend may ignore them),
+ * and the hook that drives communication during long work. */
+typedef struct hcnn_exec {
+    float *ws;
+    size_t ws_floats;
+    size_t max_chunk_floats;   /* im2col_mb: the most floats of one column chunk */
+    hcnn_conv_algo conv_algo;
+    /* 1: this call is one work unit of whole-network execution, run on the
+     * calling thread alone (it cuts no items for other threads) */
+    int in_unit;
+    void (*poll)(void *arg);   /* between pieces of work (may be NULL) */
+    void *poll_arg;
+} hcnn_exec;
+
+/* The GEMMs a backend issues for a pass (the profile's raw-GEMM reference):
+ * forward into fwd[], backward into bwd[] (NULL arrays: only counted);
+ * per_thread: issued by every thread at once, single-threaded. */
+typedef struct hcnn_gemm_shape {
+    int ta, tb, m, n, k;
+    int per_thread;
+} hcnn_gemm_shape;
+
+typedef struct hcnn_gemm_list {
+    hcnn_gemm_shape *fwd, *bwd;
+    int nfwd, nbwd;
+    double flops;            /* of the pass, forward and backward */
+} hcnn_gemm_list;
+
+static inline void hcnn_gemm_push(hcnn_gemm_list *g, int backward, int ta, int tb, int m, int n,
+                                  int k, int per_thread)
+{
+    hcnn_gemm_shape *arr = backward ? g->bwd : g->fwd;
+    int *cnt = backward ? &g->nbwd : &g->nfwd;
+    if (arr)
+        arr[*cnt] = (hcnn_gemm_shape){ta, tb, m, n, k, per_thread};
+    (*cnt)++;
+}
+
+/* A timer over the work queued between its start and stop. */
+typedef struct hcnn_timer {
+    double host_s;          /* the CPU's clock */
+    void *start, *stop;     /* a device's events */
+} hcnn_timer;
+
+/* The step's statistics, doubles in backend memory, read back once per
+ * step: softmax_xent adds to the first two, sum_sq to the third. */
+enum { HCNN_STAT_LOSS = 0, HCNN_STAT_CORRECT = 1, HCNN_STAT_SUMSQ = 2, HCNN_STATS = 4 };
+
+/* Whole-network execution makes at most this many units of a pass. */
+#define HCNN_MAX_UNITS 64
+
+typedef struct hcnn_backend hcnn_backend;
+
+struct hcnn_backend {
+    const char *name;
+    void *state;         /* the backend's own: stream, handles, device id */
 
     /* 1: alloc returns host memory, which host code and MPI may use in
      * place; 0: device memory, reached only through upload and download */
     int host_memory;
 
-    /* memory (device memory for accelerator backends); alloc prints what
-     * failed and returns NULL */
-    void *(*alloc)(size_t bytes, const char *what);
-    void (*free)(void *p);
-    void (*upload)(void *dst_dev, const void *src_host, size_t bytes);
-    void (*download)(void *dst_host, const void *src_dev, size_t bytes);
-    void (*fill)(float *x, size_t n, float v);
-    void (*copy)(float *dst, const float *src, size_t n);
+    /* Run fn(arg, t, nt) once on each of the backend's nt host threads
+     * (nt = 1 for a device backend).  Backend operations called from fn
+     * run on the calling thread only. */
+    void (*parallel)(const hcnn_backend *be, void (*fn)(void *arg, int t, int nt), void *arg);
+    /* nt that parallel() will use */
+    int (*threads)(const hcnn_backend *be);
+    /* Whole-network execution: the samples of a work unit for a pass of n
+     * (each carried through every block by one host thread; a size fixed
+     * by n, never by the thread count, and at most HCNN_MAX_UNITS units);
+     * 0: the backend runs block by block. */
+    int (*unit_images)(const hcnn_backend *be, int n);
 
+    /* ---- memory and ordering ---- */
+    /* alloc prints what failed and returns NULL */
+    void *(*alloc)(const hcnn_backend *be, size_t bytes, const char *what);
+    void (*free)(const hcnn_backend *be, void *p);
+    void *(*alloc_host)(const hcnn_backend *be, size_t bytes, const char *what);
+    void (*free_host)(const hcnn_backend *be, void *p);
+    /* copies host <-> backend memory, waiting until done (download also
+     * waits for the work queued before it) */
+    void (*upload)(const hcnn_backend *be, void *dst_dev, const void *src_host, size_t bytes);
+    void (*download)(const hcnn_backend *be, void *dst_host, const void *src_dev, size_t bytes);
+    /* the same, queued in order with the operations: the host buffer (from
+     * alloc_host) must stay untouched until a later sync */
+    void (*upload_async)(const hcnn_backend *be, void *dst_dev, const void *src_host,
+                         size_t bytes);
+    void (*download_async)(const hcnn_backend *be, void *dst_host, const void *src_dev,
+                           size_t bytes);
+    /* waits until everything queued has run */
+    void (*sync)(const hcnn_backend *be);
+    /* the timer pair: seconds of the work queued between start and stop
+     * (stop waits for it) */
+    void (*timer_start)(const hcnn_backend *be, hcnn_timer *t);
+    double (*timer_stop)(const hcnn_backend *be, hcnn_timer *t);
+
+    void (*fill)(const hcnn_backend *be, float *x, size_t n, float v);
+    void (*zero)(const hcnn_backend *be, void *p, size_t bytes);
+    void (*copy)(const hcnn_backend *be, float *dst, const float *src, size_t n);
+
+    /* ---- products ---- */
     /* C = alpha * op(A) * op(B) + beta * C, row-major, op = transpose if t* */
-    void (*gemm)(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                 const float *b, int ldb, float beta, float *c, int ldc);
+    void (*gemm)(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,
+                 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
-    /* im2col over a batch of n images: col is [c*kh*kw][n*oh*ow] (row-major),
-     * so one GEMM with the [out][c*kh*kw] weights convolves the whole batch. */
-    void (*im2col)(const hcnn_conv_geom *g, const float *x, int n, float *col);
-    /* col2im: the adjoint of im2col; overwrites dx [n][c][h][w], or adds to
-     * it if accumulate (each element: dx + its taps, in tap order). */
-    void (*col2im)(const hcnn_conv_geom *g, const float *col, int n, int accumulate, float *dx);
-    /* y[i][co][p] = src[co][i*np + p] + bias[co] (bias may be NULL):
-     * from the GEMM's channel-major layout back to NCHW. */
-    void (*cnp_to_nchw)(const float *src, const float *bias, int n, int c, int np, float *y);
-    /* y[(i*c + co)*ld + p] += bias[co] for p < np: n images of c planes,
-     * ld floats apart (ld = np for [n][c][np]; a block of rows: ld > np) */
-    void (*add_channel_bias)(float *y, const float *bias, int n, int c, int np, size_t ld);
-    /* dst[co][i*np + p] = y[i][co][p]: NCHW to channel-major. */
-    void (*nchw_to_cnp)(const float *y, int n, int c, int np, float *dst);
-    /* dst[i][y*dld + x] = src[i][y*sld + x] (+= if accumulate) for c planes
-     * of h x w, the planes splane and dplane floats apart; the rest of dst
-     * untouched.  Pads, crops and re-strides planes. */
-    void (*copy_planes)(const float *src, size_t splane, int sld, int c, int h, int w,
-                        float *dst, size_t dplane, int dld, int accumulate);
-    /* t[j][i] = a[i][j] for a [rows][cols] */
-    void (*transpose)(const float *a, int rows, int cols, float *t);
-    /* db[co] += sum over i, p of dy[i][co][p] */
-    void (*channel_sum_acc)(const float *dy, int n, int c, int np, float *db);
+    /* ---- convolution (the backend's own algorithms) ---- */
+    /* y = conv(x, w) + b for n images: x [n][c][h][w], w [out_c][c][kh][kw],
+     * b [out_c] (NULL: none), y [n][out_c][oh][ow] */
+    int (*conv_fwd)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                    const float *x, const float *w, const float *b, float *y, int n);
+    /* The filter gradient dw += dL/dw, db += the sum of dy over images and
+     * pixels (db NULL: none), and, when dx is not NULL, the data gradient
+     * dx = dL/dx (added to dx if dx_acc), in one call so that a backend may
+     * run both at once (the CPU's threads take weight-gradient chunks and
+     * input-gradient items from one queue). */
+    int (*conv_bwd)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                    const float *x, const float *w, const float *dy, float *dw, float *db,
+                    float *dx, int dx_acc, int n);
+    /* The two halves alone: dw (and db) accumulated; dx overwritten or
+     * added to (dx_acc). */
+    int (*conv_bwd_filter)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                           const float *x, const float *dy, float *dw, float *db, int n);
+    int (*conv_bwd_data)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                         const float *w, const float *dy, float *dx, int dx_acc, int n);
+    /* Workspace floats for up to n images as ex runs them (ex->ws unused) */
+    size_t (*conv_workspace)(const hcnn_backend *be, const hcnn_conv_desc *d,
+                             const hcnn_exec *ex, int n);
+    /* The GEMMs of a pass over n images (unit > 0: one work unit of that
+     * many images, every thread running its own at once); a backend without
+     * GEMMs it can name leaves gl as it is. */
+    void (*conv_gemms)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                       int n, int unit, int need_dx, hcnn_gemm_list *gl);
+    /* One line: how it runs this convolution (run header, profile) */
+    void (*conv_describe)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                          int n, char *buf, size_t cap);
+
+    /* ---- fully connected helpers ---- */
     /* db[j] += sum over rows i of dy[i][j], dy is [n][m] */
-    void (*row_sum_acc)(const float *dy, int n, int m, float *db);
+    void (*row_sum_acc)(const hcnn_backend *be, const float *dy, int n, int m, float *db);
     /* y[i][j] += b[j] for y [n][m] */
-    void (*add_row_bias)(float *y, const float *b, int n, int m);
+    void (*add_row_bias)(const hcnn_backend *be, float *y, const float *b, int n, int m);
 
-    /* element-wise */
+    /* ---- element-wise ---- */
     /* y = x > 0 ? x : slope * x (ReLU: slope 0; leaky ReLU: 0 < slope < 1) */
-    void (*relu_fwd)(const float *x, float *y, size_t n, float slope);
+    void (*relu_fwd)(const hcnn_backend *be, const float *x, float *y, size_t n, float slope);
     /* dx = y > 0 ? dy : slope * dy, from the forward's output y */
-    void (*relu_bwd)(const float *y, const float *dy, float *dx, size_t n, float slope);
-    void (*add)(const float *a, const float *b, float *y, size_t n);      /* y = a + b */
-    void (*add_acc)(const float *a, float *y, size_t n);                  /* y += a */
-    void (*scale)(float *x, size_t n, float a);                           /* x *= a */
+    void (*relu_bwd)(const hcnn_backend *be, const float *y, const float *dy, float *dx, size_t n,
+                     float slope);
+    void (*add)(const hcnn_backend *be, const float *a, const float *b, float *y,
+                size_t n);                                                   /* y = a + b */
+    void (*add_acc)(const hcnn_backend *be, const float *a, float *y, size_t n); /* y += a */
+    void (*scale)(const hcnn_backend *be, float *x, size_t n, float a);         /* x *= a */
+    void (*mul)(const hcnn_backend *be, const float *a, const float *b, float *y,
+                size_t n);                                                   /* y = a * b */
     /* dropout with a counter-based mask: keep element e of sample (first+i)
      * with probability 1-p, scaled by 1/(1-p); mask (0 or scale) saved. */
-    void (*dropout_fwd)(const float *x, float *y, float *mask, int n, size_t per_sample, float p,
-                        uint64_t seed, uint64_t step, uint64_t first_sample, uint64_t layer_id);
-    void (*mul)(const float *a, const float *b, float *y, size_t n);      /* y = a * b */
+    void (*dropout_fwd)(const hcnn_backend *be, const float *x, float *y, float *mask, int n,
+                        size_t per_sample, float p, uint64_t seed, uint64_t step,
+                        uint64_t first_sample, uint64_t layer_id);
 
-    /* pooling; argmax (int32) saved for max-pool backward */
-    void (*maxpool_fwd)(const hcnn_pool_geom *g, const float *x, int n, float *y, int32_t *argmax);
-    void (*maxpool_bwd)(const hcnn_pool_geom *g, const float *dy, const int32_t *argmax, int n,
-                        float *dx);
+    /* ---- pooling; argmax (int32) saved for max-pool backward ---- */
+    void (*maxpool_fwd)(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n,
+                        float *y, int32_t *argmax);
+    void (*maxpool_bwd)(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy,
+                        const int32_t *argmax, int n, float *dx);
     /* average pooling, padding counted in the divisor (PyTorch's default) */
-    void (*avgpool_fwd)(const hcnn_pool_geom *g, const float *x, int n, float *y);
-    void (*avgpool_bwd)(const hcnn_pool_geom *g, const float *dy, int n, float *dx);
+    void (*avgpool_fwd)(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n,
+                        float *y);
+    void (*avgpool_bwd)(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, int n,
+                        float *dx);
 
-    /* batch normalisation over (n, h, w) per channel; np = h*w.
+    /* ---- batch normalisation over (n, h, w) per channel; np = h*w ----
      * Training: saves mean and inverse std (per channel) for backward and
      * updates running statistics (running_var uses the unbiased variance,
      * as PyTorch does).  Inference: uses running statistics.  Both write
      * y = act(gamma * xhat + beta + add), act = ReLU if relu else identity,
      * add (shaped like y) skipped if NULL: a residual block's addition and
      * ReLU, or the ReLU that follows, in the same pass. */
-    void (*bn_fwd_train)(const float *x, int n, int c, int np, const float *gamma,
-                         const float *beta, float eps, float momentum, float *running_mean,
-                         float *running_var, float *save_mean, float *save_invstd,
-                         const float *add, int relu, float *y);
-    void (*bn_fwd_infer)(const float *x, int n, int c, int np, const float *gamma,
-                         const float *beta, float eps, const float *running_mean,
-                         const float *running_var, const float *add, int relu, float *y);
+    void (*bn_fwd_train)(const hcnn_backend *be, const float *x, int n, int c, int np,
+                         const float *gamma, const float *beta, float eps, float momentum,
+                         float *running_mean, float *running_var, float *save_mean,
+                         float *save_invstd, const float *add, int relu, float *y);
+    void (*bn_fwd_infer)(const hcnn_backend *be, const float *x, int n, int c, int np,
+                         const float *gamma, const float *beta, float eps,
+                         const float *running_mean, const float *running_var, const float *add,
+                         int relu, float *y);
     /* dx overwritten; dgamma, dbeta accumulated.  relu: the forward fused
      * the ReLU that follows, and dy is that ReLU's output gradient; the
      * mask [y > 0] is applied here, y recomputed from x, gamma and beta. */
-    void (*bn_bwd)(const float *x, const float *dy, int n, int c, int np, const float *gamma,
-                   const float *beta, const float *save_mean, const float *save_invstd,
-                   int relu, float *dx, float *dgamma, float *dbeta);
+    void (*bn_bwd)(const hcnn_backend *be, const float *x, const float *dy, int n, int c, int np,
+                   const float *gamma, const float *beta, const float *save_mean,
+                   const float *save_invstd, int relu, float *dx, float *dgamma, float *dbeta);
 
-    /* softmax + cross-entropy on logits [n][k]: returns the summed loss,
-     * counts correct argmax predictions, and writes
-     * dlogits = (softmax - onehot) * grad_scale (dlogits may be NULL). */
-    double (*softmax_xent)(const float *logits, const int32_t *labels, int n, int k,
-                           float grad_scale, float *dlogits, int *correct);
-
+    /* ---- loss, optimiser, statistics ---- */
+    /* softmax + cross-entropy on logits [n][k]: stats[HCNN_STAT_LOSS] += the
+     * summed loss, stats[HCNN_STAT_CORRECT] += correct argmax predictions
+     * (stats: backend memory), dlogits = (softmax - onehot) * grad_scale
+     * (dlogits may be NULL). */
+    void (*softmax_xent)(const hcnn_backend *be, const float *logits, const int32_t *labels, int n,
+                         int k, float grad_scale, float *dlogits, double *stats);
     /* SGD with momentum (PyTorch semantics):
      *   g' = g + wd * w;  v = mu * v + g';  w -= lr * (nesterov ? g' + mu * v : v) */
-    void (*sgd_step)(float *w, const float *g, float *v, size_t n, float lr, float mu, float wd,
-                     int nesterov);
-    /* sum of squares (for gradient-norm checks and NaN detection) */
-    double (*sum_sq)(const float *x, size_t n);
-} hcnn_backend;
+    void (*sgd_step)(const hcnn_backend *be, float *w, const float *g, float *v, size_t n, float lr,
+                     float mu, float wd, int nesterov);
+    /* stats[HCNN_STAT_SUMSQ] += the sum of squares of x (the gradient's norm,
+     * non-finite detection) */
+    void (*sum_sq)(const hcnn_backend *be, const float *x, size_t n, double *stats);
 
-/* The CPU backend: OpenBLAS (OpenMP variant) + OpenMP loops (src/cpu/). */
+    /* the instance's end (hcnn_backend_destroy calls it) */
+    void (*destroy)(hcnn_backend *be);
+};
+
+/* A backend by name: "cpu" (OpenBLAS + OpenMP, src/cpu/), "cpu-devmem" (the
+ * same behind memory the host cannot dereference: host_memory 0, so a run
+ * on it proves that nothing touches a tensor except through the backend;
+ * src/cpu/devmem.c), "cuda" (src/cuda/, in a build configured
+ * --with-cuda).  device: the GPU to take ("" or NULL: the first).  Returns
+ * HCNN_OK, or HCNN_EINVAL after one message for a name this build does not
+ * have (for "cuda": rebuild with ./configure --with-cuda). */
+int hcnn_backend_create(const char *name, int device, hcnn_backend **be);
+void hcnn_backend_destroy(hcnn_backend *be);
+
+/* The backends this build has, "cpu, cpu-devmem[, cuda]" */
+const char *hcnn_backend_names(void);
+
+/* The CPU ones (src/cpu/backend.c, devmem.c) */
+int hcnn_backend_cpu_create(hcnn_backend **be);
+int hcnn_backend_cpu_devmem_create(hcnn_backend **be);
+/* The CPU backend's table itself, for host tools that need no instance of
+ * their own (import, train --check, the BLAS probe): no state, nothing to
+ * destroy. */
 const hcnn_backend *hcnn_backend_cpu(void);
-/* The same behind memory the host cannot dereference (src/cpu/devmem.c):
- * host_memory 0, so a run on it proves that nothing touches a tensor
- * except through the backend. */
-const hcnn_backend *hcnn_backend_cpu_devmem(void);
 
 #endif

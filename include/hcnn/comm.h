@@ -18,6 +18,7 @@ typedef struct hcnn_comm {
     MPI_Comm world;
     int initialized;     /* we called MPI_Init_thread */
     int thread_level;    /* MPI_THREAD_* provided */
+    int local_rank;      /* among the ranks of this node (MPI_COMM_TYPE_SHARED): its GPU */
 } hcnn_comm;
 
 /* The gradient buckets are MPI_Iallreduce(MPI_IN_PLACE).  OpenMPI 4.1's

@@ -42,6 +42,9 @@ typedef enum hcnn_nonfinite { HCNN_NONFINITE_ABORT = 0, HCNN_NONFINITE_SKIP } hc
 /* A checkpoint write that failed (disk full, directory gone): stop the run
  * (the previous checkpoint is intact) or keep training and retry. */
 typedef enum hcnn_on_error { HCNN_ON_ERROR_STOP = 0, HCNN_ON_ERROR_CONTINUE } hcnn_on_error;
+/* Where the tensor math runs: the CPU backend, or the CUDA one (a build
+ * configured --with-cuda; include/hcnn/backend.h). */
+typedef enum hcnn_device { HCNN_DEVICE_CPU = 0, HCNN_DEVICE_CUDA } hcnn_device;
 
 typedef struct hcnn_config {
     char path[HCNN_PATH_MAX];      /* the file it was read from */
@@ -94,6 +97,7 @@ typedef struct hcnn_config {
     int nonfinite_max_skips;       /* skip: most steps skipped in a row before aborting */
     hcnn_on_error checkpoint_on_error;
     double stall_timeout_s;        /* a collective or receive waiting longer aborts; 0: off */
+    hcnn_device device;            /* cpu | cuda */
 } hcnn_config;
 
 /* Defaults for every key (model empty). */
@@ -119,5 +123,6 @@ const char *hcnn_prefetch_name(hcnn_prefetch p);
 const char *hcnn_nonfinite_name(hcnn_nonfinite v);
 const char *hcnn_on_error_name(hcnn_on_error v);
 const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s);
+const char *hcnn_device_name(hcnn_device d);
 
 #endif

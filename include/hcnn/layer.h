@@ -58,22 +58,8 @@ static inline void hcnn_ctx_poll(const hcnn_ctx *ctx)
 typedef struct hcnn_layer hcnn_layer;
 
 /* The GEMMs a layer issues in a pass, for the profile's raw-GEMM
- * reference: forward into fwd[], backward into bwd[] (NULL arrays: only
- * counted); per_thread: issued by every thread at once on its own images,
- * single-threaded; else one threaded call. */
-typedef struct hcnn_gemm_shape {
-    int ta, tb, m, n, k;
-    int per_thread;
-} hcnn_gemm_shape;
-
-typedef struct hcnn_gemm_list {
-    hcnn_gemm_shape *fwd, *bwd;
-    int nfwd, nbwd;
-    double flops;            /* of the pass, forward and backward */
-} hcnn_gemm_list;
-
-void hcnn_gemm_push(hcnn_gemm_list *g, int backward, int ta, int tb, int m, int n, int k,
-                    int per_thread);
+ * reference: hcnn_gemm_list (include/hcnn/backend.h; a convolution's are
+ * its backend's). */
 
 /* setup's answer for a spec whose geometry cannot apply to the input: the
  * caller prints one message naming the block, its keys and the input */

@@ -43,13 +43,14 @@ typedef struct hcnn_strategy_ops {
     int (*init)(hcnn_strategy *s, int need_train);
     /* One step's gradients on this rank's shard x, y (backend memory; n of
      * a global batch of gn samples), summed over the replicas into
-     * net->grads of this rank's blocks.  *loss and *correct: the sums over
-     * the samples whose loss this rank computed (counts_loss). */
-    int (*step)(hcnn_strategy *s, const float *x, const int32_t *y, int n, int gn, double *loss,
-                int *correct);
-    /* Loss and correct predictions of n samples, in inference mode. */
-    int (*infer)(hcnn_strategy *s, const float *x, const int32_t *y, int n, double *loss,
-                 int *correct);
+     * net->grads of this rank's blocks.  The loss and correct predictions
+     * of the samples whose loss this rank computed (counts_loss) are added
+     * to stats[HCNN_STAT_LOSS], stats[HCNN_STAT_CORRECT] (backend memory:
+     * the trainer reads them back once per step). */
+    int (*step)(hcnn_strategy *s, const float *x, const int32_t *y, int n, int gn,
+                double *stats);
+    /* The same sums for n samples in inference mode. */
+    int (*infer)(hcnn_strategy *s, const float *x, const int32_t *y, int n, double *stats);
     /* The whole model (parameters, statistics, momentum) on world rank 0;
      * collective. */
     int (*gather)(hcnn_strategy *s, float *momentum);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "hcnn/common.h"
 #include "internal.h"
 
@@ -28,6 +29,7 @@ static const char *const nonfinite_names[] = {"abort", "skip"};
 static const char *const on_error_names[] = {"stop", "continue"};
 static const char *const conv_algo_names[] = {"auto", "batched", "per_thread"};
 static const char *const prefetch_names[] = {"auto", "on", "off"};
+static const char *const device_names[] = {"cpu", "cuda"};
 static const char *const dataset_names[] = {"mnist", "fashion_mnist", "cifar10", "synthetic"};
 const char *const cfg_shortcut_names[3] = {"auto", "identity", "projection"};
 
@@ -44,6 +46,7 @@ ENUM_NAME(hcnn_strategy_name, hcnn_strategy_kind, strategy_names)
 ENUM_NAME(hcnn_progress_name, hcnn_allreduce_progress, progress_names)
 ENUM_NAME(hcnn_prefetch_name, hcnn_prefetch, prefetch_names)
 ENUM_NAME(hcnn_conv_algo_name, hcnn_conv_algo, conv_algo_names)
+ENUM_NAME(hcnn_device_name, hcnn_device, device_names)
 ENUM_NAME(hcnn_pipe_schedule_name, hcnn_pipe_schedule, pipe_schedule_names)
 ENUM_NAME(hcnn_nonfinite_name, hcnn_nonfinite, nonfinite_names)
 ENUM_NAME(hcnn_on_error_name, hcnn_on_error, on_error_names)
@@ -375,6 +378,8 @@ static void set_pipe_schedule(hcnn_config *c, int v)
 }
 static int get_prefetch(const hcnn_config *c) { return (int)c->data_prefetch; }
 static void set_prefetch(hcnn_config *c, int v) { c->data_prefetch = (hcnn_prefetch)v; }
+static int get_device(const hcnn_config *c) { return (int)c->device; }
+static void set_device(hcnn_config *c, int v) { c->device = (hcnn_device)v; }
 static int get_conv_algo(const hcnn_config *c) { return (int)c->conv_algo; }
 static void set_conv_algo(hcnn_config *c, int v) { c->conv_algo = (hcnn_conv_algo)v; }
 static int get_nonfinite(const hcnn_config *c) { return (int)c->nonfinite; }
@@ -467,6 +472,7 @@ const keydef cfg_top_keys[] = {
     K_INT("checkpoint_keep", checkpoint_keep, 1),
     K_INT("progress_every", progress_every, 0),
     K_NUM("im2col_mb", im2col_mb, 0.0, 1, HCNN_MAX_MB, 0),
+    K_ENUM("device", device_names, get_device, set_device),
     K_ENUM("conv_algo", conv_algo_names, get_conv_algo, set_conv_algo),
     K_ENUM("data_prefetch", prefetch_names, get_prefetch, set_prefetch),
     {.name = "blas_kernels", .type = KT_NAME, .off = FIELD(blas_kernels),
@@ -606,6 +612,12 @@ int hcnn_config_load(hcnn_config *cfg, const char *path, const char *const *sets
         c.file = path;
         rc = interpret(&c, root, cfg);
     }
+#if !HCNN_HAVE_CUDA
+    if (rc == HCNN_OK && cfg->device == HCNN_DEVICE_CUDA)
+        rc = hcnn_error("%s: device: cuda: this hcnn was built without CUDA; rebuild it with "
+                        "./configure --with-cuda (README: GPU nodes), or set device: cpu",
+                        path);
+#endif
     cfg_node_free(root);
     if (rc != HCNN_OK) {
         /* no half-filled configuration: defaults plus the path */

@@ -1,44 +1,116 @@
 /* The CPU backend's table (include/hcnn/backend.h): host memory, OpenMP
  * threads, and the operations of the files beside this one. */
+#include "conv_plan.h"
 #include "cpu.h"
 #include "hcnn/blas.h"
 
 /* Inside the region every OpenMP loop of this backend runs on the calling
  * thread alone (nested regions are inactive) and the OpenMP OpenBLAS runs
  * single-threaded. */
-void hcnn_cpu_parallel(void (*fn)(void *arg, int t, int nt), void *arg)
+void hcnn_cpu_parallel(const hcnn_backend *be, void (*fn)(void *arg, int t, int nt), void *arg)
 {
+    (void)be;
 #pragma omp parallel
     fn(arg, omp_get_thread_num(), omp_get_num_threads());
 }
 
-int hcnn_cpu_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+int hcnn_cpu_threads(const hcnn_backend *be)
+{
+    (void)be;
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+}
 
-static void cpu_upload(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
-static void cpu_download(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+/* Whole-network execution (src/model/pass.c): units of n / 8 samples, but
+ * of 16 to 32 unless that makes more than HCNN_MAX_UNITS of them (enough
+ * for a 64-core node; a unit has a gradient buffer of its own, which the
+ * reduction reads once).  LeNet-5 on 2 threads, alternated medians against
+ * units of n / threads: units of 8 0.92x (batch 64) and 0.93x (256): the
+ * fully connected layers' GEMMs keep too few rows and 32 buffers are added;
+ * of 16 0.99x (64) and 0.93x (256); of 32 at batch 256 0.99x; of 64 and 128
+ * 1.00x (docs/performance.md, "Determinism").  A pass of fewer than two
+ * units' samples goes block by block instead, where the convolutions split
+ * images between threads.  The size depends on n only: the same bits
+ * whatever the thread count. */
+#define UNIT_MIN_IMAGES 16
+#define UNIT_MAX_IMAGES 32
 
-static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
+static int cpu_unit_images(const hcnn_backend *be, int n)
+{
+    (void)be;
+    int g = n / 8;
+    g = g < UNIT_MIN_IMAGES ? UNIT_MIN_IMAGES : g > UNIT_MAX_IMAGES ? UNIT_MAX_IMAGES : g;
+    const int most = (n + HCNN_MAX_UNITS - 1) / HCNN_MAX_UNITS;
+    g = g > most ? g : most;
+    return n > 0 && (n + g - 1) / g >= 2 ? g : 0;
+}
+
+/* Memory is the host's: the copies are memcpy, the queue is empty as soon
+ * as a call returns, a timer is the host clock. */
+static void *cpu_alloc(const hcnn_backend *be, size_t bytes, const char *what)
+{
+    (void)be;
+    return hcnn_alloc(bytes, what);
+}
+static void cpu_free(const hcnn_backend *be, void *p)
+{
+    (void)be;
+    hcnn_free(p);
+}
+static void cpu_copy_bytes(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+static void cpu_sync(const hcnn_backend *be) { (void)be; }
+static void cpu_timer_start(const hcnn_backend *be, hcnn_timer *t)
+{
+    (void)be;
+    t->host_s = hcnn_now();
+}
+static double cpu_timer_stop(const hcnn_backend *be, hcnn_timer *t)
+{
+    (void)be;
+    return hcnn_now() - t->host_s;
+}
+static void cpu_zero(const hcnn_backend *be, void *p, size_t bytes)
+{
+    (void)be;
+    memset(p, 0, bytes);
+}
+static void cpu_copy(const hcnn_backend *be, float *dst, const float *src, size_t n)
+{
+    (void)be;
+    memcpy(dst, src, n * sizeof *dst);
+}
 
 static const hcnn_backend cpu_backend = {
-    .name = "cpu-openblas",
+    .name = "cpu",
+    .host_memory = 1,
     .parallel = hcnn_cpu_parallel,
     .threads = hcnn_cpu_threads,
-    .host_memory = 1,
-    .alloc = hcnn_alloc,
-    .free = hcnn_free,
-    .upload = cpu_upload,
-    .download = cpu_download,
+    .unit_images = cpu_unit_images,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .alloc_host = cpu_alloc,
+    .free_host = cpu_free,
+    .upload = cpu_copy_bytes,
+    .download = cpu_copy_bytes,
+    .upload_async = cpu_copy_bytes,
+    .download_async = cpu_copy_bytes,
+    .sync = cpu_sync,
+    .timer_start = cpu_timer_start,
+    .timer_stop = cpu_timer_stop,
     .fill = hcnn_cpu_fill,
+    .zero = cpu_zero,
     .copy = cpu_copy,
     .gemm = hcnn_cpu_gemm,
-    .im2col = hcnn_cpu_im2col,
-    .col2im = hcnn_cpu_col2im,
-    .cnp_to_nchw = hcnn_cpu_cnp_to_nchw,
-    .add_channel_bias = hcnn_cpu_add_channel_bias,
-    .nchw_to_cnp = hcnn_cpu_nchw_to_cnp,
-    .copy_planes = hcnn_cpu_copy_planes,
-    .transpose = hcnn_cpu_transpose,
-    .channel_sum_acc = hcnn_cpu_channel_sum_acc,
+    .conv_fwd = hcnn_cpu_conv_fwd,
+    .conv_bwd = hcnn_cpu_conv_bwd,
+    .conv_bwd_filter = hcnn_cpu_conv_bwd_filter,
+    .conv_bwd_data = hcnn_cpu_conv_bwd_data,
+    .conv_workspace = hcnn_cpu_conv_workspace,
+    .conv_gemms = hcnn_cpu_conv_gemms,
+    .conv_describe = hcnn_cpu_conv_describe,
     .row_sum_acc = hcnn_cpu_row_sum_acc,
     .add_row_bias = hcnn_cpu_add_row_bias,
     .relu_fwd = hcnn_cpu_relu_fwd,
@@ -46,8 +118,8 @@ static const hcnn_backend cpu_backend = {
     .add = hcnn_cpu_add,
     .add_acc = hcnn_cpu_add_acc,
     .scale = hcnn_cpu_scale,
-    .dropout_fwd = hcnn_cpu_dropout_fwd,
     .mul = hcnn_cpu_mul,
+    .dropout_fwd = hcnn_cpu_dropout_fwd,
     .maxpool_fwd = hcnn_cpu_maxpool_fwd,
     .maxpool_bwd = hcnn_cpu_maxpool_bwd,
     .avgpool_fwd = hcnn_cpu_avgpool_fwd,
@@ -58,6 +130,7 @@ static const hcnn_backend cpu_backend = {
     .softmax_xent = hcnn_cpu_softmax_xent,
     .sgd_step = hcnn_cpu_sgd_step,
     .sum_sq = hcnn_cpu_sum_sq,
+    .destroy = hcnn_cpu_destroy,
 };
 
 const hcnn_backend *hcnn_backend_cpu(void)
@@ -65,3 +138,17 @@ const hcnn_backend *hcnn_backend_cpu(void)
     hcnn_blas_single_threaded();
     return &cpu_backend;
 }
+
+/* The instance: the table in memory of its own (a device backend's holds
+ * its state; the CPU's has none), the BLAS held to one thread per call. */
+int hcnn_backend_cpu_create(hcnn_backend **be)
+{
+    hcnn_blas_single_threaded();
+    *be = hcnn_alloc(sizeof **be, "CPU backend");
+    if (!*be)
+        return HCNN_ENOMEM;
+    **be = cpu_backend;
+    return HCNN_OK;
+}
+
+void hcnn_cpu_destroy(hcnn_backend *be) { hcnn_free(be); }

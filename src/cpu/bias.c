@@ -2,8 +2,9 @@
  * per channel of NCHW; fully connected: per column). */
 #include "cpu.h"
 
-void hcnn_cpu_add_channel_bias(float *y, const float *bias, int n, int c, int np, size_t ld)
+void hcnn_cpu_add_channel_bias(const hcnn_backend *be, float *y, const float *bias, int n, int c, int np, size_t ld)
 {
+    (void)be;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)n * c * np > 65536)
     for (int i = 0; i < n; i++)
         for (int co = 0; co < c; co++) {
@@ -25,15 +26,17 @@ static double channel_sum(const float *x, int n, int c, int np, int ch)
     return s;
 }
 
-void hcnn_cpu_channel_sum_acc(const float *dy, int n, int c, int np, float *db)
+void hcnn_cpu_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, int c, int np, float *db)
 {
+    (void)be;
 #pragma omp parallel for schedule(static)
     for (int co = 0; co < c; co++)
         db[co] += (float)channel_sum(dy, n, c, np, co);
 }
 
-void hcnn_cpu_row_sum_acc(const float *dy, int n, int m, float *db)
+void hcnn_cpu_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m, float *db)
 {
+    (void)be;
 #pragma omp parallel for schedule(static) if (m >= 256)
     for (int j = 0; j < m; j++) {
         float s = 0.0f;
@@ -43,8 +46,9 @@ void hcnn_cpu_row_sum_acc(const float *dy, int n, int m, float *db)
     }
 }
 
-void hcnn_cpu_add_row_bias(float *y, const float *b, int n, int m)
+void hcnn_cpu_add_row_bias(const hcnn_backend *be, float *y, const float *b, int n, int m)
 {
+    (void)be;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < m; j++)
             y[(size_t)i * m + j] += b[j];

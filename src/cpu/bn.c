@@ -154,11 +154,12 @@ static int bn_block_channels(int n, int c, int np)
 }
 
 /* y = act(gamma * (x - mean) * invstd + beta + add), statistics over (n, h, w) */
-void hcnn_cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *gamma,
+void hcnn_cpu_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np, const float *gamma,
                            const float *beta, float eps, float momentum, float *running_mean,
                            float *running_var, float *save_mean, float *save_invstd,
                            const float *add, int relu, float *y)
 {
+    (void)be;
     const double cnt = (double)n * np;
     const int cb = bn_block_channels(n, c, np), blocks = (c + cb - 1) / cb;
 #pragma omp parallel for schedule(static)
@@ -193,10 +194,11 @@ void hcnn_cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *ga
     }
 }
 
-void hcnn_cpu_bn_fwd_infer(const float *x, int n, int c, int np, const float *gamma,
+void hcnn_cpu_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np, const float *gamma,
                            const float *beta, float eps, const float *running_mean,
                            const float *running_var, const float *add, int relu, float *y)
 {
+    (void)be;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++) {
         for (int ch = 0; ch < c; ch++) {
@@ -215,10 +217,11 @@ void hcnn_cpu_bn_fwd_infer(const float *x, int n, int c, int np, const float *ga
  * forward): dy * [y > 0] replaces dy, y = x * a + b recomputed exactly as
  * bn_fwd_train wrote it, so the same bits as a ReLU backward pass before
  * this one, without that pass over three tensors. */
-void hcnn_cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, const float *gamma,
+void hcnn_cpu_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c, int np, const float *gamma,
                      const float *beta, const float *save_mean, const float *save_invstd, int relu,
                      float *dx, float *dgamma, float *dbeta)
 {
+    (void)be;
     const double cnt = (double)n * np;
     const int cb = bn_block_channels(n, c, np), blocks = (c + cb - 1) / cb;
 #pragma omp parallel for schedule(static)

@@ -113,62 +113,66 @@ static inline __attribute__((always_inline)) float lanes_total(const float *acc,
 float hcnn_cpu_plane_sum(const float *x, int n);
 
 /* The operations of the table (backend.c), by file; each is documented
- * where include/hcnn/backend.h declares its slot. */
+ * where include/hcnn/backend.h declares its slot.  They take the instance
+ * first, as the table does, and ignore it: the CPU backend has no state
+ * (its functions are also called with NULL from inside the backend). */
 /* backend.c */
-void hcnn_cpu_parallel(void (*fn)(void *arg, int t, int nt), void *arg);
-int hcnn_cpu_threads(void);
+void hcnn_cpu_destroy(hcnn_backend *be);
+/* backend.c */
+void hcnn_cpu_parallel(const hcnn_backend *be, void (*fn)(void *arg, int t, int nt), void *arg);
+int hcnn_cpu_threads(const hcnn_backend *be);
 /* gemm.c */
-void hcnn_cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);
 /* im2col.c */
-void hcnn_cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *col);
-void hcnn_cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, int accumulate, float *dx);
+void hcnn_cpu_im2col(const hcnn_backend *be, const hcnn_conv_geom *g, const float *x, int n, float *col);
+void hcnn_cpu_col2im(const hcnn_backend *be, const hcnn_conv_geom *g, const float *col, int n, int accumulate, float *dx);
 /* layout.c */
-void hcnn_cpu_copy_planes(const float *src, size_t splane, int sld, int c, int h, int w,
+void hcnn_cpu_copy_planes(const hcnn_backend *be, const float *src, size_t splane, int sld, int c, int h, int w,
                           float *dst, size_t dplane, int dld, int accumulate);
-void hcnn_cpu_cnp_to_nchw(const float *src, const float *bias, int n, int c, int np, float *y);
-void hcnn_cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst);
-void hcnn_cpu_transpose(const float *a, int rows, int cols, float *t);
+void hcnn_cpu_cnp_to_nchw(const hcnn_backend *be, const float *src, const float *bias, int n, int c, int np, float *y);
+void hcnn_cpu_nchw_to_cnp(const hcnn_backend *be, const float *y, int n, int c, int np, float *dst);
+void hcnn_cpu_transpose(const hcnn_backend *be, const float *a, int rows, int cols, float *t);
 /* bias.c */
-void hcnn_cpu_add_channel_bias(float *y, const float *bias, int n, int c, int np, size_t ld);
-void hcnn_cpu_channel_sum_acc(const float *dy, int n, int c, int np, float *db);
-void hcnn_cpu_row_sum_acc(const float *dy, int n, int m, float *db);
-void hcnn_cpu_add_row_bias(float *y, const float *b, int n, int m);
+void hcnn_cpu_add_channel_bias(const hcnn_backend *be, float *y, const float *bias, int n, int c, int np, size_t ld);
+void hcnn_cpu_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, int c, int np, float *db);
+void hcnn_cpu_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m, float *db);
+void hcnn_cpu_add_row_bias(const hcnn_backend *be, float *y, const float *b, int n, int m);
 /* elementwise.c */
-void hcnn_cpu_fill(float *x, size_t n, float v);
-void hcnn_cpu_relu_fwd(const float *x, float *y, size_t n, float slope);
-void hcnn_cpu_relu_bwd(const float *y, const float *dy, float *dx, size_t n, float slope);
-void hcnn_cpu_add(const float *a, const float *b, float *y, size_t n);
-void hcnn_cpu_add_acc(const float *a, float *y, size_t n);
-void hcnn_cpu_mul(const float *a, const float *b, float *y, size_t n);
-void hcnn_cpu_scale(float *x, size_t n, float a);
-void hcnn_cpu_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample,
+void hcnn_cpu_fill(const hcnn_backend *be, float *x, size_t n, float v);
+void hcnn_cpu_relu_fwd(const hcnn_backend *be, const float *x, float *y, size_t n, float slope);
+void hcnn_cpu_relu_bwd(const hcnn_backend *be, const float *y, const float *dy, float *dx, size_t n, float slope);
+void hcnn_cpu_add(const hcnn_backend *be, const float *a, const float *b, float *y, size_t n);
+void hcnn_cpu_add_acc(const hcnn_backend *be, const float *a, float *y, size_t n);
+void hcnn_cpu_mul(const hcnn_backend *be, const float *a, const float *b, float *y, size_t n);
+void hcnn_cpu_scale(const hcnn_backend *be, float *x, size_t n, float a);
+void hcnn_cpu_dropout_fwd(const hcnn_backend *be, const float *x, float *y, float *mask, int n, size_t per_sample,
                           float p, uint64_t seed, uint64_t step, uint64_t first_sample,
                           uint64_t layer_id);
 /* pool.c */
-void hcnn_cpu_maxpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y,
+void hcnn_cpu_maxpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n, float *y,
                           int32_t *argmax);
-void hcnn_cpu_maxpool_bwd(const hcnn_pool_geom *g, const float *dy, const int32_t *argmax, int n,
+void hcnn_cpu_maxpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, const int32_t *argmax, int n,
                           float *dx);
-void hcnn_cpu_avgpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y);
-void hcnn_cpu_avgpool_bwd(const hcnn_pool_geom *g, const float *dy, int n, float *dx);
+void hcnn_cpu_avgpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n, float *y);
+void hcnn_cpu_avgpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, int n, float *dx);
 /* bn.c */
-void hcnn_cpu_bn_fwd_train(const float *x, int n, int c, int np, const float *gamma,
+void hcnn_cpu_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np, const float *gamma,
                            const float *beta, float eps, float momentum, float *running_mean,
                            float *running_var, float *save_mean, float *save_invstd,
                            const float *add, int relu, float *y);
-void hcnn_cpu_bn_fwd_infer(const float *x, int n, int c, int np, const float *gamma,
+void hcnn_cpu_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np, const float *gamma,
                            const float *beta, float eps, const float *running_mean,
                            const float *running_var, const float *add, int relu, float *y);
-void hcnn_cpu_bn_bwd(const float *x, const float *dy, int n, int c, int np, const float *gamma,
+void hcnn_cpu_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c, int np, const float *gamma,
                      const float *beta, const float *save_mean, const float *save_invstd,
                      int relu, float *dx, float *dgamma, float *dbeta);
 /* loss.c */
-double hcnn_cpu_softmax_xent(const float *logits, const int32_t *labels, int n, int k,
-                             float grad_scale, float *dlogits, int *correct);
+void hcnn_cpu_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
+                           int n, int k, float grad_scale, float *dlogits, double *stats);
 /* optim.c */
-void hcnn_cpu_sgd_step(float *w, const float *g, float *v, size_t n, float lr, float mu,
+void hcnn_cpu_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n, float lr, float mu,
                        float wd, int nesterov);
-double hcnn_cpu_sum_sq(const float *x, size_t n);
+void hcnn_cpu_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats);
 
 #endif

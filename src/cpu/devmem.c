@@ -6,11 +6,13 @@
  * host_memory is 0, so callers must use upload, download and the MPI
  * staging; host code that reads or writes a tensor behind the backend's
  * back faults at once instead of working by accident.  The results are
- * the CPU backend's, bit for bit (tests/test_seam.sh).  Selected with
- * HCNN_BACKEND=cpu-devmem (include/hcnn/backend.h). */
+ * the CPU backend's, bit for bit (tests/test_seam.sh); the conformance
+ * suite (tests/test_backend.c) runs on it too.  Selected with
+ * HCNN_BACKEND=cpu-devmem (a test's way in; users choose `device`). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv_plan.h"
 #include "cpu.h"
 #include "hcnn/blas.h"
 
@@ -19,187 +21,231 @@
 /* device pointer -> host pointer (NULL stays NULL) */
 #define H(p) ((void *)((p) ? (uintptr_t)(p)-DEVMEM_SHIFT : 0))
 #define HF(p) ((float *)H(p))
+#define HD(p) ((double *)H(p))
 #define HI(p) ((int32_t *)H(p))
 /* the same for a pointer that is never NULL */
 #define HN(p) ((void *)((uintptr_t)(p)-DEVMEM_SHIFT))
 
-static void *dm_alloc(size_t bytes, const char *what)
+static void *dm_alloc(const hcnn_backend *be, size_t bytes, const char *what)
 {
+    (void)be;
     void *p = hcnn_alloc(bytes, what);
     return p ? (void *)((uintptr_t)p + DEVMEM_SHIFT) : NULL;
 }
-static void dm_free(void *p) { hcnn_free(H(p)); }
-static void dm_upload(void *dst, const void *src, size_t bytes) { memcpy(HN(dst), src, bytes); }
-static void dm_download(void *dst, const void *src, size_t bytes) { memcpy(dst, HN(src), bytes); }
-static void dm_fill(float *x, size_t n, float v) { hcnn_cpu_fill(HF(x), n, v); }
-static void dm_copy(float *d, const float *s, size_t n) { memcpy(HN(d), HN(s), n * sizeof *d); }
+static void dm_free(const hcnn_backend *be, void *p)
+{
+    (void)be;
+    hcnn_free(H(p));
+}
+static void *dm_alloc_host(const hcnn_backend *be, size_t bytes, const char *what)
+{
+    (void)be;
+    return hcnn_alloc(bytes, what);
+}
+static void dm_free_host(const hcnn_backend *be, void *p)
+{
+    (void)be;
+    hcnn_free(p);
+}
+static void dm_upload(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    memcpy(HN(dst), src, bytes);
+}
+static void dm_download(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    memcpy(dst, HN(src), bytes);
+}
+static void dm_sync(const hcnn_backend *be) { (void)be; }
+static void dm_timer_start(const hcnn_backend *be, hcnn_timer *t)
+{
+    (void)be;
+    t->host_s = hcnn_now();
+}
+static double dm_timer_stop(const hcnn_backend *be, hcnn_timer *t)
+{
+    (void)be;
+    return hcnn_now() - t->host_s;
+}
+static void dm_fill(const hcnn_backend *be, float *x, size_t n, float v)
+{
+    hcnn_cpu_fill(be, HF(x), n, v);
+}
+static void dm_zero(const hcnn_backend *be, void *p, size_t bytes)
+{
+    (void)be;
+    memset(HN(p), 0, bytes);
+}
+static void dm_copy(const hcnn_backend *be, float *d, const float *s, size_t n)
+{
+    (void)be;
+    memcpy(HN(d), HN(s), n * sizeof *d);
+}
 
-static void dm_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                    const float *b, int ldb, float beta, float *c, int ldc)
+static void dm_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,
+                    const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                    int ldc)
 {
-    hcnn_cpu_gemm(ta, tb, m, n, k, alpha, HF(a), lda, HF(b), ldb, beta, HF(c), ldc);
+    hcnn_cpu_gemm(be, ta, tb, m, n, k, alpha, HF(a), lda, HF(b), ldb, beta, HF(c), ldc);
 }
-static void dm_im2col(const hcnn_conv_geom *g, const float *x, int n, float *col)
+
+/* the caller's execution with the workspace's host address */
+static hcnn_exec host_exec(const hcnn_exec *ex)
 {
-    hcnn_cpu_im2col(g, HF(x), n, HF(col));
+    hcnn_exec h = *ex;
+    h.ws = HF(ex->ws);
+    return h;
 }
-static void dm_col2im(const hcnn_conv_geom *g, const float *col, int n, int acc, float *dx)
+static int dm_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                       const float *x, const float *w, const float *b, float *y, int n)
 {
-    hcnn_cpu_col2im(g, HF(col), n, acc, HF(dx));
+    const hcnn_exec h = host_exec(ex);
+    return hcnn_cpu_conv_fwd(be, d, &h, HF(x), HF(w), HF(b), HF(y), n);
 }
-static void dm_cnp_to_nchw(const float *src, const float *bias, int n, int c, int np, float *y)
+static int dm_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                       const float *x, const float *w, const float *dy, float *dw, float *db,
+                       float *dx, int dx_acc, int n)
 {
-    hcnn_cpu_cnp_to_nchw(HF(src), HF(bias), n, c, np, HF(y));
+    const hcnn_exec h = host_exec(ex);
+    return hcnn_cpu_conv_bwd(be, d, &h, HF(x), HF(w), HF(dy), HF(dw), HF(db), HF(dx), dx_acc, n);
 }
-static void dm_add_channel_bias(float *y, const float *bias, int n, int c, int np, size_t ld)
+static int dm_conv_bwd_filter(const hcnn_backend *be, const hcnn_conv_desc *d,
+                              const hcnn_exec *ex, const float *x, const float *dy, float *dw,
+                              float *db, int n)
 {
-    hcnn_cpu_add_channel_bias(HF(y), HF(bias), n, c, np, ld);
+    const hcnn_exec h = host_exec(ex);
+    return hcnn_cpu_conv_bwd_filter(be, d, &h, HF(x), HF(dy), HF(dw), HF(db), n);
 }
-static void dm_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
+static int dm_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                            const float *w, const float *dy, float *dx, int dx_acc, int n)
 {
-    hcnn_cpu_nchw_to_cnp(HF(y), n, c, np, HF(dst));
+    const hcnn_exec h = host_exec(ex);
+    return hcnn_cpu_conv_bwd_data(be, d, &h, HF(w), HF(dy), HF(dx), dx_acc, n);
 }
-static void dm_copy_planes(const float *src, size_t splane, int sld, int c, int h, int w,
-                           float *dst, size_t dplane, int dld, int acc)
+
+static void dm_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m, float *db)
 {
-    hcnn_cpu_copy_planes(HF(src), splane, sld, c, h, w, HF(dst), dplane, dld, acc);
+    hcnn_cpu_row_sum_acc(be, HF(dy), n, m, HF(db));
 }
-static void dm_transpose(const float *a, int rows, int cols, float *t)
+static void dm_add_row_bias(const hcnn_backend *be, float *y, const float *b, int n, int m)
 {
-    hcnn_cpu_transpose(HF(a), rows, cols, HF(t));
+    hcnn_cpu_add_row_bias(be, HF(y), HF(b), n, m);
 }
-static void dm_channel_sum_acc(const float *dy, int n, int c, int np, float *db)
+static void dm_relu_fwd(const hcnn_backend *be, const float *x, float *y, size_t n, float slope)
 {
-    hcnn_cpu_channel_sum_acc(HF(dy), n, c, np, HF(db));
+    hcnn_cpu_relu_fwd(be, HF(x), HF(y), n, slope);
 }
-static void dm_row_sum_acc(const float *dy, int n, int m, float *db)
+static void dm_relu_bwd(const hcnn_backend *be, const float *y, const float *dy, float *dx,
+                        size_t n, float slope)
 {
-    hcnn_cpu_row_sum_acc(HF(dy), n, m, HF(db));
+    hcnn_cpu_relu_bwd(be, HF(y), HF(dy), HF(dx), n, slope);
 }
-static void dm_add_row_bias(float *y, const float *b, int n, int m)
+static void dm_add(const hcnn_backend *be, const float *a, const float *b, float *y, size_t n)
 {
-    hcnn_cpu_add_row_bias(HF(y), HF(b), n, m);
+    hcnn_cpu_add(be, HF(a), HF(b), HF(y), n);
 }
-static void dm_relu_fwd(const float *x, float *y, size_t n, float slope)
+static void dm_add_acc(const hcnn_backend *be, const float *a, float *y, size_t n)
 {
-    hcnn_cpu_relu_fwd(HF(x), HF(y), n, slope);
+    hcnn_cpu_add_acc(be, HF(a), HF(y), n);
 }
-static void dm_relu_bwd(const float *y, const float *dy, float *dx, size_t n, float slope)
+static void dm_scale(const hcnn_backend *be, float *x, size_t n, float a)
 {
-    hcnn_cpu_relu_bwd(HF(y), HF(dy), HF(dx), n, slope);
+    hcnn_cpu_scale(be, HF(x), n, a);
 }
-static void dm_add(const float *a, const float *b, float *y, size_t n)
+static void dm_mul(const hcnn_backend *be, const float *a, const float *b, float *y, size_t n)
 {
-    hcnn_cpu_add(HF(a), HF(b), HF(y), n);
+    hcnn_cpu_mul(be, HF(a), HF(b), HF(y), n);
 }
-static void dm_add_acc(const float *a, float *y, size_t n) { hcnn_cpu_add_acc(HF(a), HF(y), n); }
-static void dm_scale(float *x, size_t n, float a) { hcnn_cpu_scale(HF(x), n, a); }
-static void dm_mul(const float *a, const float *b, float *y, size_t n)
+static void dm_dropout_fwd(const hcnn_backend *be, const float *x, float *y, float *mask, int n,
+                           size_t per_sample, float p, uint64_t seed, uint64_t step,
+                           uint64_t first_sample, uint64_t layer_id)
 {
-    hcnn_cpu_mul(HF(a), HF(b), HF(y), n);
-}
-static void dm_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample, float p,
-                           uint64_t seed, uint64_t step, uint64_t first_sample, uint64_t layer_id)
-{
-    hcnn_cpu_dropout_fwd(HF(x), HF(y), HF(mask), n, per_sample, p, seed, step, first_sample,
+    hcnn_cpu_dropout_fwd(be, HF(x), HF(y), HF(mask), n, per_sample, p, seed, step, first_sample,
                          layer_id);
 }
-static void dm_maxpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y,
-                           int32_t *argmax)
+static void dm_maxpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n,
+                           float *y, int32_t *argmax)
 {
-    hcnn_cpu_maxpool_fwd(g, HF(x), n, HF(y), HI(argmax));
+    hcnn_cpu_maxpool_fwd(be, g, HF(x), n, HF(y), HI(argmax));
 }
-static void dm_maxpool_bwd(const hcnn_pool_geom *g, const float *dy, const int32_t *argmax, int n,
+static void dm_maxpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy,
+                           const int32_t *argmax, int n, float *dx)
+{
+    hcnn_cpu_maxpool_bwd(be, g, HF(dy), HI(argmax), n, HF(dx));
+}
+static void dm_avgpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n,
+                           float *y)
+{
+    hcnn_cpu_avgpool_fwd(be, g, HF(x), n, HF(y));
+}
+static void dm_avgpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, int n,
                            float *dx)
 {
-    hcnn_cpu_maxpool_bwd(g, HF(dy), HI(argmax), n, HF(dx));
+    hcnn_cpu_avgpool_bwd(be, g, HF(dy), n, HF(dx));
 }
-static void dm_avgpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y)
-{
-    hcnn_cpu_avgpool_fwd(g, HF(x), n, HF(y));
-}
-static void dm_avgpool_bwd(const hcnn_pool_geom *g, const float *dy, int n, float *dx)
-{
-    hcnn_cpu_avgpool_bwd(g, HF(dy), n, HF(dx));
-}
-static void dm_bn_fwd_train(const float *x, int n, int c, int np, const float *gamma,
-                            const float *beta, float eps, float momentum, float *rmean, float *rvar,
-                            float *smean, float *sinvstd, const float *add, int relu, float *y)
-{
-    hcnn_cpu_bn_fwd_train(HF(x), n, c, np, HF(gamma), HF(beta), eps, momentum, HF(rmean), HF(rvar),
-                          HF(smean), HF(sinvstd), HF(add), relu, HF(y));
-}
-static void dm_bn_fwd_infer(const float *x, int n, int c, int np, const float *gamma,
-                            const float *beta, float eps, const float *rmean, const float *rvar,
+static void dm_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
+                            const float *gamma, const float *beta, float eps, float momentum,
+                            float *rmean, float *rvar, float *smean, float *sinvstd,
                             const float *add, int relu, float *y)
 {
-    hcnn_cpu_bn_fwd_infer(HF(x), n, c, np, HF(gamma), HF(beta), eps, HF(rmean), HF(rvar), HF(add),
-                          relu, HF(y));
+    hcnn_cpu_bn_fwd_train(be, HF(x), n, c, np, HF(gamma), HF(beta), eps, momentum, HF(rmean),
+                          HF(rvar), HF(smean), HF(sinvstd), HF(add), relu, HF(y));
 }
-static void dm_bn_bwd(const float *x, const float *dy, int n, int c, int np, const float *gamma,
-                      const float *beta, const float *smean, const float *sinvstd, int relu,
-                      float *dx, float *dgamma, float *dbeta)
+static void dm_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
+                            const float *gamma, const float *beta, float eps, const float *rmean,
+                            const float *rvar, const float *add, int relu, float *y)
 {
-    hcnn_cpu_bn_bwd(HF(x), HF(dy), n, c, np, HF(gamma), HF(beta), HF(smean), HF(sinvstd), relu,
-                    HF(dx), HF(dgamma), HF(dbeta));
+    hcnn_cpu_bn_fwd_infer(be, HF(x), n, c, np, HF(gamma), HF(beta), eps, HF(rmean), HF(rvar),
+                          HF(add), relu, HF(y));
 }
-static double dm_softmax_xent(const float *logits, const int32_t *labels, int n, int k,
-                              float grad_scale, float *dlogits, int *correct)
+static void dm_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c, int np,
+                      const float *gamma, const float *beta, const float *smean,
+                      const float *sinvstd, int relu, float *dx, float *dgamma, float *dbeta)
 {
-    return hcnn_cpu_softmax_xent(HF(logits), HI(labels), n, k, grad_scale, HF(dlogits), correct);
+    hcnn_cpu_bn_bwd(be, HF(x), HF(dy), n, c, np, HF(gamma), HF(beta), HF(smean), HF(sinvstd),
+                    relu, HF(dx), HF(dgamma), HF(dbeta));
 }
-static void dm_sgd_step(float *w, const float *g, float *v, size_t n, float lr, float mu, float wd,
-                        int nesterov)
+static void dm_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
+                            int n, int k, float grad_scale, float *dlogits, double *stats)
 {
-    hcnn_cpu_sgd_step(HF(w), HF(g), HF(v), n, lr, mu, wd, nesterov);
+    hcnn_cpu_softmax_xent(be, HF(logits), HI(labels), n, k, grad_scale, HF(dlogits), HD(stats));
 }
-static double dm_sum_sq(const float *x, size_t n) { return hcnn_cpu_sum_sq(HF(x), n); }
+static void dm_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n,
+                        float lr, float mu, float wd, int nesterov)
+{
+    hcnn_cpu_sgd_step(be, HF(w), HF(g), HF(v), n, lr, mu, wd, nesterov);
+}
+static void dm_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats)
+{
+    hcnn_cpu_sum_sq(be, HF(x), n, HD(stats));
+}
 
-/* the CPU backend's threads and parallel regions, its operations behind
- * the shifted pointers */
-static const hcnn_backend devmem_backend = {
-    .name = "cpu-devmem",
-    .parallel = hcnn_cpu_parallel,
-    .threads = hcnn_cpu_threads,
-    .host_memory = 0,
-    .alloc = dm_alloc,
-    .free = dm_free,
-    .upload = dm_upload,
-    .download = dm_download,
-    .fill = dm_fill,
-    .copy = dm_copy,
-    .gemm = dm_gemm,
-    .im2col = dm_im2col,
-    .col2im = dm_col2im,
-    .cnp_to_nchw = dm_cnp_to_nchw,
-    .add_channel_bias = dm_add_channel_bias,
-    .nchw_to_cnp = dm_nchw_to_cnp,
-    .copy_planes = dm_copy_planes,
-    .transpose = dm_transpose,
-    .channel_sum_acc = dm_channel_sum_acc,
-    .row_sum_acc = dm_row_sum_acc,
-    .add_row_bias = dm_add_row_bias,
-    .relu_fwd = dm_relu_fwd,
-    .relu_bwd = dm_relu_bwd,
-    .add = dm_add,
-    .add_acc = dm_add_acc,
-    .scale = dm_scale,
-    .dropout_fwd = dm_dropout_fwd,
-    .mul = dm_mul,
-    .maxpool_fwd = dm_maxpool_fwd,
-    .maxpool_bwd = dm_maxpool_bwd,
-    .avgpool_fwd = dm_avgpool_fwd,
-    .avgpool_bwd = dm_avgpool_bwd,
-    .bn_fwd_train = dm_bn_fwd_train,
-    .bn_fwd_infer = dm_bn_fwd_infer,
-    .bn_bwd = dm_bn_bwd,
-    .softmax_xent = dm_softmax_xent,
-    .sgd_step = dm_sgd_step,
-    .sum_sq = dm_sum_sq,
-};
-
-const hcnn_backend *hcnn_backend_cpu_devmem(void)
+int hcnn_backend_cpu_devmem_create(hcnn_backend **be)
 {
-    hcnn_blas_single_threaded();
-    return &devmem_backend;
+    int rc = hcnn_backend_cpu_create(be); /* the CPU's table: threads, units, plans */
+    if (rc)
+        return rc;
+    hcnn_backend *d = *be;
+    d->name = "cpu-devmem";
+    d->host_memory = 0;
+    d->alloc = dm_alloc, d->free = dm_free;
+    d->alloc_host = dm_alloc_host, d->free_host = dm_free_host;
+    d->upload = d->upload_async = dm_upload;
+    d->download = d->download_async = dm_download;
+    d->sync = dm_sync;
+    d->timer_start = dm_timer_start, d->timer_stop = dm_timer_stop;
+    d->fill = dm_fill, d->zero = dm_zero, d->copy = dm_copy;
+    d->gemm = dm_gemm;
+    d->conv_fwd = dm_conv_fwd, d->conv_bwd = dm_conv_bwd;
+    d->conv_bwd_filter = dm_conv_bwd_filter, d->conv_bwd_data = dm_conv_bwd_data;
+    d->row_sum_acc = dm_row_sum_acc, d->add_row_bias = dm_add_row_bias;
+    d->relu_fwd = dm_relu_fwd, d->relu_bwd = dm_relu_bwd;
+    d->add = dm_add, d->add_acc = dm_add_acc, d->scale = dm_scale, d->mul = dm_mul;
+    d->dropout_fwd = dm_dropout_fwd;
+    d->maxpool_fwd = dm_maxpool_fwd, d->maxpool_bwd = dm_maxpool_bwd;
+    d->avgpool_fwd = dm_avgpool_fwd, d->avgpool_bwd = dm_avgpool_bwd;
+    d->bn_fwd_train = dm_bn_fwd_train, d->bn_fwd_infer = dm_bn_fwd_infer, d->bn_bwd = dm_bn_bwd;
+    d->softmax_xent = dm_softmax_xent, d->sgd_step = dm_sgd_step, d->sum_sq = dm_sum_sq;
+    return HCNN_OK;
 }

@@ -15,7 +15,11 @@ static void fill_range(float *x, size_t n, float v)
 
 /* Zeroing ResNet-18's 45 MB of gradients every step is bandwidth-bound: one
  * memset per thread, 2.3-2.5 -> 1.3-1.5 ms on 2 threads. */
-void hcnn_cpu_fill(float *x, size_t n, float v) { ELEMENTWISE(n, fill_range(x + lo, len, v)); }
+void hcnn_cpu_fill(const hcnn_backend *be, float *x, size_t n, float v)
+{
+    (void)be;
+    ELEMENTWISE(n, fill_range(x + lo, len, v));
+}
 
 HCNN_MULTIVERSION
 static void relu_fwd_range(const float *x, float *y, size_t n)
@@ -69,34 +73,39 @@ static void mul_range(const float *a, const float *b, float *y, size_t n)
         y[i] = a[i] * b[i];
 }
 
-void hcnn_cpu_relu_fwd(const float *x, float *y, size_t n, float slope)
+void hcnn_cpu_relu_fwd(const hcnn_backend *be, const float *x, float *y, size_t n, float slope)
 {
+    (void)be;
     if (slope == 0.0f)
         ELEMENTWISE(n, relu_fwd_range(x + lo, y + lo, len));
     else
         ELEMENTWISE(n, leaky_fwd_range(x + lo, y + lo, len, slope));
 }
 
-void hcnn_cpu_relu_bwd(const float *y, const float *dy, float *dx, size_t n, float slope)
+void hcnn_cpu_relu_bwd(const hcnn_backend *be, const float *y, const float *dy, float *dx, size_t n, float slope)
 {
+    (void)be;
     if (slope == 0.0f)
         ELEMENTWISE(n, relu_bwd_range(y + lo, dy + lo, dx + lo, len));
     else
         ELEMENTWISE(n, leaky_bwd_range(y + lo, dy + lo, dx + lo, len, slope));
 }
 
-void hcnn_cpu_add(const float *a, const float *b, float *y, size_t n)
+void hcnn_cpu_add(const hcnn_backend *be, const float *a, const float *b, float *y, size_t n)
 {
+    (void)be;
     ELEMENTWISE(n, add_range(a + lo, b + lo, y + lo, len));
 }
 
-void hcnn_cpu_add_acc(const float *a, float *y, size_t n)
+void hcnn_cpu_add_acc(const hcnn_backend *be, const float *a, float *y, size_t n)
 {
+    (void)be;
     ELEMENTWISE(n, add_range(y + lo, a + lo, y + lo, len));
 }
 
-void hcnn_cpu_mul(const float *a, const float *b, float *y, size_t n)
+void hcnn_cpu_mul(const hcnn_backend *be, const float *a, const float *b, float *y, size_t n)
 {
+    (void)be;
     ELEMENTWISE(n, mul_range(a + lo, b + lo, y + lo, len));
 }
 
@@ -106,11 +115,16 @@ static void scale_range(float *x, size_t n, float a)
         x[i] *= a;
 }
 
-void hcnn_cpu_scale(float *x, size_t n, float a) { ELEMENTWISE(n, scale_range(x + lo, len, a)); }
+void hcnn_cpu_scale(const hcnn_backend *be, float *x, size_t n, float a)
+{
+    (void)be;
+    ELEMENTWISE(n, scale_range(x + lo, len, a));
+}
 
-void hcnn_cpu_dropout_fwd(const float *x, float *y, float *mask, int n, size_t per_sample, float p,
+void hcnn_cpu_dropout_fwd(const hcnn_backend *be, const float *x, float *y, float *mask, int n, size_t per_sample, float p,
                           uint64_t seed, uint64_t step, uint64_t first_sample, uint64_t layer_id)
 {
+    (void)be;
     const float scale = 1.0f / (1.0f - p);
     /* keep iff the element's 24-bit uniform >= p */
     const uint64_t threshold = (uint64_t)((double)p * 16777216.0);

@@ -100,9 +100,10 @@ static void run_piece(const gemm_args *g, int t)
           g->c + (size_t)i0 * g->ldc + j0, g->ldc);
 }
 
-void hcnn_cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc)
 {
+    (void)be;
     if (omp_get_level() > 0) { /* a piece of the caller's own split: one call */
         sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;

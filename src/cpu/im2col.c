@@ -198,8 +198,9 @@ static int avx512_stride(const hcnn_conv_geom *g) { (void)g; return 0; }
 
 /* Parallel over (channel, image): each task writes the kh*kw rows of its
  * channel for its image. */
-void hcnn_cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *col)
+void hcnn_cpu_im2col(const hcnn_backend *be, const hcnn_conv_geom *g, const float *x, int n, float *col)
 {
+    (void)be;
     const size_t P = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w;
     const size_t ldc = (size_t)n * P;
     const int vs = avx512_stride(g);
@@ -219,9 +220,10 @@ void hcnn_cpu_im2col(const hcnn_conv_geom *g, const float *x, int n, float *col)
 /* Adjoint of im2col.  Parallel over (image, channel) planes: each thread
  * owns whole planes of dx, so there are no races and the summation order
  * is fixed. */
-void hcnn_cpu_col2im(const hcnn_conv_geom *g, const float *col, int n, int accumulate,
+void hcnn_cpu_col2im(const hcnn_backend *be, const hcnn_conv_geom *g, const float *col, int n, int accumulate,
                      float *dx)
 {
+    (void)be;
     const size_t P = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w;
     const size_t ldc = (size_t)n * P;
     /* the gathering kernel needs the same stride both ways */

@@ -3,9 +3,10 @@
  * convolution's GEMM layout) and transposes (16 x 16 tiles). */
 #include "cpu.h"
 
-void hcnn_cpu_copy_planes(const float *src, size_t splane, int sld, int c, int h, int w,
+void hcnn_cpu_copy_planes(const hcnn_backend *be, const float *src, size_t splane, int sld, int c, int h, int w,
                           float *dst, size_t dplane, int dld, int accumulate)
 {
+    (void)be;
 #pragma omp parallel for schedule(static) if ((size_t)c * h * w > 65536)
     for (int i = 0; i < c; i++)
         for (int y = 0; y < h; y++) {
@@ -19,8 +20,9 @@ void hcnn_cpu_copy_planes(const float *src, size_t splane, int sld, int c, int h
         }
 }
 
-void hcnn_cpu_cnp_to_nchw(const float *src, const float *bias, int n, int c, int np, float *y)
+void hcnn_cpu_cnp_to_nchw(const hcnn_backend *be, const float *src, const float *bias, int n, int c, int np, float *y)
 {
+    (void)be;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++) {
         for (int co = 0; co < c; co++) {
@@ -99,8 +101,9 @@ static void transpose_rows(const float *a, int r0, int r1, int cols, int rows, f
     }
 }
 
-void hcnn_cpu_transpose(const float *a, int rows, int cols, float *t)
+void hcnn_cpu_transpose(const hcnn_backend *be, const float *a, int rows, int cols, float *t)
 {
+    (void)be;
     if (omp_in_parallel() || (size_t)rows * cols < 65536) {
         transpose_rows(a, 0, rows, cols, rows, t);
         return;
@@ -110,8 +113,9 @@ void hcnn_cpu_transpose(const float *a, int rows, int cols, float *t)
         transpose_rows(a, i0, i0 + 16 < rows ? i0 + 16 : rows, cols, rows, t);
 }
 
-void hcnn_cpu_nchw_to_cnp(const float *y, int n, int c, int np, float *dst)
+void hcnn_cpu_nchw_to_cnp(const hcnn_backend *be, const float *y, int n, int c, int np, float *dst)
 {
+    (void)be;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int co = 0; co < c; co++)
         for (int i = 0; i < n; i++)

@@ -3,9 +3,10 @@
 
 #include "cpu.h"
 
-double hcnn_cpu_softmax_xent(const float *logits, const int32_t *labels, int n, int k,
-                             float grad_scale, float *dlogits, int *correct)
+void hcnn_cpu_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
+                           int n, int k, float grad_scale, float *dlogits, double *stats)
 {
+    (void)be;
     double loss = 0.0;
     int ok = 0;
     for (int i = 0; i < n; i++) {
@@ -31,7 +32,6 @@ double hcnn_cpu_softmax_xent(const float *logits, const int32_t *labels, int n, 
             }
         }
     }
-    if (correct)
-        *correct = ok;
-    return loss;
+    stats[HCNN_STAT_LOSS] += loss;
+    stats[HCNN_STAT_CORRECT] += ok;
 }

@@ -24,9 +24,10 @@ static void sgd_range(float *restrict w, const float *restrict g, float *restric
 
 /* Element-wise, so any split gives the same result.  LeNet-5's 62k
  * parameters are worth two threads; the serial loop was 5% of its step. */
-void hcnn_cpu_sgd_step(float *w, const float *g, float *v, size_t n, float lr, float mu, float wd,
+void hcnn_cpu_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n, float lr, float mu, float wd,
                        int nesterov)
 {
+    (void)be;
 #pragma omp parallel if (n > 16384)
     {
         const size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
@@ -42,8 +43,9 @@ void hcnn_cpu_sgd_step(float *w, const float *g, float *v, size_t n, float lr, f
 #define SUM_SQ_MIN_BLOCK 65536
 #define SUM_SQ_MAX_BLOCKS 256
 
-double hcnn_cpu_sum_sq(const float *x, size_t n)
+void hcnn_cpu_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats)
 {
+    (void)be;
     size_t block = (n + SUM_SQ_MAX_BLOCKS - 1) / SUM_SQ_MAX_BLOCKS;
     block = block < SUM_SQ_MIN_BLOCK ? SUM_SQ_MIN_BLOCK : block;
     const int blocks = (int)((n + block - 1) / block);
@@ -59,5 +61,5 @@ double hcnn_cpu_sum_sq(const float *x, size_t n)
     double s = 0.0;
     for (int b = 0; b < blocks; b++)
         s += part[b];
-    return s;
+    stats[HCNN_STAT_SUMSQ] += s;
 }

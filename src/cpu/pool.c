@@ -119,9 +119,10 @@ static int maxpool2x2(const hcnn_pool_geom *g)
     return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0;
 }
 
-void hcnn_cpu_maxpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y,
+void hcnn_cpu_maxpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n, float *y,
                           int32_t *argmax)
 {
+    (void)be;
     if (maxpool2x2(g)) {
         void (*plane_fn)(const float *, int, int, int, float *, int32_t *) = maxpool2x2_plane;
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -168,9 +169,10 @@ void hcnn_cpu_maxpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float 
     }
 }
 
-void hcnn_cpu_maxpool_bwd(const hcnn_pool_geom *g, const float *dy, const int32_t *argmax,
+void hcnn_cpu_maxpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, const int32_t *argmax,
                           int n, float *dx)
 {
+    (void)be;
 #if defined(__x86_64__) && defined(__GNUC__)
     /* (narrower planes, such as LeNet's 10x10 -> 5x5, were faster scalar) */
     if (maxpool2x2(g) && g->ow >= 8 && __builtin_cpu_supports("avx512f")) {
@@ -208,8 +210,9 @@ static int global_pool(const hcnn_pool_geom *g)
            g->pw == 0;
 }
 
-void hcnn_cpu_avgpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float *y)
+void hcnn_cpu_avgpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n, float *y)
 {
+    (void)be;
     const float inv = 1.0f / (float)(g->kh * g->kw);
     if (global_pool(g)) { /* the generic loop's sum, in its order */
         const size_t planes = (size_t)n * g->c, np = (size_t)g->h * g->w;
@@ -248,8 +251,9 @@ void hcnn_cpu_avgpool_fwd(const hcnn_pool_geom *g, const float *x, int n, float 
     }
 }
 
-void hcnn_cpu_avgpool_bwd(const hcnn_pool_geom *g, const float *dy, int n, float *dx)
+void hcnn_cpu_avgpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, int n, float *dx)
 {
+    (void)be;
     const float inv = 1.0f / (float)(g->kh * g->kw);
     if (global_pool(g)) {
         const size_t planes = (size_t)n * g->c, np = (size_t)g->h * g->w;

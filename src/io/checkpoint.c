@@ -91,10 +91,10 @@ int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
     float *h = hcnn_alloc(sizeof(float) * (2 * np + ns + 1), "checkpoint copy");
     if (!h)
         return HCNN_ENOMEM;
-    be->download(h, net->params, sizeof(float) * np);
-    be->download(h + np, net->state, sizeof(float) * ns);
+    be->download(be, h, net->params, sizeof(float) * np);
+    be->download(be, h + np, net->state, sizeof(float) * ns);
     if (momentum)
-        be->download(h + np + ns, momentum, sizeof(float) * np);
+        be->download(be, h + np + ns, momentum, sizeof(float) * np);
     const int rc = hcnn_ckpt_save_buffers(path, net, h, h + np, momentum ? h + np + ns : NULL,
                                           meta);
     hcnn_free(h);
@@ -622,7 +622,7 @@ int hcnn_ckpt_load(const char *path, hcnn_net *net, float *momentum, hcnn_ckpt_m
                      : momentum              ? momentum + t->offset
                                              : NULL;
         if (dst) /* c->data is unaligned in the file image: upload copies bytes */
-            net->be->upload(dst, c->data, c->count * sizeof(float));
+            net->be->upload(net->be, dst, c->data, c->count * sizeof(float));
     }
 out:
     free(seen);

@@ -121,9 +121,9 @@ int hcnn_ckpt_writer_submit(hcnn_ckpt_writer *w, const float *momentum, const hc
     if (w->failure_seen)
         rc = HCNN_OK;
     const hcnn_net *net = w->net;
-    net->be->download(w->params, net->params, sizeof(float) * net->nparams);
-    net->be->download(w->state, net->state, sizeof(float) * net->nstate);
-    net->be->download(w->momentum, momentum, sizeof(float) * net->nparams);
+    net->be->download(net->be, w->params, net->params, sizeof(float) * net->nparams);
+    net->be->download(net->be, w->state, net->state, sizeof(float) * net->nstate);
+    net->be->download(net->be, w->momentum, momentum, sizeof(float) * net->nparams);
     w->meta = *meta;
     w->link_final = link_final_too;
     /* this line's name, unless another line's checkpoint has it (a file

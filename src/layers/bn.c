@@ -25,10 +25,10 @@ static void bn_forward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
 {
     const int c = l->out_c, np = l->out_h * l->out_w;
     if (ctx->training)
-        ctx->be->bn_fwd_train(x, n, c, np, l->w, l->b, l->eps, l->momentum, l->running_mean,
+        ctx->be->bn_fwd_train(ctx->be, x, n, c, np, l->w, l->b, l->eps, l->momentum, l->running_mean,
                               l->running_var, aux, aux + c, add, relu, y);
     else
-        ctx->be->bn_fwd_infer(x, n, c, np, l->w, l->b, l->eps, l->running_mean, l->running_var, add,
+        ctx->be->bn_fwd_infer(ctx->be, x, n, c, np, l->w, l->b, l->eps, l->running_mean, l->running_var, add,
                               relu, y);
 }
 
@@ -44,7 +44,7 @@ static void bn_backward_masked(hcnn_layer *l, const hcnn_ctx *ctx, const float *
                                const float *dy, int relu, float *dx, int n)
 {
     const int c = l->out_c, np = l->out_h * l->out_w;
-    ctx->be->bn_bwd(x, dy, n, c, np, l->w, l->b, aux, aux + c, relu, dx, l->dw, l->db);
+    ctx->be->bn_bwd(ctx->be, x, dy, n, c, np, l->w, l->b, aux, aux + c, relu, dx, l->dw, l->db);
 }
 
 static int bn_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *y,

@@ -14,23 +14,25 @@ static int fuses_relu(const hcnn_layer *layers, int j, int count)
            layers[j].ops->backward_relu && layers[j + 1].ops->is_relu;
 }
 
-/* A layer's pass, timed when profiling and inside its LIKWID region
- * ("fwd:layer1.0.conv1" nested in "fwd:layer1.0": a region only reads the
- * counters at its start and stop, so regions nest). */
-static double pass_start(const hcnn_ctx *ctx, const hcnn_layer *l, int backward)
+/* A layer's pass, timed when profiling by the backend's timer pair (the
+ * host clock on the CPU; events on a device, whose work is asynchronous)
+ * and inside its LIKWID region ("fwd:layer1.0.conv1" nested in
+ * "fwd:layer1.0": a region only reads the counters at its start and stop,
+ * so regions nest). */
+static void pass_start(const hcnn_ctx *ctx, const hcnn_layer *l, int backward, hcnn_timer *t)
 {
     (void)l; /* without LIKWID the marker is nothing */
-    const double t0 = (backward ? ctx->prof_bwd : ctx->prof_fwd) ? hcnn_now() : 0.0;
+    if (backward ? ctx->prof_bwd : ctx->prof_fwd)
+        ctx->be->timer_start(ctx->be, t);
     HCNN_MARKER_START(ctx, l->name, backward);
-    return t0;
 }
 
-static void pass_stop(const hcnn_ctx *ctx, const hcnn_layer *l, int backward, double t0)
+static void pass_stop(const hcnn_ctx *ctx, const hcnn_layer *l, int backward, hcnn_timer *t)
 {
     HCNN_MARKER_STOP(ctx, l->name, backward);
     double *acc = backward ? ctx->prof_bwd : ctx->prof_fwd;
     if (acc)
-        acc[l->id] += hcnn_now() - t0;
+        acc[l->id] += ctx->be->timer_stop(ctx->be, t);
 }
 
 int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, const float *x,
@@ -45,7 +47,8 @@ int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, const
         const int relu = fuses_relu(layers, j, count);
         const int epilogue = last && epi && l->ops->forward_fused;
         float *out = epilogue ? epi->out : y[j + relu];
-        const double t = pass_start(ctx, l, 0);
+        hcnn_timer t;
+        pass_start(ctx, l, 0, &t);
         int rc = HCNN_OK;
         if (epilogue)
             l->ops->forward_fused(l, ctx, in, epi->add, epi->relu, out, aux[j], n);
@@ -53,7 +56,7 @@ int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, const
             l->ops->forward_fused(l, ctx, in, NULL, 1, out, aux[j], n);
         else
             rc = l->ops->forward(l, ctx, in, out, aux[j], n);
-        pass_stop(ctx, l, 0, t);
+        pass_stop(ctx, l, 0, &t);
         if (rc)
             return rc;
         if (epilogue)
@@ -83,7 +86,8 @@ int hcnn_chain_backward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, cons
         const float *in = j == 0 ? x : y[j - 1];
         float *out = j == 0 ? dx : bufs[which];
         const int acc = j == 0 && dx_acc && dx;
-        const double t = pass_start(ctx, l, 1);
+        hcnn_timer t;
+        pass_start(ctx, l, 1, &t);
         int rc = HCNN_OK;
         if (relu)
             l->ops->backward_relu(l, ctx, in, aux[j], cur, out, n);
@@ -91,7 +95,7 @@ int hcnn_chain_backward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, cons
             l->ops->backward_acc(l, ctx, in, cur, out, n);
         else
             rc = l->ops->backward(l, ctx, in, y[j], aux[j], cur, out, n);
-        pass_stop(ctx, l, 1, t);
+        pass_stop(ctx, l, 1, &t);
         if (!rc && done)
             rc = done(arg, j);
         if (rc)

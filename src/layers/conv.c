@@ -1,31 +1,9 @@
-/* 2-D convolution as im2col + one GEMM over a group of images (Caffe /
- * Darknet style), backward as GEMM + col2im; it executes the plan of
- * conv_plan.c (include/hcnn/conv.h).
- *
- * With K = C*kh*kw and P = oh*ow, for a group of nb images:
- *   col  = im2col(x)            [K][nb*P]
- *   Y    = W col                [Cout][nb*P]   W is [Cout][K]
- *   y    = nchw(Y) + b          [nb][Cout][P]
- * backward, with dY = cnp(dy)   [Cout][nb*P]:
- *   dW  += dY col^T             [Cout][K]      (or dW^T += col dY^T)
- *   db  += sum over (nb, P) of dy
- *   dcol = W^T dY               [K][nb*P]
- *   dx   = col2im(dcol)
- * For nb = 1, Y and dY are already NCHW: the GEMMs read and write the
- * activations directly and no layout change runs; a block of output rows
- * is a block of Y's columns, a block of input channels a block of dcol's
- * rows.  Shifted windows (one image, stride 1, wide planes): with W_t =
- * W[:, :, ki, kj] and the input zero-padded (src/layers/conv_plan.h),
- *   Yext                      = sum over taps of W_t xpad[:, off_t : off_t + N]
- *   dxpad[:, off_t : off_t + N] += W_t^T dYext  (dYext: dy, junk columns zero)
- * and the weight gradient keeps the columns.
- *
- * On the per-thread path the backward's tasks, weight-gradient chunks (each
- * into its partial sum) and input-gradient items, go to whichever thread
- * is free; the partials are then added to dW in chunk order. */
-#include <stdatomic.h>
-
-#include "conv_plan.h"
+/* 2-D convolution, y = W x + b over n images: the layer's shape, its
+ * parameters and their initialisation.  How it runs is the backend's
+ * (include/hcnn/backend.h: conv_fwd, conv_bwd): the CPU backend's im2col /
+ * shifted-window plan with per-thread items (src/cpu/conv_plan.c,
+ * src/cpu/conv.c), cuDNN or im2col + cuBLAS on a GPU. */
+#include "hcnn/layer.h"
 
 /* y = W x + b: kernel kh x kw, stride, padding; K*P multiply-adds a sample */
 static int conv_setup(hcnn_layer *l, const char *cfg_path, int index)
@@ -46,362 +24,85 @@ static int conv_setup(hcnn_layer *l, const char *cfg_path, int index)
     l->nw = (size_t)s->out * K;
     l->nb = s->bias ? (size_t)s->out : 0;
     l->has_bias = s->bias;
+    /* an image's im2col columns and output: checked against the int range
+     * the kernels index with (hcnn_layer_setup) */
     l->ws_per_sample = (K + (size_t)s->out) * P;
     l->flops_per_sample = 2.0 * (double)K * s->out * P;
     return HCNN_OK;
 }
 
-/* ---- forward ------------------------------------------------------------- */
-
-/* Output rows [oy0, oy0 + rows) of one image by im2col + GEMM. */
-static void forward_rows(const hcnn_layer *l, const hcnn_backend *be, const float *x, float *y,
-                         int oy0, int rows, float *col)
+/* What the backend runs: the layer's geometry, and the configuration's
+ * execution keys with the call's workspace and hooks. */
+static hcnn_conv_desc desc_of(const hcnn_layer *l)
 {
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, ow = l->conv.ow;
-    const hcnn_conv_geom g = hcnn_conv_row_block(l, oy0, rows);
-    be->im2col(&g, x, 1, col);
-    be->gemm(0, 0, co, rows * ow, K, 1.0f, l->w, K, col, rows * ow, 0.0f, y + (size_t)oy0 * ow,
-             P);
-    if (l->b)
-        be->add_channel_bias(y + (size_t)oy0 * ow, l->b, 1, co, rows * ow, (size_t)P);
+    return (hcnn_conv_desc){.g = l->conv, .out_c = l->out_c};
 }
 
-/* Forward of nb > 1 images; col holds K*nb*P floats, Y Cout*nb*P. */
-static void forward_group(const hcnn_layer *l, const hcnn_backend *be, const float *x, float *y,
-                          int nb, float *col, float *Y)
+static hcnn_exec exec_of(const hcnn_ctx *ctx)
 {
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
-    be->im2col(&l->conv, x, nb, col);
-    be->gemm(0, 0, co, nb * P, K, 1.0f, l->w, K, col, nb * P, 0.0f, Y, nb * P);
-    be->cnp_to_nchw(Y, l->b, nb, co, P, y);
+    return (hcnn_exec){.ws = ctx->ws,
+                       .ws_floats = ctx->ws_floats,
+                       .max_chunk_floats = ctx->max_chunk_floats,
+                       .conv_algo = ctx->conv_algo,
+                       .in_unit = ctx->in_unit,
+                       .poll = ctx->poll,
+                       .poll_arg = ctx->poll_arg};
 }
-
-/* Output rows [oy0, oy0 + rows) of one image by shifted windows: the
- * padded rows they read, [oy0, oy0 + rows + kh - 1), copied into s->pad
- * (whose border columns stay zero; rows outside the image are zeroed). */
-static void forward_shifted(const hcnn_layer *l, const hcnn_backend *be, const float *wt,
-                            const hcnn_conv_slot *s, const float *x, float *y, int oy0, int rows)
-{
-    const hcnn_conv_geom *g = &l->conv;
-    const int Wp = hcnn_conv_padded_w(l), co = l->out_c, P = hcnn_conv_p(l), N = rows * Wp;
-    const int prows = rows + g->kh - 1;                /* padded rows read */
-    const size_t plane = (size_t)prows * Wp;           /* of the item's padded planes */
-    int top = g->ph - oy0, iy0 = 0;                    /* padded rows above the image */
-    if (top < 0)
-        iy0 = -top, top = 0;
-    int inside = g->h - iy0 < prows - top ? g->h - iy0 : prows - top;
-    inside = inside < 0 ? 0 : inside;
-    for (int c = 0; c < g->c; c++) {
-        float *pc = s->pad + (size_t)c * plane;
-        if (top)
-            be->fill(pc, (size_t)top * Wp, 0.0f);
-        if (top + inside < prows)
-            be->fill(pc + (size_t)(top + inside) * Wp, (size_t)(prows - top - inside) * Wp, 0.0f);
-    }
-    be->copy_planes(x + (size_t)iy0 * g->w, (size_t)g->h * g->w, g->w, g->c, inside, g->w,
-                    s->pad + (size_t)top * Wp + g->pw, plane, Wp, 0);
-    for (int t = 0; t < g->kh * g->kw; t++)
-        be->gemm(0, 0, co, N, g->c, 1.0f, wt + (size_t)t * co * g->c, g->c,
-                 s->pad + hcnn_conv_tap_offset(l, t), (int)plane, t ? 1.0f : 0.0f, s->ext, N);
-    be->copy_planes(s->ext, (size_t)N, Wp, co, rows, g->ow, y + (size_t)oy0 * g->ow, (size_t)P,
-                    g->ow, 0);
-    if (l->b)
-        be->add_channel_bias(y + (size_t)oy0 * g->ow, l->b, 1, co, rows * g->ow, (size_t)P);
-}
-
-/* ---- the items ----------------------------------------------------------- */
-
-typedef struct conv_job {
-    const hcnn_layer *l;
-    const hcnn_ctx *ctx;
-    const hcnn_conv_plan *p;
-    const float *x, *dy;
-    float *y, *dx;
-    int dx_acc;
-    const float *wt; /* the taps' weights (shifted windows), else NULL */
-    int n;
-    atomic_int next; /* backward: the next task to take */
-} conv_job;
-
-/* Item i: group i / row_items (first image, images), row block i % row_items. */
-typedef struct conv_item {
-    int i0, nb, oy0, rows;
-} conv_item;
-
-static conv_item item_at(const conv_job *j, int i)
-{
-    const hcnn_conv_plan *p = j->p;
-    const int k = i / p->row_items, r = i % p->row_items, oh = j->l->conv.oh;
-    conv_item it = {k * p->group, 0, r * p->rows, 0};
-    it.nb = j->n - it.i0 < p->group ? j->n - it.i0 : p->group;
-    it.rows = oh - it.oy0 < p->rows ? oh - it.oy0 : p->rows;
-    return it;
-}
-
-/* The taps' weights of shifted windows, W_t[co][c] = W[co][c][t], after the
- * plan's slots and partials; NULL if the plan has none. */
-static const float *prepare_shifted(const hcnn_layer *l, const hcnn_ctx *ctx,
-                                    const hcnn_conv_plan *p)
-{
-    if (!p->shifted)
-        return NULL;
-    float *wt = hcnn_conv_shifted_weights(l, p, ctx->ws);
-    ctx->be->transpose(l->w, l->out_c * l->conv.c, l->conv.kh * l->conv.kw, wt);
-    return wt;
-}
-
-static void forward_thread(void *arg, int t, int nt)
-{
-    const conv_job *j = arg;
-    const hcnn_layer *l = j->l;
-    const hcnn_backend *be = j->ctx->be;
-    const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
-    const hcnn_conv_slot s = hcnn_conv_slot_at(l, j->p, j->ctx->ws, t);
-    const int a = (int)((long)j->p->nitems * t / nt), b = (int)((long)j->p->nitems * (t + 1) / nt);
-    if (j->wt && a < b) /* the padded planes' border columns stay zero */
-        be->fill(s.pad, hcnn_conv_padded_floats(l), 0.0f);
-    for (int i = a; i < b; i++) {
-        const conv_item it = item_at(j, i);
-        const float *x = j->x + (size_t)it.i0 * in_sz;
-        float *y = j->y + (size_t)it.i0 * out_sz;
-        if (j->wt)
-            forward_shifted(l, be, j->wt, &s, x, y, it.oy0, it.rows);
-        else if (it.nb == 1)
-            forward_rows(l, be, x, y, it.oy0, it.rows, s.col);
-        else
-            forward_group(l, be, x, y, it.nb, s.col, s.out);
-        if (t == 0)
-            hcnn_ctx_poll(j->ctx);
-    }
-}
-
-/* Weight gradient of output rows [oy0, oy0 + rows) of one image:
- * dw = beta * dw + dY[:, rows] col(rows)^T. */
-static void dw_rows(const hcnn_layer *l, const hcnn_backend *be, const float *x, const float *dy,
-                    int oy0, int rows, float *col, float beta, float *dw)
-{
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, ow = l->conv.ow;
-    const hcnn_conv_geom gb = hcnn_conv_row_block(l, oy0, rows);
-    be->im2col(&gb, x, 1, col);
-    be->gemm(0, 1, co, K, rows * ow, 1.0f, dy + (size_t)oy0 * ow, P, col, rows * ow, beta, dw, K);
-}
-
-/* Weight gradient of nb > 1 images: dY into out, dw = beta * dw + dY col^T,
- * or with dyt (transposed) dw = beta * dw + col dY^T ([K][Cout]). */
-static void dw_group(const hcnn_layer *l, const hcnn_backend *be, const float *x, const float *dy,
-                     int nb, const hcnn_conv_slot *s, float beta, float *dw)
-{
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
-    const float *g = dy;
-    if (nb > 1) {
-        be->nchw_to_cnp(dy, nb, co, P, s->out);
-        g = s->out;
-    }
-    be->im2col(&l->conv, x, nb, s->col);
-    if (s->dyt) {
-        be->transpose(g, co, nb * P, s->dyt);
-        be->gemm(0, 0, K, co, nb * P, 1.0f, s->col, nb * P, s->dyt, co, beta, dw, co);
-    } else {
-        be->gemm(0, 1, co, K, nb * P, 1.0f, g, nb * P, s->col, nb * P, beta, dw, K);
-    }
-}
-
-/* Input gradient of nb images by dcol = W^T dY and col2im (added to dx if
- * acc); for one image, of its input channels [c0, c0 + cb) only (rows
- * [c0*taps, (c0+cb)*taps) of dcol, dx pointing at channel c0). */
-static void dx_columns(const hcnn_layer *l, const hcnn_backend *be, const float *dy, int nb,
-                       int c0, int cb, const hcnn_conv_slot *s, int acc, float *dx)
-{
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
-    const int taps = l->conv.kh * l->conv.kw;
-    const float *g = dy;
-    if (nb > 1) {
-        be->nchw_to_cnp(dy, nb, co, P, s->out);
-        g = s->out;
-    }
-    hcnn_conv_geom gc = l->conv;
-    gc.c = cb;
-    be->gemm(1, 0, cb * taps, nb * P, co, 1.0f, l->w + (size_t)c0 * taps, K, g, nb * P, 0.0f,
-             s->col, nb * P);
-    be->col2im(&gc, s->col, nb, acc, dx);
-}
-
-/* Item i's weight gradient into dw (beta: 0 for a chunk's first item). */
-static void dw_item(const conv_job *j, const hcnn_conv_slot *s, int i, float beta, float *dw)
-{
-    const conv_item it = item_at(j, i);
-    const float *x = j->x + (size_t)it.i0 * hcnn_layer_in_size(j->l);
-    const float *dy = j->dy + (size_t)it.i0 * hcnn_layer_out_size(j->l);
-    if (it.nb == 1 && !s->dyt)
-        dw_rows(j->l, j->ctx->be, x, dy, it.oy0, it.rows, s->col, beta, dw);
-    else
-        dw_group(j->l, j->ctx->be, x, dy, it.nb, s, beta, dw);
-}
-
-/* Weight-gradient chunk c: its items in order into partial c. */
-static void dw_chunk(const conv_job *j, const hcnn_conv_slot *s, int c, int t)
-{
-    const hcnn_conv_plan *p = j->p;
-    float *part = hcnn_conv_partial(j->l, p, j->ctx->ws, c);
-    const int a = (int)((long)p->nitems * c / p->nchunks);
-    const int b = (int)((long)p->nitems * (c + 1) / p->nchunks);
-    for (int i = a; i < b; i++) {
-        dw_item(j, s, i, i == a ? 0.0f : 1.0f, part);
-        if (t == 0) /* only thread 0 drives communication (MPI_THREAD_FUNNELED) */
-            hcnn_ctx_poll(j->ctx);
-    }
-}
-
-/* Input-gradient item d: group d / per_group, channel block d % per_group. */
-static void dx_item(const conv_job *j, const hcnn_conv_slot *s, int d)
-{
-    const hcnn_layer *l = j->l;
-    const hcnn_conv_plan *p = j->p;
-    const hcnn_backend *be = j->ctx->be;
-    const hcnn_conv_geom *g = &l->conv;
-    const int P = hcnn_conv_p(l), co = l->out_c, taps = g->kh * g->kw;
-    const int per_group = p->ndx / p->ngroups, k = d / per_group;
-    const int c0 = d % per_group * p->dx_channels;
-    const int cb = g->c - c0 < p->dx_channels ? g->c - c0 : p->dx_channels;
-    const int i0 = k * p->group, nb = j->n - i0 < p->group ? j->n - i0 : p->group;
-    const size_t hw = (size_t)g->h * g->w;
-    const float *dy = j->dy + (size_t)i0 * hcnn_layer_out_size(l);
-    float *dx = j->dx + (size_t)i0 * hcnn_layer_in_size(l) + (size_t)c0 * hw;
-    if (!j->wt) {
-        dx_columns(l, be, dy, nb, c0, cb, s, j->dx_acc, dx);
-        return;
-    }
-    /* shifted windows, one image: dy onto the padded width, the taps into
-     * cb padded planes, their interior into dx */
-    const int Wp = hcnn_conv_padded_w(l), N = hcnn_conv_shifted_columns(l);
-    const size_t plane = hcnn_conv_padded_plane(l);
-    be->copy_planes(dy, (size_t)P, g->ow, co, g->oh, g->ow, s->ext, (size_t)N, Wp, 0);
-    be->fill(s->pad, hcnn_round_up16((size_t)cb * plane + (size_t)g->kw - 1), 0.0f);
-    for (int t = 0; t < taps; t++)
-        be->gemm(1, 0, cb, N, co, 1.0f, j->wt + (size_t)t * co * g->c + c0, g->c, s->ext, N, 1.0f,
-                 s->pad + hcnn_conv_tap_offset(l, t), (int)plane);
-    be->copy_planes(s->pad + (size_t)g->ph * Wp + g->pw, plane, Wp, cb, g->h, g->w, dx, hw, g->w,
-                    j->dx_acc);
-}
-
-/* The backward's tasks, taken in turn by whichever thread is free: the
- * weight-gradient chunks (the larger tasks) first, then the input-gradient
- * items.  Who runs a task does not change its result. */
-static void backward_thread(void *arg, int t, int nt)
-{
-    (void)nt;
-    conv_job *j = arg;
-    const hcnn_conv_plan *p = j->p;
-    const hcnn_conv_slot s = hcnn_conv_slot_at(j->l, p, j->ctx->ws, t);
-    const int ntasks = p->nchunks + (j->dx ? p->ndx : 0);
-    int dx_ready = 0;
-    for (int k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < ntasks;) {
-        if (k < p->nchunks) {
-            dw_chunk(j, &s, k, t);
-            continue;
-        }
-        if (j->wt && !dx_ready) /* dy on the padded width: junk columns stay zero */
-            j->ctx->be->fill(s.ext, hcnn_conv_padded_out_floats(j->l), 0.0f);
-        dx_ready = 1;
-        dx_item(j, &s, k - p->nchunks);
-        if (t == 0)
-            hcnn_ctx_poll(j->ctx);
-    }
-}
-
-/* ---- the table's operations -------------------------------------------------- */
 
 static int conv_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
                         int n)
 {
     (void)aux;
-    const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
-    hcnn_conv_plan p;
-    hcnn_conv_plan_make(l, ctx, n, &p);
-    if (p.per_thread) {
-        conv_job job = {.l = l, .ctx = ctx, .p = &p, .x = x, .y = y, .n = n};
-        job.wt = prepare_shifted(l, ctx, &p);
-        ctx->be->parallel(forward_thread, &job);
-        return HCNN_OK;
-    }
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l);
-    for (int i0 = 0; i0 < n; i0 += p.group) {
-        const int nb = n - i0 < p.group ? n - i0 : p.group;
-        float *col = ctx->ws, *Y = ctx->ws + (size_t)K * nb * P;
-        const float *xi = x + (size_t)i0 * in_sz;
-        float *yi = y + (size_t)i0 * out_sz;
-        if (nb == 1)
-            for (int oy0 = 0; oy0 < l->conv.oh; oy0 += p.rows)
-                forward_rows(l, ctx->be, xi, yi, oy0,
-                             l->conv.oh - oy0 < p.rows ? l->conv.oh - oy0 : p.rows, col);
-        else
-            forward_group(l, ctx->be, xi, yi, nb, col, Y);
-        hcnn_ctx_poll(ctx);
-    }
-    return HCNN_OK;
+    const hcnn_conv_desc d = desc_of(l);
+    const hcnn_exec ex = exec_of(ctx);
+    return ctx->be->conv_fwd(ctx->be, &d, &ex, x, l->w, l->b, y, n);
 }
 
-/* Backward; dx overwritten, or added to if dx_acc. */
-static void conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
-                               const float *dy, float *dx, int dx_acc, int n)
+/* dw, db accumulated; dx overwritten, or added to if dx_acc */
+static int conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
+                              const float *dy, float *dx, int dx_acc, int n)
 {
-    const hcnn_backend *be = ctx->be;
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l);
-    if (l->db)
-        be->channel_sum_acc(dy, n, l->out_c, P, l->db);
-    hcnn_conv_plan p;
-    hcnn_conv_plan_make(l, ctx, n, &p);
-    if (!p.per_thread) { /* batched: every chunk and its columns on all threads */
-        const size_t in_sz = hcnn_layer_in_size(l), out_sz = hcnn_layer_out_size(l);
-        const hcnn_conv_slot s = {.col = ctx->ws, .out = ctx->ws + (size_t)K * p.group * P};
-        for (int i0 = 0; i0 < n; i0 += p.group) {
-            const int nb = n - i0 < p.group ? n - i0 : p.group;
-            const float *xi = x + (size_t)i0 * in_sz, *dyi = dy + (size_t)i0 * out_sz;
-            if (nb == 1) /* in the forward's row blocks */
-                for (int oy0 = 0; oy0 < l->conv.oh; oy0 += p.rows)
-                    dw_rows(l, be, xi, dyi, oy0,
-                            l->conv.oh - oy0 < p.rows ? l->conv.oh - oy0 : p.rows, s.col, 1.0f,
-                            l->dw);
-            else
-                dw_group(l, be, xi, dyi, nb, &s, 1.0f, l->dw);
-            hcnn_ctx_poll(ctx);
-            if (dx) {
-                dx_columns(l, be, dyi, nb, 0, l->conv.c, &s, dx_acc, dx + (size_t)i0 * in_sz);
-                hcnn_ctx_poll(ctx);
-            }
-        }
-        return;
-    }
-    conv_job job = {.l = l, .ctx = ctx, .p = &p, .x = x, .dy = dy, .dx = dx, .dx_acc = dx_acc,
-                    .n = n};
-    atomic_init(&job.next, 0);
-    if (dx)
-        job.wt = prepare_shifted(l, ctx, &p);
-    be->parallel(backward_thread, &job);
-    /* dW += the partial sums, in chunk order */
-    for (int c = 0; c < p.nchunks; c++) {
-        float *part = hcnn_conv_partial(l, &p, ctx->ws, c);
-        if (p.dw_transposed) { /* [K][Cout] -> [Cout][K] */
-            float *t = hcnn_conv_dw_buffer(l, &p, ctx->ws);
-            be->transpose(part, K, l->out_c, t);
-            part = t;
-        }
-        be->add_acc(part, l->dw, (size_t)l->out_c * K);
-    }
+    const hcnn_conv_desc d = desc_of(l);
+    const hcnn_exec ex = exec_of(ctx);
+    return ctx->be->conv_bwd(ctx->be, &d, &ex, x, l->w, dy, l->dw, l->db, dx, dx_acc, n);
 }
 
 static int conv_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const float *y,
                          const float *aux, const float *dy, float *dx, int n)
 {
     (void)y, (void)aux;
-    conv_backward_into(l, ctx, x, dy, dx, 0, n);
-    return HCNN_OK;
+    return conv_backward_into(l, ctx, x, dy, dx, 0, n);
 }
 
 static void conv_backward_acc(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
                               const float *dy, float *dx, int n)
 {
     conv_backward_into(l, ctx, x, dy, dx, 1, n);
+}
+
+/* The backend's workspace for n images on all its threads, and for a work
+ * unit of n images on one */
+static size_t conv_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
+{
+    const hcnn_conv_desc d = desc_of(l);
+    const hcnn_exec ex = exec_of(ctx);
+    return ctx->be->conv_workspace(ctx->be, &d, &ex, n);
+}
+
+static size_t conv_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
+{
+    const hcnn_conv_desc d = desc_of(l);
+    hcnn_exec ex = exec_of(ctx);
+    ex.in_unit = 1;
+    return ctx->be->conv_workspace(ctx->be, &d, &ex, n);
+}
+
+static void conv_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
+                       hcnn_gemm_list *gl)
+{
+    const hcnn_conv_desc d = desc_of(l);
+    const hcnn_exec ex = exec_of(ctx);
+    ctx->be->conv_gemms(ctx->be, &d, &ex, n, unit, need_dx, gl);
 }
 
 static void conv_init(const hcnn_layer *l, hcnn_init init, hcnn_rng *rng, float *w, float *b,
@@ -427,8 +128,8 @@ const hcnn_layer_ops hcnn_layer_conv = {
     .backward_acc = conv_backward_acc,
     .init = conv_init,
     .weight_dims = conv_weight_dims,
-    .workspace = hcnn_conv_workspace,
-    .thread_workspace = hcnn_conv_thread_workspace,
-    .gemms = hcnn_conv_gemms,
+    .workspace = conv_workspace,
+    .thread_workspace = conv_thread_workspace,
+    .gemms = conv_gemms,
     .per_sample = 1,
 };

@@ -19,9 +19,9 @@ static int dropout_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, f
 {
     const size_t sz = hcnn_layer_out_size(l) * (size_t)n;
     if (!ctx->training || l->p == 0.0f)
-        ctx->be->copy(y, x, sz);
+        ctx->be->copy(ctx->be, y, x, sz);
     else
-        ctx->be->dropout_fwd(x, y, aux, n, hcnn_layer_in_size(l), l->p, ctx->seed, ctx->step,
+        ctx->be->dropout_fwd(ctx->be, x, y, aux, n, hcnn_layer_in_size(l), l->p, ctx->seed, ctx->step,
                              ctx->first_sample, (uint64_t)l->id);
     return HCNN_OK;
 }
@@ -34,9 +34,9 @@ static int dropout_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, 
     if (!dx)
         return HCNN_OK;
     if (!ctx->training || l->p == 0.0f)
-        ctx->be->copy(dx, dy, sz);
+        ctx->be->copy(ctx->be, dx, dy, sz);
     else
-        ctx->be->mul(dy, aux, dx, sz);
+        ctx->be->mul(ctx->be, dy, aux, dx, sz);
     return HCNN_OK;
 }
 

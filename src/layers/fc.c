@@ -21,9 +21,9 @@ static int fc_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float 
 {
     (void)aux;
     const int in = (int)hcnn_layer_in_size(l), out = l->out_c;
-    ctx->be->gemm(0, 1, n, out, in, 1.0f, x, in, l->w, in, 0.0f, y, out);
+    ctx->be->gemm(ctx->be, 0, 1, n, out, in, 1.0f, x, in, l->w, in, 0.0f, y, out);
     if (l->b)
-        ctx->be->add_row_bias(y, l->b, n, out);
+        ctx->be->add_row_bias(ctx->be, y, l->b, n, out);
     return HCNN_OK;
 }
 
@@ -32,11 +32,11 @@ static int fc_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, const
 {
     (void)y, (void)aux;
     const int in = (int)hcnn_layer_in_size(l), out = l->out_c;
-    ctx->be->gemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, l->dw, in);
+    ctx->be->gemm(ctx->be, 1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, l->dw, in);
     if (l->db)
-        ctx->be->row_sum_acc(dy, n, out, l->db);
+        ctx->be->row_sum_acc(ctx->be, dy, n, out, l->db);
     if (dx)
-        ctx->be->gemm(0, 0, n, in, out, 1.0f, dy, out, l->w, in, 0.0f, dx, in);
+        ctx->be->gemm(ctx->be, 0, 0, n, in, out, 1.0f, dy, out, l->w, in, 0.0f, dx, in);
     return HCNN_OK;
 }
 

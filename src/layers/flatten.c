@@ -13,7 +13,7 @@ static int flatten_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, f
                            int n)
 {
     (void)aux;
-    ctx->be->copy(y, x, hcnn_layer_out_size(l) * (size_t)n);
+    ctx->be->copy(ctx->be, y, x, hcnn_layer_out_size(l) * (size_t)n);
     return HCNN_OK;
 }
 
@@ -22,7 +22,7 @@ static int flatten_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, 
 {
     (void)x, (void)y, (void)aux;
     if (dx)
-        ctx->be->copy(dx, dy, hcnn_layer_out_size(l) * (size_t)n);
+        ctx->be->copy(ctx->be, dx, dy, hcnn_layer_out_size(l) * (size_t)n);
     return HCNN_OK;
 }
 

@@ -108,16 +108,6 @@ size_t hcnn_layer_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int
     return l->ops->thread_workspace ? l->ops->thread_workspace(l, ctx, n) : 0;
 }
 
-void hcnn_gemm_push(hcnn_gemm_list *g, int backward, int ta, int tb, int m, int n, int k,
-                    int per_thread)
-{
-    hcnn_gemm_shape *arr = backward ? g->bwd : g->fwd;
-    int *cnt = backward ? &g->nbwd : &g->nfwd;
-    if (arr)
-        arr[*cnt] = (hcnn_gemm_shape){ta, tb, m, n, k, per_thread};
-    (*cnt)++;
-}
-
 void hcnn_layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
                       hcnn_gemm_list *g)
 {

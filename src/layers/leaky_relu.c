@@ -17,7 +17,7 @@ static int leaky_relu_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x
                               float *aux, int n)
 {
     (void)aux;
-    ctx->be->relu_fwd(x, y, hcnn_layer_out_size(l) * (size_t)n, l->spec.negative_slope);
+    ctx->be->relu_fwd(ctx->be, x, y, hcnn_layer_out_size(l) * (size_t)n, l->spec.negative_slope);
     return HCNN_OK;
 }
 
@@ -26,7 +26,7 @@ static int leaky_relu_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *
 {
     (void)x, (void)aux;
     if (dx)
-        ctx->be->relu_bwd(y, dy, dx, hcnn_layer_out_size(l) * (size_t)n, l->spec.negative_slope);
+        ctx->be->relu_bwd(ctx->be, y, dy, dx, hcnn_layer_out_size(l) * (size_t)n, l->spec.negative_slope);
     return HCNN_OK;
 }
 

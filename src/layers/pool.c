@@ -44,7 +44,7 @@ static int gap_setup(hcnn_layer *l, const char *cfg_path, int index)
 static int maxpool_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
                            int n)
 {
-    ctx->be->maxpool_fwd(&l->pool, x, n, y, (int32_t *)aux);
+    ctx->be->maxpool_fwd(ctx->be, &l->pool, x, n, y, (int32_t *)aux);
     return HCNN_OK;
 }
 
@@ -53,7 +53,7 @@ static int maxpool_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, 
 {
     (void)x, (void)y;
     if (dx)
-        ctx->be->maxpool_bwd(&l->pool, dy, (const int32_t *)aux, n, dx);
+        ctx->be->maxpool_bwd(ctx->be, &l->pool, dy, (const int32_t *)aux, n, dx);
     return HCNN_OK;
 }
 
@@ -61,7 +61,7 @@ static int avgpool_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, f
                            int n)
 {
     (void)aux;
-    ctx->be->avgpool_fwd(&l->pool, x, n, y);
+    ctx->be->avgpool_fwd(ctx->be, &l->pool, x, n, y);
     return HCNN_OK;
 }
 
@@ -71,7 +71,7 @@ static int avgpool_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, 
 {
     (void)x, (void)y, (void)aux;
     if (dx)
-        ctx->be->avgpool_bwd(&l->pool, dy, n, dx);
+        ctx->be->avgpool_bwd(ctx->be, &l->pool, dy, n, dx);
     return HCNN_OK;
 }
 

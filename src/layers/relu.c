@@ -12,7 +12,7 @@ static int relu_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, floa
                         int n)
 {
     (void)aux;
-    ctx->be->relu_fwd(x, y, hcnn_layer_out_size(l) * (size_t)n, 0.0f);
+    ctx->be->relu_fwd(ctx->be, x, y, hcnn_layer_out_size(l) * (size_t)n, 0.0f);
     return HCNN_OK;
 }
 
@@ -21,7 +21,7 @@ static int relu_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, con
 {
     (void)x, (void)aux;
     if (dx)
-        ctx->be->relu_bwd(y, dy, dx, hcnn_layer_out_size(l) * (size_t)n, 0.0f);
+        ctx->be->relu_bwd(ctx->be, y, dy, dx, hcnn_layer_out_size(l) * (size_t)n, 0.0f);
     return HCNN_OK;
 }
 

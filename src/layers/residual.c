@@ -151,8 +151,8 @@ static int residual_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, 
     if (rc || epi.done)
         return rc;
     const size_t sz = hcnn_layer_out_size(l) * n;
-    ctx->be->add(ys[l->nbody - 1], s, y, sz);
-    ctx->be->relu_fwd(y, y, sz, 0.0f);
+    ctx->be->add(ctx->be, ys[l->nbody - 1], s, y, sz);
+    ctx->be->relu_fwd(ctx->be, y, y, sz, 0.0f);
     return HCNN_OK;
 }
 
@@ -179,14 +179,14 @@ static int residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
     const int into_dx = l->nproj == 0 && dx && l->nbody > 1 && l->body[0].ops->backward_acc;
     if (into_dx)
         g = dx;
-    ctx->be->relu_bwd(y, dy, g, out_sz, 0.0f);
+    ctx->be->relu_bwd(ctx->be, y, dy, g, out_sz, 0.0f);
     int rc = hcnn_chain_backward(l->body, l->nbody, ctx, x, ys, auxs, g, dx, into_dx, bufs, n, NULL,
                                  NULL);
     if (rc)
         return rc;
     if (l->nproj == 0) {
         if (dx && !into_dx)
-            ctx->be->add_acc(g, dx, out_sz);
+            ctx->be->add_acc(ctx->be, g, dx, out_sz);
         return HCNN_OK;
     }
     /* projection: parameter gradients always; its input gradient added to
@@ -197,7 +197,7 @@ static int residual_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
     if (rc)
         return rc;
     if (dx && !direct)
-        ctx->be->add_acc(t2, dx, hcnn_layer_in_size(l) * n);
+        ctx->be->add_acc(ctx->be, t2, dx, hcnn_layer_in_size(l) * n);
     return HCNN_OK;
 }
 

@@ -182,17 +182,17 @@ int hcnn_net_create(hcnn_net *net, const hcnn_model_spec *spec, const hcnn_backe
     net->nparams = wk.poff;
     net->nstate = wk.soff;
     net->nids = wk.next_id;
-    net->params = be->alloc(sizeof(float) * (net->nparams + 1), "parameters");
-    net->grads = be->alloc(sizeof(float) * (net->nparams + 1), "gradients");
-    net->state = be->alloc(sizeof(float) * (net->nstate + 1), "batch-norm statistics");
+    net->params = be->alloc(be, sizeof(float) * (net->nparams + 1), "parameters");
+    net->grads = be->alloc(be, sizeof(float) * (net->nparams + 1), "gradients");
+    net->state = be->alloc(be, sizeof(float) * (net->nstate + 1), "batch-norm statistics");
     net->tensors = hcnn_calloc(sizeof *net->tensors * (wk.ntensors + 1), "tensor table");
     if (!net->params || !net->grads || !net->state || !net->tensors) {
         hcnn_net_free(net);
         return HCNN_ENOMEM;
     }
-    be->fill(net->params, net->nparams + 1, 0.0f);
-    be->fill(net->grads, net->nparams + 1, 0.0f);
-    be->fill(net->state, net->nstate + 1, 0.0f);
+    be->fill(be, net->params, net->nparams + 1, 0.0f);
+    be->fill(be, net->grads, net->nparams + 1, 0.0f);
+    be->fill(be, net->state, net->nstate + 1, 0.0f);
     wk = (walk){.net = net, .assign = 1};
     for (int i = 0; i < net->nlayers; i++)
         wk.top = i, walk_layer(&wk, &net->layers[i]);
@@ -208,9 +208,9 @@ void hcnn_net_free(hcnn_net *net)
         hcnn_layer_free(&net->layers[i]);
     hcnn_free(net->layers);
     if (net->be) {
-        net->be->free(net->params);
-        net->be->free(net->grads);
-        net->be->free(net->state);
+        net->be->free(net->be, net->params);
+        net->be->free(net->be, net->grads);
+        net->be->free(net->be, net->state);
     }
     hcnn_free(net->tensors);
     memset(net, 0, sizeof *net);
@@ -244,8 +244,8 @@ int hcnn_net_init(hcnn_net *net, hcnn_init init, uint64_t seed)
     }
     if (!be->host_memory) {
         if (!rc) {
-            be->upload(net->params, params, sizeof(float) * np);
-            be->upload(net->state, state, sizeof(float) * ns);
+            be->upload(be, net->params, params, sizeof(float) * np);
+            be->upload(be, net->state, state, sizeof(float) * ns);
         }
         hcnn_free(params);
         hcnn_free(state);
@@ -367,7 +367,7 @@ int hcnn_acts_alloc(hcnn_acts *a, const hcnn_net *net, int first, int last, int 
         total += (hcnn_layer_out_size(l) * capacity + 15) & ~(size_t)15;
         total += (hcnn_layer_aux_size(l, capacity) + 15) & ~(size_t)15;
     }
-    a->buf = net->be->alloc(sizeof(float) * (total + 16), "activations");
+    a->buf = net->be->alloc(net->be, sizeof(float) * (total + 16), "activations");
     if (!a->buf) {
         hcnn_acts_free(a);
         return HCNN_ENOMEM;
@@ -389,6 +389,6 @@ void hcnn_acts_free(hcnn_acts *a)
     hcnn_free(a->y);
     hcnn_free(a->aux);
     if (a->be)
-        a->be->free(a->buf);
+        a->be->free(a->be, a->buf);
     memset(a, 0, sizeof *a);
 }

@@ -22,31 +22,17 @@
 
 /* ---- whole-network execution: when, and its units -------------------------- */
 
-/* Units of n / 8 samples, but of 16 to 32 unless that makes more than
- * MAX_UNITS of them (enough for a 64-core node; a unit has a gradient
- * buffer of its own, which the reduction reads once).  LeNet-5 on 2
- * threads, alternated medians against units of n / threads: units of 8
- * 0.92x (batch 64) and 0.93x (256): the fully connected layers' GEMMs keep
- * too few rows and 32 buffers are added; of 16 0.99x (64) and 0.93x (256);
- * of 32 at batch 256 0.99x; of 64 and 128 1.00x (docs/performance.md,
- * "Determinism"). */
-#define UNIT_MIN_IMAGES 16
-#define UNIT_MAX_IMAGES 32
-#define MAX_UNITS 64
+/* The samples of a unit and the units of a pass of n: the backend's
+ * choice (include/hcnn/backend.h, unit_images: a size fixed by n; 0 when
+ * the backend runs block by block, as a device does, or the pass has too
+ * few samples). */
+static int unit_images(const hcnn_net *net, int n) { return net->be->unit_images(net->be, n); }
 
-static int unit_images(int n)
+static int units_of(const hcnn_net *net, int n)
 {
-    int g = n / 8;
-    g = g < UNIT_MIN_IMAGES ? UNIT_MIN_IMAGES : g > UNIT_MAX_IMAGES ? UNIT_MAX_IMAGES : g;
-    const int most = (n + MAX_UNITS - 1) / MAX_UNITS;
-    return g > most ? g : most;
+    const int g = unit_images(net, n);
+    return g > 0 ? (n + g - 1) / g : 0;
 }
-
-static int units_of(int n) { return n > 0 ? (n + unit_images(n) - 1) / unit_images(n) : 0; }
-
-/* A pass of fewer than two units' samples goes block by block instead,
- * where the convolutions split images between threads. */
-static int enough_units(int n) { return units_of(n) >= 2; }
 
 static int per_sample_blocks(const hcnn_net *net, int first, int last)
 {
@@ -63,7 +49,8 @@ static int per_sample_blocks(const hcnn_net *net, int first, int last)
  * large network without batch-norm takes the per-block path). */
 static int whole_net_eligible(const hcnn_net *net, hcnn_conv_algo algo, int first, int last)
 {
-    const double unit_grad_bytes = (double)MAX_UNITS * (double)(net->nparams + 1) * sizeof(float);
+    const double unit_grad_bytes =
+        (double)HCNN_MAX_UNITS * (double)(net->nparams + 1) * sizeof(float);
     return algo != HCNN_CONV_BATCHED && unit_grad_bytes <= 256.0 * 1048576.0 &&
            per_sample_blocks(net, first, last);
 }
@@ -81,8 +68,7 @@ static size_t unit_ws(const hcnn_net *net, const hcnn_ctx *ctx, int first, int l
 
 int hcnn_net_unit_images(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n)
 {
-    return whole_net_eligible(net, ctx->conv_algo, first, last) && enough_units(n) ? unit_images(n)
-                                                                                     : 0;
+    return whole_net_eligible(net, ctx->conv_algo, first, last) ? unit_images(net, n) : 0;
 }
 
 /* ---- scratch ---------------------------------------------------------------- */
@@ -105,20 +91,20 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
         ws = need > ws ? need : ws;
         tmp = l->tmp_per_sample * capacity > tmp ? l->tmp_per_sample * capacity : tmp;
     }
-    const int nt = be->threads();
+    const int nt = be->threads(be);
     const int whole = whole_net_eligible(net, net->conv_algo, first, last) &&
-                      enough_units(capacity);
+                      unit_images(net, capacity) > 0;
     if (whole) { /* a slice for each thread, for a unit of the largest size */
-        const size_t per = unit_ws(net, &s->ctx, first, last, unit_images(capacity));
+        const size_t per = unit_ws(net, &s->ctx, first, last, unit_images(net, capacity));
         ws = (size_t)nt * per > ws ? (size_t)nt * per : ws;
     }
     s->g_floats = hcnn_net_max_act(net, first, last) * capacity;
-    s->ctx.ws = be->alloc(sizeof(float) * (ws + 16), "im2col workspace");
+    s->ctx.ws = be->alloc(be, sizeof(float) * (ws + 16), "im2col workspace");
     s->ctx.ws_floats = ws;
-    s->ctx.tmp = be->alloc(sizeof(float) * (tmp + 16), "residual gradient buffers");
+    s->ctx.tmp = be->alloc(be, sizeof(float) * (tmp + 16), "residual gradient buffers");
     s->ctx.tmp_floats = tmp;
-    s->g[0] = be->alloc(sizeof(float) * (s->g_floats + 16), "gradient buffer");
-    s->g[1] = be->alloc(sizeof(float) * (s->g_floats + 16), "gradient buffer");
+    s->g[0] = be->alloc(be, sizeof(float) * (s->g_floats + 16), "gradient buffer");
+    s->g[1] = be->alloc(be, sizeof(float) * (s->g_floats + 16), "gradient buffer");
     if (!s->ctx.ws || !s->ctx.tmp || !s->g[0] || !s->g[1]) {
         hcnn_scratch_free(s);
         return HCNN_ENOMEM;
@@ -127,9 +113,9 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
         return HCNN_OK;
     int units = 0; /* the most units of any pass up to capacity */
     for (int n = 1; n <= capacity; n++)
-        units = units_of(n) > units ? units_of(n) : units;
+        units = units_of(net, n) > units ? units_of(net, n) : units;
     const int nl = last - first;
-    s->ugrads = be->alloc(sizeof(float) * (net->nparams + 1) * (size_t)units, "units' gradients");
+    s->ugrads = be->alloc(be, sizeof(float) * (net->nparams + 1) * (size_t)units, "units' gradients");
     s->ulayers = hcnn_alloc(sizeof(hcnn_layer) * (size_t)nl * (size_t)units,
                             "units' layer views");
     if (!s->ugrads || !s->ulayers) {
@@ -154,11 +140,11 @@ void hcnn_scratch_free(hcnn_scratch *s)
 {
     const hcnn_backend *be = s->ctx.be;
     if (be) {
-        be->free(s->ctx.ws);
-        be->free(s->ctx.tmp);
-        be->free(s->g[0]);
-        be->free(s->g[1]);
-        be->free(s->ugrads);
+        be->free(be, s->ctx.ws);
+        be->free(be, s->ctx.tmp);
+        be->free(be, s->g[0]);
+        be->free(be, s->g[1]);
+        be->free(be, s->ugrads);
     }
     hcnn_free(s->ulayers);
     memset(s, 0, sizeof *s);
@@ -236,7 +222,7 @@ typedef struct net_job {
     float *dx;
     int n, units, unit_images;
     size_t slice;
-    int rc[MAX_UNITS]; /* each unit's */
+    int rc[HCNN_MAX_UNITS]; /* each unit's */
 } net_job;
 
 /* Unit u on thread t. */
@@ -256,7 +242,7 @@ static int run_unit(net_job *j, int u, int t)
     const hcnn_scratch *s = j->s;
     size_t off, count;
     hcnn_net_param_range(j->net, s->first, s->last, &off, &count);
-    j->net->be->fill(s->ugrads + (size_t)u * (j->net->nparams + 1) + off, count, 0.0f);
+    j->net->be->fill(j->net->be, s->ugrads + (size_t)u * (j->net->nparams + 1) + off, count, 0.0f);
     /* layers[i] is block i's copy for this unit */
     hcnn_layer *layers = s->ulayers + (size_t)u * (s->last - s->first) - s->first;
     const size_t gstride = s->g_floats / (size_t)s->capacity;
@@ -279,15 +265,17 @@ static void unit_thread(void *arg, int t, int nt)
 static int run_units(hcnn_net *net, net_job *j, int *rc)
 {
     const hcnn_acts *a = j->acts;
-    const int nt = net->be->threads();
-    if (!whole_net_eligible(net, j->ctx->conv_algo, a->first, a->last) || !enough_units(j->n))
+    const int nt = net->be->threads(net->be);
+    if (!whole_net_eligible(net, j->ctx->conv_algo, a->first, a->last) || !units_of(net, j->n))
         return 0;
     if (j->s && (!j->s->ulayers || j->s->first != a->first || j->s->last != a->last ||
-                 units_of(j->n) > j->s->units))
+                 units_of(net, j->n) > j->s->units))
         return 0;
-    j->units = units_of(j->n), j->unit_images = unit_images(j->n);
+    j->units = units_of(net, j->n), j->unit_images = unit_images(net, j->n);
+    if (j->units > HCNN_MAX_UNITS)
+        return 0;
     j->slice = (j->ctx->ws_floats / (size_t)nt) & ~(size_t)15;
-    net->be->parallel(unit_thread, j);
+    net->be->parallel(net->be, unit_thread, j);
     *rc = HCNN_OK;
     for (int u = 0; u < j->units && !*rc; u++)
         *rc = j->rc[u];
@@ -322,7 +310,7 @@ static void reduce_thread(void *arg, int t, int nt)
     const size_t lo = j->off + j->count * (size_t)t / (size_t)nt;
     const size_t hi = j->off + j->count * (size_t)(t + 1) / (size_t)nt;
     for (int u = 0; u < j->units; u++)
-        j->net->be->add_acc(j->s->ugrads + (size_t)u * (j->net->nparams + 1) + lo,
+        j->net->be->add_acc(j->net->be, j->s->ugrads + (size_t)u * (j->net->nparams + 1) + lo,
                             j->net->grads + lo, hi - lo);
 }
 
@@ -340,7 +328,7 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
          * block_done expects */
         reduce_job r = {.net = net, .s = s, .units = j.units};
         hcnn_net_param_range(net, acts->first, acts->last, &r.off, &r.count);
-        net->be->parallel(reduce_thread, &r);
+        net->be->parallel(net->be, reduce_thread, &r);
         for (int i = acts->last - 1; block_done && i >= acts->first; i--)
             if ((rc = block_done(arg, i)))
                 return rc;

@@ -7,10 +7,10 @@
 int hcnn_sgd_init(hcnn_sgd *opt, const hcnn_backend *be, size_t nparams, const hcnn_config *cfg)
 {
     memset(opt, 0, sizeof *opt);
-    opt->velocity = be->alloc(sizeof(float) * (nparams + 1), "momentum buffer");
+    opt->velocity = be->alloc(be, sizeof(float) * (nparams + 1), "momentum buffer");
     if (!opt->velocity)
         return HCNN_ENOMEM;
-    be->fill(opt->velocity, nparams, 0.0f);
+    be->fill(be, opt->velocity, nparams, 0.0f);
     opt->n = nparams;
     opt->momentum = (float)cfg->momentum;
     opt->weight_decay = (float)cfg->weight_decay;
@@ -21,13 +21,13 @@ int hcnn_sgd_init(hcnn_sgd *opt, const hcnn_backend *be, size_t nparams, const h
 void hcnn_sgd_step(hcnn_sgd *opt, const hcnn_backend *be, float *params, const float *grads,
                    size_t off, size_t count, float lr)
 {
-    be->sgd_step(params + off, grads + off, opt->velocity + off, count, lr, opt->momentum,
+    be->sgd_step(be, params + off, grads + off, opt->velocity + off, count, lr, opt->momentum,
                  opt->weight_decay, opt->nesterov);
 }
 
 void hcnn_sgd_free(hcnn_sgd *opt, const hcnn_backend *be)
 {
     if (opt->velocity)
-        be->free(opt->velocity);
+        be->free(be, opt->velocity);
     memset(opt, 0, sizeof *opt);
 }

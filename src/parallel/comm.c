@@ -34,6 +34,11 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
     HCNN_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     HCNN_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
     HCNN_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
+    MPI_Comm node;
+    HCNN_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                                 &node));
+    HCNN_MPI(MPI_Comm_rank(node, &c->local_rank));
+    HCNN_MPI(MPI_Comm_free(&node));
     return HCNN_OK;
 }
 
@@ -99,7 +104,7 @@ float *hcnn_mpi_send_ptr(hcnn_mpi_buf *b, size_t off, size_t count)
 {
     if (!b->host)
         return b->dev + off;
-    b->be->download(b->host + off, b->dev + off, sizeof(float) * count);
+    b->be->download(b->be, b->host + off, b->dev + off, sizeof(float) * count);
     return b->host + off;
 }
 
@@ -108,7 +113,7 @@ float *hcnn_mpi_recv_ptr(hcnn_mpi_buf *b, size_t off) { return (b->host ? b->hos
 void hcnn_mpi_recv_done(hcnn_mpi_buf *b, size_t off, size_t count)
 {
     if (b->host)
-        b->be->upload(b->dev + off, b->host + off, sizeof(float) * count);
+        b->be->upload(b->be, b->dev + off, b->host + off, sizeof(float) * count);
 }
 
 /* MPI counts are int: transfers go in chunks */
@@ -122,7 +127,7 @@ static float *host_view(const hcnn_backend *be, const float *buf, size_t n, int 
         return (float *)buf;
     float *h = hcnn_alloc(sizeof(float) * (n + 1), "MPI staging buffer");
     if (h && download)
-        be->download(h, buf, sizeof(float) * n);
+        be->download(be, h, buf, sizeof(float) * n);
     return h;
 }
 
@@ -131,7 +136,7 @@ static void host_view_done(const hcnn_backend *be, float *h, float *buf, size_t 
     if (be->host_memory)
         return;
     if (upload)
-        be->upload(buf, h, sizeof(float) * n);
+        be->upload(be, buf, h, sizeof(float) * n);
     hcnn_free(h);
 }
 

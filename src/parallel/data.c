@@ -58,7 +58,7 @@ static int data_init(hcnn_strategy *s, int need_train)
     if (rc || !need_train)
         return rc;
     d->dlogits =
-        net->be->alloc(sizeof(float) * ((size_t)cap + 1) * net->classes, "logit gradients");
+        net->be->alloc(net->be, sizeof(float) * ((size_t)cap + 1) * net->classes, "logit gradients");
     if (!d->dlogits)
         return HCNN_ENOMEM;
     if (s->comm->size == 1)
@@ -78,19 +78,18 @@ static int data_init(hcnn_strategy *s, int need_train)
 }
 
 static int data_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, int gn,
-                     double *loss, int *correct)
+                     double *stats)
 {
     data_impl *d = s->impl;
     hcnn_net *net = s->net;
     hcnn_ctx *ctx = &s->scratch.ctx;
     int rc;
-    *loss = 0.0, *correct = 0;
     if (n > 0) {
         if ((rc = hcnn_net_forward(net, ctx, &d->acts, x, n)))
             return rc;
         /* gradient of the mean loss over the global batch */
-        *loss = net->be->softmax_xent(hcnn_acts_output(&d->acts), y, n, net->classes,
-                                      1.0f / (float)gn, d->dlogits, correct);
+        net->be->softmax_xent(net->be, hcnn_acts_output(&d->acts), y, n, net->classes,
+                              1.0f / (float)gn, d->dlogits, stats);
     }
     if (s->sync)
         hcnn_grad_sync_begin(s->sync);
@@ -106,8 +105,7 @@ static int data_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, 
     return rc;
 }
 
-static int data_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n, double *loss,
-                      int *correct)
+static int data_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n, double *stats)
 {
     data_impl *d = s->impl;
     hcnn_ctx ctx = s->scratch.ctx;
@@ -115,8 +113,8 @@ static int data_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n,
     ctx.poll = NULL;
     const int rc = hcnn_net_forward(s->net, &ctx, &d->acts, x, n);
     if (!rc)
-        *loss = s->net->be->softmax_xent(hcnn_acts_output(&d->acts), y, n, s->net->classes, 0.0f,
-                                         NULL, correct);
+        s->net->be->softmax_xent(s->net->be, hcnn_acts_output(&d->acts), y, n, s->net->classes,
+                                 0.0f, NULL, stats);
     return rc;
 }
 
@@ -147,7 +145,7 @@ static void data_free(hcnn_strategy *s)
             hcnn_grad_sync_free(&d->sync);
         hcnn_acts_free(&d->acts);
         if (d->dlogits)
-            s->net->be->free(d->dlogits);
+            s->net->be->free(s->net->be, d->dlogits);
         hcnn_free(d);
     }
     hcnn_scratch_free(&s->scratch);

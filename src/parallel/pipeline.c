@@ -74,10 +74,10 @@ static int measure_costs(hcnn_net *net, int cap, double *cost)
     const size_t in_sz = (size_t)net->in_c * net->in_h * net->in_w * cap;
     const size_t out_sz = (size_t)net->classes * cap;
     float *hx = hcnn_alloc(sizeof(float) * (in_sz + out_sz), "warm-up input");
-    float *x = be->alloc(sizeof(float) * (in_sz + out_sz), "warm-up input");
-    float *state = be->alloc(sizeof(float) * (net->nstate + 1), "statistics copy");
+    float *x = be->alloc(be, sizeof(float) * (in_sz + out_sz), "warm-up input");
+    float *state = be->alloc(be, sizeof(float) * (net->nstate + 1), "statistics copy");
     if (rc || !hx || !x || !state) {
-        hcnn_free(hx), be->free(x), be->free(state);
+        hcnn_free(hx), be->free(be, x), be->free(be, state);
         hcnn_acts_free(&a);
         hcnn_scratch_free(&s);
         return rc ? rc : HCNN_ENOMEM;
@@ -88,9 +88,9 @@ static int measure_costs(hcnn_net *net, int cap, double *cost)
         hx[i] = hcnn_rng_normal(&rng);
     for (size_t i = 0; i < out_sz; i++)
         hx[in_sz + i] = 0.01f * hcnn_rng_normal(&rng);
-    be->upload(x, hx, sizeof(float) * (in_sz + out_sz));
+    be->upload(be, x, hx, sizeof(float) * (in_sz + out_sz));
     const float *dy = x + in_sz;
-    be->copy(state, net->state, net->nstate);
+    be->copy(be, state, net->state, net->nstate);
     s.ctx.training = 1;
     for (int rep = 0; rep < 2 && !rc; rep++) {
         const float *in = x;
@@ -110,9 +110,9 @@ static int measure_costs(hcnn_net *net, int cap, double *cost)
             cur = out;
         }
     }
-    be->copy(net->state, state, net->nstate);
-    be->fill(net->grads, net->nparams, 0.0f);
-    hcnn_free(hx), be->free(x), be->free(state);
+    be->copy(be, net->state, state, net->nstate);
+    be->fill(be, net->grads, net->nparams, 0.0f);
+    hcnn_free(hx), be->free(be, x), be->free(be, state);
     hcnn_acts_free(&a);
     hcnn_scratch_free(&s);
     return rc;
@@ -209,7 +209,7 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
         rc = hcnn_acts_alloc(&sl->acts, net, p->first, p->last, p->micro_cap);
         if (rc)
             return rc;
-        if (p->stage > 0 && !(sl->x = be->alloc(sizeof(float) * p->in_sz * cap, "stage input")))
+        if (p->stage > 0 && !(sl->x = be->alloc(be, sizeof(float) * p->in_sz * cap, "stage input")))
             return HCNN_ENOMEM;
         float *out = p->next != MPI_PROC_NULL ? (float *)hcnn_acts_output(&sl->acts) : NULL;
         if (hcnn_mpi_buf_init(&sl->xbuf, be, sl->x, p->in_sz * cap, "stage input staging") ||
@@ -220,17 +220,17 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
     for (int j = 0; j < 2; j++) {
         p->dy_req[j] = p->dx_req[j] = MPI_REQUEST_NULL;
         if (p->next != MPI_PROC_NULL &&
-            !(p->dy[j] = be->alloc(sizeof(float) * p->out_sz * cap, "stage output gradient")))
+            !(p->dy[j] = be->alloc(be, sizeof(float) * p->out_sz * cap, "stage output gradient")))
             return HCNN_ENOMEM;
         if (p->prev != MPI_PROC_NULL &&
-            !(p->dx[j] = be->alloc(sizeof(float) * p->in_sz * cap, "stage input gradient")))
+            !(p->dx[j] = be->alloc(be, sizeof(float) * p->in_sz * cap, "stage input gradient")))
             return HCNN_ENOMEM;
         if (hcnn_mpi_buf_init(&p->dybuf[j], be, p->dy[j], p->out_sz * cap, "gradient staging") ||
             hcnn_mpi_buf_init(&p->dxbuf[j], be, p->dx[j], p->in_sz * cap, "gradient staging"))
             return HCNN_ENOMEM;
     }
     if (p->next == MPI_PROC_NULL &&
-        !(p->dlogits = be->alloc(sizeof(float) * (size_t)p->classes * cap, "logit gradients")))
+        !(p->dlogits = be->alloc(be, sizeof(float) * (size_t)p->classes * cap, "logit gradients")))
         return HCNN_ENOMEM;
     rc = hcnn_scratch_alloc(scratch, net, p->first, p->last, p->micro_cap);
     if (rc)
@@ -257,17 +257,17 @@ void hcnn_pipe_free(hcnn_pipe *p)
         hcnn_acts_free(&sl->acts);
         hcnn_mpi_buf_free(&sl->xbuf);
         hcnn_mpi_buf_free(&sl->obuf);
-        be->free(sl->x);
+        be->free(be, sl->x);
     }
     hcnn_free(p->slots);
     for (int j = 0; be && j < 2; j++) {
         hcnn_mpi_buf_free(&p->dybuf[j]);
         hcnn_mpi_buf_free(&p->dxbuf[j]);
-        be->free(p->dy[j]);
-        be->free(p->dx[j]);
+        be->free(be, p->dy[j]);
+        be->free(be, p->dx[j]);
     }
     if (be)
-        be->free(p->dlogits);
+        be->free(be, p->dlogits);
     if (p->pipe_comm != MPI_COMM_NULL)
         HCNN_MPI(MPI_Comm_free(&p->pipe_comm));
     if (p->stage_comm != MPI_COMM_NULL)
@@ -385,18 +385,17 @@ static int pipe_init(hcnn_strategy *s, int need_train)
 }
 
 static int pipe_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, int gn,
-                     double *loss, int *correct)
+                     double *stats)
 {
     hcnn_pipe *p = s->impl;
-    const int rc = hcnn_pipe_step(p, s->net, &s->scratch, x, y, n, gn, loss, correct);
+    const int rc = hcnn_pipe_step(p, s->net, &s->scratch, x, y, n, gn, stats);
     s->bubble_s = p->st.bubble_s;
     return rc;
 }
 
-static int pipe_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n, double *loss,
-                      int *correct)
+static int pipe_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n, double *stats)
 {
-    return hcnn_pipe_infer(s->impl, s->net, &s->scratch, x, y, n, loss, correct);
+    return hcnn_pipe_infer(s->impl, s->net, &s->scratch, x, y, n, stats);
 }
 
 static int pipe_gather(hcnn_strategy *s, float *momentum)

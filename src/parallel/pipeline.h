@@ -91,15 +91,15 @@ void hcnn_pipe_poll(void *arg);
 /* One training step of this replica's shard x (stage 0 reads it), labels y
  * (the last stage reads them), n samples of a global batch of gn, both in
  * backend memory; accumulates gradients of this stage's blocks and sums
- * them over the replicas.  On the last stage *loss and *correct get the
- * shard's sums. */
+ * them over the replicas.  On the last stage the shard's loss and correct
+ * predictions are added to stats (backend memory, HCNN_STAT_*). */
 int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
-                   const int32_t *y, int n, int gn, double *loss, int *correct);
+                   const int32_t *y, int n, int gn, double *stats);
 
 /* Forward-only pass over n samples in micro_cap chunks (evaluation); the
- * last stage adds up loss and correct predictions. */
+ * last stage adds loss and correct predictions to stats. */
 int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
-                    const int32_t *y, int n, double *loss, int *correct);
+                    const int32_t *y, int n, double *stats);
 
 /* Copy the parameters, statistics and momentum of every stage of replica 0
  * to world rank 0 (for checkpoints: the file holds the whole model). */

@@ -71,7 +71,7 @@ static int post_input(hcnn_pipe *p, int m, int lo, int hi)
 }
 
 int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x, const int32_t *y,
-                   int n, int gn, double *loss, int *correct)
+                   int n, int gn, double *stats)
 {
     const int M = n < p->M ? n : p->M;
     const uint64_t base = s->ctx.first_sample;
@@ -100,8 +100,6 @@ int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
         for (; b < M; b++)
             ops[nops++] = -1 - b;
     }
-    *loss = 0.0;
-    *correct = 0;
     int rc = HCNN_OK, inflight = 0, next_input = 0, bk = 0;
     if (p->sync_ready)
         hcnn_grad_sync_begin(&p->sync);
@@ -153,10 +151,8 @@ int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
                                    &p->dy_req[(bk + 1) & 1]));
         } else {
             const double t0 = hcnn_now();
-            int ok = 0;
-            *loss += net->be->softmax_xent(hcnn_acts_output(&sl->acts), y + lo[m], nm, p->classes,
-                                           1.0f / (float)gn, p->dlogits, &ok);
-            *correct += ok;
+            net->be->softmax_xent(net->be, hcnn_acts_output(&sl->acts), y + lo[m], nm,
+                                  p->classes, 1.0f / (float)gn, p->dlogits, stats);
             p->st.compute_s += hcnn_now() - t0;
             dy = p->dlogits;
         }
@@ -198,14 +194,12 @@ int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
 /* ---- inference and gathering ------------------------------------------------ */
 
 int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x, const int32_t *y,
-                    int n, double *loss, int *correct)
+                    int n, double *stats)
 {
     hcnn_ctx ctx = s->ctx;
     ctx.training = 0;
     ctx.poll = NULL;
     hcnn_pipe_slot *sl = &p->slots[0];
-    *loss = 0.0;
-    *correct = 0;
     for (int i0 = 0; i0 < n; i0 += p->micro_cap) {
         const int nm = n - i0 < p->micro_cap ? n - i0 : p->micro_cap;
         const float *in = x + (size_t)i0 * p->in_sz;
@@ -224,10 +218,8 @@ int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x
             HCNN_MPI(MPI_Send(hcnn_mpi_send_ptr(&sl->obuf, 0, p->out_sz * (size_t)nm),
                               (int)(p->out_sz * (size_t)nm), MPI_FLOAT, p->next, 0, p->pipe_comm));
         } else {
-            int ok = 0;
-            *loss += net->be->softmax_xent(hcnn_acts_output(&sl->acts), y + i0, nm, p->classes,
-                                           0.0f, NULL, &ok);
-            *correct += ok;
+            net->be->softmax_xent(net->be, hcnn_acts_output(&sl->acts), y + i0, nm, p->classes,
+                                  0.0f, NULL, stats);
         }
     }
     return HCNN_OK;

@@ -67,8 +67,8 @@ int hcnn_strategy_init(hcnn_strategy *s, const hcnn_config *cfg, const hcnn_comm
     const int shard = (cfg->batch_size + s->ngroups - 1) / s->ngroups;
     const size_t cap = (size_t)(shard > s->eval_batch ? shard : s->eval_batch);
     const size_t in_sz = (size_t)net->in_c * net->in_h * net->in_w;
-    s->x_dev = be->alloc(sizeof(float) * in_sz * cap, "input batch");
-    s->y_dev = be->alloc(sizeof(int32_t) * cap, "input labels");
+    s->x_dev = be->alloc(be, sizeof(float) * in_sz * cap, "input batch");
+    s->y_dev = be->alloc(be, sizeof(int32_t) * cap, "input labels");
     return s->x_dev && s->y_dev ? HCNN_OK : HCNN_ENOMEM;
 }
 
@@ -78,8 +78,8 @@ void hcnn_strategy_free(hcnn_strategy *s)
         return;
     s->ops->free(s);
     if (s->net) {
-        s->net->be->free(s->x_dev);
-        s->net->be->free(s->y_dev);
+        s->net->be->free(s->net->be, s->x_dev);
+        s->net->be->free(s->net->be, s->y_dev);
     }
     memset(s, 0, sizeof *s);
 }
@@ -90,7 +90,7 @@ void hcnn_strategy_stage(hcnn_strategy *s, const float **x, const int32_t **y, i
     if (be->host_memory || n <= 0)
         return;
     const size_t in_sz = (size_t)s->net->in_c * s->net->in_h * s->net->in_w;
-    be->upload(s->x_dev, *x, sizeof(float) * in_sz * (size_t)n);
-    be->upload(s->y_dev, *y, sizeof(int32_t) * (size_t)n);
+    be->upload(be, s->x_dev, *x, sizeof(float) * in_sz * (size_t)n);
+    be->upload(be, s->y_dev, *y, sizeof(int32_t) * (size_t)n);
     *x = s->x_dev, *y = s->y_dev;
 }

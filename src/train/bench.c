@@ -89,6 +89,7 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
         for (int k = 0; k < repeats && !rc && nrate < 64; k++) {
             if (comm->size > 1)
                 HCNN_MPI(MPI_Barrier(comm->world));
+            r.be->sync(r.be); /* a step reads its results back: each ends synchronised */
             const double t0 = hcnn_now();
             for (int i = 0; i < steps && !rc; i++) {
                 int got = train_next_step(&r, 0, spe, &st);

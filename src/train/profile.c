@@ -46,7 +46,7 @@ static void run_shapes(const gemm_run *r, int t)
     float *C = r->C + (size_t)t * r->c;
     for (int i = 0; i < r->ng; i++) {
         const hcnn_gemm_shape *s = &r->g[i];
-        r->be->gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, s->ta ? s->m : s->k, B,
+        r->be->gemm(r->be, s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, s->ta ? s->m : s->k, B,
                     s->tb ? s->k : s->n, 0.0f, C, s->n);
     }
 }
@@ -62,7 +62,7 @@ static void run_shapes_thread(void *arg, int t, int nt)
  * does. */
 static double time_gemms(const hcnn_backend *be, const hcnn_gemm_shape *g, int ng, int reps)
 {
-    const int nt = be->threads();
+    const int nt = be->threads(be);
     gemm_run run = {.be = be, .a = 1, .b = 1, .c = 1};
     for (int i = 0; i < ng; i++) {
         size_t ea = (size_t)g[i].m * g[i].k, eb = (size_t)g[i].k * g[i].n,
@@ -70,30 +70,31 @@ static double time_gemms(const hcnn_backend *be, const hcnn_gemm_shape *g, int n
         run.a = ea > run.a ? ea : run.a, run.b = eb > run.b ? eb : run.b;
         run.c = ec > run.c ? ec : run.c;
     }
-    run.A = be->alloc(sizeof(float) * run.a * nt, "GEMM reference");
-    run.B = be->alloc(sizeof(float) * run.b * nt, "GEMM reference");
-    run.C = be->alloc(sizeof(float) * run.c * nt, "GEMM reference");
+    run.A = be->alloc(be, sizeof(float) * run.a * nt, "GEMM reference");
+    run.B = be->alloc(be, sizeof(float) * run.b * nt, "GEMM reference");
+    run.C = be->alloc(be, sizeof(float) * run.c * nt, "GEMM reference");
     double t[5] = {0, 0, 0, 0, 0};
     if (run.A && run.B && run.C) {
         /* normal numbers (a GEMM's time does not depend on them otherwise) */
-        be->fill(run.A, run.a * nt, 0.001f);
-        be->fill(run.B, run.b * nt, 0.002f);
-        be->fill(run.C, run.c * nt, 0.0f);
+        be->fill(be, run.A, run.a * nt, 0.001f);
+        be->fill(be, run.B, run.b * nt, 0.002f);
+        be->fill(be, run.C, run.c * nt, 0.0f);
         for (int r = 0; r < reps; r++) {
-            const double t0 = hcnn_now();
+            hcnn_timer tm; /* the backend's timer pair: its work may be asynchronous */
+            be->timer_start(be, &tm);
             for (int i = 0, j; i < ng; i = j) {
                 for (j = i + 1; j < ng && g[j].per_thread == g[i].per_thread; j++)
                     ;
                 run.g = g + i, run.ng = j - i;
                 if (g[i].per_thread)
-                    be->parallel(run_shapes_thread, &run);
+                    be->parallel(be, run_shapes_thread, &run);
                 else
                     run_shapes(&run, 0);
             }
-            t[r] = hcnn_now() - t0;
+            t[r] = be->timer_stop(be, &tm);
         }
     }
-    be->free(run.A), be->free(run.B), be->free(run.C);
+    be->free(be, run.A), be->free(be, run.B), be->free(be, run.C);
     return hcnn_median(t, reps);
 }
 
@@ -117,7 +118,7 @@ static double row_reference(const hcnn_layer *l, const hcnn_net *net, const hcnn
         hcnn_layer_gemms(l, ctx, n, unit, need_dx, &g);
         s = time_gemms(net->be, g.fwd, g.nfwd, reps) + time_gemms(net->be, g.bwd, g.nbwd, reps);
         if (unit > 0) {
-            const int nt = net->be->threads(), units = (n + unit - 1) / unit;
+            const int nt = net->be->threads(net->be), units = (n + unit - 1) / unit;
             s *= (units + nt - 1) / nt;
         }
     }
@@ -206,7 +207,7 @@ int hcnn_profile_pass_gemms(const hcnn_net *net, const hcnn_ctx *ctx, int first,
     collect_job j = {.net = net, .ctx = ctx, .n = n, .cap = MAX_SHAPES, .repeat = 1};
     j.unit = hcnn_net_unit_images(net, ctx, first, last, n);
     if (j.unit > 0) { /* the busiest thread runs this many units */
-        const int nt = net->be->threads(), units = (n + j.unit - 1) / j.unit;
+        const int nt = net->be->threads(net->be), units = (n + j.unit - 1) / j.unit;
         j.repeat = (units + nt - 1) / nt;
     }
     j.shapes = malloc(sizeof *j.shapes * MAX_SHAPES);

@@ -72,15 +72,18 @@ void run_free(hcnn_run *r)
         hcnn_strategy_free(&r->strat);
     if (r->loader_ready)
         hcnn_loader_free(&r->loader);
-    hcnn_sgd_free(&r->opt, r->be);
-    if (r->state_before)
-        r->be->free(r->state_before);
+    if (r->be) {
+        hcnn_sgd_free(&r->opt, r->be);
+        r->be->free(r->be, r->state_before);
+        r->be->free(r->be, r->stats);
+    }
     hcnn_net_free(&r->net);
     hcnn_dataset_free(&r->train);
     hcnn_dataset_free(&r->test);
     hcnn_free(r->perm);
     if (r->csv)
         fclose(r->csv);
+    hcnn_backend_destroy(r->own_be); /* last: everything above was its memory */
 }
 
 /* HCNN_FAIL_AT=rank:step makes that rank fail at that step (a non-finite
@@ -93,19 +96,17 @@ static void read_fault_hook(hcnn_run *r)
         r->fail_rank = r->fail_step = -1;
 }
 
-/* The CPU backend, or the one the environment's HCNN_BACKEND names:
- * cpu-devmem, the CPU backend behind memory the host cannot touch (the
- * backend seam's test, tests/test_seam.sh). */
-static int run_backend(const hcnn_backend **be)
+/* The backend the configuration's `device` names, on a GPU node the GPU of
+ * this rank's place among its node's ranks; HCNN_BACKEND overrides it for
+ * the tests (cpu-devmem: the CPU backend behind memory the host cannot
+ * touch, tests/test_seam.sh and tests/test_backend.c). */
+static int run_backend(hcnn_run *r)
 {
-    const char *name = getenv("HCNN_BACKEND");
-    if (!name || !*name || !strcmp(name, "cpu"))
-        *be = hcnn_backend_cpu();
-    else if (!strcmp(name, "cpu-devmem"))
-        *be = hcnn_backend_cpu_devmem();
-    else
-        return hcnn_error("HCNN_BACKEND=%s: unknown backend (cpu, cpu-devmem)", name);
-    return HCNN_OK;
+    const char *test = getenv("HCNN_BACKEND");
+    const char *name = test && *test ? test : hcnn_device_name(r->cfg->device);
+    const int rc = hcnn_backend_create(name, r->comm->local_rank, &r->own_be);
+    r->be = r->own_be;
+    return rc;
 }
 
 int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train)
@@ -113,7 +114,7 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
     r->comm = comm;
-    int rc = run_backend(&r->be);
+    int rc = run_backend(r);
     if (rc)
         return rc;
     r->threads = hcnn_setup_threads(cfg);
@@ -128,6 +129,8 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
         rc = hcnn_net_create(&r->net, &cfg->model, r->be, cfg->path);
     if (!rc)
         rc = hcnn_net_init(&r->net, cfg->init, cfg->seed);
+    if (!rc && !(r->stats = r->be->alloc(r->be, sizeof(double) * HCNN_STATS, "step statistics")))
+        rc = HCNN_ENOMEM;
     if (rc)
         return rc;
     r->net.chunk_floats = (size_t)(cfg->im2col_mb * 1048576.0 / sizeof(float));
@@ -168,7 +171,7 @@ int run_average_bn_state(hcnn_run *r)
     if (r->strat.ngroups == 1 || count == 0)
         return HCNN_OK;
     const int rc = hcnn_allreduce_sum_floats(r->be, r->strat.replicas, r->net.state + off, count);
-    r->be->scale(r->net.state + off, count, 1.0f / (float)r->strat.ngroups);
+    r->be->scale(r->be, r->net.state + off, count, 1.0f / (float)r->strat.ngroups);
     return rc;
 }
 
@@ -186,7 +189,8 @@ int run_evaluate(hcnn_run *r, double *loss, double *acc)
         hcnn_free(x), hcnn_free(y), hcnn_free(idx);
         return HCNN_ENOMEM;
     }
-    double sums[2] = {0.0, 0.0}; /* loss, correct */
+    double sums[HCNN_STATS]; /* the loss and correct predictions, summed by the backend */
+    r->be->zero(r->be, r->stats, sizeof sums);
     int rc = HCNN_OK;
     for (int i0 = lo; i0 < hi && !rc; i0 += eb) {
         const int n = hi - i0 < eb ? hi - i0 : eb;
@@ -196,12 +200,9 @@ int run_evaluate(hcnn_run *r, double *loss, double *acc)
         const float *bx = x;
         const int32_t *by = y;
         hcnn_strategy_stage(&r->strat, &bx, &by, n);
-        int ok = 0;
-        double l = 0.0;
-        rc = r->strat.ops->infer(&r->strat, bx, by, n, &l, &ok);
-        sums[0] += l;
-        sums[1] += ok;
+        rc = r->strat.ops->infer(&r->strat, bx, by, n, r->stats);
     }
+    r->be->download(r->be, sums, r->stats, sizeof sums); /* the one read-back */
     hcnn_free(x), hcnn_free(y), hcnn_free(idx);
     if (!rc && r->comm->size > 1)
         HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, r->comm->world));
@@ -220,7 +221,7 @@ static int crc_floats(const hcnn_backend *be, const float *buf, size_t n, uint32
     float *h = hcnn_alloc(sizeof(float) * (n + 1), "checksum copy");
     if (!h)
         return HCNN_ENOMEM;
-    be->download(h, buf, sizeof(float) * n);
+    be->download(be, h, buf, sizeof(float) * n);
     *crc = hcnn_crc32(*crc, h, n * sizeof(float));
     hcnn_free(h);
     return HCNN_OK;

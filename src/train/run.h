@@ -25,6 +25,8 @@ typedef struct hcnn_run {
     const hcnn_config *cfg;
     const hcnn_comm *comm;
     const hcnn_backend *be;
+    hcnn_backend *own_be;     /* the instance this run made (be) */
+    double *stats;            /* the step's statistics, backend memory (HCNN_STAT_*) */
     int threads;
     hcnn_dataset train, test;
     hcnn_net net;

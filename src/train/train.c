@@ -34,12 +34,20 @@ static int take_stop_signal(void)
     return got > 0 ? got : 0;
 }
 
-/* The HCNN_FAIL_AT=rank:step hook poisons that rank's loss. */
-static int step_is_finite(hcnn_run *r, double loss, size_t off, size_t count)
+/* The step's loss, correct predictions and the squared norm of this
+ * rank's gradients, summed by the backend into its memory: read back
+ * here, once per step.  The HCNN_FAIL_AT=rank:step hook poisons that
+ * rank's loss. */
+static int step_results(hcnn_run *r, size_t off, size_t count, double *loss, int *correct)
 {
+    double st[HCNN_STATS];
+    r->be->sum_sq(r->be, r->net.grads + off, count, r->stats);
+    r->be->download(r->be, st, r->stats, sizeof st);
+    *loss = st[HCNN_STAT_LOSS];
+    *correct = (int)st[HCNN_STAT_CORRECT];
     if (r->comm->rank == r->fail_rank && r->step == r->fail_step)
-        loss = NAN;
-    return isfinite(loss) && isfinite(r->be->sum_sq(r->net.grads + off, count));
+        *loss = NAN;
+    return isfinite(*loss) && isfinite(st[HCNN_STAT_SUMSQ]);
 }
 
 static int step_agree(hcnn_run *r, int finite, int agreed[AGREE_N])
@@ -98,7 +106,7 @@ static int act_on_agreement(hcnn_run *r, const int agreed[AGREE_N], int epoch, f
         return 0;
     }
     if (r->state_before) /* this step's statistics saw the bad values */
-        r->be->copy(r->net.state, r->state_before, r->net.nstate);
+        r->be->copy(r->be, r->net.state, r->state_before, r->net.nstate);
     const int bad_rank = r->comm->size - agreed[AGREE_BAD_RANK];
     const int skip = cfg->nonfinite == HCNN_NONFINITE_SKIP &&
                      r->skips_in_row < cfg->nonfinite_max_skips;
@@ -135,25 +143,27 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     hcnn_strategy *s = &r->strat;
     hcnn_ctx *ctx = &s->scratch.ctx;
     hcnn_watch_step(r->step);
-    r->be->fill(r->net.grads, r->net.nparams, 0.0f);
+    r->be->fill(r->be, r->net.grads, r->net.nparams, 0.0f);
     if (r->state_before)
-        r->be->copy(r->state_before, r->net.state, r->net.nstate);
+        r->be->copy(r->be, r->state_before, r->net.state, r->net.nstate);
     ctx->training = 1;
     ctx->step = (uint64_t)r->step;
     ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
     hcnn_strategy_stage(s, &x, &y, n);
-    double loss = 0.0;
-    int ok = 0;
+    r->be->zero(r->be, r->stats, sizeof(double) * HCNN_STATS);
     const double w0 = s->sync ? s->sync->wait_s : 0.0;
-    int rc = s->ops->step(s, x, y, n, gn, &loss, &ok);
+    int rc = s->ops->step(s, x, y, n, gn, r->stats);
     if (s->sync)
         st->comm_wait_s += s->sync->wait_s - w0;
     if (rc)
         return rc;
     size_t off, count;
     hcnn_net_param_range(&r->net, s->first, s->last, &off, &count);
+    double loss = 0.0;
+    int ok = 0;
+    const int finite = step_results(r, off, count, &loss, &ok);
     int agreed[AGREE_N];
-    if ((rc = step_agree(r, step_is_finite(r, loss, off, count), agreed)) != HCNN_OK)
+    if ((rc = step_agree(r, finite, agreed)) != HCNN_OK)
         return rc;
     if (act_on_agreement(r, agreed, epoch, lr))
         return HCNN_OK; /* dropped: no update, no loss counted */
@@ -253,7 +263,7 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
     if (!rc && opts && opts->profile)
         rc = profile_enable(&r);
     if (!rc && r.net.nstate > 0 &&
-        !(r.state_before = r.be->alloc(sizeof(float) * r.net.nstate, "statistics before a step")))
+        !(r.state_before = r.be->alloc(r.be, sizeof(float) * r.net.nstate, "statistics before a step")))
         rc = HCNN_ENOMEM;
     hcnn_ckpt_meta start = {0};
     int resumed = 0;

@@ -1,9 +1,11 @@
-/* The convolution plan (include/hcnn/conv.h): every choice of how a
+/* The CPU backend's convolution plan (conv_plan.h): every choice of how a
  * convolution runs, from the layer's shape and the number of images only;
  * the workspace it needs and its layout; the GEMMs it issues.  The
  * measurements behind each threshold are in docs/performance.md
  * ("Convolutions"); the reason is repeated in a line where the choice is
  * made. */
+#include <stdio.h>
+
 #include "conv_plan.h"
 
 /* auto: per-thread items for planes of >= 64 outputs (ResNet-18's 4 x 4
@@ -33,7 +35,7 @@
  * threads busy meanwhile) */
 #define CHUNK_MIN_COLUMNS 2048
 
-static int group_images(const hcnn_layer *l)
+static int group_images(const hcnn_conv_desc *l)
 {
     const int P = hcnn_conv_p(l), g = (GROUP_N + P - 1) / P;
     const size_t cap = GROUP_MAX_COL / ((size_t)hcnn_conv_k(l) * P);
@@ -42,20 +44,20 @@ static int group_images(const hcnn_layer *l)
 
 /* dW^T += col dY^T for 16 <= Cout <= 32: OpenBLAS 0.3.21's kernels for
  * dY col^T (B transposed) are slow there */
-static int dw_transposed(const hcnn_layer *l) { return l->out_c >= 16 && l->out_c <= 32; }
+static int dw_transposed(const hcnn_conv_desc *l) { return l->out_c >= 16 && l->out_c <= 32; }
 
-int hcnn_conv_shifted(const hcnn_layer *l)
+int hcnn_conv_shifted(const hcnn_conv_desc *l)
 {
-    const hcnn_conv_geom *g = &l->conv;
+    const hcnn_conv_geom *g = &l->g;
     return g->sh == 1 && g->sw == 1 && g->kh * g->kw > 1 && g->c >= SHIFTED_MIN_C &&
            group_images(l) == 1 && 16 * (g->kw - 1) <= g->ow;
 }
 
-static int rows_per_block(const hcnn_layer *l)
+static int rows_per_block(const hcnn_conv_desc *l)
 {
-    const size_t per_row = (size_t)hcnn_conv_k(l) * l->conv.ow;
-    if (per_row * l->conv.oh <= 2 * BLOCK_FLOATS)
-        return l->conv.oh;
+    const size_t per_row = (size_t)hcnn_conv_k(l) * l->g.ow;
+    if (per_row * l->g.oh <= 2 * BLOCK_FLOATS)
+        return l->g.oh;
     const int rows = (int)(BLOCK_FLOATS / per_row);
     return rows < 1 ? 1 : rows;
 }
@@ -63,10 +65,10 @@ static int rows_per_block(const hcnn_layer *l)
 static int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
 /* The per-thread decomposition of n images (everything but nt). */
-static void decompose(const hcnn_layer *l, const hcnn_ctx *ctx, int n, hcnn_conv_plan *p)
+static void decompose(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, hcnn_conv_plan *p)
 {
     const int target = ctx->in_unit ? 1 : TARGET_ITEMS;
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), oh = l->conv.oh, C = l->conv.c;
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), oh = l->g.oh, C = l->g.c;
     const double co = l->out_c;
     /* fewer images than items wanted: smaller groups first */
     int g = group_images(l);
@@ -80,7 +82,7 @@ static void decompose(const hcnn_layer *l, const hcnn_ctx *ctx, int n, hcnn_conv
     p->rows = g == 1 && !p->dw_transposed ? rows_per_block(l) : oh;
     if (g == 1 && !p->dw_transposed && p->ngroups < target) {
         int rows = ceil_div(oh, ceil_div(target, p->ngroups));
-        const int min_rows = (int)(ITEM_MIN_MACS / (co * K * l->conv.ow)) + 1;
+        const int min_rows = (int)(ITEM_MIN_MACS / (co * K * l->g.ow)) + 1;
         rows = rows < min_rows ? min_rows : rows;
         p->rows = rows < p->rows ? rows : p->rows;
     }
@@ -90,7 +92,7 @@ static void decompose(const hcnn_layer *l, const hcnn_ctx *ctx, int n, hcnn_conv
     p->dx_channels = C;
     if (g == 1 && p->ngroups < target) {
         int cb = ceil_div(C, ceil_div(target, p->ngroups));
-        const int min_cb = (int)(ITEM_MIN_MACS / (co * l->conv.kh * l->conv.kw * P)) + 1;
+        const int min_cb = (int)(ITEM_MIN_MACS / (co * l->g.kh * l->g.kw * P)) + 1;
         cb = cb < min_cb ? min_cb : cb;
         p->dx_channels = cb < C ? cb : C;
     }
@@ -103,7 +105,7 @@ static void decompose(const hcnn_layer *l, const hcnn_ctx *ctx, int n, hcnn_conv
 
 /* ---- the workspace ---------------------------------------------------------- */
 
-static size_t slot_layout(const hcnn_layer *l, const hcnn_conv_plan *p, float *base,
+static size_t slot_layout(const hcnn_conv_desc *l, const hcnn_conv_plan *p, float *base,
                           hcnn_conv_slot *s)
 {
     const size_t K = (size_t)hcnn_conv_k(l), P = (size_t)hcnn_conv_p(l), g = (size_t)p->group;
@@ -124,45 +126,45 @@ static size_t slot_layout(const hcnn_layer *l, const hcnn_conv_plan *p, float *b
     return off;
 }
 
-static size_t slot_floats(const hcnn_layer *l, const hcnn_conv_plan *p)
+static size_t slot_floats(const hcnn_conv_desc *l, const hcnn_conv_plan *p)
 {
     return slot_layout(l, p, NULL, &(hcnn_conv_slot){0});
 }
 
-static size_t dw_floats(const hcnn_layer *l)
+static size_t dw_floats(const hcnn_conv_desc *l)
 {
     return hcnn_round_up16((size_t)l->out_c * hcnn_conv_k(l));
 }
 
-hcnn_conv_slot hcnn_conv_slot_at(const hcnn_layer *l, const hcnn_conv_plan *p, float *ws, int t)
+hcnn_conv_slot hcnn_conv_slot_at(const hcnn_conv_desc *l, const hcnn_conv_plan *p, float *ws, int t)
 {
     hcnn_conv_slot s;
     slot_layout(l, p, ws + (size_t)t * slot_floats(l, p), &s);
     return s;
 }
 
-float *hcnn_conv_partial(const hcnn_layer *l, const hcnn_conv_plan *p, float *ws, int chunk)
+float *hcnn_conv_partial(const hcnn_conv_desc *l, const hcnn_conv_plan *p, float *ws, int chunk)
 {
     return ws + (size_t)p->nt * slot_floats(l, p) + (size_t)chunk * dw_floats(l);
 }
 
-float *hcnn_conv_dw_buffer(const hcnn_layer *l, const hcnn_conv_plan *p, float *ws)
+float *hcnn_conv_dw_buffer(const hcnn_conv_desc *l, const hcnn_conv_plan *p, float *ws)
 {
     return hcnn_conv_partial(l, p, ws, p->nchunks);
 }
 
-float *hcnn_conv_shifted_weights(const hcnn_layer *l, const hcnn_conv_plan *p, float *ws)
+float *hcnn_conv_shifted_weights(const hcnn_conv_desc *l, const hcnn_conv_plan *p, float *ws)
 {
     return hcnn_conv_dw_buffer(l, p, ws) + (p->dw_transposed ? dw_floats(l) : 0);
 }
 
-static int per_thread_allowed(const hcnn_layer *l, const hcnn_ctx *ctx)
+static int per_thread_allowed(const hcnn_conv_desc *l, const hcnn_exec *ctx)
 {
     return ctx->conv_algo == HCNN_CONV_PER_THREAD ||
            (ctx->conv_algo == HCNN_CONV_AUTO && hcnn_conv_p(l) >= PER_THREAD_MIN_P);
 }
 
-size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nt)
+size_t hcnn_conv_per_thread_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt)
 {
     if (!per_thread_allowed(l, ctx))
         return 0;
@@ -174,9 +176,9 @@ size_t hcnn_conv_per_thread_ws(const hcnn_layer *l, const hcnn_ctx *ctx, int n, 
 }
 
 /* Images per batched chunk: its columns stay within im2col_mb. */
-static int batched_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
+static int batched_chunk(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n)
 {
-    const size_t per = l->ws_per_sample ? l->ws_per_sample : 1;
+    const size_t per = hcnn_conv_ws_per_sample(l) ? hcnn_conv_ws_per_sample(l) : 1;
     size_t cap = ctx->max_chunk_floats / per;
     if (cap < 1)
         cap = 1;
@@ -185,9 +187,9 @@ static int batched_chunk(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
 
 /* ---- the plan --------------------------------------------------------------- */
 
-void hcnn_conv_plan_make(const hcnn_layer *l, const hcnn_ctx *ctx, int n, hcnn_conv_plan *p)
+void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, hcnn_conv_plan *p)
 {
-    p->nt = ctx->be->threads();
+    p->nt = hcnn_cpu_threads(NULL);
     /* the workspace is sized for the plan (hcnn_conv_workspace): the check
      * only guards against a caller's smaller one */
     p->per_thread = per_thread_allowed(l, ctx) &&
@@ -202,52 +204,47 @@ void hcnn_conv_plan_make(const hcnn_layer *l, const hcnn_ctx *ctx, int n, hcnn_c
     p->rows = rows_per_block(l);
     p->row_items = 1;
     p->nitems = p->ngroups;
-    p->dx_channels = l->conv.c;
+    p->dx_channels = l->g.c;
     p->ndx = p->ngroups;
     p->nchunks = 1;
 }
 
-hcnn_conv_geom hcnn_conv_row_block(const hcnn_layer *l, int oy0, int rows)
+hcnn_conv_geom hcnn_conv_row_block(const hcnn_conv_desc *l, int oy0, int rows)
 {
-    hcnn_conv_geom g = l->conv;
+    hcnn_conv_geom g = l->g;
     g.ph -= oy0 * g.sh;
     g.oh = rows;
     return g;
 }
 
 /* Workspace for `capacity` images: the largest batched chunk, or the
- * per-thread slots on all threads and the partial sums, whichever is
+ * per-thread slots on all threads (one, for a work unit of whole-network
+ * execution on the calling thread) and the partial sums, whichever is
  * larger. */
-size_t hcnn_conv_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int capacity)
+size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
+                               const hcnn_exec *ctx, int capacity)
 {
-    const size_t batched = (size_t)batched_chunk(l, ctx, capacity) * l->ws_per_sample;
-    const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, ctx->be->threads());
+    (void)be;
+    const size_t batched = (size_t)batched_chunk(l, ctx, capacity) * hcnn_conv_ws_per_sample(l);
+    const int nt = ctx->in_unit ? 1 : hcnn_cpu_threads(NULL);
+    const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, nt);
     return per_thread > batched ? per_thread : batched;
-}
-
-/* n images on the calling thread alone, as one work unit. */
-size_t hcnn_conv_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int n)
-{
-    hcnn_ctx unit = *ctx;
-    unit.in_unit = 1;
-    const size_t own = hcnn_conv_per_thread_ws(l, &unit, n, 1);
-    const size_t batched = (size_t)batched_chunk(l, ctx, n) * l->ws_per_sample;
-    return own > batched ? own : batched;
 }
 
 /* The GEMMs of a pass as conv.c issues them: on the per-thread path those
  * of the first thread's items (the largest share), all threads at once;
  * under whole-network execution those of one unit. */
-void hcnn_conv_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
-                     hcnn_gemm_list *gl)
+void hcnn_cpu_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
+                         int n, int unit, int need_dx, hcnn_gemm_list *gl)
 {
+    (void)be;
     hcnn_conv_plan p;
-    hcnn_ctx c = *ctx;
+    hcnn_exec c = *ctx;
     c.in_unit = unit > 0; /* each thread runs its own units alone */
     const int nimg = unit > 0 ? unit : n;
     hcnn_conv_plan_make(l, &c, nimg, &p);
-    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, C = l->conv.c;
-    const int taps = l->conv.kh * l->conv.kw, ow = l->conv.ow, oh = l->conv.oh;
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, C = l->g.c;
+    const int taps = l->g.kh * l->g.kw, ow = l->g.ow, oh = l->g.oh;
     const int Wp = hcnn_conv_padded_w(l), per = p.per_thread || unit > 0;
     const int nthreads = p.per_thread && unit == 0 ? p.nt : 1;
     const int items = ceil_div(p.nitems, nthreads);
@@ -278,4 +275,21 @@ void hcnn_conv_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, 
             hcnn_gemm_push(gl, 1, 1, 0, cb * taps, nb * P, co, per);
     }
     gl->flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
+}
+
+void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
+                            const hcnn_exec *ctx, int n, char *buf, size_t cap)
+{
+    (void)be;
+    hcnn_conv_plan p;
+    hcnn_conv_plan_make(l, ctx, n, &p);
+    if (!p.per_thread)
+        snprintf(buf, cap, "im2col + GEMM on all threads, chunks of %d images", p.group);
+    else if (p.shifted)
+        snprintf(buf, cap, "per-thread items, shifted windows (%d items, %d weight partials)",
+                 p.nitems, p.nchunks);
+    else
+        snprintf(buf, cap, "per-thread items, im2col + GEMM on groups of %d images (%d items, %d "
+                 "weight partials)",
+                 p.group, p.nitems, p.nchunks);
 }
