@@ -878,7 +878,7 @@ static void run_loader(int nranks, int batch, int nsamples, int prefetch_threads
     uint32_t perm[200];
     hcnn_loader ld[8];
     for (int r = 0; r < nranks; r++)
-        assert_int_equal(hcnn_loader_init(&ld[r], &ds, batch, r, nranks, 0, 1, prefetch_threads), HCNN_OK);
+        assert_int_equal(hcnn_loader_init(&ld[r], NULL, &ds, batch, r, nranks, 0, 1, prefetch_threads), HCNN_OK);
     for (int epoch = 0; epoch < 3; epoch++) {
         hcnn_epoch_permutation(perm, ds.n, 9, epoch, 1);
         int seen[200] = {0};
@@ -943,7 +943,7 @@ static void loader_restart(int prefetch)
     uint32_t perm[100];
     hcnn_epoch_permutation(perm, 100, 1, 0, 1);
     hcnn_loader ld;
-    assert_int_equal(hcnn_loader_init(&ld, &ds, 8, 0, 1, 1, 3, prefetch), HCNN_OK);
+    assert_int_equal(hcnn_loader_init(&ld, NULL, &ds, 8, 0, 1, 1, 3, prefetch), HCNN_OK);
     assert_int_equal(ld.thread_started, prefetch > 0);
     float *x;
     int32_t *y;
@@ -980,10 +980,10 @@ static void loader_restart(int prefetch)
 
     capture c;
     capture_begin(&c);
-    assert_int_equal(hcnn_loader_init(&ld, &ds, 0, 0, 1, 0, 1, 1), HCNN_EINVAL);
+    assert_int_equal(hcnn_loader_init(&ld, NULL, &ds, 0, 0, 1, 0, 1, 1), HCNN_EINVAL);
     capture_end(&c, "batch 0", NULL);
     capture_begin(&c);
-    assert_int_equal(hcnn_loader_init(&ld, &ds, 4, 3, 3, 0, 1, 1), HCNN_EINVAL);
+    assert_int_equal(hcnn_loader_init(&ld, NULL, &ds, 4, 3, 3, 0, 1, 1), HCNN_EINVAL);
     capture_end(&c, "rank 3 of 3", NULL);
     hcnn_dataset_free(&ds);
 }

@@ -270,6 +270,12 @@ case_begin gpu_program_built_without_cuda
 run_job g_nocuda gpu 1 2 "${SMALL[@]}" FAKE_GPUS=2
 refused g_nocuda 1 "was built without CUDA.*--with-cuda"
 
+# the job's default setting (device=cuda) reaches hcnn: the stand-in is the
+# CPU program, whose configuration refuses it, naming the rebuild
+case_begin gpu_default_setting_reaches_hcnn
+run_job g_default gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" FAKE_GPUS=2 CUDA_VISIBLE_DEVICES=0,1
+refused g_default 2 "device: cuda: this hcnn was built without CUDA; rebuild it with ./configure --with-cuda"
+
 case_begin gpu_fewer_gpus_than_ranks
 run_job g_few gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" FAKE_GPUS=1
 refused g_few 2 "2 ranks per node but nvidia-smi lists 1 GPU"
@@ -507,6 +513,8 @@ for launcher in srun mpirun none; do
 done
 
 # ---- the GPU job, end to end (a stand-in CUDA build, fake nvidia-smi) -----------
+# (GPU_SET= : the stand-in is the CPU program, which refuses device=cuda, as
+# gpu_default_setting_reaches_hcnn shows; here the ranks' GPUs are the test)
 # gpued NAME: status 0, trained, two ranks each on its own GPU (0 and 1 of
 # the CUDA_VISIBLE_DEVICES=0,1 Slurm gives the node)
 gpued() {

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "hcnn/backend.h"
 #include "hcnn/config.h"
 
 typedef struct hcnn_dataset {
@@ -69,6 +70,7 @@ void hcnn_batch_assemble(const hcnn_dataset *ds, const uint32_t *idx, int n, int
  * With R ranks, batch b (global size nb) is split into R contiguous shards:
  * rank r gets samples [nb*r/R, nb*(r+1)/R) of it. */
 typedef struct hcnn_loader {
+    const hcnn_backend *be; /* its batches are the backend's host memory (pinned on a GPU) */
     const hcnn_dataset *ds;
     const uint32_t *perm;
     int nsamples;          /* samples in the epoch */
@@ -101,8 +103,11 @@ typedef struct hcnn_loader {
 } hcnn_loader;
 
 /* max_local: capacity of each buffer in samples (>= largest shard). */
-int hcnn_loader_init(hcnn_loader *ld, const hcnn_dataset *ds, int batch, int rank, int nranks,
-                     int augment, uint64_t seed, int prefetch_threads);
+/* be: the backend the batches go to (their buffers from its alloc_host:
+ * pinned memory on a GPU, which it copies from fastest); NULL: plain host
+ * memory. */
+int hcnn_loader_init(hcnn_loader *ld, const hcnn_backend *be, const hcnn_dataset *ds, int batch,
+                     int rank, int nranks, int augment, uint64_t seed, int prefetch_threads);
 /* Begin an epoch over perm[0..nsamples). */
 void hcnn_loader_begin_epoch(hcnn_loader *ld, const uint32_t *perm, int nsamples, int epoch);
 /* The same, starting at batch first_batch (resuming inside an epoch). */

@@ -119,15 +119,6 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
                    const hcnn_network *nw, double bucket_mb, int threads, int host_cores,
                    hcnn_step_model *out);
 
-/* ---- measurement (src/train/bench.c) ------------------------------------- */
-
-/* Per-block forward/backward seconds (medians over `steps` timed steps after
- * 2 warm-up steps) of serial training passes of n samples on synthetic data
- * of cfg's model, with cfg->threads threads, in this process; opt_s: the
- * optimiser step.  fwd/bwd have net.nlayers entries. */
-int hcnn_block_times(const hcnn_config *cfg, int n, int steps, double *fwd, double *bwd,
-                     double *opt_s);
-
 /* hcnn plan [options] (src/plan/plan.c): argv[1] is "plan"; returns the
  * exit status. */
 int hcnn_plan_main(int argc, char **argv);

@@ -102,7 +102,7 @@ void hcnn_strategy_free(hcnn_strategy *s);
  * non-empty stages minimising the largest (dynamic programming, O(S n^2));
  * bounds[0..S], stage s = blocks [bounds[s], bounds[s+1]).  hcnn plan
  * partitions with it too. */
-void hcnn_pipe_balance(const double *cost, int n, int S, int *bounds);
+int hcnn_pipe_balance(const double *cost, int n, int S, int *bounds);
 
 /* The batch for a step or inference in backend memory: x and y themselves
  * when the backend's memory is the host's, else uploaded into x_dev, y_dev

@@ -5,10 +5,6 @@
 #include "hcnn/comm.h"
 #include "hcnn/config.h"
 
-/* Thread count: cfg->threads, else OMP_NUM_THREADS, else all cores; applied
- * to OpenMP and OpenBLAS.  Returns the count. */
-int hcnn_setup_threads(const hcnn_config *cfg);
-
 /* Checks that depend on the number of ranks (strategy, batch >= ranks,
  * ...).  Identical on every rank; only rank 0 prints.  Returns HCNN_OK or
  * HCNN_EINVAL (then every rank should exit, no abort needed). */
@@ -32,6 +28,14 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
  * `resume` (file, "latest", "auto" or NULL) names found and intact; one
  * "hcnn: check: ok (...)" line, nothing trained.  Serial. */
 int hcnn_train_check(const hcnn_config *cfg, const char *resume);
+
+/* hcnn plan's compute input: per-block forward/backward seconds (medians
+ * over `steps` timed steps after 2 warm-up steps) of serial training passes
+ * of n samples on synthetic data of cfg's model, with cfg->threads threads,
+ * in this process; opt_s: the optimiser step.  fwd/bwd have net.nlayers
+ * entries. */
+int hcnn_block_times(const hcnn_config *cfg, int n, int steps, double *fwd, double *bwd,
+                     double *opt_s);
 
 /* Training throughput on synthetic data of the model's input shape: warm-up
  * steps, then timed repeats; rank 0 prints each repeat, the profile and the

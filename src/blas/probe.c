@@ -8,7 +8,7 @@
 #include "hcnn/net.h"
 #include "hcnn/profile.h"
 #include "hcnn/strategy.h"
-#include "hcnn/train.h"
+#include "hcnn/threads.h"
 #include "internal.h"
 
 /* Builds the network (parameters left zero: a GEMM's time does not depend

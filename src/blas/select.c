@@ -11,7 +11,7 @@
 
 #include "hcnn/common.h"
 #include "hcnn/files.h"
-#include "hcnn/train.h"
+#include "hcnn/threads.h"
 #include "internal.h"
 
 #define NOTE_ENV "HCNN_BLAS_NOTE"   /* why these kernels (header) */

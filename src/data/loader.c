@@ -69,10 +69,25 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int hcnn_loader_init(hcnn_loader *ld, const hcnn_dataset *ds, int batch, int rank, int nranks, int augment,
-                     uint64_t seed, int prefetch_threads)
+/* the batches' memory: the backend's host memory, or plain */
+static void *batch_alloc(const hcnn_loader *ld, size_t bytes, const char *what)
+{
+    return ld->be ? ld->be->alloc_host(ld->be, bytes, what) : hcnn_alloc(bytes, what);
+}
+
+static void batch_free(const hcnn_loader *ld, void *p)
+{
+    if (ld->be)
+        ld->be->free_host(ld->be, p);
+    else
+        hcnn_free(p);
+}
+
+int hcnn_loader_init(hcnn_loader *ld, const hcnn_backend *be, const hcnn_dataset *ds, int batch,
+                     int rank, int nranks, int augment, uint64_t seed, int prefetch_threads)
 {
     memset(ld, 0, sizeof *ld);
+    ld->be = be;
     if (batch < 1 || nranks < 1 || rank < 0 || rank >= nranks)
         return hcnn_error_code(HCNN_EINVAL, "loader: batch %d, rank %d of %d (expected batch >= 1, 0 <= rank < ranks)",
                                batch, rank, nranks);
@@ -94,8 +109,8 @@ int hcnn_loader_init(hcnn_loader *ld, const hcnn_dataset *ds, int batch, int ran
         return hcnn_error_code(HCNN_EINVAL, "loader: batch %d of %zu values per sample is too large", batch, chw);
     int code = HCNN_ENOMEM; /* hcnn_alloc has printed the message */
     for (int i = 0; i < 2; i++) {
-        ld->x[i] = hcnn_alloc(cap * chw * sizeof(float), "loader batch");
-        ld->y[i] = hcnn_alloc(cap * sizeof(int32_t), "loader labels");
+        ld->x[i] = batch_alloc(ld, cap * chw * sizeof(float), "loader batch");
+        ld->y[i] = batch_alloc(ld, cap * sizeof(int32_t), "loader labels");
         if (!ld->x[i] || !ld->y[i])
             goto fail;
     }
@@ -123,8 +138,8 @@ fail_mutex:
     pthread_mutex_destroy(&ld->mu);
 fail:
     for (int i = 0; i < 2; i++) {
-        hcnn_free(ld->x[i]);
-        hcnn_free(ld->y[i]);
+        batch_free(ld, ld->x[i]);
+        batch_free(ld, ld->y[i]);
     }
     memset(ld, 0, sizeof *ld);
     return code;
@@ -213,8 +228,8 @@ void hcnn_loader_free(hcnn_loader *ld)
         pthread_mutex_destroy(&ld->mu);
     }
     for (int i = 0; i < 2; i++) {
-        hcnn_free(ld->x[i]);
-        hcnn_free(ld->y[i]);
+        batch_free(ld, ld->x[i]);
+        batch_free(ld, ld->y[i]);
     }
     memset(ld, 0, sizeof *ld);
 }

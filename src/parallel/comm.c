@@ -90,13 +90,15 @@ int hcnn_mpi_buf_init(hcnn_mpi_buf *b, const hcnn_backend *be, float *dev, size_
     b->be = be, b->dev = dev, b->n = n, b->host = NULL;
     if (!dev || be->host_memory)
         return HCNN_OK;
-    b->host = hcnn_alloc(sizeof(float) * (n + 1), what);
+    /* the backend's host memory: pinned on a GPU, copied to and from fastest */
+    b->host = be->alloc_host(be, sizeof(float) * (n + 1), what);
     return b->host ? HCNN_OK : HCNN_ENOMEM;
 }
 
 void hcnn_mpi_buf_free(hcnn_mpi_buf *b)
 {
-    hcnn_free(b->host);
+    if (b->host)
+        b->be->free_host(b->be, b->host);
     b->host = NULL;
 }
 
@@ -125,7 +127,7 @@ static float *host_view(const hcnn_backend *be, const float *buf, size_t n, int 
 {
     if (be->host_memory)
         return (float *)buf;
-    float *h = hcnn_alloc(sizeof(float) * (n + 1), "MPI staging buffer");
+    float *h = be->alloc_host(be, sizeof(float) * (n + 1), "MPI staging buffer");
     if (h && download)
         be->download(be, h, buf, sizeof(float) * n);
     return h;
@@ -137,7 +139,7 @@ static void host_view_done(const hcnn_backend *be, float *h, float *buf, size_t 
         return;
     if (upload)
         be->upload(be, buf, h, sizeof(float) * n);
-    hcnn_free(h);
+    be->free_host(be, h);
 }
 
 int hcnn_bcast_floats(const hcnn_backend *be, MPI_Comm comm, float *buf, size_t n, int root)

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hcnn/common.h"
@@ -118,30 +119,45 @@ static int measure_costs(hcnn_net *net, int cap, double *cost)
     return rc;
 }
 
-void hcnn_pipe_balance(const double *cost, int n, int S, int *bounds)
+int hcnn_pipe_balance(const double *cost, int n, int S, int *bounds)
 {
+    /* best[k][j]: the least largest stage of blocks [0, j) in k stages;
+     * cut[k][j]: where its last stage starts (tables of the call's own) */
+    const size_t cells = (size_t)(S + 1) * (size_t)(n + 1);
+    double *best_cells = malloc(sizeof(double) * cells);
+    int *cut_cells = malloc(sizeof(int) * cells);
     double pre[HCNN_MAX_BLOCKS + 1];
-    static double best[HCNN_MAX_BLOCKS + 1][HCNN_MAX_BLOCKS + 1];
-    static int cut[HCNN_MAX_BLOCKS + 1][HCNN_MAX_BLOCKS + 1];
+    if (!best_cells || !cut_cells || n > HCNN_MAX_BLOCKS) {
+        free(best_cells), free(cut_cells);
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the pipeline partition's tables "
+                                            "(%d stages, %d blocks)",
+                               S, n);
+    }
+#define best(k, j) best_cells[(size_t)(k) * (size_t)(n + 1) + (size_t)(j)]
+#define cut(k, j) cut_cells[(size_t)(k) * (size_t)(n + 1) + (size_t)(j)]
     pre[0] = 0.0;
     for (int i = 0; i < n; i++)
         pre[i + 1] = pre[i] + cost[i];
     for (int j = 1; j <= n; j++)
-        best[1][j] = pre[j], cut[1][j] = 0;
+        best(1, j) = pre[j], cut(1, j) = 0;
     for (int k = 2; k <= S; k++)
         for (int j = k; j <= n; j++) {
-            best[k][j] = INFINITY;
+            best(k, j) = INFINITY;
             for (int i = k - 1; i < j; i++) {
-                double v = fmax(best[k - 1][i], pre[j] - pre[i]);
-                if (v < best[k][j])
-                    best[k][j] = v, cut[k][j] = i;
+                double v = fmax(best(k - 1, i), pre[j] - pre[i]);
+                if (v < best(k, j))
+                    best(k, j) = v, cut(k, j) = i;
             }
         }
     bounds[S] = n;
     for (int k = S, j = n; k >= 1; k--) {
-        bounds[k - 1] = cut[k][j];
-        j = cut[k][j];
+        bounds[k - 1] = cut(k, j);
+        j = cut(k, j);
     }
+#undef best
+#undef cut
+    free(best_cells), free(cut_cells);
+    return HCNN_OK;
 }
 
 /* ---- set-up ------------------------------------------------------------- */
@@ -181,7 +197,8 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
             p->bounds[s] = cfg->partition[s];
         p->bounds[p->S] = nl;
     } else {
-        hcnn_pipe_balance(cost, nl, p->S, p->bounds);
+        if ((rc = hcnn_pipe_balance(cost, nl, p->S, p->bounds)))
+            return rc;
     }
     for (int s = 0; s < p->S; s++) {
         p->est_s[s] = 0.0;

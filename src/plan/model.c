@@ -337,7 +337,9 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
         double c[HCNN_MAX_BLOCKS];
         for (int i = 0; i < L; i++)
             c[i] = cost->fwd[i] + cost->bwd[i];
-        hcnn_pipe_balance(c, L, S, m->bounds);
+        const int rc = hcnn_pipe_balance(c, L, S, m->bounds);
+        if (rc)
+            return rc;
         double fw[HCNN_MAX_BLOCKS], bw[HCNN_MAX_BLOCKS];
         for (int i = 0; i < L; i++)
             fw[i] = cost->fwd[i] * contended, bw[i] = cost->bwd[i] * contended;

@@ -20,6 +20,7 @@
 #include "hcnn/common.h"
 #include "hcnn/files.h"
 #include "hcnn/plan.h"
+#include "hcnn/train.h"
 
 #define MAX_NODES 16
 #define MAX_STAGE_CHOICES 8

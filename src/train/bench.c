@@ -1,44 +1,13 @@
-/* hcnn bench, and the per-block profile of a run (train --profile):
- * training steps on synthetic data of the model's input shape, timed in
- * repeats after a warm-up, with the raw-GEMM reference sampled between the
- * repeats (include/hcnn/profile.h). */
+/* hcnn bench: training steps on synthetic data of the model's input shape,
+ * timed in repeats after a warm-up, with the raw-GEMM reference of the
+ * per-block profile (include/hcnn/profile.h) sampled between the repeats;
+ * and hcnn plan's per-block times. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "hcnn/blas.h"
 #include "hcnn/common.h"
-#include "hcnn/plan.h"
 #include "run.h"
-
-int profile_enable(hcnn_run *r)
-{
-    int rc = hcnn_profile_init(&r->prof, r->net.nids);
-    r->profiling = 1;
-    r->strat.scratch.ctx.prof_fwd = r->prof.fwd;
-    r->strat.scratch.ctx.prof_bwd = r->prof.bwd;
-    return rc;
-}
-
-void profile_sample_reference(hcnn_run *r)
-{
-    if (!run_is_root(r))
-        return;
-    const hcnn_strategy *s = &r->strat;
-    hcnn_profile_sample_reference(&r->prof, &r->net, &s->scratch.ctx, s->first, s->last,
-                                  s->pass_samples);
-}
-
-/* Rank 0's table: its blocks, its shard (or micro-batch) size. */
-double profile_print(hcnn_run *r)
-{
-    if (!run_is_root(r))
-        return 0.0;
-    const hcnn_strategy *s = &r->strat;
-    const double share = hcnn_profile_print(&r->prof, &r->net, &s->scratch.ctx, s->first, s->last,
-                                            s->pass_samples, s->passes, stdout);
-    fflush(stdout);
-    return share;
-}
 
 int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_opts *opts)
 {
@@ -120,7 +89,7 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
     return rc;
 }
 
-/* hcnn plan's compute input (include/hcnn/plan.h).  What a step spends
+/* hcnn plan's compute input (include/hcnn/train.h).  What a step spends
  * outside the blocks' passes (optimiser, loss, the finiteness check, the
  * batch hand-over) is counted with the optimiser: opt_s. */
 int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, double *bwd,

@@ -10,20 +10,8 @@
 #include "hcnn/common.h"
 #include "hcnn/blas.h"
 #include "hcnn/files.h"
+#include "hcnn/threads.h"
 #include "run.h"
-
-int hcnn_setup_threads(const hcnn_config *cfg)
-{
-    int t = cfg->threads;
-    if (t <= 0) {
-        const char *env = getenv("OMP_NUM_THREADS");
-        t = env && atoi(env) > 0 ? omp_get_max_threads() : omp_get_num_procs();
-    }
-    if (t < 1)
-        t = 1;
-    omp_set_num_threads(t); /* the BLAS itself runs single-threaded (src/cpu/gemm.c) */
-    return t;
-}
 
 /* Every rank runs the same BLAS kernels (blas_kernels: each rank applied
  * it before MPI started, from its node's measurement or cache): kernels
@@ -156,7 +144,7 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
     const int prefetch =
         cfg->data_prefetch == HCNN_PREFETCH_ON ||
         (cfg->data_prefetch == HCNN_PREFETCH_AUTO && omp_get_max_threads() < omp_get_num_procs());
-    rc = hcnn_loader_init(&r->loader, &r->train, cfg->batch_size, r->strat.group, r->strat.ngroups,
+    rc = hcnn_loader_init(&r->loader, r->be, &r->train, cfg->batch_size, r->strat.group, r->strat.ngroups,
                           augment, cfg->seed, prefetch ? 1 : 0);
     if (rc)
         return rc;
@@ -272,4 +260,36 @@ int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *che
                checkpoint, meta.epoch, meta.step, r.test.n, loss, acc, hcnn_now() - t0);
     run_free(&r);
     return rc;
+}
+
+/* ---- the per-block profile of a run (train --profile, bench) ---------------- */
+
+int profile_enable(hcnn_run *r)
+{
+    int rc = hcnn_profile_init(&r->prof, r->net.nids);
+    r->profiling = 1;
+    r->strat.scratch.ctx.prof_fwd = r->prof.fwd;
+    r->strat.scratch.ctx.prof_bwd = r->prof.bwd;
+    return rc;
+}
+
+void profile_sample_reference(hcnn_run *r)
+{
+    if (!run_is_root(r))
+        return;
+    const hcnn_strategy *s = &r->strat;
+    hcnn_profile_sample_reference(&r->prof, &r->net, &s->scratch.ctx, s->first, s->last,
+                                  s->pass_samples);
+}
+
+/* Rank 0's table: its blocks, its shard (or micro-batch) size. */
+double profile_print(hcnn_run *r)
+{
+    if (!run_is_root(r))
+        return 0.0;
+    const hcnn_strategy *s = &r->strat;
+    const double share = hcnn_profile_print(&r->prof, &r->net, &s->scratch.ctx, s->first, s->last,
+                                            s->pass_samples, s->passes, stdout);
+    fflush(stdout);
+    return share;
 }

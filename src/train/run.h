@@ -1,10 +1,11 @@
 /* Inside the trainer (src/train/): what a run owns, one struct passed down,
  * and the functions its files share.
- *   run.c      set-up and release, evaluation, the replicas' agreement
+ *   run.c      set-up and release, evaluation, the replicas' agreement, the
+ *              per-block profile
  *   train.c    the epoch loop: batches, steps, the optimiser, signals
  *   report.c   the run header, progress, epoch lines and CSV metrics
  *   resume.c   checkpoints written and resumed
- *   bench.c    hcnn bench and the per-block profile of a run
+ *   bench.c    hcnn bench and hcnn plan's block times
  * How the ranks share a step is the strategy's (include/hcnn/strategy.h). */
 #ifndef HCNN_TRAIN_RUN_H
 #define HCNN_TRAIN_RUN_H
@@ -112,7 +113,7 @@ int run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, 
 /* Rank 0, before training: checkpoint_dir created and writable. */
 int run_check_checkpoint_dir(const hcnn_config *cfg);
 
-/* bench.c */
+/* run.c: the per-block profile */
 int profile_enable(hcnn_run *r);
 /* One sample of rank 0's raw-GEMM reference (between timed repeats). */
 void profile_sample_reference(hcnn_run *r);
