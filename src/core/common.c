@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "hd.h"
+
 /* Under mpirun with several ranks, messages name the rank; the launcher's
  * environment says which (read, never stored, so no global state). */
 static void vreport(const char *kind, const char *fmt, va_list ap)
@@ -96,31 +98,17 @@ double hcnn_median(double *v, int n)
     return v[n / 2];
 }
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 uint64_t hcnn_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
 {
-    uint64_t x = a;
-    uint64_t h = splitmix64(&x);
-    x = h ^ b;
-    h = splitmix64(&x);
-    x = h ^ c;
-    h = splitmix64(&x);
-    x = h ^ d;
-    return splitmix64(&x);
+    return hcnn_hd_hash4(a, b, c, d); /* the definition the CUDA kernels share */
 }
 
 void hcnn_rng_seed(hcnn_rng *r, uint64_t seed, uint64_t stream)
 {
     uint64_t x = hcnn_hash4(seed, stream, 0x68636e6eull, 0);
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
+        r->s[i] = hcnn_hd_splitmix64(&x);
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

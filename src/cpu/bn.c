@@ -54,10 +54,6 @@ static float plane_sum_sq_dev(const float *x, int n, float m)
             g = (v16f)((v16i)g & (v * (a) + (b) > 0.0f));                                          \
     } while (0)
 
-static inline float bn_grad(float dy, float x, int relu, float a, float b)
-{
-    return relu && !(x * a + b > 0.0f) ? 0.0f : dy;
-}
 
 /* *sdy = sum of g, *sdyx = sum of g * (x - m) * is, g as bn_grad */
 HCNN_MULTIVERSION
@@ -74,7 +70,7 @@ static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, fl
     }
     float ta = 0.0f, tb = 0.0f;
     for (; p < n; p++) {
-        const float g = bn_grad(dy[p], x[p], relu, a_relu, b_relu);
+        const float g = hcnn_hd_bn_grad(dy[p], x[p], relu, a_relu, b_relu);
         ta += g;
         tb += g * (x[p] - m) * is;
     }
@@ -96,8 +92,8 @@ static void plane_bn_dx(const float *x, const float *dy, int n, float m, float i
         memcpy(dx + p, &o, sizeof o);
     }
     for (; p < n; p++) {
-        const float g = bn_grad(dy[p], x[p], relu, a, b);
-        dx[p] = a * (g - mdy - (x[p] - m) * is * mdyx);
+        const float g = hcnn_hd_bn_grad(dy[p], x[p], relu, a, b);
+        dx[p] = hcnn_hd_bn_dx(g, x[p], a, m, is, mdy, mdyx);
     }
 }
 
@@ -107,22 +103,19 @@ static void plane_bn_dx(const float *x, const float *dy, int n, float m, float i
 static void bn_apply_plane(const float *xp, const float *addp, int relu, float a, float b,
                            float *yp, int np)
 {
+    /* four loops, so that the flags are resolved outside them */
     if (addp && relu)
-        for (int p = 0; p < np; p++) {
-            const float v = (xp[p] * a + b) + addp[p];
-            yp[p] = v > 0.0f ? v : 0.0f;
-        }
+        for (int p = 0; p < np; p++)
+            yp[p] = hcnn_hd_bn_apply(xp[p], a, b, 1, addp[p], 1);
     else if (addp)
         for (int p = 0; p < np; p++)
-            yp[p] = (xp[p] * a + b) + addp[p];
+            yp[p] = hcnn_hd_bn_apply(xp[p], a, b, 1, addp[p], 0);
     else if (relu)
-        for (int p = 0; p < np; p++) {
-            const float v = xp[p] * a + b;
-            yp[p] = v > 0.0f ? v : 0.0f;
-        }
+        for (int p = 0; p < np; p++)
+            yp[p] = hcnn_hd_bn_apply(xp[p], a, b, 0, 0.0f, 1);
     else
         for (int p = 0; p < np; p++)
-            yp[p] = xp[p] * a + b;
+            yp[p] = hcnn_hd_bn_apply(xp[p], a, b, 0, 0.0f, 0);
 }
 
 /* The training batch-norm passes walk blocks of channels: one channel at a
@@ -134,15 +127,6 @@ static void bn_apply_plane(const float *xp, const float *addp, int relu, float a
  * order, so the results do not depend on the blocking. */
 #define BN_BLOCK_BYTES ((size_t)256 * 1024)
 #define BN_MAX_BLOCK 256
-
-/* A channel's normalisation as y = x * a + b: one expression for the
- * forward and for the backward's recomputed ReLU mask, which must agree bit
- * for bit. */
-static inline void bn_affine(float gamma, float beta, float mean, float invstd, float *a, float *b)
-{
-    *a = gamma * invstd;
-    *b = beta - mean * *a;
-}
 
 static int bn_block_channels(int n, int c, int np)
 {
@@ -181,7 +165,7 @@ void hcnn_cpu_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c,
             const float invstd = (float)(1.0 / sqrt(var + eps));
             save_mean[ch] = mean_f[k];
             save_invstd[ch] = invstd;
-            bn_affine(gamma[ch], beta[ch], mean_f[k], invstd, &a[k], &b[k]);
+            hcnn_hd_bn_affine(gamma[ch], beta[ch], mean_f[k], invstd, &a[k], &b[k]);
             const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
             running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
             running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
@@ -202,7 +186,7 @@ void hcnn_cpu_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c,
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++) {
         for (int ch = 0; ch < c; ch++) {
-            const float a = gamma[ch] / sqrtf(running_var[ch] + eps);
+            const float a = hcnn_hd_bn_infer_scale(gamma[ch], running_var[ch], eps);
             const float b = beta[ch] - running_mean[ch] * a;
             const size_t off = ((size_t)i * c + ch) * np;
             bn_apply_plane(x + off, add ? add + off : NULL, relu, a, b, y + off, np);
@@ -230,8 +214,8 @@ void hcnn_cpu_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, in
         double sdy[BN_MAX_BLOCK] = {0}, sdyx[BN_MAX_BLOCK] = {0};
         float a[BN_MAX_BLOCK], b[BN_MAX_BLOCK], mdy[BN_MAX_BLOCK], mdyx[BN_MAX_BLOCK];
         for (int k = 0; k < nc; k++)
-            bn_affine(gamma[c0 + k], beta[c0 + k], save_mean[c0 + k], save_invstd[c0 + k], &a[k],
-                      &b[k]);
+            hcnn_hd_bn_affine(gamma[c0 + k], beta[c0 + k], save_mean[c0 + k], save_invstd[c0 + k],
+                              &a[k], &b[k]);
         for (int i = 0; i < n; i++)
             for (int k = 0; k < nc; k++) {
                 const int ch = c0 + k;

@@ -20,6 +20,7 @@
 
 #include "hcnn/backend.h"
 #include "hcnn/common.h"
+#include "../core/hd.h" /* the element and index math shared with src/cuda/ */
 
 /* Image rows here are 4-32 floats: a memcpy/memset call per row costs more
  * than the copy (LeNet-5 spent a quarter of its step in them).  Keep GCC

@@ -25,8 +25,7 @@ HCNN_MULTIVERSION
 static void relu_fwd_range(const float *x, float *y, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        const float v = x[i];
-        y[i] = v > 0.0f ? v : 0.0f;
+        y[i] = hcnn_hd_relu(x[i]);
     }
 }
 
@@ -35,7 +34,7 @@ static void relu_bwd_range(const float *y, const float *dy, float *dx, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const float d = dy[i]; /* loaded unconditionally: a select, not a branch */
-        dx[i] = y[i] > 0.0f ? d : 0.0f;
+        dx[i] = hcnn_hd_relu_grad(y[i], d);
     }
 }
 
@@ -45,8 +44,7 @@ HCNN_MULTIVERSION
 static void leaky_fwd_range(const float *x, float *y, size_t n, float slope)
 {
     for (size_t i = 0; i < n; i++) {
-        const float v = x[i];
-        y[i] = v > 0.0f ? v : slope * v;
+        y[i] = hcnn_hd_leaky(x[i], slope);
     }
 }
 
@@ -55,7 +53,7 @@ static void leaky_bwd_range(const float *y, const float *dy, float *dx, size_t n
 {
     for (size_t i = 0; i < n; i++) {
         const float d = dy[i];
-        dx[i] = y[i] > 0.0f ? d : slope * d;
+        dx[i] = hcnn_hd_leaky_grad(y[i], d, slope);
     }
 }
 
@@ -126,15 +124,13 @@ void hcnn_cpu_dropout_fwd(const hcnn_backend *be, const float *x, float *y, floa
 {
     (void)be;
     const float scale = 1.0f / (1.0f - p);
-    /* keep iff the element's 24-bit uniform >= p */
-    const uint64_t threshold = (uint64_t)((double)p * 16777216.0);
+    const uint64_t threshold = hcnn_hd_dropout_threshold(p);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
-        const uint64_t key = hcnn_hash4(seed, step, layer_id, first_sample + (uint64_t)i);
+        const uint64_t key = hcnn_hd_dropout_key(seed, step, layer_id, first_sample + (uint64_t)i);
         const size_t base = (size_t)i * per_sample;
         for (size_t e = 0; e < per_sample; e++) {
-            const uint64_t u = hcnn_hash4(key, e, 0x64726f70ull, 0) >> 40;
-            const float m = u >= threshold ? scale : 0.0f;
+            const float m = hcnn_hd_dropout_mask(key, e, threshold, scale);
             mask[base + e] = m;
             y[base + e] = x[base + e] * m;
         }

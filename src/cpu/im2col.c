@@ -16,7 +16,7 @@ static void im2col_tap(const hcnn_conv_geom *g, const float *xp, int ki, int kj,
     if (hi > g->ow) hi = g->ow;
     if (hi < lo) hi = lo;
     for (int oy = 0; oy < g->oh; oy++, d += g->ow) {
-        const int iy = oy * g->sh - g->ph + ki;
+        const int iy = hcnn_hd_window_in(oy, ki, g->sh, g->ph);
         if (iy < 0 || iy >= g->h) {
             zero_floats(d, g->ow);
             continue;
@@ -28,7 +28,7 @@ static void im2col_tap(const hcnn_conv_geom *g, const float *xp, int ki, int kj,
             zero_floats(d + hi, g->ow - hi);
         } else {
             for (int ox = 0; ox < g->ow; ox++) {
-                const int ix = ox * g->sw - g->pw + kj;
+                const int ix = hcnn_hd_window_in(ox, kj, g->sw, g->pw);
                 d[ox] = (ix >= 0 && ix < g->w) ? row[ix] : 0.0f;
             }
         }
@@ -39,7 +39,7 @@ static void im2col_tap(const hcnn_conv_geom *g, const float *xp, int ki, int kj,
 static void col2im_tap(const hcnn_conv_geom *g, const float *s, int ki, int kj, float *xp)
 {
     for (int oy = 0; oy < g->oh; oy++, s += g->ow) {
-        const int iy = oy * g->sh - g->ph + ki;
+        const int iy = hcnn_hd_window_in(oy, ki, g->sh, g->ph);
         if (iy < 0 || iy >= g->h)
             continue;
         float *row = xp + (size_t)iy * g->w;
@@ -52,7 +52,7 @@ static void col2im_tap(const hcnn_conv_geom *g, const float *s, int ki, int kj, 
                 r0[ox] += s[ox];
         } else {
             for (int ox = 0; ox < g->ow; ox++) {
-                const int ix = ox * g->sw - g->pw + kj;
+                const int ix = hcnn_hd_window_in(ox, kj, g->sw, g->pw);
                 if (ix >= 0 && ix < g->w)
                     row[ix] += s[ox];
             }

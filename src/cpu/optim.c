@@ -5,21 +5,13 @@ HCNN_MULTIVERSION
 static void sgd_range(float *restrict w, const float *restrict g, float *restrict v, size_t n,
                       float lr, float mu, float wd, int nesterov)
 {
-    if (nesterov) {
-        for (size_t i = 0; i < n; i++) {
-            const float gi = g[i] + wd * w[i];
-            const float vi = mu * v[i] + gi;
-            v[i] = vi;
-            w[i] -= lr * (gi + mu * vi);
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            const float gi = g[i] + wd * w[i];
-            const float vi = mu * v[i] + gi;
-            v[i] = vi;
-            w[i] -= lr * vi;
-        }
-    }
+    /* two loops, so that the update's branch is resolved outside them */
+    if (nesterov)
+        for (size_t i = 0; i < n; i++)
+            hcnn_hd_sgd(&w[i], g[i], &v[i], lr, mu, wd, 1);
+    else
+        for (size_t i = 0; i < n; i++)
+            hcnn_hd_sgd(&w[i], g[i], &v[i], lr, mu, wd, 0);
 }
 
 /* Element-wise, so any split gives the same result.  LeNet-5's 62k

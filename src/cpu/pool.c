@@ -147,11 +147,11 @@ void hcnn_cpu_maxpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const
                     float best = -INFINITY;
                     int32_t arg = -1;
                     for (int ki = 0; ki < g->kh; ki++) {
-                        const int iy = oy * g->sh - g->ph + ki;
+                        const int iy = hcnn_hd_window_in(oy, ki, g->sh, g->ph);
                         if (iy < 0 || iy >= g->h)
                             continue;
                         for (int kj = 0; kj < g->kw; kj++) {
-                            const int ix = ox * g->sw - g->pw + kj;
+                            const int ix = hcnn_hd_window_in(ox, kj, g->sw, g->pw);
                             if (ix < 0 || ix >= g->w)
                                 continue;
                             const float v = xp[iy * g->w + ix];
@@ -235,11 +235,11 @@ void hcnn_cpu_avgpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const
                 for (int ox = 0; ox < g->ow; ox++) {
                     float s = 0.0f;
                     for (int ki = 0; ki < g->kh; ki++) {
-                        const int iy = oy * g->sh - g->ph + ki;
+                        const int iy = hcnn_hd_window_in(oy, ki, g->sh, g->ph);
                         if (iy < 0 || iy >= g->h)
                             continue;
                         for (int kj = 0; kj < g->kw; kj++) {
-                            const int ix = ox * g->sw - g->pw + kj;
+                            const int ix = hcnn_hd_window_in(ox, kj, g->sw, g->pw);
                             if (ix >= 0 && ix < g->w)
                                 s += xp[iy * g->w + ix];
                         }
@@ -276,11 +276,11 @@ void hcnn_cpu_avgpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const
                 for (int ox = 0; ox < g->ow; ox++) {
                     const float d = dyp[oy * g->ow + ox] * inv;
                     for (int ki = 0; ki < g->kh; ki++) {
-                        const int iy = oy * g->sh - g->ph + ki;
+                        const int iy = hcnn_hd_window_in(oy, ki, g->sh, g->ph);
                         if (iy < 0 || iy >= g->h)
                             continue;
                         for (int kj = 0; kj < g->kw; kj++) {
-                            const int ix = ox * g->sw - g->pw + kj;
+                            const int ix = hcnn_hd_window_in(ox, kj, g->sw, g->pw);
                             if (ix >= 0 && ix < g->w)
                                 dxp[iy * g->w + ix] += d;
                         }

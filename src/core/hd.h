@@ -1,0 +1,174 @@
+/* Element and index math shared by the CPU backend (src/cpu/) and the CUDA
+ * kernels (src/cuda/): the one definition of each activation, dropout's
+ * counter-based random numbers, the convolution's and pooling's index
+ * arithmetic, batch-norm's element terms, the loss of one sample and the
+ * SGD update, so that the two backends cannot drift apart.  Valid C11 and
+ * CUDA C++ alike (host-and-device functions under nvcc; plain static
+ * inline functions for the CPU's C and the emulation's C++).  The
+ * conformance suite's references (tests/test_backend.c) do not use them:
+ * an error here cannot hide in a reference. */
+#ifndef HCNN_HD_H
+#define HCNN_HD_H
+
+#include <math.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define HCNN_HD static __host__ __device__ __forceinline__
+#else
+#define HCNN_HD static inline
+#endif
+
+/* ---- counter-based random numbers (SplitMix64, mixed four words) -------- */
+
+HCNN_HD uint64_t hcnn_hd_splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* stateless mixing of four 64-bit words (hcnn_hash4) */
+HCNN_HD uint64_t hcnn_hd_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+    uint64_t x = a;
+    uint64_t h = hcnn_hd_splitmix64(&x);
+    x = h ^ b;
+    h = hcnn_hd_splitmix64(&x);
+    x = h ^ c;
+    h = hcnn_hd_splitmix64(&x);
+    x = h ^ d;
+    return hcnn_hd_splitmix64(&x);
+}
+
+/* ---- dropout: element e of sample s kept iff its 24-bit uniform >= p ---- */
+
+HCNN_HD uint64_t hcnn_hd_dropout_threshold(float p) { return (uint64_t)((double)p * 16777216.0); }
+
+/* the key of a sample: a function of the run's seed, the step, the layer
+ * and the sample's position in the epoch, never of who computes it */
+HCNN_HD uint64_t hcnn_hd_dropout_key(uint64_t seed, uint64_t step, uint64_t layer_id,
+                                     uint64_t sample)
+{
+    return hcnn_hd_hash4(seed, step, layer_id, sample);
+}
+
+/* the mask value of element e: 0 or scale = 1 / (1 - p) */
+HCNN_HD float hcnn_hd_dropout_mask(uint64_t key, uint64_t e, uint64_t threshold, float scale)
+{
+    const uint64_t u = hcnn_hd_hash4(key, e, 0x64726f70ull, 0) >> 40;
+    return u >= threshold ? scale : 0.0f;
+}
+
+/* ---- activations ---------------------------------------------------------- */
+
+/* ReLU: 0 (not slope * x = -0) for x <= 0 */
+HCNN_HD float hcnn_hd_relu(float v) { return v > 0.0f ? v : 0.0f; }
+/* its gradient from the forward's output */
+HCNN_HD float hcnn_hd_relu_grad(float y, float d) { return y > 0.0f ? d : 0.0f; }
+HCNN_HD float hcnn_hd_leaky(float v, float slope) { return v > 0.0f ? v : slope * v; }
+HCNN_HD float hcnn_hd_leaky_grad(float y, float d, float slope) { return y > 0.0f ? d : slope * d; }
+
+/* ---- convolution and pooling windows ---------------------------------------- */
+
+/* The input row (or column) that output o reads at tap k: o * stride -
+ * pad + k; outside [0, size) it is padding. */
+HCNN_HD int hcnn_hd_window_in(int o, int k, int stride, int pad) { return o * stride - pad + k; }
+
+/* The outputs whose window contains input i along one axis (kernel k,
+ * stride, pad, out outputs): [*lo, *hi), possibly empty. */
+HCNN_HD void hcnn_hd_window_outputs(int i, int k, int stride, int pad, int out, int *lo, int *hi)
+{
+    /* o * stride - pad <= i < o * stride - pad + k */
+    const int last = i + pad, first = last - k + 1;
+    int a = first <= 0 ? 0 : (first + stride - 1) / stride, b = last / stride + 1;
+    if (b > out)
+        b = out;
+    if (a > b)
+        a = b;
+    *lo = a, *hi = b;
+}
+
+/* ---- batch normalisation ---------------------------------------------------------- */
+
+/* A channel's normalisation as y = x * a + b: one expression for the
+ * forward and for the backward's recomputed ReLU mask, which must agree
+ * bit for bit. */
+HCNN_HD void hcnn_hd_bn_affine(float gamma, float beta, float mean, float invstd, float *a,
+                               float *b)
+{
+    *a = gamma * invstd;
+    *b = beta - mean * *a;
+}
+
+/* The inference scale from the running variance */
+HCNN_HD float hcnn_hd_bn_infer_scale(float gamma, float running_var, float eps)
+{
+    return gamma / sqrtf(running_var + eps);
+}
+
+/* y = act(x * a + b + add): the same operations, in the same order, as the
+ * batch-norm, addition and ReLU passes it replaces (has_add: add is used) */
+HCNN_HD float hcnn_hd_bn_apply(float x, float a, float b, int has_add, float add, int relu)
+{
+    float v = x * a + b;
+    if (has_add)
+        v = v + add;
+    return relu ? hcnn_hd_relu(v) : v;
+}
+
+/* The backward's g: dy, or with relu, dy where x * a + b > 0 and 0
+ * elsewhere (the gradient through the ReLU fused into the forward) */
+HCNN_HD float hcnn_hd_bn_grad(float dy, float x, int relu, float a, float b)
+{
+    return relu && !(x * a + b > 0.0f) ? 0.0f : dy;
+}
+
+/* dx = a * (g - mean(g) - (x - m) * is * mean(g * xhat)) */
+HCNN_HD float hcnn_hd_bn_dx(float g, float x, float a, float m, float is, float mdy, float mdyx)
+{
+    return a * (g - mdy - (x - m) * is * mdyx);
+}
+
+/* ---- softmax + cross-entropy of one sample ---------------------------------------- */
+
+/* Logits z[0..k) of a sample labelled `label`: returns its loss (double),
+ * sets *correct to whether the first largest logit is the label, and
+ * writes dz = (softmax - onehot) * grad_scale when dz is not NULL. */
+HCNN_HD double hcnn_hd_xent(const float *z, int k, int label, float grad_scale, float *dz,
+                            int *correct)
+{
+    int arg = 0;
+    float zmax = z[0];
+    for (int j = 1; j < k; j++)
+        if (z[j] > zmax) {
+            zmax = z[j];
+            arg = j;
+        }
+    double sum = 0.0;
+    for (int j = 0; j < k; j++)
+        sum += exp((double)(z[j] - zmax));
+    const double logsum = log(sum) + zmax;
+    *correct = arg == label;
+    if (dz)
+        for (int j = 0; j < k; j++) {
+            const double pj = exp((double)z[j] - logsum);
+            dz[j] = (float)(pj - (j == label ? 1.0 : 0.0)) * grad_scale;
+        }
+    return logsum - z[label];
+}
+
+/* ---- the optimiser ------------------------------------------------------------------ */
+
+/* SGD with momentum, PyTorch's: g' = g + wd * w; v = mu * v + g';
+ * w -= lr * (nesterov ? g' + mu * v : v) */
+HCNN_HD void hcnn_hd_sgd(float *w, float g, float *v, float lr, float mu, float wd, int nesterov)
+{
+    const float gi = g + wd * *w;
+    const float vi = mu * *v + gi;
+    *v = vi;
+    *w -= lr * (nesterov ? gi + mu * vi : vi);
+}
+
+#endif
