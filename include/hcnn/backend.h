@@ -135,6 +135,10 @@ struct hcnn_backend {
      * 0: the backend runs block by block. */
     int (*unit_images)(const hcnn_backend *be, int n);
 
+    /* One line for the run header: where the math runs (a GPU: its name,
+     * memory, compute capability, driver and runtime) */
+    void (*describe)(const hcnn_backend *be, char *buf, size_t cap);
+
     /* ---- memory and ordering ---- */
     /* alloc prints what failed and returns NULL */
     void *(*alloc)(const hcnn_backend *be, size_t bytes, const char *what);

@@ -8,6 +8,8 @@
 #define HCNN_COMM_H
 
 #include <mpi.h>
+
+#include "hcnn/common.h"
 #include <stddef.h>
 
 #include "hcnn/backend.h"
@@ -42,7 +44,7 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv);
 void hcnn_comm_finalize(hcnn_comm *c);
 
 /* c may be NULL: the rank is then asked of MPI_COMM_WORLD. */
-_Noreturn void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code,
+HCNN_NORETURN void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code,
                              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 #define HCNN_ABORT(comm, code, ...) hcnn_abort_at((comm), __FILE__, __LINE__, (code), __VA_ARGS__)
 
@@ -60,7 +62,7 @@ _Noreturn void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int
         if (mpi_rc_ != MPI_SUCCESS)                                                            \
             hcnn_mpi_fail(__FILE__, __LINE__, #call, mpi_rc_);                                 \
     } while (0)
-_Noreturn void hcnn_mpi_fail(const char *file, int line, const char *call, int rc);
+HCNN_NORETURN void hcnn_mpi_fail(const char *file, int line, const char *call, int rc);
 
 /* ---- MPI on backend memory ------------------------------------------------
  * MPI reads and writes the backend's buffers in place when they are host

@@ -19,6 +19,13 @@
 #define HCNN_MULTIVERSION
 #endif
 
+/* a function that does not return, in C11 and in the C++ of src/cuda/ */
+#if defined(__cplusplus)
+#define HCNN_NORETURN [[noreturn]]
+#else
+#define HCNN_NORETURN _Noreturn
+#endif
+
 enum hcnn_status {
     HCNN_OK = 0,
     HCNN_EINVAL = 1,   /* bad argument, config value or command line */
@@ -31,6 +38,12 @@ enum hcnn_status {
     HCNN_EAGREED = 8   /* every rank stopped on one error they agreed on (a non-finite
                           step, a failed checkpoint write), reported once by rank 0 */
 };
+
+/* The abort path for code that knows no communicator (the CUDA backend):
+ * prints the rank, file, line and cause and ends the whole job
+ * (hcnn_abort_at, src/parallel/comm.c). */
+HCNN_NORETURN void hcnn_fatal_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Print "hcnn: error: <message>" on stderr.  Returns HCNN_EINVAL so that
  * validation code can write `return hcnn_error(...)`. */

@@ -1,5 +1,7 @@
 /* The CPU backend's table (include/hcnn/backend.h): host memory, OpenMP
  * threads, and the operations of the files beside this one. */
+#include <stdio.h>
+
 #include "conv_plan.h"
 #include "cpu.h"
 #include "hcnn/blas.h"
@@ -72,6 +74,12 @@ static double cpu_timer_stop(const hcnn_backend *be, hcnn_timer *t)
     (void)be;
     return hcnn_now() - t->host_s;
 }
+static void cpu_describe(const hcnn_backend *be, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s: host memory, %d OpenMP threads, the BLAS single-threaded in each",
+             be->name, omp_get_max_threads());
+}
+
 static void cpu_zero(const hcnn_backend *be, void *p, size_t bytes)
 {
     (void)be;
@@ -89,6 +97,7 @@ static const hcnn_backend cpu_backend = {
     .parallel = hcnn_cpu_parallel,
     .threads = hcnn_cpu_threads,
     .unit_images = cpu_unit_images,
+    .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .alloc_host = cpu_alloc,

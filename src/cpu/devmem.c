@@ -227,7 +227,7 @@ int hcnn_backend_cpu_devmem_create(hcnn_backend **be)
     if (rc)
         return rc;
     hcnn_backend *d = *be;
-    d->name = "cpu-devmem";
+    d->name = "cpu-devmem"; /* describe names it so */
     d->host_memory = 0;
     d->alloc = dm_alloc, d->free = dm_free;
     d->alloc_host = dm_alloc_host, d->free_host = dm_free_host;

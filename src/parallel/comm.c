@@ -73,6 +73,16 @@ void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code, con
     exit(code ? code : 1);
 }
 
+void hcnn_fatal_at(const char *file, int line, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    hcnn_abort_at(NULL, file, line, 1, "%s", msg);
+}
+
 void hcnn_mpi_fail(const char *file, int line, const char *call, int rc)
 {
     char msg[MPI_MAX_ERROR_STRING];

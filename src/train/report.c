@@ -21,8 +21,16 @@
 void report_compute_setup(const hcnn_run *r)
 {
     const hcnn_config *cfg = r->cfg;
-    printf("hcnn: convolutions: conv_algo %s; data_prefetch %s; batch assembly: %s\n",
-           hcnn_conv_algo_name(cfg->conv_algo), hcnn_prefetch_name(cfg->data_prefetch),
+    /* conv_algo and im2col_mb are the CPU backend's; a device's algorithms
+     * are its own (its line above says which) */
+    char algo[96];
+    if (cfg->device == HCNN_DEVICE_CPU)
+        snprintf(algo, sizeof algo, "conv_algo %s", hcnn_conv_algo_name(cfg->conv_algo));
+    else
+        snprintf(algo, sizeof algo, "the %s backend's own (conv_algo is the CPU's)",
+                 hcnn_device_name(cfg->device));
+    printf("hcnn: convolutions: %s; data_prefetch %s; batch assembly: %s\n", algo,
+           hcnn_prefetch_name(cfg->data_prefetch),
            r->loader.thread_started ? "background thread" : "by the training threads");
 }
 
@@ -37,6 +45,9 @@ void report_header(const hcnn_run *r)
            cfg->model.name, r->net.nlayers, r->net.nparams, cfg->dataset, r->train.n, r->test.n,
            hcnn_strategy_name(cfg->strategy), r->comm->size, r->comm->size > 1 ? "s" : "",
            r->threads, cfg->batch_size, hcnn_blas_describe(blas, sizeof blas));
+    char where[512];
+    r->be->describe(r->be, where, sizeof where);
+    printf("hcnn: device: %s\n", where);
     report_compute_setup(r);
     fputs(r->ckpt_note, stdout); /* where the checkpoints go, or that there are none */
     r->strat.ops->report_header(&r->strat, stdout);

@@ -1,0 +1,296 @@
+/* The CUDA backend's table (include/hcnn/backend.h): the instance (its
+ * device, stream and cuBLAS handle), device memory, the ordering of work on
+ * the stream, the timer pair, and the operations of the files beside this
+ * one. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda.h"
+
+/* the reductions' partial sums: 8 MB, allocated with the instance (never
+ * inside a step); larger reductions run in pieces of this size */
+#define SCRATCH_DOUBLES ((size_t)1 << 20)
+
+const char *hcnn_cublas_status(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialised";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS could not allocate memory";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid value was passed to cuBLAS";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "the GPU lacks a feature cuBLAS needs";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "a cuBLAS kernel failed to execute";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported by cuBLAS";
+    default: return "cuBLAS error";
+    }
+}
+
+void hcnn_cuda_fail(const char *call, const char *file, int line, const char *cause)
+{
+    hcnn_fatal_at(file, line, "%s failed: %s", call, cause);
+}
+
+/* ---- memory ------------------------------------------------------------------- */
+
+/* Out of memory says how much was asked and how much is free. */
+static void *cuda_alloc(const hcnn_backend *be, size_t bytes, const char *what)
+{
+    (void)be;
+    void *p = NULL;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaSuccess)
+        return p;
+    (void)cudaGetLastError(); /* the failed allocation is reported here */
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    hcnn_error("cannot allocate %.1f MB of GPU memory for %s: %.1f MB of %.1f MB free (%s)",
+               (double)bytes / 1e6, what ? what : "a buffer", (double)free_b / 1e6,
+               (double)total_b / 1e6, cudaGetErrorString(e));
+    return NULL;
+}
+
+static void cuda_free(const hcnn_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        HCNN_CUDA(cudaFree(p));
+}
+
+/* pinned host memory: the loader's batches and the MPI staging buffers */
+static void *cuda_alloc_host(const hcnn_backend *be, size_t bytes, const char *what)
+{
+    (void)be;
+    void *p = NULL;
+    const cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e == cudaSuccess)
+        return p;
+    (void)cudaGetLastError();
+    hcnn_error("cannot allocate %.1f MB of pinned host memory for %s (%s)", (double)bytes / 1e6,
+               what ? what : "a buffer", cudaGetErrorString(e));
+    return NULL;
+}
+
+static void cuda_free_host(const hcnn_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        HCNN_CUDA(cudaFreeHost(p));
+}
+
+/* The blocking copies run on the instance's stream, after the work queued
+ * before them (a cudaMemcpy would run on the legacy default stream, which
+ * does not wait for a non-blocking stream's work), and wait for it. */
+static void cuda_upload(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
+{
+    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_of(be)->stream));
+    HCNN_CUDA(cudaStreamSynchronize(cuda_of(be)->stream));
+}
+
+static void cuda_download(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
+{
+    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(be)->stream));
+    HCNN_CUDA(cudaStreamSynchronize(cuda_of(be)->stream));
+}
+
+static void cuda_upload_async(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
+{
+    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_of(be)->stream));
+}
+
+static void cuda_download_async(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
+{
+    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(be)->stream));
+}
+
+static void cuda_sync(const hcnn_backend *be) { HCNN_CUDA(cudaStreamSynchronize(cuda_of(be)->stream)); }
+
+/* events recorded on the stream: the time the GPU spent between them */
+static void cuda_timer_start(const hcnn_backend *be, hcnn_timer *t)
+{
+    cudaEvent_t a, b;
+    HCNN_CUDA(cudaEventCreate(&a));
+    HCNN_CUDA(cudaEventCreate(&b));
+    HCNN_CUDA(cudaEventRecord(a, cuda_of(be)->stream));
+    t->start = (void *)a, t->stop = (void *)b, t->host_s = 0.0;
+}
+
+static double cuda_timer_stop(const hcnn_backend *be, hcnn_timer *t)
+{
+    cudaEvent_t a = (cudaEvent_t)t->start, b = (cudaEvent_t)t->stop;
+    float ms = 0.0f;
+    HCNN_CUDA(cudaEventRecord(b, cuda_of(be)->stream));
+    HCNN_CUDA(cudaEventSynchronize(b));
+    HCNN_CUDA(cudaEventElapsedTime(&ms, a, b));
+    HCNN_CUDA(cudaEventDestroy(a));
+    HCNN_CUDA(cudaEventDestroy(b));
+    t->start = t->stop = NULL;
+    return ms * 1e-3;
+}
+
+static void cuda_zero(const hcnn_backend *be, void *p, size_t bytes)
+{
+    HCNN_CUDA(cudaMemsetAsync(p, 0, bytes, cuda_of(be)->stream));
+}
+
+static void cuda_copy(const hcnn_backend *be, float *dst, const float *src, size_t n)
+{
+    HCNN_CUDA(cudaMemcpyAsync(dst, src, n * sizeof *dst, cudaMemcpyDeviceToDevice,
+                              cuda_of(be)->stream));
+}
+
+double *hcnn_cuda_scratch(const hcnn_backend *be, size_t n)
+{
+    hcnn_cuda *cu = cuda_of(be);
+    if (n > cu->scratch_doubles)
+        hcnn_cuda_fail("hcnn_cuda_scratch", __FILE__, __LINE__,
+                       "a reduction asked for more partial sums than the scratch holds");
+    return cu->scratch;
+}
+
+static void cuda_describe(const hcnn_backend *be, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "cuda: %s; one stream, cuBLAS (FP32), im2col + GEMM convolutions",
+             cuda_of(be)->name);
+}
+
+/* ---- threads: one host thread drives the device ---------------------------------- */
+
+static void cuda_parallel(const hcnn_backend *be, void (*fn)(void *arg, int t, int nt), void *arg)
+{
+    (void)be;
+    fn(arg, 0, 1);
+}
+
+static int cuda_threads(const hcnn_backend *be)
+{
+    (void)be;
+    return 1;
+}
+
+/* block by block: a GPU runs every sample of a layer at once */
+static int cuda_unit_images(const hcnn_backend *be, int n)
+{
+    (void)be, (void)n;
+    return 0;
+}
+
+/* ---- the instance --------------------------------------------------------------- */
+
+static void cuda_destroy(hcnn_backend *be)
+{
+    hcnn_cuda *cu = cuda_of(be);
+    if (cu) {
+        if (cu->stream)
+            cudaStreamSynchronize(cu->stream);
+        if (cu->scratch)
+            cudaFree(cu->scratch);
+        if (cu->blas)
+            cublasDestroy(cu->blas);
+        if (cu->stream)
+            cudaStreamDestroy(cu->stream);
+        hcnn_free(cu);
+    }
+    hcnn_free(be);
+}
+
+static const hcnn_backend cuda_backend = {
+    .name = "cuda",
+    .state = NULL,
+    .host_memory = 0,
+    .parallel = cuda_parallel,
+    .threads = cuda_threads,
+    .unit_images = cuda_unit_images,
+    .describe = cuda_describe,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .alloc_host = cuda_alloc_host,
+    .free_host = cuda_free_host,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .upload_async = cuda_upload_async,
+    .download_async = cuda_download_async,
+    .sync = cuda_sync,
+    .timer_start = cuda_timer_start,
+    .timer_stop = cuda_timer_stop,
+    .fill = hcnn_cuda_fill,
+    .zero = cuda_zero,
+    .copy = cuda_copy,
+    .gemm = hcnn_cuda_gemm,
+    .conv_fwd = hcnn_cuda_conv_fwd,
+    .conv_bwd = hcnn_cuda_conv_bwd,
+    .conv_bwd_filter = hcnn_cuda_conv_bwd_filter,
+    .conv_bwd_data = hcnn_cuda_conv_bwd_data,
+    .conv_workspace = hcnn_cuda_conv_workspace,
+    .conv_gemms = hcnn_cuda_conv_gemms,
+    .conv_describe = hcnn_cuda_conv_describe,
+    .row_sum_acc = hcnn_cuda_row_sum_acc,
+    .add_row_bias = hcnn_cuda_add_row_bias,
+    .relu_fwd = hcnn_cuda_relu_fwd,
+    .relu_bwd = hcnn_cuda_relu_bwd,
+    .add = hcnn_cuda_add,
+    .add_acc = hcnn_cuda_add_acc,
+    .scale = hcnn_cuda_scale,
+    .mul = hcnn_cuda_mul,
+    .dropout_fwd = hcnn_cuda_dropout_fwd,
+    .maxpool_fwd = hcnn_cuda_maxpool_fwd,
+    .maxpool_bwd = hcnn_cuda_maxpool_bwd,
+    .avgpool_fwd = hcnn_cuda_avgpool_fwd,
+    .avgpool_bwd = hcnn_cuda_avgpool_bwd,
+    .bn_fwd_train = hcnn_cuda_bn_fwd_train,
+    .bn_fwd_infer = hcnn_cuda_bn_fwd_infer,
+    .bn_bwd = hcnn_cuda_bn_bwd,
+    .softmax_xent = hcnn_cuda_softmax_xent,
+    .sgd_step = hcnn_cuda_sgd_step,
+    .sum_sq = hcnn_cuda_sum_sq,
+    .destroy = cuda_destroy,
+};
+
+/* The GPU `device` of the visible ones (modulo their count: ranks of a node
+ * share its GPUs round-robin; CUDA_VISIBLE_DEVICES decides which are
+ * visible), a stream that does not wait for the legacy default stream, a
+ * cuBLAS handle on it, and the reductions' scratch.  A machine without a
+ * usable GPU or driver is one message, not a crash. */
+extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
+{
+    *out = NULL;
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count < 1) {
+        (void)cudaGetLastError();
+        return hcnn_error_code(HCNN_EINVAL, "device: cuda: no usable GPU (%s); check "
+                                            "nvidia-smi, the driver and CUDA_VISIBLE_DEVICES",
+                               e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+    }
+    hcnn_backend *be = (hcnn_backend *)hcnn_alloc(sizeof *be, "CUDA backend");
+    hcnn_cuda *cu = (hcnn_cuda *)hcnn_calloc(sizeof *cu, "CUDA backend state");
+    if (!be || !cu) {
+        hcnn_free(be), hcnn_free(cu);
+        return HCNN_ENOMEM;
+    }
+    *be = cuda_backend;
+    be->state = cu;
+    cu->device = (device > 0 ? device : 0) % count;
+    HCNN_CUDA(cudaSetDevice(cu->device));
+    HCNN_CUDA(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
+    HCNN_CUBLAS(cublasCreate(&cu->blas));
+    HCNN_CUBLAS(cublasSetStream(cu->blas, cu->stream));
+    /* FP32 as the CPU computes it: no TF32 tensor cores unless asked */
+    HCNN_CUBLAS(cublasSetMathMode(cu->blas, CUBLAS_PEDANTIC_MATH));
+    cu->scratch = (double *)cuda_alloc(be, sizeof(double) * SCRATCH_DOUBLES, "reduction scratch");
+    if (!cu->scratch) {
+        cuda_destroy(be);
+        return HCNN_ENOMEM;
+    }
+    cu->scratch_doubles = SCRATCH_DOUBLES;
+    cudaDeviceProp prop;
+    HCNN_CUDA(cudaGetDeviceProperties(&prop, cu->device));
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    snprintf(cu->name, sizeof cu->name,
+             "GPU %d of %d: %.200s, %.1f GiB, compute capability %d.%d, driver %d.%d, runtime %d.%d",
+             cu->device, count, prop.name, (double)prop.totalGlobalMem / 1073741824.0, prop.major,
+             prop.minor, driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    *out = be;
+    return HCNN_OK;
+}

@@ -1,0 +1,235 @@
+/* 2-D convolution of the CUDA backend as im2col + one cuBLAS GEMM over a
+ * chunk of images, backward as GEMMs + col2im (Caffe's structure, as
+ * src/cpu/conv.c).  With K = C*kh*kw and P = oh*ow, for a chunk of nb
+ * images:
+ *   col  = im2col(x)            [K][nb*P]
+ *   Y    = W col                [Cout][nb*P]   W is [Cout][K]
+ *   y    = nchw(Y) + b          [nb][Cout][P]
+ * backward, with dY = cnp(dy)   [Cout][nb*P]:
+ *   db  += the sum of dy over images and pixels (bias.cu)
+ *   dW  += dY col^T             [Cout][K]      chunk after chunk, in order
+ *   dcol = W^T dY               [K][nb*P]
+ *   dx   = col2im(dcol)         (+ dx when accumulating)
+ * For nb = 1 the GEMMs read and write the activations in place.  col2im
+ * gathers: one thread per input element adds its taps in tap order (the
+ * CPU's order), so no atomics and the same sums every run.  A chunk holds
+ * as many images as CHUNK_FLOATS of columns and GEMM output allow.  The
+ * index arithmetic is src/core/hd.h's. */
+#include <stdio.h>
+
+#include "cuda.h"
+
+/* 128 MiB of columns and output per chunk, the CPU's default im2col_mb */
+#define CHUNK_FLOATS ((size_t)32 << 20)
+
+static int conv_k(const hcnn_conv_desc *d) { return d->g.c * d->g.kh * d->g.kw; }
+static int conv_p(const hcnn_conv_desc *d) { return d->g.oh * d->g.ow; }
+
+/* images of a chunk: its columns and output within CHUNK_FLOATS */
+static int chunk_images(const hcnn_conv_desc *d, int n)
+{
+    const size_t per = ((size_t)conv_k(d) + (size_t)d->out_c) * conv_p(d);
+    size_t nb = CHUNK_FLOATS / (per ? per : 1);
+    nb = nb < 1 ? 1 : nb;
+    return (size_t)n < nb ? (n > 0 ? n : 1) : (int)nb;
+}
+
+/* col[r][i*P + oy*ow + ox], r = (ci*kh + ki)*kw + kj, from x[i][ci][iy][ix] */
+__global__ void im2col_kernel(hcnn_conv_geom g, const float *x, int nb, size_t total, float *col)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
+        return;
+    const size_t cols = (size_t)nb * g.oh * g.ow;
+    const size_t r = k / cols, q = k % cols;
+    const int kj = (int)(r % (size_t)g.kw), ki = (int)(r / (size_t)g.kw % (size_t)g.kh);
+    const int ci = (int)(r / ((size_t)g.kw * g.kh));
+    const int ox = (int)(q % (size_t)g.ow), oy = (int)(q / (size_t)g.ow % (size_t)g.oh);
+    const size_t i = q / ((size_t)g.oh * g.ow);
+    const int iy = hcnn_hd_window_in(oy, ki, g.sh, g.ph), ix = hcnn_hd_window_in(ox, kj, g.sw, g.pw);
+    const int inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+    col[k] = inside ? x[((i * g.c + ci) * g.h + iy) * g.w + ix] : 0.0f;
+}
+
+/* dx[i][ci][iy][ix] (+)= the columns that read it, taps in order */
+__global__ void col2im_kernel(hcnn_conv_geom g, const float *col, int nb, size_t total, int acc,
+                              float *dx)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
+        return;
+    const int ix = (int)(k % (size_t)g.w), iy = (int)(k / (size_t)g.w % (size_t)g.h);
+    const int ci = (int)(k / ((size_t)g.w * g.h) % (size_t)g.c);
+    const size_t i = k / ((size_t)g.w * g.h * g.c);
+    const size_t cols = (size_t)nb * g.oh * g.ow;
+    float s = acc ? dx[k] : 0.0f;
+    for (int ki = 0; ki < g.kh; ki++) {
+        const int ty = iy + g.ph - ki; /* oy * sh */
+        if (ty < 0 || ty % g.sh || ty / g.sh >= g.oh)
+            continue;
+        const int oy = ty / g.sh;
+        for (int kj = 0; kj < g.kw; kj++) {
+            const int tx = ix + g.pw - kj;
+            if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow)
+                continue;
+            const size_t r = ((size_t)ci * g.kh + ki) * g.kw + kj;
+            s += col[r * cols + i * (size_t)g.oh * g.ow + (size_t)oy * g.ow + tx / g.sw];
+        }
+    }
+    dx[k] = s;
+}
+
+/* y[i][co][p] = Y[co][i*P + p] + bias[co] (bias may be NULL) */
+__global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, int nb, int c, int np,
+                                   size_t total, float *y)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
+        return;
+    const int p = (int)(k % (size_t)np), co = (int)(k / (size_t)np % (size_t)c);
+    const size_t i = k / ((size_t)np * c);
+    const float v = Y[(size_t)co * nb * np + i * np + p];
+    y[k] = bias ? v + bias[co] : v;
+}
+
+/* dY[co][i*P + p] = dy[i][co][p] */
+__global__ void nchw_to_cnp_kernel(const float *dy, int nb, int c, int np, size_t total, float *dY)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
+        return;
+    const int p = (int)(k % (size_t)np), co = (int)(k / (size_t)np % (size_t)c);
+    const size_t i = k / ((size_t)np * c);
+    dY[(size_t)co * nb * np + i * np + p] = dy[k];
+}
+
+static void im2col(const hcnn_backend *be, const hcnn_conv_desc *d, const float *x, int nb,
+                   float *col)
+{
+    const size_t total = (size_t)conv_k(d) * nb * conv_p(d);
+    HCNN_LAUNCH(im2col_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, d->g,
+                x, nb, total, col);
+    HCNN_CUDA_LAUNCHED();
+}
+
+/* the chunk's columns, then its output (ex->ws, sized by conv_workspace) */
+static float *chunk_col(const hcnn_exec *ex) { return ex->ws; }
+static float *chunk_out(const hcnn_conv_desc *d, const hcnn_exec *ex, int nb)
+{
+    return ex->ws + (size_t)conv_k(d) * nb * conv_p(d);
+}
+
+int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                       const float *x, const float *w, const float *b, float *y, int n)
+{
+    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
+    const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
+    for (int i0 = 0; i0 < n; i0 += chunk) {
+        const int nb = n - i0 < chunk ? n - i0 : chunk;
+        float *col = chunk_col(ex), *yi = y + (size_t)i0 * out_sz;
+        im2col(be, d, x + (size_t)i0 * in_sz, nb, col);
+        if (nb == 1) { /* [Cout][P] is the image's NCHW output */
+            hcnn_cuda_gemm(be, 0, 0, co, P, K, 1.0f, w, K, col, P, 0.0f, yi, P);
+            if (b)
+                hcnn_cuda_add_channel_bias(be, yi, b, 1, co, P);
+            continue;
+        }
+        float *Y = chunk_out(d, ex, nb);
+        hcnn_cuda_gemm(be, 0, 0, co, nb * P, K, 1.0f, w, K, col, nb * P, 0.0f, Y, nb * P);
+        const size_t total = (size_t)nb * out_sz;
+        HCNN_LAUNCH(cnp_to_nchw_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                    cuda_of(be)->stream, (const float *)Y, b, nb, co, P, total, yi);
+        HCNN_CUDA_LAUNCHED();
+    }
+    return HCNN_OK;
+}
+
+/* The backward of the chunks: dw += (dw not NULL), dx = or += (dx not NULL);
+ * db += first (db not NULL). */
+static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                         const float *x, const float *w, const float *dy, float *dw, float *db,
+                         float *dx, int dx_acc, int n)
+{
+    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
+    const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
+    if (db)
+        hcnn_cuda_channel_sum_acc(be, dy, n, co, P, db);
+    for (int i0 = 0; i0 < n; i0 += chunk) {
+        const int nb = n - i0 < chunk ? n - i0 : chunk;
+        float *col = chunk_col(ex);
+        const float *dyi = dy + (size_t)i0 * out_sz, *g = dyi;
+        if (nb > 1) { /* dY, channel-major */
+            float *dY = chunk_out(d, ex, nb);
+            const size_t total = (size_t)nb * out_sz;
+            HCNN_LAUNCH(nchw_to_cnp_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                        cuda_of(be)->stream, dyi, nb, co, P, total, dY);
+            HCNN_CUDA_LAUNCHED();
+            g = dY;
+        }
+        if (dw) {
+            im2col(be, d, x + (size_t)i0 * in_sz, nb, col);
+            hcnn_cuda_gemm(be, 0, 1, co, K, nb * P, 1.0f, g, nb * P, col, nb * P, 1.0f, dw, K);
+        }
+        if (dx) {
+            hcnn_cuda_gemm(be, 1, 0, K, nb * P, co, 1.0f, w, K, g, nb * P, 0.0f, col, nb * P);
+            const size_t total = (size_t)nb * in_sz;
+            HCNN_LAUNCH(col2im_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                        cuda_of(be)->stream, d->g, (const float *)col, nb, total, dx_acc,
+                        dx + (size_t)i0 * in_sz);
+            HCNN_CUDA_LAUNCHED();
+        }
+    }
+    return HCNN_OK;
+}
+
+int hcnn_cuda_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                       const float *x, const float *w, const float *dy, float *dw, float *db,
+                       float *dx, int dx_acc, int n)
+{
+    return conv_backward(be, d, ex, x, w, dy, dw, db, dx, dx_acc, n);
+}
+
+int hcnn_cuda_conv_bwd_filter(const hcnn_backend *be, const hcnn_conv_desc *d,
+                              const hcnn_exec *ex, const float *x, const float *dy, float *dw,
+                              float *db, int n)
+{
+    return conv_backward(be, d, ex, x, NULL, dy, dw, db, NULL, 0, n);
+}
+
+int hcnn_cuda_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                            const float *w, const float *dy, float *dx, int dx_acc, int n)
+{
+    return conv_backward(be, d, ex, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
+}
+
+/* the largest chunk's columns and output */
+size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
+                                const hcnn_exec *ex, int n)
+{
+    (void)be, (void)ex;
+    const size_t nb = (size_t)chunk_images(d, n);
+    return nb * ((size_t)conv_k(d) + (size_t)d->out_c) * conv_p(d);
+}
+
+void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                          int n, int unit, int need_dx, hcnn_gemm_list *gl)
+{
+    (void)be, (void)ex, (void)unit; /* no units on a device */
+    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
+    for (int i0 = 0; i0 < n; i0 += chunk) {
+        const int nb = n - i0 < chunk ? n - i0 : chunk;
+        hcnn_gemm_push(gl, 0, 0, 0, co, nb * P, K, 0);
+        hcnn_gemm_push(gl, 1, 0, 1, co, K, nb * P, 0);
+        if (need_dx)
+            hcnn_gemm_push(gl, 1, 1, 0, K, nb * P, co, 0);
+    }
+    gl->flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
+}
+
+void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
+                             const hcnn_exec *ex, int n, char *buf, size_t cap)
+{
+    (void)be, (void)ex;
+    snprintf(buf, cap, "im2col + cuBLAS GEMM on the GPU, chunks of %d images, col2im gathered",
+             chunk_images(d, n));
+}

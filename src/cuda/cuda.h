@@ -1,0 +1,145 @@
+/* Inside the CUDA backend (src/cuda/): what its files share.  It mirrors
+ * src/cpu/ file for file: backend (the table, memory, ordering, timers),
+ * gemm (cuBLAS), conv (im2col + cuBLAS GEMMs, col2im), bias, elementwise,
+ * pool, bn, loss, optim.
+ *
+ * One stream per instance (cudaStreamNonBlocking): every operation is
+ * queued on it, in order; the host waits only in download, sync and a
+ * timer's stop.  Every kernel computes one output per thread and writes
+ * only its own outputs; sums run in an order fixed by the shapes (a second
+ * kernel adds a first kernel's partial sums in order), never through
+ * floating-point atomics: the same configuration gives the same bits on
+ * every run, as on the CPU.  The per-element math is src/core/hd.h's,
+ * shared with the CPU backend.
+ *
+ * Built by nvcc (configure --with-cuda) or, with the same sources, by the
+ * host C++ compiler against the emulation of src/cuda/emu/ (configure
+ * --enable-cuda-emulation): see compat.h. */
+#ifndef HCNN_CUDA_INTERNAL_H
+#define HCNN_CUDA_INTERNAL_H
+
+#include "compat.h"
+
+extern "C" {
+#include "hcnn/backend.h"
+#include "hcnn/common.h"
+}
+#include "../core/hd.h"
+
+/* threads per block of the one-thread-per-output kernels */
+#define HCNN_CUDA_BLOCK 256
+
+/* The instance's state: be->state. */
+typedef struct hcnn_cuda {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    double *scratch;        /* partial sums of the reductions (sum_sq, loss) */
+    size_t scratch_doubles;
+    char name[320];         /* the GPU, for the run header */
+} hcnn_cuda;
+
+static inline hcnn_cuda *cuda_of(const hcnn_backend *be) { return (hcnn_cuda *)be->state; }
+
+/* Ends the job through the abort path (include/hcnn/comm.h) naming the call,
+ * the file and line and CUDA's or cuBLAS's cause. */
+[[noreturn]] void hcnn_cuda_fail(const char *call, const char *file, int line, const char *cause);
+#define HCNN_CUDA(call)                                                                             \
+    do {                                                                                            \
+        const cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess)                                                                      \
+            hcnn_cuda_fail(#call, __FILE__, __LINE__, cudaGetErrorString(e_));                      \
+    } while (0)
+#define HCNN_CUBLAS(call)                                                                           \
+    do {                                                                                            \
+        const cublasStatus_t s_ = (call);                                                           \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
+            hcnn_cuda_fail(#call, __FILE__, __LINE__, hcnn_cublas_status(s_));                      \
+    } while (0)
+/* after a launch: a bad configuration is reported at once */
+#define HCNN_CUDA_LAUNCHED() HCNN_CUDA(cudaGetLastError())
+const char *hcnn_cublas_status(cublasStatus_t s);
+
+/* blocks of HCNN_CUDA_BLOCK threads covering n outputs */
+static inline unsigned hcnn_cuda_blocks(size_t n)
+{
+    return (unsigned)((n + HCNN_CUDA_BLOCK - 1) / HCNN_CUDA_BLOCK);
+}
+
+/* the index of this thread's output */
+#define HCNN_CUDA_INDEX() ((size_t)blockIdx.x * blockDim.x + threadIdx.x)
+
+/* ---- the table's operations, by file ------------------------------------------- */
+/* gemm.cu */
+void hcnn_cuda_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,
+                    const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+/* conv.cu */
+int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                       const float *x, const float *w, const float *b, float *y, int n);
+int hcnn_cuda_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                       const float *x, const float *w, const float *dy, float *dw, float *db,
+                       float *dx, int dx_acc, int n);
+int hcnn_cuda_conv_bwd_filter(const hcnn_backend *be, const hcnn_conv_desc *d,
+                              const hcnn_exec *ex, const float *x, const float *dy, float *dw,
+                              float *db, int n);
+int hcnn_cuda_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                            const float *w, const float *dy, float *dx, int dx_acc, int n);
+size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
+                                const hcnn_exec *ex, int n);
+void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                          int n, int unit, int need_dx, hcnn_gemm_list *gl);
+void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
+                             const hcnn_exec *ex, int n, char *buf, size_t cap);
+/* bias.cu */
+void hcnn_cuda_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m, float *db);
+void hcnn_cuda_add_row_bias(const hcnn_backend *be, float *y, const float *b, int n, int m);
+void hcnn_cuda_add_channel_bias(const hcnn_backend *be, float *y, const float *bias, int n, int c,
+                                int np);
+void hcnn_cuda_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, int c, int np,
+                               float *db);
+/* elementwise.cu */
+void hcnn_cuda_fill(const hcnn_backend *be, float *x, size_t n, float v);
+void hcnn_cuda_relu_fwd(const hcnn_backend *be, const float *x, float *y, size_t n, float slope);
+void hcnn_cuda_relu_bwd(const hcnn_backend *be, const float *y, const float *dy, float *dx,
+                        size_t n, float slope);
+void hcnn_cuda_add(const hcnn_backend *be, const float *a, const float *b, float *y, size_t n);
+void hcnn_cuda_add_acc(const hcnn_backend *be, const float *a, float *y, size_t n);
+void hcnn_cuda_scale(const hcnn_backend *be, float *x, size_t n, float a);
+void hcnn_cuda_mul(const hcnn_backend *be, const float *a, const float *b, float *y, size_t n);
+void hcnn_cuda_dropout_fwd(const hcnn_backend *be, const float *x, float *y, float *mask, int n,
+                           size_t per_sample, float p, uint64_t seed, uint64_t step,
+                           uint64_t first_sample, uint64_t layer_id);
+/* pool.cu */
+void hcnn_cuda_maxpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n,
+                           float *y, int32_t *argmax);
+void hcnn_cuda_maxpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy,
+                           const int32_t *argmax, int n, float *dx);
+void hcnn_cuda_avgpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n,
+                           float *y);
+void hcnn_cuda_avgpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, int n,
+                           float *dx);
+/* bn.cu */
+void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
+                            const float *gamma, const float *beta, float eps, float momentum,
+                            float *running_mean, float *running_var, float *save_mean,
+                            float *save_invstd, const float *add, int relu, float *y);
+void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
+                            const float *gamma, const float *beta, float eps,
+                            const float *running_mean, const float *running_var, const float *add,
+                            int relu, float *y);
+void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,
+                      int np, const float *gamma, const float *beta, const float *save_mean,
+                      const float *save_invstd, int relu, float *dx, float *dgamma, float *dbeta);
+/* loss.cu */
+void hcnn_cuda_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
+                            int n, int k, float grad_scale, float *dlogits, double *stats);
+/* optim.cu */
+void hcnn_cuda_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n,
+                        float lr, float mu, float wd, int nesterov);
+void hcnn_cuda_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats);
+
+/* The reductions' scratch: at least n doubles of device memory (grown in
+ * the instance's state; never inside a captured graph). */
+double *hcnn_cuda_scratch(const hcnn_backend *be, size_t n);
+
+#endif
