@@ -71,7 +71,7 @@ minpath() {
 # names CUDA; each training rank records its rank and CUDA_VISIBLE_DEVICES
 cat >"$WORK/bin/hcnn-cuda" <<EOF
 #!/usr/bin/env bash
-if [ "\${1:-}" = --version ]; then "$HCNN" --version; echo "CUDA: 13.0 (stand-in for tests/test_slurm.sh)"; exit 0; fi
+if [ "\${1:-}" = --version ]; then "$HCNN" --version | grep -v '^CUDA:'; echo "CUDA: runtime 13.0, cuBLAS 13.1.0, cuDNN none (stand-in for tests/test_slurm.sh)"; exit 0; fi
 case " \$* " in *" --check "*) ;; *" train "*) echo "rank=\${OMPI_COMM_WORLD_RANK:-?} cuda_visible_devices=\${CUDA_VISIBLE_DEVICES:-unset}" >>"$WORK/gpu-ranks.txt" ;; esac
 exec "$HCNN" "\$@"
 EOF

@@ -291,6 +291,10 @@ void hcnn_backend_destroy(hcnn_backend *be);
 /* The backends this build has, "cpu, cpu-devmem[, cuda]" */
 const char *hcnn_backend_names(void);
 
+/* In a build with the CUDA backend (HCNN_HAVE_CUDA): what it was compiled
+ * with, "runtime 13.0, cuBLAS 13.1.0, cuDNN 9.19.0" (hcnn --version). */
+const char *hcnn_backend_cuda_versions(char *buf, size_t cap);
+
 /* The CPU ones (src/cpu/backend.c, devmem.c) */
 int hcnn_backend_cpu_create(hcnn_backend **be);
 int hcnn_backend_cpu_devmem_create(hcnn_backend **be);

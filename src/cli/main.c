@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "hcnn_git.h"
+#include "hcnn/backend.h"
 #include "hcnn/blas.h"
 #include "hcnn/comm.h"
 #include "hcnn/common.h"
@@ -439,6 +440,12 @@ int main(int argc, char **argv)
         mpi[strcspn(mpi, "\r\n")] = '\0';
         printf("hcnn %s\ngit: %s\nBLAS: %s\nMPI: %s\n", PACKAGE_VERSION, HCNN_GIT_COMMIT,
                hcnn_blas_describe(blas, sizeof blas), mpi);
+#if HCNN_HAVE_CUDA
+        char cuda[256];
+        printf("CUDA: %s\n", hcnn_backend_cuda_versions(cuda, sizeof cuda));
+#else
+        printf("CUDA: none (./configure --with-cuda builds the GPU backend)\n");
+#endif
         return 0;
     }
     if (!strcmp(cmd, "plan"))

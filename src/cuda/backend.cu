@@ -5,7 +5,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "cuda.h"
+#if HCNN_HAVE_CUDNN && !defined(HCNN_CUDA_EMULATION)
+#include <cudnn.h>
+#endif
 
 /* the reductions' partial sums: 8 MB, allocated with the instance (never
  * inside a step); larger reductions run in pieces of this size */
@@ -293,4 +297,22 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
              prop.minor, driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
     *out = be;
     return HCNN_OK;
+}
+
+/* What this build was compiled with (hcnn --version). */
+extern "C" const char *hcnn_backend_cuda_versions(char *buf, size_t cap)
+{
+#if defined(HCNN_CUDA_EMULATION)
+    snprintf(buf, cap, "the emulation of the CUDA runtime and cuBLAS in src/cuda/emu/ (configure "
+                       "--enable-cuda-emulation): device: cuda runs on the CPU, for tests");
+#else
+    char dnn[48] = "none";
+#if HCNN_HAVE_CUDNN
+    snprintf(dnn, sizeof dnn, "%d.%d.%d", CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+#endif
+    snprintf(buf, cap, "runtime %d.%d, cuBLAS %d.%d.%d, cuDNN %s", CUDART_VERSION / 1000,
+             CUDART_VERSION % 1000 / 10, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH,
+             dnn);
+#endif
+    return buf;
 }
