@@ -261,7 +261,7 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count < 1) {
         (void)cudaGetLastError();
-        return hcnn_error_code(HCNN_EINVAL, "device: cuda: no usable GPU (%s); check "
+        return hcnn_error_code(HCNN_EIO, "device: cuda: no usable GPU (%s); check "
                                             "nvidia-smi, the driver and CUDA_VISIBLE_DEVICES",
                                e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
     }
