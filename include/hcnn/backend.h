@@ -135,6 +135,10 @@ struct hcnn_backend {
      * 0: the backend runs block by block. */
     int (*unit_images)(const hcnn_backend *be, int n);
 
+    /* The arithmetic of its products (include/hcnn/model_spec.h): HCNN_OK, or
+     * HCNN_EINVAL after one message when the backend cannot (the CPU
+     * computes in FP32 only). */
+    int (*set_precision)(hcnn_backend *be, hcnn_precision p);
     /* One line for the run header: where the math runs (a GPU: its name,
      * memory, compute capability, driver and runtime) */
     void (*describe)(const hcnn_backend *be, char *buf, size_t cap);
@@ -167,7 +171,8 @@ struct hcnn_backend {
     void (*copy)(const hcnn_backend *be, float *dst, const float *src, size_t n);
 
     /* ---- products ---- */
-    /* C = alpha * op(A) * op(B) + beta * C, row-major, op = transpose if t* */
+    /* C = alpha * op(A) * op(B) + beta * C, row-major, op = transpose if t*;
+     * with beta = 0, C is not read (it may hold NaN), as in the BLAS */
     void (*gemm)(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,
                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
@@ -226,7 +231,8 @@ struct hcnn_backend {
                         size_t per_sample, float p, uint64_t seed, uint64_t step,
                         uint64_t first_sample, uint64_t layer_id);
 
-    /* ---- pooling; argmax (int32) saved for max-pool backward ---- */
+    /* ---- pooling; argmax (int32: the input's index in its plane) saved for
+     * max-pool backward; padding is never a window's maximum (PyTorch's) ---- */
     void (*maxpool_fwd)(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n,
                         float *y, int32_t *argmax);
     void (*maxpool_bwd)(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy,
@@ -282,7 +288,8 @@ struct hcnn_backend {
  * same behind memory the host cannot dereference: host_memory 0, so a run
  * on it proves that nothing touches a tensor except through the backend;
  * src/cpu/devmem.c), "cuda" (src/cuda/, in a build configured
- * --with-cuda).  device: the GPU to take ("" or NULL: the first).  Returns
+ * --with-cuda).  device: the GPU to take, modulo the visible ones (a rank's
+ * place among its node's ranks; ignored by the CPU backends).  Returns
  * HCNN_OK, or HCNN_EINVAL after one message for a name this build does not
  * have (for "cuda": rebuild with ./configure --with-cuda). */
 int hcnn_backend_create(const char *name, int device, hcnn_backend **be);

@@ -98,6 +98,7 @@ typedef struct hcnn_config {
     hcnn_on_error checkpoint_on_error;
     double stall_timeout_s;        /* a collective or receive waiting longer aborts; 0: off */
     hcnn_device device;            /* cpu | cuda */
+    hcnn_precision precision;      /* fp32 | tf32 | bf16 (the last two: device cuda) */
 } hcnn_config;
 
 /* Defaults for every key (model empty). */
@@ -124,5 +125,6 @@ const char *hcnn_nonfinite_name(hcnn_nonfinite v);
 const char *hcnn_on_error_name(hcnn_on_error v);
 const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s);
 const char *hcnn_device_name(hcnn_device d);
+const char *hcnn_precision_name(hcnn_precision p);
 
 #endif

@@ -87,4 +87,15 @@ typedef enum hcnn_conv_algo {
     HCNN_CONV_PER_THREAD
 } hcnn_conv_algo;
 
+/* The arithmetic of products (config key precision): fp32 everywhere (the
+ * CPU's, and the CUDA backend's default: the same results as the CPU up to
+ * summation order); tf32: cuBLAS may use TF32 tensor cores for FP32 GEMMs;
+ * bf16: automatic mixed precision, GEMM inputs rounded to bfloat16, FP32
+ * accumulation, FP32 master weights, batch-norm and loss in FP32. */
+typedef enum hcnn_precision {
+    HCNN_PRECISION_FP32 = 0,
+    HCNN_PRECISION_TF32,
+    HCNN_PRECISION_BF16
+} hcnn_precision;
+
 #endif

@@ -74,6 +74,14 @@ static double cpu_timer_stop(const hcnn_backend *be, hcnn_timer *t)
     (void)be;
     return hcnn_now() - t->host_s;
 }
+static int cpu_set_precision(hcnn_backend *be, hcnn_precision p)
+{
+    return p == HCNN_PRECISION_FP32 ? HCNN_OK
+                                    : hcnn_error("backend %s: precision other than fp32: the CPU "
+                                                 "backend computes in FP32",
+                                                 be->name);
+}
+
 static void cpu_describe(const hcnn_backend *be, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s: host memory, %d OpenMP threads, the BLAS single-threaded in each",
@@ -97,6 +105,7 @@ static const hcnn_backend cpu_backend = {
     .parallel = hcnn_cpu_parallel,
     .threads = hcnn_cpu_threads,
     .unit_images = cpu_unit_images,
+    .set_precision = cpu_set_precision,
     .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,

@@ -151,10 +151,43 @@ double *hcnn_cuda_scratch(const hcnn_backend *be, size_t n)
     return cu->scratch;
 }
 
+static const char *precision_text(hcnn_precision p)
+{
+    return p == HCNN_PRECISION_TF32   ? "TF32 tensor cores for FP32 GEMMs"
+           : p == HCNN_PRECISION_BF16 ? "bf16 GEMM inputs, FP32 accumulation (mixed precision)"
+                                      : "FP32";
+}
+
 static void cuda_describe(const hcnn_backend *be, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "cuda: %s; one stream, cuBLAS (FP32), im2col + GEMM convolutions",
-             cuda_of(be)->name);
+    snprintf(buf, cap, "cuda: %s; one stream, cuBLAS (%s), im2col + GEMM convolutions",
+             cuda_of(be)->name, precision_text(cuda_of(be)->precision));
+}
+
+/* fp32: pedantic math, the CPU's results up to summation order; tf32: cuBLAS
+ * may round FP32 GEMM inputs to TF32 on tensor cores; bf16: hcnn_cuda_gemm
+ * rounds the inputs itself and runs cublasGemmEx */
+static int cuda_set_precision(hcnn_backend *be, hcnn_precision p)
+{
+    hcnn_cuda *cu = cuda_of(be);
+    cu->precision = p;
+    HCNN_CUBLAS(cublasSetMathMode(cu->blas, p == HCNN_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                      : CUBLAS_PEDANTIC_MATH));
+    return HCNN_OK;
+}
+
+__nv_bfloat16 *hcnn_cuda_bf16_buffer(const hcnn_backend *be, size_t n)
+{
+    hcnn_cuda *cu = cuda_of(be);
+    if (n <= cu->bf16_elems)
+        return cu->bf16;
+    if (cu->bf16)
+        HCNN_CUDA(cudaFree(cu->bf16)); /* waits for the work that used it */
+    cu->bf16 = (__nv_bfloat16 *)cuda_alloc(be, n * sizeof *cu->bf16, "bf16 GEMM inputs");
+    if (!cu->bf16)
+        hcnn_cuda_fail("hcnn_cuda_bf16_buffer", __FILE__, __LINE__, "out of GPU memory");
+    cu->bf16_elems = n;
+    return cu->bf16;
 }
 
 /* ---- threads: one host thread drives the device ---------------------------------- */
@@ -188,6 +221,8 @@ static void cuda_destroy(hcnn_backend *be)
             cudaStreamSynchronize(cu->stream);
         if (cu->scratch)
             cudaFree(cu->scratch);
+        if (cu->bf16)
+            cudaFree(cu->bf16);
         if (cu->blas)
             cublasDestroy(cu->blas);
         if (cu->stream)
@@ -204,6 +239,7 @@ static const hcnn_backend cuda_backend = {
     .parallel = cuda_parallel,
     .threads = cuda_threads,
     .unit_images = cuda_unit_images,
+    .set_precision = cuda_set_precision,
     .describe = cuda_describe,
     .alloc = cuda_alloc,
     .free = cuda_free,

@@ -36,6 +36,9 @@ typedef struct hcnn_cuda {
     cublasHandle_t blas;
     double *scratch;        /* partial sums of the reductions (sum_sq, loss) */
     size_t scratch_doubles;
+    hcnn_precision precision;
+    __nv_bfloat16 *bf16;    /* bf16: a GEMM's inputs rounded (grown in the first step) */
+    size_t bf16_elems;
     char name[320];         /* the GPU, for the run header */
 } hcnn_cuda;
 
@@ -137,6 +140,9 @@ void hcnn_cuda_softmax_xent(const hcnn_backend *be, const float *logits, const i
 void hcnn_cuda_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n,
                         float lr, float mu, float wd, int nesterov);
 void hcnn_cuda_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats);
+
+/* bf16 precision: n elements for a GEMM's rounded inputs */
+__nv_bfloat16 *hcnn_cuda_bf16_buffer(const hcnn_backend *be, size_t n);
 
 /* The reductions' scratch: at least n doubles of device memory (grown in
  * the instance's state; never inside a captured graph). */

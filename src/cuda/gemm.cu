@@ -6,12 +6,41 @@
  * same GPU (CUBLAS_PEDANTIC_MATH: no TF32 unless `precision` asks). */
 #include "cuda.h"
 
+/* total floats of an operand (its rows with their leading dimension)
+ * rounded to bfloat16, in the same layout */
+__global__ void to_bf16_kernel(const float *x, size_t total, __nv_bfloat16 *y)
+{
+    const size_t i = HCNN_CUDA_INDEX();
+    if (i < total)
+        y[i] = __float2bfloat16(x[i]);
+}
+
+/* The elements a row-major operand of `rows` rows spans with leading
+ * dimension ld (the last row: only its `cols` columns) */
+static size_t span(int rows, int cols, int ld) { return (size_t)(rows - 1) * ld + (size_t)cols; }
+
 void hcnn_cuda_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,
                     const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
     if (m <= 0 || n <= 0)
         return;
-    HCNN_CUBLAS(cublasSgemm(cuda_of(be)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda, &beta,
-                            c, ldc));
+    const hcnn_cuda *cu = cuda_of(be);
+    if (cu->precision != HCNN_PRECISION_BF16 || k <= 0) {
+        HCNN_CUBLAS(cublasSgemm(cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
+                                &beta, c, ldc));
+        return;
+    }
+    /* mixed precision: both inputs rounded to bfloat16, FP32 accumulation and output */
+    const size_t sa = ta ? span(k, m, lda) : span(m, k, lda);
+    const size_t sb = tb ? span(n, k, ldb) : span(k, n, ldb);
+    __nv_bfloat16 *abf = hcnn_cuda_bf16_buffer(be, sa + sb), *bbf = abf + sa;
+    HCNN_LAUNCH(to_bf16_kernel, hcnn_cuda_blocks(sa), HCNN_CUDA_BLOCK, cu->stream, a, sa, abf);
+    HCNN_CUDA_LAUNCHED();
+    HCNN_LAUNCH(to_bf16_kernel, hcnn_cuda_blocks(sb), HCNN_CUDA_BLOCK, cu->stream, b, sb, bbf);
+    HCNN_CUDA_LAUNCHED();
+    HCNN_CUBLAS(cublasGemmEx(cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, bbf, CUDA_R_16BF, ldb,
+                             abf, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
 }

@@ -92,8 +92,10 @@ static int run_backend(hcnn_run *r)
 {
     const char *test = getenv("HCNN_BACKEND");
     const char *name = test && *test ? test : hcnn_device_name(r->cfg->device);
-    const int rc = hcnn_backend_create(name, r->comm->local_rank, &r->own_be);
+    int rc = hcnn_backend_create(name, r->comm->local_rank, &r->own_be);
     r->be = r->own_be;
+    if (!rc)
+        rc = r->own_be->set_precision(r->own_be, r->cfg->precision);
     return rc;
 }
 

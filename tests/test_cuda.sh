@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# The CUDA backend against the CPU one, on whatever runs it: a GPU (a build
+# configured --with-cuda on a GPU node) or the emulation (--enable-cuda-
+# emulation: the same sources on the CPU).  Skipped (exit 77, saying why) in
+# a build without the CUDA backend, or where it finds no usable GPU.
+#   - the conformance suite on `cuda` (tests/test_backend);
+#   - LeNet-5 (MNIST's shape, 20 steps) and ResNet-18 (CIFAR-10's shape,
+#     synthetic, 3 steps) agree with device: cpu within 1e-4 (hcnn diff);
+#   - every strategy runs on it: data on 2 ranks and a 2x2 pipeline give
+#     the serial result within 1e-4;
+#   - a run is bit-for-bit repeatable on it (hcnn diff --tol 0);
+#   - a checkpoint written on cuda resumes on cpu, and the reverse, and the
+#     run ends where an uninterrupted one does (within 1e-4);
+#   - a CUDA failure ends the run through the abort path, naming the call.
+# On a GPU also: mnist_lenet one epoch >= 98% test accuracy (needs MNIST).
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+mpi_setup
+export OMP_NUM_THREADS=2
+if ! grep -q '^#define HCNN_HAVE_CUDA 1' "$HCNN_BUILDDIR/config.h" 2>/dev/null; then
+    case_begin cuda_backend
+    case_skip "this build has no CUDA backend (./configure --with-cuda, or --enable-cuda-emulation)"
+    finish
+fi
+EMU=0
+grep -q '^#define HCNN_CUDA_EMULATION 1' "$HCNN_BUILDDIR/config.h" && EMU=1
+# is there something to run on?
+if ! "$HCNN" train --config "$HCNN_SRCDIR/configs/synthetic_small.yaml" -q --set device=cuda \
+    --set max_steps=1 --set csv= >"$WORK/probe.log" 2>&1; then
+    case_begin cuda_device
+    if grep -q 'no usable GPU' "$WORK/probe.log"; then
+        case_skip "$(grep -m1 'no usable GPU' "$WORK/probe.log")"
+        finish
+    fi
+    case_fail "device: cuda does not train: $(tail -n 3 "$WORK/probe.log")"
+    finish
+fi
+T=(timeout -k 10 900)
+LENET=(--config "$HCNN_SRCDIR/configs/mnist_lenet.yaml" --set dataset=synthetic
+       --set synthetic_train=640 --set synthetic_test=64 --set batch_size=32)
+RESNET=(--config "$HCNN_SRCDIR/configs/cifar_resnet18.yaml" --set dataset=synthetic
+        --set synthetic_train=48 --set synthetic_test=16 --set batch_size=16)
+COMMON=(-q --set csv= --set blas_kernels=env --set epochs=1)
+
+train() { # name device steps model... sets...: checkpoint in $WORK/name
+    local name=$1 dev=$2 steps=$3
+    shift 3
+    "${T[@]}" "$HCNN" train "${COMMON[@]}" "$@" --set device="$dev" --set max_steps="$steps" \
+        --set checkpoint_dir="$WORK/$name" >"$WORK/$name.log" 2>&1
+}
+# close A B TOL: the two checkpoints' tensors within TOL (relative)
+close() {
+    local line
+    line=$("$HCNN" diff "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn" --tol "$3" 2>&1 | tail -n 1)
+    if "$HCNN" diff "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn" --tol "$3" >/dev/null 2>&1; then
+        echo "# $1 vs $2: $line"
+        case_ok
+    else
+        case_fail "$1 vs $2: $line; $(tail -n 2 "$WORK/$1.log" "$WORK/$2.log" | tr '\n' ' ')"
+    fi
+}
+
+case_begin conformance_on_cuda
+HCNN_CONFORMANCE_BACKENDS=cuda "${T[@]}" "$HCNN_BUILDDIR/tests/test_backend" >"$WORK/conf.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q 'SKIPPED' "$WORK/conf.log"; then
+    grep -E '^# .*max' "$WORK/conf.log" | head -n 40
+    case_ok
+else case_fail "exit $rc: $(grep -E 'FAILED|SKIPPED|error' "$WORK/conf.log" | head -n 10)"; fi
+
+case_begin lenet_20_steps_cpu_vs_cuda
+train lenet_cpu cpu 20 "${LENET[@]}" && train lenet_cuda cuda 20 "${LENET[@]}"
+close lenet_cpu lenet_cuda 1e-4
+
+case_begin resnet18_3_steps_cpu_vs_cuda
+train resnet_cpu cpu 3 "${RESNET[@]}" && train resnet_cuda cuda 3 "${RESNET[@]}"
+close resnet_cpu resnet_cuda 1e-4
+
+case_begin cuda_run_repeatable
+train lenet_cuda2 cuda 20 "${LENET[@]}"
+close lenet_cuda lenet_cuda2 0
+
+# every strategy on the device: the ranks share it (one GPU or the emulation)
+mpi_train() { # name ranks sets...
+    local name=$1 np=$2
+    shift 2
+    local args=(train "${COMMON[@]}" "${LENET[@]}" --set device=cuda --set max_steps=20
+                --set checkpoint_dir="$WORK/$name")
+    local kv
+    for kv in "$@"; do args+=(--set "$kv"); done
+    "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS=1 "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
+}
+case_begin data_2_ranks_on_cuda
+mpi_train lenet_data 2 strategy=data
+close lenet_cuda lenet_data 1e-4
+case_begin pipeline_2x2_on_cuda
+mpi_train lenet_pipe 4 strategy=pipeline stages=2 microbatches=2
+close lenet_cuda lenet_pipe 1e-4
+
+# checkpoints cross devices: 10 steps on one, 10 more on the other
+cross() { # name first second
+    local name=$1 a=$2 b=$3
+    train "$name" "$a" 10 "${LENET[@]}" &&
+        "${T[@]}" "$HCNN" train "${COMMON[@]}" "${LENET[@]}" --set device="$b" --set max_steps=20 \
+            --set checkpoint_dir="$WORK/$name" --resume auto >>"$WORK/$name.log" 2>&1
+}
+case_begin checkpoint_cuda_resumes_on_cpu
+cross c2c cuda cpu && grep -q 'resuming from' "$WORK/c2c.log"
+close lenet_cpu c2c 1e-4
+case_begin checkpoint_cpu_resumes_on_cuda
+cross c2g cpu cuda && grep -q 'resuming from' "$WORK/c2g.log"
+close lenet_cpu c2g 1e-4
+
+case_begin header_names_the_device
+if grep -qE '^hcnn: device: cuda: GPU [0-9]+ of [0-9]+: .*compute capability .*driver .*runtime' "$WORK/lenet_cuda.log" 2>/dev/null ||
+    "$HCNN" train "${COMMON[@]}" "${LENET[@]}" --set device=cuda --set max_steps=1 2>&1 |
+    grep -qE '^hcnn: device: cuda: GPU [0-9]+ of [0-9]+: .*compute capability .*driver .*runtime'; then
+    case_ok
+else case_fail "no device line: $(grep -m1 'device' "$WORK/lenet_cuda.log")"; fi
+
+if [ "$EMU" = 1 ]; then
+    # the emulation's device memory is HCNN_EMU_DEVICE_MB: too little of it
+    # is the GPU's out-of-memory, reported with what was asked and free
+    case_begin out_of_memory_named
+    HCNN_EMU_DEVICE_MB=64 "${T[@]}" "$HCNN" train "${COMMON[@]}" "${RESNET[@]}" --set device=cuda \
+        --set max_steps=1 >"$WORK/oom.out" 2>"$WORK/oom.err"
+    rc=$?
+    if [ $rc -eq 1 ] && grep -qE 'cannot allocate [0-9.]+ MB of GPU memory for .*: [0-9.]+ MB of [0-9.]+ MB free' "$WORK/oom.err"; then
+        case_ok
+    else case_fail "exit $rc: $(cat "$WORK/oom.err")"; fi
+else
+    case_begin mnist_lenet_one_epoch_on_gpu
+    if [ ! -f "$HCNN_SRCDIR/data/mnist/train-images-idx3-ubyte" ] && [ ! -f "$HCNN_SRCDIR/data/mnist/train-images-idx3-ubyte.gz" ]; then
+        case_skip "MNIST not fetched (scripts/fetch-data.sh mnist)"
+    else
+        "${T[@]}" "$HCNN" train --config "$HCNN_SRCDIR/configs/mnist_lenet.yaml" -q --set device=cuda \
+            --set csv= --set checkpoint_dir= --set data_dir="$HCNN_SRCDIR/data/mnist" >"$WORK/mnist.log" 2>&1
+        acc=$(sed -n 's/^epoch=1 .*test_acc=\([0-9.]*\).*/\1/p' "$WORK/mnist.log")
+        if awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.98) }'; then echo "# test_acc=$acc"; case_ok
+        else case_fail "test_acc ${acc:-none} < 0.98: $(tail -n 2 "$WORK/mnist.log")"; fi
+    fi
+fi
+finish
