@@ -216,6 +216,12 @@ if ldd "$HCNN" 2>/dev/null | grep -q libasan; then
         case_begin $n; case_skip "an --enable-sanitizers build: ulimit -v cannot hold ASan's shadow memory"
     done
 else
+  if ! "$HCNN" --version | grep -q '^BLAS: OpenBLAS'; then
+    # the hangs are OpenBLAS's (its buffers); another BLAS fails an allocation with a message
+    for n in no_hang_before_main no_hang_under_limit_in_training; do
+        case_begin $n; case_skip "$("$HCNN" --version | grep '^BLAS:'): the start-up buffers and their hang are OpenBLAS's"
+    done
+  else
     case_begin no_hang_before_main
     # OpenBLAS maps 128 MiB per thread when it loads and used to wait forever for it
     (ulimit -v 100000; OMP_NUM_THREADS=2 timeout -k 5 20 "$HCNN" --version) >"$WORK/v.out" 2>"$WORK/v.err"
@@ -230,6 +236,7 @@ else
     if { [ $rc -eq 1 ] && grep -q 'OpenBLAS needs .* MiB more for its buffers' "$WORK/l.err"; } ||
         { [ $rc -eq 0 ] && grep -q '^epoch=1' "$WORK/l.out"; }; then case_ok
     else case_fail "exit $rc (124, 137: hung); $(cat "$WORK/l.err")"; fi
+  fi
     case_begin checkpoint_memory_reserved_up_front
     # ResNet-18 under 2 GB (the issue's case) used to train, then find no
     # memory for its first checkpoint and end with none: now it trains and

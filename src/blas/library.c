@@ -147,6 +147,7 @@ const char *blas_library_build(char *buf, int cap)
  * ulimit -v 1950000). */
 #define OPENBLAS_BUFFER_BYTES (((size_t)128 << 20) + 4096)
 
+#if defined(HCNN_BLAS_OPENBLAS)
 /* MiB of address space in use (/proc/self/statm), 0 if unknown */
 static double used_mib(void)
 {
@@ -159,6 +160,7 @@ static double used_mib(void)
     }
     return (double)pages * 4096.0 / 1048576.0;
 }
+#endif
 
 int hcnn_blas_take_buffers(int threads)
 {
