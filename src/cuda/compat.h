@@ -1,4 +1,4 @@
-/* What the CUDA backend's sources (src/cuda/, the .cu files) see of CUDA: the real
+/* What the CUDA backend's sources (the .cu files of src/cuda/) see of CUDA: the real
  * runtime and cuBLAS under nvcc, or the emulation kept in the tree
  * (src/cuda/emu/, ./configure --enable-cuda-emulation), which gives the
  * same names with the same semantics on the host, so that the backend is
