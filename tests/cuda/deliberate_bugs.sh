@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Shows that the CUDA backend's tests catch the bugs a GPU backend typically
+# has, without a GPU: each deliberate bug below is applied to a copy of the
+# tree built with the CUDA emulation, and the conformance suite on `cuda`
+# (and a short training run against the CPU) must then FAIL.  The clean
+# copy must pass first.
+#   tests/cuda/deliberate_bugs.sh [SRCDIR]     (default: this script's tree)
+# Prints one line per bug ("caught" or "MISSED", with the failing test's
+# first lines) and "N passed, N failed" (a bug caught is a pass); exits 1 if
+# any bug went unnoticed or the clean copy failed.  Takes a few minutes (one
+# build, then one file recompiled per bug).
+set -uo pipefail
+src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/hcnn-bugs.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+echo "# building a copy of $src with the CUDA emulation in $work/clean"
+mkdir -p "$work/clean"
+(cd "$src" && git ls-files -z 2>/dev/null | xargs -0 tar cf - 2>/dev/null || tar cf - --exclude=.git .) |
+    (cd "$work/clean" && tar xf -)
+(cd "$work/clean" && autoreconf -fi >/dev/null 2>&1 && ./configure --enable-cuda-emulation >/dev/null &&
+    make -j"$jobs" >/dev/null && make -j"$jobs" tests/test_backend >/dev/null) || {
+    echo "the clean copy does not build"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+
+# the checks a bug must fail: the conformance suite on cuda, then LeNet-5
+# 20 steps on cuda against the CPU (1e-4)
+checks() { # dir: 0 when every check passes
+    local d=$1
+    (cd "$d" && HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 10 900 ./tests/test_backend) >"$d.conf.log" 2>&1 || return 1
+    local l=(--config "$d/configs/mnist_lenet.yaml" -q --set dataset=synthetic --set synthetic_train=640
+             --set synthetic_test=64 --set batch_size=32 --set csv= --set blas_kernels=env --set epochs=1
+             --set max_steps=20)
+    timeout -k 10 600 "$d/hcnn" train "${l[@]}" --set device=cpu --set checkpoint_dir="$d.cpu" >"$d.cpu.log" 2>&1 &&
+        timeout -k 10 600 "$d/hcnn" train "${l[@]}" --set device=cuda --set checkpoint_dir="$d.cuda" >"$d.cuda.log" 2>&1 &&
+        "$d/hcnn" diff "$d.cpu/final.hcnn" "$d.cuda/final.hcnn" --tol 1e-4 >"$d.diff.log" 2>&1
+}
+
+passed=0 failed=0
+if checks "$work/clean"; then
+    echo "clean copy: the checks pass"
+    passed=$((passed + 1))
+else
+    echo "clean copy: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" "$work/clean.cuda.log" 2>/dev/null)"
+    failed=$((failed + 1))
+fi
+
+# bug NAME FILE SED-EXPRESSION: the copy with the bug, and whether the checks fail
+bug() {
+    local name=$1 file=$2 expr=$3 d="$work/$1"
+    cp -a "$work/clean" "$d"
+    sed -i "$expr" "$d/$file"
+    if cmp -s "$work/clean/$file" "$d/$file"; then
+        echo "$name: the edit did not apply to $file (the source changed: update the script)"
+        failed=$((failed + 1))
+        return
+    fi
+    touch "$d/$file"
+    if ! (cd "$d" && make -j"$jobs" >/dev/null 2>&1 && make -j"$jobs" tests/test_backend >/dev/null 2>&1); then
+        echo "$name: does not build"
+        failed=$((failed + 1))
+    elif checks "$d"; then
+        echo "$name: MISSED (every check passed)"
+        failed=$((failed + 1))
+    else
+        echo "$name: caught: $(grep -h -m2 -E 'FAILED|error|within_tol=no' "$d.conf.log" "$d.cuda.log" "$d.diff.log" 2>/dev/null | head -n 2 | tr '\n' ' ')"
+        passed=$((passed + 1))
+    fi
+}
+
+# a launch one block short: the last elements of a ReLU are never written
+bug launch_one_block_short src/cuda/elementwise.cu \
+    '/HCNN_LAUNCH(relu_fwd_kernel/s/hcnn_cuda_blocks(n)/(hcnn_cuda_blocks(n) - 1 ? hcnn_cuda_blocks(n) - 1 : 1)/'
+# a transposed cuBLAS operand: op(A) the wrong way round
+bug transposed_cublas_operand src/cuda/gemm.cu \
+    '0,/ta ? CUBLAS_OP_T : CUBLAS_OP_N/s//ta ? CUBLAS_OP_N : CUBLAS_OP_T/'
+# a download that does not wait for the stream: a synchronous cudaMemcpy on
+# the legacy default stream, which a non-blocking stream's work does not precede
+bug download_without_sync src/cuda/backend.cu \
+    '/static void cuda_download(/,/^}/{s/cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(be)->stream)/cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)/;/cudaStreamSynchronize/d}'
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
