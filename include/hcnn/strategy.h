@@ -106,7 +106,11 @@ int hcnn_pipe_balance(const double *cost, int n, int S, int *bounds);
 
 /* The batch for a step or inference in backend memory: x and y themselves
  * when the backend's memory is the host's, else uploaded into x_dev, y_dev
- * (one host-to-device copy of each).  n samples of in_sz floats. */
-void hcnn_strategy_stage(hcnn_strategy *s, const float **x, const int32_t **y, int n);
+ * (one host-to-device copy of each).  n samples of in_sz floats.  queued:
+ * the copy is queued with the step's work and the host goes on (the
+ * loader's pinned buffer must then stay as it is until the step's results
+ * are read back, which the loader's two buffers guarantee); else it waits. */
+void hcnn_strategy_stage(hcnn_strategy *s, const float **x, const int32_t **y, int n,
+                         int queued);
 
 #endif

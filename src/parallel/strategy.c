@@ -84,13 +84,15 @@ void hcnn_strategy_free(hcnn_strategy *s)
     memset(s, 0, sizeof *s);
 }
 
-void hcnn_strategy_stage(hcnn_strategy *s, const float **x, const int32_t **y, int n)
+void hcnn_strategy_stage(hcnn_strategy *s, const float **x, const int32_t **y, int n, int queued)
 {
     const hcnn_backend *be = s->net->be;
     if (be->host_memory || n <= 0)
         return;
     const size_t in_sz = (size_t)s->net->in_c * s->net->in_h * s->net->in_w;
-    be->upload(be, s->x_dev, *x, sizeof(float) * in_sz * (size_t)n);
-    be->upload(be, s->y_dev, *y, sizeof(int32_t) * (size_t)n);
+    void (*up)(const hcnn_backend *, void *, const void *, size_t) =
+        queued ? be->upload_async : be->upload;
+    up(be, s->x_dev, *x, sizeof(float) * in_sz * (size_t)n);
+    up(be, s->y_dev, *y, sizeof(int32_t) * (size_t)n);
     *x = s->x_dev, *y = s->y_dev;
 }

@@ -189,7 +189,7 @@ int run_evaluate(hcnn_run *r, double *loss, double *acc)
         hcnn_batch_assemble(ds, idx, n, 0, r->cfg->seed, 0, x, y, r->threads);
         const float *bx = x;
         const int32_t *by = y;
-        hcnn_strategy_stage(&r->strat, &bx, &by, n);
+        hcnn_strategy_stage(&r->strat, &bx, &by, n, 0); /* x is refilled for the next batch */
         rc = r->strat.ops->infer(&r->strat, bx, by, n, r->stats);
     }
     r->be->download(r->be, sums, r->stats, sizeof sums); /* the one read-back */

@@ -149,7 +149,7 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     ctx->training = 1;
     ctx->step = (uint64_t)r->step;
     ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
-    hcnn_strategy_stage(s, &x, &y, n);
+    hcnn_strategy_stage(s, &x, &y, n, 1); /* the loader's batch: read back in this step */
     r->be->zero(r->be, r->stats, sizeof(double) * HCNN_STATS);
     const double w0 = s->sync ? s->sync->wait_s : 0.0;
     int rc = s->ops->step(s, x, y, n, gn, r->stats);
