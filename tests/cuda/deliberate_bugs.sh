@@ -39,6 +39,18 @@ checks() { # dir: 0 when every check passes
         "$d/hcnn" diff "$d.cpu/final.hcnn" "$d.cuda/final.hcnn" --tol 1e-4 >"$d.diff.log" 2>&1
 }
 
+# the first line saying what failed: a conformance check's message, an
+# abort, the CUDA run's error, or the comparison's verdict
+why_failed() {
+    local d=$1 line
+    for f in "$d.conf.log" "$d.cuda.log" "$d.diff.log"; do
+        [ -s "$f" ] || continue
+        line=$(grep -h -v -E '^\[ *(ERROR|LINE) *\] --- *$' "$f" | grep -m1 -E 'FAILED|Aborted|hcnn: |within_tol=no|differ')
+        [ -n "$line" ] && { echo "$(basename "$f"): $line" | cut -c1-200; return; }
+    done
+    echo "(a check exited non-zero; see the logs)"
+}
+
 passed=0 failed=0
 if checks "$work/clean"; then
     echo "clean copy: the checks pass"
@@ -66,7 +78,7 @@ bug() {
         echo "$name: MISSED (every check passed)"
         failed=$((failed + 1))
     else
-        echo "$name: caught: $(grep -h -m2 -E 'FAILED|error|within_tol=no' "$d.conf.log" "$d.cuda.log" "$d.diff.log" 2>/dev/null | head -n 2 | tr '\n' ' ')"
+        echo "$name: caught: $(why_failed "$d")"
         passed=$((passed + 1))
     fi
 }
