@@ -127,7 +127,8 @@ void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, 
                    const float *b, int ldb, float beta, float *c, int ldc);
 /* im2col.c */
 void hcnn_cpu_im2col(const hcnn_backend *be, const hcnn_conv_geom *g, const float *x, int n, float *col);
-void hcnn_cpu_col2im(const hcnn_backend *be, const hcnn_conv_geom *g, const float *col, int n, int accumulate, float *dx);
+void hcnn_cpu_col2im(const hcnn_backend *be, const hcnn_conv_geom *g, const float *col, int n, int accumulate,
+                     float *dx);
 /* layout.c */
 void hcnn_cpu_copy_planes(const hcnn_backend *be, const float *src, size_t splane, int sld, int c, int h, int w,
                           float *dst, size_t dplane, int dld, int accumulate);
@@ -153,8 +154,8 @@ void hcnn_cpu_dropout_fwd(const hcnn_backend *be, const float *x, float *y, floa
 /* pool.c */
 void hcnn_cpu_maxpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n, float *y,
                           int32_t *argmax);
-void hcnn_cpu_maxpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, const int32_t *argmax, int n,
-                          float *dx);
+void hcnn_cpu_maxpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy,
+                          const int32_t *argmax, int n, float *dx);
 void hcnn_cpu_avgpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n, float *y);
 void hcnn_cpu_avgpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, int n, float *dx);
 /* bn.c */

@@ -16,8 +16,8 @@ static void sgd_range(float *restrict w, const float *restrict g, float *restric
 
 /* Element-wise, so any split gives the same result.  LeNet-5's 62k
  * parameters are worth two threads; the serial loop was 5% of its step. */
-void hcnn_cpu_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n, float lr, float mu, float wd,
-                       int nesterov)
+void hcnn_cpu_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n, float lr,
+                       float mu, float wd, int nesterov)
 {
     (void)be;
 #pragma omp parallel if (n > 16384)
