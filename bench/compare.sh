@@ -4,7 +4,14 @@
 # first in even rounds) so that a noisy machine disturbs both alike.
 #
 #   bench/compare.sh [--model lenet|resnet18] [--batch B] [--threads T] [--rounds N] [--no-mkldnn]
-#                    [--warmup N] [--repeats N] [--steps N]
+#                    [--warmup N] [--repeats N] [--steps N] [--device cpu|cuda]
+#                    [--precision fp32|tf32|bf16]
+#
+# --device cuda: hcnn's CUDA backend (a build configured --with-cuda)
+# against PyTorch on the same GPU (cuDNN, its fastest algorithms:
+# cudnn.benchmark); --precision sets both sides alike (fp32: no TF32
+# anywhere; tf32: TF32 tensor cores for GEMMs and convolutions; bf16:
+# hcnn's bf16 GEMM inputs against PyTorch's autocast to bfloat16).
 #
 # Prints one line per round with both rates (each the median of that run's
 # repeats), then as its last line
@@ -15,10 +22,10 @@
 set -euo pipefail
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'
 }
 
-model=lenet batch=64 threads=2 rounds=5 mkldnn=1
+model=lenet batch=64 threads=2 rounds=5 mkldnn=1 device=cpu precision=fp32
 warmup='' repeats='' steps=''
 while [ $# -gt 0 ]; do
     case $1 in
@@ -30,6 +37,8 @@ while [ $# -gt 0 ]; do
     --repeats) repeats=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
     --no-mkldnn) mkldnn=0; shift ;;
+    --device) device=${2:?}; shift 2 ;;
+    --precision) precision=${2:?}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -42,6 +51,10 @@ done
 for v in batch threads rounds; do
     [ "${!v}" -ge 1 ] || { echo "compare.sh: --$v must be >= 1" >&2; exit 2; }
 done
+case $device in cpu | cuda) ;; *) echo "compare.sh: --device '$device': expected cpu or cuda" >&2; exit 2 ;; esac
+case $precision in fp32 | tf32 | bf16) ;; *) echo "compare.sh: --precision '$precision': expected fp32, tf32 or bf16" >&2; exit 2 ;; esac
+[ "$device" = cuda ] || [ "$precision" = fp32 ] ||
+    { echo "compare.sh: --precision $precision needs --device cuda (the CPU computes in FP32)" >&2; exit 2; }
 
 cd "$(dirname "$0")/.."
 case $model in
@@ -80,10 +93,12 @@ weight_decay=$(cfg_key weight_decay 0)
 nesterov=$(cfg_key nesterov false)
 
 hcnn_cmd=("$HCNN" bench --config "$config" --set "batch_size=$batch" --set "threads=$threads"
+    --set "device=$device" --set "precision=$precision"
     --warmup "$warmup" --repeats "$repeats" --steps "$steps")
 peer_cmd=("$PY" bench/pytorch/peer.py --model "$model" --batch "$batch" --threads "$threads"
     --warmup "$warmup" --repeats "$repeats" --steps "$steps"
-    --lr "$lr" --momentum "$momentum" --weight-decay "$weight_decay")
+    --lr "$lr" --momentum "$momentum" --weight-decay "$weight_decay"
+    --device "$device" --precision "$precision")
 case $nesterov in true | True | yes | on | 1) peer_cmd+=(--nesterov) ;; esac
 [ "$mkldnn" = 1 ] || peer_cmd+=(--no-mkldnn)
 

@@ -14,7 +14,15 @@ Use Debian's python3-torch with /usr/bin/python3 (not a pyenv python):
 
     /usr/bin/python3 bench/pytorch/peer.py --model lenet --batch 64 --threads 2
 
-Exit status: 0 success, 2 bad command line, 77 python3-torch not installed.
+--device cuda trains on the GPU (model, batches and optimiser state in its
+memory, cuDNN with cudnn.benchmark: its fastest algorithms), each repeat
+timed between two torch.cuda.synchronize(); --precision: fp32 (TF32 off for
+convolutions and matmuls alike: PyTorch's default lets cuDNN use TF32),
+tf32 (on for both), bf16 (torch.autocast to bfloat16, FP32 master weights),
+as hcnn's precision key.
+
+Exit status: 0 success, 2 bad command line, 77 python3-torch not installed
+(or --device cuda without a GPU PyTorch can use).
 """
 
 import argparse
@@ -49,6 +57,9 @@ def parse_args(argv):
     p.add_argument("--pool", type=int, default=8,
                    help="distinct synthetic batches, made once and cycled (default 8)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+                   help="cuda only: fp32 (no TF32), tf32, bf16 (autocast); default fp32")
     a = p.parse_args(argv)
     for name in ("batch", "threads", "repeats", "steps", "blas_threads", "pool"):
         if getattr(a, name) < 1:
@@ -57,6 +68,8 @@ def parse_args(argv):
         p.error("--warmup must be >= 0")
     if a.nesterov and a.momentum <= 0:
         p.error("--nesterov needs --momentum > 0")
+    if a.device == "cpu" and a.precision != "fp32":
+        p.error("--precision %s needs --device cuda" % a.precision)
     return a
 
 
@@ -132,13 +145,22 @@ def main(argv):
     torch.set_num_threads(a.threads)
     torch.backends.mkldnn.enabled = not a.no_mkldnn
     torch.manual_seed(a.seed)
+    if a.device == "cuda":
+        if not torch.cuda.is_available():
+            print("peer.py: --device cuda: PyTorch sees no usable GPU", file=sys.stderr)
+            return 77
+        torch.backends.cudnn.benchmark = True
+        tf32 = a.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
 
     model, shape = build_model(torch, a.model)
-    model.train()
+    model.to(a.device).train()
     # several distinct batches, as hcnn's bench (which feeds distinct synthetic
     # samples): one batch repeated is memorised within a few hundred steps
-    xs = [torch.randn((a.batch,) + shape) for _ in range(a.pool)]
-    ys = [torch.randint(0, 10, (a.batch,)) for _ in range(a.pool)]
+    xs = [torch.randn((a.batch,) + shape).to(a.device) for _ in range(a.pool)]
+    ys = [torch.randint(0, 10, (a.batch,)).to(a.device) for _ in range(a.pool)]
+    bf16 = a.device == "cuda" and a.precision == "bf16"
     loss_fn = torch.nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
                           weight_decay=a.weight_decay, nesterov=a.nesterov)
@@ -149,28 +171,43 @@ def main(argv):
         k = it[0] % a.pool
         it[0] += 1
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xs[k]), ys[k])
+        if bf16:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = model(xs[k])
+            loss = loss_fn(out.float(), ys[k])
+        else:
+            loss = loss_fn(model(xs[k]), ys[k])
         loss.backward()
         opt.step()
         return loss
 
-    print("peer torch=%s model=%s batch=%d threads=%d mkldnn=%d openblas_threads=%s "
+    where = a.device
+    if a.device == "cuda":
+        where = "cuda:%s:cudnn%s:%s" % (torch.cuda.get_device_name(0).replace(" ", "_"),
+                                        torch.backends.cudnn.version(), a.precision)
+    print("peer torch=%s device=%s model=%s batch=%d threads=%d mkldnn=%d openblas_threads=%s "
           "lr=%g momentum=%g weight_decay=%g nesterov=%d warmup=%d repeats=%d steps=%d pool=%d"
-          % (torch.__version__, a.model, a.batch, torch.get_num_threads(),
+          % (torch.__version__, where, a.model, a.batch, torch.get_num_threads(),
              int(torch.backends.mkldnn.enabled), os.environ["OPENBLAS_NUM_THREADS"],
              a.lr, a.momentum, a.weight_decay, int(a.nesterov),
              a.warmup, a.repeats, a.steps, a.pool), flush=True)
+
+    def sync():
+        if a.device == "cuda":
+            torch.cuda.synchronize()
 
     for _ in range(a.warmup):
         step()
     rates = []
     loss = None
     for r in range(a.repeats):
+        sync()
         t0 = time.perf_counter()
         for _ in range(a.steps):
             loss = step()
-        loss_v = float(loss)  # a no-op synchronisation on the CPU, kept for symmetry
+        sync()
         dt = time.perf_counter() - t0
+        loss_v = float(loss)
         rates.append(a.batch * a.steps / dt)
         print("repeat=%d steps=%d time_s=%.4f loss=%.4f images_per_s=%.1f"
               % (r + 1, a.steps, dt, loss_v, rates[-1]), flush=True)

@@ -122,6 +122,15 @@ struct hcnn_backend {
     /* 1: alloc returns host memory, which host code and MPI may use in
      * place; 0: device memory, reached only through upload and download */
     int host_memory;
+    /* Device memory only.  1: MPI reads and writes it in place (a CUDA-aware
+     * MPI library; set by the run from mpi_device_memory and what the
+     * library reports at run time, src/parallel/comm.c), after a sync;
+     * 0: through the backend's pinned host buffers.  The backend sets 0. */
+    int mpi_direct;
+    /* 1: the device is the emulation of src/cuda/emu/, whose "device"
+     * memory is host memory in an arena (a test may then let MPI use it in
+     * place, as a CUDA-aware library would) */
+    int emulated;
 
     /* Run fn(arg, t, nt) once on each of the backend's nt host threads
      * (nt = 1 for a device backend).  Backend operations called from fn

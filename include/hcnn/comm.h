@@ -66,8 +66,20 @@ HCNN_NORETURN void hcnn_mpi_fail(const char *file, int line, const char *call, i
 
 /* ---- MPI on backend memory ------------------------------------------------
  * MPI reads and writes the backend's buffers in place when they are host
- * memory (backend host_memory); otherwise through a host copy, downloaded
- * before a send and uploaded after a receive completes. */
+ * memory (backend host_memory), or device memory that the MPI library
+ * takes (backend mpi_direct: the backend's queued work is waited for
+ * first, since MPI reads and writes the memory outside its stream);
+ * otherwise through a host copy, downloaded before a send and uploaded
+ * after a receive completes. */
+
+/* Whether this run's MPI takes the backend's device memory in place: 1 when
+ * the library reports support for that device at run time (OpenMPI:
+ * MPIX_Query_cuda_support; MPICH: MPIX_GPU_query_support), else 0, with
+ * why in `why` (the run header prints it).  For tests on the emulation
+ * (backend emulated, its "device" memory host memory), the environment
+ * variable HCNN_MPI_ASSUME_DEVICE_AWARE=1 stands in for the library's
+ * answer; it is ignored on a real device. */
+int hcnn_mpi_device_aware(const hcnn_backend *be, char *why, size_t cap);
 typedef struct hcnn_mpi_buf {
     const hcnn_backend *be;
     float *dev;          /* the backend's buffer */

@@ -45,6 +45,13 @@ typedef enum hcnn_on_error { HCNN_ON_ERROR_STOP = 0, HCNN_ON_ERROR_CONTINUE } hc
 /* Where the tensor math runs: the CPU backend, or the CUDA one (a build
  * configured --with-cuda; include/hcnn/backend.h). */
 typedef enum hcnn_device { HCNN_DEVICE_CPU = 0, HCNN_DEVICE_CUDA } hcnn_device;
+/* How MPI reaches device memory: in place when the MPI library reports
+ * support for the device at run time (a CUDA-aware MPI), else through
+ * pinned host buffers; or always through those buffers. */
+typedef enum hcnn_mpi_device_memory {
+    HCNN_MPI_DEVICE_MEMORY_AUTO = 0,
+    HCNN_MPI_DEVICE_MEMORY_STAGED
+} hcnn_mpi_device_memory;
 
 typedef struct hcnn_config {
     char path[HCNN_PATH_MAX];      /* the file it was read from */
@@ -99,6 +106,7 @@ typedef struct hcnn_config {
     double stall_timeout_s;        /* a collective or receive waiting longer aborts; 0: off */
     hcnn_device device;            /* cpu | cuda */
     hcnn_precision precision;      /* fp32 | tf32 | bf16 (the last two: device cuda) */
+    hcnn_mpi_device_memory mpi_device_memory; /* auto | staged */
 } hcnn_config;
 
 /* Defaults for every key (model empty). */
@@ -126,5 +134,6 @@ const char *hcnn_on_error_name(hcnn_on_error v);
 const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s);
 const char *hcnn_device_name(hcnn_device d);
 const char *hcnn_precision_name(hcnn_precision p);
+const char *hcnn_mpi_device_memory_name(hcnn_mpi_device_memory m);
 
 #endif

@@ -31,6 +31,7 @@ static const char *const conv_algo_names[] = {"auto", "batched", "per_thread"};
 static const char *const prefetch_names[] = {"auto", "on", "off"};
 static const char *const device_names[] = {"cpu", "cuda"};
 static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
+static const char *const mpi_device_memory_names[] = {"auto", "staged"};
 static const char *const dataset_names[] = {"mnist", "fashion_mnist", "cifar10", "synthetic"};
 const char *const cfg_shortcut_names[3] = {"auto", "identity", "projection"};
 
@@ -49,6 +50,7 @@ ENUM_NAME(hcnn_prefetch_name, hcnn_prefetch, prefetch_names)
 ENUM_NAME(hcnn_conv_algo_name, hcnn_conv_algo, conv_algo_names)
 ENUM_NAME(hcnn_device_name, hcnn_device, device_names)
 ENUM_NAME(hcnn_precision_name, hcnn_precision, precision_names)
+ENUM_NAME(hcnn_mpi_device_memory_name, hcnn_mpi_device_memory, mpi_device_memory_names)
 ENUM_NAME(hcnn_pipe_schedule_name, hcnn_pipe_schedule, pipe_schedule_names)
 ENUM_NAME(hcnn_nonfinite_name, hcnn_nonfinite, nonfinite_names)
 ENUM_NAME(hcnn_on_error_name, hcnn_on_error, on_error_names)
@@ -384,6 +386,11 @@ static int get_device(const hcnn_config *c) { return (int)c->device; }
 static void set_device(hcnn_config *c, int v) { c->device = (hcnn_device)v; }
 static int get_precision(const hcnn_config *c) { return (int)c->precision; }
 static void set_precision(hcnn_config *c, int v) { c->precision = (hcnn_precision)v; }
+static int get_mpi_device_memory(const hcnn_config *c) { return (int)c->mpi_device_memory; }
+static void set_mpi_device_memory(hcnn_config *c, int v)
+{
+    c->mpi_device_memory = (hcnn_mpi_device_memory)v;
+}
 static int get_conv_algo(const hcnn_config *c) { return (int)c->conv_algo; }
 static void set_conv_algo(hcnn_config *c, int v) { c->conv_algo = (hcnn_conv_algo)v; }
 static int get_nonfinite(const hcnn_config *c) { return (int)c->nonfinite; }
@@ -478,6 +485,8 @@ const keydef cfg_top_keys[] = {
     K_NUM("im2col_mb", im2col_mb, 0.0, 1, HCNN_MAX_MB, 0),
     K_ENUM("device", device_names, get_device, set_device),
     K_ENUM("precision", precision_names, get_precision, set_precision),
+    K_ENUM("mpi_device_memory", mpi_device_memory_names, get_mpi_device_memory,
+           set_mpi_device_memory),
     K_ENUM("conv_algo", conv_algo_names, get_conv_algo, set_conv_algo),
     K_ENUM("data_prefetch", prefetch_names, get_prefetch, set_prefetch),
     {.name = "blas_kernels", .type = KT_NAME, .off = FIELD(blas_kernels),

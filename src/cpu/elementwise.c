@@ -120,7 +120,8 @@ void hcnn_cpu_scale(const hcnn_backend *be, float *x, size_t n, float a)
 }
 
 void hcnn_cpu_dropout_fwd(const hcnn_backend *be, const float *x, float *y, float *mask, int n,
-                          size_t per_sample, float p, uint64_t seed, uint64_t step, uint64_t first_sample, uint64_t layer_id)
+                          size_t per_sample, float p, uint64_t seed, uint64_t step, uint64_t first_sample,
+                          uint64_t layer_id)
 {
     (void)be;
     const float scale = 1.0f / (1.0f - p);

@@ -236,6 +236,12 @@ static const hcnn_backend cuda_backend = {
     .name = "cuda",
     .state = NULL,
     .host_memory = 0,
+    .mpi_direct = 0,
+#if defined(HCNN_CUDA_EMULATION)
+    .emulated = 1,
+#else
+    .emulated = 0,
+#endif
     .parallel = cuda_parallel,
     .threads = cuda_threads,
     .unit_images = cuda_unit_images,

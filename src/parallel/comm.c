@@ -7,6 +7,14 @@
 #include "hcnn/comm.h"
 #include "hcnn/common.h"
 
+#include <string.h>
+
+#if defined(OPEN_MPI) && defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h> /* MPIX_Query_cuda_support, where the library has it */
+#endif
+#endif
+
 int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
 {
     int provided = 0, already = 0;
@@ -94,11 +102,47 @@ void hcnn_mpi_fail(const char *file, int line, const char *call, int rc)
 
 /* ---- MPI on backend memory ---------------------------------------------- */
 
+int hcnn_mpi_device_aware(const hcnn_backend *be, char *why, size_t cap)
+{
+    if (be->host_memory) {
+        snprintf(why, cap, "host memory: MPI uses it in place");
+        return 1;
+    }
+    const char *assume = getenv("HCNN_MPI_ASSUME_DEVICE_AWARE");
+    if (assume && strcmp(assume, "1") == 0 && be->emulated) {
+        snprintf(why, cap, "HCNN_MPI_ASSUME_DEVICE_AWARE=1 on the emulated device (a test)");
+        return 1;
+    }
+    if (strcmp(be->name, "cuda") != 0) {
+        snprintf(why, cap, "no MPI library takes %s memory", be->name);
+        return 0;
+    }
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+    if (MPIX_Query_cuda_support()) {
+        snprintf(why, cap, "the MPI library reports CUDA support (MPIX_Query_cuda_support)");
+        return 1;
+    }
+    snprintf(why, cap, "this Open MPI was built without CUDA support (MPIX_Query_cuda_support is 0)");
+    return 0;
+#elif defined(MPIX_GPU_SUPPORT_CUDA)
+    int yes = 0;
+    if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) == MPI_SUCCESS && yes) {
+        snprintf(why, cap, "the MPI library reports CUDA support (MPIX_GPU_query_support)");
+        return 1;
+    }
+    snprintf(why, cap, "the MPI library reports no CUDA support (MPIX_GPU_query_support)");
+    return 0;
+#else
+    snprintf(why, cap, "the MPI library offers no run-time query of CUDA support");
+    return 0;
+#endif
+}
+
 int hcnn_mpi_buf_init(hcnn_mpi_buf *b, const hcnn_backend *be, float *dev, size_t n,
                       const char *what)
 {
     b->be = be, b->dev = dev, b->n = n, b->host = NULL;
-    if (!dev || be->host_memory)
+    if (!dev || be->host_memory || be->mpi_direct)
         return HCNN_OK;
     /* the backend's host memory: pinned on a GPU, copied to and from fastest */
     b->host = be->alloc_host(be, sizeof(float) * (n + 1), what);
@@ -114,13 +158,23 @@ void hcnn_mpi_buf_free(hcnn_mpi_buf *b)
 
 float *hcnn_mpi_send_ptr(hcnn_mpi_buf *b, size_t off, size_t count)
 {
-    if (!b->host)
+    if (!b->host) {
+        if (b->dev && b->be->mpi_direct)
+            b->be->sync(b->be); /* the kernels that produce the floats */
         return b->dev + off;
+    }
     b->be->download(b->be, b->host + off, b->dev + off, sizeof(float) * count);
     return b->host + off;
 }
 
-float *hcnn_mpi_recv_ptr(hcnn_mpi_buf *b, size_t off) { return (b->host ? b->host : b->dev) + off; }
+float *hcnn_mpi_recv_ptr(hcnn_mpi_buf *b, size_t off)
+{
+    if (b->host)
+        return b->host + off;
+    if (b->dev && b->be->mpi_direct)
+        b->be->sync(b->be); /* queued kernels may still read what MPI will overwrite */
+    return b->dev + off;
+}
 
 void hcnn_mpi_recv_done(hcnn_mpi_buf *b, size_t off, size_t count)
 {
@@ -137,6 +191,10 @@ static float *host_view(const hcnn_backend *be, const float *buf, size_t n, int 
 {
     if (be->host_memory)
         return (float *)buf;
+    if (be->mpi_direct) {
+        be->sync(be);
+        return (float *)buf;
+    }
     float *h = be->alloc_host(be, sizeof(float) * (n + 1), "MPI staging buffer");
     if (h && download)
         be->download(be, h, buf, sizeof(float) * n);
@@ -145,7 +203,7 @@ static float *host_view(const hcnn_backend *be, const float *buf, size_t n, int 
 
 static void host_view_done(const hcnn_backend *be, float *h, float *buf, size_t n, int upload)
 {
-    if (be->host_memory)
+    if (be->host_memory || be->mpi_direct)
         return;
     if (upload)
         be->upload(be, buf, h, sizeof(float) * n);

@@ -48,6 +48,8 @@ void report_header(const hcnn_run *r)
     char where[512];
     r->be->describe(r->be, where, sizeof where);
     printf("hcnn: device: %s\n", where);
+    if (r->comm->size > 1)
+        fputs(r->mpi_note, stdout); /* empty for host memory */
     report_compute_setup(r);
     fputs(r->ckpt_note, stdout); /* where the checkpoints go, or that there are none */
     r->strat.ops->report_header(&r->strat, stdout);

@@ -96,6 +96,17 @@ static int run_backend(hcnn_run *r)
     r->be = r->own_be;
     if (!rc)
         rc = r->own_be->set_precision(r->own_be, r->cfg->precision);
+    if (!rc && !r->be->host_memory) {
+        /* device memory: MPI in place when the library takes it, else
+         * through pinned host buffers (include/hcnn/comm.h) */
+        char why[200];
+        if (r->cfg->mpi_device_memory == HCNN_MPI_DEVICE_MEMORY_STAGED)
+            snprintf(why, sizeof why, "mpi_device_memory: staged");
+        else
+            r->own_be->mpi_direct = hcnn_mpi_device_aware(r->be, why, sizeof why);
+        snprintf(r->mpi_note, sizeof r->mpi_note, "hcnn: MPI on %s memory: %s (%s)\n", r->be->name,
+                 r->be->mpi_direct ? "in place" : "through pinned host buffers", why);
+    }
     return rc;
 }
 
