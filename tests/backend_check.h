@@ -1,6 +1,8 @@
 /* The backend conformance suite's harness (tests/backend_check.c) and its
  * checks (tests/backend_checks_conv.c: gemm and convolution;
- * tests/backend_checks_ops.c: the other operations), run by
+ * tests/backend_checks_ops.c: memory, element-wise, dropout, pooling;
+ * tests/backend_checks_train.c: batch-norm, loss, optimiser, statistics,
+ * threads, units, timers), run by
  * tests/test_backend.c.
  *
  * A check is a function returning 1 when a backend's operation meets its
