@@ -405,7 +405,8 @@ int hcnn_ckpt_list_dir(const char *dir, hcnn_ckpt_list *list)
         hcnn_ckpt_list_free(list);
         return rc;
     }
-    qsort(list->e, (size_t)list->n, sizeof *list->e, by_order);
+    if (list->n > 1) /* e is NULL for an empty directory */
+        qsort(list->e, (size_t)list->n, sizeof *list->e, by_order);
     return HCNN_OK;
 }
 
