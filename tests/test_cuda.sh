@@ -113,24 +113,35 @@ close lenet_cuda lenet_pipe 1e-4
 # support; on the emulation, whose device memory is host memory, the test
 # variable stands in for the library's answer, so the in-place path (its
 # waits for the stream before MPI touches the memory) runs.  On a GPU with
-# a CUDA-aware MPI the default run is the in-place one.
+# a CUDA-aware MPI the default run is the in-place one.  The gradient
+# buckets go in place with allreduce_progress: thread (blocking
+# MPI_Allreduce on the communication thread); with test (MPI_Iallreduce,
+# which Open MPI's CUDA support does not cover) they stay staged, and the
+# header says so.
 case_begin mpi_in_place_equals_staged
 MPI_ENV=(-x HCNN_MPI_ASSUME_DEVICE_AWARE=1)
-mpi_train lenet_data_direct 2 strategy=data && mpi_train lenet_pipe_direct 4 strategy=pipeline stages=2 microbatches=2
+mpi_train lenet_data_direct 2 strategy=data allreduce_progress=thread &&
+    mpi_train lenet_data_direct_test 2 strategy=data allreduce_progress=test &&
+    mpi_train lenet_pipe_direct 4 strategy=pipeline stages=2 microbatches=2
 MPI_ENV=()
-mpi_train lenet_data_staged 2 strategy=data mpi_device_memory=staged &&
+mpi_train lenet_data_staged 2 strategy=data allreduce_progress=thread mpi_device_memory=staged &&
     mpi_train lenet_pipe_staged 4 strategy=pipeline stages=2 microbatches=2 mpi_device_memory=staged
-grep -h '^hcnn: MPI on' "$WORK/lenet_data_direct.log" "$WORK/lenet_data_staged.log" | sed 's/^/# /'
+grep -h '^hcnn: MPI on' "$WORK/lenet_data_direct.log" "$WORK/lenet_data_direct_test.log" \
+    "$WORK/lenet_data_staged.log" | sed 's/^/# /'
 if [ "$EMU" = 1 ] && ! grep -q '^hcnn: MPI on cuda memory: in place' "$WORK/lenet_data_direct.log"; then
     case_fail "the emulation run with HCNN_MPI_ASSUME_DEVICE_AWARE=1 did not use MPI in place: $(grep -m1 'MPI on' "$WORK/lenet_data_direct.log")"
+elif [ "$EMU" = 1 ] && ! grep -q '^hcnn: MPI on cuda memory: in place .*; gradient buckets through pinned host buffers (allreduce_progress: test' "$WORK/lenet_data_direct_test.log"; then
+    case_fail "allreduce_progress: test in place: the header does not say the gradient buckets stay staged: $(grep -m1 'MPI on' "$WORK/lenet_data_direct_test.log")"
 elif ! grep -q '^hcnn: MPI on cuda memory: through pinned host buffers (mpi_device_memory: staged)' "$WORK/lenet_data_staged.log"; then
     case_fail "mpi_device_memory: staged not in the header: $(grep -m1 'MPI on' "$WORK/lenet_data_staged.log")"
 else
     bad=""
-    for s in data pipe; do
-        "$HCNN" diff "$WORK/lenet_${s}_direct/final.hcnn" "$WORK/lenet_${s}_staged/final.hcnn" --tol 0 \
-            >"$WORK/direct_$s.diff" 2>&1 || bad="$bad $s: $(tail -n 1 "$WORK/direct_$s.diff")"
-        echo "# $s, in place vs staged: $(tail -n 1 "$WORK/direct_$s.diff")"
+    # pairs: in place, staged (lenet_data: data_2_ranks_on_cuda, progress test)
+    for pair in data_direct:data_staged data_direct_test:data pipe_direct:pipe_staged; do
+        a=${pair%%:*} b=${pair#*:}
+        "$HCNN" diff "$WORK/lenet_$a/final.hcnn" "$WORK/lenet_$b/final.hcnn" --tol 0 \
+            >"$WORK/direct_$a.diff" 2>&1 || bad="$bad $a: $(tail -n 1 "$WORK/direct_$a.diff")"
+        echo "# $a vs $b (in place vs staged): $(tail -n 1 "$WORK/direct_$a.diff")"
     done
     if [ -z "$bad" ]; then case_ok; else case_fail "in place and staged differ:$bad"; fi
 fi

@@ -87,9 +87,19 @@ typedef struct hcnn_mpi_buf {
     size_t n;            /* floats */
 } hcnn_mpi_buf;
 
+/* How MPI will use a buffer.  Open MPI's CUDA support takes device memory
+ * in point-to-point transfers (blocking or not) and in blocking
+ * collectives, not in non-blocking ones (its FAQ, "Which MPI APIs do NOT
+ * work with CUDA-aware?"): a buffer that MPI_Iallreduce reduces stays
+ * staged through host memory even when the backend has mpi_direct. */
+typedef enum hcnn_mpi_use {
+    HCNN_MPI_P2P_OR_BLOCKING = 0,
+    HCNN_MPI_NONBLOCKING_COLLECTIVE
+} hcnn_mpi_use;
+
 /* dev may be NULL (an unused buffer: nothing staged) */
 int hcnn_mpi_buf_init(hcnn_mpi_buf *b, const hcnn_backend *be, float *dev, size_t n,
-                      const char *what);
+                      hcnn_mpi_use use, const char *what);
 void hcnn_mpi_buf_free(hcnn_mpi_buf *b);
 /* What a send of floats [off, off + count) reads: dev, or the host copy
  * with those floats downloaded into it. */

@@ -139,10 +139,10 @@ int hcnn_mpi_device_aware(const hcnn_backend *be, char *why, size_t cap)
 }
 
 int hcnn_mpi_buf_init(hcnn_mpi_buf *b, const hcnn_backend *be, float *dev, size_t n,
-                      const char *what)
+                      hcnn_mpi_use use, const char *what)
 {
     b->be = be, b->dev = dev, b->n = n, b->host = NULL;
-    if (!dev || be->host_memory || be->mpi_direct)
+    if (!dev || be->host_memory || (be->mpi_direct && use == HCNN_MPI_P2P_OR_BLOCKING))
         return HCNN_OK;
     /* the backend's host memory: pinned on a GPU, copied to and from fastest */
     b->host = be->alloc_host(be, sizeof(float) * (n + 1), what);

@@ -72,7 +72,10 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
     gs->comm = comm;
     HCNN_MPI(MPI_Comm_size(comm, &gs->size));
     gs->mode = mode;
-    if (hcnn_mpi_buf_init(&gs->buf, net->be, net->grads, net->nparams, "gradient staging"))
+    /* buckets reduced by MPI_Iallreduce stay staged on a device (comm.h) */
+    const hcnn_mpi_use use =
+        mode == HCNN_PROGRESS_TEST ? HCNN_MPI_NONBLOCKING_COLLECTIVE : HCNN_MPI_P2P_OR_BLOCKING;
+    if (hcnn_mpi_buf_init(&gs->buf, net->be, net->grads, net->nparams, use, "gradient staging"))
         return HCNN_ENOMEM;
     gs->buckets =
         hcnn_calloc(sizeof *gs->buckets * (size_t)(last - first + 1), "allreduce buckets");

@@ -229,8 +229,10 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
         if (p->stage > 0 && !(sl->x = be->alloc(be, sizeof(float) * p->in_sz * cap, "stage input")))
             return HCNN_ENOMEM;
         float *out = p->next != MPI_PROC_NULL ? (float *)hcnn_acts_output(&sl->acts) : NULL;
-        if (hcnn_mpi_buf_init(&sl->xbuf, be, sl->x, p->in_sz * cap, "stage input staging") ||
-            hcnn_mpi_buf_init(&sl->obuf, be, out, p->out_sz * cap, "stage output staging"))
+        if (hcnn_mpi_buf_init(&sl->xbuf, be, sl->x, p->in_sz * cap,
+                              HCNN_MPI_P2P_OR_BLOCKING, "stage input staging") ||
+            hcnn_mpi_buf_init(&sl->obuf, be, out, p->out_sz * cap,
+                              HCNN_MPI_P2P_OR_BLOCKING, "stage output staging"))
             return HCNN_ENOMEM;
     }
     p->slot_bytes = sizeof(float) * (p->slots[0].acts.floats + (p->stage > 0 ? p->in_sz * cap : 0));
@@ -242,8 +244,10 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
         if (p->prev != MPI_PROC_NULL &&
             !(p->dx[j] = be->alloc(be, sizeof(float) * p->in_sz * cap, "stage input gradient")))
             return HCNN_ENOMEM;
-        if (hcnn_mpi_buf_init(&p->dybuf[j], be, p->dy[j], p->out_sz * cap, "gradient staging") ||
-            hcnn_mpi_buf_init(&p->dxbuf[j], be, p->dx[j], p->in_sz * cap, "gradient staging"))
+        if (hcnn_mpi_buf_init(&p->dybuf[j], be, p->dy[j], p->out_sz * cap,
+                              HCNN_MPI_P2P_OR_BLOCKING, "gradient staging") ||
+            hcnn_mpi_buf_init(&p->dxbuf[j], be, p->dx[j], p->in_sz * cap,
+                              HCNN_MPI_P2P_OR_BLOCKING, "gradient staging"))
             return HCNN_ENOMEM;
     }
     if (p->next == MPI_PROC_NULL &&

@@ -104,8 +104,18 @@ static int run_backend(hcnn_run *r)
             snprintf(why, sizeof why, "mpi_device_memory: staged");
         else
             r->own_be->mpi_direct = hcnn_mpi_device_aware(r->be, why, sizeof why);
-        snprintf(r->mpi_note, sizeof r->mpi_note, "hcnn: MPI on %s memory: %s (%s)\n", r->be->name,
-                 r->be->mpi_direct ? "in place" : "through pinned host buffers", why);
+        /* the gradient buckets of allreduce_progress: test go through
+         * MPI_Iallreduce, which takes no device memory (comm.h) */
+        const int replicas = r->comm->size / (r->cfg->strategy == HCNN_STRATEGY_PIPELINE
+                                                  ? (r->cfg->stages > 0 ? r->cfg->stages : 1)
+                                                  : 1);
+        const int staged_grads = r->be->mpi_direct && replicas > 1 &&
+                                 r->cfg->allreduce_progress == HCNN_PROGRESS_TEST;
+        snprintf(r->mpi_note, sizeof r->mpi_note, "hcnn: MPI on %s memory: %s (%s)%s\n",
+                 r->be->name, r->be->mpi_direct ? "in place" : "through pinned host buffers", why,
+                 staged_grads ? "; gradient buckets through pinned host buffers "
+                                "(allreduce_progress: test: MPI_Iallreduce takes no device memory)"
+                              : "");
     }
     return rc;
 }

@@ -49,7 +49,7 @@ typedef struct hcnn_run {
     long parent_step;
     int tagged;               /* its checkpoint names carry its tag */
     char ckpt_note[2 * HCNN_FILE_PATH_MAX + 1024]; /* the run header's line on checkpoints */
-    char mpi_note[256];       /* device memory: how MPI reaches it, and why (the run header) */
+    char mpi_note[512];       /* device memory: how MPI reaches it, and why (the run header) */
     int stop_signal;          /* SIGTERM/SIGUSR1 received (agreed by all ranks) */
     int stop_error;           /* all ranks agreed to stop on this error (HCNN_ENUMERIC:
                                  non-finite step, HCNN_EIO: checkpoint write failed) */
