@@ -81,32 +81,47 @@ static void cuda_free_host(const hcnn_backend *be, void *p)
         HCNN_CUDA(cudaFreeHost(p));
 }
 
+/* The copies and the wait may be called from another host thread than the
+ * one that created the instance (the data-parallel communication thread
+ * stages gradient buckets): the device is current per thread, so each sets
+ * it first (cheap when it already is). */
+static cudaStream_t stream_on_device(const hcnn_backend *be)
+{
+    HCNN_CUDA(cudaSetDevice(cuda_of(be)->device));
+    return cuda_of(be)->stream;
+}
+
 /* The blocking copies run on the instance's stream, after the work queued
  * before them (a cudaMemcpy would run on the legacy default stream, which
  * does not wait for a non-blocking stream's work), and wait for it. */
 static void cuda_upload(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
 {
-    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_of(be)->stream));
-    HCNN_CUDA(cudaStreamSynchronize(cuda_of(be)->stream));
+    cudaStream_t s = stream_on_device(be);
+    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    HCNN_CUDA(cudaStreamSynchronize(s));
 }
 
 static void cuda_download(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
 {
-    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(be)->stream));
-    HCNN_CUDA(cudaStreamSynchronize(cuda_of(be)->stream));
+    cudaStream_t s = stream_on_device(be);
+    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    HCNN_CUDA(cudaStreamSynchronize(s));
 }
 
 static void cuda_upload_async(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
 {
-    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_of(be)->stream));
+    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_on_device(be)));
 }
 
 static void cuda_download_async(const hcnn_backend *be, void *dst, const void *src, size_t bytes)
 {
-    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(be)->stream));
+    HCNN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_on_device(be)));
 }
 
-static void cuda_sync(const hcnn_backend *be) { HCNN_CUDA(cudaStreamSynchronize(cuda_of(be)->stream)); }
+static void cuda_sync(const hcnn_backend *be)
+{
+    HCNN_CUDA(cudaStreamSynchronize(stream_on_device(be)));
+}
 
 /* events recorded on the stream: the time the GPU spent between them */
 static void cuda_timer_start(const hcnn_backend *be, hcnn_timer *t)
@@ -166,13 +181,17 @@ static void cuda_describe(const hcnn_backend *be, char *buf, size_t cap)
 
 /* fp32: pedantic math, the CPU's results up to summation order; tf32: cuBLAS
  * may round FP32 GEMM inputs to TF32 on tensor cores; bf16: hcnn_cuda_gemm
- * rounds the inputs itself and runs cublasGemmEx */
+ * rounds the inputs itself and runs cublasGemmEx, under the default math
+ * mode (pedantic math is documented as possibly slower, and would leave
+ * the bf16 GEMMs off the tensor cores they are there for) */
 static int cuda_set_precision(hcnn_backend *be, hcnn_precision p)
 {
     hcnn_cuda *cu = cuda_of(be);
     cu->precision = p;
-    HCNN_CUBLAS(cublasSetMathMode(cu->blas, p == HCNN_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                      : CUBLAS_PEDANTIC_MATH));
+    const cublasMath_t mode = p == HCNN_PRECISION_TF32   ? CUBLAS_TF32_TENSOR_OP_MATH
+                              : p == HCNN_PRECISION_BF16 ? CUBLAS_DEFAULT_MATH
+                                                         : CUBLAS_PEDANTIC_MATH;
+    HCNN_CUBLAS(cublasSetMathMode(cu->blas, mode));
     return HCNN_OK;
 }
 
