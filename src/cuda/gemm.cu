@@ -34,7 +34,10 @@ void hcnn_cuda_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k,
     /* mixed precision: both inputs rounded to bfloat16, FP32 accumulation and output */
     const size_t sa = ta ? span(k, m, lda) : span(m, k, lda);
     const size_t sb = tb ? span(n, k, ldb) : span(k, n, ldb);
-    __nv_bfloat16 *abf = hcnn_cuda_bf16_buffer(be, sa + sb), *bbf = abf + sa;
+    /* B starts 256 bytes aligned, as cudaMalloc gives A: tensor-core
+     * kernels want their operands at least 16-byte aligned */
+    const size_t sa_padded = (sa + 127) / 128 * 128;
+    __nv_bfloat16 *abf = hcnn_cuda_bf16_buffer(be, sa_padded + sb), *bbf = abf + sa_padded;
     HCNN_LAUNCH(to_bf16_kernel, hcnn_cuda_blocks(sa), HCNN_CUDA_BLOCK, cu->stream, a, sa, abf);
     HCNN_CUDA_LAUNCHED();
     HCNN_LAUNCH(to_bf16_kernel, hcnn_cuda_blocks(sb), HCNN_CUDA_BLOCK, cu->stream, b, sb, bbf);
