@@ -64,9 +64,12 @@ void hcnn_cpu_model(char *buf, size_t cap);
 
 /* Every BLAS call of hcnn is single-threaded: hcnn splits products into
  * pieces fixed by shape and runs them on its own threads (src/cpu/gemm.c),
- * so results do not depend on the thread count.  Called by the CPU
- * backend. */
+ * so results do not depend on the thread count.  Also turns off BLIS's
+ * small-matrix GEMM path before BLIS 1.0 (it reads past its operands:
+ * src/blas/library.c).  Called by the CPU backend. */
 void hcnn_blas_single_threaded(void);
+/* 1 when that path is off (BLIS 0.x), else 0 */
+int hcnn_blas_small_path_off(void);
 
 /* Before anything else of a run is allocated, with `threads` OpenMP
  * threads: OpenBLAS's per-thread buffers taken (every thread makes one

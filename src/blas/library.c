@@ -42,13 +42,51 @@ void bli_thread_set_num_threads(int64_t n);
 const char *bli_info_get_version_str(void);
 int bli_arch_query_id(void);
 const char *bli_arch_string(int id);
+void *bli_gks_query_cntx(void);
+void bli_cntx_set_l3_sup_handlers(int64_t n_ops, ...); /* BLIS 0.x: (n, op, handler, ..., cntx) */
 #endif
 #if defined(HAVE_MKL_SET_NUM_THREADS)
 void mkl_set_num_threads(int n);
 #endif
 
+#if defined(HCNN_BLAS_BLIS)
+/* BLIS before 1.0 (Debian 12 ships 0.9.0): the x86-64 kernels of its
+ * small/unpacked ("sup") GEMM path read past the last row of an operand
+ * (flame/blis#821, fixed in 1.0 by b66b48fb0; also #635), so a GEMM whose
+ * operand ends at the end of a mapping faults.  Seen in hcnn: the weight
+ * gradient of a 16-channel 6x6 convolution over 11 images (m 16, n 144,
+ * k 396), its dY the last floats of the workspace, killed a pipeline rank
+ * in about one run in eight (tests/test_seam.sh, cpu-devmem); and
+ * tests/test_blas_bounds.c faults at once with an operand ending at a
+ * guard page.  Before 1.0, hcnn replaces the context's small-matrix
+ * handler for GEMM with one that declines, so every GEMM takes BLIS's
+ * packed path, whose packing reads within bounds.  Declared here, not
+ * from blis.h (see cblas_decl.h), with BLIS 0.x's values: the handler's
+ * seven pointer arguments, BLIS_FAILURE -2, BLIS_GEMM 0 (opid_t). */
+static int blis_decline_small_path(void *alpha, void *a, void *b, void *beta, void *c,
+                                   void *cntx, void *rntm)
+{
+    (void)alpha, (void)a, (void)b, (void)beta, (void)c, (void)cntx, (void)rntm;
+    return -2; /* BLIS_FAILURE: the caller goes on with the packed path */
+}
+
+int hcnn_blas_small_path_off(void) { return strncmp(bli_info_get_version_str(), "0.", 2) == 0; }
+
+static void blis_avoid_small_path(void)
+{
+    if (hcnn_blas_small_path_off())
+        bli_cntx_set_l3_sup_handlers(1, 0 /* BLIS_GEMM */, (void *)blis_decline_small_path,
+                                     bli_gks_query_cntx());
+}
+#else
+int hcnn_blas_small_path_off(void) { return 0; }
+#endif
+
 void hcnn_blas_single_threaded(void)
 {
+#if defined(HCNN_BLAS_BLIS)
+    blis_avoid_small_path();
+#endif
     /* OpenBLAS's OpenMP build passes its count on to omp_set_num_threads:
      * the caller's OpenMP thread count stays as it was */
     const int omp_threads = omp_get_max_threads();
@@ -74,7 +112,10 @@ const char *blas_library_name(char *buf, int cap)
         len++;
     snprintf(buf, (size_t)cap, "%.*s", len, cfg);
 #elif defined(HCNN_BLAS_BLIS)
-    snprintf(buf, (size_t)cap, "BLIS %s", bli_info_get_version_str());
+    snprintf(buf, (size_t)cap, "BLIS %s%s", bli_info_get_version_str(),
+             hcnn_blas_small_path_off() ? " (small-matrix path off: it reads past operands before "
+                                          "1.0)"
+                                        : "");
 #else
     snprintf(buf, (size_t)cap, "CBLAS (%s)", HCNN_BLAS_LIBS);
 #endif
