@@ -15,8 +15,12 @@
 
 #if defined(__CUDACC__)
 #define HCNN_HD static __host__ __device__ __forceinline__
+#define HCNN_HD_INLINED static __host__ __device__ __forceinline__
 #else
 #define HCNN_HD static inline
+/* inlined even into each of the CPU's ISA clones: a call from the AVX-512
+ * clone into baseline code was 20x slower (docs/performance.md) */
+#define HCNN_HD_INLINED static inline __attribute__((always_inline))
 #endif
 
 /* ---- counter-based random numbers (SplitMix64, mixed four words) -------- */
@@ -91,6 +95,23 @@ HCNN_HD void hcnn_hd_window_outputs(int i, int k, int stride, int pad, int out, 
 }
 
 /* ---- batch normalisation ---------------------------------------------------------- */
+
+/* The 16 lane sums of a vectorised channel sum and its scalar tail, added
+ * pairwise (lane k + lane k + 8, then + 4, + 2, + 1), then the tail: a
+ * fixed order like a running sum, but a few vector additions instead of 15
+ * dependent ones (batch-norm over small planes 40% faster on the CPU).
+ * The CUDA kernels total the same lanes in the same order. */
+HCNN_HD_INLINED float hcnn_hd_lanes_total(const float *acc, float tail)
+{
+    float s[8];
+    for (int k = 0; k < 8; k++)
+        s[k] = acc[k] + acc[k + 8];
+    for (int k = 0; k < 4; k++)
+        s[k] += s[k + 4];
+    for (int k = 0; k < 2; k++)
+        s[k] += s[k + 2];
+    return (s[0] + s[1]) + tail;
+}
 
 /* A channel's normalisation as y = x * a + b: one expression for the
  * forward and for the backward's recomputed ReLU mask, which must agree

@@ -20,7 +20,7 @@ float hcnn_cpu_plane_sum(const float *x, int n)
     float tail = 0.0f;
     for (; p < n; p++)
         tail += x[p];
-    return lanes_total((const float *)&acc, tail);
+    return hcnn_hd_lanes_total((const float *)&acc, tail);
 }
 
 /* sum of (x - m)^2 */
@@ -38,7 +38,7 @@ static float plane_sum_sq_dev(const float *x, int n, float m)
     float tail = 0.0f;
     for (; p < n; p++)
         tail += (x[p] - m) * (x[p] - m);
-    return lanes_total((const float *)&acc, tail);
+    return hcnn_hd_lanes_total((const float *)&acc, tail);
 }
 
 /* The batch-norm backward's g: dy, or with relu, dy where x * a + b > 0 and
@@ -74,8 +74,8 @@ static void plane_sum_dy_dyx(const float *x, const float *dy, int n, float m, fl
         ta += g;
         tb += g * (x[p] - m) * is;
     }
-    *sdy = lanes_total((const float *)&a, ta);
-    *sdyx = lanes_total((const float *)&b, tb);
+    *sdy = hcnn_hd_lanes_total((const float *)&a, ta);
+    *sdyx = hcnn_hd_lanes_total((const float *)&b, tb);
 }
 
 /* dx = a * (g - mdy - (x - m) * is * mdyx), g as bn_grad (a = gamma * is

@@ -70,23 +70,6 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 /* (no function takes or returns a v16f: that ABI differs between clones) */
 #define LOAD16(v, p) memcpy(&(v), (p), sizeof(v16f))
 
-/* The 16 lanes added pairwise (lane k + lane k + 8, then + 4, + 2, + 1): a
- * fixed order like a running sum, but a few vector additions instead of 15
- * dependent ones (batch-norm over small planes 40% faster).  Inlined into
- * each ISA clone: a call from the AVX-512 clone into baseline code was 20x
- * slower (docs/performance.md). */
-static inline __attribute__((always_inline)) float lanes_total(const float *acc, float tail)
-{
-    float s[8];
-    for (int k = 0; k < 8; k++)
-        s[k] = acc[k] + acc[k + 8];
-    for (int k = 0; k < 4; k++)
-        s[k] += s[k + 4];
-    for (int k = 0; k < 2; k++)
-        s[k] += s[k + 2];
-    return (s[0] + s[1]) + tail;
-}
-
 /* Element-wise operations: a vectorised loop over a range (with AVX2 and
  * AVX-512 clones; branch-free, since a branch on the sign mispredicts half
  * the time), run on slices by all threads when the array is large.  (An

@@ -45,19 +45,6 @@ __global__ void plane_slots_kernel(const float *x, size_t planes, int c, int np,
     part[k] = s;
 }
 
-/* The CPU's lanes_total: lanes pairwise, then the tail. */
-__device__ __host__ static inline float lanes_total(const float *acc, float tail)
-{
-    float s[8];
-    for (int k = 0; k < 8; k++)
-        s[k] = acc[k] + acc[k + 8];
-    for (int k = 0; k < 4; k++)
-        s[k] += s[k + 4];
-    for (int k = 0; k < 2; k++)
-        s[k] += s[k + 2];
-    return (s[0] + s[1]) + tail;
-}
-
 /* acc[ch] += the totals of the channel's planes in a piece of nb images,
  * images in order (continuing the previous pieces' sum) */
 __global__ void channel_acc_kernel(const float *part, int nb, int c, double *acc)
@@ -68,7 +55,7 @@ __global__ void channel_acc_kernel(const float *part, int nb, int c, double *acc
     double s = acc[ch];
     for (int i = 0; i < nb; i++) {
         const float *sl = part + ((size_t)i * c + ch) * SLOTS;
-        s += lanes_total(sl, sl[LANES]);
+        s += hcnn_hd_lanes_total(sl, sl[LANES]); /* the CPU's order */
     }
     acc[ch] = s;
 }
