@@ -39,6 +39,9 @@
 /* the same dot products (up to 12800 terms: a weight gradient over a batch), ordered
  * by the backend's algorithm (im2col + GEMM, shifted windows, partial sums, cuDNN) */
 #define TOL_CONV 1e-5
+/* Winograd's bounds (tests/test_winograd.c: 4x the worst error observed) */
+#define TOL_WINOGRAD_F2 2.0e-6
+#define TOL_WINOGRAD_F4 3.8e-5
 /* row sums of up to 257 float32 terms in any order: ~sqrt(n) u ~ 4e-7; 10x that */
 #define TOL_SUM 4e-6
 /* pooling windows of at most 49 terms (overlapping max-pool gradients: at most 9)

@@ -117,8 +117,25 @@ static const conv_exec_case conv_execs[] = {
     {HCNN_CONV_AUTO, 1, 1u << 24, 0, "auto, in a unit"},
     {HCNN_CONV_BATCHED, 1, 3000, 0, "batched, in a unit, chunks of 3000 floats"},
     {HCNN_CONV_PER_THREAD, 1, 1u << 24, 1, "per-thread, in a unit, workspace for n+1"},
+    /* Winograd (3x3 stride-1 cases; the others take auto's plan) */
+    {HCNN_CONV_WINOGRAD_F2, 0, 1u << 24, 0, "winograd F(2x2,3x3)"},
+    {HCNN_CONV_WINOGRAD_F4, 0, 1u << 24, 1, "winograd F(4x4,3x3), workspace for n+1"},
+    {HCNN_CONV_WINOGRAD, 0, 3000, 0, "winograd, chunks of 3000 floats"},
+    {HCNN_CONV_WINOGRAD_F2, 1, 1u << 24, 0, "winograd F(2x2,3x3), in a unit"},
 };
 #define NEXEC (sizeof conv_execs / sizeof *conv_execs)
+
+/* The tolerance of a call: Winograd's where the backend says it takes
+ * Winograd for this layer (conv_describe; its transforms round more than a
+ * direct sum, F(4x4,3x3) most: tests/test_winograd.c), else TOL_CONV. */
+static double conv_tol(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex, int n)
+{
+    char how[256] = "";
+    be->conv_describe(be, d, ex, n, how, sizeof how);
+    return !strncmp(how, "winograd_f4:", 12)   ? TOL_WINOGRAD_F4
+           : !strncmp(how, "winograd_f2:", 12) ? TOL_WINOGRAD_F2
+                                               : TOL_CONV;
+}
 
 /* Small chunks on a large batch make a call per image: the small batches have
  * them (and the large one would take seconds on a loaded machine). */
@@ -200,6 +217,7 @@ typedef struct conv_env {
     float *x, *w, *b, *dy, *dw0, *db0, *dx0; /* host data */
     float *d_x, *d_w, *d_b, *d_dy;           /* backend copies */
     double *y0, *yb, *gw, *gb, *gx;          /* references: y, y + b, dw, db, dx */
+    double tol;                              /* of the results (conv_tol) */
 } conv_env;
 
 /* the data and references of case cc (want: which references) */
@@ -243,6 +261,7 @@ static void conv_env_exec(conv_env *e, const conv_exec_case *xc)
     e->ex.conv_algo = xc->algo;
     e->ex.in_unit = xc->in_unit;
     e->ex.poll = count_poll, e->ex.poll_arg = &g_polls;
+    e->tol = conv_tol(e->be, &e->d, &e->ex, e->cc->n);
     const size_t ws = e->be->conv_workspace(e->be, &e->d, &e->ex, e->cc->n + xc->extra);
     e->ex.ws = dvec(e->be, ws);
     e->ex.ws_floats = ws;
@@ -286,11 +305,11 @@ int check_conv_fwd(const hcnn_backend *be, char *why, size_t cap)
             put_nan(be, y, e.ny);
             TRY(conv_run(&e, CONV_FWD, e.d_b, y, NULL, NULL, NULL, 0, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_fwd y (bias)", what, sizeof what);
-            TRY(check_dev(be, what, y, e.yb, e.ny, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, y, e.yb, e.ny, e.tol, why, cap));
             put_nan(be, y, e.ny);
             TRY(conv_run(&e, CONV_FWD, NULL, y, NULL, NULL, NULL, 0, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_fwd y (no bias)", what, sizeof what);
-            TRY(check_dev(be, what, y, e.y0, e.ny, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, y, e.y0, e.ny, e.tol, why, cap));
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
         }
@@ -320,27 +339,27 @@ int check_conv_bwd(const hcnn_backend *be, char *why, size_t cap)
             put(be, dw, e.dw0, e.nw), put(be, db, e.db0, oc), put_nan(be, dx, e.nx);
             TRY(conv_run(&e, CONV_BWD, NULL, NULL, dw, db, dx, 0, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dw (accumulated)", what, sizeof what);
-            TRY(check_dev(be, what, dw, want_dw, e.nw, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, dw, want_dw, e.nw, e.tol, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd db (accumulated)", what, sizeof what);
-            TRY(check_dev(be, what, db, want_db, oc, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, db, want_db, oc, e.tol, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dx (overwritten)", what, sizeof what);
-            TRY(check_dev(be, what, dx, e.gx, e.nx, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, dx, e.gx, e.nx, e.tol, why, cap));
             /* db NULL, dx accumulated */
             put(be, dw, e.dw0, e.nw), put(be, db, e.db0, oc), put(be, dx, e.dx0, e.nx);
             TRY(conv_run(&e, CONV_BWD, NULL, NULL, dw, NULL, dx, 1, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dw (db NULL)", what, sizeof what);
-            TRY(check_dev(be, what, dw, want_dw, e.nw, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, dw, want_dw, e.nw, e.tol, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd db untouched (NULL)", what, sizeof what);
             TRY(check_dev(be, what, db, hd(e.db0, oc), oc, TOL_EXACT, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dx (dx_acc)", what, sizeof what);
-            TRY(check_dev(be, what, dx, want_dxacc, e.nx, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, dx, want_dxacc, e.nx, e.tol, why, cap));
             /* dx NULL */
             put(be, dw, e.dw0, e.nw), put(be, db, e.db0, oc);
             TRY(conv_run(&e, CONV_BWD, NULL, NULL, dw, db, NULL, 0, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dw (dx NULL)", what, sizeof what);
-            TRY(check_dev(be, what, dw, want_dw, e.nw, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, dw, want_dw, e.nw, e.tol, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd db (dx NULL)", what, sizeof what);
-            TRY(check_dev(be, what, db, want_db, oc, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, db, want_db, oc, e.tol, why, cap));
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
         }
@@ -372,12 +391,12 @@ int check_conv_bwd_filter(const hcnn_backend *be, char *why, size_t cap)
                 conv_name(e.cc, e.xc,
                           with_db ? "conv_bwd_filter dw" : "conv_bwd_filter dw (db NULL)", what,
                           sizeof what);
-                TRY(check_dev(be, what, dw, want_dw, e.nw, TOL_CONV, why, cap));
+                TRY(check_dev(be, what, dw, want_dw, e.nw, e.tol, why, cap));
                 conv_name(e.cc, e.xc,
                           with_db ? "conv_bwd_filter db" : "conv_bwd_filter db untouched", what,
                           sizeof what);
                 TRY(check_dev(be, what, db, with_db ? want_db : hd(e.db0, oc), oc,
-                              with_db ? TOL_CONV : TOL_EXACT, why, cap));
+                              with_db ? e.tol : TOL_EXACT, why, cap));
             }
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
@@ -405,11 +424,11 @@ int check_conv_bwd_data(const hcnn_backend *be, char *why, size_t cap)
             put_nan(be, dx, e.nx);
             TRY(conv_run(&e, CONV_BWD_DATA, NULL, NULL, NULL, NULL, dx, 0, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd_data dx (overwritten)", what, sizeof what);
-            TRY(check_dev(be, what, dx, e.gx, e.nx, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, dx, e.gx, e.nx, e.tol, why, cap));
             put(be, dx, e.dx0, e.nx);
             TRY(conv_run(&e, CONV_BWD_DATA, NULL, NULL, NULL, NULL, dx, 1, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd_data dx (dx_acc)", what, sizeof what);
-            TRY(check_dev(be, what, dx, want_acc, e.nx, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, dx, want_acc, e.nx, e.tol, why, cap));
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
         }
@@ -450,14 +469,14 @@ int check_conv_workspace(const hcnn_backend *be, char *why, size_t cap)
             put_nan(be, y, ny1);
             TRY(conv_run(&e, CONV_FWD, e.d_b, y, NULL, NULL, NULL, 0, 1, why, cap));
             conv_name(e.cc, e.xc, "conv_fwd of 1 image, workspace for n", what, sizeof what);
-            TRY(check_dev(be, what, y, e.yb, ny1, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, y, e.yb, ny1, e.tol, why, cap));
             be->zero(be, dw, e.nw * sizeof(float));
             put_nan(be, dx, nx1);
             TRY(conv_run(&e, CONV_BWD, NULL, NULL, dw, NULL, dx, 0, 1, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dw of 1 image, workspace for n", what, sizeof what);
-            TRY(check_dev(be, what, dw, gw1, e.nw, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, dw, gw1, e.nw, e.tol, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dx of 1 image, workspace for n", what, sizeof what);
-            TRY(check_dev(be, what, dx, gx1, nx1, TOL_CONV, why, cap));
+            TRY(check_dev(be, what, dx, gx1, nx1, e.tol, why, cap));
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
         }

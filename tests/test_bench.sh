@@ -31,9 +31,13 @@ check_bench() {
             echo "no table row for $b"; return 1
         fi
     done
-    # convolutions carry the raw-GEMM reference and the ratio to it
-    if ! grep -qE '^  layer1\.0\.conv2 +conv( +[0-9.]+){5} +[0-9.]+x$' "$log"; then
-        echo "layer1.0.conv2 row lacks gemm_ms, gemm_gflops, vs_gemm"; return 1
+    # convolutions carry the raw-GEMM reference, the ratio to it and the
+    # backend's plan, whose whole line follows the table
+    if ! grep -qE '^  layer1\.0\.conv2 +conv( +[0-9.]+){5} +[0-9.]+x [a-z0-9_]+$' "$log"; then
+        echo "layer1.0.conv2 row lacks gemm_ms, gemm_gflops, vs_gemm, plan"; return 1
+    fi
+    if ! grep -qE '^# plan layer1\.0\.conv2: [a-z0-9_]+: .+' "$log"; then
+        echo "no plan line for layer1.0.conv2"; return 1
     fi
     if ! grep -qE '^# shares of the step: gemm=[0-9.]+ data_wait=[0-9.]+ optimizer=[0-9.]+ communication=[0-9.]+ bubble=[0-9.]+ outside_gemm=-?[0-9.]+$' "$log"; then
         echo "no shares line"; return 1
@@ -50,7 +54,7 @@ else
 fi
 
 # every way of running the convolutions, and both kinds of batch assembly
-for v in conv_algo=batched conv_algo=per_thread data_prefetch=on data_prefetch=off; do
+for v in conv_algo=batched conv_algo=per_thread conv_algo=winograd data_prefetch=on data_prefetch=off; do
     case_begin "bench_${v/=/_}"
     if "$HCNN" "${BENCH[@]}" --set "$v" >"$WORK/$v.log" 2>&1 && why=$(check_bench "$WORK/$v.log"); then
         case_ok

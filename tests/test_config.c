@@ -900,8 +900,8 @@ static const err_case err_cases[] = {
     /* choices */
     {"schedule_unknown", NULL, "schedule: linear\n", {0}, 0, HCNN_EINVAL, {"schedule", "constant, step, cosine"}},
     {"init_unknown", NULL, "init: lecun\n", {0}, 0, HCNN_EINVAL, {"init", "he, xavier"}},
-    {"conv_algo_unknown", NULL, "conv_algo: winograd\n", {0}, 0, HCNN_EINVAL,
-     {"conv_algo", "auto, batched, per_thread", "\"winograd\""}},
+    {"conv_algo_unknown", NULL, "conv_algo: fft\n", {0}, 0, HCNN_EINVAL,
+     {"conv_algo", "auto, batched, per_thread, winograd, winograd_f2, winograd_f4", "\"fft\""}},
     {"data_prefetch_unknown", NULL, "data_prefetch: maybe\n", {0}, 0, HCNN_EINVAL,
      {"data_prefetch", "auto, on, off"}},
     {"strategy_unknown", NULL, "strategy: ddp\n", {0}, 0, HCNN_EINVAL, {"strategy", "serial", "\"ddp\""}},

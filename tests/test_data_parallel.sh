@@ -22,6 +22,15 @@ case_begin np2_one_bucket;          run np2 2 bucket_mb=1000;               same
 case_begin np4_one_bucket_uneven;   run np4 4 bucket_mb=1000;               same_as_serial np4
 case_begin np4_many_small_buckets;  run np4b 4 bucket_mb=0.0001;            same_as_serial np4b
 case_begin np3_uneven_thread;       run np3t 3 allreduce_progress=thread bucket_mb=0.001; same_as_serial np3t
+# Winograd convolutions (both 3x3 layers, weight gradient of the 8 -> 16 one
+# too): data parallel equals serial up to float summation order
+case_begin serial_winograd_reference
+if run serial_wino 0 conv_algo=winograd && [ -f "$WORK/serial_wino/final.hcnn" ]; then case_ok
+else case_fail "$(tail -n 3 "$WORK/serial_wino.log")"; fi
+case_begin np2_winograd
+run np2w 2 bucket_mb=1000 conv_algo=winograd
+if grep -q '^replica_check=ok' "$WORK/np2w.log"; then same_as serial_wino np2w
+else case_fail "no replica check: $(tail -n 3 "$WORK/np2w.log")"; fi
 
 case_begin buckets_reported
 if grep -q "3 buckets" "$WORK/np4b.log" && grep -q "1 bucket " "$WORK/np2.log"; then case_ok

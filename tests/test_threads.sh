@@ -64,7 +64,12 @@ across resnet_b32 "$RES" epochs=1 max_steps=6 batch_size=32
 across resnet_b4 "$RES" epochs=1 max_steps=6 batch_size=4
 across resnet_per_thread_b4 "$RES" epochs=1 max_steps=6 batch_size=4 conv_algo=per_thread
 across resnet_batched_b32 "$RES" epochs=1 max_steps=6 batch_size=32 conv_algo=batched
-# ResNet-18, 4 images: its images split into row and channel items
+# Winograd on its 3x3 stride-1 layers (8 and 16 channels: the 16-channel
+# layer's weight gradient by Winograd too), F(4x4,3x3) and F(2x2,3x3)
+across resnet_winograd_b32 "$RES" epochs=1 max_steps=6 batch_size=32 conv_algo=winograd
+across resnet_winograd_f2_b4 "$RES" epochs=1 max_steps=6 batch_size=4 conv_algo=winograd_f2
+# ResNet-18, 4 images: its images split into row and channel items (auto:
+# Winograd for its 3x3 layers of 64 channels and more)
 THREADS=(1 17 64)
 across resnet18_b4 "$R18" "${SYN[@]}" batch_size=4 eval_batch_size=16 max_steps=1
 

@@ -212,7 +212,8 @@ struct hcnn_backend {
      * GEMMs it can name leaves gl as it is. */
     void (*conv_gemms)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                        int n, int unit, int need_dx, hcnn_gemm_list *gl);
-    /* One line: how it runs this convolution (run header, profile) */
+    /* One line: how it runs this convolution (run header, profile), as
+     * "name: details" with a name of no spaces (e.g. "winograd_f4: ...") */
     void (*conv_describe)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                           int n, char *buf, size_t cap);
 

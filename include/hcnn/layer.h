@@ -108,6 +108,9 @@ typedef struct hcnn_layer_ops {
      * its own units at once). */
     void (*gemms)(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
                   hcnn_gemm_list *g);
+    /* How the backend runs this layer for n samples: "name: details", the
+     * name without spaces (NULL: nothing to say; the convolution's plan). */
+    void (*describe)(const hcnn_layer *l, const hcnn_ctx *ctx, int n, char *buf, size_t cap);
 
     /* Each sample is computed on its own, from its own input and aux:
      * whole-network per-thread execution may split the batch between

@@ -78,13 +78,19 @@ typedef struct hcnn_model_spec {
 typedef enum hcnn_init { HCNN_INIT_HE = 0, HCNN_INIT_XAVIER } hcnn_init;
 
 /* How a convolution walks the mini-batch: auto picks per layer (see
- * src/layers/conv_plan.c); batched = im2col + one GEMM over chunks of
+ * src/cpu/conv_plan.c); batched = im2col + one GEMM over chunks of
  * images; per_thread = each thread takes its share of the images and runs
- * cache-resident im2col + single-threaded GEMMs on small groups of them. */
+ * cache-resident im2col + single-threaded GEMMs on small groups of them;
+ * winograd (F(4x4,3x3)), winograd_f2 (F(2x2,3x3)), winograd_f4 = Winograd
+ * minimal filtering for 3x3 stride-1 layers (src/cpu/winograd.c), auto's
+ * choice for the others. */
 typedef enum hcnn_conv_algo {
     HCNN_CONV_AUTO = 0,
     HCNN_CONV_BATCHED,
-    HCNN_CONV_PER_THREAD
+    HCNN_CONV_PER_THREAD,
+    HCNN_CONV_WINOGRAD,
+    HCNN_CONV_WINOGRAD_F2,
+    HCNN_CONV_WINOGRAD_F4
 } hcnn_conv_algo;
 
 /* The arithmetic of products (config key precision): fp32 everywhere (the

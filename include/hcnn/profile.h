@@ -48,6 +48,11 @@ void hcnn_profile_sample_reference(hcnn_profile *p, const hcnn_net *net, const h
 double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
                           int first, int last, int n, int micro_per_step, FILE *out);
 
+/* How many layers of blocks [first, last) on n samples take each of the
+ * backend's plans ("winograd_f4 13, per_thread 4, batched 3"; "none"). */
+const char *hcnn_profile_plans(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last,
+                               int n, char *buf, size_t cap);
+
 /* The GEMMs of one training pass (forward and backward) of blocks [first,
  * last) on n samples, as the layers issue them, merged by shape: calls
  * counts those of the busiest thread (all threads run theirs at once), hash

@@ -27,7 +27,8 @@ static const char *const pipe_schedule_names[] = {"gpipe", "1f1b"};
 static const char *const progress_names[] = {"test", "thread"};
 static const char *const nonfinite_names[] = {"abort", "skip"};
 static const char *const on_error_names[] = {"stop", "continue"};
-static const char *const conv_algo_names[] = {"auto", "batched", "per_thread"};
+static const char *const conv_algo_names[] = {"auto",     "batched",     "per_thread",
+                                               "winograd", "winograd_f2", "winograd_f4"};
 static const char *const prefetch_names[] = {"auto", "on", "off"};
 static const char *const device_names[] = {"cpu", "cuda"};
 static const char *const precision_names[] = {"fp32", "tf32", "bf16"};

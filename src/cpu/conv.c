@@ -303,6 +303,8 @@ int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
                       const float *x, const float *w, const float *b, float *y, int n)
 {
     (void)be;
+    if (hcnn_conv_winograd_tile(l, ctx, n))
+        return hcnn_cpu_winograd_fwd(l, ctx, x, w, b, y, n);
     const size_t in_sz = hcnn_conv_in_size(l), out_sz = hcnn_conv_out_size(l);
     hcnn_conv_plan p;
     hcnn_conv_plan_make(l, ctx, n, &p);
@@ -378,11 +380,32 @@ static void conv_backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, const f
     }
 }
 
+/* Winograd's layers: the input gradient by Winograd, the weight gradient
+ * by Winograd or by the plan (db always by the plan's sum). */
+static int winograd_backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
+                             const float *w, const float *dy, float *dw, float *db, float *dx,
+                             int dx_acc, int n)
+{
+    const int m = hcnn_conv_winograd_tile(l, ctx, n);
+    if (dw && hcnn_conv_winograd_dw(l, m)) {
+        if (db)
+            hcnn_cpu_channel_sum_acc(NULL, dy, n, l->out_c, hcnn_conv_p(l), db);
+        int rc = hcnn_cpu_winograd_bwd_filter(l, ctx, x, dy, dw, n);
+        if (rc)
+            return rc;
+    } else if (dw) {
+        conv_backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
+    }
+    return dx ? hcnn_cpu_winograd_bwd_data(l, ctx, w, dy, dx, dx_acc, n) : HCNN_OK;
+}
+
 int hcnn_cpu_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
                       const float *x, const float *w, const float *dy, float *dw, float *db,
                       float *dx, int dx_acc, int n)
 {
     (void)be;
+    if (hcnn_conv_winograd_tile(l, ctx, n))
+        return winograd_backward(l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
     conv_backward(l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
     return HCNN_OK;
 }
@@ -392,6 +415,8 @@ int hcnn_cpu_conv_bwd_filter(const hcnn_backend *be, const hcnn_conv_desc *l,
                              float *db, int n)
 {
     (void)be;
+    if (hcnn_conv_winograd_tile(l, ctx, n))
+        return winograd_backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
     conv_backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
     return HCNN_OK;
 }
@@ -400,6 +425,8 @@ int hcnn_cpu_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *l, cons
                            const float *w, const float *dy, float *dx, int dx_acc, int n)
 {
     (void)be;
+    if (hcnn_conv_winograd_tile(l, ctx, n))
+        return winograd_backward(l, ctx, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
     conv_backward(l, ctx, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
     return HCNN_OK;
 }

@@ -158,10 +158,42 @@ float *hcnn_conv_shifted_weights(const hcnn_conv_desc *l, const hcnn_conv_plan *
     return hcnn_conv_dw_buffer(l, p, ws) + (p->dw_transposed ? dw_floats(l) : 0);
 }
 
+/* the Winograd settings take auto's plan for what they leave to it (other
+ * layers, and the weight gradient where Winograd does not win) */
 static int per_thread_allowed(const hcnn_conv_desc *l, const hcnn_exec *ctx)
 {
     return ctx->conv_algo == HCNN_CONV_PER_THREAD ||
-           (ctx->conv_algo == HCNN_CONV_AUTO && hcnn_conv_p(l) >= PER_THREAD_MIN_P);
+           (ctx->conv_algo != HCNN_CONV_BATCHED && hcnn_conv_p(l) >= PER_THREAD_MIN_P);
+}
+
+/* auto: Winograd F(4x4,3x3) for 3x3 stride-1 layers of >= 32 input and
+ * output channels whose call has >= 32 tiles (images x tiles an image;
+ * fewer do not pay for the weights' transform); the weight gradient by
+ * Winograd for >= 16 channels (below, the im2col plan's is faster).
+ * Forward + both gradients on 2 threads, ms, im2col (auto's plan before) vs
+ * Winograd (docs/performance.md, "Winograd"): 64 images, 3 -> 64 channels
+ * (ResNet-18's stem) 8.3 vs 23.0; 16 -> 16 7.7 vs 9.5; 32 -> 32 26-29 vs
+ * 19-20; 64 -> 64 80-115 vs 44-55; 512 channels on 4 x 4 (1 tile an
+ * image) 16 images 22.7 vs 27.2, 32 images 49 vs 37; 256 on 8 x 8 (4
+ * tiles) 2 images 3.7 vs 6.3, 4 images 7.8 vs 6.5. */
+#define WINO_MIN_C 32
+#define WINO_MIN_TILES 32
+#define WINO_DW_MIN_C 16
+
+static int min_channels(const hcnn_conv_desc *l)
+{
+    return l->g.c < l->out_c ? l->g.c : l->out_c;
+}
+
+int hcnn_conv_winograd_auto(const hcnn_conv_desc *l, int n)
+{
+    const long tiles = (long)((l->g.oh + 3) / 4) * ((l->g.ow + 3) / 4);
+    return min_channels(l) >= WINO_MIN_C && (long)n * tiles >= WINO_MIN_TILES ? 4 : 0;
+}
+
+int hcnn_conv_winograd_dw(const hcnn_conv_desc *l, int m)
+{
+    return m > 0 && min_channels(l) >= WINO_DW_MIN_C;
 }
 
 size_t hcnn_conv_per_thread_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt)
@@ -228,7 +260,9 @@ size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
     const size_t batched = (size_t)batched_chunk(l, ctx, capacity) * hcnn_conv_ws_per_sample(l);
     const int nt = ctx->in_unit ? 1 : hcnn_cpu_threads(NULL);
     const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, nt);
-    return per_thread > batched ? per_thread : batched;
+    const size_t wino = hcnn_conv_winograd_ws(l, ctx, capacity, nt);
+    const size_t most = per_thread > batched ? per_thread : batched;
+    return wino > most ? wino : most;
 }
 
 /* The GEMMs of a pass as conv.c issues them: on the per-thread path those
@@ -248,21 +282,25 @@ void hcnn_cpu_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *l, const 
     const int Wp = hcnn_conv_padded_w(l), per = p.per_thread || unit > 0;
     const int nthreads = p.per_thread && unit == 0 ? p.nt : 1;
     const int items = ceil_div(p.nitems, nthreads);
-    for (int i = 0; i < items; i++) {
+    /* Winograd's own GEMMs for what it runs */
+    const int wino = hcnn_conv_winograd_tile(l, &c, nimg), wino_dw = hcnn_conv_winograd_dw(l, wino);
+    if (wino)
+        hcnn_conv_winograd_gemms(l, &c, nimg, unit > 0 ? 1 : hcnn_cpu_threads(NULL), need_dx, gl);
+    for (int i = 0; i < items && !(wino && wino_dw); i++) {
         const int k = i / p.row_items, r = i % p.row_items;
         const int nb = nimg - k * p.group < p.group ? nimg - k * p.group : p.group;
         const int rows = oh - r * p.rows < p.rows ? oh - r * p.rows : p.rows;
         const int cols = nb == 1 ? rows * ow : nb * P;
-        for (int t = 0; p.shifted && t < taps; t++)
+        for (int t = 0; !wino && p.shifted && t < taps; t++)
             hcnn_gemm_push(gl, 0, 0, 0, co, rows * Wp, C, per);
-        if (!p.shifted)
+        if (!wino && !p.shifted)
             hcnn_gemm_push(gl, 0, 0, 0, co, cols, K, per);
         if (p.dw_transposed)
             hcnn_gemm_push(gl, 1, 0, 0, K, co, nb * P, per);
         else
             hcnn_gemm_push(gl, 1, 0, 1, co, K, cols, per);
     }
-    const int dx_items = need_dx ? ceil_div(p.ndx, nthreads) : 0;
+    const int dx_items = need_dx && !wino ? ceil_div(p.ndx, nthreads) : 0;
     const int per_group = p.ndx / p.ngroups;
     for (int d = 0; d < dx_items; d++) {
         const int k = d / per_group, b = d % per_group;
@@ -283,13 +321,16 @@ void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
     (void)be;
     hcnn_conv_plan p;
     hcnn_conv_plan_make(l, ctx, n, &p);
-    if (!p.per_thread)
-        snprintf(buf, cap, "im2col + GEMM on all threads, chunks of %d images", p.group);
+    const int m = hcnn_conv_winograd_tile(l, ctx, n);
+    if (m)
+        hcnn_conv_winograd_describe(l, ctx, n, buf, cap);
+    else if (!p.per_thread)
+        snprintf(buf, cap, "batched: im2col + GEMM on all threads, chunks of %d images", p.group);
     else if (p.shifted)
-        snprintf(buf, cap, "per-thread items, shifted windows (%d items, %d weight partials)",
+        snprintf(buf, cap, "per_thread: shifted windows (%d items, %d weight partials)",
                  p.nitems, p.nchunks);
     else
-        snprintf(buf, cap, "per-thread items, im2col + GEMM on groups of %d images (%d items, %d "
+        snprintf(buf, cap, "per_thread: im2col + GEMM on groups of %d images (%d items, %d "
                  "weight partials)",
                  p.group, p.nitems, p.nchunks);
 }

@@ -121,6 +121,25 @@ float *hcnn_conv_shifted_weights(const hcnn_conv_desc *l, const hcnn_conv_plan *
  * that block's columns. */
 hcnn_conv_geom hcnn_conv_row_block(const hcnn_conv_desc *l, int oy0, int rows);
 
+/* Winograd (winograd.c): the output tile m (2 or 4) a layer takes for a
+ * call on n images, 0 for none (not 3x3 stride 1, or conv_algo does not
+ * pick it); auto's rule for 3x3 stride-1 layers (conv_plan.c); whether its weight gradient goes by
+ * Winograd too; the workspace of its calls for n images on nt threads. */
+int hcnn_conv_winograd_tile(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n);
+int hcnn_conv_winograd_auto(const hcnn_conv_desc *l, int n);
+int hcnn_conv_winograd_dw(const hcnn_conv_desc *l, int m);
+size_t hcnn_conv_winograd_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt);
+void hcnn_conv_winograd_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt,
+                              int need_dx, hcnn_gemm_list *gl);
+void hcnn_conv_winograd_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, char *buf,
+                                 size_t cap);
+int hcnn_cpu_winograd_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
+                          const float *w, const float *b, float *y, int n);
+int hcnn_cpu_winograd_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *w,
+                               const float *dy, float *dx, int dx_acc, int n);
+int hcnn_cpu_winograd_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
+                                 const float *dy, float *dw, int n);
+
 /* The table's conv_workspace and conv_gemms (conv_plan.c), conv_fwd,
  * conv_bwd and its halves (conv.c) */
 size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,

@@ -230,6 +230,7 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                              const hcnn_exec *ex, int n, char *buf, size_t cap)
 {
     (void)be, (void)ex;
-    snprintf(buf, cap, "im2col + cuBLAS GEMM on the GPU, chunks of %d images, col2im gathered",
+    snprintf(buf, cap, "im2col_cublas: im2col + cuBLAS GEMM on the GPU, chunks of %d images, "
+             "col2im gathered",
              chunk_images(d, n));
 }

@@ -105,6 +105,13 @@ static void conv_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit
     ctx->be->conv_gemms(ctx->be, &d, &ex, n, unit, need_dx, gl);
 }
 
+static void conv_describe(const hcnn_layer *l, const hcnn_ctx *ctx, int n, char *buf, size_t cap)
+{
+    const hcnn_conv_desc d = desc_of(l);
+    const hcnn_exec ex = exec_of(ctx);
+    ctx->be->conv_describe(ctx->be, &d, &ex, n, buf, cap);
+}
+
 static void conv_init(const hcnn_layer *l, hcnn_init init, hcnn_rng *rng, float *w, float *b,
                       float *state)
 {
@@ -131,5 +138,6 @@ const hcnn_layer_ops hcnn_layer_conv = {
     .workspace = conv_workspace,
     .thread_workspace = conv_thread_workspace,
     .gemms = conv_gemms,
+    .describe = conv_describe,
     .per_sample = 1,
 };

@@ -1,4 +1,5 @@
 /* Per-block profile and raw-GEMM reference (see include/hcnn/profile.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -274,6 +275,16 @@ typedef struct print_job {
     double gemm_total, fwd_total, bwd_total; /* of the top-level rows */
 } print_job;
 
+/* The name of the backend's plan for layer l ("-" for none): the describe
+ * line up to its colon. */
+static void plan_name(const hcnn_layer *l, const hcnn_ctx *ctx, int n, char *name, size_t cap)
+{
+    char how[256] = "";
+    if (l->ops->describe)
+        l->ops->describe(l, ctx, n, how, sizeof how);
+    snprintf(name, cap, "%.*s", how[0] ? (int)strcspn(how, ":") : 1, how[0] ? how : "-");
+}
+
 /* One table row. */
 static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
 {
@@ -293,9 +304,11 @@ static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     }
     if (top >= 0)
         j->fwd_total += fw, j->bwd_total += bw;
+    char plan[64];
+    plan_name(l, j->ctx, j->n, plan, sizeof plan);
     if (flops == 0.0) {
-        fprintf(j->out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s\n", l->name,
-                hcnn_block_kind_name(l->kind), fw, bw, "-", "-", "-", "-");
+        fprintf(j->out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s %s\n", l->name,
+                hcnn_block_kind_name(l->kind), fw, bw, "-", "-", "-", "-", plan);
         return;
     }
     flops *= j->micro_per_step;
@@ -303,9 +316,57 @@ static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     if (top >= 0)
         j->gemm_total += g;
     const double layer_gflops = fw + bw > 0 ? flops / ((fw + bw) * 1e-3) / 1e9 : 0.0;
-    fprintf(j->out, "  %-18s %-8s %9.3f %9.3f %9.1f %10.3f %10.1f %8.2fx\n", l->name,
+    fprintf(j->out, "  %-18s %-8s %9.3f %9.3f %9.1f %10.3f %10.1f %8.2fx %s\n", l->name,
             hcnn_block_kind_name(l->kind), fw, bw, layer_gflops, g,
-            g > 0 ? flops / (g * 1e-3) / 1e9 : 0.0, g > 0 ? (fw + bw) / g : 0.0);
+            g > 0 ? flops / (g * 1e-3) / 1e9 : 0.0, g > 0 ? (fw + bw) / g : 0.0, plan);
+}
+
+/* A "# plan" line per layer that has one: the backend's whole line. */
+typedef struct plan_job {
+    const hcnn_ctx *ctx;
+    int n;
+    FILE *out;
+    char summary[256];
+    char names[16][32];
+    int counts[16], nnames;
+} plan_job;
+
+static void plan_row(void *arg, const hcnn_layer *l, int top, int need_dx)
+{
+    (void)top, (void)need_dx;
+    plan_job *j = arg;
+    if (!l->ops->describe)
+        return;
+    char how[256] = "";
+    l->ops->describe(l, j->ctx, j->n, how, sizeof how);
+    if (j->out)
+        fprintf(j->out, "# plan %s: %s\n", l->name, how);
+    char name[32];
+    plan_name(l, j->ctx, j->n, name, sizeof name);
+    int k = 0;
+    while (k < j->nnames && strcmp(j->names[k], name))
+        k++;
+    if (k == j->nnames && j->nnames < 16)
+        snprintf(j->names[j->nnames++], sizeof j->names[0], "%s", name);
+    if (k < j->nnames)
+        j->counts[k]++;
+}
+
+const char *hcnn_profile_plans(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last,
+                               int n, char *buf, size_t cap)
+{
+    plan_job j = {.ctx = ctx, .n = n};
+    for_each_row(net, first, last, plan_row, &j);
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < j.nnames && off < cap; k++) {
+        const int w = snprintf(buf + off, cap - off, "%s%s %d", k ? ", " : "", j.names[k],
+                               j.counts[k]);
+        off += w > 0 ? (size_t)w : 0;
+    }
+    if (!j.nnames)
+        snprintf(buf, cap, "none");
+    return buf;
 }
 
 double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
@@ -314,8 +375,8 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
     const double steps = p->steps > 0 ? (double)p->steps : 1.0;
     fprintf(out, "# profile over %ld steps, %d samples per pass x %d passes per step (per rank)\n",
             p->steps, n, micro_per_step);
-    fprintf(out, "# %-18s %-8s %9s %9s %9s %10s %10s %9s\n", "block", "kind", "fwd_ms", "bwd_ms",
-            "gflops", "gemm_ms", "gemm_gflops", "vs_gemm");
+    fprintf(out, "# %-18s %-8s %9s %9s %9s %10s %10s %9s %s\n", "block", "kind", "fwd_ms",
+            "bwd_ms", "gflops", "gemm_ms", "gemm_gflops", "vs_gemm", "plan");
     print_job j = {.p = p,
                    .net = net,
                    .ctx = ctx,
@@ -324,6 +385,8 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
                    .unit = hcnn_net_unit_images(net, ctx, first, last, n),
                    .out = out};
     for_each_row(net, first, last, print_row, &j);
+    plan_job pj = {.ctx = ctx, .n = n, .out = out};
+    for_each_row(net, first, last, plan_row, &pj);
     const double gemm_total = j.gemm_total, fwd_total = j.fwd_total, bwd_total = j.bwd_total;
     const double step_ms = p->step_s / steps * 1e3;
     const double share = step_ms > 0 ? gemm_total / step_ms : 0.0;

@@ -1,0 +1,766 @@
+/* Winograd minimal filtering for 3x3 stride-1 convolutions (Lavin & Gray,
+ * "Fast Algorithms for Convolutional Neural Networks", 2016): F(m x m, 3x3)
+ * computes an m x m output tile from an a x a input tile (a = m + 2) with
+ * a^2 multiplications instead of 9 m^2 (F(2x2,3x3): 2.25x fewer, F(4x4,3x3):
+ * 4x).  Per tile d of input channel c and filter g of (co, c):
+ *   U = G g G^T  [a][a]       V = B^T d B  [a][a]       Y = A^T (sum_c U . V) A
+ * and with xi = (k, l) one of the a^2 tile positions, the channel sum is a
+ * GEMM per position over all tiles T of a chunk of images:
+ *   M[xi] = U[xi] V[xi]        [Cout][T] = [Cout][C] [C][T]
+ * so the BLAS still does the heavy work (a^2 GEMMs of Cout x T x C for the
+ * 9 of one Cout x T x C im2col GEMM of m^2 more columns).
+ * Backward, the same three steps:
+ *   input gradient: dx = the forward of dy with the flipped, channel-
+ *     transposed filter (W'[c][co][i][j] = W[co][c][2-i][2-j]) and padding
+ *     2 - p, whose output is the input's size;
+ *   weight gradient (the chain rule through the forward's transforms):
+ *     dM = A dY A^T per output tile,  dU[xi] += dM[xi] V[xi]^T  [Cout][C],
+ *     dW += G^T dU G.
+ * Tiles past the output's edge read zeros (padding) and their outputs are
+ * dropped; their dy is zero.
+ *
+ * Layout: V and M are [a^2][channels][T] (tile-major rows, T contiguous),
+ * U and dU [a^2][Cout][C].  The transforms are applied one axis at a time
+ * to whole rows (vectorised loops over x or over tiles); the work runs in
+ * phases over a chunk of images (transform, GEMMs, inverse transform), each
+ * phase's items fixed by the shape and split between threads, so that who
+ * runs an item never changes its bits.  The chunk's images, the GEMMs'
+ * column blocks and the weight gradient's row blocks depend on the layer's
+ * shape and n only: the same bits on 1 thread or 64. */
+#include <stdio.h>
+
+#include "conv_plan.h"
+
+/* ---- the 1-D transforms, over rows -------------------------------------- */
+/* Each applies a small constant matrix along one axis: out[k][x] =
+ * sum_i T[k][i] in[i][x] for x < n (the matrices of Lavin & Gray, written
+ * out so that the zeros cost nothing). */
+
+#define ROWS_DECL const float *const *restrict in, float *const *restrict out, int n
+
+/* B^T: a inputs -> a outputs */
+HCNN_MULTIVERSION
+HCNN_MULTIVERSION
+static void bt_rows(int m, ROWS_DECL)
+{
+    if (m == 2) {
+        const float *d0 = in[0], *d1 = in[1], *d2 = in[2], *d3 = in[3];
+        float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
+#pragma GCC ivdep
+        for (int x = 0; x < n; x++) {
+            o0[x] = d0[x] - d2[x];
+            o1[x] = d1[x] + d2[x];
+            o2[x] = d2[x] - d1[x];
+            o3[x] = d1[x] - d3[x];
+        }
+        return;
+    }
+    const float *d0 = in[0], *d1 = in[1], *d2 = in[2], *d3 = in[3], *d4 = in[4], *d5 = in[5];
+    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3], *o4 = out[4], *o5 = out[5];
+#pragma GCC ivdep
+    for (int x = 0; x < n; x++) {
+        const float p = d4[x] - 4.0f * d2[x], q = d3[x] - 4.0f * d1[x];
+        const float r = d4[x] - d2[x], s = 2.0f * (d3[x] - d1[x]);
+        o0[x] = 4.0f * d0[x] - 5.0f * d2[x] + d4[x];
+        o1[x] = p + q;
+        o2[x] = p - q;
+        o3[x] = r + s;
+        o4[x] = r - s;
+        o5[x] = 4.0f * d1[x] - 5.0f * d3[x] + d5[x];
+    }
+}
+
+/* A^T: a inputs -> m outputs */
+HCNN_MULTIVERSION
+HCNN_MULTIVERSION
+static void at_rows(int m, ROWS_DECL)
+{
+    if (m == 2) {
+        const float *m0 = in[0], *m1 = in[1], *m2 = in[2], *m3 = in[3];
+        float *o0 = out[0], *o1 = out[1];
+#pragma GCC ivdep
+        for (int x = 0; x < n; x++) {
+            o0[x] = m0[x] + m1[x] + m2[x];
+            o1[x] = m1[x] - m2[x] - m3[x];
+        }
+        return;
+    }
+    const float *m0 = in[0], *m1 = in[1], *m2 = in[2], *m3 = in[3], *m4 = in[4], *m5 = in[5];
+    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
+#pragma GCC ivdep
+    for (int x = 0; x < n; x++) {
+        const float sp = m1[x] + m2[x], sm = m1[x] - m2[x];
+        const float tp = m3[x] + m4[x], tm = m3[x] - m4[x];
+        o0[x] = m0[x] + sp + tp;
+        o1[x] = sm + 2.0f * tm;
+        o2[x] = sp + 4.0f * tp;
+        o3[x] = sm + 8.0f * tm + m5[x];
+    }
+}
+
+/* A (the transpose of A^T): m inputs -> a outputs */
+HCNN_MULTIVERSION
+HCNN_MULTIVERSION
+static void a_rows(int m, ROWS_DECL)
+{
+    if (m == 2) {
+        const float *y0 = in[0], *y1 = in[1];
+        float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
+#pragma GCC ivdep
+        for (int x = 0; x < n; x++) {
+            o0[x] = y0[x];
+            o1[x] = y0[x] + y1[x];
+            o2[x] = y0[x] - y1[x];
+            o3[x] = -y1[x];
+        }
+        return;
+    }
+    const float *y0 = in[0], *y1 = in[1], *y2 = in[2], *y3 = in[3];
+    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3], *o4 = out[4], *o5 = out[5];
+#pragma GCC ivdep
+    for (int x = 0; x < n; x++) {
+        const float e = y0[x] + y2[x], f = y1[x] + y3[x];
+        const float e4 = y0[x] + 4.0f * y2[x], f8 = 2.0f * y1[x] + 8.0f * y3[x];
+        o0[x] = y0[x];
+        o1[x] = e + f;
+        o2[x] = e - f;
+        o3[x] = e4 + f8;
+        o4[x] = e4 - f8;
+        o5[x] = y3[x];
+    }
+}
+
+/* G: 3 inputs -> a outputs */
+HCNN_MULTIVERSION
+HCNN_MULTIVERSION
+static void g_rows(int m, ROWS_DECL)
+{
+    const float *g0 = in[0], *g1 = in[1], *g2 = in[2];
+    if (m == 2) {
+        float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
+#pragma GCC ivdep
+        for (int x = 0; x < n; x++) {
+            const float s = 0.5f * (g0[x] + g2[x]), h = 0.5f * g1[x];
+            o0[x] = g0[x];
+            o1[x] = s + h;
+            o2[x] = s - h;
+            o3[x] = g2[x];
+        }
+        return;
+    }
+    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3], *o4 = out[4], *o5 = out[5];
+#pragma GCC ivdep
+    for (int x = 0; x < n; x++) {
+        const float s = -(g0[x] + g2[x]) / 6.0f, h = g1[x] / 6.0f;
+        const float t = g0[x] / 24.0f + g2[x] / 6.0f, k = g1[x] / 12.0f;
+        o0[x] = 0.25f * g0[x];
+        o1[x] = s - h;
+        o2[x] = s + h;
+        o3[x] = t + k;
+        o4[x] = t - k;
+        o5[x] = g2[x];
+    }
+}
+
+/* G^T: a inputs -> 3 outputs */
+HCNN_MULTIVERSION
+HCNN_MULTIVERSION
+static void gt_rows(int m, ROWS_DECL)
+{
+    float *o0 = out[0], *o1 = out[1], *o2 = out[2];
+    if (m == 2) {
+        const float *u0 = in[0], *u1 = in[1], *u2 = in[2], *u3 = in[3];
+#pragma GCC ivdep
+        for (int x = 0; x < n; x++) {
+            o0[x] = u0[x] + 0.5f * (u1[x] + u2[x]);
+            o1[x] = 0.5f * (u1[x] - u2[x]);
+            o2[x] = 0.5f * (u1[x] + u2[x]) + u3[x];
+        }
+        return;
+    }
+    const float *u0 = in[0], *u1 = in[1], *u2 = in[2], *u3 = in[3], *u4 = in[4], *u5 = in[5];
+#pragma GCC ivdep
+    for (int x = 0; x < n; x++) {
+        const float s = (u1[x] + u2[x]) / 6.0f, d = (u2[x] - u1[x]) / 6.0f;
+        const float t = (u3[x] + u4[x]) / 24.0f, e = (u3[x] - u4[x]) / 12.0f;
+        o0[x] = 0.25f * u0[x] - s + t;
+        o1[x] = d + e;
+        o2[x] = -s + 4.0f * t + u5[x];
+    }
+}
+
+/* ---- the shape of one Winograd convolution ------------------------------ */
+
+/* A stride-1 3x3 convolution of cin planes h x w (padding ph, pw) into cout
+ * planes oh x ow, in tiles of m x m outputs: the forward's, or the input
+ * gradient's as a forward of dy. */
+typedef struct wino_shape {
+    int cin, h, w, ph, pw;
+    int cout, oh, ow;
+    int m, a, ntx, nty, tiles; /* tiles across, down, per image */
+} wino_shape;
+
+static wino_shape shape_of(int cin, int h, int w, int ph, int pw, int cout, int oh, int ow, int m)
+{
+    wino_shape s = {cin, h, w, ph, pw, cout, oh, ow, m, m + 2, 0, 0, 0};
+    s.ntx = (ow + m - 1) / m;
+    s.nty = (oh + m - 1) / m;
+    s.tiles = s.ntx * s.nty;
+    return s;
+}
+
+static wino_shape forward_shape(const hcnn_conv_desc *l, int m)
+{
+    const hcnn_conv_geom *g = &l->g;
+    return shape_of(g->c, g->h, g->w, g->ph, g->pw, l->out_c, g->oh, g->ow, m);
+}
+
+/* dx = the forward of dy (cout planes oh x ow) with padding 2 - p */
+static wino_shape dx_shape(const hcnn_conv_desc *l, int m)
+{
+    const hcnn_conv_geom *g = &l->g;
+    return shape_of(l->out_c, g->oh, g->ow, 2 - g->ph, 2 - g->pw, g->c, g->h, g->w, m);
+}
+
+static int max_channels(const wino_shape *s) { return s->cin > s->cout ? s->cin : s->cout; }
+
+/* A thread's scratch: one image channels-last, one output image twice
+ * (channels-last, then planes), a tile's a^2 rows of channels, a row of
+ * zeros and a row for outputs past the edge; or the weight transforms'
+ * 9 + 3a rows of channels. */
+static size_t image_floats(const wino_shape *s)
+{
+    const size_t in = (size_t)s->cin * s->h * s->w, out = (size_t)s->cout * s->oh * s->ow;
+    return hcnn_round_up16(in > out ? in : out);
+}
+
+static size_t scratch_floats(const wino_shape *s)
+{
+    const size_t mc = hcnn_round_up16((size_t)max_channels(s));
+    const size_t planes = 2 * image_floats(s) + ((size_t)s->a * s->a + 2) * mc;
+    const size_t weights = (size_t)(9 + 3 * s->a) * mc;
+    return planes > weights ? planes : weights;
+}
+
+/* ---- the plan of a call ------------------------------------------------- */
+
+/* Floats of V and M per chunk of images: at least WINO_CHUNK_FLOATS, or as
+ * many as the transformed weights (which every chunk's GEMMs read again),
+ * at most im2col_mb.  4M floats (16 MB), forward + both gradients of 64
+ * images on 2 threads, ms, chunks of 1M / 4M / 16M floats: 64 -> 64
+ * channels on 32 x 32, 63 / 52 / 82-90; 128 on 16 x 16 45 / 38-50 / 43;
+ * 256 on 8 x 8 41-44 / 42-44 / 41-44 (docs/performance.md, "Winograd"). */
+#define WINO_CHUNK_FLOATS ((size_t)1 << 22)
+/* the forward GEMMs' row blocks (tiles) and the weight gradient's (output
+ * channels): at least this many items a phase (a 64-core node), blocks of
+ * >= 64 tiles / 16 channels */
+#define WINO_TARGET_ITEMS 64
+
+static size_t tile_floats(const wino_shape *s)
+{
+    return (size_t)s->a * s->a * ((size_t)s->cin + s->cout) * s->tiles;
+}
+
+static size_t weights_floats(const wino_shape *s)
+{
+    return hcnn_round_up16((size_t)s->a * s->a * s->cout * s->cin);
+}
+
+static int chunk_images(const wino_shape *s, const hcnn_exec *ctx, int n)
+{
+    size_t cap = WINO_CHUNK_FLOATS > weights_floats(s) ? WINO_CHUNK_FLOATS : weights_floats(s);
+    cap = cap < ctx->max_chunk_floats ? cap : ctx->max_chunk_floats;
+    size_t nc = cap / tile_floats(s);
+    nc = nc < 1 ? 1 : nc;
+    return (size_t)n < nc ? (n > 0 ? n : 1) : (int)nc;
+}
+
+/* [U or dU][V][M][nt scratch] for chunks of nc images */
+static size_t call_floats(const wino_shape *s, int nc, int nt)
+{
+    const size_t T = (size_t)nc * s->tiles, a2 = (size_t)s->a * s->a;
+    return weights_floats(s) + hcnn_round_up16(a2 * s->cin * T) +
+           hcnn_round_up16(a2 * s->cout * T) + (size_t)nt * scratch_floats(s);
+}
+
+/* ---- a call's state, shared by its threads ------------------------------- */
+
+typedef struct wino_job {
+    wino_shape s;
+    const hcnn_exec *ctx;
+    int n, nc;            /* images, images per chunk */
+    const float *w;       /* the layer's weights [Cout][C][3][3] */
+    int flip;             /* 1: the input gradient's filter */
+    const float *bias;    /* forward: the bias or NULL */
+    const float *x;       /* input planes (cin of them per image) */
+    float *y;             /* output planes (cout per image) */
+    int acc;              /* add to y */
+    const float *dy;      /* weight gradient: dy */
+    float *dw;            /* weight gradient: dw += */
+    float *wt, *V, *M, *scratch;
+} wino_job;
+
+static void job_layout(wino_job *j)
+{
+    const size_t T = (size_t)j->nc * j->s.tiles, a2 = (size_t)j->s.a * j->s.a;
+    j->wt = j->ctx->ws;
+    j->V = j->wt + weights_floats(&j->s);
+    j->M = j->V + hcnn_round_up16(a2 * j->s.cin * T);
+    j->scratch = j->M + hcnn_round_up16(a2 * j->s.cout * T);
+}
+
+static void poll(const wino_job *j, int t)
+{
+    if (t == 0 && j->ctx->poll) /* only thread 0 drives communication */
+        j->ctx->poll(j->ctx->poll_arg);
+}
+
+#define RANGE(count, t, nt, lo, hi)                                                               \
+    const long lo = (long)(count) * (t) / (nt), hi = (long)(count) * ((t) + 1) / (nt)
+
+/* ---- the weight transforms ---------------------------------------------- */
+
+/* U[xi][co][c] = G g G^T for output channel co, all c (g the filter of
+ * (co, c), or flipped and transposed: W[c][co][2-i][2-j] with cout and cin
+ * swapped).  sc: 9 + 3a rows of cin floats. */
+static void weights_row(const wino_job *j, int co, float *sc)
+{
+    const wino_shape *s = &j->s;
+    const int a = s->a, C = s->cin;
+    const size_t mc = hcnn_round_up16((size_t)max_channels(s));
+    float *g[9], *t[18];
+    for (int i = 0; i < 9; i++)
+        g[i] = sc + (size_t)i * mc;
+    for (int i = 0; i < 3 * a; i++)
+        t[i] = sc + (size_t)(9 + i) * mc;
+    if (j->flip) /* gather the 9 taps of each filter as rows */
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < 9; i++)
+                g[i][c] = j->w[((size_t)c * s->cout + co) * 9 + (8 - i)];
+    else
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < 9; i++)
+                g[i][c] = j->w[((size_t)co * C + c) * 9 + i];
+    for (int q = 0; q < 3; q++) { /* along i: t[k*3 + q] = (G g)[k][q] */
+        const float *in[3] = {g[q], g[3 + q], g[6 + q]};
+        float *out[6];
+        for (int k = 0; k < a; k++)
+            out[k] = t[k * 3 + q];
+        g_rows(s->m, in, out, C);
+    }
+    for (int k = 0; k < a; k++) { /* along j: into U[k*a + l][co] */
+        const float *in[3] = {t[k * 3], t[k * 3 + 1], t[k * 3 + 2]};
+        float *out[6];
+        for (int l = 0; l < a; l++)
+            out[l] = j->wt + ((size_t)(k * a + l) * s->cout + co) * C;
+        g_rows(s->m, in, out, C);
+    }
+}
+
+/* dw[co][c] += G^T dU G, all c.  sc: 3a + 9 rows of cin floats. */
+static void weight_grad_row(const wino_job *j, int co, float *sc)
+{
+    const wino_shape *s = &j->s;
+    const int a = s->a, C = s->cin;
+    const size_t mc = hcnn_round_up16((size_t)max_channels(s));
+    float *t[18], *r[9];
+    for (int i = 0; i < 3 * a; i++)
+        t[i] = sc + (size_t)i * mc;
+    for (int i = 0; i < 9; i++)
+        r[i] = sc + (size_t)(3 * a + i) * mc;
+    for (int k = 0; k < a; k++) { /* along l: t[k*3 + q] */
+        const float *in[6];
+        for (int l = 0; l < a; l++)
+            in[l] = j->wt + ((size_t)(k * a + l) * s->cout + co) * C;
+        float *out[3] = {t[k * 3], t[k * 3 + 1], t[k * 3 + 2]};
+        gt_rows(s->m, in, out, C);
+    }
+    for (int q = 0; q < 3; q++) { /* along k: r[i*3 + q] */
+        const float *in[6];
+        for (int k = 0; k < a; k++)
+            in[k] = t[k * 3 + q];
+        float *out[3] = {r[q], r[3 + q], r[6 + q]};
+        gt_rows(s->m, in, out, C);
+    }
+    float *dw = j->dw + (size_t)co * C * 9;
+    for (int c = 0; c < C; c++)
+        for (int i = 0; i < 9; i++)
+            dw[(size_t)c * 9 + i] += r[i][c];
+}
+
+/* ---- the transforms of images -------------------------------------------- */
+/* An image goes channels-last first (one transpose), so that every tile's
+ * transform runs over rows of channels: contiguous vectors, whatever the
+ * plane's size. */
+
+typedef struct wino_scratch {
+    float *img, *img2, *tmp, *zero, *junk;
+} wino_scratch;
+
+static wino_scratch scratch_of(const wino_job *j, int t)
+{
+    const wino_shape *s = &j->s;
+    const size_t mc = hcnn_round_up16((size_t)max_channels(s));
+    wino_scratch w;
+    w.img = j->scratch + (size_t)t * scratch_floats(s);
+    w.img2 = w.img + image_floats(s);
+    w.tmp = w.img2 + image_floats(s);
+    w.zero = w.tmp + (size_t)s->a * s->a * mc;
+    w.junk = w.zero + mc;
+    return w;
+}
+
+/* V[xi][t0 + tile][c] = B^T d B for every tile of image x (cin planes) */
+static void input_image(const wino_job *j, const float *x, size_t t0, const wino_scratch *w)
+{
+    const wino_shape *s = &j->s;
+    const int m = s->m, a = s->a, C = s->cin;
+    const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
+    hcnn_cpu_transpose(NULL, x, C, s->h * s->w, w->img); /* [h*w][C] */
+    zero_floats(w->zero, C);
+    for (int ty = 0; ty < s->nty; ty++)
+        for (int tx = 0; tx < s->ntx; tx++) {
+            const size_t t = t0 + (size_t)ty * s->ntx + tx;
+            for (int jj = 0; jj < a; jj++) { /* along i, column jj of the tile */
+                const int ix = tx * m - s->pw + jj;
+                const float *in[6];
+                float *out[6];
+                for (int i = 0; i < a; i++) {
+                    const int iy = ty * m - s->ph + i;
+                    in[i] = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w
+                                ? w->img + ((size_t)iy * s->w + ix) * C
+                                : w->zero;
+                }
+                for (int k = 0; k < a; k++)
+                    out[k] = w->tmp + (size_t)(k * a + jj) * mc;
+                bt_rows(m, in, out, C);
+            }
+            for (int k = 0; k < a; k++) { /* along j, into V */
+                const float *in[6];
+                float *out[6];
+                for (int jj = 0; jj < a; jj++)
+                    in[jj] = w->tmp + (size_t)(k * a + jj) * mc;
+                for (int l = 0; l < a; l++)
+                    out[l] = j->V + ((size_t)(k * a + l) * T + t) * C;
+                bt_rows(m, in, out, C);
+            }
+        }
+}
+
+/* dM[xi][t0 + tile][co] = A dY A^T for every tile of image dy (cout planes),
+ * zero past the output's edge */
+static void dy_image(const wino_job *j, const float *dy, size_t t0, const wino_scratch *w)
+{
+    const wino_shape *s = &j->s;
+    const int m = s->m, a = s->a, C = s->cout;
+    const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
+    hcnn_cpu_transpose(NULL, dy, C, s->oh * s->ow, w->img); /* [oh*ow][Cout] */
+    zero_floats(w->zero, C);
+    for (int ty = 0; ty < s->nty; ty++)
+        for (int tx = 0; tx < s->ntx; tx++) {
+            const size_t t = t0 + (size_t)ty * s->ntx + tx;
+            for (int q = 0; q < m; q++) { /* along r, column q of the tile */
+                const int ox = tx * m + q;
+                const float *in[4];
+                float *out[6];
+                for (int r = 0; r < m; r++) {
+                    const int oy = ty * m + r;
+                    in[r] = oy < s->oh && ox < s->ow ? w->img + ((size_t)oy * s->ow + ox) * C
+                                                     : w->zero;
+                }
+                for (int k = 0; k < a; k++)
+                    out[k] = w->tmp + (size_t)(k * a + q) * mc;
+                a_rows(m, in, out, C);
+            }
+            for (int k = 0; k < a; k++) { /* along q, into dM */
+                const float *in[4];
+                float *out[6];
+                for (int q = 0; q < m; q++)
+                    in[q] = w->tmp + (size_t)(k * a + q) * mc;
+                for (int l = 0; l < a; l++)
+                    out[l] = j->M + ((size_t)(k * a + l) * T + t) * C;
+                a_rows(m, in, out, C);
+            }
+        }
+}
+
+/* Output image y (cout planes) from M: Y = A^T M A per tile, channels-last,
+ * then back to planes, plus the bias, written or added. */
+static void output_image(const wino_job *j, float *y, size_t t0, const wino_scratch *w)
+{
+    const wino_shape *s = &j->s;
+    const int m = s->m, a = s->a, C = s->cout;
+    const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
+    const size_t P = (size_t)s->oh * s->ow;
+    for (int ty = 0; ty < s->nty; ty++)
+        for (int tx = 0; tx < s->ntx; tx++) {
+            const size_t t = t0 + (size_t)ty * s->ntx + tx;
+            for (int l = 0; l < a; l++) { /* along k, column l */
+                const float *in[6];
+                float *out[4];
+                for (int k = 0; k < a; k++)
+                    in[k] = j->M + ((size_t)(k * a + l) * T + t) * C;
+                for (int r = 0; r < m; r++)
+                    out[r] = w->tmp + (size_t)(r * a + l) * mc;
+                at_rows(m, in, out, C);
+            }
+            for (int r = 0; r < m; r++) { /* along l, into the image (or junk) */
+                const int oy = ty * m + r;
+                const float *in[6];
+                float *out[4];
+                for (int l = 0; l < a; l++)
+                    in[l] = w->tmp + (size_t)(r * a + l) * mc;
+                for (int q = 0; q < m; q++) {
+                    const int ox = tx * m + q;
+                    out[q] = oy < s->oh && ox < s->ow ? w->img + ((size_t)oy * s->ow + ox) * C
+                                                      : w->junk;
+                }
+                at_rows(m, in, out, C);
+            }
+        }
+    if (!j->acc && !j->bias) {
+        hcnn_cpu_transpose(NULL, w->img, (int)P, C, y);
+        return;
+    }
+    hcnn_cpu_transpose(NULL, w->img, (int)P, C, w->img2);
+    for (int co = 0; co < C; co++) {
+        const float b = j->bias ? j->bias[co] : 0.0f, *src = w->img2 + (size_t)co * P;
+        float *dst = y + (size_t)co * P;
+        if (j->acc)
+            for (size_t p = 0; p < P; p++)
+                dst[p] += src[p] + b;
+        else
+            for (size_t p = 0; p < P; p++)
+                dst[p] = src[p] + b;
+    }
+}
+
+/* ---- the phases --------------------------------------------------------- */
+
+/* The forward GEMMs of a chunk: items (xi, block of tiles),
+ * M[xi][tiles] = V[xi][tiles] U[xi]^T. */
+static int tile_blocks(const wino_shape *s, size_t cols)
+{
+    int nb = (WINO_TARGET_ITEMS + s->a * s->a - 1) / (s->a * s->a);
+    while (nb > 1 && cols / (size_t)nb < 64)
+        nb--;
+    return nb;
+}
+
+/* tiles [b*cols/nb, (b+1)*cols/nb) of xi, rounded to 16 */
+static void gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int item)
+{
+    const wino_shape *s = &j->s;
+    const int xi = item / nb, b = item % nb;
+    const size_t r0 = (cols * b / nb) & ~(size_t)15;
+    const size_t r1 = b + 1 == nb ? cols : (cols * (b + 1) / nb) & ~(size_t)15;
+    if (r1 <= r0)
+        return;
+    hcnn_cpu_gemm(NULL, 0, 1, (int)(r1 - r0), s->cout, s->cin, 1.0f,
+                  j->V + ((size_t)xi * T + r0) * s->cin, s->cin,
+                  j->wt + (size_t)xi * s->cout * s->cin, s->cin, 0.0f,
+                  j->M + ((size_t)xi * T + r0) * s->cout, s->cout);
+}
+
+/* The weight gradient's GEMMs: items (xi, block of output channels),
+ * dU[xi][rows] (+)= dM[xi][:, rows]^T V[xi], summed over the chunk's tiles. */
+static int channel_blocks(const wino_shape *s)
+{
+    int nb = (WINO_TARGET_ITEMS + s->a * s->a - 1) / (s->a * s->a);
+    while (nb > 1 && s->cout / nb < 16)
+        nb--;
+    return nb;
+}
+
+static void dw_gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int item, float beta)
+{
+    const wino_shape *s = &j->s;
+    const int xi = item / nb, b = item % nb;
+    const int r0 = (int)((long)s->cout * b / nb), r1 = (int)((long)s->cout * (b + 1) / nb);
+    hcnn_cpu_gemm(NULL, 1, 0, r1 - r0, s->cin, (int)cols, 1.0f,
+                  j->M + (size_t)xi * T * s->cout + r0, s->cout,
+                  j->V + (size_t)xi * T * s->cin, s->cin, beta,
+                  j->wt + ((size_t)xi * s->cout + r0) * s->cin, s->cin);
+}
+
+static void forward_thread(void *arg, int t, int nt)
+{
+    const wino_job *j = arg;
+    const wino_shape *s = &j->s;
+    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
+    const wino_scratch w = scratch_of(j, t);
+    {
+        RANGE(s->cout, t, nt, a, b);
+        for (long co = a; co < b; co++)
+            weights_row(j, (int)co, w.img);
+    }
+    for (int i0 = 0; i0 < j->n; i0 += j->nc) {
+        const int nb = j->n - i0 < j->nc ? j->n - i0 : j->nc;
+        const size_t T = (size_t)j->nc * s->tiles, cols = (size_t)nb * s->tiles;
+        {
+            RANGE(nb, t, nt, a, b);
+            for (long i = a; i < b; i++) {
+                input_image(j, j->x + (size_t)(i0 + i) * in_sz, (size_t)i * s->tiles, &w);
+                poll(j, t);
+            }
+        }
+#pragma omp barrier
+        {
+            const int tb = tile_blocks(s, cols), items = s->a * s->a * tb;
+            RANGE(items, t, nt, a, b);
+            for (long it = a; it < b; it++) {
+                gemm_item(j, T, cols, tb, (int)it);
+                poll(j, t);
+            }
+        }
+#pragma omp barrier
+        {
+            RANGE(nb, t, nt, a, b);
+            for (long i = a; i < b; i++) {
+                output_image(j, j->y + (size_t)(i0 + i) * out_sz, (size_t)i * s->tiles, &w);
+                poll(j, t);
+            }
+        }
+#pragma omp barrier
+    }
+}
+
+static void weight_grad_thread(void *arg, int t, int nt)
+{
+    const wino_job *j = arg;
+    const wino_shape *s = &j->s;
+    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
+    const wino_scratch w = scratch_of(j, t);
+    for (int i0 = 0; i0 < j->n; i0 += j->nc) {
+        const int nb = j->n - i0 < j->nc ? j->n - i0 : j->nc;
+        const size_t T = (size_t)j->nc * s->tiles, cols = (size_t)nb * s->tiles;
+        {
+            RANGE(2 * nb, t, nt, a, b); /* x of image i, then dy of image i */
+            for (long p = a; p < b; p++) {
+                const int i = (int)(p / 2);
+                if (p % 2 == 0)
+                    input_image(j, j->x + (size_t)(i0 + i) * in_sz, (size_t)i * s->tiles, &w);
+                else
+                    dy_image(j, j->dy + (size_t)(i0 + i) * out_sz, (size_t)i * s->tiles, &w);
+                poll(j, t);
+            }
+        }
+#pragma omp barrier
+        {
+            const int cb = channel_blocks(s), items = s->a * s->a * cb;
+            RANGE(items, t, nt, a, b);
+            for (long it = a; it < b; it++) {
+                dw_gemm_item(j, T, cols, cb, (int)it, i0 == 0 ? 0.0f : 1.0f);
+                poll(j, t);
+            }
+        }
+#pragma omp barrier
+    }
+    RANGE(s->cout, t, nt, a, b);
+    for (long co = a; co < b; co++)
+        weight_grad_row(j, (int)co, w.img);
+}
+
+/* ---- the table's operations -------------------------------------------- */
+
+int hcnn_conv_winograd_tile(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n)
+{
+    const hcnn_conv_geom *g = &l->g;
+    if (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->ph > 2 || g->pw > 2)
+        return 0;
+    switch (ctx->conv_algo) {
+    case HCNN_CONV_WINOGRAD_F2: return 2;
+    case HCNN_CONV_WINOGRAD: case HCNN_CONV_WINOGRAD_F4: return 4;
+    case HCNN_CONV_AUTO: return hcnn_conv_winograd_auto(l, n);
+    default: return 0;
+    }
+}
+
+size_t hcnn_conv_winograd_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt)
+{
+    const int m = hcnn_conv_winograd_tile(l, ctx, n);
+    if (!m)
+        return 0;
+    const wino_shape f = forward_shape(l, m), d = dx_shape(l, m);
+    const size_t wf = call_floats(&f, chunk_images(&f, ctx, n), nt);
+    const size_t wd = call_floats(&d, chunk_images(&d, ctx, n), nt);
+    return wf > wd ? wf : wd;
+}
+
+static int run(wino_job *j, void (*fn)(void *, int, int))
+{
+    const int nt = hcnn_cpu_threads(NULL);
+    j->nc = chunk_images(&j->s, j->ctx, j->n);
+    job_layout(j);
+    if (call_floats(&j->s, j->nc, nt) > j->ctx->ws_floats)
+        return hcnn_error("Winograd convolution: workspace of %zu floats, %zu needed",
+                          j->ctx->ws_floats, call_floats(&j->s, j->nc, nt));
+    hcnn_cpu_parallel(NULL, fn, j);
+    return HCNN_OK;
+}
+
+int hcnn_cpu_winograd_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
+                          const float *w, const float *b, float *y, int n)
+{
+    wino_job j = {.s = forward_shape(l, hcnn_conv_winograd_tile(l, ctx, n)), .ctx = ctx, .n = n,
+                  .w = w, .bias = b, .x = x, .y = y};
+    return run(&j, forward_thread);
+}
+
+int hcnn_cpu_winograd_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *w,
+                               const float *dy, float *dx, int dx_acc, int n)
+{
+    wino_job j = {.s = dx_shape(l, hcnn_conv_winograd_tile(l, ctx, n)), .ctx = ctx, .n = n,
+                  .w = w, .flip = 1, .x = dy, .y = dx, .acc = dx_acc};
+    return run(&j, forward_thread);
+}
+
+int hcnn_cpu_winograd_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
+                                 const float *dy, float *dw, int n)
+{
+    wino_job j = {.s = forward_shape(l, hcnn_conv_winograd_tile(l, ctx, n)), .ctx = ctx, .n = n,
+                  .x = x, .dy = dy, .dw = dw};
+    return run(&j, weight_grad_thread);
+}
+
+/* The GEMMs of a pass as the threads issue them: thread 0's share of each
+ * chunk's items (forward, the weight gradient when it goes by Winograd,
+ * the input gradient when wanted). */
+static void push_calls(const wino_shape *s, const hcnn_exec *ctx, int n, int nt, int backward,
+                       int dw, hcnn_gemm_list *gl)
+{
+    const int nc = chunk_images(s, ctx, n), a2 = s->a * s->a;
+    for (int i0 = 0; i0 < n; i0 += nc) {
+        const size_t cols = (size_t)(n - i0 < nc ? n - i0 : nc) * s->tiles;
+        const int nb = dw ? channel_blocks(s) : tile_blocks(s, cols);
+        const int items = (a2 * nb + nt - 1) / nt;
+        for (int i = 0; i < items; i++)
+            if (dw)
+                hcnn_gemm_push(gl, 1, 1, 0, s->cout / nb, s->cin, (int)cols, 1);
+            else
+                hcnn_gemm_push(gl, backward, 0, 1, (int)(cols / nb), s->cout, s->cin, 1);
+    }
+}
+
+void hcnn_conv_winograd_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt,
+                              int need_dx, hcnn_gemm_list *gl)
+{
+    const int m = hcnn_conv_winograd_tile(l, ctx, n);
+    const wino_shape f = forward_shape(l, m), d = dx_shape(l, m);
+    push_calls(&f, ctx, n, nt, 0, 0, gl);
+    if (hcnn_conv_winograd_dw(l, m))
+        push_calls(&f, ctx, n, nt, 1, 1, gl);
+    if (need_dx)
+        push_calls(&d, ctx, n, nt, 1, 0, gl);
+}
+
+void hcnn_conv_winograd_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, char *buf,
+                                 size_t cap)
+{
+    const int m = hcnn_conv_winograd_tile(l, ctx, n);
+    const wino_shape f = forward_shape(l, m);
+    snprintf(buf, cap, "winograd_f%d: Winograd F(%dx%d,3x3), %d tile%s an image, chunks of %d "
+             "images; weight gradient by %s",
+             m, m, m, f.tiles, f.tiles == 1 ? "" : "s", chunk_images(&f, ctx, n),
+             hcnn_conv_winograd_dw(l, m) ? "Winograd" : "the im2col plan");
+}

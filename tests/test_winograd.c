@@ -1,0 +1,264 @@
+/* Winograd convolutions (conv_algo winograd_f2 / winograd_f4) against this
+ * test's own float64 direct convolution, written here and not taken from
+ * src/: the forward, the input gradient and the weight gradient, on
+ * several shapes (sizes that the tiles do not divide, no padding, padding
+ * 2, ResNet-18's channel counts) and value ranges.  The error of a result
+ * is max |got - ref| / max |ref|; the bound asserted per tile size is 4x
+ * the worst error observed over these inputs on the CPUs this was written
+ * on (docs/performance.md, "Winograd", lists the observed figures; this
+ * test prints them).  Then determinism: the same call on 1, 2 and 3
+ * threads gives the same bits. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hcnn/backend.h"
+#include "hcnn/blas.h"
+#include "hcnn/common.h"
+
+/* 4x the worst errors observed over every shape, range and pass below
+ * (Intel Xeon, OpenBLAS 0.3.21 SkylakeX kernels: F(2x2,3x3) 4.9e-7, the
+ * weight gradient of ResNet-18's layer1; F(4x4,3x3) 9.4e-6, the forward of
+ * layer3 on inputs in [-1000, 1000)) */
+#define BOUND_F2 2.0e-6
+#define BOUND_F4 3.8e-5
+
+typedef struct shape {
+    int n, c, h, w, oc, pad;
+} shape;
+
+static const shape shapes[] = {
+    {2, 16, 9, 11, 8, 1},   /* sizes the tiles do not divide */
+    {3, 24, 7, 5, 20, 0},   /* no padding */
+    {1, 20, 6, 6, 20, 2},   /* padding 2: output larger than the input */
+    {2, 64, 32, 32, 64, 1}, /* ResNet-18's layer1 */
+    {4, 256, 8, 8, 256, 1}, /* layer3 */
+    {2, 512, 4, 4, 512, 1}, /* layer4: one F(4x4) tile an image */
+};
+#define NSHAPES (sizeof shapes / sizeof *shapes)
+
+/* value ranges: inputs in [lo, hi), weights in [-wr, wr) */
+typedef struct range {
+    double lo, hi, wr;
+    const char *name;
+} range;
+
+static const range ranges[] = {
+    {-1.0, 1.0, 1.0, "uniform [-1, 1)"},
+    {0.0, 1.0, 0.1, "after ReLU [0, 1), small weights"},
+    {-1000.0, 1000.0, 0.01, "large inputs [-1000, 1000)"},
+};
+#define NRANGES (sizeof ranges / sizeof *ranges)
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+
+static float *random_floats(size_t n, double lo, double hi, uint64_t *s)
+{
+    float *v = malloc(n * sizeof *v);
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(lo + (hi - lo) * (double)(rng_next(s) >> 11) / 9007199254740992.0);
+    return v;
+}
+
+static int out_size(const shape *s, int in) { return in + 2 * s->pad - 2; }
+
+/* the direct convolution in float64: y = conv(x, w), dx, dw */
+static void direct(const shape *s, const float *x, const float *w, const float *dy, double *y,
+                   double *dx, double *dw)
+{
+    const int oh = out_size(s, s->h), ow = out_size(s, s->w);
+    memset(dx, 0, sizeof *dx * (size_t)s->n * s->c * s->h * s->w);
+    memset(dw, 0, sizeof *dw * (size_t)s->oc * s->c * 9);
+    for (int i = 0; i < s->n; i++)
+        for (int o = 0; o < s->oc; o++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    double acc = 0.0;
+                    const size_t yi = (((size_t)i * s->oc + o) * oh + oy) * ow + ox;
+                    for (int c = 0; c < s->c; c++)
+                        for (int ky = 0; ky < 3; ky++)
+                            for (int kx = 0; kx < 3; kx++) {
+                                const int iy = oy + ky - s->pad, ix = ox + kx - s->pad;
+                                if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w)
+                                    continue;
+                                const size_t xi = (((size_t)i * s->c + c) * s->h + iy) * s->w + ix;
+                                const size_t wi = (((size_t)o * s->c + c) * 3 + ky) * 3 + kx;
+                                acc += (double)x[xi] * w[wi];
+                                dx[xi] += (double)dy[yi] * w[wi];
+                                dw[wi] += (double)dy[yi] * x[xi];
+                            }
+                    y[yi] = acc;
+                }
+}
+
+static double rel_error(const float *got, const double *ref, size_t n)
+{
+    double scale = 0.0, worst = 0.0;
+    for (size_t i = 0; i < n; i++)
+        scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]))
+            return INFINITY;
+        const double e = fabs(got[i] - ref[i]);
+        worst = e > worst ? e : worst;
+    }
+    return worst / (scale > 0 ? scale : 1.0);
+}
+
+/* one shape's convolution through the CPU backend's table */
+typedef struct conv_run {
+    const hcnn_backend *be;
+    hcnn_conv_desc d;
+    hcnn_exec ex;
+} conv_run;
+
+static void run_init(conv_run *r, const shape *s, hcnn_conv_algo algo)
+{
+    memset(r, 0, sizeof *r);
+    r->be = hcnn_backend_cpu();
+    r->d.g = (hcnn_conv_geom){s->c, s->h, s->w, 3, 3, 1, 1, s->pad, s->pad,
+                              out_size(s, s->h), out_size(s, s->w)};
+    r->d.out_c = s->oc;
+    r->ex.max_chunk_floats = (size_t)32 << 20;
+    r->ex.conv_algo = algo;
+    r->ex.ws_floats = r->be->conv_workspace(r->be, &r->d, &r->ex, s->n);
+    r->ex.ws = malloc(r->ex.ws_floats * sizeof(float));
+    assert_non_null(r->ex.ws);
+}
+
+/* y, dx, dw (dw starts at zero) of one call each */
+static void run_all(conv_run *r, const shape *s, const float *x, const float *w, const float *dy,
+                    float *y, float *dx, float *dw)
+{
+    memset(dw, 0, sizeof *dw * (size_t)s->oc * s->c * 9);
+    assert_int_equal(r->be->conv_fwd(r->be, &r->d, &r->ex, x, w, NULL, y, s->n), HCNN_OK);
+    assert_int_equal(r->be->conv_bwd_filter(r->be, &r->d, &r->ex, x, dy, dw, NULL, s->n), HCNN_OK);
+    assert_int_equal(r->be->conv_bwd_data(r->be, &r->d, &r->ex, w, dy, dx, 0, s->n), HCNN_OK);
+}
+
+static void check_accuracy(hcnn_conv_algo algo, const char *name, double bound)
+{
+    double worst[3] = {0, 0, 0};
+    const char *pass[3] = {"forward", "input gradient", "weight gradient"};
+    for (size_t k = 0; k < NSHAPES; k++)
+        for (size_t v = 0; v < NRANGES; v++) {
+            const shape *s = &shapes[k];
+            const range *rg = &ranges[v];
+            uint64_t seed = 0x9e3779b97f4a7c15ull ^ (k * 131 + v);
+            const size_t nx = (size_t)s->n * s->c * s->h * s->w, nw = (size_t)s->oc * s->c * 9;
+            const size_t ny = (size_t)s->n * s->oc * out_size(s, s->h) * out_size(s, s->w);
+            float *x = random_floats(nx, rg->lo, rg->hi, &seed);
+            float *w = random_floats(nw, -rg->wr, rg->wr, &seed);
+            float *dy = random_floats(ny, -1.0, 1.0, &seed);
+            double *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx),
+                   *rdw = malloc(nw * sizeof *rdw);
+            float *y = malloc(ny * sizeof *y), *dx = malloc(nx * sizeof *dx),
+                  *dw = malloc(nw * sizeof *dw);
+            assert_true(ry && rdx && rdw && y && dx && dw);
+            direct(s, x, w, dy, ry, rdx, rdw);
+            conv_run r;
+            run_init(&r, s, algo);
+            run_all(&r, s, x, w, dy, y, dx, dw);
+            const double e[3] = {rel_error(y, ry, ny), rel_error(dx, rdx, nx),
+                                 rel_error(dw, rdw, nw)};
+            for (int p = 0; p < 3; p++) {
+                printf("  %s %-15s n %d, %3dx%2dx%2d -> %3d, pad %d, %-34s error %.2e\n", name,
+                       pass[p], s->n, s->c, s->h, s->w, s->oc, s->pad, rg->name, e[p]);
+                worst[p] = e[p] > worst[p] ? e[p] : worst[p];
+                if (!(e[p] <= bound))
+                    fail_msg("%s %s: error %.3g above the bound %.3g (n %d, %dx%dx%d -> %d, pad "
+                             "%d, %s)",
+                             name, pass[p], e[p], bound, s->n, s->c, s->h, s->w, s->oc, s->pad,
+                             rg->name);
+            }
+            free(r.ex.ws);
+            free(x), free(w), free(dy), free(ry), free(rdx), free(rdw), free(y), free(dx), free(dw);
+        }
+    printf("  %s worst: forward %.2e, input gradient %.2e, weight gradient %.2e (bound %.1e)\n",
+           name, worst[0], worst[1], worst[2], bound);
+}
+
+static void test_f2_accuracy(void **state)
+{
+    (void)state;
+    check_accuracy(HCNN_CONV_WINOGRAD_F2, "F(2x2,3x3)", BOUND_F2);
+}
+
+static void test_f4_accuracy(void **state)
+{
+    (void)state;
+    check_accuracy(HCNN_CONV_WINOGRAD_F4, "F(4x4,3x3)", BOUND_F4);
+}
+
+/* The same call on 1, 2 and 3 threads: the same bits (the chunks, blocks
+ * and sums are fixed by the shape). */
+static void check_threads(hcnn_conv_algo algo)
+{
+    const int saved = omp_get_max_threads();
+    for (size_t k = 0; k < NSHAPES; k++) {
+        const shape *s = &shapes[k];
+        uint64_t seed = 77 + k;
+        const size_t nx = (size_t)s->n * s->c * s->h * s->w, nw = (size_t)s->oc * s->c * 9;
+        const size_t ny = (size_t)s->n * s->oc * out_size(s, s->h) * out_size(s, s->w);
+        float *x = random_floats(nx, -1, 1, &seed), *w = random_floats(nw, -1, 1, &seed);
+        float *dy = random_floats(ny, -1, 1, &seed);
+        float *out[3][3];
+        for (int t = 0; t < 3; t++) {
+            omp_set_num_threads(t + 1);
+            conv_run r;
+            run_init(&r, s, algo);
+            out[t][0] = malloc(ny * sizeof(float)), out[t][1] = malloc(nx * sizeof(float));
+            out[t][2] = malloc(nw * sizeof(float));
+            assert_true(out[t][0] && out[t][1] && out[t][2]);
+            run_all(&r, s, x, w, dy, out[t][0], out[t][1], out[t][2]);
+            free(r.ex.ws);
+        }
+        const size_t sizes[3] = {ny, nx, nw};
+        for (int t = 1; t < 3; t++)
+            for (int p = 0; p < 3; p++)
+                if (memcmp(out[0][p], out[t][p], sizes[p] * sizeof(float)))
+                    fail_msg("shape %zu, result %d: 1 and %d threads differ", k, p, t + 1);
+        for (int t = 0; t < 3; t++)
+            for (int p = 0; p < 3; p++)
+                free(out[t][p]);
+        free(x), free(w), free(dy);
+    }
+    omp_set_num_threads(saved);
+}
+
+static void test_f2_threads(void **state)
+{
+    (void)state;
+    check_threads(HCNN_CONV_WINOGRAD_F2);
+}
+
+static void test_f4_threads(void **state)
+{
+    (void)state;
+    check_threads(HCNN_CONV_WINOGRAD_F4);
+}
+
+int main(void)
+{
+    hcnn_blas_single_threaded();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f2_accuracy),
+        cmocka_unit_test(test_f4_accuracy),
+        cmocka_unit_test(test_f2_threads),
+        cmocka_unit_test(test_f4_threads),
+    };
+    return cmocka_run_group_tests_name("winograd", tests, NULL, NULL);
+}
