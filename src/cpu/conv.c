@@ -393,7 +393,7 @@ static int winograd_backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, cons
         int rc = hcnn_cpu_winograd_bwd_filter(l, ctx, x, dy, dw, n);
         if (rc)
             return rc;
-    } else if (dw) {
+    } else if (dw || db) {
         conv_backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
     }
     return dx ? hcnn_cpu_winograd_bwd_data(l, ctx, w, dy, dx, dx_acc, n) : HCNN_OK;

@@ -6,27 +6,29 @@
  *   U = G g G^T  [a][a]       V = B^T d B  [a][a]       Y = A^T (sum_c U . V) A
  * and with xi = (k, l) one of the a^2 tile positions, the channel sum is a
  * GEMM per position over all tiles T of a chunk of images:
- *   M[xi] = U[xi] V[xi]        [Cout][T] = [Cout][C] [C][T]
- * so the BLAS still does the heavy work (a^2 GEMMs of Cout x T x C for the
- * 9 of one Cout x T x C im2col GEMM of m^2 more columns).
+ *   M[xi] = V[xi] U[xi]^T      [T][Cout] = [T][C] [C][Cout]
+ * so the BLAS still does the heavy work (a^2 GEMMs of T x Cout x C for the
+ * 9 of one im2col GEMM with m^2 T columns).
  * Backward, the same three steps:
  *   input gradient: dx = the forward of dy with the flipped, channel-
  *     transposed filter (W'[c][co][i][j] = W[co][c][2-i][2-j]) and padding
  *     2 - p, whose output is the input's size;
  *   weight gradient (the chain rule through the forward's transforms):
- *     dM = A dY A^T per output tile,  dU[xi] += dM[xi] V[xi]^T  [Cout][C],
+ *     dM = A dY A^T per output tile,  dU[xi] += dM[xi]^T V[xi]  [Cout][C],
  *     dW += G^T dU G.
  * Tiles past the output's edge read zeros (padding) and their outputs are
  * dropped; their dy is zero.
  *
- * Layout: V and M are [a^2][channels][T] (tile-major rows, T contiguous),
- * U and dU [a^2][Cout][C].  The transforms are applied one axis at a time
- * to whole rows (vectorised loops over x or over tiles); the work runs in
- * phases over a chunk of images (transform, GEMMs, inverse transform), each
- * phase's items fixed by the shape and split between threads, so that who
- * runs an item never changes its bits.  The chunk's images, the GEMMs'
- * column blocks and the weight gradient's row blocks depend on the layer's
- * shape and n only: the same bits on 1 thread or 64. */
+ * Layout: an image goes channels-last first (one transpose), so that every
+ * transform is a loop over contiguous channels, whatever the plane's size;
+ * V and M are [a^2][T][channels], U and dU [a^2][Cout][C].  A transform is
+ * applied one axis at a time (the *_rows functions below).  The work runs
+ * in phases over a chunk of images (transform, GEMMs, inverse transform),
+ * each phase's items fixed by the shape and split between threads, so that
+ * who runs an item never changes its bits.  The chunk's images, the GEMMs'
+ * tile and channel blocks depend on the layer's shape and n only: the same
+ * bits on 1 thread or 64.  The measurements behind the constants are in
+ * docs/performance.md, "Winograd". */
 #include <stdio.h>
 
 #include "conv_plan.h"
@@ -39,7 +41,6 @@
 #define ROWS_DECL const float *const *restrict in, float *const *restrict out, int n
 
 /* B^T: a inputs -> a outputs */
-HCNN_MULTIVERSION
 HCNN_MULTIVERSION
 static void bt_rows(int m, ROWS_DECL)
 {
@@ -72,7 +73,6 @@ static void bt_rows(int m, ROWS_DECL)
 
 /* A^T: a inputs -> m outputs */
 HCNN_MULTIVERSION
-HCNN_MULTIVERSION
 static void at_rows(int m, ROWS_DECL)
 {
     if (m == 2) {
@@ -99,7 +99,6 @@ static void at_rows(int m, ROWS_DECL)
 }
 
 /* A (the transpose of A^T): m inputs -> a outputs */
-HCNN_MULTIVERSION
 HCNN_MULTIVERSION
 static void a_rows(int m, ROWS_DECL)
 {
@@ -132,7 +131,6 @@ static void a_rows(int m, ROWS_DECL)
 
 /* G: 3 inputs -> a outputs */
 HCNN_MULTIVERSION
-HCNN_MULTIVERSION
 static void g_rows(int m, ROWS_DECL)
 {
     const float *g0 = in[0], *g1 = in[1], *g2 = in[2];
@@ -163,7 +161,6 @@ static void g_rows(int m, ROWS_DECL)
 }
 
 /* G^T: a inputs -> 3 outputs */
-HCNN_MULTIVERSION
 HCNN_MULTIVERSION
 static void gt_rows(int m, ROWS_DECL)
 {
