@@ -91,6 +91,26 @@ expect_fail unknown_name "OpenBLAS has no kernels 'NoSuchCore'" \
 expect_fail bad_name_chars "blas_kernels.*expected a name" \
     "$HCNN" "${TRAIN[@]}" --set 'blas_kernels=Sky lake'
 
+# blas_kernels: auto (the default) makes one choice per CPU, library build
+# and model, measured on one thread: runs at 1, 2 and 17 threads share one
+# table and write byte-identical checkpoints.  (Whether a fresh measurement
+# makes the same choice depends on timings: not a test, see README, "Which
+# OpenBLAS kernels".)
+case_begin auto_same_choice_any_thread_count
+rm -rf "$XDG_CACHE_HOME"
+why=
+for t in 1 2 17; do
+    OMP_NUM_THREADS=$t "$HCNN" "${TRAIN[@]}" --set threads=$t --set checkpoint_dir="$WORK/ck-t$t" \
+        >"$WORK/auto-t$t.log" 2>&1 || why="$why; $t threads failed: $(tail -n 1 "$WORK/auto-t$t.log")"
+    k=$(header_kernels "$WORK/auto-t$t.log")
+    [ "$k" = "$(header_kernels "$WORK/auto-t1.log")" ] || why="$why; $t threads chose $k"
+    [ "$t" = 1 ] || same_bits "$WORK/ck-t1/final.hcnn" "$WORK/ck-t$t/final.hcnn" ||
+        why="$why; $t threads: other bits"
+done
+tables=$(ls "$XDG_CACHE_HOME"/hcnn/blas-*.txt 2>/dev/null | wc -l)
+[ "$tables" -eq 1 ] || why="$why; $tables tables, expected 1"
+if [ -z "$why" ]; then case_ok; else case_fail "${why#; }"; fi
+
 # MPI: the ranks share the node's table (one measures, the other waits on
 # the lock) and agree; ranks with different kernels are stopped at start
 case_begin mpi_ranks_share_the_choice

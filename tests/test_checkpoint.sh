@@ -155,5 +155,16 @@ if [ "$(head -n 1 "$WORK/m/run.csv")" = "$want" ] && [ "$(wc -l <"$WORK/m/run.cs
 else
     case_fail "$(head -n 2 "$WORK/m/run.csv")"
 fi
+# with OpenBLAS the configuration beside the csv names the kernels the run
+# loaded (not auto), so that it reproduces the rows bit for bit
+case_begin csv_config_names_the_kernels
+if ! "$HCNN" --version | grep -q '^BLAS: OpenBLAS'; then
+    case_skip "not OpenBLAS: no kernels to name"
+elif grep -qE '^blas_kernels: [A-Za-z0-9_]+$' "$WORK/m/run.config.yaml" &&
+     ! grep -qE '^blas_kernels: (auto|env)$' "$WORK/m/run.config.yaml"; then
+    case_ok
+else
+    case_fail "$(grep blas_kernels "$WORK/m/run.config.yaml")"
+fi
 
 finish

@@ -54,6 +54,8 @@ int hcnn_blas_env_world(void);
 /* The kernels running: OpenBLAS's core type, BLIS's architecture, "" for a
  * generic CBLAS (the ranks of a job check that they agree). */
 const char *hcnn_blas_kernels(void);
+/* 1 if blas_kernels can name kernels (OpenBLAS), 0 for BLIS or a generic CBLAS */
+int hcnn_blas_selectable(void);
 
 /* One line for the run header: the library, its kernels and why. */
 const char *hcnn_blas_describe(char *buf, int cap);

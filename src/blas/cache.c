@@ -107,6 +107,7 @@ int blas_cache_read(const char *dir, blas_table *t)
     int ok = 0, magic = 0, keyok = 0;
     blas_table r = *t;
     r.n = 0, r.choice = r.baseline = -1;
+    r.margin = BLAS_KEEP_MARGIN; /* a table written before the margin was kept */
     while (fgets(line, sizeof line, f)) {
         int version;
         if (sscanf(line, CACHE_MAGIC " %d", &version) == 1)
@@ -119,6 +120,8 @@ int blas_cache_read(const char *dir, blas_table *t)
             r.baseline = atoi(v);
         else if (field(line, "choice", v, sizeof v))
             r.choice = atoi(v);
+        else if (field(line, "margin", v, sizeof v))
+            r.margin = atof(v);
         else if (field(line, "candidate", v, sizeof v) && r.n < BLAS_MAX_CANDIDATES) {
             blas_candidate *c = &r.c[r.n];
             memset(c, 0, sizeof *c);
@@ -150,8 +153,9 @@ int blas_cache_write(const char *dir, blas_table *t)
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     int n = snprintf(buf, sizeof buf,
                      CACHE_MAGIC " %d\n# written by hcnn (blas_kernels: auto, hcnn tune) on %s\n"
-                     "key %s\nmodel %s\nseconds %.3f\nbaseline %d\nchoice %d\n",
-                     CACHE_VERSION, when, t->key, t->model, t->measure_s, t->baseline, t->choice);
+                     "key %s\nmodel %s\nseconds %.3f\nbaseline %d\nchoice %d\nmargin %.4f\n",
+                     CACHE_VERSION, when, t->key, t->model, t->measure_s, t->baseline, t->choice,
+                     t->margin);
     for (int i = 0; i < t->n && n < (int)sizeof buf; i++) {
         const blas_candidate *c = &t->c[i];
         n += snprintf(buf + n, sizeof buf - (size_t)n, "candidate %s %s %.6f %s\n", c->name,

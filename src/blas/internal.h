@@ -35,6 +35,7 @@ typedef struct blas_candidate {
     char asked[BLAS_NAME_MAX];  /* OPENBLAS_CORETYPE given to the child ("": none) */
     char source[64];            /* why it is a candidate */
     double seconds;             /* median over rounds; < 0: failed */
+    double spread;              /* (max - min) / min over its rounds */
     char failure[96];
 } blas_candidate;
 
@@ -45,15 +46,25 @@ typedef struct blas_table {
     int n;
     int baseline;               /* what would run without hcnn: the environment's or detected */
     int choice;                 /* index into c */
+    double margin;              /* within it of the fastest counts as as fast */
     double measure_s;           /* wall time of the measurement */
     char cache_path[1024];
 } blas_table;
+
+/* Kernels within this fraction of the fastest count as fast as it, or
+ * within the fastest's own spread over its rounds if larger, up to
+ * BLAS_MAX_MARGIN (measure.c). */
+#define BLAS_KEEP_MARGIN 0.03
+#define BLAS_MAX_MARGIN 0.10
+
+/* The measurement's threads: 1, whatever the run's (select.c). */
+#define BLAS_MEASURE_THREADS 1
 
 /* Everything a measurement needs to know about the run. */
 typedef struct blas_run {
     const hcnn_config *cfg;
     int world;                  /* ranks of the job */
-    int threads;                /* the run's OpenMP threads */
+    int threads;                /* the measurement's OpenMP threads */
     const char *env_core;       /* the environment's OPENBLAS_CORETYPE ("" or NULL: unset) */
 } blas_run;
 

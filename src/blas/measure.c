@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/wait.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include "hcnn/common.h"
@@ -34,8 +35,12 @@ extern char **environ;
 #define CHILD_TIMEOUT_S 300
 /* how long a stop signal may wait while a child runs */
 #define POLL_SLICE_MS 50
-/* kernels within this fraction of the fastest count as fast as it */
-#define KEEP_MARGIN 0.03
+/* kernels within BLAS_KEEP_MARGIN of the fastest count as fast as it, or
+ * within the fastest's own spread ((max - min) / min over its rounds) if
+ * larger, up to BLAS_MAX_MARGIN (internal.h): on a loaded machine two
+ * kernel types a few percent apart swap places from one measurement to the
+ * next, and a fixed preference (the order of the candidates) then breaks
+ * the tie the same way every time */
 
 /* ---- candidates ------------------------------------------------------------- */
 
@@ -265,6 +270,7 @@ int blas_measure(const blas_run *run, blas_table *t)
         return HCNN_ENOMEM;
     }
     *copy = *run->cfg;
+    copy->threads = run->threads;
     int rc = hcnn_config_write(copy, cfg_file);
     free(copy);
     if (rc) {
@@ -348,6 +354,12 @@ int blas_measure(const blas_run *run, blas_table *t)
         }
         if (alive[i]) {
             c.seconds = hcnn_median(times[i], rounds[i]);
+            double lo = times[i][0], hi = times[i][0];
+            for (int r = 1; r < rounds[i]; r++) {
+                lo = times[i][r] < lo ? times[i][r] : lo;
+                hi = times[i][r] > hi ? times[i][r] : hi;
+            }
+            c.spread = lo > 0 ? (hi - lo) / lo : 0.0;
         } else {
             c.seconds = -1;
             if (!c.name[0])
@@ -360,10 +372,23 @@ int blas_measure(const blas_run *run, blas_table *t)
     }
     t->n = n;
     t->baseline = env_index >= 0 ? env_index : 0;
+    /* the margin: the fastest candidate's spread over its rounds, at least
+     * BLAS_KEEP_MARGIN, at most BLAS_MAX_MARGIN (one slow round of another
+     * candidate must not make a kernel type 9x slower count as equal: a
+     * loaded 2-core VM measured 203%) */
+    int fastest = -1;
+    for (int i = 0; i < t->n; i++)
+        if (t->c[i].seconds > 0 && (fastest < 0 || t->c[i].seconds < t->c[fastest].seconds))
+            fastest = i;
+    double margin = fastest >= 0 ? t->c[fastest].spread : 0.0;
+    margin = margin < BLAS_KEEP_MARGIN ? BLAS_KEEP_MARGIN
+             : margin > BLAS_MAX_MARGIN ? BLAS_MAX_MARGIN
+                                        : margin;
+    t->margin = margin;
     if (t->n == 0 || t->c[t->baseline].seconds <= 0)
         return hcnn_error("BLAS kernels: the measurement failed (%s)",
                           t->n ? t->c[0].failure : "no candidate");
-    /* the kernels that would load anyway if within KEEP_MARGIN of the
+    /* the kernels that would load anyway if within the margin of the
      * fastest, else the first (in candidate order) within it: measurements
      * on nodes of one type then agree even when two candidates are close */
     double best = t->c[t->baseline].seconds;
@@ -371,8 +396,8 @@ int blas_measure(const blas_run *run, blas_table *t)
         if (t->c[i].seconds > 0 && t->c[i].seconds < best)
             best = t->c[i].seconds;
     t->choice = t->baseline;
-    for (int i = t->n - 1; i >= 0 && t->c[t->baseline].seconds * (1.0 - KEEP_MARGIN) > best; i--)
-        if (t->c[i].seconds > 0 && t->c[i].seconds * (1.0 - KEEP_MARGIN) <= best)
+    for (int i = t->n - 1; i >= 0 && t->c[t->baseline].seconds * (1.0 - margin) > best; i--)
+        if (t->c[i].seconds > 0 && t->c[i].seconds * (1.0 - margin) <= best)
             t->choice = i;
     t->measure_s = hcnn_now() - t0;
     return HCNN_OK;
@@ -420,7 +445,12 @@ int blas_table_key(const blas_run *run, blas_table *t)
 {
     hcnn_pass_gemms g;
     int n;
+    /* the GEMM list as the measurement's threads issue it (a pass's
+     * per-thread items depend on the thread count) */
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(run->threads);
     const int rc = blas_model_gemms(run, 0, &g, &n);
+    omp_set_num_threads(saved);
     if (rc)
         return rc;
     char cpu[256], build[512];
@@ -463,7 +493,7 @@ void blas_table_note(const blas_table *t, int cached, char *buf, int cap)
     int n;
     if (t->choice == t->baseline)
         n = snprintf(buf, (size_t)cap, "%s (auto: %s, none measured %.0f%% faster", c->name, why,
-                     KEEP_MARGIN * 100);
+                     t->margin * 100);
     else
         n = snprintf(buf, (size_t)cap, "%s (auto: %.2fx faster than %s %s", c->name,
                      b->seconds / c->seconds, b->name, why);

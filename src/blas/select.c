@@ -31,6 +31,8 @@ int hcnn_blas_env_world(void)
 
 const char *hcnn_blas_kernels(void) { return blas_loaded_kernels(); }
 
+int hcnn_blas_selectable(void) { return blas_kernels_selectable(); }
+
 const char *hcnn_blas_describe(char *buf, int cap)
 {
     char lib[128];
@@ -106,7 +108,12 @@ static int auto_table(const blas_run *run, blas_table *t, int remeasure, int *ca
 static blas_run run_of(const hcnn_config *cfg, int world)
 {
     blas_run run = {.cfg = cfg, .world = world, .env_core = original_coretype()};
-    run.threads = hcnn_setup_threads(cfg);
+    (void)hcnn_setup_threads(cfg);
+    /* measured on one thread, whatever the run's count: hcnn calls the
+     * BLAS single-threaded on pieces fixed by shape, so one core's speed
+     * decides, and every thread count of a model on this CPU and library
+     * shares one choice (and so one set of bits) */
+    run.threads = BLAS_MEASURE_THREADS;
     return run;
 }
 

@@ -156,7 +156,9 @@ static int csv_start(const hcnn_config *cfg, int fd)
     return HCNN_OK;
 }
 
-/* The configuration beside the csv (<csv minus .csv>.config.yaml). */
+/* The configuration beside the csv (<csv minus .csv>.config.yaml), with
+ * blas_kernels naming the OpenBLAS kernels this run loaded (auto's or the
+ * environment's choice): the file reproduces the rows bit for bit. */
 static int csv_write_config(const hcnn_config *cfg)
 {
     char cfgpath[HCNN_PATH_MAX + 16];
@@ -165,7 +167,15 @@ static int csv_write_config(const hcnn_config *cfg)
     if (dot && !strchr(dot, '/'))
         *dot = '\0';
     strncat(cfgpath, ".config.yaml", sizeof cfgpath - strlen(cfgpath) - 1);
-    return hcnn_config_write(cfg, cfgpath);
+    hcnn_config *copy = hcnn_alloc(sizeof *copy, "the run's configuration");
+    if (!copy)
+        return HCNN_ENOMEM;
+    *copy = *cfg;
+    if (hcnn_blas_selectable() && hcnn_blas_kernels()[0])
+        snprintf(copy->blas_kernels, sizeof copy->blas_kernels, "%s", hcnn_blas_kernels());
+    const int rc = hcnn_config_write(copy, cfgpath);
+    hcnn_free(copy);
+    return rc;
 }
 
 /* The per-epoch metrics file (rank 0), and the configuration beside it so
