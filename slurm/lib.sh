@@ -219,6 +219,29 @@ job_hcnn_check() {
     job_error 1 "$line$hint"
 }
 
+# job_srun_mpi RANKS: srun's --mpi option for a step of RANKS tasks, in the
+# array SRUN_MPI_OPT.  SRUN_MPI if set; else, for several ranks, pmix when
+# `srun --mpi=list` offers it (hcnn's OpenMPI starts its ranks through PMIx;
+# on a cluster whose MpiDefault is none, a plain srun would end in OpenMPI's
+# page about PMI support), said in the job log; else nothing, and one line
+# saying what to set if the ranks do not start.
+job_srun_mpi() {
+    SRUN_MPI_OPT=()
+    if [ -n "${SRUN_MPI:-}" ]; then
+        SRUN_MPI_OPT=(--mpi="$SRUN_MPI")
+        return 0
+    fi
+    [ "$1" -gt 1 ] || return 0
+    local list
+    list=$(srun --mpi=list 2>&1 | sed -n 's/^[[:space:]]*\([a-z0-9_]*\)[[:space:]]*$/\1/p' | tr '\n' ' ')
+    if [[ " $list" == *" pmix "* ]]; then
+        SRUN_MPI_OPT=(--mpi=pmix)
+        job_note "srun --mpi=pmix (SRUN_MPI is not set; srun --mpi=list offers: ${list% })"
+    else
+        job_note "srun offers no pmix plugin (srun --mpi=list: ${list:-nothing}): the cluster's MpiDefault starts the ranks; if they fail (OpenMPI: \"PMI support\"), set SRUN_MPI to the plugin your MPI was built for, or LAUNCHER=mpirun"
+    fi
+}
+
 # job_launcher NODES RANKS PER_NODE: the launch command in the array LAUNCH
 # (empty for LAUNCHER=none).  srun: NODES nodes, RANKS tasks, binding left to
 # OpenMP, a rank that exits non-zero (75 after a checkpoint) does not kill
@@ -229,8 +252,10 @@ job_hcnn_check() {
 job_launcher() {
     local nodes=$1 ranks=$2 per_node=$3 map
     case "$LAUNCHER" in
-    srun) LAUNCH=(srun --nodes="$nodes" --ntasks="$ranks" --cpu-bind=none --kill-on-bad-exit=0
-                  ${SRUN_MPI:+--mpi="$SRUN_MPI"}) ;;
+    srun)
+        job_srun_mpi "$ranks"
+        LAUNCH=(srun --nodes="$nodes" --ntasks="$ranks" --cpu-bind=none --kill-on-bad-exit=0
+                "${SRUN_MPI_OPT[@]}") ;;
     mpirun)
         map=node
         [ "$per_node" -gt 1 ] && map=ppr:$per_node:node

@@ -334,6 +334,38 @@ for launcher in srun mpirun; do
     stopped "p_term_$launcher" "$launcher" 0 "$WORK/p_term_$launcher/elsewhere"
 done
 
+# srun's MPI plugin: SRUN_MPI if set; else pmix when srun --mpi=list offers
+# it (a cluster whose MpiDefault is none), said in the log; else a line on
+# what to set
+# mpi_plugin NAME WANT-OPTION WANT-NOTE [VAR=VALUE...]: a 2-rank job of one epoch
+mpi_plugin() {
+    local name=$1 want=$2 note=$3
+    shift 3
+    run_job "$name" train 2 1 "${SMALL[@]}" RUN_DIR="$WORK/$name/run" "$@" -- "${TINY[@]}" --set epochs=1
+    local step
+    step=$(grep '^srun .*train' "$WORK/$name.slurm" | head -n 1)
+    if [ "$rc" -ne 0 ]; then
+        case_fail "exit $rc"; show "$name"
+    elif [ -n "$want" ] && [[ "$step" != *" $want "* ]]; then
+        case_fail "the step lacks $want: $step"
+    elif [ -z "$want" ] && [[ "$step" == *--mpi* ]]; then
+        case_fail "the step has an --mpi option: $step"
+    elif [ -n "$note" ] && ! grep -q -- "$note" "$WORK/$name.out"; then
+        case_fail "no line '$note' in the job's log"; show "$name"
+    elif [ -z "$note" ] && grep -q 'srun --mpi=pmix (SRUN_MPI\|srun offers no pmix' "$WORK/$name.out"; then
+        case_fail "a plugin note although SRUN_MPI is set"; show "$name"
+    else
+        echo "# ${step%% --*}... $(grep -m1 -- 'pmix' "$WORK/$name.out")"
+        case_ok
+    fi
+}
+case_begin srun_mpi_pmix_when_offered
+mpi_plugin m_pmix --mpi=pmix "train.sbatch: srun --mpi=pmix (SRUN_MPI is not set; srun --mpi=list offers: cray_shasta none pmi2 pmix)"
+case_begin srun_mpi_none_offered_says_what_to_set
+mpi_plugin m_nopmix "" "srun offers no pmix plugin (srun --mpi=list: none pmi2 ).*set SRUN_MPI" FAKE_SRUN_MPI_LIST="none pmi2"
+case_begin srun_mpi_setting_wins
+mpi_plugin m_set --mpi=pmi2 "" SRUN_MPI=pmi2
+
 # scancel signals every process of the job, the launcher and the ranks too:
 # under srun, 75 and the checkpoint; OpenMPI's mpirun, signalled itself, ends
 # the ranks and exits 1 whether or not they finished their checkpoint, so the
@@ -417,7 +449,7 @@ scaled() {
         case_fail "the table's scaling (and threads != 1) values are '$got', not '$want': $(cat "$table")"; return
     fi
     if [ "$launcher" = srun ]; then
-        if ! grep -q '^srun --cpu-bind=none --kill-on-bad-exit=0 --nodes=2 --ntasks=2 ' "$WORK/$name.slurm" ||
+        if ! grep -qE '^srun --cpu-bind=none --kill-on-bad-exit=0 (--mpi=pmix )?--nodes=2 --ntasks=2 ' "$WORK/$name.slurm" ||
             grep -q -- '--nodes=[3-9]\|--ntasks=[3-9]' "$WORK/$name.slurm"; then
             case_fail "srun steps: $(cat "$WORK/$name.slurm")"; return
         fi
@@ -441,10 +473,11 @@ scaled s_weak weak srun
 case_begin scaling_defaults_dry_run
 run_job s_dry scaling 2 1 -- --dry-run
 # the defaults: both scalings, the rank counts that fit, the node's threads,
-# 3 repeats, ResNet-18 on synthetic data, srun, results/<job id>
+# 3 repeats, ResNet-18 on synthetic data, srun (--mpi=pmix: the stand-in
+# offers it), results/<job id>
 missing=""
 for piece in "$(printf '%q ' --scaling "strong weak" --ranks "1 2" --threads 1 --repeats 3 --config configs/cifar_resnet18.yaml --epochs 3)" \
-    "$(printf '%q ' --mpirun "srun --cpu-bind=none --kill-on-bad-exit=0" --stages "2 4 8" --microbatches 4 --weak "data pipeline")" \
+    "$(printf '%q ' --mpirun "srun --cpu-bind=none --kill-on-bad-exit=0 --mpi=pmix" --stages "2 4 8" --microbatches 4 --weak "data pipeline")" \
     "$(printf '%q ' --out "results/$JOBID")" "$(printf '%q' "--set dataset=synthetic --set synthetic_train=32768")"; do
     grep -qF -- "$piece" "$WORK/s_dry.out" || missing="$missing [$piece]"
 done
