@@ -407,41 +407,55 @@ static wino_scratch scratch_of(const wino_job *j, int t)
     return w;
 }
 
+typedef void (*rows_fn)(int m, ROWS_DECL);
+
+/* out[xi][t0 + tile][c] = T d T^T for every tile d of a channels-last image
+ * img (h x w pixels of C channels): the tile at (ty, tx) is the n x n
+ * pixels from (ty*m - py, tx*m - px), zero outside the image; T, n inputs
+ * -> a outputs, is fn (along i, then along j). */
+static void transform_tiles(const wino_job *j, const float *img, int h, int w, int py, int px,
+                            int n, int C, rows_fn fn, float *out, size_t t0,
+                            const wino_scratch *sc)
+{
+    const wino_shape *s = &j->s;
+    const int m = s->m, a = s->a;
+    const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
+    zero_floats(sc->zero, C);
+    for (int ty = 0; ty < s->nty; ty++)
+        for (int tx = 0; tx < s->ntx; tx++) {
+            const size_t t = t0 + (size_t)ty * s->ntx + tx;
+            for (int jj = 0; jj < n; jj++) { /* along i, column jj of the tile */
+                const int ix = tx * m - px + jj;
+                const float *in[6];
+                float *o[6];
+                for (int i = 0; i < n; i++) {
+                    const int iy = ty * m - py + i;
+                    in[i] = iy >= 0 && iy < h && ix >= 0 && ix < w
+                                ? img + ((size_t)iy * w + ix) * C
+                                : sc->zero;
+                }
+                for (int k = 0; k < a; k++)
+                    o[k] = sc->tmp + (size_t)(k * a + jj) * mc;
+                fn(m, in, o, C);
+            }
+            for (int k = 0; k < a; k++) { /* along j, into out */
+                const float *in[6];
+                float *o[6];
+                for (int jj = 0; jj < n; jj++)
+                    in[jj] = sc->tmp + (size_t)(k * a + jj) * mc;
+                for (int l = 0; l < a; l++)
+                    o[l] = out + ((size_t)(k * a + l) * T + t) * C;
+                fn(m, in, o, C);
+            }
+        }
+}
+
 /* V[xi][t0 + tile][c] = B^T d B for every tile of image x (cin planes) */
 static void input_image(const wino_job *j, const float *x, size_t t0, const wino_scratch *w)
 {
     const wino_shape *s = &j->s;
-    const int m = s->m, a = s->a, C = s->cin;
-    const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
-    hcnn_cpu_transpose(NULL, x, C, s->h * s->w, w->img); /* [h*w][C] */
-    zero_floats(w->zero, C);
-    for (int ty = 0; ty < s->nty; ty++)
-        for (int tx = 0; tx < s->ntx; tx++) {
-            const size_t t = t0 + (size_t)ty * s->ntx + tx;
-            for (int jj = 0; jj < a; jj++) { /* along i, column jj of the tile */
-                const int ix = tx * m - s->pw + jj;
-                const float *in[6];
-                float *out[6];
-                for (int i = 0; i < a; i++) {
-                    const int iy = ty * m - s->ph + i;
-                    in[i] = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w
-                                ? w->img + ((size_t)iy * s->w + ix) * C
-                                : w->zero;
-                }
-                for (int k = 0; k < a; k++)
-                    out[k] = w->tmp + (size_t)(k * a + jj) * mc;
-                bt_rows(m, in, out, C);
-            }
-            for (int k = 0; k < a; k++) { /* along j, into V */
-                const float *in[6];
-                float *out[6];
-                for (int jj = 0; jj < a; jj++)
-                    in[jj] = w->tmp + (size_t)(k * a + jj) * mc;
-                for (int l = 0; l < a; l++)
-                    out[l] = j->V + ((size_t)(k * a + l) * T + t) * C;
-                bt_rows(m, in, out, C);
-            }
-        }
+    hcnn_cpu_transpose(NULL, x, s->cin, s->h * s->w, w->img); /* [h*w][C] */
+    transform_tiles(j, w->img, s->h, s->w, s->ph, s->pw, s->a, s->cin, bt_rows, j->V, t0, w);
 }
 
 /* dM[xi][t0 + tile][co] = A dY A^T for every tile of image dy (cout planes),
@@ -449,36 +463,8 @@ static void input_image(const wino_job *j, const float *x, size_t t0, const wino
 static void dy_image(const wino_job *j, const float *dy, size_t t0, const wino_scratch *w)
 {
     const wino_shape *s = &j->s;
-    const int m = s->m, a = s->a, C = s->cout;
-    const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
-    hcnn_cpu_transpose(NULL, dy, C, s->oh * s->ow, w->img); /* [oh*ow][Cout] */
-    zero_floats(w->zero, C);
-    for (int ty = 0; ty < s->nty; ty++)
-        for (int tx = 0; tx < s->ntx; tx++) {
-            const size_t t = t0 + (size_t)ty * s->ntx + tx;
-            for (int q = 0; q < m; q++) { /* along r, column q of the tile */
-                const int ox = tx * m + q;
-                const float *in[4];
-                float *out[6];
-                for (int r = 0; r < m; r++) {
-                    const int oy = ty * m + r;
-                    in[r] = oy < s->oh && ox < s->ow ? w->img + ((size_t)oy * s->ow + ox) * C
-                                                     : w->zero;
-                }
-                for (int k = 0; k < a; k++)
-                    out[k] = w->tmp + (size_t)(k * a + q) * mc;
-                a_rows(m, in, out, C);
-            }
-            for (int k = 0; k < a; k++) { /* along q, into dM */
-                const float *in[4];
-                float *out[6];
-                for (int q = 0; q < m; q++)
-                    in[q] = w->tmp + (size_t)(k * a + q) * mc;
-                for (int l = 0; l < a; l++)
-                    out[l] = j->M + ((size_t)(k * a + l) * T + t) * C;
-                a_rows(m, in, out, C);
-            }
-        }
+    hcnn_cpu_transpose(NULL, dy, s->cout, s->oh * s->ow, w->img); /* [oh*ow][Cout] */
+    transform_tiles(j, w->img, s->oh, s->ow, 0, 0, s->m, s->cout, a_rows, j->M, t0, w);
 }
 
 /* Output image y (cout planes) from M: Y = A^T M A per tile, channels-last,
