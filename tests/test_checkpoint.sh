@@ -92,6 +92,21 @@ usr1_under_mpirun() { # name, strategy args...
 }
 usr1_under_mpirun sigusr1_under_mpirun strategy=data
 usr1_under_mpirun sigusr1_pipeline_under_mpirun strategy=pipeline stages=2
+# with batch-norm: each rank's running statistics are its own until they are
+# averaged at the end of an epoch; a signal inside an epoch must average them
+# too before the replicas are compared (it ended in "replicas diverged",
+# exit 1, no checkpoint)
+case_begin sigusr1_batchnorm_data_under_mpirun
+"${MPIRUN[@]}" -np 2 "$HCNN" train --config "$HCNN_SRCDIR/configs/synthetic_resnet.yaml" -q --set csv= \
+    --set strategy=data --set checkpoint_dir="$WORK/bnsig" --set epochs=200 --set checkpoint_every=0 \
+    --set blas_kernels=env >"$WORK/bnsig.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q '^epoch=' "$WORK/bnsig.log" && break; sleep 0.1; done
+kill -USR1 "$(pgrep -P "$pid" mpirun)"
+wait "$pid"
+rc=$?
+if [ $rc -eq 75 ] && ls "$WORK/bnsig"/ckpt-s*.hcnn >/dev/null 2>&1; then case_ok
+else case_fail "exit $rc: $(tail -n 4 "$WORK/bnsig.log")"; fi
 
 case_begin sigkill_while_writing_keeps_a_loadable_checkpoint
 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/kill" --set epochs=100000 --set checkpoint_every=1 \

@@ -292,8 +292,15 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
          * its last step the epoch is complete and is evaluated and reported
          * first (its line and CSV row would otherwise be lost for good: the
          * resumed run starts the next epoch) */
-        if (stop == 2 && done < (int)steps_per_epoch)
+        if (stop == 2 && done < (int)steps_per_epoch) {
+            /* the ranks' batch-norm statistics, averaged as at an epoch's
+             * end (all ranks stop at the same step): the replicas are
+             * compared below, and the checkpoint must hold one model
+             * (without this, data-parallel batch-norm models stopped by
+             * Slurm's USR1 failed "replicas diverged" with no checkpoint) */
+            rc = run_average_bn_state(&r);
             break;
+        }
         rc = report_reduce_epoch(&r, &st);
         const double te = hcnn_now();
         if (!rc)
