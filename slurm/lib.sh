@@ -39,9 +39,11 @@ job_date() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 # Traps from the start, so that a signal during the checks is not lost: the
 # job then stops before launching anything.  While something runs (job_run),
 # the signal goes on to it: to the launcher (JOB_FORWARD=pid; srun passes
-# TERM and USR1 to every process of every task, scripts/hcnn-mpirun turns
-# TERM into USR1 for mpirun, which passes USR1 on to each rank's process
-# group), to the process group of a command started in a session of its own
+# USR1 to every process of every task but turns a TERM it receives into
+# SIGKILL of its tasks ("forcing job termination", Slurm 22.05), so srun gets
+# USR1 for TERM and INT too: hcnn's stop is the same; scripts/hcnn-mpirun
+# turns TERM into USR1 for mpirun, which passes USR1 on to each rank's
+# process group), to the process group of a command started in a session of its own
 # (JOB_FORWARD=group: likwid-perfctr and the hcnn it runs, with no launcher),
 # or to every process below the job (JOB_FORWARD=tree: the sweep of the
 # scaling jobs, which has no handler).
@@ -65,6 +67,7 @@ job_wait_tree() { # the processes job_signal_tree signalled: 30 s to end, then K
 job_on_signal() { # SIG
     local to=$1
     [ "$1" = INT ] && to=TERM
+    if [ "$JOB_FORWARD" = pid ] && [ "${LAUNCHER:-}" = srun ]; then to=USR1; fi
     # when the stop was first asked for (job_train: was a checkpoint written?)
     if [ -z "$JOB_STOP" ]; then JOB_STOP_TIME=$(date +%s); fi
     JOB_STOP=$1
