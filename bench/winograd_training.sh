@@ -10,18 +10,20 @@
 # samples span a narrow range).
 #
 #   bench/winograd_training.sh [--out DIR] [--seeds "1 2 3"] [--epochs E]
-#                              [--train N] [--test N] [--batch B]
+#                              [--train N] [--test N] [--batch B] [--no-train]
 #
 # Defaults: 5 epochs of 1920 images (60 steps each at batch 32: 300 steps),
-# 1000 test images, seeds 1 2 3; about 20 minutes on 2 cores.  Writes
-# DIR/<algo>_s<seed>.csv (default DIR: results/winograd), the curves with
-# results/plot.sh into DIR/plots (loss.png, accuracy.png), and prints one
-# line per run and, last,
+# 1000 test images, seeds 1 2 3; about 20 minutes on 2 cores (--no-train:
+# only compare and plot the CSVs already in DIR).  Writes
+# DIR/<algo>_s<seed>.csv (default DIR: results/winograd), the curves into
+# DIR/curves.png (with gnuplot: train and test loss, test accuracy per
+# epoch, im2col runs blue, Winograd runs red), and prints one line per run
+# and, last,
 #   winograd_inside_im2col_range=yes|no
 # Exit status: 0 inside, 1 outside or a run failed, 2 bad command line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=results/winograd seeds="1 2 3" epochs=5 train=1920 test=1000 batch=32
+out=results/winograd seeds="1 2 3" epochs=5 train=1920 test=1000 batch=32 run=1
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=${2:?}; shift 2 ;;
@@ -30,6 +32,7 @@ while [ $# -gt 0 ]; do
     --train) train=${2:?}; shift 2 ;;
     --test) test=${2:?}; shift 2 ;;
     --batch) batch=${2:?}; shift 2 ;;
+    --no-train) run=0; shift ;;
     -h | --help) sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "winograd_training.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -40,6 +43,7 @@ HCNN=${HCNN:-./hcnn}
 mkdir -p "$out"
 rc=0
 for s in $seeds; do
+    [ "$run" = 1 ] || break
     for algo in per_thread auto; do
         name=$([ "$algo" = auto ] && echo winograd || echo im2col)_s$s
         rm -f "$out/$name.csv"
@@ -89,7 +93,34 @@ done | awk '
         print "winograd_inside_im2col_range=" (ok ? "yes" : "no")
         exit ok ? 0 : 1
     }' || rc=$?
-if command -v gnuplot >/dev/null; then
-    results/plot.sh -o "$out" --table "$out/table.csv" "$out"/*.csv >/dev/null 2>&1 || true
+# the curves: epoch, train loss, test loss, test accuracy of each run
+plot=""
+for f in "$out"/im2col_s*.csv "$out"/winograd_s*.csv; do
+    [ -f "$f" ] || continue
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+             { print $c["epoch"], $c["train_loss"], $c["test_loss"], $c["test_acc"] }' "$f" >"${f%.csv}.dat"
+    n=$(basename "$f" .csv) color=$([[ $n == im2col* ]] && echo "#1f77b4" || echo "#d62728")
+    plot="$plot'${f%.csv}.dat' using 1:COL with linespoints lc rgb '$color' title '$n' noenhanced,"
+done
+if command -v gnuplot >/dev/null && [ -n "$plot" ]; then
+    gnuplot <<EOF || echo "winograd_training.sh: gnuplot failed: no curves" >&2
+set terminal pngcairo size 1500,500
+set output '$out/curves.png'
+set multiplot layout 1,3 title 'ResNet-18, Fashion-MNIST subset: im2col (blue) and Winograd F(4x4,3x3) (red), a curve per seed'
+set xlabel 'epoch'
+set xtics 1
+set key top right
+set title 'train loss'
+plot ${plot//COL/2}
+set title 'test loss'
+set logscale y
+plot ${plot//COL/3}
+unset logscale y
+set title 'test accuracy'
+set key bottom right
+plot ${plot//COL/4}
+unset multiplot
+EOF
 fi
+rm -f "$out"/*.dat
 exit $rc
