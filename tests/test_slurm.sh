@@ -134,9 +134,11 @@ kill_tree() { # SIG PID: PID and everything below it
     kill -s "$1" "$2" 2>/dev/null
 }
 # scancel_tree PID: TERM to every process of the job below PID, as scancel
-# sends it: the batch script, the launcher, mpirun, the ranks -- but not the
-# machinery of the fake srun (its timeout and mpirun stand for slurmstepd,
-# which Slurm does not signal), only the tasks it started
+# sends it: the batch script, the launcher (mpirun), the ranks -- but not the
+# fake srun nor its machinery (its timeout and mpirun stand for slurmstepd,
+# which Slurm does not signal): only the tasks it started.  (srun itself
+# would end its tasks with SIGKILL on a TERM; the real-Slurm test,
+# tests/test_slurm_real.sh, shows that scancel leaves it alone.)
 scancel_tree() {
     local c t m
     if [[ "$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" == *"$FAKE/srun "* ]]; then
@@ -145,9 +147,9 @@ scancel_tree() {
                 for c in $(pgrep -P "$m"); do kill_tree TERM "$c"; done
             done
         done
-    else
-        for c in $(pgrep -P "$1"); do scancel_tree "$c"; done
+        return
     fi
+    for c in $(pgrep -P "$1"); do scancel_tree "$c"; done
     kill -TERM "$1" 2>/dev/null
 }
 wait_for() { # FILE PATTERN: up to 60 s, while the started job lives
