@@ -277,11 +277,12 @@ typedef struct print_job {
 
 /* The name of the backend's plan for layer l ("-" for none): the describe
  * line up to its colon. */
-static void plan_name(const hcnn_layer *l, const hcnn_ctx *ctx, int n, char *name, size_t cap)
+static void plan_name(const hcnn_layer *l, const hcnn_ctx *ctx, int n, char *how, size_t how_cap,
+                      char *name, size_t cap)
 {
-    char how[256] = "";
+    how[0] = '\0';
     if (l->ops->describe)
-        l->ops->describe(l, ctx, n, how, sizeof how);
+        l->ops->describe(l, ctx, n, how, how_cap);
     snprintf(name, cap, "%.*s", how[0] ? (int)strcspn(how, ":") : 1, how[0] ? how : "-");
 }
 
@@ -304,8 +305,8 @@ static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     }
     if (top >= 0)
         j->fwd_total += fw, j->bwd_total += bw;
-    char plan[64];
-    plan_name(l, j->ctx, j->n, plan, sizeof plan);
+    char how[256], plan[64];
+    plan_name(l, j->ctx, j->n, how, sizeof how, plan, sizeof plan);
     if (flops == 0.0) {
         fprintf(j->out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s %s\n", l->name,
                 hcnn_block_kind_name(l->kind), fw, bw, "-", "-", "-", "-", plan);
@@ -326,7 +327,6 @@ typedef struct plan_job {
     const hcnn_ctx *ctx;
     int n;
     FILE *out;
-    char summary[256];
     char names[16][32];
     int counts[16], nnames;
 } plan_job;
@@ -337,12 +337,10 @@ static void plan_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     plan_job *j = arg;
     if (!l->ops->describe)
         return;
-    char how[256] = "";
-    l->ops->describe(l, j->ctx, j->n, how, sizeof how);
+    char how[256], name[32];
+    plan_name(l, j->ctx, j->n, how, sizeof how, name, sizeof name);
     if (j->out)
         fprintf(j->out, "# plan %s: %s\n", l->name, how);
-    char name[32];
-    plan_name(l, j->ctx, j->n, name, sizeof name);
     int k = 0;
     while (k < j->nnames && strcmp(j->names[k], name))
         k++;
