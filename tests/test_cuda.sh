@@ -6,7 +6,8 @@
 #   - the conformance suite on `cuda` (tests/test_backend);
 #   - LeNet-5 (MNIST's shape, 20 steps) and ResNet-18 (CIFAR-10's shape,
 #     synthetic, 1 step: see below why not 3) agree with device: cpu within
-#     1e-4 (hcnn diff);
+#     1e-4 (hcnn diff; ResNet-18 on a GPU: within what the CPU's own
+#     algorithms differ, see below);
 #   - every strategy runs on it: data on 2 ranks and a 2x2 pipeline give
 #     the serial result within 1e-4; MPI on device memory in place gives
 #     the same bits as through host buffers;
@@ -61,28 +62,64 @@ close() {
     fi
 }
 
-case_begin conformance_on_cuda
-HCNN_CONFORMANCE_BACKENDS=cuda "${T[@]}" "$HCNN_BUILDDIR/tests/test_backend" >"$WORK/conf.log" 2>&1
-rc=$?
-if [ $rc -eq 0 ] && ! grep -q 'SKIPPED' "$WORK/conf.log"; then
-    grep -E '^# .*max' "$WORK/conf.log" | head -n 40
-    case_ok
-else case_fail "exit $rc: $(grep -E 'FAILED|SKIPPED|error' "$WORK/conf.log" | head -n 10)"; fi
+# With cuDNN linked, the suite runs under each HCNN_CUDA_CONV choice: the
+# default (cuDNN for some passes, src/cuda/conv_cudnn.cu), cuDNN for every
+# pass, im2col + cuBLAS for every pass.
+CONV_MODES=default
+grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" && CONV_MODES="default cudnn im2col"
+for mode in $CONV_MODES; do
+    if [ "$mode" = default ]; then
+        case_begin conformance_on_cuda
+        choice=()
+    else
+        case_begin "conformance_on_cuda_$mode"
+        choice=(HCNN_CUDA_CONV="$mode")
+    fi
+    env "${choice[@]}" HCNN_CONFORMANCE_BACKENDS=cuda "${T[@]}" \
+        "$HCNN_BUILDDIR/tests/test_backend" >"$WORK/conf.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && ! grep -q 'SKIPPED' "$WORK/conf.log"; then
+        grep -E '^# .*max' "$WORK/conf.log" | head -n 40
+        case_ok
+    else case_fail "exit $rc: $(grep -E 'FAILED|SKIPPED|fatal|error' "$WORK/conf.log" | grep -v 'largest error' | head -n 10)"; fi
+done
 
 case_begin lenet_20_steps_cpu_vs_cuda
 train lenet_cpu cpu 20 "${LENET[@]}" && train lenet_cuda cuda 20 "${LENET[@]}"
 close lenet_cpu lenet_cuda 1e-4
 
-# ResNet-18 against the CPU's im2col + GEMM (conv_algo: batched, the GPU's
-# algorithm): one step within 1e-4.  Three steps are not held to it: at
-# batch 16 a last-bit difference in a convolution flips a ReLU or a
-# near-tie somewhere in steps 2-3 and the tensors move apart (on the
+# ResNet-18 against the CPU's im2col + GEMM (conv_algo: batched, the
+# im2col path's algorithm).  On the emulation (whose cuBLAS is the CBLAS)
+# one step agrees within 1e-4.  On a GPU, cuBLAS's and cuDNN's summation
+# orders differ from the CPU's, and at batch 16 one step already moves
+# ResNet-18's tensors by about 2e-3 (an H200, cuBLAS: max_abs_diff 2.0e-3),
+# as much as two CPU algorithms differ (per_thread: 2.2e-4, winograd_f4:
+# 1.9e-3 against batched, on a Xeon): a last-bit difference flips a ReLU or
+# a near-tie and the gradients move.  So on a GPU the step is held to what
+# the CPU's own algorithms show: within 4 times the largest of their
+# differences from batched.  Three steps diverge further on either (on the
 # emulation: max_abs_diff 2.1e-2, in a momentum buffer), as between two CPU
-# algorithms (batched against auto differ likewise); the three-step figure
-# is printed for the record.
+# algorithms; the three-step figure is printed for the record.
 case_begin resnet18_1_step_cpu_vs_cuda
 train resnet_cpu cpu 1 "${RESNET[@]}" --set conv_algo=batched && train resnet_cuda cuda 1 "${RESNET[@]}"
-close resnet_cpu resnet_cuda 1e-4
+if [ "$EMU" = 1 ]; then
+    close resnet_cpu resnet_cuda 1e-4
+else
+    abs_diff() { "$HCNN" diff "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn" 2>&1 | tail -n 1 |
+        sed -n 's/^max_abs_diff=\([^ ]*\) .*/\1/p'; }
+    spread=0
+    for algo in per_thread winograd_f4; do
+        train "resnet_$algo" cpu 1 "${RESNET[@]}" --set conv_algo=$algo
+        d=$(abs_diff resnet_cpu "resnet_$algo")
+        echo "# ResNet-18, 1 step, cpu batched vs cpu $algo: max_abs_diff=${d:-none}"
+        spread=$(awk -v a="$spread" -v b="${d:-0}" 'BEGIN { print (b > a ? b : a) }')
+    done
+    d=$(abs_diff resnet_cpu resnet_cuda)
+    echo "# ResNet-18, 1 step, cpu batched vs cuda: max_abs_diff=${d:-none} (bound: 4 x $spread)"
+    if [ -n "$d" ] && awk -v d="$d" -v s="$spread" 'BEGIN { exit !(s > 0 && d <= 4 * s) }'; then
+        case_ok
+    else case_fail "cpu vs cuda max_abs_diff ${d:-none} exceeds 4 x the CPU algorithms' $spread; $(tail -n 2 "$WORK/resnet_cuda.log" | tr '\n' ' ')"; fi
+fi
 train resnet3_cpu cpu 3 "${RESNET[@]}" --set conv_algo=batched && train resnet3_cuda cuda 3 "${RESNET[@]}" &&
     echo "# ResNet-18, 3 steps, cpu (batched) vs cuda: $("$HCNN" diff "$WORK/resnet3_cpu/final.hcnn" "$WORK/resnet3_cuda/final.hcnn" | tail -n 1)"
 

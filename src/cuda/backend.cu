@@ -242,6 +242,7 @@ static void cuda_destroy(hcnn_backend *be)
             cudaFree(cu->scratch);
         if (cu->bf16)
             cudaFree(cu->bf16);
+        hcnn_cudnn_destroy(cu);
         if (cu->blas)
             cublasDestroy(cu->blas);
         if (cu->stream)
@@ -347,6 +348,11 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
         return HCNN_ENOMEM;
     }
     cu->scratch_doubles = SCRATCH_DOUBLES;
+    const int rc = hcnn_cudnn_create(be);
+    if (rc != HCNN_OK) {
+        cuda_destroy(be);
+        return rc;
+    }
     cudaDeviceProp prop;
     HCNN_CUDA(cudaGetDeviceProperties(&prop, cu->device));
     int driver = 0, runtime = 0;

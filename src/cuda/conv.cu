@@ -14,7 +14,12 @@
  * gathers: one thread per input element adds its taps in tap order (the
  * CPU's order), so no atomics and the same sums every run.  A chunk holds
  * as many images as CHUNK_FLOATS of columns and GEMM output allow.  The
- * index arithmetic is src/core/hd.h's. */
+ * index arithmetic is src/core/hd.h's.
+ *
+ * Where this build links cuDNN, each public function below first asks
+ * conv_cudnn.cu for the convolution's cuDNN plan (fp32 and tf32) and runs
+ * it; this file's path is the one of builds without cuDNN, of the
+ * emulation, and of precision bf16. */
 #include <stdio.h>
 
 #include "cuda.h"
@@ -34,33 +39,37 @@ static int chunk_images(const hcnn_conv_desc *d, int n)
     return (size_t)n < nb ? (n > 0 ? n : 1) : (int)nb;
 }
 
+/* The index arithmetic below is 32-bit: a chunk's columns, outputs and
+ * inputs stay under 2^32 elements (chunk_images), and a 64-bit division is
+ * several times the instructions of a 32-bit one on a GPU. */
+
 /* col[r][i*P + oy*ow + ox], r = (ci*kh + ki)*kw + kj, from x[i][ci][iy][ix] */
-__global__ void im2col_kernel(hcnn_conv_geom g, const float *x, int nb, size_t total, float *col)
+__global__ void im2col_kernel(hcnn_conv_geom g, const float *x, int nb, unsigned total, float *col)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const size_t cols = (size_t)nb * g.oh * g.ow;
-    const size_t r = k / cols, q = k % cols;
-    const int kj = (int)(r % (size_t)g.kw), ki = (int)(r / (size_t)g.kw % (size_t)g.kh);
-    const int ci = (int)(r / ((size_t)g.kw * g.kh));
-    const int ox = (int)(q % (size_t)g.ow), oy = (int)(q / (size_t)g.ow % (size_t)g.oh);
-    const size_t i = q / ((size_t)g.oh * g.ow);
+    const unsigned kk = (unsigned)k, np = (unsigned)(g.oh * g.ow), cols = (unsigned)nb * np;
+    const unsigned r = kk / cols, q = kk % cols;
+    const int kj = (int)(r % (unsigned)g.kw), ki = (int)(r / (unsigned)g.kw % (unsigned)g.kh);
+    const int ci = (int)(r / (unsigned)(g.kw * g.kh));
+    const unsigned i = q / np, p = q % np;
+    const int ox = (int)(p % (unsigned)g.ow), oy = (int)(p / (unsigned)g.ow);
     const int iy = hcnn_hd_window_in(oy, ki, g.sh, g.ph), ix = hcnn_hd_window_in(ox, kj, g.sw, g.pw);
     const int inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-    col[k] = inside ? x[((i * g.c + ci) * g.h + iy) * g.w + ix] : 0.0f;
+    col[k] = inside ? x[(((size_t)i * g.c + ci) * g.h + iy) * g.w + ix] : 0.0f;
 }
 
 /* dx[i][ci][iy][ix] (+)= the columns that read it, taps in order */
-__global__ void col2im_kernel(hcnn_conv_geom g, const float *col, int nb, size_t total, int acc,
+__global__ void col2im_kernel(hcnn_conv_geom g, const float *col, int nb, unsigned total, int acc,
                               float *dx)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const int ix = (int)(k % (size_t)g.w), iy = (int)(k / (size_t)g.w % (size_t)g.h);
-    const int ci = (int)(k / ((size_t)g.w * g.h) % (size_t)g.c);
-    const size_t i = k / ((size_t)g.w * g.h * g.c);
+    const unsigned kk = (unsigned)k, hw = (unsigned)(g.h * g.w), plane = kk % hw;
+    const int ix = (int)(plane % (unsigned)g.w), iy = (int)(plane / (unsigned)g.w);
+    const unsigned ic = kk / hw, ci = ic % (unsigned)g.c, i = ic / (unsigned)g.c;
     const size_t cols = (size_t)nb * g.oh * g.ow;
     float s = acc ? dx[k] : 0.0f;
     for (int ki = 0; ki < g.kh; ki++) {
@@ -73,7 +82,7 @@ __global__ void col2im_kernel(hcnn_conv_geom g, const float *col, int nb, size_t
             if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow)
                 continue;
             const size_t r = ((size_t)ci * g.kh + ki) * g.kw + kj;
-            s += col[r * cols + i * (size_t)g.oh * g.ow + (size_t)oy * g.ow + tx / g.sw];
+            s += col[r * cols + (size_t)i * g.oh * g.ow + (size_t)oy * g.ow + tx / g.sw];
         }
     }
     dx[k] = s;
@@ -81,32 +90,42 @@ __global__ void col2im_kernel(hcnn_conv_geom g, const float *col, int nb, size_t
 
 /* y[i][co][p] = Y[co][i*P + p] + bias[co] (bias may be NULL) */
 __global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, int nb, int c, int np,
-                                   size_t total, float *y)
+                                   unsigned total, float *y)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const int p = (int)(k % (size_t)np), co = (int)(k / (size_t)np % (size_t)c);
-    const size_t i = k / ((size_t)np * c);
-    const float v = Y[(size_t)co * nb * np + i * np + p];
+    const unsigned kk = (unsigned)k, p = kk % (unsigned)np, ic = kk / (unsigned)np;
+    const unsigned co = ic % (unsigned)c, i = ic / (unsigned)c;
+    const float v = Y[(size_t)co * nb * np + (size_t)i * np + p];
     y[k] = bias ? v + bias[co] : v;
 }
 
 /* dY[co][i*P + p] = dy[i][co][p] */
-__global__ void nchw_to_cnp_kernel(const float *dy, int nb, int c, int np, size_t total, float *dY)
+__global__ void nchw_to_cnp_kernel(const float *dy, int nb, int c, int np, unsigned total,
+                                   float *dY)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const int p = (int)(k % (size_t)np), co = (int)(k / (size_t)np % (size_t)c);
-    const size_t i = k / ((size_t)np * c);
-    dY[(size_t)co * nb * np + i * np + p] = dy[k];
+    const unsigned kk = (unsigned)k, p = kk % (unsigned)np, ic = kk / (unsigned)np;
+    const unsigned co = ic % (unsigned)c, i = ic / (unsigned)c;
+    dY[(size_t)co * nb * np + (size_t)i * np + p] = dy[k];
+}
+
+/* a chunk's element count as the kernels' 32-bit total */
+static unsigned chunk_total(size_t total)
+{
+    if (total > 0xffffffffu)
+        hcnn_cuda_fail("convolution", __FILE__, __LINE__,
+                       "a chunk of more than 2^32 elements (chunk_images keeps them below)");
+    return (unsigned)total;
 }
 
 static void im2col(const hcnn_backend *be, const hcnn_conv_desc *d, const float *x, int nb,
                    float *col)
 {
-    const size_t total = (size_t)conv_k(d) * nb * conv_p(d);
+    const unsigned total = chunk_total((size_t)conv_k(d) * nb * conv_p(d));
     HCNN_LAUNCH(im2col_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, d->g,
                 x, nb, total, col);
     HCNN_CUDA_LAUNCHED();
@@ -122,6 +141,14 @@ static float *chunk_out(const hcnn_conv_desc *d, const hcnn_exec *ex, int nb)
 int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                        const float *x, const float *w, const float *b, float *y, int n)
 {
+    const hcnn_cudnn_conv *dnn =
+        hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float), HCNN_CUDNN_FORWARD);
+    if (dnn) {
+        hcnn_cudnn_conv_fwd(be, dnn, ex, x, w, y);
+        if (b)
+            hcnn_cuda_add_channel_bias(be, y, b, n, d->out_c, conv_p(d));
+        return HCNN_OK;
+    }
     const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
     const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
     for (int i0 = 0; i0 < n; i0 += chunk) {
@@ -136,7 +163,7 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
         }
         float *Y = chunk_out(d, ex, nb);
         hcnn_cuda_gemm(be, 0, 0, co, nb * P, K, 1.0f, w, K, col, nb * P, 0.0f, Y, nb * P);
-        const size_t total = (size_t)nb * out_sz;
+        const unsigned total = chunk_total((size_t)nb * out_sz);
         HCNN_LAUNCH(cnp_to_nchw_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
                     cuda_of(be)->stream, (const float *)Y, b, nb, co, P, total, yi);
         HCNN_CUDA_LAUNCHED();
@@ -154,13 +181,22 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
     const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
     if (db)
         hcnn_cuda_channel_sum_acc(be, dy, n, co, P, db);
+    const hcnn_cudnn_conv *dnn =
+        hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float), HCNN_CUDNN_BACKWARD);
+    if (dnn) {
+        if (dw)
+            hcnn_cudnn_conv_bwd_filter(be, dnn, ex, x, dy, dw);
+        if (dx)
+            hcnn_cudnn_conv_bwd_data(be, dnn, ex, w, dy, dx, dx_acc);
+        return HCNN_OK;
+    }
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
         float *col = chunk_col(ex);
         const float *dyi = dy + (size_t)i0 * out_sz, *g = dyi;
         if (nb > 1) { /* dY, channel-major */
             float *dY = chunk_out(d, ex, nb);
-            const size_t total = (size_t)nb * out_sz;
+            const unsigned total = chunk_total((size_t)nb * out_sz);
             HCNN_LAUNCH(nchw_to_cnp_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
                         cuda_of(be)->stream, dyi, nb, co, P, total, dY);
             HCNN_CUDA_LAUNCHED();
@@ -172,7 +208,7 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
         }
         if (dx) {
             hcnn_cuda_gemm(be, 1, 0, K, nb * P, co, 1.0f, w, K, g, nb * P, 0.0f, col, nb * P);
-            const size_t total = (size_t)nb * in_sz;
+            const unsigned total = chunk_total((size_t)nb * in_sz);
             HCNN_LAUNCH(col2im_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
                         cuda_of(be)->stream, d->g, (const float *)col, nb, total, dx_acc,
                         dx + (size_t)i0 * in_sz);
@@ -202,13 +238,19 @@ int hcnn_cuda_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *d, con
     return conv_backward(be, d, ex, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
 }
 
-/* the largest chunk's columns and output */
+/* the largest chunk's columns and output, or cuDNN's workspace where it
+ * runs a pass and needs more (the im2col size always: a call over fewer
+ * images may take the im2col path, see hcnn_cudnn_conv_for) */
 size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
                                 const hcnn_exec *ex, int n)
 {
-    (void)be, (void)ex;
+    (void)ex;
     const size_t nb = (size_t)chunk_images(d, n);
-    return nb * ((size_t)conv_k(d) + (size_t)d->out_c) * conv_p(d);
+    const size_t cols = nb * ((size_t)conv_k(d) + (size_t)d->out_c) * conv_p(d);
+    const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(
+        be, d, n, HCNN_CUDNN_ANY_WORKSPACE, HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD);
+    const size_t dnn_ws = dnn ? hcnn_cudnn_conv_workspace(dnn) : 0;
+    return dnn_ws > cols ? dnn_ws : cols;
 }
 
 void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
@@ -229,8 +271,15 @@ void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const
 void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                              const hcnn_exec *ex, int n, char *buf, size_t cap)
 {
-    (void)be, (void)ex;
-    snprintf(buf, cap, "im2col_cublas: im2col + cuBLAS GEMM on the GPU, chunks of %d images, "
-             "col2im gathered",
+    (void)ex;
+    char im2col[160];
+    snprintf(im2col, sizeof im2col,
+             "im2col_cublas: im2col + cuBLAS GEMM on the GPU, chunks of %d images, col2im gathered",
              chunk_images(d, n));
+    const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(
+        be, d, n, HCNN_CUDNN_ANY_WORKSPACE, HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD);
+    if (dnn)
+        hcnn_cudnn_conv_describe(dnn, im2col, buf, cap);
+    else
+        snprintf(buf, cap, "%s", im2col);
 }

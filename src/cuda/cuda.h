@@ -39,6 +39,7 @@ typedef struct hcnn_cuda {
     hcnn_precision precision;
     __nv_bfloat16 *bf16;    /* bf16: a GEMM's inputs rounded (grown in the first step) */
     size_t bf16_elems;
+    struct hcnn_cudnn *dnn; /* cuDNN's handle and plans (conv_cudnn.cu); NULL: none */
     char name[320];         /* the GPU, for the run header */
 } hcnn_cuda;
 
@@ -93,6 +94,28 @@ void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const
                           int n, int unit, int need_dx, hcnn_gemm_list *gl);
 void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                              const hcnn_exec *ex, int n, char *buf, size_t cap);
+/* conv_cudnn.cu: the convolution's passes through cuDNN where this build
+ * has it (hcnn_cudnn_conv_for() NULL: that pass by conv.cu's im2col path) */
+typedef struct hcnn_cudnn_conv hcnn_cudnn_conv;
+#define HCNN_CUDNN_FORWARD 1
+#define HCNN_CUDNN_BACKWARD 2
+/* limit: the workspace bytes the call has (HCNN_CUDNN_ANY_WORKSPACE when
+ * sizing it); pass: HCNN_CUDNN_FORWARD, HCNN_CUDNN_BACKWARD or both (any) */
+#define HCNN_CUDNN_ANY_WORKSPACE ((size_t)-1)
+int hcnn_cudnn_create(hcnn_backend *be);
+void hcnn_cudnn_destroy(hcnn_cuda *cu);
+const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
+                                           size_t limit, int pass);
+size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p);
+void hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                         const float *x, const float *w, float *y);
+void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                                const hcnn_exec *ex, const float *x, const float *dy, float *dw);
+void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                              const hcnn_exec *ex, const float *w, const float *dy, float *dx,
+                              int dx_acc);
+/* "name: details" of the plan; im2col: the im2col path's own description */
+void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, const char *im2col, char *buf, size_t cap);
 /* bias.cu */
 void hcnn_cuda_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m, float *db);
 void hcnn_cuda_add_row_bias(const hcnn_backend *be, float *y, const float *b, int n, int m);

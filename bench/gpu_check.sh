@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The GPU checks of one session on a GPU machine, from the source tree's
+# root there, with a bundle of scripts/gpu-bundle.sh (a --with-cuda build
+# made elsewhere, with the libraries the machine lacks):
+#   tests   tests/test_cuda.sh under each convolution choice (HCNN_CUDA_CONV
+#           unset, cudnn, im2col; side by side), and the conformance suite's
+#           whole log
+#   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile),
+#           and bench/compare.sh against PyTorch on the same GPU: ResNet-18
+#           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256
+#   cpu     hcnn bench on the CPU at 1, 2, 4, 8, 16 threads (ResNet-18 batch
+#           64, LeNet-5 batch 256: the thread-scaling measurements) and
+#           PyTorch's ResNet-18 at the largest thread count
+#
+#   bench/gpu_check.sh BUNDLE.tar.xz [OUTDIR] [SECTIONS]   (default: tests bench cpu)
+#
+# Writes session.log and one log per run to OUTDIR (default ./gpu-check).
+# PyTorch runs with the machine's own python3 and libraries (PYTHON, else
+# python3 on PATH).  Docs: docs/gpu-nodes.md, "The GPU test machine".
+# Exit status: 0 done (read the logs: failed tests are reported there), 1 the
+# bundle does not unpack or hcnn does not start, 2 bad command line.
+set -u
+[ $# -ge 1 ] && [ -f "$1" ] || { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+bundle=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+O=${2:-gpu-check}
+SECTIONS=${3:-tests bench cpu}
+cd "$(dirname "$0")/.."
+R=$PWD
+mkdir -p "$O"
+O=$(cd "$O" && pwd)
+exec > >(tee "$O/session.log") 2>&1
+t0=$(date +%s)
+stamp() { echo "=== $(($(date +%s) - t0))s: $*"; }
+
+stamp "the machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.max.sm --format=csv
+lscpu | grep -E 'Model name|^CPU\(s\)|Thread\(s\)|Socket|L3' | cut -c1-200
+ldd --version | head -n 1
+PY=${PYTHON:-python3}
+"$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())' 2>&1
+B=$(mktemp -d)
+tar -xJf "$bundle" -C "$B" || { echo "gpu_check.sh: $bundle does not unpack"; exit 1; }
+# Open MPI and PMIx from the bundle: their compiled-in paths where the
+# machine has none (Open MPI reads OPAL_PREFIX; PMIx's help files do not
+# move with it), the components through the environment
+for d in usr/lib/x86_64-linux-gnu/openmpi usr/lib/x86_64-linux-gnu/pmix2 usr/share/openmpi etc/openmpi; do
+    if [ ! -e "/$d" ]; then
+        mkdir -p "$(dirname "/$d")" && ln -s "$B/root/$d" "/$d" && echo "linked /$d to the bundle's"
+    fi
+done
+export OPAL_PREFIX=$B/root/usr PMIX_INSTALL_PREFIX=$B/root/usr/lib/x86_64-linux-gnu/pmix2
+export PMIX_MCA_mca_base_component_path=$B/root/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+export PMIX_MCA_pcompress_base_silence_warning=1
+export PATH=$B/root/usr/bin:$PATH
+# CUDA's libraries: the toolkit's, else wherever the machine has them
+libdir() { dirname "$(find /usr/local/cuda* /usr/lib /opt -name "$1" 2>/dev/null | head -n 1)"; }
+export LD_LIBRARY_PATH=$B/lib:$(libdir libcublas.so.13):$(libdir libcudart.so.13):$(libdir libcudnn.so.9)
+export HCNN_BUILDDIR=$B/build HCNN_SRCDIR=$R HCNN=$B/build/hcnn
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ -d "$B/mnist" ] && [ ! -e data/mnist/train-images-idx3-ubyte ]; then
+    mkdir -p data/mnist && cp "$B"/mnist/*.gz data/mnist/
+fi
+if ! "$HCNN" --version; then
+    [ -d "$B/build1" ] || { echo "gpu_check.sh: hcnn does not start here"; exit 1; }
+    echo "gpu_check.sh: the first build does not start here: build1 instead"
+    export HCNN_BUILDDIR=$B/build1 HCNN=$B/build1/hcnn
+    "$HCNN" --version || exit 1
+fi
+# PyTorch with the machine's libraries, not the bundle's
+printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$PY" > "$B/python" && chmod +x "$B/python"
+modes=im2col
+grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" && modes="auto cudnn im2col"
+
+if [[ " $SECTIONS " == *" tests "* ]]; then
+    stamp "the conformance suite on cuda"
+    HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 5 120 "$HCNN_BUILDDIR/tests/test_backend" \
+        > "$O/conformance.log" 2>&1
+    echo "exit $?"
+    stamp "tests/test_cuda.sh under each convolution choice, side by side: $modes"
+    pids=()
+    for m in $modes; do
+        HCNN_CUDA_CONV=$m timeout -k 5 300 bash tests/test_cuda.sh > "$O/test_cuda_$m.log" 2>&1 &
+        pids+=($!)
+    done
+    i=0
+    for m in $modes; do
+        wait "${pids[$i]}"
+        echo "--- HCNN_CUDA_CONV=$m: tests/test_cuda.sh exit $?"
+        grep -E '^\[  (FAILED|PASSED)|^# |FAIL' "$O/test_cuda_$m.log" | head -n 40
+        i=$((i + 1))
+    done
+fi
+
+if [[ " $SECTIONS " == *" bench "* ]]; then
+    for m in $modes; do
+        stamp "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=$m"
+        HCNN_CUDA_CONV=$m timeout -k 5 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
+            --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5 \
+            > "$O/bench_resnet_b128_$m.log" 2>&1
+        echo "exit $?"; grep -E '^# step_ms|^# shares|images_per_s' "$O/bench_resnet_b128_$m.log" | tail -n 3
+    done
+    for spec in "resnet18 128 fp32" "resnet18 128 tf32" "resnet18 128 bf16" "lenet 64 fp32" "lenet 256 fp32"; do
+        set -- $spec
+        stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3" | tee -a "$O/compare.log"
+        HCNN=$HCNN PYTHON=$B/python timeout -k 5 120 bench/compare.sh --device cuda --model "$1" \
+            --batch "$2" --precision "$3" --rounds 3 --threads 4 \
+            $([ "$1" = resnet18 ] && echo --warmup 3 --repeats 3 --steps 5) >> "$O/compare.log" 2>&1
+        echo "exit $?"; grep -E '^round|median' "$O/compare.log" | tail -n 1
+    done
+fi
+
+if [[ " $SECTIONS " == *" cpu "* ]]; then
+    cores=$(nproc)
+    stamp "CPU thread scaling up to $cores threads, blas_kernels: auto"
+    last=1
+    for t in 1 2 4 8 16 32 64; do
+        [ "$t" -le "$cores" ] || break
+        last=$t
+        timeout -k 5 120 "$HCNN" bench --config configs/cifar_resnet18.yaml --set batch_size=64 \
+            --set threads=$t --warmup 1 --repeats 3 --steps 2 > "$O/cpu_resnet_t$t.log" 2>&1
+        echo "resnet18 b64 threads=$t exit $? $(tail -n 1 "$O/cpu_resnet_t$t.log")"
+        timeout -k 5 60 "$HCNN" bench --config configs/mnist_lenet.yaml --set batch_size=256 \
+            --set threads=$t --warmup 5 --repeats 3 --steps 10 > "$O/cpu_lenet_t$t.log" 2>&1
+        echo "lenet b256 threads=$t exit $? $(tail -n 1 "$O/cpu_lenet_t$t.log")"
+    done
+    stamp "PyTorch on the CPU, ResNet-18 batch 64, $last threads"
+    timeout -k 5 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \
+        --warmup 1 --repeats 3 --steps 2 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 2>&1 | tail -n 1
+fi
+stamp done
+rm -rf "$B"
