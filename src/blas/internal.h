@@ -35,7 +35,6 @@ typedef struct blas_candidate {
     char asked[BLAS_NAME_MAX];  /* OPENBLAS_CORETYPE given to the child ("": none) */
     char source[64];            /* why it is a candidate */
     double seconds;             /* median over rounds; < 0: failed */
-    double spread;              /* (max - min) / min over its rounds */
     char failure[96];
 } blas_candidate;
 
@@ -46,16 +45,22 @@ typedef struct blas_table {
     int n;
     int baseline;               /* what would run without hcnn: the environment's or detected */
     int choice;                 /* index into c */
-    double margin;              /* within it of the fastest counts as as fast */
+    double margin;              /* BLAS_KEEP_MARGIN: a round's lead that counts */
     double measure_s;           /* wall time of the measurement */
     char cache_path[1024];
 } blas_table;
 
-/* Kernels within this fraction of the fastest count as fast as it, or
- * within the fastest's own spread over its rounds if larger, up to
- * BLAS_MAX_MARGIN (measure.c). */
+/* One candidate beats another when faster by more than this fraction in
+ * every round both ran (at least BLAS_FIRST_ROUNDS; finalists run up to
+ * BLAS_ROUNDS) */
 #define BLAS_KEEP_MARGIN 0.03
-#define BLAS_MAX_MARGIN 0.10
+#define BLAS_FIRST_ROUNDS 2
+#define BLAS_ROUNDS 7
+/* The choice among t's measured candidates (seconds > 0), times[i][r] the
+ * seconds of candidate i in round r, rounds[i] how many it ran: the
+ * baseline if none beats it, else the first that none beats, else the
+ * fastest median (measure.c). */
+int blas_choose(const blas_table *t, double times[][BLAS_ROUNDS], const int *rounds);
 
 /* The measurement's threads: 1, whatever the run's (select.c). */
 #define BLAS_MEASURE_THREADS 1

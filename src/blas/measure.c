@@ -3,9 +3,11 @@
  * Candidates: the kernels OpenBLAS picks by itself, the environment's
  * OPENBLAS_CORETYPE, and every kernel type of this table the CPU can run.
  * Each is timed in a child process (hcnn tune --probe, with
- * OPENBLAS_CORETYPE set: the library reads it when it loads), ROUNDS times
- * in rotated order so that a shared machine's slow moments fall on all of
- * them; the median of the rounds is the candidate's time.  A child that
+ * OPENBLAS_CORETYPE set: the library reads it when it loads), round after
+ * round, in rotated order within a round so that a shared machine's slow
+ * moments fall on all of them; the median of the rounds is the candidate's
+ * time.  FIRST_ROUNDS rounds for all, up to ROUNDS for the finalists (those
+ * within FINALIST_WITHIN of the best median).  A child that
  * crashes (kernels the CPU cannot run), or that loads other kernels than it
  * was asked for (a type this build does not have), leaves its candidate
  * out, with the reason in the table.  A stop signal (SIGTERM, SIGUSR1:
@@ -30,17 +32,24 @@
 
 extern char **environ;
 
-#define ROUNDS 3
-#define LAST_ROUND_WITHIN 0.10
+#define ROUNDS BLAS_ROUNDS
+#define FIRST_ROUNDS BLAS_FIRST_ROUNDS
+#define FINALIST_WITHIN 0.25
 #define CHILD_TIMEOUT_S 300
 /* how long a stop signal may wait while a child runs */
 #define POLL_SLICE_MS 50
-/* kernels within BLAS_KEEP_MARGIN of the fastest count as fast as it, or
- * within the fastest's own spread ((max - min) / min over its rounds) if
- * larger, up to BLAS_MAX_MARGIN (internal.h): on a loaded machine two
- * kernel types a few percent apart swap places from one measurement to the
- * next, and a fixed preference (the order of the candidates) then breaks
- * the tie the same way every time */
+/* Which kernels win (blas_choose()): one candidate beats another when it was
+ * faster by more than BLAS_KEEP_MARGIN in every round both ran (rounds are
+ * adjacent in time, so a load that comes and goes slows both alike); the
+ * choice is the kernels that would load anyway if nothing beats them, else
+ * the first candidate (in a fixed order) that nothing beats.  Kernel types
+ * of the same speed then never beat each other, however loaded the
+ * machine: with medians and a margin, a loaded 2-core VM had chosen
+ * SkylakeX in one fresh measurement and Cooperlake in the next (7.1x
+ * against 9.5x, then 10.6x against 6.9x the baseline), and the two give
+ * different last bits.  A margin on the medians large enough to hold such
+ * swings would also have counted a 9x slower kernel type as equal (one
+ * loaded measurement spread a candidate's rounds by 203%). */
 
 /* ---- candidates ------------------------------------------------------------- */
 
@@ -252,6 +261,44 @@ static int run_child(const char *exe, const char *cfg_file, const blas_run *run,
     return 0;
 }
 
+/* ---- the choice ---------------------------------------------------------------- */
+
+/* a beats b: faster by more than BLAS_KEEP_MARGIN in every round both ran
+ * (at least BLAS_FIRST_ROUNDS of them) */
+static int beats(const double *ta, int na, const double *tb, int nb)
+{
+    const int n = na < nb ? na : nb;
+    if (n < BLAS_FIRST_ROUNDS)
+        return 0;
+    for (int k = 0; k < n; k++)
+        if (!(tb[k] > ta[k] * (1.0 + BLAS_KEEP_MARGIN)))
+            return 0;
+    return 1;
+}
+
+/* The kernels that would load anyway if no candidate beats them, else the
+ * first candidate that none beats (candidates in their fixed order), else
+ * (beaten all round, which rounds in rotated order make unlikely) the
+ * fastest median. */
+int blas_choose(const blas_table *t, double times[][BLAS_ROUNDS], const int *rounds)
+{
+    int first_unbeaten = -1, fastest = -1;
+    for (int i = 0; i < t->n; i++) {
+        if (t->c[i].seconds <= 0)
+            continue;
+        if (fastest < 0 || t->c[i].seconds < t->c[fastest].seconds)
+            fastest = i;
+        int beaten = 0;
+        for (int j = 0; j < t->n && !beaten; j++)
+            beaten = j != i && t->c[j].seconds > 0 && beats(times[j], rounds[j], times[i], rounds[i]);
+        if (!beaten && i == t->baseline)
+            return i;
+        if (!beaten && first_unbeaten < 0)
+            first_unbeaten = i;
+    }
+    return first_unbeaten >= 0 ? first_unbeaten : fastest;
+}
+
 /* ---- the measurement ---------------------------------------------------------- */
 
 int blas_measure(const blas_run *run, blas_table *t)
@@ -301,16 +348,16 @@ int blas_measure(const blas_run *run, blas_table *t)
     for (int i = 0; i < t->n; i++)
         alive[i] = 1, rounds[i] = 0;
     for (int r = 0; r < ROUNDS; r++) {
-        /* the last round only for those within LAST_ROUND_WITHIN of the best */
+        /* after the first rounds, only those within FINALIST_WITHIN of the best */
         double best = 0;
-        for (int i = 0; r == ROUNDS - 1 && i < t->n; i++)
-            if (alive[i] && (best == 0 || hcnn_median(times[i], rounds[i]) < best))
+        for (int i = 0; r >= FIRST_ROUNDS && i < t->n; i++)
+            if (alive[i] && rounds[i] && (best == 0 || hcnn_median(times[i], rounds[i]) < best))
                 best = hcnn_median(times[i], rounds[i]);
         for (int j = 0; j < t->n; j++) {
             const int i = (j + r) % t->n;
             blas_candidate *c = &t->c[i];
-            if (!alive[i] ||
-                (r == ROUNDS - 1 && hcnn_median(times[i], rounds[i]) > (1 + LAST_ROUND_WITHIN) * best))
+            if (!alive[i] || (r >= FIRST_ROUNDS && (rounds[i] < r || hcnn_median(times[i], rounds[i]) >
+                                                                      (1 + FINALIST_WITHIN) * best)))
                 continue;
             char kernels[BLAS_NAME_MAX] = "";
             unsigned long long hash = 0;
@@ -338,6 +385,8 @@ int blas_measure(const blas_run *run, blas_table *t)
     unlink(cfg_file);
 
     /* kernels that two candidates loaded are measured once: the first keeps them */
+    double kept[BLAS_MAX_CANDIDATES][ROUNDS];
+    int kept_rounds[BLAS_MAX_CANDIDATES];
     int n = 0, env_index = -1;
     for (int i = 0; i < t->n; i++) {
         blas_candidate c = t->c[i];
@@ -354,12 +403,6 @@ int blas_measure(const blas_run *run, blas_table *t)
         }
         if (alive[i]) {
             c.seconds = hcnn_median(times[i], rounds[i]);
-            double lo = times[i][0], hi = times[i][0];
-            for (int r = 1; r < rounds[i]; r++) {
-                lo = times[i][r] < lo ? times[i][r] : lo;
-                hi = times[i][r] > hi ? times[i][r] : hi;
-            }
-            c.spread = lo > 0 ? (hi - lo) / lo : 0.0;
         } else {
             c.seconds = -1;
             if (!c.name[0])
@@ -368,37 +411,17 @@ int blas_measure(const blas_run *run, blas_table *t)
         if (!strcmp(c.source, "from OPENBLAS_CORETYPE") && alive[i])
             env_index = n;
         t->c[n] = c;
+        memcpy(kept[n], times[i], sizeof kept[n]);
+        kept_rounds[n] = alive[i] ? rounds[i] : 0;
         alive[n++] = alive[i];
     }
     t->n = n;
     t->baseline = env_index >= 0 ? env_index : 0;
-    /* the margin: the fastest candidate's spread over its rounds, at least
-     * BLAS_KEEP_MARGIN, at most BLAS_MAX_MARGIN (one slow round of another
-     * candidate must not make a kernel type 9x slower count as equal: a
-     * loaded 2-core VM measured 203%) */
-    int fastest = -1;
-    for (int i = 0; i < t->n; i++)
-        if (t->c[i].seconds > 0 && (fastest < 0 || t->c[i].seconds < t->c[fastest].seconds))
-            fastest = i;
-    double margin = fastest >= 0 ? t->c[fastest].spread : 0.0;
-    margin = margin < BLAS_KEEP_MARGIN ? BLAS_KEEP_MARGIN
-             : margin > BLAS_MAX_MARGIN ? BLAS_MAX_MARGIN
-                                        : margin;
-    t->margin = margin;
+    t->margin = BLAS_KEEP_MARGIN;
     if (t->n == 0 || t->c[t->baseline].seconds <= 0)
         return hcnn_error("BLAS kernels: the measurement failed (%s)",
                           t->n ? t->c[0].failure : "no candidate");
-    /* the kernels that would load anyway if within the margin of the
-     * fastest, else the first (in candidate order) within it: measurements
-     * on nodes of one type then agree even when two candidates are close */
-    double best = t->c[t->baseline].seconds;
-    for (int i = 0; i < t->n; i++)
-        if (t->c[i].seconds > 0 && t->c[i].seconds < best)
-            best = t->c[i].seconds;
-    t->choice = t->baseline;
-    for (int i = t->n - 1; i >= 0 && t->c[t->baseline].seconds * (1.0 - margin) > best; i--)
-        if (t->c[i].seconds > 0 && t->c[i].seconds * (1.0 - margin) <= best)
-            t->choice = i;
+    t->choice = blas_choose(t, kept, kept_rounds);
     t->measure_s = hcnn_now() - t0;
     return HCNN_OK;
 }
@@ -492,8 +515,8 @@ void blas_table_note(const blas_table *t, int cached, char *buf, int cap)
                                                                   : "OpenBLAS's own choice";
     int n;
     if (t->choice == t->baseline)
-        n = snprintf(buf, (size_t)cap, "%s (auto: %s, none measured %.0f%% faster", c->name, why,
-                     t->margin * 100);
+        n = snprintf(buf, (size_t)cap, "%s (auto: %s, none %.0f%% faster in every round", c->name,
+                     why, t->margin * 100);
     else
         n = snprintf(buf, (size_t)cap, "%s (auto: %.2fx faster than %s %s", c->name,
                      b->seconds / c->seconds, b->name, why);
