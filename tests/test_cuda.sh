@@ -11,7 +11,8 @@
 #   - every strategy runs on it: data on 2 ranks and a 2x2 pipeline give
 #     the serial result within 1e-4; MPI on device memory in place gives
 #     the same bits as through host buffers;
-#   - a run is bit-for-bit repeatable on it (hcnn diff --tol 0);
+#   - a run is bit-for-bit repeatable on it (hcnn diff --tol 0), and CUDA
+#     graphs give the bits of the run without them;
 #   - a checkpoint written on cuda resumes on cpu, and the reverse, and the
 #     run ends where an uninterrupted one does (within 1e-4);
 #   - a CUDA failure ends the run through the abort path, naming the call.
@@ -126,6 +127,35 @@ train resnet3_cpu cpu 3 "${RESNET[@]}" --set conv_algo=batched && train resnet3_
 case_begin cuda_run_repeatable
 train lenet_cuda2 cuda 20 "${LENET[@]}"
 close lenet_cuda lenet_cuda2 0
+
+# CUDA graphs (src/train/graphs.c): a serial run's step captured once per
+# loader buffer and replayed gives the bits of the same run without them,
+# for LeNet-5 (20 steps) and ResNet-18 (batch-norm, residual blocks: 3
+# steps: a loader buffer seen a second time is captured);
+# hcnn bench times replayed steps and says so.
+case_begin cuda_graphs_same_bits
+train lenet_nograph cuda 20 "${LENET[@]}" --set cuda_graphs=off &&
+    train resnet3_graph cuda 3 "${RESNET[@]}" --set cuda_graphs=auto &&
+    train resnet3_nograph cuda 3 "${RESNET[@]}" --set cuda_graphs=off
+if ! grep -q '^hcnn: CUDA graphs: the step and the optimiser step captured' "$WORK/lenet_cuda.log" 2>/dev/null &&
+    ! "$HCNN" train "${COMMON[@]}" "${LENET[@]}" --set device=cuda --set max_steps=1 2>&1 |
+        grep -q '^hcnn: CUDA graphs: the step and the optimiser step captured'; then
+    case_fail "the run header does not say the step is captured: $(grep -m1 'CUDA graphs' "$WORK/lenet_cuda.log")"
+elif "$HCNN" diff "$WORK/lenet_cuda/final.hcnn" "$WORK/lenet_nograph/final.hcnn" --tol 0 >"$WORK/g1.diff" 2>&1 &&
+    "$HCNN" diff "$WORK/resnet3_graph/final.hcnn" "$WORK/resnet3_nograph/final.hcnn" --tol 0 >"$WORK/g2.diff" 2>&1; then
+    echo "# LeNet-5 20 steps, ResNet-18 3 steps, graphs against none: $(tail -n 1 "$WORK/g1.diff"); $(tail -n 1 "$WORK/g2.diff")"
+    case_ok
+else case_fail "graphs change the result: $(tail -n 1 "$WORK/g1.diff") $(tail -n 1 "$WORK/g2.diff" 2>/dev/null)"; fi
+
+case_begin bench_replays_graphs
+"${T[@]}" "$HCNN" bench "${LENET[@]}" --set device=cuda --set blas_kernels=env --warmup 2 --repeats 2 \
+    --steps 3 >"$WORK/gbench.log" 2>&1
+line=$(grep '^# the timed steps ran as CUDA graphs' "$WORK/gbench.log")
+replayed=$(echo "$line" | sed -n 's/.*captured, \([0-9]*\) replayed.*/\1/p')
+if [ -n "$replayed" ] && [ "$replayed" -gt 0 ] && grep -q '^images_per_s=' "$WORK/gbench.log"; then
+    echo "$line"
+    case_ok
+else case_fail "no replayed graphs in hcnn bench: ${line:-$(tail -n 3 "$WORK/gbench.log")}"; fi
 
 # every strategy on the device: the ranks share it (one GPU or the emulation)
 mpi_train() { # name ranks sets...

@@ -76,6 +76,9 @@ typedef struct hcnn_exec {
     void *poll_arg;
 } hcnn_exec;
 
+/* graphs a backend keeps at once (graph_begin .. graph_launch) */
+#define HCNN_GRAPH_SLOTS 8
+
 /* The GEMMs a backend issues for a pass (the profile's raw-GEMM reference):
  * forward into fwd[], backward into bwd[] (NULL arrays: only counted);
  * per_thread: issued by every thread at once, single-threaded. */
@@ -174,6 +177,21 @@ struct hcnn_backend {
      * (stop waits for it) */
     void (*timer_start)(const hcnn_backend *be, hcnn_timer *t);
     double (*timer_stop)(const hcnn_backend *be, hcnn_timer *t);
+    /* Captured work (CUDA graphs; NULL in a backend without them, the
+     * CPU's): the operations queued between graph_begin and graph_end are
+     * recorded, not run, as graph `slot` (0 .. HCNN_GRAPH_SLOTS - 1,
+     * replacing what it held), with the pointers and arguments they had;
+     * graph_launch queues them again.  Between the two nothing may wait for
+     * the device (no download, sync or timer stop).  graph_end returns
+     * HCNN_OK, or an error when the capture failed: then nothing of it ran
+     * and the slot is empty (the caller issues the work directly).
+     * graph_launch returns 1 when it launched the graph, 0 when the slot is
+     * empty: the backend empties every slot when memory a graph may use
+     * moves (a buffer it grows), and the caller then issues the work
+     * directly. */
+    int (*graph_begin)(const hcnn_backend *be);
+    int (*graph_end)(const hcnn_backend *be, int slot);
+    int (*graph_launch)(const hcnn_backend *be, int slot);
 
     void (*fill)(const hcnn_backend *be, float *x, size_t n, float v);
     void (*zero)(const hcnn_backend *be, void *p, size_t bytes);

@@ -53,6 +53,13 @@ typedef enum hcnn_mpi_device_memory {
     HCNN_MPI_DEVICE_MEMORY_STAGED
 } hcnn_mpi_device_memory;
 
+/* CUDA graphs for the training step: where they apply (a device backend
+ * that has them, one rank, no dropout, no per-block profile), or never. */
+typedef enum hcnn_cuda_graphs {
+    HCNN_CUDA_GRAPHS_AUTO = 0,
+    HCNN_CUDA_GRAPHS_OFF
+} hcnn_cuda_graphs;
+
 typedef struct hcnn_config {
     char path[HCNN_PATH_MAX];      /* the file it was read from */
     hcnn_model_spec model;
@@ -107,6 +114,7 @@ typedef struct hcnn_config {
     hcnn_device device;            /* cpu | cuda */
     hcnn_precision precision;      /* fp32 | tf32 | bf16 (the last two: device cuda) */
     hcnn_mpi_device_memory mpi_device_memory; /* auto | staged */
+    hcnn_cuda_graphs cuda_graphs;             /* auto | off */
 } hcnn_config;
 
 /* Defaults for every key (model empty). */
@@ -135,5 +143,6 @@ const char *hcnn_pipe_schedule_name(hcnn_pipe_schedule s);
 const char *hcnn_device_name(hcnn_device d);
 const char *hcnn_precision_name(hcnn_precision p);
 const char *hcnn_mpi_device_memory_name(hcnn_mpi_device_memory m);
+const char *hcnn_cuda_graphs_name(hcnn_cuda_graphs g);
 
 #endif

@@ -33,6 +33,7 @@ static const char *const prefetch_names[] = {"auto", "on", "off"};
 static const char *const device_names[] = {"cpu", "cuda"};
 static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
 static const char *const mpi_device_memory_names[] = {"auto", "staged"};
+static const char *const cuda_graphs_names[] = {"auto", "off"};
 static const char *const dataset_names[] = {"mnist", "fashion_mnist", "cifar10", "synthetic"};
 const char *const cfg_shortcut_names[3] = {"auto", "identity", "projection"};
 
@@ -52,6 +53,7 @@ ENUM_NAME(hcnn_conv_algo_name, hcnn_conv_algo, conv_algo_names)
 ENUM_NAME(hcnn_device_name, hcnn_device, device_names)
 ENUM_NAME(hcnn_precision_name, hcnn_precision, precision_names)
 ENUM_NAME(hcnn_mpi_device_memory_name, hcnn_mpi_device_memory, mpi_device_memory_names)
+ENUM_NAME(hcnn_cuda_graphs_name, hcnn_cuda_graphs, cuda_graphs_names)
 ENUM_NAME(hcnn_pipe_schedule_name, hcnn_pipe_schedule, pipe_schedule_names)
 ENUM_NAME(hcnn_nonfinite_name, hcnn_nonfinite, nonfinite_names)
 ENUM_NAME(hcnn_on_error_name, hcnn_on_error, on_error_names)
@@ -387,6 +389,8 @@ static int get_device(const hcnn_config *c) { return (int)c->device; }
 static void set_device(hcnn_config *c, int v) { c->device = (hcnn_device)v; }
 static int get_precision(const hcnn_config *c) { return (int)c->precision; }
 static void set_precision(hcnn_config *c, int v) { c->precision = (hcnn_precision)v; }
+static int get_cuda_graphs(const hcnn_config *c) { return (int)c->cuda_graphs; }
+static void set_cuda_graphs(hcnn_config *c, int v) { c->cuda_graphs = (hcnn_cuda_graphs)v; }
 static int get_mpi_device_memory(const hcnn_config *c) { return (int)c->mpi_device_memory; }
 static void set_mpi_device_memory(hcnn_config *c, int v)
 {
@@ -488,6 +492,7 @@ const keydef cfg_top_keys[] = {
     K_ENUM("precision", precision_names, get_precision, set_precision),
     K_ENUM("mpi_device_memory", mpi_device_memory_names, get_mpi_device_memory,
            set_mpi_device_memory),
+    K_ENUM("cuda_graphs", cuda_graphs_names, get_cuda_graphs, set_cuda_graphs),
     K_ENUM("conv_algo", conv_algo_names, get_conv_algo, set_conv_algo),
     K_ENUM("data_prefetch", prefetch_names, get_prefetch, set_prefetch),
     {.name = "blas_kernels", .type = KT_NAME, .off = FIELD(blas_kernels),

@@ -14,6 +14,7 @@
 /* the reductions' partial sums: 8 MB, allocated with the instance (never
  * inside a step); larger reductions run in pieces of this size */
 #define SCRATCH_DOUBLES ((size_t)1 << 20)
+#define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
 const char *hcnn_cublas_status(cublasStatus_t s)
 {
@@ -146,6 +147,61 @@ static double cuda_timer_stop(const hcnn_backend *be, hcnn_timer *t)
     return ms * 1e-3;
 }
 
+/* ---- CUDA graphs: the captured work of a step, replayed ------------------------- */
+
+/* Thread-local capture: another host thread (the communication thread)
+ * calling CUDA meanwhile neither breaks nor joins the capture. */
+static int cuda_graph_begin(const hcnn_backend *be)
+{
+    const cudaError_t e = cudaStreamBeginCapture(stream_on_device(be),
+                                                 cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return hcnn_error_code(HCNN_EIO, "CUDA graph capture: %s", cudaGetErrorString(e));
+    }
+    return HCNN_OK;
+}
+
+static int cuda_graph_end(const hcnn_backend *be, int slot)
+{
+    hcnn_cuda *cu = cuda_of(be);
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(stream_on_device(be), &g);
+    if (cu->graphs[slot]) {
+        HCNN_CUDA(cudaGraphExecDestroy(cu->graphs[slot]));
+        cu->graphs[slot] = NULL;
+    }
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiate(&cu->graphs[slot], g, 0);
+    if (g)
+        HCNN_CUDA(cudaGraphDestroy(g));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        cu->graphs[slot] = NULL;
+        return hcnn_error_code(HCNN_EIO, "CUDA graph capture: %s", cudaGetErrorString(e));
+    }
+    return HCNN_OK;
+}
+
+static int cuda_graph_launch(const hcnn_backend *be, int slot)
+{
+    hcnn_cuda *cu = cuda_of(be);
+    if (!cu->graphs[slot])
+        return 0;
+    HCNN_CUDA(cudaGraphLaunch(cu->graphs[slot], stream_on_device(be)));
+    return 1;
+}
+
+/* every graph forgotten: memory they use moved */
+static void drop_graphs(hcnn_cuda *cu)
+{
+    for (int i = 0; i < HCNN_GRAPH_SLOTS; i++)
+        if (cu->graphs[i]) {
+            HCNN_CUDA(cudaGraphExecDestroy(cu->graphs[i]));
+            cu->graphs[i] = NULL;
+        }
+}
+
 static void cuda_zero(const hcnn_backend *be, void *p, size_t bytes)
 {
     HCNN_CUDA(cudaMemsetAsync(p, 0, bytes, cuda_of(be)->stream));
@@ -202,6 +258,7 @@ __nv_bfloat16 *hcnn_cuda_bf16_buffer(const hcnn_backend *be, size_t n)
         return cu->bf16;
     if (cu->bf16)
         HCNN_CUDA(cudaFree(cu->bf16)); /* waits for the work that used it */
+    drop_graphs(cu); /* they read and write the old buffer */
     cu->bf16 = (__nv_bfloat16 *)cuda_alloc(be, n * sizeof *cu->bf16, "bf16 GEMM inputs");
     if (!cu->bf16)
         hcnn_cuda_fail("hcnn_cuda_bf16_buffer", __FILE__, __LINE__, "out of GPU memory");
@@ -243,6 +300,11 @@ static void cuda_destroy(hcnn_backend *be)
         if (cu->bf16)
             cudaFree(cu->bf16);
         hcnn_cudnn_destroy(cu);
+        for (int i = 0; i < HCNN_GRAPH_SLOTS; i++)
+            if (cu->graphs[i])
+                cudaGraphExecDestroy(cu->graphs[i]);
+        if (cu->blas_ws)
+            cudaFree(cu->blas_ws);
         if (cu->blas)
             cublasDestroy(cu->blas);
         if (cu->stream)
@@ -278,6 +340,9 @@ static const hcnn_backend cuda_backend = {
     .sync = cuda_sync,
     .timer_start = cuda_timer_start,
     .timer_stop = cuda_timer_stop,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
     .fill = hcnn_cuda_fill,
     .zero = cuda_zero,
     .copy = cuda_copy,
@@ -348,6 +413,15 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
         return HCNN_ENOMEM;
     }
     cu->scratch_doubles = SCRATCH_DOUBLES;
+    /* cuBLAS's workspace given, not left to cuBLAS: it would otherwise
+     * allocate inside a graph capture (32 MiB: what NVIDIA advises for
+     * Hopper) */
+    cu->blas_ws = cuda_alloc(be, BLAS_WORKSPACE_BYTES, "cuBLAS workspace");
+    if (!cu->blas_ws) {
+        cuda_destroy(be);
+        return HCNN_ENOMEM;
+    }
+    HCNN_CUBLAS(cublasSetWorkspace(cu->blas, cu->blas_ws, BLAS_WORKSPACE_BYTES));
     const int rc = hcnn_cudnn_create(be);
     if (rc != HCNN_OK) {
         cuda_destroy(be);

@@ -40,6 +40,8 @@ typedef struct hcnn_cuda {
     __nv_bfloat16 *bf16;    /* bf16: a GEMM's inputs rounded (grown in the first step) */
     size_t bf16_elems;
     struct hcnn_cudnn *dnn; /* cuDNN's handle and plans (conv_cudnn.cu); NULL: none */
+    void *blas_ws;          /* cuBLAS's workspace, so that it allocates none in a capture */
+    cudaGraphExec_t graphs[HCNN_GRAPH_SLOTS]; /* captured work (graph_begin .. graph_launch) */
     char name[320];         /* the GPU, for the run header */
 } hcnn_cuda;
 

@@ -39,6 +39,8 @@ void report_compute_setup(const hcnn_run *r)
            r->comm->size > 1 ? "rank 0's blocks" : "the model",
            hcnn_profile_plans(&r->net, &s->scratch.ctx, s->first, s->last, s->pass_samples, plans,
                               sizeof plans));
+    if (r->be->graph_begin) /* a backend without graphs has nothing to say */
+        printf("hcnn: CUDA graphs: %s\n", r->graphs.why);
 }
 
 void report_header(const hcnn_run *r)

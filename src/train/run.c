@@ -51,8 +51,7 @@ int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
 
 void run_free(hcnn_run *r)
 {
-    if (r->profiling)
-        hcnn_profile_free(&r->prof);
+    hcnn_profile_free(&r->prof); /* also paused (profile_pause) */
     if (r->writer_ready)
         hcnn_ckpt_writer_free(&r->writer);
     hcnn_ckpt_lock_release(&r->lock); /* after the last write */
@@ -159,6 +158,7 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
         return rc;
     if ((rc = hcnn_sgd_init(&r->opt, r->be, r->net.nparams, cfg)))
         return rc;
+    graphs_setup(r);
     r->perm = hcnn_alloc(sizeof *r->perm * (size_t)r->train.n, "epoch permutation");
     if (!r->perm)
         return HCNN_ENOMEM;
@@ -294,6 +294,20 @@ int profile_enable(hcnn_run *r)
     r->strat.scratch.ctx.prof_fwd = r->prof.fwd;
     r->strat.scratch.ctx.prof_bwd = r->prof.bwd;
     return rc;
+}
+
+/* the per-block timers off and on again (profile_enable's), the samples kept */
+void profile_pause(hcnn_run *r)
+{
+    r->profiling = 0;
+    r->strat.scratch.ctx.prof_fwd = r->strat.scratch.ctx.prof_bwd = NULL;
+}
+
+void profile_resume(hcnn_run *r)
+{
+    r->profiling = 1;
+    r->strat.scratch.ctx.prof_fwd = r->prof.fwd;
+    r->strat.scratch.ctx.prof_bwd = r->prof.bwd;
 }
 
 void profile_sample_reference(hcnn_run *r)

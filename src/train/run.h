@@ -22,6 +22,26 @@
 #include "hcnn/strategy.h"
 #include "hcnn/train.h"
 
+/* CUDA graphs of the training step (graphs.c): the work of the step up to
+ * its results' read-back (segment 0) and the optimiser's (segment 1), each
+ * recorded the second time its key is seen and replayed after: one key per
+ * loader buffer and batch shape, and per learning rate. */
+typedef struct step_graph {
+    int segment;              /* 0: forward and backward, 1: optimiser */
+    const void *x, *y;        /* segment 0: the loader's buffers it uploads from */
+    int n, gn;
+    float lr;                 /* segment 1 */
+    int state;                /* 0: free, 1: seen once (run directly), 2: captured */
+    long last_use;
+} step_graph;
+
+typedef struct step_graphs {
+    int on;                   /* 1: used where the step allows (graphs_why) */
+    char why[160];            /* why on or off, for the run header */
+    step_graph slot[HCNN_GRAPH_SLOTS];
+    long uses, captures, replays;
+} step_graphs;
+
 typedef struct hcnn_run {
     const hcnn_config *cfg;
     const hcnn_comm *comm;
@@ -58,6 +78,7 @@ typedef struct hcnn_run {
     int skips_in_row;         /* non-finite steps skipped in a row */
     hcnn_profile prof;        /* --profile and bench */
     int profiling;
+    step_graphs graphs;       /* CUDA graphs of the step (graphs.c) */
 } hcnn_run;
 
 typedef struct epoch_stats {
@@ -73,6 +94,19 @@ typedef struct epoch_stats {
 } epoch_stats;
 
 static inline int run_is_root(const hcnn_run *r) { return r->comm->rank == 0; }
+
+/* graphs.c */
+/* Whether the step's work can be captured (cuda_graphs, the backend, one
+ * rank, no dropout): r->graphs.on and .why. */
+void graphs_setup(hcnn_run *r);
+/* Runs seg(r, arg) as segment `segment` of key (x, y, n, gn, lr): directly
+ * the first time the key is seen or when graphs are off or a profile is
+ * taken, captured and launched the second time, replayed after.  seg only
+ * queues work (nothing in it waits for the device) and must give the same
+ * work for the same key.  Returns seg's result (captured: its result
+ * during the capture). */
+int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, int gn, float lr,
+               int (*seg)(hcnn_run *r, void *arg), void *arg);
 
 /* run.c */
 /* Data sets, model, strategy, optimiser, loader; on error run_free
@@ -116,6 +150,8 @@ int run_check_checkpoint_dir(const hcnn_config *cfg);
 
 /* run.c: the per-block profile */
 int profile_enable(hcnn_run *r);
+void profile_pause(hcnn_run *r);
+void profile_resume(hcnn_run *r);
 /* One sample of rank 0's raw-GEMM reference (between timed repeats). */
 void profile_sample_reference(hcnn_run *r);
 /* Rank 0's table; returns the GEMM share of the step. */

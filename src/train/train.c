@@ -137,22 +137,54 @@ static int act_on_agreement(hcnn_run *r, const int agreed[AGREE_N], int epoch, f
 /* One optimiser step on this rank's shard (n of gn samples, the first at
  * epoch position `first`): the strategy's gradients, then SGD on the
  * blocks this rank owns. */
+/* The step's work up to its results (graphs.c's segment 0): gradients
+ * zeroed, the batch staged, forward, loss, backward (and, over ranks, the
+ * gradients' allreduce). */
+typedef struct step_work {
+    const float *x;
+    const int32_t *y;
+    int n, gn;
+} step_work;
+
+static int step_segment(hcnn_run *r, void *arg)
+{
+    step_work *w = arg;
+    hcnn_strategy *s = &r->strat;
+    r->be->fill(r->be, r->net.grads, r->net.nparams, 0.0f);
+    if (r->state_before)
+        r->be->copy(r->be, r->state_before, r->net.state, r->net.nstate);
+    const float *x = w->x;
+    const int32_t *y = w->y;
+    hcnn_strategy_stage(s, &x, &y, w->n, 1); /* the loader's batch: read back in this step */
+    r->be->zero(r->be, r->stats, sizeof(double) * HCNN_STATS);
+    return s->ops->step(s, x, y, w->n, w->gn, r->stats);
+}
+
+/* the optimiser step on this rank's blocks (segment 1) */
+typedef struct sgd_work {
+    size_t off, count;
+    float lr;
+} sgd_work;
+
+static int sgd_segment(hcnn_run *r, void *arg)
+{
+    const sgd_work *w = arg;
+    hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, w->off, w->count, w->lr);
+    return HCNN_OK;
+}
+
 static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int gn, int first,
                       int epoch, float lr, epoch_stats *st)
 {
     hcnn_strategy *s = &r->strat;
     hcnn_ctx *ctx = &s->scratch.ctx;
     hcnn_watch_step(r->step);
-    r->be->fill(r->be, r->net.grads, r->net.nparams, 0.0f);
-    if (r->state_before)
-        r->be->copy(r->be, r->state_before, r->net.state, r->net.nstate);
     ctx->training = 1;
     ctx->step = (uint64_t)r->step;
     ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
-    hcnn_strategy_stage(s, &x, &y, n, 1); /* the loader's batch: read back in this step */
-    r->be->zero(r->be, r->stats, sizeof(double) * HCNN_STATS);
     const double w0 = s->sync ? s->sync->wait_s : 0.0;
-    int rc = s->ops->step(s, x, y, n, gn, r->stats);
+    step_work work = {.x = x, .y = y, .n = n, .gn = gn};
+    int rc = graphs_run(r, 0, x, y, n, gn, 0.0f, step_segment, &work);
     if (s->sync)
         st->comm_wait_s += s->sync->wait_s - w0;
     if (rc)
@@ -169,7 +201,8 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
         return HCNN_OK; /* dropped: no update, no loss counted */
     const double o0 = hcnn_now();
     HCNN_MARKER_START(ctx, "optimizer", 2);
-    hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, off, count, lr);
+    sgd_work sw = {.off = off, .count = count, .lr = lr};
+    graphs_run(r, 1, NULL, NULL, 0, 0, lr, sgd_segment, &sw);
     HCNN_MARKER_STOP(ctx, "optimizer", 2);
     if (r->profiling)
         r->prof.opt_s += hcnn_now() - o0;

@@ -171,6 +171,16 @@ cublasStatus_t cublasGetVersion_v2(cublasHandle_t, int *version) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* cuBLAS's workspace: the CBLAS needs none; the call is checked as cuBLAS
+ * checks it (a handle, and memory where bytes > 0) */
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, size_t bytes) {
+    if (!handle)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (bytes > 0 && !workspace)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t streamId) {
     if (!handle)
         return CUBLAS_STATUS_NOT_INITIALIZED;

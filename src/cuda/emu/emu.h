@@ -356,6 +356,7 @@ typedef struct cublasContext *cublasHandle_t;
 #define cublasGetVersion cublasGetVersion_v2
 #define cublasSetStream cublasSetStream_v2
 #define cublasGetStream cublasGetStream_v2
+#define cublasSetWorkspace cublasSetWorkspace_v2
 #define cublasSgemm cublasSgemm_v2
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *handle);
@@ -363,6 +364,7 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t handle);
 cublasStatus_t cublasGetVersion_v2(cublasHandle_t handle, int *version);
 cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t streamId);
 cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t *streamId);
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, size_t bytes);
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t *mode);
 cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
