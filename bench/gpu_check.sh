@@ -24,7 +24,7 @@ set -u
 bundle=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 O=${2:-gpu-check}
 SECTIONS=${3:-tests bench cpu}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 R=$PWD
 mkdir -p "$O"
 O=$(cd "$O" && pwd)
@@ -54,7 +54,8 @@ export PMIX_MCA_pcompress_base_silence_warning=1
 export PATH=$B/root/usr/bin:$PATH
 # CUDA's libraries: the toolkit's, else wherever the machine has them
 libdir() { dirname "$(find /usr/local/cuda* /usr/lib /opt -name "$1" 2>/dev/null | head -n 1)"; }
-export LD_LIBRARY_PATH=$B/lib:$(libdir libcublas.so.13):$(libdir libcudart.so.13):$(libdir libcudnn.so.9)
+LD_LIBRARY_PATH=$B/lib:$(libdir libcublas.so.13):$(libdir libcudart.so.13):$(libdir libcudnn.so.9)
+export LD_LIBRARY_PATH
 export HCNN_BUILDDIR=$B/build HCNN_SRCDIR=$R HCNN=$B/build/hcnn
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ -d "$B/mnist" ] && [ ! -e data/mnist/train-images-idx3-ubyte ]; then
@@ -102,9 +103,10 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
     for spec in "resnet18 128 fp32" "resnet18 128 tf32" "resnet18 128 bf16" "lenet 64 fp32" "lenet 256 fp32"; do
         set -- $spec
         stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3" | tee -a "$O/compare.log"
+        steps=()
+        [ "$1" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
         HCNN=$HCNN PYTHON=$B/python timeout -k 5 120 bench/compare.sh --device cuda --model "$1" \
-            --batch "$2" --precision "$3" --rounds 3 --threads 4 \
-            $([ "$1" = resnet18 ] && echo --warmup 3 --repeats 3 --steps 5) >> "$O/compare.log" 2>&1
+            --batch "$2" --precision "$3" --rounds 3 --threads 4 "${steps[@]}" >> "$O/compare.log" 2>&1
         echo "exit $?"; grep -E '^round|median' "$O/compare.log" | tail -n 1
     done
 fi
@@ -127,5 +129,5 @@ if [[ " $SECTIONS " == *" cpu "* ]]; then
     timeout -k 5 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \
         --warmup 1 --repeats 3 --steps 2 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 2>&1 | tail -n 1
 fi
-stamp done
+stamp "done"
 rm -rf "$B"
