@@ -16,10 +16,11 @@
  * as many images as CHUNK_FLOATS of columns and GEMM output allow.  The
  * index arithmetic is src/core/hd.h's.
  *
- * Where this build links cuDNN, each public function below first asks
- * conv_cudnn.cu for the convolution's cuDNN plan (fp32 and tf32) and runs
- * it; this file's path is the one of builds without cuDNN, of the
- * emulation, and of precision bf16. */
+ * Where this build links cuDNN, the forward and the backward below first
+ * ask conv_cudnn.cu whether cuDNN runs that pass of the convolution (its
+ * measured rule: in FP32 the forward on large planes, with TF32 every
+ * pass), and run its plan if so; this file's path is the rest, and all of
+ * a build without cuDNN, of the emulation and of precision bf16. */
 #include <stdio.h>
 
 #include "cuda.h"
