@@ -6,8 +6,8 @@
  * OPENBLAS_CORETYPE set: the library reads it when it loads), round after
  * round, in rotated order within a round so that a shared machine's slow
  * moments fall on all of them; the median of the rounds is the candidate's
- * time.  FIRST_ROUNDS rounds for all, up to ROUNDS for the finalists (those
- * within FINALIST_WITHIN of the best median).  A child that
+ * time.  BLAS_FIRST_ROUNDS rounds for all, up to BLAS_ROUNDS for the
+ * finalists (those within FINALIST_WITHIN of the best median).  A child that
  * crashes (kernels the CPU cannot run), or that loads other kernels than it
  * was asked for (a type this build does not have), leaves its candidate
  * out, with the reason in the table.  A stop signal (SIGTERM, SIGUSR1:
@@ -32,8 +32,6 @@
 
 extern char **environ;
 
-#define ROUNDS BLAS_ROUNDS
-#define FIRST_ROUNDS BLAS_FIRST_ROUNDS
 #define FINALIST_WITHIN 0.25
 #define CHILD_TIMEOUT_S 300
 /* how long a stop signal may wait while a child runs */
@@ -343,21 +341,23 @@ int blas_measure(const blas_run *run, blas_table *t)
             add_candidate(t, kernel_types[i].name, source);
         }
 
-    double times[BLAS_MAX_CANDIDATES][ROUNDS];
+    double times[BLAS_MAX_CANDIDATES][BLAS_ROUNDS];
     int alive[BLAS_MAX_CANDIDATES], rounds[BLAS_MAX_CANDIDATES];
     for (int i = 0; i < t->n; i++)
         alive[i] = 1, rounds[i] = 0;
-    for (int r = 0; r < ROUNDS; r++) {
+    for (int r = 0; r < BLAS_ROUNDS; r++) {
         /* after the first rounds, only those within FINALIST_WITHIN of the best */
         double best = 0;
-        for (int i = 0; r >= FIRST_ROUNDS && i < t->n; i++)
+        for (int i = 0; r >= BLAS_FIRST_ROUNDS && i < t->n; i++)
             if (alive[i] && rounds[i] && (best == 0 || hcnn_median(times[i], rounds[i]) < best))
                 best = hcnn_median(times[i], rounds[i]);
         for (int j = 0; j < t->n; j++) {
             const int i = (j + r) % t->n;
             blas_candidate *c = &t->c[i];
-            if (!alive[i] || (r >= FIRST_ROUNDS && (rounds[i] < r || hcnn_median(times[i], rounds[i]) >
-                                                                      (1 + FINALIST_WITHIN) * best)))
+            if (!alive[i])
+                continue;
+            if (r >= BLAS_FIRST_ROUNDS && /* finalists: every round so far, near the best */
+                (rounds[i] < r || hcnn_median(times[i], rounds[i]) > (1 + FINALIST_WITHIN) * best))
                 continue;
             char kernels[BLAS_NAME_MAX] = "";
             unsigned long long hash = 0;
@@ -385,7 +385,7 @@ int blas_measure(const blas_run *run, blas_table *t)
     unlink(cfg_file);
 
     /* kernels that two candidates loaded are measured once: the first keeps them */
-    double kept[BLAS_MAX_CANDIDATES][ROUNDS];
+    double kept[BLAS_MAX_CANDIDATES][BLAS_ROUNDS];
     int kept_rounds[BLAS_MAX_CANDIDATES];
     int n = 0, env_index = -1;
     for (int i = 0; i < t->n; i++) {

@@ -10,13 +10,13 @@
  * (implicit or explicit GEMM: no FFT or Winograd, see direct_sum), is
  * deterministic (no atomic additions: the same bits every run), FMA-only in
  * fp32 (no TF32 tensor cores unless precision: tf32 asks, as cuBLAS under
- * pedantic math) and within the workspace.  bf16 keeps the im2col path (its GEMM inputs
- * rounded to bfloat16 by gemm.cu).  HCNN_CUDA_CONV in the environment
- * chooses for the tests and benchmarks: cudnn (the default where linked)
- * or im2col (every convolution on the im2col path, to compare the two on
- * one GPU).
+ * pedantic math) and within the workspace.  bf16 keeps the im2col path
+ * (its GEMM inputs rounded to bfloat16 by gemm.cu).
  *
- * conv.cu asks hcnn_cudnn_conv_for() first and takes the im2col path when it
+ * Which passes cuDNN runs: by default (HCNN_CUDA_CONV unset or auto) those
+ * it was measured faster on (default_passes); HCNN_CUDA_CONV=cudnn every
+ * pass, =im2col none, to compare the two paths on one GPU.  conv.cu asks
+ * hcnn_cudnn_conv_for() for each pass and takes the im2col path when it
  * answers NULL. */
 #include <stdio.h>
 #include <stdlib.h>

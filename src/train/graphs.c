@@ -84,10 +84,8 @@ int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, in
         return seg(r, arg);
     }
     if (slot < 0) { /* first sight: run directly, remember the key */
-        step_graph *k = &g->slot[lru];
-        memset(k, 0, sizeof *k);
-        *k = (step_graph){.segment = segment, .x = x, .y = y, .n = n, .gn = gn, .lr = lr,
-                          .state = 1, .last_use = g->uses};
+        g->slot[lru] = (step_graph){.segment = segment, .x = x, .y = y, .n = n, .gn = gn,
+                                    .lr = lr, .state = 1, .last_use = g->uses};
         return seg(r, arg);
     }
     /* second sight: capture, then launch what was captured */
