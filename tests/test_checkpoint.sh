@@ -92,6 +92,23 @@ usr1_under_mpirun() { # name, strategy args...
 }
 usr1_under_mpirun sigusr1_under_mpirun strategy=data
 usr1_under_mpirun sigusr1_pipeline_under_mpirun strategy=pipeline stages=2
+# SIGUSR1 to rank 1 alone: the data-parallel ranks' agreement rides on the
+# first gradient bucket (grad_sync.h); both must stop after the same step
+case_begin sigusr1_one_rank_data
+"${MPIRUN[@]}" -np 2 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/one" --set strategy=data \
+    --set epochs=200 --set checkpoint_every=0 >"$WORK/one.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q '^epoch=' "$WORK/one.log" && break; sleep 0.1; done
+rank1=""
+for p in $(pgrep -f "hcnn.* train .*checkpoint_dir=$WORK/one"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && rank1=$p
+done
+[ -n "$rank1" ] && kill -USR1 "$rank1"
+wait "$pid"
+rc=$?
+if [ -n "$rank1" ] && [ $rc -eq 75 ] && ls "$WORK/one"/ckpt-s*.hcnn >/dev/null 2>&1 &&
+    grep -q 'SIGUSR1 received' "$WORK/one.log"; then case_ok
+else case_fail "rank 1 pid '$rank1', exit $rc: $(tail -n 4 "$WORK/one.log")"; fi
 # with batch-norm: each rank's running statistics are its own until they are
 # averaged at the end of an epoch; a signal inside an epoch must average them
 # too before the replicas are compared (it ended in "replicas diverged",

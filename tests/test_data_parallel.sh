@@ -22,6 +22,13 @@ case_begin np2_one_bucket;          run np2 2 bucket_mb=1000;               same
 case_begin np4_one_bucket_uneven;   run np4 4 bucket_mb=1000;               same_as_serial np4
 case_begin np4_many_small_buckets;  run np4b 4 bucket_mb=0.0001;            same_as_serial np4b
 case_begin np3_uneven_thread;       run np3t 3 allreduce_progress=thread bucket_mb=0.001; same_as_serial np3t
+# threads=2 with a communication thread: one core computes, one reduces
+# (never more threads than asked), the same bits as serial
+case_begin np2_thread_reserves_a_core
+run np2r 2 allreduce_progress=thread bucket_mb=0.001 threads=2
+if grep -q "^hcnn: one core of each rank's 2 is the gradient allreduce's (allreduce_progress: thread): 1 threads compute" "$WORK/np2r.log" &&
+    grep -q "2 ranks x 1 threads" "$WORK/np2r.log"; then same_as_serial np2r
+else case_fail "no reserved core in the header: $(grep -m3 '^hcnn:' "$WORK/np2r.log")"; fi
 # Winograd convolutions (both 3x3 layers, weight gradient of the 8 -> 16 one
 # too): data parallel equals serial up to float summation order
 case_begin serial_winograd_reference

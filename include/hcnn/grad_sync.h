@@ -14,7 +14,16 @@
  * and GEMM chunks (HCNN_PROGRESS_TEST, through hcnn_grad_sync_poll), or a
  * communication thread runs blocking allreduces (HCNN_PROGRESS_THREAD).
  * Used by the data-parallel strategy on MPI_COMM_WORLD and by pipeline
- * stages on their replica communicator. */
+ * stages on their replica communicator.
+ *
+ * The per-step agreement: the first bucket (the network's last blocks,
+ * whose gradients end the buffer) also carries the HCNN_GRAD_TAIL floats
+ * after them (net.h).  When agree_fill is set, it writes them just before
+ * that bucket starts, and the allreduce sums them over the ranks with the
+ * gradients: the agreement costs no latency of its own (on 32 ranks a
+ * 12-byte MPI_Allreduce is OpenMPI's segmented ring, 62 latencies, about
+ * 93 us on InfiniBand HDR: the larger part of LeNet-5's step at 64
+ * threads, docs/plan.md).  The caller reads the sums after finish. */
 #ifndef HCNN_GRAD_SYNC_H
 #define HCNN_GRAD_SYNC_H
 
@@ -26,11 +35,17 @@
 #include "hcnn/config.h"
 #include "hcnn/net.h"
 
+/* Sums of fewer floats stay on one core (grad_sync.c; hcnn plan prices it) */
+#define HCNN_TEAM_SUM_MIN 16384
+
 typedef struct hcnn_bucket {
     size_t off, count;     /* range of the gradient buffer */
     int lowest_block;      /* ready once backward has finished this block */
     MPI_Request req;
 } hcnn_bucket;
+
+/* Writes the agreement's HCNN_GRAD_TAIL values (host floats) for this step. */
+typedef void (*hcnn_agree_fill_fn)(void *arg, float *tail);
 
 typedef struct hcnn_grad_sync {
     MPI_Comm comm;
@@ -39,8 +54,13 @@ typedef struct hcnn_grad_sync {
     hcnn_bucket *buckets;  /* buckets[0] holds the last blocks */
     int nbuckets;
     hcnn_allreduce_progress mode;
+    MPI_Op sum;            /* the buckets' sum: MPI_SUM, or the team's (grad_sync.c) */
+    int team_sum;          /* sum is hcnn's MPI_Op (freed with the rest) */
     int started;           /* buckets started this step */
     int completed;         /* buckets known complete this step */
+    size_t tail_off;       /* the agreement's floats in the buffer (0: not carried) */
+    hcnn_agree_fill_fn agree_fill; /* NULL: the tail is not written */
+    void *agree_arg;
 
     /* communication thread (HCNN_PROGRESS_THREAD) */
     pthread_t thread;
@@ -53,6 +73,11 @@ typedef struct hcnn_grad_sync {
     double wait_s;         /* time blocked in finish */
     long steps;
 } hcnn_grad_sync;
+
+/* hcnn's commutative float sum for the buckets (grad_sync.c): the OpenMP
+ * team's when MPI calls it outside a parallel region on at least
+ * HCNN_TEAM_SUM_MIN floats.  The caller frees it with MPI_Op_free. */
+void hcnn_grad_sum_op(MPI_Op *op);
 
 /* The buckets of blocks [first, last) (buckets: room for last - first):
  * about bucket_mb MiB of whole blocks each, from the last block backwards;

@@ -37,6 +37,12 @@ static inline int hcnn_tensor_is_variance(const hcnn_tensor_info *t)
     return t->is_state && len >= suffix && !strcmp(t->name + len - suffix, "running_var");
 }
 
+/* Floats after the parameters' gradients in net->grads: the per-step
+ * agreement of the data-parallel ranks (src/train/train.c) rides there on
+ * the first gradient bucket's allreduce instead of a latency-bound
+ * allreduce of its own (grad_sync.h). */
+#define HCNN_GRAD_TAIL 4
+
 typedef struct hcnn_net {
     const hcnn_backend *be;
     int in_c, in_h, in_w, classes;
@@ -44,7 +50,8 @@ typedef struct hcnn_net {
     hcnn_layer *layers;          /* top-level blocks */
     int nids;                    /* layers including residual children (ids 0..nids-1) */
 
-    float *params, *grads;       /* nparams each, backend memory */
+    float *params, *grads;       /* nparams each, backend memory; grads has
+                                    HCNN_GRAD_TAIL floats more, see below */
     size_t nparams;
     float *state;                /* batch-norm running statistics */
     size_t nstate;

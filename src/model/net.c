@@ -183,7 +183,7 @@ int hcnn_net_create(hcnn_net *net, const hcnn_model_spec *spec, const hcnn_backe
     net->nstate = wk.soff;
     net->nids = wk.next_id;
     net->params = be->alloc(be, sizeof(float) * (net->nparams + 1), "parameters");
-    net->grads = be->alloc(be, sizeof(float) * (net->nparams + 1), "gradients");
+    net->grads = be->alloc(be, sizeof(float) * (net->nparams + HCNN_GRAD_TAIL), "gradients");
     net->state = be->alloc(be, sizeof(float) * (net->nstate + 1), "batch-norm statistics");
     net->tensors = hcnn_calloc(sizeof *net->tensors * (wk.ntensors + 1), "tensor table");
     if (!net->params || !net->grads || !net->state || !net->tensors) {
@@ -191,7 +191,7 @@ int hcnn_net_create(hcnn_net *net, const hcnn_model_spec *spec, const hcnn_backe
         return HCNN_ENOMEM;
     }
     be->fill(be, net->params, net->nparams + 1, 0.0f);
-    be->fill(be, net->grads, net->nparams + 1, 0.0f);
+    be->fill(be, net->grads, net->nparams + HCNN_GRAD_TAIL, 0.0f);
     be->fill(be, net->state, net->nstate + 1, 0.0f);
     wk = (walk){.net = net, .assign = 1};
     for (int i = 0; i < net->nlayers; i++)

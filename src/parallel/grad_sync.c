@@ -4,10 +4,58 @@
 #include <string.h>
 
 #include <limits.h>
+#include <omp.h>
 #include <stdio.h>
 
 #include "hcnn/common.h"
 #include "hcnn/grad_sync.h"
+
+/* b += a on the CPU's widest vectors: hcnn builds without -march, and
+ * OpenMPI's own MPI_SUM runs AVX-512 (plain SSE2 here summed 29 GB/s in
+ * the cache, MPI_SUM 42: bench/bench_comm sum) */
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void sum_range(const float *restrict a, float *restrict b, int lo, int hi)
+{
+    for (int i = lo; i < hi; i++)
+        b[i] += a[i];
+}
+
+/* The buckets' MPI_SUM with allreduce_progress: test.  OpenMPI's libnbc
+ * runs a bucket's reductions on the thread that calls MPI_Test or MPI_Wait,
+ * one core at 8 GB/s or so (the n gamma term of docs/plan.md) while the
+ * rank's other threads wait.  hcnn's own commutative sum splits them over
+ * the OpenMP team whenever MPI calls it outside a parallel region: in
+ * finish (the buckets still running when backward has ended, the part of
+ * the allreduce nothing hides) and between blocks; inside a parallel region
+ * (a poll between GEMM chunks) it runs on the calling thread, as MPI_SUM
+ * does.  Element by element, so the same bits on any thread count.
+ * Below HCNN_TEAM_SUM_MIN floats (grad_sync.h) one core is quicker than
+ * waking the team (a fork-join of 64 threads costs a few microseconds, the
+ * time one core takes to sum 64 KiB).  HCNN_GRAD_SUM=mpi takes MPI_SUM
+ * instead (for comparisons). */
+static void team_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const float *a = in;
+    float *b = inout;
+    const int n = *len;
+    if (n < HCNN_TEAM_SUM_MIN || omp_in_parallel() || omp_get_max_threads() == 1) {
+        sum_range(a, b, 0, n);
+        return;
+    }
+#pragma omp parallel
+    {
+        /* contiguous slices of whole cache lines, one per thread */
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int per = (n / nt + 15) / 16 * 16;
+        const int lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
+        sum_range(a, b, lo, hi);
+    }
+}
+
+void hcnn_grad_sum_op(MPI_Op *op) { HCNN_MPI(MPI_Op_create(team_sum, 1, op)); }
 
 /* Bucket b's allreduce, blocking (the communication thread, calibration). */
 static void allreduce_bucket(hcnn_grad_sync *gs, const hcnn_bucket *b)
@@ -75,13 +123,19 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
     /* buckets reduced by MPI_Iallreduce stay staged on a device (comm.h) */
     const hcnn_mpi_use use =
         mode == HCNN_PROGRESS_TEST ? HCNN_MPI_NONBLOCKING_COLLECTIVE : HCNN_MPI_P2P_OR_BLOCKING;
-    if (hcnn_mpi_buf_init(&gs->buf, net->be, net->grads, net->nparams, use, "gradient staging"))
+    if (hcnn_mpi_buf_init(&gs->buf, net->be, net->grads, net->nparams + HCNN_GRAD_TAIL, use,
+                          "gradient staging"))
         return HCNN_ENOMEM;
     gs->buckets =
         hcnn_calloc(sizeof *gs->buckets * (size_t)(last - first + 1), "allreduce buckets");
     if (!gs->buckets)
         return HCNN_ENOMEM;
     gs->nbuckets = hcnn_grad_buckets(net, first, last, bucket_mb, gs->buckets);
+    /* the first bucket ends the gradients: it carries the agreement's tail */
+    if (gs->nbuckets > 0 && gs->buckets[0].off + gs->buckets[0].count == net->nparams) {
+        gs->tail_off = net->nparams;
+        gs->buckets[0].count += HCNN_GRAD_TAIL;
+    }
     for (int k = 0; k < gs->nbuckets; k++)
         if (gs->buckets[k].count > INT_MAX) /* MPI counts are int */
             return hcnn_error("gradient bucket of %zu floats exceeds MPI's count limit: lower "
@@ -89,6 +143,12 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
                               gs->buckets[k].count);
     for (int k = 0; k < gs->nbuckets; k++)
         gs->buckets[k].req = MPI_REQUEST_NULL;
+    gs->sum = MPI_SUM;
+    const char *sum = getenv("HCNN_GRAD_SUM");
+    if (mode == HCNN_PROGRESS_TEST && !(sum && !strcmp(sum, "mpi"))) {
+        hcnn_grad_sum_op(&gs->sum);
+        gs->team_sum = 1;
+    }
     if (mode == HCNN_PROGRESS_THREAD) {
         if (pthread_mutex_init(&gs->mu, NULL) || pthread_cond_init(&gs->cv, NULL))
             return hcnn_error_code(HCNN_ENOMEM, "cannot create the communication thread's lock");
@@ -110,6 +170,8 @@ void hcnn_grad_sync_free(hcnn_grad_sync *gs)
         pthread_cond_destroy(&gs->cv);
         pthread_mutex_destroy(&gs->mu);
     }
+    if (gs->team_sum)
+        HCNN_MPI(MPI_Op_free(&gs->sum));
     hcnn_free(gs->buckets);
     hcnn_mpi_buf_free(&gs->buf);
     memset(gs, 0, sizeof *gs);
@@ -124,6 +186,11 @@ void hcnn_grad_sync_begin(hcnn_grad_sync *gs)
 static int start_bucket(hcnn_grad_sync *gs)
 {
     hcnn_bucket *b = &gs->buckets[gs->started];
+    if (gs->started == 0 && gs->tail_off && gs->agree_fill) {
+        float tail[HCNN_GRAD_TAIL];
+        gs->agree_fill(gs->agree_arg, tail);
+        gs->buf.be->upload(gs->buf.be, gs->buf.dev + gs->tail_off, tail, sizeof tail);
+    }
     if (gs->mode == HCNN_PROGRESS_THREAD) {
         pthread_mutex_lock(&gs->mu);
         gs->started++;
@@ -132,7 +199,7 @@ static int start_bucket(hcnn_grad_sync *gs)
         return HCNN_OK;
     }
     float *p = hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
-    HCNN_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, MPI_SUM, gs->comm, &b->req));
+    HCNN_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, gs->sum, gs->comm, &b->req));
     gs->started++;
     return HCNN_OK;
 }
@@ -215,11 +282,12 @@ void hcnn_grad_sync_print(const hcnn_grad_sync *gs, double bucket_mb, double all
 {
     const char *alg = getenv(HCNN_IALLREDUCE_ENV); /* as MPI_Init read it */
     fprintf(out,
-            "hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s%s%s; "
+            "hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s%s%s%s; "
             "blocking allreduce of all gradients: %.4f s\n",
             gs->nbuckets, gs->nbuckets == 1 ? "" : "s", bucket_mb,
             gs->mode == HCNN_PROGRESS_TEST ? "MPI_Test polling, MPI_Iallreduce"
                                            : "a communication thread, MPI_Allreduce",
             gs->mode == HCNN_PROGRESS_TEST && alg ? " with " HCNN_IALLREDUCE_ENV "=" : "",
-            gs->mode == HCNN_PROGRESS_TEST && alg ? alg : "", allreduce_s);
+            gs->mode == HCNN_PROGRESS_TEST && alg ? alg : "",
+            gs->team_sum ? "; sums by the OpenMP team outside parallel regions" : "", allreduce_s);
 }

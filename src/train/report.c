@@ -54,6 +54,10 @@ void report_header(const hcnn_run *r)
            cfg->model.name, r->net.nlayers, r->net.nparams, cfg->dataset, r->train.n, r->test.n,
            hcnn_strategy_name(cfg->strategy), r->comm->size, r->comm->size > 1 ? "s" : "",
            r->threads, cfg->batch_size, hcnn_blas_describe(blas, sizeof blas));
+    if (r->reserved_core)
+        printf("hcnn: one core of each rank's %d is the gradient allreduce's "
+               "(allreduce_progress: thread): %d threads compute\n",
+               r->threads + 1, r->threads);
     char where[512];
     r->be->describe(r->be, where, sizeof where);
     printf("hcnn: device: %s\n", where);

@@ -128,6 +128,19 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
     if (rc)
         return rc;
     r->threads = hcnn_setup_threads(cfg);
+    /* allreduce_progress: thread on a rank that shares gradients: the
+     * communication thread gets a core of its own and computes the
+     * reductions there (OpenMPI's blocking allreduce polls, and sums on
+     * the calling thread), the others compute; the same bits on any
+     * thread count */
+    const int grad_replicas =
+        cfg->strategy == HCNN_STRATEGY_PIPELINE ? comm->size / (cfg->stages > 0 ? cfg->stages : 1)
+                                                : comm->size;
+    if (cfg->allreduce_progress == HCNN_PROGRESS_THREAD && grad_replicas > 1 && r->threads > 1) {
+        r->threads--;
+        r->reserved_core = 1;
+        omp_set_num_threads(r->threads);
+    }
     if ((rc = hcnn_blas_take_buffers(r->threads))) /* before anything else is allocated */
         return rc;
     /* in-place progress only on a real terminal: mpirun gives its ranks a
@@ -158,6 +171,7 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
         return rc;
     if ((rc = hcnn_sgd_init(&r->opt, r->be, r->net.nparams, cfg)))
         return rc;
+    train_fold_agreement(r);
     graphs_setup(r);
     r->perm = hcnn_alloc(sizeof *r->perm * (size_t)r->train.n, "epoch permutation");
     if (!r->perm)
@@ -166,7 +180,8 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
     /* a background thread only helps when a core is left for it */
     const int prefetch =
         cfg->data_prefetch == HCNN_PREFETCH_ON ||
-        (cfg->data_prefetch == HCNN_PREFETCH_AUTO && omp_get_max_threads() < omp_get_num_procs());
+        (cfg->data_prefetch == HCNN_PREFETCH_AUTO &&
+         omp_get_max_threads() + r->reserved_core < omp_get_num_procs());
     rc = hcnn_loader_init(&r->loader, r->be, &r->train, cfg->batch_size, r->strat.group, r->strat.ngroups,
                           augment, cfg->seed, prefetch ? 1 : 0);
     if (rc)

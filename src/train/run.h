@@ -49,6 +49,7 @@ typedef struct hcnn_run {
     hcnn_backend *own_be;     /* the instance this run made (be) */
     double *stats;            /* the step's statistics, backend memory (HCNN_STAT_*) */
     int threads;
+    int reserved_core;        /* one of the threads asked for runs the allreduce (run.c) */
     hcnn_dataset train, test;
     hcnn_net net;
     hcnn_strategy strat;
@@ -161,5 +162,8 @@ double profile_print(hcnn_run *r);
 /* Take the next batch of the epoch and train on it: 1 after a step, 0 at
  * the end of the epoch, -code on error. */
 int train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st);
+/* Data parallel on several ranks: the step's agreement rides on the first
+ * gradient bucket (grad_sync.h) instead of an allreduce of its own. */
+void train_fold_agreement(hcnn_run *r);
 
 #endif

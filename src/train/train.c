@@ -50,11 +50,69 @@ static int step_results(hcnn_run *r, size_t off, size_t count, double *loss, int
     return isfinite(*loss) && isfinite(st[HCNN_STAT_SUMSQ]);
 }
 
-static int step_agree(hcnn_run *r, int finite, int agreed[AGREE_N])
+/* This rank's part of the agreement, as MPI_MAX takes it. */
+static void agree_local(hcnn_run *r, int finite, int agreed[AGREE_N])
 {
     agreed[AGREE_BAD_RANK] = finite ? 0 : r->comm->size - r->comm->rank;
     agreed[AGREE_SIGNAL] = take_stop_signal();
     agreed[AGREE_CKPT_FAILED] = r->writer_ready && hcnn_ckpt_writer_failed(&r->writer) != HCNN_OK;
+}
+
+/* The data-parallel ranks' agreement rides on the first gradient bucket
+ * (grad_sync.h): written as counts that MPI_SUM adds up, just before that
+ * bucket starts, in the middle of backward.  What is known then: a signal,
+ * the checkpoint writer, this rank's loss.  Its gradients come back summed
+ * over the ranks, identical on every one, so their finiteness needs no
+ * agreement (step_agree). */
+enum { TAIL_SIGTERM, TAIL_SIGUSR1, TAIL_CKPT_FAILED, TAIL_BAD_LOSS };
+
+static void agree_fill(void *arg, float *tail)
+{
+    hcnn_run *r = arg;
+    double st[HCNN_STATS];
+    r->be->download(r->be, st, r->stats, sizeof st);
+    int agreed[AGREE_N];
+    agree_local(r, isfinite(st[HCNN_STAT_LOSS]) && !(r->comm->rank == r->fail_rank &&
+                                                     r->step == r->fail_step),
+                agreed);
+    tail[TAIL_SIGTERM] = agreed[AGREE_SIGNAL] == SIGTERM;
+    tail[TAIL_SIGUSR1] = agreed[AGREE_SIGNAL] == SIGUSR1;
+    tail[TAIL_CKPT_FAILED] = (float)agreed[AGREE_CKPT_FAILED];
+    tail[TAIL_BAD_LOSS] = agreed[AGREE_BAD_RANK] != 0;
+}
+
+void train_fold_agreement(hcnn_run *r)
+{
+    hcnn_grad_sync *gs = r->strat.sync;
+    if (r->cfg->strategy == HCNN_STRATEGY_DATA && gs && gs->tail_off && r->comm->size > 1) {
+        gs->agree_fill = agree_fill;
+        gs->agree_arg = r;
+    }
+}
+
+static int step_agree(hcnn_run *r, int finite, int agreed[AGREE_N])
+{
+    const hcnn_grad_sync *gs = r->strat.sync;
+    if (r->comm->size > 1 && gs && gs->agree_fill) {
+        /* the sums the first bucket brought back; a non-finite step names
+         * its first rank through one more allreduce, only then */
+        float tail[HCNN_GRAD_TAIL];
+        r->be->download(r->be, tail, r->net.grads + gs->tail_off, sizeof tail);
+        agreed[AGREE_SIGNAL] = tail[TAIL_SIGTERM] > 0   ? SIGTERM
+                               : tail[TAIL_SIGUSR1] > 0 ? SIGUSR1
+                                                        : 0;
+        agreed[AGREE_CKPT_FAILED] = tail[TAIL_CKPT_FAILED] > 0;
+        agreed[AGREE_BAD_RANK] = 0;
+        if (tail[TAIL_BAD_LOSS] > 0 || !finite) {
+            agreed[AGREE_BAD_RANK] = finite ? 0 : r->comm->size - r->comm->rank;
+            hcnn_watch_context("naming the first rank of a non-finite step %ld", r->step);
+            HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &agreed[AGREE_BAD_RANK], 1, MPI_INT, MPI_MAX,
+                                   r->comm->world));
+            hcnn_watch_context(NULL);
+        }
+        return HCNN_OK;
+    }
+    agree_local(r, finite, agreed);
     if (r->comm->size > 1) {
         hcnn_watch_context("the agreement of step %ld (non-finite, signals, checkpoint)", r->step);
         HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, agreed, AGREE_N, MPI_INT, MPI_MAX, r->comm->world));
