@@ -8,7 +8,8 @@
 #   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile),
 #           and bench/compare.sh against PyTorch on the same GPU: ResNet-18
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256
-#   cpu     hcnn bench on the CPU at 1, 2, 4, 8, 16 threads (ResNet-18 batch
+#   cpu     bench/validate_threads.sh: hcnn bench on the CPU at 1, 2, 4, 8, 16
+#           threads against hcnn plan --node here's prediction (ResNet-18 batch
 #           64, LeNet-5 batch 256: the thread-scaling measurements) and
 #           PyTorch's ResNet-18 at the largest thread count
 #
@@ -113,18 +114,11 @@ fi
 
 if [[ " $SECTIONS " == *" cpu "* ]]; then
     cores=$(nproc)
-    stamp "CPU thread scaling up to $cores threads, blas_kernels: auto"
+    stamp "CPU thread scaling up to $cores threads, blas_kernels: auto, against hcnn plan's thread model"
     last=1
-    for t in 1 2 4 8 16 32 64; do
-        [ "$t" -le "$cores" ] || break
-        last=$t
-        timeout -k 5 120 "$HCNN" bench --config configs/cifar_resnet18.yaml --set batch_size=64 \
-            --set threads=$t --warmup 1 --repeats 3 --steps 2 > "$O/cpu_resnet_t$t.log" 2>&1
-        echo "resnet18 b64 threads=$t exit $? $(tail -n 1 "$O/cpu_resnet_t$t.log")"
-        timeout -k 5 60 "$HCNN" bench --config configs/mnist_lenet.yaml --set batch_size=256 \
-            --set threads=$t --warmup 5 --repeats 3 --steps 10 > "$O/cpu_lenet_t$t.log" 2>&1
-        echo "lenet b256 threads=$t exit $? $(tail -n 1 "$O/cpu_lenet_t$t.log")"
-    done
+    for t in 1 2 4 8 16 32 64; do [ "$t" -le "$cores" ] && last=$t; done
+    HCNN=$HCNN HCNN_SRCDIR=$R timeout -k 5 580 bench/validate_threads.sh > "$O/validate_threads.log" 2>&1
+    echo "exit $?"; grep -E '^# |passed' "$O/validate_threads.log"
     stamp "PyTorch on the CPU, ResNet-18 batch 64, $last threads"
     timeout -k 5 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \
         --warmup 1 --repeats 3 --steps 2 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 2>&1 | tail -n 1

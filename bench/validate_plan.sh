@@ -47,7 +47,7 @@ run() { # name ranks key=value...: images/s of the best of 2 runs (epochs 2.. av
     echo "$best"
 }
 predict() { # dir: the plan of the validation points, its compute measured now
-    "$HCNN" plan --config "$CFG" --nodes 1,2,4 --threads 1 --host-cores "$(nproc)" --network "$WORK/net.txt" \
+    "$HCNN" plan --config "$CFG" --node here --nodes 1,2,4 --threads 1 --host-cores "$(nproc)" --network "$WORK/net.txt" \
         --batch 64 --microbatches 2 --stages 2 --set bucket_mb=1 --no-plots -o "$1" >"$1.log" 2>&1
 }
 predict "$WORK/pv"

@@ -63,6 +63,67 @@ if ! grep -q "MPI_Iallreduce with $IAR=3;" "$WORK/ar_train3.log"; then case_fail
 elif ! grep -q "MPI_Iallreduce with $IAR=2;" "$WORK/ar_train2.log"; then case_fail "the user's 2: $(grep -m1 'gradient allreduce' "$WORK/ar_train2.log")"
 else case_ok; fi
 
+# ---- the node model (--node): presets, files, what bounds each pass ---------------
+SMALLR="$HCNN_SRCDIR/configs/synthetic_resnet.yaml"
+expect_fail plan_bad_node "--node 'nowhere': neither a preset \\(epyc-9554" "$HCNN" plan --config "$CFG" --node nowhere --no-plots -o "$WORK/x"
+printf 'cores = 64\npeak_gflops = 5000\nbandwith_gbs = 300\n' >"$WORK/bad.node"
+expect_fail plan_bad_node_file "bad.node:3: unknown key 'bandwith_gbs'" "$HCNN" plan --config "$CFG" --node "$WORK/bad.node" --no-plots -o "$WORK/x"
+printf 'cores = 64\npeak_gflops = 5000\n' >"$WORK/short.node"
+expect_fail plan_node_file_incomplete "short.node: missing bandwidth_gbs" "$HCNN" plan --config "$CFG" --node "$WORK/short.node" --no-plots -o "$WORK/x"
+# the default node: the datasheet's 64-core EPYC 9554, 64 threads, the
+# passes table with one row per block and pass, its CSV
+case_begin plan_node_default_passes
+"$HCNN" plan --config "$SMALLR" --nodes 1,2 --stages 2 --steps 2 --no-plots -o "$WORK/nd" >"$WORK/nd.log" 2>&1
+blocks=$(awk -F, 'NR > 1 && $3 == "forward"' "$WORK/nd/plan_passes.csv" 2>/dev/null | wc -l)
+if ! grep -q '^hcnn plan: node epyc-9554: 64 cores, 6348.8 GFLOP/s .*datasheet figures: an assumption' "$WORK/nd.log"; then
+    case_fail "no default node: $(grep -m2 '^hcnn plan: ' "$WORK/nd.log")"
+elif ! grep -q ' 64 threads per rank' "$WORK/nd.log"; then case_fail "threads not the node's cores: $(head -n 1 "$WORK/nd.log")"
+elif [ "$blocks" -lt 2 ] || [ "$(awk -F, 'NR > 1 && $3 == "backward"' "$WORK/nd/plan_passes.csv" | wc -l)" -ne "$blocks" ] ||
+     ! grep -q '^[0-9]*,optimizer,step,' "$WORK/nd/plan_passes.csv"; then
+    case_fail "plan_passes.csv: $(head -n 3 "$WORK/nd/plan_passes.csv" 2>&1)"
+elif ! grep -q '^hcnn plan: streams bandwidth-bound on 64 threads in [0-9]* of [0-9]* passes' "$WORK/nd.log"; then
+    case_fail "no bandwidth summary: $(grep 'passes' "$WORK/nd.log")"
+else case_ok; fi
+# what bounds a pass is the node's: a node of 1 MB/s and no known cache
+# streams every non-GEMM layer from memory (all bandwidth-bound), one of
+# 10 TB/s and a cache larger than any step takes the per-thread rate
+printf 'name = slow\ncores = 4\npeak_gflops = 100\nbandwidth_gbs = 0.001\n' >"$WORK/slow.node"
+printf 'name = fast\ncores = 4\npeak_gflops = 100\nbandwidth_gbs = 10000\ncore_bandwidth_gbs = 10000\nllc_mib = 1000000\n' >"$WORK/fast.node"
+case_begin plan_node_bandwidth_bound
+for n in slow fast; do
+    "$HCNN" plan --config "$SMALLR" --node "$WORK/$n.node" --nodes 1 --scaling weak --steps 2 --no-plots \
+        -o "$WORK/n_$n" >"$WORK/n_$n.log" 2>&1
+done
+streams() { awk -F, 'NR > 1 && $10 != "-" { n++ } END { print n + 0 }' "$WORK/n_$1/plan_passes.csv" 2>/dev/null; }
+bound() { awk -F, 'NR > 1 && $10 == "bandwidth" { n++ } END { print n + 0 }' "$WORK/n_$1/plan_passes.csv" 2>/dev/null; }
+if [ "$(streams slow)" -lt 2 ] || [ "$(bound slow)" -ne "$(streams slow)" ]; then
+    case_fail "slow node: $(bound slow) of $(streams slow) streaming passes bandwidth-bound, want all"
+elif [ "$(bound fast)" -ne 0 ]; then case_fail "fast node: $(bound fast) passes bandwidth-bound, want none"
+else case_ok; fi
+
+# ---- the communication the plan prices (grad_sync.c, train.c, run.c) -------------
+# the agreement rides on the first bucket (data parallel: 0 ms; a pipeline
+# keeps its own allreduce); allreduce_progress: thread reserves a core, the
+# pass then on 63 of 64 threads; HCNN_GRAD_SUM=mpi: sums on one core
+case_begin plan_comm_changes_priced
+"$HCNN" plan --config "$SMALLR" --nodes 1,32 --stages 2 --scaling weak --steps 2 --no-plots -o "$WORK/cm" >"$WORK/cm.log" 2>&1
+"$HCNN" plan --config "$SMALLR" --nodes 1,32 --stages 2 --scaling weak --steps 2 --no-plots -o "$WORK/ct" \
+    --set allreduce_progress=thread >"$WORK/ct.log" 2>&1
+HCNN_GRAD_SUM=mpi "$HCNN" plan --config "$SMALLR" --nodes 1,32 --stages 2 --scaling weak --steps 2 --no-plots \
+    -o "$WORK/cs" >"$WORK/cs.log" 2>&1
+col() { awk -F, -v n="$2" -v l="$3" -v c="$4" '$1 == "weak" && $2 == n && $3 == l { print $c }' "$WORK/$1/plan.csv" 2>/dev/null; }
+ratio=$(awk -v a="$(col ct 32 data 11)" -v b="$(col ct 1 data 11)" 'BEGIN { if (b > 0) printf "%.3f", a / b }')
+if [ "$(col cm 32 data 16)" != "0.0000" ] || ! awk -v s="$(col cm 32 pipeline_2x16 16)" 'BEGIN { exit !(s > 0) }'; then
+    case_fail "agreement: data $(col cm 32 data 16) ms (want 0), pipeline $(col cm 32 pipeline_2x16 16) ms (want > 0)"
+elif ! grep -q "gradient sums by the OpenMP team after backward, the agreement on the first bucket" "$WORK/cm.log" ||
+     ! grep -q "gradient sums on a core reserved for the allreduce" "$WORK/ct.log" ||
+     ! grep -q "gradient sums on one core, the agreement" "$WORK/cs.log"; then
+    case_fail "the header does not name the sums: $(grep -h -m1 'gradient sums' "$WORK"/c[mts].log)"
+elif [ "$ratio" != "1.016" ]; then case_fail "reserved core: compute at 32 nodes / 1 node = $ratio, want 64/63 = 1.016"
+elif ! grep -q '^hcnn plan: weak scaling at 32 nodes, data: efficiency [0-9.]* before .*, [0-9.]* now' "$WORK/cm.log"; then
+    case_fail "no before/now line: $(tail -n 3 "$WORK/cm.log")"
+else case_ok; fi
+
 # ---- the network calibration (what bench/validate_plan.sh prices with) -----------
 "${MPIRUN[@]}" -np 2 "$HCNN" plan --calibrate-network "$WORK/net.txt" --config "$CFG" >"$WORK/cal.log" 2>&1
 case_begin plan_calibrate_network

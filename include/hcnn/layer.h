@@ -164,6 +164,13 @@ struct hcnn_layer {
     int nbody, nproj;
 };
 
+/* Whether a layer's passes are GEMMs (priced by FLOPs; hcnn plan's node
+ * model) rather than streams over its tensors (priced by bytes). */
+static inline int hcnn_layer_is_gemm(const hcnn_layer *l)
+{
+    return l->kind == HCNN_BLOCK_CONV || l->kind == HCNN_BLOCK_FC;
+}
+
 /* The most floats one tensor of one sample (and, with the batch, one
  * activation tensor: hcnn_acts_alloc) may have: kernels index them with int. */
 #define HCNN_MAX_SAMPLE_FLOATS INT_MAX

@@ -21,6 +21,7 @@
 
 #include "hcnn/config.h"
 #include "hcnn/net.h"
+#include "hcnn/node.h"
 
 /* ---- the network ----------------------------------------------------------- */
 
@@ -83,7 +84,65 @@ typedef struct hcnn_pass_cost {
     double fwd[HCNN_MAX_BLOCKS], bwd[HCNN_MAX_BLOCKS];
     double opt_s;
     int below_threads;            /* fewer samples than threads: priced optimistically */
+    /* how each pass was priced (hcnn_price_pass) */
+    double flops_fwd[HCNN_MAX_BLOCKS], flops_bwd[HCNN_MAX_BLOCKS]; /* GEMM layers' */
+    double bytes_fwd[HCNN_MAX_BLOCKS], bytes_bwd[HCNN_MAX_BLOCKS]; /* the other layers' */
+    double gemm_fwd[HCNN_MAX_BLOCKS], gemm_bwd[HCNN_MAX_BLOCKS]; /* of fwd, bwd: the GEMMs' */
+    /* the GEMM layers' direct-convolution FLOPs over their time here and
+     * this machine's measured FMA peak (Winograd's fewer products: > 1) */
+    double gemm_peak_share[HCNN_MAX_BLOCKS];
+    unsigned char bw_fwd[HCNN_MAX_BLOCKS], bw_bwd[HCNN_MAX_BLOCKS]; /* streams bandwidth-bound */
+    int opt_bw;                   /* the optimiser bandwidth-bound */
+    double footprint_bytes;       /* the step's activations: beyond the LLC, streams go to memory */
 } hcnn_pass_cost;
+
+/* Bytes the non-GEMM layers of block l stream per sample (reads and
+ * writes of their tensors: batch-norm 3 tensors forward and 5 backward,
+ * activations 2 and 3, pooling in + out (+ its argmax), a residual
+ * addition 3 and 2; a ReLU fused into the convolution before it: none),
+ * and the floats of the activations the block keeps for backward. */
+void hcnn_block_stream_bytes(const hcnn_layer *l, double *fwd, double *bwd, double *kept);
+
+/* A measurement here: per-block seconds of a pass of n samples on
+ * `threads` threads (hcnn_block_times), the part outside GEMM layers, and
+ * this machine's FMA rate per core on those threads (GFLOP/s). */
+typedef struct hcnn_pass_measured {
+    int n, threads;
+    double fwd[HCNN_MAX_BLOCKS], bwd[HCNN_MAX_BLOCKS];
+    double fwd_mem[HCNN_MAX_BLOCKS], bwd_mem[HCNN_MAX_BLOCKS];
+    double opt_s;
+    double core_gflops;
+} hcnn_pass_measured;
+
+/* The pass of n samples on `threads` threads of `node`, from m (a thread
+ * there doing what a thread did here, n / threads samples: scale < 1 when
+ * it has fewer than one, docs/plan.md).  Each block's pass is two terms:
+ *   its GEMM layers' time here, at the FLOP rate they reached here
+ *   (gemm_peak_share of this machine's measured peak), scaled by the
+ *   ratio of the two machines' per-core FMA peaks;
+ *   its other layers' time here, or their bytes at the node's bandwidth
+ *   on `threads` threads when the step's activations exceed the node's
+ *   last-level cache and that takes longer (the pass is then
+ *   bandwidth-bound).
+ * The optimiser streams 5 floats per parameter (read parameter, gradient,
+ * velocity; write two): at least that at the node's bandwidth. */
+int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads, int n, double scale,
+                    const hcnn_pass_measured *m, hcnn_pass_cost *out);
+
+/* How the gradients cross the ranks (what the step model prices beyond the
+ * network): hcnn's three communication changes can each be left out, to
+ * price a step as it was before them. */
+typedef struct hcnn_comm_setup {
+    int fold_agreement;    /* data parallel: the agreement rides on the first bucket */
+    int team_threads;      /* threads of the OpenMP team that sums (0: one core does):
+                              each at one core's rate (gamma) */
+    double team_min_bytes; /* smaller sums stay on one core (HCNN_TEAM_SUM_MIN) */
+    double team_mem_gamma_s; /* seconds per byte summed from memory: 3 bytes moved at the
+                                node's bandwidth; binds sums beyond the last-level cache */
+    double llc_bytes;
+    int reserved_core;     /* allreduce_progress: thread: the allreduce on a core of its
+                              own, threads - 1 computing, nothing stalled */
+} hcnn_comm_setup;
 
 /* ---- a layout and its step ------------------------------------------------- */
 
@@ -116,8 +175,12 @@ typedef struct hcnn_step_model {
  * threads: per rank; compute is then stretched when ranks x threads exceed
  * the cores. */
 int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_cost *cost,
-                   const hcnn_network *nw, double bucket_mb, int threads, int host_cores,
-                   hcnn_step_model *out);
+                   const hcnn_network *nw, const hcnn_comm_setup *cs, double bucket_mb,
+                   int threads, int host_cores, hcnn_step_model *out);
+
+/* --calibrate-network FILE (src/plan/calibrate.c): under mpirun; cfg NULL:
+ * no host contention measured.  Returns HCNN_OK or an error code. */
+int hcnn_plan_calibrate(const char *path, const hcnn_config *cfg);
 
 /* hcnn plan [options] (src/plan/plan.c): argv[1] is "plan"; returns the
  * exit status. */

@@ -33,9 +33,11 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume);
  * over `steps` timed steps after 2 warm-up steps) of serial training passes
  * of n samples on synthetic data of cfg's model, with cfg->threads threads,
  * in this process; opt_s: the optimiser step.  fwd/bwd have net.nlayers
- * entries. */
+ * entries; fwd_mem/bwd_mem (NULL: not wanted) the part of each spent
+ * outside GEMM layers (hcnn_layer_is_gemm: batch-norm, activations,
+ * pooling, a residual block's addition), which the plan prices by bytes. */
 int hcnn_block_times(const hcnn_config *cfg, int n, int steps, double *fwd, double *bwd,
-                     double *opt_s);
+                     double *fwd_mem, double *bwd_mem, double *opt_s);
 
 /* Training throughput on synthetic data of the model's input shape: warm-up
  * steps, then timed repeats; rank 0 prints each repeat, the profile and the

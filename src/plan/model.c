@@ -196,7 +196,25 @@ static int largest_pow2_upto(int p)
     return pp;
 }
 
-static double algo_seconds(const hcnn_network *nw, hcnn_allreduce_algo a, double n, int p)
+/* Seconds to sum `bytes` of floats: one core at gamma, or the OpenMP team
+ * (grad_sync.c's own MPI_Op) for sums of at least team_min_bytes, each
+ * thread at one core's rate (measured on 2 threads here: 2.0-2.2x one
+ * core's MPI_SUM on 4-16 MiB, bench/bench_comm sum), and no faster than
+ * the node's memory when the three streams outgrow its last-level cache. */
+static double sum_seconds(const hcnn_network *nw, const hcnn_comm_setup *team, double bytes)
+{
+    if (!team || team->team_threads < 2 || bytes < team->team_min_bytes)
+        return bytes * nw->gamma_s;
+    double per_byte = nw->gamma_s / team->team_threads;
+    if (3.0 * bytes > team->llc_bytes)
+        per_byte = fmax(per_byte, team->team_mem_gamma_s);
+    return bytes * per_byte;
+}
+
+/* The costs above, each algorithm's reductions summed round by round (the
+ * team only takes rounds whose chunk is large enough). */
+static double algo_time(const hcnn_network *nw, hcnn_allreduce_algo a, double n, int p,
+                        const hcnn_comm_setup *team)
 {
     if (a == HCNN_AR_NONE)
         return 0.0;
@@ -206,16 +224,27 @@ static double algo_seconds(const hcnn_network *nw, hcnn_allreduce_algo a, double
         lg++;
     while ((1 << lgc) < p)
         lgc++;
-    const double fold = pp == p ? 0.0 : 2.0 * (nw->alpha_s + n * nw->beta_s) + n * nw->gamma_s;
-    const double al = nw->alpha_s, be = nw->beta_s, ga = nw->gamma_s;
+    const double fold =
+        pp == p ? 0.0 : 2.0 * (nw->alpha_s + n * nw->beta_s) + sum_seconds(nw, team, n);
+    const double al = nw->alpha_s, be = nw->beta_s;
     switch (a) {
-    case HCNN_AR_RECURSIVE_DOUBLING: return fold + lg * (al + n * be + n * ga);
-    case HCNN_AR_RABENSEIFNER:
-        return fold + 2.0 * lg * al + 2.0 * (pp - 1) / pp * n * be + (double)(pp - 1) / pp * n * ga;
-    case HCNN_AR_BINOMIAL: return lgc * (2.0 * al + 2.0 * n * be + n * ga);
-    default:
-        return 2.0 * (p - 1) * al + 2.0 * (p - 1) / p * n * be + (double)(p - 1) / p * n * ga;
+    case HCNN_AR_RECURSIVE_DOUBLING: return fold + lg * (al + n * be + sum_seconds(nw, team, n));
+    case HCNN_AR_RABENSEIFNER: {
+        double sums = 0.0, chunk = n; /* recursive halving: n/2, n/4, ... n/pp */
+        for (int k = 0; k < lg; k++)
+            chunk /= 2.0, sums += sum_seconds(nw, team, chunk);
+        return fold + 2.0 * lg * al + 2.0 * (pp - 1) / pp * n * be + sums;
     }
+    case HCNN_AR_BINOMIAL: return lgc * (2.0 * al + 2.0 * n * be + sum_seconds(nw, team, n));
+    default:
+        return 2.0 * (p - 1) * al + 2.0 * (p - 1) / p * n * be +
+               (p - 1) * sum_seconds(nw, team, n / p);
+    }
+}
+
+static double algo_seconds(const hcnn_network *nw, hcnn_allreduce_algo a, double n, int p)
+{
+    return algo_time(nw, a, n, p, NULL);
 }
 
 double hcnn_allreduce_seconds(const hcnn_network *nw, double n, int p)
@@ -271,8 +300,9 @@ double hcnn_p2p_seconds(const hcnn_network *nw, double bytes)
  * allreduce adds to the step: that lengthening plus what ends after the
  * (lengthened) backward; *total: all buckets' time. */
 static double bucket_timeline(const hcnn_net *net, int first, int last, const double *bwd,
-                              double stretch, double bucket_mb, const hcnn_network *nw, int p,
-                              int shared_memory, double *total, int *nbuckets)
+                              double stretch, double bucket_mb, const hcnn_network *nw,
+                              const hcnn_comm_setup *cs, int p, int shared_memory, double *total,
+                              int *nbuckets)
 {
     hcnn_bucket buckets[HCNN_MAX_BLOCKS];
     const int nb = hcnn_grad_buckets(net, first, last, bucket_mb, buckets);
@@ -291,8 +321,13 @@ static double bucket_timeline(const hcnn_net *net, int first, int last, const do
         for (int i = last - 1; i >= buckets[k].lowest_block; i--)
             ready += bwd[i] * stretch;
         const double bytes = (double)buckets[k].count * sizeof(float);
-        const double t = hcnn_iallreduce_seconds(nw, bytes, p), start = fmax(end, ready);
-        if (start < backward + delay)
+        /* the team sums only what runs outside backward's parallel regions:
+         * priced as all of it (the part inside is in delay below) */
+        const hcnn_allreduce_algo a = hcnn_iallreduce_choice(bytes, p, nw->iallreduce);
+        const double t = algo_time(nw, a, bytes, p, cs->reserved_core ? NULL : cs),
+                     start = fmax(end, ready);
+        /* on a reserved core the reductions stall no computing thread */
+        if (start < backward + delay && !cs->reserved_core)
             delay += hcnn_iallreduce_seconds(on_cpu, bytes, p);
         *total += t;
         end = start + t;
@@ -308,8 +343,8 @@ static double params_share(const hcnn_net *net, int first, int last)
 }
 
 int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_cost *cost,
-                   const hcnn_network *nw, double bucket_mb, int threads, int host_cores,
-                   hcnn_step_model *m)
+                   const hcnn_network *nw, const hcnn_comm_setup *cs, double bucket_mb,
+                   int threads, int host_cores, hcnn_step_model *m)
 {
     memset(m, 0, sizeof *m);
     const int L = net->nlayers, N = lay->nodes, S = lay->stages, R = lay->replicas;
@@ -320,15 +355,20 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
     /* ranks sharing one host's cores: every rank computes at once */
     const double load = host_cores > 0 ? (double)N * threads / host_cores : 1.0;
     /* and slow each other down (shared caches, memory, SMT siblings) */
-    const double contended = host_cores > 0 && N > 1 ? nw->contention : 1.0;
-    m->sync_s = hcnn_allreduce_seconds(nw, 3 * sizeof(int), N);
+    double contended = host_cores > 0 && N > 1 ? nw->contention : 1.0;
+    /* a core reserved for the allreduce: the pass on threads - 1 (each
+     * thread's share of the samples grows by threads / (threads - 1)) */
+    if (cs->reserved_core && threads > 1 && R > 1)
+        contended *= (double)threads / (threads - 1);
+    /* data parallel: the agreement's floats ride on the first bucket */
+    m->sync_s = S == 1 && cs->fold_agreement ? 0.0 : hcnn_allreduce_seconds(nw, 3 * sizeof(int), N);
     if (S == 1) {
         const double stretch = fmax(1.0, load) * contended;
         double F = 0.0, B = 0.0;
         for (int i = 0; i < L; i++)
             F += cost->fwd[i] * stretch, B += cost->bwd[i] * stretch;
         m->compute_s = F + B + cost->opt_s * stretch;
-        m->allreduce_s = bucket_timeline(net, 0, L, cost->bwd, stretch, bucket_mb, nw, N,
+        m->allreduce_s = bucket_timeline(net, 0, L, cost->bwd, stretch, bucket_mb, nw, cs, N,
                                          host_cores > 0, &m->allreduce_total_s, &m->nbuckets);
         m->bounds[0] = 0, m->bounds[1] = L;
         m->step_s = m->compute_s + m->allreduce_s + m->sync_s;
@@ -373,7 +413,8 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
             double total;
             int nb;
             const double added = bucket_timeline(net, m->bounds[s], m->bounds[s + 1], bw, 1.0,
-                                                 bucket_mb, nw, R, host_cores > 0, &total, &nb);
+                                                 bucket_mb, nw, cs, R, host_cores > 0, &total,
+                                                 &nb);
             double done = pipe;
             for (int j = 0; j < s; j++)
                 done -= b[j];
@@ -394,5 +435,100 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
         m->bubble_s = fmax(0.0, m->step_s - m->compute_s - m->allreduce_s - m->p2p_s - m->sync_s);
     }
     m->images_per_s = m->step_s > 0 ? lay->global_batch / m->step_s : 0.0;
+    return HCNN_OK;
+}
+
+/* ---- compute on the node asked about ------------------------------------------ */
+
+/* Per-sample floats streamed by one non-GEMM layer (see plan.h); prev: the
+ * layer before it in its chain (a ReLU after a layer with forward_fused
+ * runs inside that layer's pass). */
+static void layer_stream(const hcnn_layer *l, const hcnn_layer *prev, double *f, double *b,
+                         double *kept)
+{
+    const double in = (double)l->in_c * l->in_h * l->in_w,
+                 out = (double)l->out_c * l->out_h * l->out_w;
+    *kept += out;
+    switch (l->kind) {
+    case HCNN_BLOCK_CONV:
+    case HCNN_BLOCK_FC:
+    case HCNN_BLOCK_FLATTEN: break;
+    case HCNN_BLOCK_BN: *f += 3 * out, *b += 5 * out; break;
+    case HCNN_BLOCK_RELU:
+    case HCNN_BLOCK_LEAKY_RELU:
+        if (!(l->ops->is_relu && prev && prev->ops->forward_fused))
+            *f += 2 * out, *b += 3 * out;
+        break;
+    case HCNN_BLOCK_MAXPOOL: *f += in + 2 * out, *b += 2 * out + in; break;
+    case HCNN_BLOCK_DROPOUT: *f += 3 * out, *b += 3 * out; break;
+    case HCNN_BLOCK_RESIDUAL:
+        for (int j = 0; j < l->nchildren; j++)
+            layer_stream(&l->children[j], j > 0 && j != l->nbody ? &l->children[j - 1] : NULL, f,
+                         b, kept);
+        *f += 3 * out, *b += 2 * out;
+        break;
+    default: *f += in + out, *b += in + out; break; /* average pools */
+    }
+}
+
+void hcnn_block_stream_bytes(const hcnn_layer *l, double *fwd, double *bwd, double *kept)
+{
+    double f = 0.0, b = 0.0, k = 0.0;
+    layer_stream(l, NULL, &f, &b, &k);
+    *fwd = f * sizeof(float), *bwd = b * sizeof(float), *kept = k * sizeof(float);
+}
+
+static double block_flops(const hcnn_layer *l)
+{
+    double s = hcnn_layer_is_gemm(l) ? l->flops_per_sample : 0.0;
+    for (int j = 0; j < l->nchildren; j++)
+        s += block_flops(&l->children[j]);
+    return s;
+}
+
+int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads, int n, double scale,
+                    const hcnn_pass_measured *m, hcnn_pass_cost *c)
+{
+    const int L = net->nlayers;
+    if (threads < 1 || m->threads < 1 || m->n < 1 || !(m->core_gflops > 0))
+        return hcnn_error("plan: cannot price a pass of %d samples on %d threads from %d on %d",
+                          n, threads, m->n, m->threads);
+    const double bw = hcnn_node_bandwidth_gbs(node, threads) * 1e9,
+                 llc = node->llc_mib * 1024.0 * 1024.0,
+                 core_ratio = m->core_gflops / (node->peak_gflops / node->cores);
+    c->n = n;
+    c->footprint_bytes = 0.0;
+    double fb[HCNN_MAX_BLOCKS], bb[HCNN_MAX_BLOCKS];
+    for (int i = 0; i < L; i++) {
+        double kept;
+        hcnn_block_stream_bytes(&net->layers[i], &fb[i], &bb[i], &kept);
+        c->footprint_bytes += kept * n;
+    }
+    /* streams come from memory when the step's activations cannot stay in
+     * the last-level cache (a node of unknown cache: always) */
+    const int to_memory = !(llc > 0) || c->footprint_bytes > llc;
+    for (int i = 0; i < L; i++) {
+        const double f = block_flops(&net->layers[i]);
+        c->flops_fwd[i] = f * n;
+        c->flops_bwd[i] = (i > 0 ? 2.0 : 1.0) * f * n; /* block 0 computes no input gradient */
+        c->bytes_fwd[i] = fb[i] * n, c->bytes_bwd[i] = bb[i] * n;
+        const double gf = fmax(0.0, m->fwd[i] - m->fwd_mem[i]),
+                     gb = fmax(0.0, m->bwd[i] - m->bwd_mem[i]);
+        const double peak_here = m->core_gflops * 1e9 * m->threads;
+        c->gemm_peak_share[i] = gf + gb > 0 && f > 0
+                                    ? (f * m->n * (i > 0 ? 3.0 : 2.0)) / ((gf + gb) * peak_here)
+                                    : 0.0;
+        const double mf = m->fwd_mem[i] * scale, mb = m->bwd_mem[i] * scale;
+        const double df = to_memory ? c->bytes_fwd[i] / bw : 0.0,
+                     db = to_memory ? c->bytes_bwd[i] / bw : 0.0;
+        c->bw_fwd[i] = df > mf, c->bw_bwd[i] = db > mb;
+        c->gemm_fwd[i] = gf * scale * core_ratio, c->gemm_bwd[i] = gb * scale * core_ratio;
+        c->fwd[i] = c->gemm_fwd[i] + fmax(mf, df);
+        c->bwd[i] = c->gemm_bwd[i] + fmax(mb, db);
+    }
+    /* the optimiser: spread over all threads, 20 bytes per parameter */
+    const double opt_here = m->opt_s * m->threads / threads, opt_bytes = 20.0 * net->nparams / bw;
+    c->opt_bw = opt_bytes > opt_here;
+    c->opt_s = fmax(opt_here, opt_bytes);
     return HCNN_OK;
 }

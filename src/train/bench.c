@@ -112,8 +112,20 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
 /* hcnn plan's compute input (include/hcnn/train.h).  What a step spends
  * outside the blocks' passes (optimiser, loss, the finiteness check, the
  * batch hand-over) is counted with the optimiser: opt_s. */
+/* The part of block l's measured time outside GEMM layers (hcnn_block_times). */
+static double outside_gemms(const hcnn_layer *l, const double *t)
+{
+    if (hcnn_layer_is_gemm(l))
+        return 0.0;
+    double s = t[l->id];
+    for (int j = 0; j < l->nchildren; j++)
+        if (hcnn_layer_is_gemm(&l->children[j]))
+            s -= t[l->children[j].id];
+    return s > 0.0 ? s : 0.0;
+}
+
 int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, double *bwd,
-                     double *opt_s)
+                     double *fwd_mem, double *bwd_mem, double *opt_s)
 {
     enum { WARMUP = 2, MAX_STEPS = 64 };
     if (steps < 1 || steps > MAX_STEPS)
@@ -137,8 +149,8 @@ int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, d
     if (!rc)
         rc = profile_enable(&r);
     const int nl = rc ? 0 : r.net.nlayers;
-    double *v = rc ? NULL : hcnn_calloc(sizeof(double) * (size_t)(2 * nl + 1) * MAX_STEPS,
-                                        "block times");
+    const int cols = 4 * nl + 1; /* fwd, bwd, fwd outside GEMMs, bwd outside, the rest */
+    double *v = rc ? NULL : hcnn_calloc(sizeof(double) * (size_t)cols * MAX_STEPS, "block times");
     if (!rc && !v)
         rc = HCNN_ENOMEM;
     if (!rc) {
@@ -154,27 +166,36 @@ int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, d
             rc = got < 0 ? -got : got == 0 ? hcnn_error("block times: ran out of batches") : 0;
             if (rc || i < WARMUP)
                 continue;
-            double *row = v + (size_t)(i - WARMUP) * (2 * nl + 1);
+            double *row = v + (size_t)(i - WARMUP) * cols;
             double passes = 0.0;
             for (int b = 0; b < nl; b++) {
-                row[b] = r.prof.fwd[r.net.layers[b].id];
-                row[nl + b] = r.prof.bwd[r.net.layers[b].id];
+                const hcnn_layer *l = &r.net.layers[b];
+                row[b] = r.prof.fwd[l->id];
+                row[nl + b] = r.prof.bwd[l->id];
+                row[2 * nl + b] = outside_gemms(l, r.prof.fwd);
+                row[3 * nl + b] = outside_gemms(l, r.prof.bwd);
                 passes += row[b] + row[nl + b];
             }
-            row[2 * nl] = el > passes ? el - passes : 0.0;
+            row[4 * nl] = el > passes ? el - passes : 0.0;
         }
     }
     if (!rc) {
         double col[MAX_STEPS];
-        for (int k = 0; k < 2 * nl + 1; k++) {
+        for (int k = 0; k < cols; k++) {
             for (int i = 0; i < steps; i++)
-                col[i] = v[(size_t)i * (2 * nl + 1) + k];
+                col[i] = v[(size_t)i * cols + k];
             const double m = hcnn_median(col, steps);
             if (k < nl)
                 fwd[k] = m;
             else if (k < 2 * nl)
                 bwd[k - nl] = m;
-            else
+            else if (k < 3 * nl) {
+                if (fwd_mem)
+                    fwd_mem[k - 2 * nl] = m;
+            } else if (k < 4 * nl) {
+                if (bwd_mem)
+                    bwd_mem[k - 3 * nl] = m;
+            } else
                 *opt_s = m;
         }
     }
