@@ -44,6 +44,9 @@ int hcnn_ckpt_writer_submit(hcnn_ckpt_writer *w, const float *momentum, const hc
 /* Without waiting: the error of the last write if it failed and no earlier
  * call reported it (the path it was writing is w->path), else HCNN_OK. */
 int hcnn_ckpt_writer_failed(hcnn_ckpt_writer *w);
+/* Wait for the write in flight; 1 if it failed and hcnn_ckpt_writer_failed
+ * has not reported it yet (it still will), else 0. */
+int hcnn_ckpt_writer_unreported(hcnn_ckpt_writer *w);
 /* Wait for the write in flight; returns its result and the path written. */
 int hcnn_ckpt_writer_wait(hcnn_ckpt_writer *w);
 void hcnn_ckpt_writer_free(hcnn_ckpt_writer *w);

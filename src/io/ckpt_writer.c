@@ -101,6 +101,18 @@ int hcnn_ckpt_writer_wait(hcnn_ckpt_writer *w)
     return rc;
 }
 
+int hcnn_ckpt_writer_unreported(hcnn_ckpt_writer *w)
+{
+    if (!w->started)
+        return 0;
+    pthread_mutex_lock(&w->mu);
+    while (w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    const int pending = w->last_rc != HCNN_OK && !w->failure_seen;
+    pthread_mutex_unlock(&w->mu);
+    return pending;
+}
+
 int hcnn_ckpt_writer_failed(hcnn_ckpt_writer *w)
 {
     if (!w->started)

@@ -156,6 +156,14 @@ int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats
         return rc;
     if ((rc = hcnn_ckpt_lock_check(&r->lock))) /* another run owns the directory now */
         return rc;
+    /* The previous write failed after the last step's agreement looked (the
+     * writer outlasted the steps since: a loaded machine; rank 0 then ended
+     * the job alone, without the agreement's message): the next step's
+     * agreement reports it on every rank, as any failed write, and this
+     * checkpoint is not taken.  A final one has no next step: submit
+     * returns the failure. */
+    if (!final && hcnn_ckpt_writer_unreported(&r->writer))
+        return HCNN_OK;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     hcnn_ckpt_meta meta = {.epoch = epochs_done,
