@@ -129,7 +129,9 @@ train lenet_cuda2 cuda 20 "${LENET[@]}"
 close lenet_cuda lenet_cuda2 0
 
 # CUDA graphs (src/train/graphs.c): a serial run's step captured once per
-# loader buffer and replayed gives the bits of the same run without them,
+# loader buffer and replayed, its optimiser step captured once and replayed
+# at each step's rate of the cosine schedule, gives the bits of the same run
+# without them,
 # for LeNet-5 (20 steps) and ResNet-18 (batch-norm, residual blocks: 3
 # steps: a loader buffer seen a second time is captured);
 # hcnn bench times replayed steps and says so.
@@ -152,7 +154,12 @@ case_begin bench_replays_graphs
     --steps 3 >"$WORK/gbench.log" 2>&1
 line=$(grep '^# the timed steps ran as CUDA graphs' "$WORK/gbench.log")
 replayed=$(echo "$line" | sed -n 's/.*captured, \([0-9]*\) replayed.*/\1/p')
-if [ -n "$replayed" ] && [ "$replayed" -gt 0 ] && grep -q '^images_per_s=' "$WORK/gbench.log"; then
+captured=$(echo "$line" | sed -n 's/.*graphs (\([0-9]*\) captured.*/\1/p')
+# three graphs: the step from each of the loader's two buffers, and one
+# optimiser step for every learning rate of the cosine schedule
+# (sgd_replay_lr; cuda_graphs_same_bits checks the rates it replays with)
+if [ "$captured" != 3 ]; then case_fail "want 3 graphs captured (2 batch buffers, 1 optimiser step whatever its rate): $line"
+elif [ -n "$replayed" ] && [ "$replayed" -gt 0 ] && grep -q '^images_per_s=' "$WORK/gbench.log"; then
     echo "$line"
     case_ok
 else case_fail "no replayed graphs in hcnn bench: ${line:-$(tail -n 3 "$WORK/gbench.log")}"; fi

@@ -192,6 +192,13 @@ struct hcnn_backend {
     int (*graph_begin)(const hcnn_backend *be);
     int (*graph_end)(const hcnn_backend *be, int slot);
     int (*graph_launch)(const hcnn_backend *be, int slot);
+    /* Optional (NULL: a captured sgd_step replays with the rate it was
+     * captured with): an sgd_step captured in a graph reads its learning
+     * rate at each launch from a host slot, and this sets it, so that one
+     * optimiser graph serves a schedule whose rate changes every step.  Call
+     * it before graph_launch, once the previous launch has run (the step's
+     * read-back has waited for it). */
+    void (*sgd_replay_lr)(const hcnn_backend *be, float lr);
 
     void (*fill)(const hcnn_backend *be, float *x, size_t n, float v);
     void (*zero)(const hcnn_backend *be, void *p, size_t bytes);

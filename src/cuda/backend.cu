@@ -159,6 +159,7 @@ static int cuda_graph_begin(const hcnn_backend *be)
         (void)cudaGetLastError();
         return hcnn_error_code(HCNN_EIO, "CUDA graph capture: %s", cudaGetErrorString(e));
     }
+    cuda_of(be)->capturing = 1;
     return HCNN_OK;
 }
 
@@ -167,6 +168,7 @@ static int cuda_graph_end(const hcnn_backend *be, int slot)
     hcnn_cuda *cu = cuda_of(be);
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(stream_on_device(be), &g);
+    cu->capturing = 0;
     if (cu->graphs[slot]) {
         HCNN_CUDA(cudaGraphExecDestroy(cu->graphs[slot]));
         cu->graphs[slot] = NULL;
@@ -297,6 +299,10 @@ static void cuda_destroy(hcnn_backend *be)
             cudaStreamSynchronize(cu->stream);
         if (cu->scratch)
             cudaFree(cu->scratch);
+        if (cu->lr_dev)
+            cudaFree(cu->lr_dev);
+        if (cu->lr_host)
+            cudaFreeHost(cu->lr_host);
         if (cu->bf16)
             cudaFree(cu->bf16);
         hcnn_cudnn_destroy(cu);
@@ -343,6 +349,7 @@ static const hcnn_backend cuda_backend = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
+    .sgd_replay_lr = hcnn_cuda_sgd_replay_lr,
     .fill = hcnn_cuda_fill,
     .zero = cuda_zero,
     .copy = cuda_copy,
@@ -413,6 +420,13 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
         return HCNN_ENOMEM;
     }
     cu->scratch_doubles = SCRATCH_DOUBLES;
+    /* the learning rate of a captured optimiser step (sgd_replay_lr) */
+    cu->lr_dev = (float *)cuda_alloc(be, sizeof(float), "the learning rate");
+    cu->lr_host = (float *)cuda_alloc_host(be, sizeof(float), "the learning rate");
+    if (!cu->lr_dev || !cu->lr_host) {
+        cuda_destroy(be);
+        return HCNN_ENOMEM;
+    }
     /* cuBLAS's workspace given, not left to cuBLAS: it would otherwise
      * allocate inside a graph capture (32 MiB: what NVIDIA advises for
      * Hopper) */

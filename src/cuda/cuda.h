@@ -42,6 +42,9 @@ typedef struct hcnn_cuda {
     struct hcnn_cudnn *dnn; /* cuDNN's handle and plans (conv_cudnn.cu); NULL: none */
     void *blas_ws;          /* cuBLAS's workspace, so that it allocates none in a capture */
     cudaGraphExec_t graphs[HCNN_GRAPH_SLOTS]; /* captured work (graph_begin .. graph_launch) */
+    int capturing;          /* between graph_begin and graph_end */
+    float *lr_host;         /* pinned: a captured sgd_step's rate, read at each launch */
+    float *lr_dev;          /* where the captured step copies it before its kernel */
     char name[320];         /* the GPU, for the run header */
 } hcnn_cuda;
 
@@ -164,6 +167,7 @@ void hcnn_cuda_softmax_xent(const hcnn_backend *be, const float *logits, const i
 /* optim.cu */
 void hcnn_cuda_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n,
                         float lr, float mu, float wd, int nesterov);
+void hcnn_cuda_sgd_replay_lr(const hcnn_backend *be, float lr);
 void hcnn_cuda_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats);
 
 /* bf16 precision: n elements for a GEMM's rounded inputs */

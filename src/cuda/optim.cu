@@ -7,12 +7,13 @@
 
 #define SUMSQ_CHUNK 4096
 
-__global__ void sgd_kernel(float *w, const float *g, float *v, size_t n, float lr, float mu,
-                           float wd, int nesterov)
+/* lr_dev: the rate in device memory (a captured step), else lr */
+__global__ void sgd_kernel(float *w, const float *g, float *v, size_t n, const float *lr_dev,
+                           float lr, float mu, float wd, int nesterov)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < n)
-        hcnn_hd_sgd(&w[i], g[i], &v[i], lr, mu, wd, nesterov);
+        hcnn_hd_sgd(&w[i], g[i], &v[i], lr_dev ? *lr_dev : lr, mu, wd, nesterov);
 }
 
 __global__ void sumsq_chunk_kernel(const float *x, size_t n, size_t chunks, double *part)
@@ -41,10 +42,22 @@ void hcnn_cuda_sgd_step(const hcnn_backend *be, float *w, const float *g, float 
 {
     if (n == 0)
         return;
-    HCNN_LAUNCH(sgd_kernel, hcnn_cuda_blocks(n), HCNN_CUDA_BLOCK, cuda_of(be)->stream, w, g, v, n,
+    hcnn_cuda *cu = cuda_of(be);
+    const float *lr_dev = NULL;
+    if (cu->capturing) {
+        /* a graph's copy from pinned memory reads it when the graph runs:
+         * sgd_replay_lr sets the rate of each launch */
+        *cu->lr_host = lr;
+        HCNN_CUDA(cudaMemcpyAsync(cu->lr_dev, cu->lr_host, sizeof(float), cudaMemcpyHostToDevice,
+                                  cu->stream));
+        lr_dev = cu->lr_dev;
+    }
+    HCNN_LAUNCH(sgd_kernel, hcnn_cuda_blocks(n), HCNN_CUDA_BLOCK, cu->stream, w, g, v, n, lr_dev,
                 lr, mu, wd, nesterov);
     HCNN_CUDA_LAUNCHED();
 }
+
+void hcnn_cuda_sgd_replay_lr(const hcnn_backend *be, float lr) { *cuda_of(be)->lr_host = lr; }
 
 void hcnn_cuda_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats)
 {

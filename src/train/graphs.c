@@ -4,7 +4,9 @@
  * ms); a captured step is one launch.  The work of a step is the same from
  * one step to the next but for what the key names: the loader's pinned
  * buffer the batch is uploaded from (two, alternating), the batch's shape,
- * and the learning rate of the optimiser step.  A key is run directly the
+ * and the learning rate of the optimiser step (unless the backend's captured
+ * optimiser step reads it at each launch, sgd_replay_lr: a schedule changes
+ * it every step).  A key is run directly the
  * first time it is seen (a first step may still grow buffers, which a
  * capture cannot), captured and launched the second time, replayed after.
  * Dropout masks depend on the step (a kernel argument): a network with
@@ -44,19 +46,32 @@ void graphs_setup(hcnn_run *r)
         return;
     }
     g->on = 1;
-    snprintf(g->why, sizeof g->why,
-             "the step and the optimiser step captured once per batch buffer, shape and "
-             "learning rate, then replayed");
+    snprintf(g->why, sizeof g->why, "%s",
+             r->be->sgd_replay_lr
+                 ? "the step and the optimiser step captured once per batch buffer and shape, "
+                   "then replayed (the optimiser's at each step's learning rate)"
+                 : "the step and the optimiser step captured once per batch buffer, shape and "
+                   "learning rate, then replayed");
 }
 
+/* any_lr: the backend's captured optimiser step reads its rate at each
+ * launch (sgd_replay_lr): one graph serves every rate */
 static int same_key(const step_graph *k, int segment, const void *x, const void *y, int n, int gn,
-                    float lr)
+                    float lr, int any_lr)
 {
     if (k->state == 0 || k->segment != segment)
         return 0;
     if (segment == 0)
         return k->x == x && k->y == y && k->n == n && k->gn == gn;
-    return memcmp(&k->lr, &lr, sizeof lr) == 0;
+    return any_lr || memcmp(&k->lr, &lr, sizeof lr) == 0;
+}
+
+/* graph_launch, with this step's rate for the optimiser's */
+static int launch(const hcnn_backend *be, int slot, int segment, float lr)
+{
+    if (segment == 1 && be->sgd_replay_lr)
+        be->sgd_replay_lr(be, lr);
+    return be->graph_launch(be, slot);
 }
 
 int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, int gn, float lr,
@@ -69,14 +84,14 @@ int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, in
     g->uses++;
     int slot = -1, lru = 0;
     for (int i = 0; i < HCNN_GRAPH_SLOTS; i++) {
-        if (same_key(&g->slot[i], segment, x, y, n, gn, lr))
+        if (same_key(&g->slot[i], segment, x, y, n, gn, lr, be->sgd_replay_lr != NULL))
             slot = i;
         if (g->slot[i].last_use < g->slot[lru].last_use)
             lru = i;
     }
     if (slot >= 0 && g->slot[slot].state == 2) { /* replay */
         g->slot[slot].last_use = g->uses;
-        if (be->graph_launch(be, slot)) {
+        if (launch(be, slot, segment, lr)) {
             g->replays++;
             return HCNN_OK;
         }
@@ -100,7 +115,7 @@ int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, in
                 return seg_rc; /* recorded, not run: nothing to launch */
             k->state = 2;
             g->captures++;
-            if (be->graph_launch(be, slot))
+            if (launch(be, slot, segment, lr))
                 return HCNN_OK;
             k->state = 1; /* dropped at once (cannot happen: nothing grows in between) */
             return seg(r, arg);
