@@ -198,7 +198,7 @@ static int largest_pow2_upto(int p)
 
 /* Seconds to sum `bytes` of floats: one core at gamma, or the OpenMP team
  * (grad_sync.c's own MPI_Op) for sums of at least team_min_bytes, each
- * thread at one core's rate (measured on 2 threads here: 2.0-2.2x one
+ * thread at one core's rate (measured on 2 threads here: 2.07-2.25x one
  * core's MPI_SUM on 4-16 MiB, bench/bench_comm sum), and no faster than
  * the node's memory when the three streams outgrow its last-level cache. */
 static double sum_seconds(const hcnn_network *nw, const hcnn_comm_setup *team, double bytes)
