@@ -100,7 +100,7 @@ typedef struct hcnn_pass_cost {
  * writes of their tensors: batch-norm 3 tensors forward and 5 backward,
  * activations 2 and 3, pooling in + out (+ its argmax), a residual
  * addition 3 and 2; a ReLU fused into the convolution before it: none),
- * and the floats of the activations the block keeps for backward. */
+ * and the bytes of the outputs the block keeps for backward (per sample). */
 void hcnn_block_stream_bytes(const hcnn_layer *l, double *fwd, double *bwd, double *kept);
 
 /* A measurement here: per-block seconds of a pass of n samples on
