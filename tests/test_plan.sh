@@ -108,18 +108,20 @@ else case_ok; fi
 case_begin plan_comm_changes_priced
 "$HCNN" plan --config "$SMALLR" --nodes 1,32 --stages 2 --scaling weak --steps 2 --no-plots -o "$WORK/cm" >"$WORK/cm.log" 2>&1
 "$HCNN" plan --config "$SMALLR" --nodes 1,32 --stages 2 --scaling weak --steps 2 --no-plots -o "$WORK/ct" \
-    --set allreduce_progress=thread >"$WORK/ct.log" 2>&1
+    --batch 256 --set allreduce_progress=thread >"$WORK/ct.log" 2>&1
 HCNN_GRAD_SUM=mpi "$HCNN" plan --config "$SMALLR" --nodes 1,32 --stages 2 --scaling weak --steps 2 --no-plots \
     -o "$WORK/cs" >"$WORK/cs.log" 2>&1
 col() { awk -F, -v n="$2" -v l="$3" -v c="$4" '$1 == "weak" && $2 == n && $3 == l { print $c }' "$WORK/$1/plan.csv" 2>/dev/null; }
-ratio=$(awk -v a="$(col ct 32 data 11)" -v b="$(col ct 1 data 11)" 'BEGIN { if (b > 0) printf "%.3f", a / b }')
+# (from the CSV's compute_ms, 4 decimals: 64/63 = 1.0159 within their rounding)
+ratio=$(awk -v a="$(col ct 32 data 11)" -v b="$(col ct 1 data 11)" 'BEGIN { if (b > 0) printf "%.4f", a / b }')
 if [ "$(col cm 32 data 16)" != "0.0000" ] || ! awk -v s="$(col cm 32 pipeline_2x16 16)" 'BEGIN { exit !(s > 0) }'; then
     case_fail "agreement: data $(col cm 32 data 16) ms (want 0), pipeline $(col cm 32 pipeline_2x16 16) ms (want > 0)"
 elif ! grep -q "gradient sums by the OpenMP team after backward, the agreement on the first bucket" "$WORK/cm.log" ||
      ! grep -q "gradient sums on a core reserved for the allreduce" "$WORK/ct.log" ||
      ! grep -q "gradient sums on one core, the agreement" "$WORK/cs.log"; then
     case_fail "the header does not name the sums: $(grep -h -m1 'gradient sums' "$WORK"/c[mts].log)"
-elif [ "$ratio" != "1.016" ]; then case_fail "reserved core: compute at 32 nodes / 1 node = $ratio, want 64/63 = 1.016"
+elif ! awk -v r="${ratio:-0}" 'BEGIN { exit !(r > 1.0145 && r < 1.0175) }'; then
+    case_fail "reserved core: compute at 32 nodes / 1 node = $ratio, want 64/63 = 1.0159"
 elif ! grep -q '^hcnn plan: weak scaling at 32 nodes, data: efficiency [0-9.]* before .*, [0-9.]* now' "$WORK/cm.log"; then
     case_fail "no before/now line: $(tail -n 3 "$WORK/cm.log")"
 else case_ok; fi
