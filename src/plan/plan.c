@@ -1,8 +1,7 @@
-/* hcnn plan: measure this node's per-block compute at the per-thread share
- * each layout implies, price every layout at every node count
- * (src/plan/model.c), print the table, write plan.csv and the plots, and
- * recommend the fastest layout per node count.  Also --calibrate-network:
- * the alpha-beta-gamma file of the network the ranks run on (under mpirun). */
+/* hcnn plan: measure this machine's per-block compute at the per-thread
+ * share each layout implies, price it on the node (--node) and every layout
+ * at every node count (src/plan/model.c), and hand the rows to the output
+ * (src/plan/report.c) and --calibrate-network to src/plan/calibrate.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <mpi.h>
@@ -10,9 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "hcnn/backend.h"
 #include "hcnn/blas.h"
@@ -24,7 +20,6 @@
 #include "hcnn/plan.h"
 #include "hcnn/train.h"
 #include "plan_report.h"
-
 
 /* measurements here, by samples measured, and the priced passes */
 typedef struct cost_cache {

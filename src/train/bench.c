@@ -109,9 +109,6 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
     return rc;
 }
 
-/* hcnn plan's compute input (include/hcnn/train.h).  What a step spends
- * outside the blocks' passes (optimiser, loss, the finiteness check, the
- * batch hand-over) is counted with the optimiser: opt_s. */
 /* The part of block l's measured time outside GEMM layers (hcnn_block_times). */
 static double outside_gemms(const hcnn_layer *l, const double *t)
 {
@@ -124,6 +121,9 @@ static double outside_gemms(const hcnn_layer *l, const double *t)
     return s > 0.0 ? s : 0.0;
 }
 
+/* hcnn plan's compute input (include/hcnn/train.h).  What a step spends
+ * outside the blocks' passes (optimiser, loss, the finiteness check, the
+ * batch hand-over) is counted with the optimiser: opt_s. */
 int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, double *bwd,
                      double *fwd_mem, double *bwd_mem, double *opt_s)
 {

@@ -83,6 +83,14 @@ static void read_fault_hook(hcnn_run *r)
         r->fail_rank = r->fail_step = -1;
 }
 
+/* The ranks that hold the same blocks and allreduce their gradients */
+static int grad_replicas(const hcnn_config *cfg, const hcnn_comm *comm)
+{
+    return cfg->strategy == HCNN_STRATEGY_PIPELINE
+               ? comm->size / (cfg->stages > 0 ? cfg->stages : 1)
+               : comm->size;
+}
+
 /* The backend the configuration's `device` names, on a GPU node the GPU of
  * this rank's place among its node's ranks; HCNN_BACKEND overrides it for
  * the tests (cpu-devmem: the CPU backend behind memory the host cannot
@@ -105,10 +113,7 @@ static int run_backend(hcnn_run *r)
             r->own_be->mpi_direct = hcnn_mpi_device_aware(r->be, why, sizeof why);
         /* the gradient buckets of allreduce_progress: test go through
          * MPI_Iallreduce, which takes no device memory (comm.h) */
-        const int replicas = r->comm->size / (r->cfg->strategy == HCNN_STRATEGY_PIPELINE
-                                                  ? (r->cfg->stages > 0 ? r->cfg->stages : 1)
-                                                  : 1);
-        const int staged_grads = r->be->mpi_direct && replicas > 1 &&
+        const int staged_grads = r->be->mpi_direct && grad_replicas(r->cfg, r->comm) > 1 &&
                                  r->cfg->allreduce_progress == HCNN_PROGRESS_TEST;
         snprintf(r->mpi_note, sizeof r->mpi_note, "hcnn: MPI on %s memory: %s (%s)%s\n",
                  r->be->name, r->be->mpi_direct ? "in place" : "through pinned host buffers", why,
@@ -133,10 +138,8 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
      * reductions there (OpenMPI's blocking allreduce polls, and sums on
      * the calling thread), the others compute; the same bits on any
      * thread count */
-    const int grad_replicas =
-        cfg->strategy == HCNN_STRATEGY_PIPELINE ? comm->size / (cfg->stages > 0 ? cfg->stages : 1)
-                                                : comm->size;
-    if (cfg->allreduce_progress == HCNN_PROGRESS_THREAD && grad_replicas > 1 && r->threads > 1) {
+    if (cfg->allreduce_progress == HCNN_PROGRESS_THREAD && grad_replicas(cfg, comm) > 1 &&
+        r->threads > 1) {
         r->threads--;
         r->reserved_core = 1;
         omp_set_num_threads(r->threads);

@@ -25,12 +25,13 @@
 /* CUDA graphs of the training step (graphs.c): the work of the step up to
  * its results' read-back (segment 0) and the optimiser's (segment 1), each
  * recorded the second time its key is seen and replayed after: one key per
- * loader buffer and batch shape, and per learning rate. */
+ * loader buffer and batch shape, and for the optimiser one (a backend with
+ * sgd_replay_lr) or one per learning rate. */
 typedef struct step_graph {
     int segment;              /* 0: forward and backward, 1: optimiser */
     const void *x, *y;        /* segment 0: the loader's buffers it uploads from */
     int n, gn;
-    float lr;                 /* segment 1 */
+    float lr;                 /* segment 1, when the backend has no sgd_replay_lr */
     int state;                /* 0: free, 1: seen once (run directly), 2: captured */
     long last_use;
 } step_graph;
