@@ -8,12 +8,17 @@
 #   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile),
 #           and bench/compare.sh against PyTorch on the same GPU: ResNet-18
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256
+#   kernels the kernel time of hcnn bench's timed steps (bench/kernel_share.so,
+#           a CUPTI injection library: the share and the ten longest kernels),
+#           ResNet-18 batch 128 fp32 under each convolution choice, LeNet-5
+#           batch 256 with and without CUDA graphs
 #   cpu     bench/validate_threads.sh: hcnn bench on the CPU at 1, 2, 4, 8, 16
 #           threads against hcnn plan --node here's prediction (ResNet-18 batch
 #           64, LeNet-5 batch 256: the thread-scaling measurements) and
-#           PyTorch's ResNet-18 at the largest thread count
+#           PyTorch's ResNet-18 at the largest thread count (CPU_THREADS in
+#           the environment: the thread counts, e.g. "1 4 16", for a short loan)
 #
-#   bench/gpu_check.sh BUNDLE.tar.xz [OUTDIR] [SECTIONS]   (default: tests bench cpu)
+#   bench/gpu_check.sh BUNDLE.tar.xz [OUTDIR] [SECTIONS]   (default: tests kernels bench cpu)
 #
 # Writes session.log and one log per run to OUTDIR (default ./gpu-check).
 # PyTorch runs with the machine's own python3 and libraries (PYTHON, else
@@ -24,7 +29,7 @@ set -u
 [ $# -ge 1 ] && [ -f "$1" ] || { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 bundle=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 O=${2:-gpu-check}
-SECTIONS=${3:-tests bench cpu}
+SECTIONS=${3:-tests kernels bench cpu}
 cd "$(dirname "$0")/.." || exit 1
 R=$PWD
 mkdir -p "$O"
@@ -56,6 +61,10 @@ export PATH=$B/root/usr/bin:$PATH
 # CUDA's libraries: the toolkit's, else wherever the machine has them
 libdir() { dirname "$(find /usr/local/cuda* /usr/lib /opt -name "$1" 2>/dev/null | head -n 1)"; }
 LD_LIBRARY_PATH=$B/lib:$(libdir libcublas.so.13):$(libdir libcudart.so.13):$(libdir libcudnn.so.9)
+# CUPTI for bench/kernel_share.so: the machine's, else the bundle's
+cupti=$(libdir libcupti.so.13)
+[ "$cupti" = . ] && cupti=$B/cupti
+LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cupti
 export LD_LIBRARY_PATH
 export HCNN_BUILDDIR=$B/build HCNN_SRCDIR=$R HCNN=$B/build/hcnn
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -93,6 +102,31 @@ if [[ " $SECTIONS " == *" tests "* ]]; then
     done
 fi
 
+if [[ " $SECTIONS " == *" kernels "* ]]; then
+    ks=$HCNN_BUILDDIR/bench/kernel_share.so
+    if [ ! -f "$ks" ]; then
+        echo "gpu_check.sh: $ks missing (a build without CUPTI): no kernel times"
+    else
+        kbench() { # name, convolution choice, hcnn bench arguments...
+            local name=$1 m=$2
+            shift 2
+            stamp "kernel time: $name"
+            CUDA_INJECTION64_PATH=$ks HCNN_CUDA_CONV=$m timeout -k 5 90 "$HCNN" bench "$@" \
+                > "$O/kernels_$name.log" 2>&1
+            echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|captured' "$O/kernels_$name.log"
+        }
+        for m in $modes; do
+            kbench "resnet_b128_$m" "$m" --config configs/cifar_resnet18.yaml --set device=cuda \
+                --set batch_size=128 --warmup 3 --repeats 3 --steps 5
+        done
+        for g in auto off; do
+            kbench "lenet_b256_graphs_$g" auto --config configs/mnist_lenet.yaml --set device=cuda \
+                --set batch_size=256 --set cuda_graphs=$g --warmup 20 \
+                --repeats 3 --steps 50
+        done
+    fi
+fi
+
 if [[ " $SECTIONS " == *" bench "* ]]; then
     for m in $modes; do
         stamp "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=$m"
@@ -117,7 +151,9 @@ if [[ " $SECTIONS " == *" cpu "* ]]; then
     stamp "CPU thread scaling up to $cores threads, blas_kernels: auto, against hcnn plan's thread model"
     last=1
     for t in 1 2 4 8 16 32 64; do [ "$t" -le "$cores" ] && last=$t; done
-    HCNN=$HCNN HCNN_SRCDIR=$R timeout -k 5 580 bench/validate_threads.sh > "$O/validate_threads.log" 2>&1
+    # shellcheck disable=SC2086 # CPU_THREADS: a list of thread counts, e.g. "1 4 16"
+    HCNN=$HCNN HCNN_SRCDIR=$R timeout -k 5 580 bench/validate_threads.sh ${CPU_THREADS:-} \
+        > "$O/validate_threads.log" 2>&1
     echo "exit $?"; grep -E '^# |passed' "$O/validate_threads.log"
     stamp "PyTorch on the CPU, ResNet-18 batch 64, $last threads"
     timeout -k 5 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \

@@ -35,6 +35,9 @@ for b in "$@"; do
     d=$tmp/build$([ $i = 0 ] || echo $i)
     mkdir -p "$d/tests"
     cp "$b/hcnn" "$b/config.h" "$d/" && cp "$b/tests/test_backend" "$d/tests/"
+    if [ -f "$b/bench/kernel_share.so" ]; then # CUPTI's kernel times (bench/gpu_check.sh kernels)
+        mkdir -p "$d/bench" && cp "$b/bench/kernel_share.so" "$d/bench/"
+    fi
     i=$((i + 1))
 done
 # Open MPI's and PMIx's trees, found under their Debian paths (OPAL_PREFIX
@@ -53,6 +56,11 @@ while IFS= read -r f; do objs+=("$f"); done < <(find $M/openmpi $M/pmix2 -name '
 for o in "${objs[@]}"; do ldd "$o" 2>/dev/null || true; done | awk '/=>/ && $3 ~ /^\// { print $1, $3 }' |
     sort -u | grep -v -E '^(libc|libm|libdl|libpthread|librt|ld-linux|libstdc\+\+|libgcc_s|libcublasLt|libcublas|libcudart|libcudnn[a-z_]*|libcuda)[.-]' |
     while read -r name path; do cp -L "$path" "$tmp/lib/$name"; done
+# CUPTI, for kernel_share.so where the GPU machine has none (4 MB)
+cupti=$(ldd "$tmp"/build*/bench/kernel_share.so 2>/dev/null | awk '/libcupti/ { print $3; exit }')
+if [ -n "$cupti" ] && [ -f "$cupti" ]; then
+    mkdir -p "$tmp/cupti" && cp -L "$cupti" "$tmp/cupti/"
+fi
 if [ -d "$src/data/mnist" ]; then
     mkdir -p "$tmp/mnist"
     for f in "$src"/data/mnist/*-ubyte*; do

@@ -199,6 +199,12 @@ struct hcnn_backend {
      * it before graph_launch, once the previous launch has run (the step's
      * read-back has waited for it). */
     void (*sgd_replay_lr)(const hcnn_backend *be, float lr);
+    /* Optional (NULL: nothing to mark): begin = 1 / 0 brackets the work a
+     * benchmark times, for a profiler outside hcnn (CUDA: cudaProfilerStart
+     * and cudaProfilerStop, which nsys --capture-range=cudaProfilerApi and
+     * bench/kernel_share.so read; a no-op otherwise).  Called with the
+     * device idle (after a sync) on both sides. */
+    void (*trace_region)(const hcnn_backend *be, int begin);
 
     void (*fill)(const hcnn_backend *be, float *x, size_t n, float v);
     void (*zero)(const hcnn_backend *be, void *p, size_t bytes);

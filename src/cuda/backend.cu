@@ -124,6 +124,17 @@ static void cuda_sync(const hcnn_backend *be)
     HCNN_CUDA(cudaStreamSynchronize(stream_on_device(be)));
 }
 
+/* the profiler's capture range (hcnn bench's timed steps): what an nsys
+ * --capture-range=cudaProfilerApi or bench/kernel_share.so records */
+static void cuda_trace_region(const hcnn_backend *be, int begin)
+{
+    (void)be;
+    if (begin)
+        HCNN_CUDA(cudaProfilerStart());
+    else
+        HCNN_CUDA(cudaProfilerStop());
+}
+
 /* events recorded on the stream: the time the GPU spent between them */
 static void cuda_timer_start(const hcnn_backend *be, hcnn_timer *t)
 {
@@ -350,6 +361,7 @@ static const hcnn_backend cuda_backend = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .sgd_replay_lr = hcnn_cuda_sgd_replay_lr,
+    .trace_region = cuda_trace_region,
     .fill = hcnn_cuda_fill,
     .zero = cuda_zero,
     .copy = cuda_copy,

@@ -16,6 +16,7 @@
 #if defined(__CUDACC__)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #define HCNN_LAUNCH(kernel, grid, block, stream, ...)                                             \
     kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)

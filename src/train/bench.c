@@ -68,12 +68,16 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
             if (comm->size > 1)
                 HCNN_MPI(MPI_Barrier(comm->world));
             r.be->sync(r.be); /* a step reads its results back: each ends synchronised */
+            if (r.be->trace_region) /* a profiler's capture range: the timed steps only */
+                r.be->trace_region(r.be, 1);
             const double t0 = hcnn_now();
             for (int i = 0; i < steps && !rc; i++) {
                 int got = train_next_step(&r, 0, spe, &st);
                 rc = got < 0 ? -got : got == 0 ? hcnn_error("bench: ran out of batches") : HCNN_OK;
             }
             double el = hcnn_now() - t0;
+            if (r.be->trace_region)
+                r.be->trace_region(r.be, 0);
             if (comm->size > 1) /* the global rate is set by the slowest rank */
                 HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &el, 1, MPI_DOUBLE, MPI_MAX, comm->world));
             rate[nrate++] = el > 0 ? (double)cfg->batch_size * steps / el : 0.0;

@@ -248,6 +248,11 @@ cudaError_t cudaDeviceSynchronize(void) {
     return cudaSuccess;
 }
 
+/* the capture range of a profiler attached to the process (nsys, CUPTI):
+ * the emulation has none */
+cudaError_t cudaProfilerStart(void) { return cudaSuccess; }
+cudaError_t cudaProfilerStop(void) { return cudaSuccess; }
+
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
     api_lock lock(api_mutex());
     stream_ptr s = find_stream(stream);
