@@ -94,6 +94,40 @@ HCNN_HD void hcnn_hd_window_outputs(int i, int k, int stride, int pad, int out, 
     *lo = a, *hi = b;
 }
 
+/* ---- division by a launch's constant --------------------------------------------- */
+
+/* n / d for every 32-bit n, as a multiply-high, an add and a shift with
+ * (m, s) worked out once from d (Granlund and Montgomery, "Division by
+ * invariant integers using multiplication", PLDI 1994, fig. 4.1, with t + n
+ * taken in 64 bits; PyTorch's IntDivider is the same): s = ceil(log2 d),
+ * m = floor(2^32 (2^s - d) / d) + 1, n / d = (mulhi(n, m) + n) >> s.  The
+ * CUDA index kernels divide each element's index by four to seven of a
+ * launch's constants, and a GPU's 32-bit division is a sequence of some 20
+ * instructions: on an H200 (2026-11-27, bench/kernel_share.so) ResNet-18's
+ * im2col, seven divisions an element, took 4.5 ms of a 24 ms step at batch
+ * 128, several times what its memory traffic costs at the GPU's bandwidth. */
+typedef struct hcnn_hd_divider {
+    uint32_t d, m, s;
+} hcnn_hd_divider;
+
+/* d >= 1 */
+HCNN_HD hcnn_hd_divider hcnn_hd_divider_of(uint32_t d)
+{
+    uint32_t s = 0;
+    while (s < 32 && ((uint64_t)1 << s) < d)
+        s++;
+    /* 2^s - d < d < 2^32: the shift fits 64 bits and m fits 32 */
+    const uint64_t m = ((((uint64_t)1 << s) - d) << 32) / d + 1;
+    hcnn_hd_divider v = {d, (uint32_t)m, s};
+    return v;
+}
+
+HCNN_HD uint32_t hcnn_hd_div(hcnn_hd_divider v, uint32_t n)
+{
+    const uint64_t t = ((uint64_t)n * v.m) >> 32;
+    return (uint32_t)((t + n) >> v.s);
+}
+
 /* ---- batch normalisation ---------------------------------------------------------- */
 
 /* The 16 lane sums of a vectorised channel sum and its scalar tail, added

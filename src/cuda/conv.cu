@@ -41,77 +41,100 @@ static int chunk_images(const hcnn_conv_desc *d, int n)
 }
 
 /* The index arithmetic below is 32-bit: a chunk's columns, outputs and
- * inputs stay under 2^32 elements (chunk_images), and a 64-bit division is
- * several times the instructions of a 32-bit one on a GPU. */
+ * inputs stay under 2^32 elements (chunk_images), and its divisions by the
+ * launch's sizes are hd.h's dividers (a multiply-high and a shift each; a
+ * GPU's own 32-bit division is some 20 instructions). */
+
+/* the divisors of an index kernel, worked out at its launch */
+typedef struct im2col_divs {
+    hcnn_hd_divider cols, np, ow, kw, kh; /* nb * P, P, ow, kw, kh */
+} im2col_divs;
+typedef struct col2im_divs {
+    hcnn_hd_divider hw, w, c, sh, sw; /* h * w, w, c, the strides */
+} col2im_divs;
+typedef struct plane_divs {
+    hcnn_hd_divider np, c; /* P, channels */
+} plane_divs;
+
+static hcnn_hd_divider div_of(int d) { return hcnn_hd_divider_of((uint32_t)d); }
 
 /* col[r][i*P + oy*ow + ox], r = (ci*kh + ki)*kw + kj, from x[i][ci][iy][ix] */
-__global__ void im2col_kernel(hcnn_conv_geom g, const float *x, int nb, unsigned total, float *col)
+__global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const float *x, unsigned total,
+                              float *col)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const unsigned kk = (unsigned)k, np = (unsigned)(g.oh * g.ow), cols = (unsigned)nb * np;
-    const unsigned r = kk / cols, q = kk % cols;
-    const int kj = (int)(r % (unsigned)g.kw), ki = (int)(r / (unsigned)g.kw % (unsigned)g.kh);
-    const int ci = (int)(r / (unsigned)(g.kw * g.kh));
-    const unsigned i = q / np, p = q % np;
-    const int ox = (int)(p % (unsigned)g.ow), oy = (int)(p / (unsigned)g.ow);
-    const int iy = hcnn_hd_window_in(oy, ki, g.sh, g.ph), ix = hcnn_hd_window_in(ox, kj, g.sw, g.pw);
+    const uint32_t kk = (uint32_t)k;
+    const uint32_t r = hcnn_hd_div(v.cols, kk), q = kk - r * v.cols.d;
+    const uint32_t rk = hcnn_hd_div(v.kw, r), kj = r - rk * v.kw.d; /* rk = ci*kh + ki */
+    const uint32_t ci = hcnn_hd_div(v.kh, rk), ki = rk - ci * v.kh.d;
+    const uint32_t i = hcnn_hd_div(v.np, q), p = q - i * v.np.d;
+    const uint32_t oy = hcnn_hd_div(v.ow, p), ox = p - oy * v.ow.d;
+    const int iy = hcnn_hd_window_in((int)oy, (int)ki, g.sh, g.ph);
+    const int ix = hcnn_hd_window_in((int)ox, (int)kj, g.sw, g.pw);
     const int inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
     col[k] = inside ? x[(((size_t)i * g.c + ci) * g.h + iy) * g.w + ix] : 0.0f;
 }
 
 /* dx[i][ci][iy][ix] (+)= the columns that read it, taps in order */
-__global__ void col2im_kernel(hcnn_conv_geom g, const float *col, int nb, unsigned total, int acc,
-                              float *dx)
+__global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const float *col, int nb,
+                              unsigned total, int acc, float *dx)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const unsigned kk = (unsigned)k, hw = (unsigned)(g.h * g.w), plane = kk % hw;
-    const int ix = (int)(plane % (unsigned)g.w), iy = (int)(plane / (unsigned)g.w);
-    const unsigned ic = kk / hw, ci = ic % (unsigned)g.c, i = ic / (unsigned)g.c;
+    const uint32_t kk = (uint32_t)k;
+    const uint32_t ic = hcnn_hd_div(v.hw, kk), plane = kk - ic * v.hw.d;
+    const uint32_t iyu = hcnn_hd_div(v.w, plane);
+    const int iy = (int)iyu, ix = (int)(plane - iyu * v.w.d);
+    const uint32_t i = hcnn_hd_div(v.c, ic), ci = ic - i * v.c.d;
     const size_t cols = (size_t)nb * g.oh * g.ow;
     float s = acc ? dx[k] : 0.0f;
     for (int ki = 0; ki < g.kh; ki++) {
         const int ty = iy + g.ph - ki; /* oy * sh */
-        if (ty < 0 || ty % g.sh || ty / g.sh >= g.oh)
+        if (ty < 0)
             continue;
-        const int oy = ty / g.sh;
+        const uint32_t oy = hcnn_hd_div(v.sh, (uint32_t)ty);
+        if ((uint32_t)ty != oy * v.sh.d || oy >= (uint32_t)g.oh)
+            continue;
         for (int kj = 0; kj < g.kw; kj++) {
             const int tx = ix + g.pw - kj;
-            if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow)
+            if (tx < 0)
+                continue;
+            const uint32_t ox = hcnn_hd_div(v.sw, (uint32_t)tx);
+            if ((uint32_t)tx != ox * v.sw.d || ox >= (uint32_t)g.ow)
                 continue;
             const size_t r = ((size_t)ci * g.kh + ki) * g.kw + kj;
-            s += col[r * cols + (size_t)i * g.oh * g.ow + (size_t)oy * g.ow + tx / g.sw];
+            s += col[r * cols + (size_t)i * g.oh * g.ow + (size_t)oy * g.ow + ox];
         }
     }
     dx[k] = s;
 }
 
 /* y[i][co][p] = Y[co][i*P + p] + bias[co] (bias may be NULL) */
-__global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, int nb, int c, int np,
+__global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, plane_divs v, int nb,
                                    unsigned total, float *y)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const unsigned kk = (unsigned)k, p = kk % (unsigned)np, ic = kk / (unsigned)np;
-    const unsigned co = ic % (unsigned)c, i = ic / (unsigned)c;
-    const float v = Y[(size_t)co * nb * np + (size_t)i * np + p];
-    y[k] = bias ? v + bias[co] : v;
+    const uint32_t kk = (uint32_t)k, ic = hcnn_hd_div(v.np, kk), p = kk - ic * v.np.d;
+    const uint32_t i = hcnn_hd_div(v.c, ic), co = ic - i * v.c.d;
+    const float val = Y[((size_t)co * nb + i) * v.np.d + p];
+    y[k] = bias ? val + bias[co] : val;
 }
 
 /* dY[co][i*P + p] = dy[i][co][p] */
-__global__ void nchw_to_cnp_kernel(const float *dy, int nb, int c, int np, unsigned total,
+__global__ void nchw_to_cnp_kernel(const float *dy, plane_divs v, int nb, unsigned total,
                                    float *dY)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const unsigned kk = (unsigned)k, p = kk % (unsigned)np, ic = kk / (unsigned)np;
-    const unsigned co = ic % (unsigned)c, i = ic / (unsigned)c;
-    dY[(size_t)co * nb * np + (size_t)i * np + p] = dy[k];
+    const uint32_t kk = (uint32_t)k, ic = hcnn_hd_div(v.np, kk), p = kk - ic * v.np.d;
+    const uint32_t i = hcnn_hd_div(v.c, ic), co = ic - i * v.c.d;
+    dY[((size_t)co * nb + i) * v.np.d + p] = dy[k];
 }
 
 /* a chunk's element count as the kernels' 32-bit total */
@@ -127,8 +150,10 @@ static void im2col(const hcnn_backend *be, const hcnn_conv_desc *d, const float 
                    float *col)
 {
     const unsigned total = chunk_total((size_t)conv_k(d) * nb * conv_p(d));
+    const im2col_divs v = {div_of(nb * conv_p(d)), div_of(conv_p(d)), div_of(d->g.ow),
+                           div_of(d->g.kw), div_of(d->g.kh)};
     HCNN_LAUNCH(im2col_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, d->g,
-                x, nb, total, col);
+                v, x, total, col);
     HCNN_CUDA_LAUNCHED();
 }
 
@@ -165,8 +190,9 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
         float *Y = chunk_out(d, ex, nb);
         hcnn_cuda_gemm(be, 0, 0, co, nb * P, K, 1.0f, w, K, col, nb * P, 0.0f, Y, nb * P);
         const unsigned total = chunk_total((size_t)nb * out_sz);
+        const plane_divs v = {div_of(P), div_of(co)};
         HCNN_LAUNCH(cnp_to_nchw_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                    cuda_of(be)->stream, (const float *)Y, b, nb, co, P, total, yi);
+                    cuda_of(be)->stream, (const float *)Y, b, v, nb, total, yi);
         HCNN_CUDA_LAUNCHED();
     }
     return HCNN_OK;
@@ -198,8 +224,9 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
         if (nb > 1) { /* dY, channel-major */
             float *dY = chunk_out(d, ex, nb);
             const unsigned total = chunk_total((size_t)nb * out_sz);
+            const plane_divs v = {div_of(P), div_of(co)};
             HCNN_LAUNCH(nchw_to_cnp_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                        cuda_of(be)->stream, dyi, nb, co, P, total, dY);
+                        cuda_of(be)->stream, dyi, v, nb, total, dY);
             HCNN_CUDA_LAUNCHED();
             g = dY;
         }
@@ -210,8 +237,10 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
         if (dx) {
             hcnn_cuda_gemm(be, 1, 0, K, nb * P, co, 1.0f, w, K, g, nb * P, 0.0f, col, nb * P);
             const unsigned total = chunk_total((size_t)nb * in_sz);
+            const col2im_divs v = {div_of(d->g.h * d->g.w), div_of(d->g.w), div_of(d->g.c),
+                                   div_of(d->g.sh), div_of(d->g.sw)};
             HCNN_LAUNCH(col2im_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                        cuda_of(be)->stream, d->g, (const float *)col, nb, total, dx_acc,
+                        cuda_of(be)->stream, d->g, v, (const float *)col, nb, total, dx_acc,
                         dx + (size_t)i0 * in_sz);
             HCNN_CUDA_LAUNCHED();
         }
