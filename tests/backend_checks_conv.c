@@ -2,9 +2,12 @@
  * conv_bwd, conv_bwd_filter, conv_bwd_data, conv_workspace, conv_gemms,
  * conv_describe) on every way of running it (backend_check.h). */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend_check.h"
 
@@ -537,4 +540,114 @@ int check_conv_gemms_describe(const hcnn_backend *be, char *why, size_t cap)
         arena_pop(mark);
     }
     return 1;
+}
+
+/* ---- precision bf16 (the backends that offer it) ---------------------------------------- */
+
+/* f rounded to bfloat16, to nearest, ties to even (what precision bf16 does to
+ * a GEMM's inputs; finite f only) */
+static float ref_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static float *rounded_bf16(const float *x, size_t n)
+{
+    float *r = hvec(n);
+    for (size_t i = 0; i < n; i++)
+        r[i] = ref_bf16(x[i]);
+    return r;
+}
+
+/* whether set_precision takes bf16 (the CPU backend refuses it with a message,
+ * which is not this check's to print) */
+static int offers_bf16(hcnn_backend *be)
+{
+    fflush(stderr);
+    const int saved = dup(2), null = open("/dev/null", O_WRONLY);
+    if (saved >= 0 && null >= 0)
+        dup2(null, 2);
+    const int rc = be->set_precision(be, HCNN_PRECISION_BF16);
+    fflush(stderr);
+    if (saved >= 0) {
+        dup2(saved, 2);
+        close(saved);
+    }
+    if (null >= 0)
+        close(null);
+    return rc == HCNN_OK;
+}
+
+static int conv_bf16_cases(const hcnn_backend *be, char *why, size_t cap)
+{
+    char what[256];
+    static const size_t execs[] = {0, 3}; /* auto; chunks of 3000 floats, workspace for n+2 */
+    for (size_t c = 0; c < NCONV; c++) {
+        const int mark = arena_mark();
+        conv_env e;
+        conv_env_data(&e, be, &conv_cases[c], 0, 0);
+        const size_t oc = (size_t)e.cc->oc, n = (size_t)e.cc->n;
+        float *xr = rounded_bf16(e.x, e.nx), *wr = rounded_bf16(e.w, e.nw);
+        float *dyr = rounded_bf16(e.dy, e.ny);
+        double *yb = hdvec(e.ny), *gw = hdvec(e.nw), *gx = hdvec(e.nx), *gb = hdvec(oc);
+        double *gw32 = hdvec(e.nw), *y32 = hdvec(e.ny);
+        ref_conv_fwd(&e.d, xr, wr, e.b, (int)n, yb);  /* the bias in FP32 */
+        ref_conv_bwd_filter(&e.d, xr, dyr, (int)n, gw, gb);
+        ref_conv_bwd_filter(&e.d, e.x, e.dy, (int)n, gw32, gb); /* db: dy's sum in FP32 */
+        ref_conv_bwd_data(&e.d, wr, dyr, (int)n, gx);
+        ref_conv_fwd(&e.d, e.x, e.w, e.b, (int)n, y32);
+        double *want_dw = plus(e.dw0, gw, e.nw), *want_db = plus(e.db0, gb, oc);
+        float *y = dvec(be, e.ny), *dw = dvec(be, e.nw), *db = dvec(be, oc), *dx = dvec(be, e.nx);
+        float *host_y = hvec(e.ny);
+        for (size_t k = 0; k < sizeof execs / sizeof *execs; k++) {
+            if (!exec_applies(e.cc, &conv_execs[execs[k]]))
+                continue;
+            const int m2 = arena_mark();
+            conv_env_exec(&e, &conv_execs[execs[k]]);
+            put_nan(be, y, e.ny);
+            TRY(conv_run(&e, CONV_FWD, e.d_b, y, NULL, NULL, NULL, 0, (int)n, why, cap));
+            conv_name(e.cc, e.xc, "bf16 conv_fwd y (bias)", what, sizeof what);
+            TRY(check_dev(be, what, y, yb, e.ny, TOL_CONV, why, cap));
+            /* the inputs were rounded: far from the FP32 result somewhere */
+            get(be, host_y, y, e.ny);
+            double far = 0.0;
+            for (size_t i = 0; i < e.ny; i++)
+                far = fmax(far, fabs(host_y[i] - y32[i]) / (1.0 + fabs(y32[i])));
+            if (far < 1e-4)
+                FAIL("%s: within %.1e of the FP32 result: the inputs were not rounded to bf16",
+                     what, far);
+            put(be, dw, e.dw0, e.nw), put(be, db, e.db0, oc), put_nan(be, dx, e.nx);
+            TRY(conv_run(&e, CONV_BWD, NULL, NULL, dw, db, dx, 0, (int)n, why, cap));
+            conv_name(e.cc, e.xc, "bf16 conv_bwd dw (accumulated)", what, sizeof what);
+            TRY(check_dev(be, what, dw, want_dw, e.nw, TOL_CONV, why, cap));
+            conv_name(e.cc, e.xc, "bf16 conv_bwd db (accumulated, FP32)", what, sizeof what);
+            TRY(check_dev(be, what, db, want_db, oc, TOL_CONV, why, cap));
+            conv_name(e.cc, e.xc, "bf16 conv_bwd dx (overwritten)", what, sizeof what);
+            TRY(check_dev(be, what, dx, gx, e.nx, TOL_CONV, why, cap));
+            TRY(conv_ws_ok(&e, why, cap));
+            arena_pop(m2);
+        }
+        arena_pop(mark);
+    }
+    return 1;
+}
+
+/* Precision bf16 (AMP-style: each GEMM's inputs rounded to bfloat16, FP32
+ * accumulation and outputs, the bias and its gradient in FP32): conv_fwd and
+ * conv_bwd against the references over the rounded inputs, and away from the
+ * FP32 result (the rounding happened).  Nothing to check on a backend that
+ * computes in FP32 only; the backend is set back to FP32 after. */
+int check_conv_bf16(const hcnn_backend *be, char *why, size_t cap)
+{
+    hcnn_backend *mut = (hcnn_backend *)(uintptr_t)be; /* set_precision changes the backend */
+    if (!offers_bf16(mut))
+        return 1;
+    const int ok = conv_bf16_cases(be, why, cap);
+    mut->set_precision(mut, HCNN_PRECISION_FP32);
+    return ok;
 }

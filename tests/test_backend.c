@@ -60,6 +60,7 @@ static const check_entry checks[] = {
     {"conv_bwd", check_conv_bwd},
     {"conv_bwd_filter", check_conv_bwd_filter},
     {"conv_bwd_data", check_conv_bwd_data},
+    {"conv_bf16", check_conv_bf16},
     {"conv_workspace", check_conv_workspace},
     {"conv_gemms_describe", check_conv_gemms_describe},
     {"row_sum_acc", check_row_sum_acc},
