@@ -170,8 +170,22 @@ void hcnn_cuda_sgd_step(const hcnn_backend *be, float *w, const float *g, float 
 void hcnn_cuda_sgd_replay_lr(const hcnn_backend *be, float lr);
 void hcnn_cuda_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats);
 
-/* bf16 precision: n elements for a GEMM's rounded inputs */
+/* bf16 precision: n elements for a GEMM's rounded inputs (the one buffer
+ * of the instance: what a call puts there lasts until the next call that
+ * asks for it) */
 __nv_bfloat16 *hcnn_cuda_bf16_buffer(const hcnn_backend *be, size_t n);
+/* n rounded up so that what follows it in the buffer starts 256 bytes
+ * aligned, as cudaMalloc gives the buffer: tensor-core kernels want their
+ * operands at least 16-byte aligned */
+static inline size_t hcnn_cuda_bf16_padded(size_t n) { return (n + 127) / 128 * 128; }
+/* y = x rounded to bfloat16 (n elements), queued */
+void hcnn_cuda_to_bf16(const hcnn_backend *be, const float *x, size_t n, __nv_bfloat16 *y);
+/* C = alpha op(A) op(B) + beta C, row-major, of bfloat16 inputs with FP32
+ * accumulation and output (hcnn_cuda_gemm's bf16 path, for inputs already
+ * rounded where they were made) */
+void hcnn_cuda_gemm_bf16(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,
+                         const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *b, int ldb,
+                         float beta, float *c, int ldc);
 
 /* The reductions' scratch: at least n doubles of device memory (grown in
  * the instance's state; never inside a captured graph). */
