@@ -16,7 +16,8 @@
 #   - a checkpoint written on cuda resumes on cpu, and the reverse, and the
 #     run ends where an uninterrupted one does (within 1e-4);
 #   - a CUDA failure ends the run through the abort path, naming the call.
-# On a GPU also: mnist_lenet one epoch >= 98% test accuracy (needs MNIST).
+# On a GPU also: mnist_lenet one epoch >= 98% test accuracy (needs MNIST),
+# and bench/kernel_share.so reports hcnn bench's kernel time (needs CUPTI).
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 mpi_setup
 export OMP_NUM_THREADS=2
@@ -261,6 +262,22 @@ else
         acc=$(sed -n 's/^epoch=1 .*test_acc=\([0-9.]*\).*/\1/p' "$WORK/mnist.log")
         if awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.98) }'; then echo "# test_acc=$acc"; case_ok
         else case_fail "test_acc ${acc:-none} < 0.98: $(tail -n 2 "$WORK/mnist.log")"; fi
+    fi
+    # bench/kernel_share.so (CUPTI) over hcnn bench's timed repeats: one
+    # window a repeat, a share in (0, 1], the longest kernels named
+    case_begin kernel_share_of_bench
+    ks=$HCNN_BUILDDIR/bench/kernel_share.so
+    if [ ! -f "$ks" ]; then
+        case_skip "no $ks (a build without CUPTI)"
+    else
+        CUDA_INJECTION64_PATH=$ks "${T[@]}" "$HCNN" bench "${LENET[@]}" --set device=cuda \
+            --set blas_kernels=env --warmup 2 --repeats 2 --steps 3 >"$WORK/ks.log" 2>&1
+        line=$(grep '^kernel_share: windows=' "$WORK/ks.log")
+        if echo "$line" | grep -q 'windows=2 ' && grep -q '^kernel_top: ' "$WORK/ks.log" &&
+            echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^kernel_share=/) { split($i, a, "="); exit !(a[2] > 0 && a[2] <= 1) } exit 1 }'; then
+            echo "# $line"
+            case_ok
+        else case_fail "no report of 2 windows with a share in (0, 1]: ${line:-$(tail -n 3 "$WORK/ks.log")}"; fi
     fi
 fi
 finish
