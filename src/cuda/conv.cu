@@ -158,8 +158,8 @@ static void im2col(const hcnn_backend *be, const hcnn_conv_desc *d, const float 
                    float *col, __nv_bfloat16 *colb)
 {
     const unsigned total = chunk_total((size_t)conv_k(d) * nb * conv_p(d));
-    const im2col_divs v = {div_of(nb * conv_p(d)), div_of(conv_p(d)), div_of(d->g.ow),
-                           div_of(d->g.kw), div_of(d->g.kh)};
+    const im2col_divs v = {hcnn_hd_divider_of((uint32_t)nb * (uint32_t)conv_p(d)),
+                           div_of(conv_p(d)), div_of(d->g.ow), div_of(d->g.kw), div_of(d->g.kh)};
     HCNN_LAUNCH(im2col_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, d->g,
                 v, x, total, col, colb);
     HCNN_CUDA_LAUNCHED();

@@ -25,8 +25,8 @@ __global__ void sgd_kernel(float *w, const float *g, float *v, size_t n, const f
         hcnn_hd_sgd(&w[i], g[i], &v[i], lr_dev ? *lr_dev : lr, mu, wd, nesterov);
 }
 
-/* part[c] = the sum of x[i]^2 (square = 1) or x[i] (square = 0) over i = c,
- * c + chunks, ... below n, in order */
+/* part[c] = the sum over i = c, c + chunks, ... below n, in order, of x[i]^2
+ * (the first level: x given) or of xd[i] (a later one: the sums below) */
 __global__ void sumsq_level_kernel(const float *x, const double *xd, size_t n, size_t chunks,
                                    double *part)
 {
