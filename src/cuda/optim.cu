@@ -95,7 +95,8 @@ void hcnn_cuda_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *
         piece /= 2;
     for (size_t lo = 0; lo < n; lo += piece) {
         const size_t len = n - lo < piece ? n - lo : piece;
-        double *part = hcnn_cuda_scratch(be, sumsq_scratch(len) ? sumsq_scratch(len) : 1);
+        const size_t need = sumsq_scratch(len);
+        double *part = hcnn_cuda_scratch(be, need ? need : 1); /* 1: a piece of one level */
         const float *xf = x + lo;
         const double *xd = NULL;
         size_t m = len;
