@@ -12,7 +12,8 @@
 #     the serial result within 1e-4; MPI on device memory in place gives
 #     the same bits as through host buffers;
 #   - a run is bit-for-bit repeatable on it (hcnn diff --tol 0), and CUDA
-#     graphs give the bits of the run without them;
+#     graphs give the bits of the run without them, on one rank and over
+#     ranks (the data-parallel step cut at its communication points);
 #   - a checkpoint written on cuda resumes on cpu, and the reverse, and the
 #     run ends where an uninterrupted one does (within 1e-4);
 #   - a CUDA failure ends the run through the abort path, naming the call.
@@ -220,6 +221,50 @@ else
     done
     if [ -z "$bad" ]; then case_ok; else case_fail "in place and staged differ:$bad"; fi
 fi
+
+# CUDA graphs over ranks (src/train/graphs.c): the data-parallel step cut
+# at its communication points, one graph per segment (bucket_mb 0.01 makes
+# LeNet-5's gradients 3 buckets: 3 starts and their wait), under either
+# allreduce progress, and a pipeline's optimiser step (its step runs
+# directly), give the bits of the same runs without graphs.
+case_begin graphs_over_ranks_same_bits
+bad=""
+for prog in test thread; do
+    if mpi_train "lenet_dg_$prog" 2 strategy=data bucket_mb=0.01 allreduce_progress=$prog &&
+        mpi_train "lenet_dn_$prog" 2 strategy=data bucket_mb=0.01 allreduce_progress=$prog \
+            cuda_graphs=off; then
+        "$HCNN" diff "$WORK/lenet_dg_$prog/final.hcnn" "$WORK/lenet_dn_$prog/final.hcnn" --tol 0 \
+            >"$WORK/dg_$prog.diff" 2>&1 || bad="$bad $prog: $(tail -n 1 "$WORK/dg_$prog.diff")"
+        echo "# data on 2 ranks, allreduce_progress $prog, graphs vs none: $(tail -n 1 "$WORK/dg_$prog.diff")"
+    else bad="$bad $prog: $(tail -n 2 "$WORK/lenet_dg_$prog.log" "$WORK/lenet_dn_$prog.log" | tr '\n' ' ')"; fi
+done
+if mpi_train lenet_pipe_nograph 4 strategy=pipeline stages=2 microbatches=2 cuda_graphs=off; then
+    "$HCNN" diff "$WORK/lenet_pipe/final.hcnn" "$WORK/lenet_pipe_nograph/final.hcnn" --tol 0 \
+        >"$WORK/pg.diff" 2>&1 || bad="$bad pipeline: $(tail -n 1 "$WORK/pg.diff")"
+    echo "# pipeline 2x2, graphs vs none: $(tail -n 1 "$WORK/pg.diff")"
+else bad="$bad pipeline: $(tail -n 2 "$WORK/lenet_pipe_nograph.log" | tr '\n' ' ')"; fi
+if ! grep -q '^hcnn: CUDA graphs: the step and the optimiser step captured.*the step cut at its 3 gradient buckets and their wait' "$WORK/lenet_dg_test.log"; then
+    bad="$bad header (data): $(grep -m1 'CUDA graphs' "$WORK/lenet_dg_test.log")"
+fi
+if ! grep -q '^hcnn: CUDA graphs: the optimiser step captured and replayed .*the step runs directly' "$WORK/lenet_pipe.log"; then
+    bad="$bad header (pipeline): $(grep -m1 'CUDA graphs' "$WORK/lenet_pipe.log")"
+fi
+if [ -z "$bad" ]; then case_ok; else case_fail "graphs over ranks:$bad"; fi
+
+# hcnn bench on 2 ranks replays the cut step: 3 programs (the step from
+# each of the loader's two buffers, the optimiser step), the step's of 5
+# graphs each (before each of the 3 bucket starts, before their wait, after
+# it), the optimiser's of 1: 11 graphs
+case_begin bench_replays_graphs_over_ranks
+"${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$HCNN" bench "${LENET[@]}" --set device=cuda \
+    --set blas_kernels=env --set strategy=data --set bucket_mb=0.01 --warmup 2 --repeats 2 \
+    --steps 3 >"$WORK/gbench2.log" 2>&1
+line=$(grep '^# the timed steps ran as CUDA graphs' "$WORK/gbench2.log")
+if echo "$line" | grep -qE '\(3 captured, [1-9][0-9]* replayed, 11 graphs\)' &&
+    grep -q '^images_per_s=' "$WORK/gbench2.log"; then
+    echo "$line"
+    case_ok
+else case_fail "want 3 programs of 11 graphs captured and replayed: ${line:-$(tail -n 3 "$WORK/gbench2.log")}"; fi
 
 # checkpoints cross devices: 10 steps on one, 10 more on the other
 cross() { # name first second

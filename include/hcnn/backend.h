@@ -76,8 +76,9 @@ typedef struct hcnn_exec {
     void *poll_arg;
 } hcnn_exec;
 
-/* graphs a backend keeps at once (graph_begin .. graph_launch) */
-#define HCNN_GRAPH_SLOTS 8
+/* graphs a backend keeps at once (graph_begin .. graph_launch): a step
+ * cut at its communication points is several (src/train/graphs.c) */
+#define HCNN_GRAPH_SLOTS 64
 
 /* The GEMMs a backend issues for a pass (the profile's raw-GEMM reference):
  * forward into fwd[], backward into bwd[] (NULL arrays: only counted);

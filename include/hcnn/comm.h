@@ -80,6 +80,32 @@ HCNN_NORETURN void hcnn_mpi_fail(const char *file, int line, const char *call, i
  * variable HCNN_MPI_ASSUME_DEVICE_AWARE=1 stands in for the library's
  * answer; it is ignored on a real device. */
 int hcnn_mpi_device_aware(const hcnn_backend *be, char *why, size_t cap);
+/* A communication point inside a step's queued device work.  A step whose
+ * device work is captured in CUDA graphs (src/train/graphs.c) is cut there,
+ * since MPI calls cannot be captured: one graph per segment between
+ * communication points.  Code that communicates in the middle of such work
+ * calls hcnn_comm_point(cut, fn, arg, i) where it would call fn(arg, i):
+ *   - cut NULL, or the step running directly: fn(arg, i);
+ *   - the step being captured: the work queued since the last point ends
+ *     a graph, which is launched, then fn(arg, i) runs;
+ *   - a captured step replayed: the step's code does not run; its graphs
+ *     are launched with the same fn(arg, i) between them, in order.
+ * So fn is the step's only host work between the graphs: it may wait for
+ * the device, call MPI and change the state it keeps in arg, but the
+ * device work around it is what the first capture recorded, and what fn
+ * does may depend only on arg, i and that state.  Returns fn's result, or
+ * an error when a capture fails half-way (the run cannot go on: part of
+ * the step has run). */
+typedef int (*hcnn_comm_fn)(void *arg, int i);
+typedef struct hcnn_comm_cut {
+    int (*point)(struct hcnn_comm_cut *cut, hcnn_comm_fn fn, void *arg, int i);
+} hcnn_comm_cut;
+
+static inline int hcnn_comm_point(hcnn_comm_cut *cut, hcnn_comm_fn fn, void *arg, int i)
+{
+    return cut ? cut->point(cut, fn, arg, i) : fn(arg, i);
+}
+
 typedef struct hcnn_mpi_buf {
     const hcnn_backend *be;
     float *dev;          /* the backend's buffer */

@@ -23,7 +23,16 @@
  * gradients: the agreement costs no latency of its own (on 32 ranks a
  * 12-byte MPI_Allreduce is OpenMPI's segmented ring, 62 latencies, about
  * 93 us on InfiniBand HDR: the larger part of LeNet-5's step at 64
- * threads, docs/plan.md).  The caller reads the sums after finish. */
+ * threads, docs/plan.md).  The caller reads the sums after finish.
+ *
+ * In a step captured in CUDA graphs (cut set, comm.h): each bucket's start
+ * and the finish are communication points, the step's graphs end there.
+ * Then all the device copies of the buckets happen at those points on the
+ * calling thread (a communication thread's copy would fall into a capture
+ * under way), the host copies come back to the device in finish, and poll
+ * does nothing between the points (no host code runs there in a replay):
+ * with progress by MPI_Test, the buckets move at each bucket's start and in
+ * finish. */
 #ifndef HCNN_GRAD_SYNC_H
 #define HCNN_GRAD_SYNC_H
 
@@ -61,6 +70,7 @@ typedef struct hcnn_grad_sync {
     size_t tail_off;       /* the agreement's floats in the buffer (0: not carried) */
     hcnn_agree_fill_fn agree_fill; /* NULL: the tail is not written */
     void *agree_arg;
+    hcnn_comm_cut *cut;    /* the step's graphs, or NULL (above) */
 
     /* communication thread (HCNN_PROGRESS_THREAD) */
     pthread_t thread;

@@ -74,6 +74,10 @@ struct hcnn_strategy {
     int pass_samples, passes;    /* the profile: samples per pass, passes per step */
     int counts_loss;             /* this rank computes the loss of its samples */
     hcnn_grad_sync *sync;        /* the gradient allreduce (NULL: none) */
+    /* 1: step's every MPI call goes through hcnn_comm_point on sync->cut
+     * (comm.h), so the trainer may capture the step in CUDA graphs on
+     * several ranks; 0: only on one rank */
+    int cuts_at_comm;
     double allreduce_s;          /* its calibrated blocking time */
     double bubble_s;             /* waiting for neighbour stages, since the last report */
     /* the batch in backend memory (NULL when that is host memory) */

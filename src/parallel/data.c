@@ -49,6 +49,7 @@ static int data_init(hcnn_strategy *s, int need_train)
     s->eval_batch = cfg->eval_batch_size > 0 ? cfg->eval_batch_size : shard;
     s->pass_samples = shard, s->passes = 1;
     s->counts_loss = 1;
+    s->cuts_at_comm = 1; /* the buckets' starts and finish (grad_sync.h) */
     int cap = s->eval_batch;
     if (need_train && shard > cap)
         cap = shard;

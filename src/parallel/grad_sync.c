@@ -57,12 +57,21 @@ static void team_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 
 void hcnn_grad_sum_op(MPI_Op *op) { HCNN_MPI(MPI_Op_create(team_sum, 1, op)); }
 
-/* Bucket b's allreduce, blocking (the communication thread, calibration). */
-static void allreduce_bucket(hcnn_grad_sync *gs, const hcnn_bucket *b)
+/* Bucket b's floats where MPI reads them, nothing copied. */
+static float *bucket_ptr(const hcnn_grad_sync *gs, const hcnn_bucket *b)
 {
-    float *p = hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
+    return (gs->buf.host ? gs->buf.host : gs->buf.dev) + b->off;
+}
+
+/* Bucket b's allreduce, blocking (the communication thread, calibration).
+ * staged: its floats are already where MPI reads them, and go back to the
+ * device in finish (a step cut for graphs: grad_sync.h). */
+static void allreduce_bucket(hcnn_grad_sync *gs, const hcnn_bucket *b, int staged)
+{
+    float *p = staged ? bucket_ptr(gs, b) : hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
     HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, MPI_SUM, gs->comm));
-    hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
+    if (!staged)
+        hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
 }
 
 static void *comm_thread(void *arg)
@@ -75,8 +84,9 @@ static void *comm_thread(void *arg)
         if (gs->stop)
             break;
         hcnn_bucket *b = &gs->buckets[gs->completed];
+        const int staged = gs->cut != NULL;
         pthread_mutex_unlock(&gs->mu);
-        allreduce_bucket(gs, b);
+        allreduce_bucket(gs, b, staged);
         pthread_mutex_lock(&gs->mu);
         gs->completed++;
         pthread_cond_broadcast(&gs->cv);
@@ -183,14 +193,43 @@ void hcnn_grad_sync_begin(hcnn_grad_sync *gs)
     gs->completed = 0;
 }
 
-static int start_bucket(hcnn_grad_sync *gs)
+/* MPI_Test on the oldest running buckets, in order (testing the oldest
+ * request drives OpenMPI's progress engine for all); a completed bucket
+ * comes back to the device here, or in finish in a step cut for graphs. */
+static void test_buckets(hcnn_grad_sync *gs)
 {
-    hcnn_bucket *b = &gs->buckets[gs->started];
-    if (gs->started == 0 && gs->tail_off && gs->agree_fill) {
+    while (gs->completed < gs->started) {
+        hcnn_bucket *b = &gs->buckets[gs->completed];
+        int done = 0;
+        HCNN_MPI(MPI_Test(&b->req, &done, MPI_STATUS_IGNORE));
+        if (!done)
+            return;
+        if (!gs->cut)
+            hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
+        gs->completed++;
+    }
+}
+
+/* Bucket k's allreduce started: a communication point (hcnn_comm_fn).  In
+ * a replayed step nothing else of the step's host code runs, so the first
+ * bucket also begins the step's count. */
+static int start_bucket(void *arg, int k)
+{
+    hcnn_grad_sync *gs = arg;
+    if (k == 0)
+        hcnn_grad_sync_begin(gs);
+    if (k != gs->started || k >= gs->nbuckets)
+        return hcnn_error_code(HCNN_EINVAL,
+                               "gradient allreduce: bucket %d of %d started after %d of them", k,
+                               gs->nbuckets, gs->started);
+    hcnn_bucket *b = &gs->buckets[k];
+    if (k == 0 && gs->tail_off && gs->agree_fill) {
         float tail[HCNN_GRAD_TAIL];
         gs->agree_fill(gs->agree_arg, tail);
         gs->buf.be->upload(gs->buf.be, gs->buf.dev + gs->tail_off, tail, sizeof tail);
     }
+    /* staged on this thread in a step cut for graphs (grad_sync.h) */
+    float *p = gs->cut ? hcnn_mpi_send_ptr(&gs->buf, b->off, b->count) : NULL;
     if (gs->mode == HCNN_PROGRESS_THREAD) {
         pthread_mutex_lock(&gs->mu);
         gs->started++;
@@ -198,34 +237,28 @@ static int start_bucket(hcnn_grad_sync *gs)
         pthread_mutex_unlock(&gs->mu);
         return HCNN_OK;
     }
-    float *p = hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
+    if (!p)
+        p = hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
     HCNN_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, gs->sum, gs->comm, &b->req));
     gs->started++;
+    if (gs->cut) /* no poll runs until the next point */
+        test_buckets(gs);
     return HCNN_OK;
 }
 
 void hcnn_grad_sync_poll(void *arg)
 {
     hcnn_grad_sync *gs = arg;
-    if (gs->mode != HCNN_PROGRESS_TEST)
+    if (gs->mode != HCNN_PROGRESS_TEST || gs->cut)
         return;
-    /* testing the oldest request drives OpenMPI's progress engine for all */
-    while (gs->completed < gs->started) {
-        hcnn_bucket *b = &gs->buckets[gs->completed];
-        int done = 0;
-        HCNN_MPI(MPI_Test(&b->req, &done, MPI_STATUS_IGNORE));
-        if (!done)
-            return;
-        hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
-        gs->completed++;
-    }
+    test_buckets(gs);
 }
 
 int hcnn_grad_sync_block_done(void *arg, int block)
 {
     hcnn_grad_sync *gs = arg;
     while (gs->started < gs->nbuckets && gs->buckets[gs->started].lowest_block >= block) {
-        int rc = start_bucket(gs);
+        int rc = hcnn_comm_point(gs->cut, start_bucket, gs, gs->started);
         if (rc)
             return rc;
     }
@@ -233,10 +266,14 @@ int hcnn_grad_sync_block_done(void *arg, int block)
     return HCNN_OK;
 }
 
-int hcnn_grad_sync_finish(hcnn_grad_sync *gs)
+/* The buckets not started yet started, then all waited for: a
+ * communication point (hcnn_comm_fn). */
+static int finish_buckets(void *arg, int unused)
 {
+    (void)unused;
+    hcnn_grad_sync *gs = arg;
     while (gs->started < gs->nbuckets) {
-        int rc = start_bucket(gs);
+        int rc = start_bucket(gs, gs->started);
         if (rc)
             return rc;
     }
@@ -252,13 +289,22 @@ int hcnn_grad_sync_finish(hcnn_grad_sync *gs)
             hcnn_watch_context("gradient allreduce bucket %d of %d", gs->completed + 1,
                                gs->nbuckets);
             HCNN_MPI(MPI_Wait(&b->req, MPI_STATUS_IGNORE));
-            hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
+            if (!gs->cut)
+                hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
         }
         hcnn_watch_context(NULL);
     }
+    if (gs->cut)
+        for (int k = 0; k < gs->nbuckets; k++)
+            hcnn_mpi_recv_done(&gs->buf, gs->buckets[k].off, gs->buckets[k].count);
     gs->wait_s += hcnn_now() - t0;
     gs->steps++;
     return HCNN_OK;
+}
+
+int hcnn_grad_sync_finish(hcnn_grad_sync *gs)
+{
+    return hcnn_comm_point(gs->cut, finish_buckets, gs, 0);
 }
 
 double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
@@ -272,7 +318,7 @@ double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
         HCNN_MPI(MPI_Barrier(gs->comm));
         const double t0 = hcnn_now();
         for (int k = 0; k < gs->nbuckets; k++)
-            allreduce_bucket(gs, &gs->buckets[k]);
+            allreduce_bucket(gs, &gs->buckets[k], 0);
         t[r] = hcnn_now() - t0;
     }
     return hcnn_median(t, reps);

@@ -95,9 +95,9 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
                 rc = got < 0 ? -got : got == 0 ? hcnn_error("bench: ran out of batches") : HCNN_OK;
             }
             if (run_is_root(&r))
-                printf("# the timed steps ran as CUDA graphs (%ld captured, %ld replayed); the "
-                       "profile below is of %d more steps without them\n",
-                       r.graphs.captures, r.graphs.replays, steps);
+                printf("# the timed steps ran as CUDA graphs (%ld captured, %ld replayed, %ld "
+                       "graphs); the profile below is of %d more steps without them\n",
+                       r.graphs.captures, r.graphs.replays, r.graphs.graphs, steps);
         }
     }
     if (!rc) {

@@ -6,14 +6,31 @@
  * buffer the batch is uploaded from (two, alternating), the batch's shape,
  * and the learning rate of the optimiser step (unless the backend's captured
  * optimiser step reads it at each launch, sgd_replay_lr: a schedule changes
- * it every step).  A key is run directly the
- * first time it is seen (a first step may still grow buffers, which a
- * capture cannot), captured and launched the second time, replayed after.
- * Dropout masks depend on the step (a kernel argument): a network with
- * dropout is not captured, nor a run over several ranks (MPI calls sit
- * inside the step), nor a step whose per-block profile is taken (its
- * timers wait for the device).  A capture that fails turns graphs off for
- * the run, and the step runs directly: nothing of a failed capture ran. */
+ * it every step).  A key is run directly the first time it is seen (a first
+ * step may still grow buffers, which a capture cannot), captured and
+ * launched the second time, replayed after.
+ *
+ * Over several ranks the step's MPI calls cannot be captured: the strategy
+ * makes each of them a communication point (include/hcnn/comm.h; the
+ * data-parallel gradient buckets' starts and finish, grad_sync.h), and the
+ * step is a program: a graph, the host function of the point, the next
+ * graph, and so on.  The first sight counts the points; the capture ends a
+ * graph at each, launches it and runs the function; a replay launches the
+ * graphs and runs the functions between them, and nothing else of the
+ * step's host code.  So a bucket's allreduce runs while the device runs
+ * the next graph, as it runs while the next kernels run in a direct step,
+ * and the host's launches between points become one.  (At each point the
+ * device waits: the host copies the bucket out, then launches the next
+ * graph; that gap is there in a direct step too.)
+ *
+ * Not captured: the step of a network with dropout (its masks depend on
+ * the step, a kernel argument), a pipeline stage's step (its transfers sit
+ * among the micro-batches with host bookkeeping between them: not cut into
+ * points), a step whose per-block profile is taken (its timers wait for the
+ * device).  The optimiser step is captured in all of these.  A capture that
+ * fails before any of it ran turns graphs off for the run, and the step
+ * runs directly; one that fails after a communication point ends the run
+ * (part of the step has run and cannot be redone). */
 #include <stdio.h>
 #include <string.h>
 
@@ -28,30 +45,51 @@ static int has_dropout(const hcnn_layer *l, int n)
     return 0;
 }
 
+static int graph_point(hcnn_comm_cut *cut, hcnn_comm_fn fn, void *arg, int i);
+
 void graphs_setup(hcnn_run *r)
 {
     step_graphs *g = &r->graphs;
     memset(g, 0, sizeof *g);
+    memset(g->slot_owner, -1, sizeof g->slot_owner);
+    g->cut.point = graph_point;
+    g->be = r->be;
     const char *off = NULL;
     if (!r->be->graph_begin)
         off = "off (the backend has none)";
     else if (r->cfg->cuda_graphs == HCNN_CUDA_GRAPHS_OFF)
         off = "off (cuda_graphs: off)";
-    else if (r->comm->size > 1)
-        off = "off (MPI calls inside the step: one rank only)";
-    else if (has_dropout(r->net.layers, r->net.nlayers))
-        off = "off (dropout masks change every step)";
     if (off) {
         snprintf(g->why, sizeof g->why, "%s", off);
         return;
     }
     g->on = 1;
-    snprintf(g->why, sizeof g->why, "%s",
-             r->be->sgd_replay_lr
-                 ? "the step and the optimiser step captured once per batch buffer and shape, "
-                   "then replayed (the optimiser's at each step's learning rate)"
-                 : "the step and the optimiser step captured once per batch buffer, shape and "
-                   "learning rate, then replayed");
+    const char *lr = r->be->sgd_replay_lr ? "at each step's learning rate"
+                                          : "one graph per learning rate";
+    char step_off[96] = "";
+    if (r->comm->size > 1 && !r->strat.cuts_at_comm)
+        snprintf(step_off, sizeof step_off,
+                 "strategy %s: its MPI calls are not cut into communication points",
+                 r->strat.ops->name);
+    else if (has_dropout(r->net.layers, r->net.nlayers))
+        snprintf(step_off, sizeof step_off, "dropout masks change every step");
+    if (step_off[0]) {
+        snprintf(g->why, sizeof g->why,
+                 "the optimiser step captured and replayed (%s); the step runs directly (%s)", lr,
+                 step_off);
+        return;
+    }
+    g->step_on = 1;
+    char cuts[96] = "";
+    if (r->comm->size > 1 && r->strat.sync) {
+        r->strat.sync->cut = &g->cut;
+        snprintf(cuts, sizeof cuts, "; the step cut at its %d gradient bucket%s and their wait",
+                 r->strat.sync->nbuckets, r->strat.sync->nbuckets == 1 ? "" : "s");
+    }
+    snprintf(g->why, sizeof g->why,
+             "the step and the optimiser step captured once per batch buffer and shape, then "
+             "replayed (the optimiser's %s)%s",
+             lr, cuts);
 }
 
 /* any_lr: the backend's captured optimiser step reads its rate at each
@@ -66,65 +104,217 @@ static int same_key(const step_graph *k, int segment, const void *x, const void 
     return any_lr || memcmp(&k->lr, &lr, sizeof lr) == 0;
 }
 
-/* graph_launch, with this step's rate for the optimiser's */
-static int launch(const hcnn_backend *be, int slot, int segment, float lr)
+/* Program q's graph slots given up (the backend's graphs stay until a
+ * capture replaces them). */
+static void release_slots(step_graphs *g, int q)
 {
-    if (segment == 1 && be->sgd_replay_lr)
-        be->sgd_replay_lr(be, lr);
-    return be->graph_launch(be, slot);
+    for (int s = 0; s < HCNN_GRAPH_SLOTS; s++)
+        if (g->slot_owner[s] == q)
+            g->slot_owner[s] = -1;
+}
+
+/* A free backend slot for program q: when none is, the least recently
+ * used other captured program gives up its graphs (run again directly,
+ * captured again at its next sight).  -1: none. */
+static int take_slot(step_graphs *g, int q)
+{
+    for (;;) {
+        for (int s = 0; s < HCNN_GRAPH_SLOTS; s++)
+            if (g->slot_owner[s] < 0) {
+                g->slot_owner[s] = (signed char)q;
+                return s;
+            }
+        int victim = -1;
+        for (int v = 0; v < HCNN_GRAPH_PROGRAMS; v++)
+            if (v != q && g->prog[v].state == 2 &&
+                (victim < 0 || g->prog[v].last_use < g->prog[victim].last_use))
+                victim = v;
+        if (victim < 0)
+            return -1;
+        release_slots(g, victim);
+        g->prog[victim].state = 1;
+    }
+}
+
+/* The capture under way ends as the program's next piece, which is
+ * launched at once; fn (NULL at the end) runs after it in every replay. */
+static int end_piece(step_graphs *g, hcnn_comm_fn fn, void *arg, int i)
+{
+    step_graph *p = g->recording;
+    const int q = (int)(p - g->prog);
+    const int k = g->pieces;
+    /* a slot is found while the program holds fewer than all of them; its
+     * pieces were counted at first sight, at most HCNN_GRAPH_PIECES */
+    const int slot = take_slot(g, q);
+    g->open = 0;
+    int rc = g->be->graph_end(g->be, slot >= 0 ? slot : p->slot[0]);
+    if (rc == HCNN_OK && (slot < 0 || k >= HCNN_GRAPH_PIECES))
+        rc = hcnn_error_code(HCNN_EIO, "CUDA graphs: the step has more communication points "
+                                       "than its first run counted: set cuda_graphs: off");
+    if (rc == HCNN_OK && !g->be->graph_launch(g->be, slot))
+        rc = hcnn_error_code(HCNN_EIO, "CUDA graphs: piece %d of the step, just captured, "
+                                       "cannot be launched",
+                             k + 1);
+    if (rc != HCNN_OK)
+        return rc;
+    p->slot[k] = slot;
+    p->fn[k] = fn;
+    p->fn_arg[k] = arg;
+    p->fn_i[k] = i;
+    g->pieces++;
+    return HCNN_OK;
+}
+
+/* hcnn_comm_cut's point (comm.h) */
+static int graph_point(hcnn_comm_cut *cut, hcnn_comm_fn fn, void *arg, int i)
+{
+    step_graphs *g = (step_graphs *)cut;
+    if (!g->recording || !g->capturing) {
+        if (g->recording)
+            g->recording->npieces++; /* first sight: counted */
+        return fn(arg, i);
+    }
+    int rc = end_piece(g, fn, arg, i);
+    if (rc == HCNN_OK)
+        rc = fn(arg, i);
+    if (rc == HCNN_OK && (rc = g->be->graph_begin(g->be)) != HCNN_OK)
+        hcnn_error("CUDA graphs: the capture of the step's piece %d cannot begin: set "
+                   "cuda_graphs: off",
+                   g->pieces + 1);
+    g->open = rc == HCNN_OK;
+    return rc;
+}
+
+/* The program's graphs launched in order, each point's function after
+ * its graph (this step's rate set for the optimiser's).  1: launched, 0:
+ * the backend dropped the graphs (memory they use moved): nothing ran,
+ * -code: an error. */
+static int replay(step_graphs *g, step_graph *p, float lr)
+{
+    const hcnn_backend *be = g->be;
+    for (int k = 0; k < p->npieces; k++) {
+        if (p->segment == 1 && k == 0 && be->sgd_replay_lr)
+            be->sgd_replay_lr(be, lr);
+        if (!be->graph_launch(be, p->slot[k])) {
+            if (k == 0)
+                return 0;
+            /* the backend drops graphs only when a buffer grows, which
+             * nothing between the pieces does */
+            return -hcnn_error_code(HCNN_EIO, "CUDA graphs: graph %d of the step's %d was "
+                                              "dropped during its replay",
+                                    k + 1, p->npieces);
+        }
+        if (p->fn[k]) {
+            const int rc = p->fn[k](p->fn_arg[k], p->fn_i[k]);
+            if (rc != HCNN_OK)
+                return -rc;
+        }
+    }
+    return 1;
+}
+
+static void graphs_off(hcnn_run *r)
+{
+    r->graphs.on = 0;
+    snprintf(r->graphs.why, sizeof r->graphs.why, "off after a failed capture at step %ld",
+             r->step);
+    if (r->strat.sync)
+        r->strat.sync->cut = NULL;
+    if (run_is_root(r))
+        hcnn_warn("CUDA graphs: the capture of the step failed; the run goes on without them");
+}
+
+/* Second sight: captured piece by piece, each piece launched. */
+static int capture(hcnn_run *r, step_graph *p, int (*seg)(hcnn_run *r, void *arg), void *arg)
+{
+    step_graphs *g = &r->graphs;
+    const int q = (int)(p - g->prog);
+    release_slots(g, q);
+    if (g->be->graph_begin(g->be) != HCNN_OK) {
+        graphs_off(r);
+        return seg(r, arg);
+    }
+    g->recording = p;
+    g->capturing = 1;
+    g->open = 1;
+    g->pieces = 0;
+    int rc = seg(r, arg);
+    g->capturing = 0;
+    if (rc != HCNN_OK) { /* the error said why (a failed point's too) */
+        if (g->open) { /* recorded, not run: dropped */
+            g->open = 0;
+            const int slot = take_slot(g, q);
+            (void)g->be->graph_end(g->be, slot >= 0 ? slot : p->slot[0]);
+        }
+        g->recording = NULL;
+        release_slots(g, q);
+        p->state = 0;
+        return rc;
+    }
+    const int ran = g->pieces > 0; /* pieces and points have run */
+    rc = end_piece(g, NULL, NULL, 0);
+    g->recording = NULL;
+    if (rc != HCNN_OK) {
+        release_slots(g, q);
+        p->state = 0;
+        if (ran)
+            return rc; /* cannot be redone */
+        graphs_off(r);
+        return seg(r, arg);
+    }
+    p->npieces = g->pieces;
+    p->state = 2;
+    g->captures++;
+    g->graphs += p->npieces;
+    return HCNN_OK;
 }
 
 int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, int gn, float lr,
                int (*seg)(hcnn_run *r, void *arg), void *arg)
 {
     step_graphs *g = &r->graphs;
-    if (!g->on || r->profiling)
+    if (!g->on || r->profiling || (segment == 0 && !g->step_on))
         return seg(r, arg);
-    const hcnn_backend *be = r->be;
     g->uses++;
-    int slot = -1, lru = 0;
-    for (int i = 0; i < HCNN_GRAPH_SLOTS; i++) {
-        if (same_key(&g->slot[i], segment, x, y, n, gn, lr, be->sgd_replay_lr != NULL))
-            slot = i;
-        if (g->slot[i].last_use < g->slot[lru].last_use)
-            lru = i;
+    step_graph *p = NULL;
+    int lru = 0;
+    for (int q = 0; q < HCNN_GRAPH_PROGRAMS; q++) {
+        step_graph *k = &g->prog[q];
+        if (same_key(k, segment, x, y, n, gn, lr, g->be->sgd_replay_lr != NULL))
+            p = k;
+        if (k->last_use < g->prog[lru].last_use)
+            lru = q;
     }
-    if (slot >= 0 && g->slot[slot].state == 2) { /* replay */
-        g->slot[slot].last_use = g->uses;
-        if (launch(be, slot, segment, lr)) {
+    if (p && p->state == 3)
+        return seg(r, arg);
+    if (p && p->state == 2) { /* replay */
+        p->last_use = g->uses;
+        const int got = replay(g, p, lr);
+        if (got > 0) {
             g->replays++;
             return HCNN_OK;
         }
-        g->slot[slot].state = 1; /* the backend dropped it: seen, run directly */
+        if (got < 0)
+            return -got;
+        p->state = 1; /* dropped: run directly, captured at the next sight */
         return seg(r, arg);
     }
-    if (slot < 0) { /* first sight: run directly, remember the key */
-        g->slot[lru] = (step_graph){.segment = segment, .x = x, .y = y, .n = n, .gn = gn,
-                                    .lr = lr, .state = 1, .last_use = g->uses};
-        return seg(r, arg);
+    if (!p) { /* first sight: run directly, its communication points counted */
+        release_slots(g, lru);
+        p = &g->prog[lru];
+        *p = (step_graph){.segment = segment, .x = x, .y = y, .n = n, .gn = gn, .lr = lr,
+                          .state = 1, .last_use = g->uses};
+        g->recording = p;
+        g->capturing = 0;
+        const int rc = seg(r, arg);
+        g->recording = NULL;
+        p->npieces++;
+        if (rc != HCNN_OK)
+            p->state = 0;
+        else if (p->npieces > HCNN_GRAPH_PIECES)
+            p->state = 3;
+        return rc;
     }
-    /* second sight: capture, then launch what was captured */
-    step_graph *k = &g->slot[slot];
-    k->last_use = g->uses;
-    int rc = be->graph_begin(be);
-    if (rc == HCNN_OK) {
-        const int seg_rc = seg(r, arg);
-        rc = be->graph_end(be, slot);
-        if (rc == HCNN_OK) {
-            if (seg_rc != HCNN_OK)
-                return seg_rc; /* recorded, not run: nothing to launch */
-            k->state = 2;
-            g->captures++;
-            if (launch(be, slot, segment, lr))
-                return HCNN_OK;
-            k->state = 1; /* dropped at once (cannot happen: nothing grows in between) */
-            return seg(r, arg);
-        }
-    }
-    g->on = 0;
-    snprintf(g->why, sizeof g->why, "off after a failed capture at step %ld", r->step);
-    if (run_is_root(r)) {
-        hcnn_warn("CUDA graphs: the capture of the step failed; the run goes on without them");
-    }
-    return seg(r, arg);
+    p->last_use = g->uses;
+    return capture(r, p, seg, arg);
 }

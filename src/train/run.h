@@ -26,21 +26,41 @@
  * its results' read-back (segment 0) and the optimiser's (segment 1), each
  * recorded the second time its key is seen and replayed after: one key per
  * loader buffer and batch shape, and for the optimiser one (a backend with
- * sgd_replay_lr) or one per learning rate. */
+ * sgd_replay_lr) or one per learning rate.  Over several ranks segment 0
+ * is cut at its communication points (comm.h): its program is the graphs
+ * between them and the host functions run at each. */
+#define HCNN_GRAPH_PROGRAMS 8
+#define HCNN_GRAPH_PIECES 32  /* graphs of one program at most */
+
 typedef struct step_graph {
     int segment;              /* 0: forward and backward, 1: optimiser */
     const void *x, *y;        /* segment 0: the loader's buffers it uploads from */
     int n, gn;
     float lr;                 /* segment 1, when the backend has no sgd_replay_lr */
-    int state;                /* 0: free, 1: seen once (run directly), 2: captured */
+    int state;                /* 0: free, 1: seen (run directly), 2: captured,
+                                 3: run directly always (too many pieces) */
     long last_use;
+    int npieces;              /* graphs: communication points + 1 */
+    int slot[HCNN_GRAPH_PIECES];           /* piece k's backend graph slot */
+    hcnn_comm_fn fn[HCNN_GRAPH_PIECES];    /* run after piece k (NULL: none) */
+    void *fn_arg[HCNN_GRAPH_PIECES];
+    int fn_i[HCNN_GRAPH_PIECES];
 } step_graph;
 
 typedef struct step_graphs {
+    hcnn_comm_cut cut;        /* first: the strategy's communication points */
+    const hcnn_backend *be;
     int on;                   /* 1: used where the step allows (graphs_why) */
-    char why[160];            /* why on or off, for the run header */
-    step_graph slot[HCNN_GRAPH_SLOTS];
-    long uses, captures, replays;
+    int step_on;              /* 1: segment 0 too (else the optimiser only) */
+    char why[224];            /* why on or off, for the run header */
+    step_graph prog[HCNN_GRAPH_PROGRAMS];
+    signed char slot_owner[HCNN_GRAPH_SLOTS]; /* program holding a slot, -1: free */
+    step_graph *recording;    /* the program being counted or captured */
+    int capturing;            /* recording: 1 capture, 0 count its points */
+    int open;                 /* a capture is under way */
+    int pieces;               /* pieces captured so far */
+    long uses, captures, replays; /* programs */
+    long graphs;              /* graphs captured (pieces of the programs) */
 } step_graphs;
 
 typedef struct hcnn_run {
@@ -98,8 +118,9 @@ typedef struct epoch_stats {
 static inline int run_is_root(const hcnn_run *r) { return r->comm->rank == 0; }
 
 /* graphs.c */
-/* Whether the step's work can be captured (cuda_graphs, the backend, one
- * rank, no dropout): r->graphs.on and .why. */
+/* Whether the step's work can be captured (cuda_graphs, the backend, the
+ * strategy's communication points, no dropout): r->graphs.on, .step_on
+ * and .why; installs the cut on the strategy's gradient allreduce. */
 void graphs_setup(hcnn_run *r);
 /* Runs seg(r, arg) as segment `segment` of key (x, y, n, gn, lr): directly
  * the first time the key is seen or when graphs are off or a profile is
