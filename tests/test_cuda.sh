@@ -151,6 +151,15 @@ elif "$HCNN" diff "$WORK/lenet_cuda/final.hcnn" "$WORK/lenet_nograph/final.hcnn"
     case_ok
 else case_fail "graphs change the result: $(tail -n 1 "$WORK/g1.diff") $(tail -n 1 "$WORK/g2.diff" 2>/dev/null)"; fi
 
+# A network with dropout (its masks change every step): the optimiser step
+# alone is captured, with the same bits as without graphs.
+case_begin dropout_net_graphs_same_bits
+DROP=(--config "$HCNN_SRCDIR/configs/synthetic_resnet.yaml")
+train drop_graph cuda 4 "${DROP[@]}" && train drop_nograph cuda 4 "${DROP[@]}" --set cuda_graphs=off
+if ! grep -q '^hcnn: CUDA graphs: the optimiser step captured and replayed .*the step runs directly (dropout' "$WORK/drop_graph.log"; then
+    case_fail "the header does not say only the optimiser step is captured: $(grep -m1 'CUDA graphs' "$WORK/drop_graph.log")"
+else close drop_graph drop_nograph 0; fi
+
 case_begin bench_replays_graphs
 "${T[@]}" "$HCNN" bench "${LENET[@]}" --set device=cuda --set blas_kernels=env --warmup 2 --repeats 2 \
     --steps 3 >"$WORK/gbench.log" 2>&1
@@ -222,11 +231,12 @@ else
     if [ -z "$bad" ]; then case_ok; else case_fail "in place and staged differ:$bad"; fi
 fi
 
-# CUDA graphs over ranks (src/train/graphs.c): the data-parallel step cut
-# at its communication points, one graph per segment (bucket_mb 0.01 makes
-# LeNet-5's gradients 3 buckets: 3 starts and their wait), under either
-# allreduce progress, and a pipeline's optimiser step (its step runs
-# directly), give the bits of the same runs without graphs.
+# CUDA graphs over ranks (src/train/graphs.c): the step cut at its
+# communication points, one graph per segment, gives the bits of the same
+# run without graphs: data parallelism (bucket_mb 0.01 makes LeNet-5's
+# gradients 3 buckets: 3 starts and their wait) under either allreduce
+# progress; pipelines (src/parallel/pipeline_step.c: its transfers) 2x2
+# with 1F1B, and 2 stages with GPipe over 4 micro-batches, MPI in place.
 case_begin graphs_over_ranks_same_bits
 bad=""
 for prog in test thread; do
@@ -238,33 +248,51 @@ for prog in test thread; do
         echo "# data on 2 ranks, allreduce_progress $prog, graphs vs none: $(tail -n 1 "$WORK/dg_$prog.diff")"
     else bad="$bad $prog: $(tail -n 2 "$WORK/lenet_dg_$prog.log" "$WORK/lenet_dn_$prog.log" | tr '\n' ' ')"; fi
 done
-if mpi_train lenet_pipe_nograph 4 strategy=pipeline stages=2 microbatches=2 cuda_graphs=off; then
-    "$HCNN" diff "$WORK/lenet_pipe/final.hcnn" "$WORK/lenet_pipe_nograph/final.hcnn" --tol 0 \
-        >"$WORK/pg.diff" 2>&1 || bad="$bad pipeline: $(tail -n 1 "$WORK/pg.diff")"
-    echo "# pipeline 2x2, graphs vs none: $(tail -n 1 "$WORK/pg.diff")"
-else bad="$bad pipeline: $(tail -n 2 "$WORK/lenet_pipe_nograph.log" | tr '\n' ' ')"; fi
-if ! grep -q '^hcnn: CUDA graphs: the step and the optimiser step captured.*the step cut at its 3 gradient buckets and their wait' "$WORK/lenet_dg_test.log"; then
+MPI_ENV=(-x HCNN_MPI_ASSUME_DEVICE_AWARE=1)
+if mpi_train lenet_pipe_nograph 4 strategy=pipeline stages=2 microbatches=2 cuda_graphs=off &&
+    mpi_train lenet_gpipe 2 strategy=pipeline stages=2 microbatches=4 pipeline_schedule=gpipe &&
+    mpi_train lenet_gpipe_nograph 2 strategy=pipeline stages=2 microbatches=4 \
+        pipeline_schedule=gpipe cuda_graphs=off; then
+    for pair in pipe:pipe_nograph gpipe:gpipe_nograph; do
+        a=${pair%%:*} b=${pair#*:}
+        "$HCNN" diff "$WORK/lenet_$a/final.hcnn" "$WORK/lenet_$b/final.hcnn" --tol 0 \
+            >"$WORK/pg_$a.diff" 2>&1 || bad="$bad $a: $(tail -n 1 "$WORK/pg_$a.diff")"
+        echo "# $a, graphs vs none: $(tail -n 1 "$WORK/pg_$a.diff")"
+    done
+else bad="$bad pipeline: $(tail -n 2 "$WORK/lenet_pipe_nograph.log" "$WORK/lenet_gpipe.log" "$WORK/lenet_gpipe_nograph.log" | tr '\n' ' ')"; fi
+MPI_ENV=()
+if ! grep -q '^hcnn: CUDA graphs: the step and the optimiser step captured.*the step cut at its MPI calls (3 gradient buckets)' "$WORK/lenet_dg_test.log"; then
     bad="$bad header (data): $(grep -m1 'CUDA graphs' "$WORK/lenet_dg_test.log")"
 fi
-if ! grep -q '^hcnn: CUDA graphs: the optimiser step captured and replayed .*the step runs directly' "$WORK/lenet_pipe.log"; then
+if ! grep -q '^hcnn: CUDA graphs: the step and the optimiser step captured.*the step cut at its MPI calls' "$WORK/lenet_pipe.log"; then
     bad="$bad header (pipeline): $(grep -m1 'CUDA graphs' "$WORK/lenet_pipe.log")"
 fi
 if [ -z "$bad" ]; then case_ok; else case_fail "graphs over ranks:$bad"; fi
 
-# hcnn bench on 2 ranks replays the cut step: 3 programs (the step from
-# each of the loader's two buffers, the optimiser step), the step's of 5
-# graphs each (before each of the 3 bucket starts, before their wait, after
-# it), the optimiser's of 1: 11 graphs
+# hcnn bench over ranks replays the cut step: 3 programs on rank 0 (the
+# step from each of the loader's two buffers, the optimiser step).  Data on
+# 2 ranks: the step's of 5 graphs each (before each of the 3 bucket starts,
+# before their wait, after it), the optimiser's of 1: 11 graphs.  A 2x2
+# pipeline's first stage (1F1B, 2 micro-batches): 8 graphs a step (7
+# points: the receive posted, each output sent, the gradients' waits, the
+# replicas' bucket and its wait, the end), 17 graphs.
 case_begin bench_replays_graphs_over_ranks
-"${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$HCNN" bench "${LENET[@]}" --set device=cuda \
-    --set blas_kernels=env --set strategy=data --set bucket_mb=0.01 --warmup 2 --repeats 2 \
-    --steps 3 >"$WORK/gbench2.log" 2>&1
-line=$(grep '^# the timed steps ran as CUDA graphs' "$WORK/gbench2.log")
-if echo "$line" | grep -qE '\(3 captured, [1-9][0-9]* replayed, 11 graphs\)' &&
-    grep -q '^images_per_s=' "$WORK/gbench2.log"; then
-    echo "$line"
-    case_ok
-else case_fail "want 3 programs of 11 graphs captured and replayed: ${line:-$(tail -n 3 "$WORK/gbench2.log")}"; fi
+bench_line() { # log np sets...: the bench's line on graphs
+    local log=$1 np=$2
+    shift 2
+    "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS=1 "$HCNN" bench "${LENET[@]}" --set device=cuda \
+        --set blas_kernels=env "$@" --warmup 2 --repeats 2 --steps 3 >"$WORK/$log" 2>&1
+    grep '^# the timed steps ran as CUDA graphs' "$WORK/$log"
+}
+line=$(bench_line gbench2.log 2 --set strategy=data --set bucket_mb=0.01)
+pline=$(bench_line gbench4.log 4 --set strategy=pipeline --set stages=2 --set microbatches=2)
+echo "$line"
+echo "$pline"
+if ! echo "$line" | grep -qE '\(3 captured, [1-9][0-9]* replayed, 11 graphs\)'; then
+    case_fail "data: want 3 programs of 11 graphs captured and replayed: ${line:-$(tail -n 3 "$WORK/gbench2.log")}"
+elif ! echo "$pline" | grep -qE '\(3 captured, [1-9][0-9]* replayed, 17 graphs\)'; then
+    case_fail "pipeline: want 3 programs of 17 graphs captured and replayed: ${pline:-$(tail -n 3 "$WORK/gbench4.log")}"
+else case_ok; fi
 
 # checkpoints cross devices: 10 steps on one, 10 more on the other
 cross() { # name first second

@@ -19,13 +19,14 @@
 #include "../src/train/run.h"
 #include "hcnn/common.h"
 
-#define MAX_ITEMS 256
+#define MAX_ITEMS 1024  /* of one step */
+#define GRAPH_ITEMS 8   /* of one graph */
 #define FN_ID 100000 /* a host function in the timeline: FN_ID + its argument */
 
 typedef struct fake_device {
     int capturing;
-    int cap[MAX_ITEMS], ncap;
-    int graph[HCNN_GRAPH_SLOTS][MAX_ITEMS], ngraph[HCNN_GRAPH_SLOTS];
+    int cap[GRAPH_ITEMS], ncap;
+    int graph[HCNN_GRAPH_SLOTS][GRAPH_ITEMS], ngraph[HCNN_GRAPH_SLOTS];
     int live[HCNN_GRAPH_SLOTS];    /* the slot holds a graph */
     int timeline[8192], nt;
     int fn_in_capture;             /* host functions run inside a capture */
@@ -86,7 +87,7 @@ static int fake_launch(const hcnn_backend *be, int slot)
 static void queue(fake_device *d, int item)
 {
     if (d->capturing) {
-        assert_true(d->ncap < MAX_ITEMS);
+        assert_true(d->ncap < GRAPH_ITEMS);
         d->cap[d->ncap++] = item;
     } else
         timeline_add(d, item);
@@ -149,7 +150,7 @@ static int step_seg(hcnn_run *r, void *arg)
         queue(d, a->key * 1000 + 2 * p);
         queue(d, a->key * 1000 + 2 * p + 1);
         if (p < a->points) {
-            const int rc = hcnn_comm_point(a->f->gs.cut, point_fn, d, a->key * 1000 + p);
+            const int rc = hcnn_comm_point(a->f->r.strat.cut, point_fn, d, a->key * 1000 + p);
             if (rc)
                 return rc;
         }
@@ -191,8 +192,8 @@ static void test_program_replays_in_order(void **state)
     fixture f;
     setup(&f, 2);
     assert_true(f.r.graphs.on && f.r.graphs.step_on);
-    assert_ptr_equal(f.gs.cut, &f.r.graphs.cut);
-    assert_non_null(strstr(f.r.graphs.why, "cut at its 3 gradient buckets"));
+    assert_ptr_equal(f.r.strat.cut, &f.r.graphs.cut);
+    assert_non_null(strstr(f.r.graphs.why, "cut at its MPI calls (3 gradient buckets)"));
     for (int s = 0; s < 8; s++)
         run_step(&f, s % 2, 3);
     assert_int_equal(f.r.graphs.captures, 2);
@@ -207,7 +208,7 @@ static void test_one_rank_one_graph(void **state)
     (void)state;
     fixture f;
     setup(&f, 1);
-    assert_null(f.gs.cut);
+    assert_null(f.r.strat.cut);
     for (int s = 0; s < 6; s++)
         run_step(&f, 0, 0);
     assert_int_equal(f.r.graphs.captures, 1);
@@ -228,16 +229,16 @@ static void test_uncut_strategy_captures_the_optimiser_only(void **state)
 {
     (void)state;
     fixture f;
-    const hcnn_strategy_ops ops = {.name = "pipeline"};
+    const hcnn_strategy_ops ops = {.name = "uncut"};
     setup(&f, 2);
     f.r.strat.cuts_at_comm = 0;
     f.r.strat.ops = &ops;
-    f.gs.cut = NULL;
+    f.r.strat.cut = NULL;
     graphs_setup(&f.r);
     assert_true(f.r.graphs.on);
     assert_false(f.r.graphs.step_on);
-    assert_null(f.gs.cut);
-    assert_non_null(strstr(f.r.graphs.why, "the step runs directly (strategy pipeline"));
+    assert_null(f.r.strat.cut);
+    assert_non_null(strstr(f.r.graphs.why, "the step runs directly (strategy uncut"));
     for (int s = 0; s < 4; s++) {
         run_step(&f, 0, 2);
         const int t0 = f.dev.nt;
@@ -275,7 +276,8 @@ static void test_slot_pressure_evicts(void **state)
     (void)state;
     fixture f;
     setup(&f, 2);
-    const int points = 20; /* 21 graphs a program: 3 fill 63 of the 64 slots */
+    /* 3 programs fill all but (at most 3 of) the slots */
+    const int points = HCNN_GRAPH_SLOTS / 3 - 1;
     for (int round = 0; round < 4; round++)
         for (int k = 0; k < 3; k++)
             run_step(&f, k, points);
@@ -328,7 +330,7 @@ static void test_failed_begin_turns_graphs_off(void **state)
     f.dev.begin_fails = 1;
     run_step(&f, 0, 2);
     assert_false(f.r.graphs.on);
-    assert_null(f.gs.cut);
+    assert_null(f.r.strat.cut);
     assert_non_null(strstr(f.r.graphs.why, "off after a failed capture"));
     run_step(&f, 0, 2);
     assert_int_equal(f.r.graphs.captures, 0);

@@ -78,7 +78,7 @@ typedef struct hcnn_exec {
 
 /* graphs a backend keeps at once (graph_begin .. graph_launch): a step
  * cut at its communication points is several (src/train/graphs.c) */
-#define HCNN_GRAPH_SLOTS 64
+#define HCNN_GRAPH_SLOTS 256
 
 /* The GEMMs a backend issues for a pass (the profile's raw-GEMM reference):
  * forward into fwd[], backward into bwd[] (NULL arrays: only counted);

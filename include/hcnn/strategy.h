@@ -74,10 +74,11 @@ struct hcnn_strategy {
     int pass_samples, passes;    /* the profile: samples per pass, passes per step */
     int counts_loss;             /* this rank computes the loss of its samples */
     hcnn_grad_sync *sync;        /* the gradient allreduce (NULL: none) */
-    /* 1: step's every MPI call goes through hcnn_comm_point on sync->cut
+    /* 1: the step's every MPI call goes through hcnn_comm_point on cut
      * (comm.h), so the trainer may capture the step in CUDA graphs on
      * several ranks; 0: only on one rank */
     int cuts_at_comm;
+    hcnn_comm_cut *cut;          /* set by the trainer (NULL: none), read at each step */
     double allreduce_s;          /* its calibrated blocking time */
     double bubble_s;             /* waiting for neighbour stages, since the last report */
     /* the batch in backend memory (NULL when that is host memory) */

@@ -85,6 +85,8 @@ static int data_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, 
     hcnn_net *net = s->net;
     hcnn_ctx *ctx = &s->scratch.ctx;
     int rc;
+    if (s->sync)
+        s->sync->cut = s->cut;
     if (n > 0) {
         if ((rc = hcnn_net_forward(net, ctx, &d->acts, x, n)))
             return rc;

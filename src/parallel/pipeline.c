@@ -221,7 +221,6 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
     const size_t cap = (size_t)p->micro_cap;
     for (int k = 0; k < p->nslots; k++) {
         hcnn_pipe_slot *sl = &p->slots[k];
-        sl->micro = -1;
         sl->recv = sl->send = MPI_REQUEST_NULL;
         rc = hcnn_acts_alloc(&sl->acts, net, p->first, p->last, p->micro_cap);
         if (rc)
@@ -256,6 +255,14 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
     rc = hcnn_scratch_alloc(scratch, net, p->first, p->last, p->micro_cap);
     if (rc)
         return rc;
+    /* the plan: a begin, the first receives, 3 entries a forward, 7 a
+     * backward, an end (pipeline_step.c) */
+    p->plan_cap = 4 + p->nslots + 10 * p->M;
+    p->plan = hcnn_calloc(sizeof *p->plan * (size_t)p->plan_cap, "pipeline step plan");
+    p->slot_micro = hcnn_calloc(sizeof *p->slot_micro * (size_t)p->nslots, "pipeline slot plan");
+    if (!p->plan || !p->slot_micro)
+        return HCNN_ENOMEM;
+    p->plan_n = -1;
     if (p->R > 1) {
         p->sync_ready = 1; /* freed whole even when set-up fails half-way */
         rc = hcnn_grad_sync_init(&p->sync, p->stage_comm, net, p->first, p->last, cfg->bucket_mb,
@@ -281,6 +288,8 @@ void hcnn_pipe_free(hcnn_pipe *p)
         be->free(be, sl->x);
     }
     hcnn_free(p->slots);
+    hcnn_free(p->plan);
+    hcnn_free(p->slot_micro);
     for (int j = 0; be && j < 2; j++) {
         hcnn_mpi_buf_free(&p->dybuf[j]);
         hcnn_mpi_buf_free(&p->dxbuf[j]);
@@ -400,6 +409,8 @@ static int pipe_init(hcnn_strategy *s, int need_train)
     /* samples are counted where their loss is: the last stage */
     s->counts_loss = p->next == MPI_PROC_NULL;
     s->sync = p->sync_ready ? &p->sync : NULL;
+    s->cuts_at_comm = 1; /* every transfer of the step (pipeline_step.c) */
+    p->bubble_total = &s->bubble_s;
     if (need_train && s->sync)
         s->allreduce_s = hcnn_grad_sync_calibrate(s->sync, 3);
     return HCNN_OK;
@@ -409,9 +420,8 @@ static int pipe_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, 
                      double *stats)
 {
     hcnn_pipe *p = s->impl;
-    const int rc = hcnn_pipe_step(p, s->net, &s->scratch, x, y, n, gn, stats);
-    s->bubble_s = p->st.bubble_s;
-    return rc;
+    p->cut = s->cut;
+    return hcnn_pipe_step(p, s->net, &s->scratch, x, y, n, gn, stats);
 }
 
 static int pipe_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n, double *stats)

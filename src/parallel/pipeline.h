@@ -33,17 +33,25 @@ typedef struct hcnn_pipe_slot {
     float *x;              /* its input, received from the previous stage */
     hcnn_mpi_buf xbuf;     /* x as MPI receives it */
     hcnn_mpi_buf obuf;     /* the stage's output as MPI sends it */
-    int micro;             /* micro-batch held, -1: free */
-    int forwarded;         /* forward done, backward not yet */
     MPI_Request recv;      /* input receive */
     MPI_Request send;      /* output send */
 } hcnn_pipe_slot;
 
 typedef struct hcnn_pipe_stats {
-    double compute_s;      /* forward + backward + loss */
+    double compute_s;      /* forward + backward + loss, as the host times their calls (a
+                              step replayed as CUDA graphs adds nothing: its graphs run
+                              between the transfers' waits) */
     double bubble_s;       /* waiting for neighbours */
     int peak_micro;        /* micro-batches of activations stored at once */
 } hcnn_pipe_stats;
+
+/* One entry of a step's plan (pipeline_step.c): device work of
+ * micro-batch m, or a host action around it (a transfer posted, waited
+ * for, uploaded), with the activation slot it uses. */
+typedef struct hcnn_pipe_op {
+    int kind, m, slot;
+    int last;              /* the step's last backward: the replicas' allreduce rides on it */
+} hcnn_pipe_op;
 
 typedef struct hcnn_pipe {
     const hcnn_backend *be;
@@ -73,6 +81,15 @@ typedef struct hcnn_pipe {
     hcnn_grad_sync sync;   /* across replicas of this stage */
     int sync_ready;
     hcnn_pipe_stats st;
+    double *bubble_total;  /* also adds the waits here (the strategy's bubble_s) */
+
+    /* the step's plan for plan_n samples: micro-batch m is samples
+     * [lo[m], lo[m+1]) of the shard, M of them */
+    hcnn_pipe_op *plan;
+    int nplan, plan_cap, plan_n, plan_M, plan_peak;
+    int lo[HCNN_MAX_BLOCKS + 1];
+    int *slot_micro;       /* while planning: micro-batch each slot holds, -1: free */
+    hcnn_comm_cut *cut;    /* the trainer's CUDA graphs (comm.h), or NULL */
 } hcnn_pipe;
 
 /* Layout checks that need only the config and the world size; identical on
@@ -91,7 +108,8 @@ void hcnn_pipe_poll(void *arg);
 /* One training step of this replica's shard x (stage 0 reads it), labels y
  * (the last stage reads them), n samples of a global batch of gn, both in
  * backend memory; accumulates gradients of this stage's blocks and sums
- * them over the replicas.  On the last stage the shard's loss and correct
+ * them over the replicas.  Every MPI call of the step is at a
+ * communication point on p->cut (comm.h).  On the last stage the shard's loss and correct
  * predictions are added to stats (backend memory, HCNN_STAT_*). */
 int hcnn_pipe_step(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x,
                    const int32_t *y, int n, int gn, double *stats);

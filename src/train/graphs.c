@@ -12,9 +12,9 @@
  *
  * Over several ranks the step's MPI calls cannot be captured: the strategy
  * makes each of them a communication point (include/hcnn/comm.h; the
- * data-parallel gradient buckets' starts and finish, grad_sync.h), and the
- * step is a program: a graph, the host function of the point, the next
- * graph, and so on.  The first sight counts the points; the capture ends a
+ * gradient buckets' starts and their wait, grad_sync.h; a pipeline stage's
+ * transfers, pipeline_step.c), and the step is a program: a graph, the
+ * host function of the point, the next graph, and so on.  The first sight counts the points; the capture ends a
  * graph at each, launches it and runs the function; a replay launches the
  * graphs and runs the functions between them, and nothing else of the
  * step's host code.  So a bucket's allreduce runs while the device runs
@@ -24,10 +24,10 @@
  * graph; that gap is there in a direct step too.)
  *
  * Not captured: the step of a network with dropout (its masks depend on
- * the step, a kernel argument), a pipeline stage's step (its transfers sit
- * among the micro-batches with host bookkeeping between them: not cut into
- * points), a step whose per-block profile is taken (its timers wait for the
- * device).  The optimiser step is captured in all of these.  A capture that
+ * the step, a kernel argument), the step of a strategy whose MPI calls are
+ * not all communication points (strategy.h: cuts_at_comm), a step whose
+ * per-block profile is taken (its timers wait for the device).  The
+ * optimiser step is captured in the first two.  A capture that
  * fails before any of it ran turns graphs off for the run, and the step
  * runs directly; one that fails after a communication point ends the run
  * (part of the step has run and cannot be redone). */
@@ -81,10 +81,12 @@ void graphs_setup(hcnn_run *r)
     }
     g->step_on = 1;
     char cuts[96] = "";
-    if (r->comm->size > 1 && r->strat.sync) {
-        r->strat.sync->cut = &g->cut;
-        snprintf(cuts, sizeof cuts, "; the step cut at its %d gradient bucket%s and their wait",
-                 r->strat.sync->nbuckets, r->strat.sync->nbuckets == 1 ? "" : "s");
+    if (r->comm->size > 1) {
+        r->strat.cut = &g->cut;
+        snprintf(cuts, sizeof cuts, "; the step cut at its MPI calls");
+        if (r->strat.sync)
+            snprintf(cuts, sizeof cuts, "; the step cut at its MPI calls (%d gradient bucket%s)",
+                     r->strat.sync->nbuckets, r->strat.sync->nbuckets == 1 ? "" : "s");
     }
     snprintf(g->why, sizeof g->why,
              "the step and the optimiser step captured once per batch buffer and shape, then "
@@ -218,8 +220,7 @@ static void graphs_off(hcnn_run *r)
     r->graphs.on = 0;
     snprintf(r->graphs.why, sizeof r->graphs.why, "off after a failed capture at step %ld",
              r->step);
-    if (r->strat.sync)
-        r->strat.sync->cut = NULL;
+    r->strat.cut = NULL; /* the strategy's next step reads it */
     if (run_is_root(r))
         hcnn_warn("CUDA graphs: the capture of the step failed; the run goes on without them");
 }

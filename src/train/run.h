@@ -30,7 +30,7 @@
  * is cut at its communication points (comm.h): its program is the graphs
  * between them and the host functions run at each. */
 #define HCNN_GRAPH_PROGRAMS 8
-#define HCNN_GRAPH_PIECES 32  /* graphs of one program at most */
+#define HCNN_GRAPH_PIECES 128 /* graphs of one program at most */
 
 typedef struct step_graph {
     int segment;              /* 0: forward and backward, 1: optimiser */
