@@ -14,10 +14,10 @@
  * makes each of them a communication point (include/hcnn/comm.h; the
  * gradient buckets' starts and their wait, grad_sync.h; a pipeline stage's
  * transfers, pipeline_step.c), and the step is a program: a graph, the
- * host function of the point, the next graph, and so on.  The first sight counts the points; the capture ends a
- * graph at each, launches it and runs the function; a replay launches the
- * graphs and runs the functions between them, and nothing else of the
- * step's host code.  So a bucket's allreduce runs while the device runs
+ * host function of the point, the next graph, and so on.  The first sight
+ * counts the points; the capture ends a graph at each, launches it and
+ * runs the function; a replay launches the graphs and runs the functions
+ * between them, and nothing else of the step's host code.  So a bucket's allreduce runs while the device runs
  * the next graph, as it runs while the next kernels run in a direct step,
  * and the host's launches between points become one.  (At each point the
  * device waits: the host copies the bucket out, then launches the next
@@ -27,10 +27,10 @@
  * the step, a kernel argument), the step of a strategy whose MPI calls are
  * not all communication points (strategy.h: cuts_at_comm), a step whose
  * per-block profile is taken (its timers wait for the device).  The
- * optimiser step is captured in the first two.  A capture that
- * fails before any of it ran turns graphs off for the run, and the step
- * runs directly; one that fails after a communication point ends the run
- * (part of the step has run and cannot be redone). */
+ * optimiser step is captured in the first two.  A capture that fails
+ * before any of it ran turns graphs off for the run, and the step runs
+ * directly; one that fails after a communication point ends the run (part
+ * of the step has run and cannot be redone). */
 #include <stdio.h>
 #include <string.h>
 
