@@ -361,7 +361,8 @@ static void test_failed_piece_after_a_point_is_an_error(void **state)
     f.dev.ends_until_fail = 2; /* the second piece's */
     step_arg a = {.f = &f, .key = 0, .points = 2};
     const int t0 = f.dev.nt;
-    assert_int_not_equal(graphs_run(&f.r, 0, &buffers[0], &buffers[0], 8, 16, 0.0f, step_seg, &a), HCNN_OK);
+    assert_int_not_equal(
+        graphs_run(&f.r, 0, &buffers[0], &buffers[0], 8, 16, 0.0f, step_seg, &a), HCNN_OK);
     const int want[] = {0, 1, FN_ID + 0};
     assert_int_equal(f.dev.nt - t0, 3);
     assert_memory_equal(f.dev.timeline + t0, want, sizeof want);

@@ -17,9 +17,10 @@
  * host function of the point, the next graph, and so on.  The first sight
  * counts the points; the capture ends a graph at each, launches it and
  * runs the function; a replay launches the graphs and runs the functions
- * between them, and nothing else of the step's host code.  So a bucket's allreduce runs while the device runs
- * the next graph, as it runs while the next kernels run in a direct step,
- * and the host's launches between points become one.  (At each point the
+ * between them, and nothing else of the step's host code.  So a bucket's
+ * allreduce runs while the device runs the next graph, as it runs while
+ * the next kernels run in a direct step, and the host's launches between
+ * points become one.  (At each point the
  * device waits: the host copies the bucket out, then launches the next
  * graph; that gap is there in a direct step too.)
  *
