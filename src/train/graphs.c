@@ -20,9 +20,9 @@
  * between them, and nothing else of the step's host code.  So a bucket's
  * allreduce runs while the device runs the next graph, as it runs while
  * the next kernels run in a direct step, and the host's launches between
- * points become one.  (At each point the
- * device waits: the host copies the bucket out, then launches the next
- * graph; that gap is there in a direct step too.)
+ * points become one.  (At each point the device waits: the host copies
+ * the bucket out, then launches the next graph; that gap is there in a
+ * direct step too.)
  *
  * Not captured: the step of a network with dropout (its masks depend on
  * the step, a kernel argument), the step of a strategy whose MPI calls are
