@@ -255,8 +255,8 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
     rc = hcnn_scratch_alloc(scratch, net, p->first, p->last, p->micro_cap);
     if (rc)
         return rc;
-    /* the plan: a begin, the first receives, 3 entries a forward, 7 a
-     * backward, an end (pipeline_step.c) */
+    /* the plan (pipeline_step.c): a begin, the first receives, 3 entries a
+     * forward, 6 a backward, an end, with room to spare */
     p->plan_cap = 4 + p->nslots + 10 * p->M;
     p->plan = hcnn_calloc(sizeof *p->plan * (size_t)p->plan_cap, "pipeline step plan");
     p->slot_micro = hcnn_calloc(sizeof *p->slot_micro * (size_t)p->nslots, "pipeline slot plan");

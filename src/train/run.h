@@ -120,7 +120,7 @@ static inline int run_is_root(const hcnn_run *r) { return r->comm->rank == 0; }
 /* graphs.c */
 /* Whether the step's work can be captured (cuda_graphs, the backend, the
  * strategy's communication points, no dropout): r->graphs.on, .step_on
- * and .why; installs the cut on the strategy's gradient allreduce. */
+ * and .why; over ranks, gives the strategy its cut (r->strat.cut). */
 void graphs_setup(hcnn_run *r);
 /* Runs seg(r, arg) as segment `segment` of key (x, y, n, gn, lr): directly
  * the first time the key is seen or when graphs are off or a profile is
