@@ -235,26 +235,31 @@ fi
 # communication points, one graph per segment, gives the bits of the same
 # run without graphs: data parallelism (bucket_mb 0.01 makes LeNet-5's
 # gradients 3 buckets: 3 starts and their wait) under either allreduce
-# progress; pipelines (src/parallel/pipeline_step.c: its transfers) 2x2
-# with 1F1B, and 2 stages with GPipe over 4 micro-batches, MPI in place,
-# across a change of batch size.
+# progress, staged and (thread) in place; pipelines
+# (src/parallel/pipeline_step.c: its transfers) 2x2 with 1F1B, staged, and
+# 2 stages with GPipe over 4 micro-batches, in place, across a change of
+# batch size.
 case_begin graphs_over_ranks_same_bits
 bad=""
-for prog in test thread; do
-    if mpi_train "lenet_dg_$prog" 2 strategy=data bucket_mb=0.01 allreduce_progress=$prog &&
-        mpi_train "lenet_dn_$prog" 2 strategy=data bucket_mb=0.01 allreduce_progress=$prog \
+for v in test thread thread_inplace; do
+    prog=${v%%_*}
+    MPI_ENV=()
+    [ "$v" = thread_inplace ] && MPI_ENV=(-x HCNN_MPI_ASSUME_DEVICE_AWARE=1)
+    if mpi_train "lenet_dg_$v" 2 strategy=data bucket_mb=0.01 allreduce_progress=$prog &&
+        mpi_train "lenet_dn_$v" 2 strategy=data bucket_mb=0.01 allreduce_progress=$prog \
             cuda_graphs=off; then
-        "$HCNN" diff "$WORK/lenet_dg_$prog/final.hcnn" "$WORK/lenet_dn_$prog/final.hcnn" --tol 0 \
-            >"$WORK/dg_$prog.diff" 2>&1 || bad="$bad $prog: $(tail -n 1 "$WORK/dg_$prog.diff")"
-        echo "# data on 2 ranks, allreduce_progress $prog, graphs vs none: $(tail -n 1 "$WORK/dg_$prog.diff")"
-    else bad="$bad $prog: $(tail -n 2 "$WORK/lenet_dg_$prog.log" "$WORK/lenet_dn_$prog.log" | tr '\n' ' ')"; fi
+        "$HCNN" diff "$WORK/lenet_dg_$v/final.hcnn" "$WORK/lenet_dn_$v/final.hcnn" --tol 0 \
+            >"$WORK/dg_$v.diff" 2>&1 || bad="$bad $v: $(tail -n 1 "$WORK/dg_$v.diff")"
+        echo "# data on 2 ranks, $v, graphs vs none: $(tail -n 1 "$WORK/dg_$v.diff")"
+    else bad="$bad $v: $(tail -n 2 "$WORK/lenet_dg_$v.log" "$WORK/lenet_dn_$v.log" | tr '\n' ' ')"; fi
 done
+MPI_ENV=()
 # (GPipe: 18 full batches and a last one of 24 samples, then the full
 # batch's graphs again: their first point plans the transfers again)
 GPIPE=(strategy=pipeline stages=2 microbatches=4 pipeline_schedule=gpipe synthetic_train=600
        epochs=2 max_steps=24)
-MPI_ENV=(-x HCNN_MPI_ASSUME_DEVICE_AWARE=1)
 if mpi_train lenet_pipe_nograph 4 strategy=pipeline stages=2 microbatches=2 cuda_graphs=off &&
+    MPI_ENV=(-x HCNN_MPI_ASSUME_DEVICE_AWARE=1) &&
     mpi_train lenet_gpipe 2 "${GPIPE[@]}" && mpi_train lenet_gpipe_nograph 2 "${GPIPE[@]}" cuda_graphs=off; then
     for pair in pipe:pipe_nograph gpipe:gpipe_nograph; do
         a=${pair%%:*} b=${pair#*:}

@@ -336,6 +336,45 @@ static void test_failed_begin_turns_graphs_off(void **state)
     assert_int_equal(f.r.graphs.captures, 0);
 }
 
+/* Graphs dropped give their slots up: two programs holding all but the
+ * scratch slot, dropped, leave room for a third. */
+static void test_dropped_graphs_free_their_slots(void **state)
+{
+    (void)state;
+    fixture f;
+    setup(&f, 2);
+    const int points = (HCNN_GRAPH_SLOTS - 1) / 2 - 1;
+    for (int s = 0; s < 3; s++) {
+        run_step(&f, 0, points);
+        run_step(&f, 1, points);
+    }
+    assert_int_equal(f.r.graphs.captures, 2);
+    run_step(&f, 2, points); /* seen */
+    drop_all(&f.dev);
+    run_step(&f, 0, points); /* dropped: direct */
+    run_step(&f, 1, points);
+    run_step(&f, 2, points); /* captured in the slots they gave up */
+    run_step(&f, 2, points);
+    assert_int_equal(f.r.graphs.captures, 3);
+    assert_int_equal(f.r.graphs.replays, 3);
+}
+
+/* A capture that fails at its first point: nothing of the step has run
+ * (neither the graph nor the point's function), so it runs again directly
+ * (once); graphs off. */
+static void test_failed_first_point_reruns(void **state)
+{
+    (void)state;
+    fixture f;
+    setup(&f, 2);
+    run_step(&f, 0, 2);
+    f.dev.ends_until_fail = 1;
+    run_step(&f, 0, 2);
+    assert_false(f.r.graphs.on);
+    assert_null(f.r.strat.cut);
+    run_step(&f, 0, 2);
+}
+
 /* A one-graph step whose capture fails at its end: nothing of it ran, so
  * it runs again directly (once); graphs off. */
 static void test_failed_end_of_one_graph_reruns(void **state)
@@ -379,6 +418,8 @@ int main(void)
         cmocka_unit_test(test_slot_pressure_evicts),
         cmocka_unit_test(test_dropped_graphs_run_directly),
         cmocka_unit_test(test_failed_begin_turns_graphs_off),
+        cmocka_unit_test(test_dropped_graphs_free_their_slots),
+        cmocka_unit_test(test_failed_first_point_reruns),
         cmocka_unit_test(test_failed_end_of_one_graph_reruns),
         cmocka_unit_test(test_failed_piece_after_a_point_is_an_error),
     };

@@ -29,9 +29,10 @@
  * not all communication points (strategy.h: cuts_at_comm), a step whose
  * per-block profile is taken (its timers wait for the device).  The
  * optimiser step is captured in the first two.  A capture that fails
- * before any of it ran turns graphs off for the run, and the step runs
- * directly; one that fails after a communication point ends the run (part
- * of the step has run and cannot be redone). */
+ * before any of it ran (up to its first point included) turns graphs off
+ * for the run, and the step runs directly; one that fails after a point's
+ * function has run ends the run (part of the step has run and cannot be
+ * redone). */
 #include <stdio.h>
 #include <string.h>
 
@@ -116,13 +117,17 @@ static void release_slots(step_graphs *g, int q)
             g->slot_owner[s] = -1;
 }
 
+/* The last backend slot is no program's: a capture that failed is closed
+ * into it, so that no program's graph is replaced by a partial one. */
+#define SCRATCH_SLOT (HCNN_GRAPH_SLOTS - 1)
+
 /* A free backend slot for program q: when none is, the least recently
  * used other captured program gives up its graphs (run again directly,
  * captured again at its next sight).  -1: none. */
 static int take_slot(step_graphs *g, int q)
 {
     for (;;) {
-        for (int s = 0; s < HCNN_GRAPH_SLOTS; s++)
+        for (int s = 0; s < SCRATCH_SLOT; s++)
             if (g->slot_owner[s] < 0) {
                 g->slot_owner[s] = (signed char)q;
                 return s;
@@ -150,10 +155,14 @@ static int end_piece(step_graphs *g, hcnn_comm_fn fn, void *arg, int i)
      * pieces were counted at first sight, at most HCNN_GRAPH_PIECES */
     const int slot = take_slot(g, q);
     g->open = 0;
-    int rc = g->be->graph_end(g->be, slot >= 0 ? slot : p->slot[0]);
-    if (rc == HCNN_OK && (slot < 0 || k >= HCNN_GRAPH_PIECES))
+    int rc = g->be->graph_end(g->be, slot >= 0 ? slot : SCRATCH_SLOT);
+    if (rc == HCNN_OK && k >= HCNN_GRAPH_PIECES)
         rc = hcnn_error_code(HCNN_EIO, "CUDA graphs: the step has more communication points "
                                        "than its first run counted: set cuda_graphs: off");
+    else if (rc == HCNN_OK && slot < 0)
+        rc = hcnn_error_code(HCNN_EIO, "CUDA graphs: no graph slot is free for piece %d of the "
+                                       "step: set cuda_graphs: off",
+                             k + 1);
     if (rc == HCNN_OK && !g->be->graph_launch(g->be, slot))
         rc = hcnn_error_code(HCNN_EIO, "CUDA graphs: piece %d of the step, just captured, "
                                        "cannot be launched",
@@ -177,9 +186,13 @@ static int graph_point(hcnn_comm_cut *cut, hcnn_comm_fn fn, void *arg, int i)
             g->recording->npieces++; /* first sight: counted */
         return fn(arg, i);
     }
+    const int first = g->pieces == 0;
     int rc = end_piece(g, fn, arg, i);
-    if (rc == HCNN_OK)
-        rc = fn(arg, i);
+    if (rc != HCNN_OK) {
+        g->failed_unrun = first; /* nothing of the step has run */
+        return rc;
+    }
+    rc = fn(arg, i);
     if (rc == HCNN_OK && (rc = g->be->graph_begin(g->be)) != HCNN_OK)
         hcnn_error("CUDA graphs: the capture of the step's piece %d cannot begin: set "
                    "cuda_graphs: off",
@@ -240,17 +253,22 @@ static int capture(hcnn_run *r, step_graph *p, int (*seg)(hcnn_run *r, void *arg
     g->capturing = 1;
     g->open = 1;
     g->pieces = 0;
+    g->failed_unrun = 0;
     int rc = seg(r, arg);
     g->capturing = 0;
     if (rc != HCNN_OK) { /* the error said why (a failed point's too) */
         if (g->open) { /* recorded, not run: dropped */
             g->open = 0;
-            const int slot = take_slot(g, q);
-            (void)g->be->graph_end(g->be, slot >= 0 ? slot : p->slot[0]);
+            (void)g->be->graph_end(g->be, SCRATCH_SLOT);
         }
         g->recording = NULL;
         release_slots(g, q);
         p->state = 0;
+        if (g->failed_unrun) { /* at the first point: run it again, directly */
+            g->failed_unrun = 0;
+            graphs_off(r);
+            return seg(r, arg);
+        }
         return rc;
     }
     const int ran = g->pieces > 0; /* pieces and points have run */
@@ -287,8 +305,10 @@ int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, in
         if (k->last_use < g->prog[lru].last_use)
             lru = q;
     }
-    if (p && p->state == 3)
+    if (p && p->state == 3) {
+        p->last_use = g->uses;
         return seg(r, arg);
+    }
     if (p && p->state == 2) { /* replay */
         p->last_use = g->uses;
         const int got = replay(g, p, lr);
@@ -298,6 +318,7 @@ int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, in
         }
         if (got < 0)
             return -got;
+        release_slots(g, (int)(p - g->prog));
         p->state = 1; /* dropped: run directly, captured at the next sight */
         return seg(r, arg);
     }

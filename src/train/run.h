@@ -58,6 +58,7 @@ typedef struct step_graphs {
     step_graph *recording;    /* the program being counted or captured */
     int capturing;            /* recording: 1 capture, 0 count its points */
     int open;                 /* a capture is under way */
+    int failed_unrun;         /* the capture failed at its first point: nothing ran */
     int pieces;               /* pieces captured so far */
     long uses, captures, replays; /* programs */
     long graphs;              /* graphs captured (pieces of the programs) */
