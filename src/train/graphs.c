@@ -256,30 +256,22 @@ static int capture(hcnn_run *r, step_graph *p, int (*seg)(hcnn_run *r, void *arg
     g->failed_unrun = 0;
     int rc = seg(r, arg);
     g->capturing = 0;
-    if (rc != HCNN_OK) { /* the error said why (a failed point's too) */
+    if (rc == HCNN_OK) { /* the last piece; a one-piece step ran nothing before it */
+        g->failed_unrun = g->pieces == 0;
+        rc = end_piece(g, NULL, NULL, 0);
+    }
+    g->recording = NULL;
+    if (rc != HCNN_OK) { /* the error said why */
         if (g->open) { /* recorded, not run: dropped */
             g->open = 0;
             (void)g->be->graph_end(g->be, SCRATCH_SLOT);
         }
-        g->recording = NULL;
         release_slots(g, q);
         p->state = 0;
-        if (g->failed_unrun) { /* at the first point: run it again, directly */
-            g->failed_unrun = 0;
-            graphs_off(r);
-            return seg(r, arg);
-        }
-        return rc;
-    }
-    const int ran = g->pieces > 0; /* pieces and points have run */
-    rc = end_piece(g, NULL, NULL, 0);
-    g->recording = NULL;
-    if (rc != HCNN_OK) {
-        release_slots(g, q);
-        p->state = 0;
-        if (ran)
-            return rc; /* cannot be redone */
-        graphs_off(r);
+        if (!g->failed_unrun)
+            return rc; /* the step failed, or part of it ran: not redone */
+        g->failed_unrun = 0;
+        graphs_off(r); /* nothing of it ran: run it again, directly */
         return seg(r, arg);
     }
     p->npieces = g->pieces;
