@@ -22,6 +22,7 @@
 
 #include "hcnn/common.h"
 #include "hcnn/config.h"
+#include "hcnn/strategy.h"
 
 /* ---- fixture --------------------------------------------------------- */
 
@@ -989,6 +990,69 @@ static void test_error_case(void **state)
         assert_msg_contains(ec->needles[i]);
 }
 
+/* ---- the MPI thread level a configuration needs ------------------------ */
+
+/* hcnn_strategy_check of synthetic_small.yaml with `sets` on `world` ranks
+ * (as rank 0, so the refusal is printed) of an MPI providing `provided`;
+ * stderr ends up in fx.msg.  No MPI call is made: the checks read the
+ * configuration and the comm struct only. */
+static int check_on(const char *const *sets, int nset, int world, int provided)
+{
+    char path[1024];
+    shipped("synthetic_small.yaml", path, sizeof path);
+    assert_int_equal(hcnn_config_load(&fx.a, path, sets, nset), HCNN_OK);
+    const hcnn_comm comm = {.rank = 0, .size = world, .thread_level = provided};
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(fx.err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    int rc = hcnn_strategy_check(&fx.a, &comm);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(fx.err_path, "r");
+    assert_non_null(f);
+    size_t n = fread(fx.msg, 1, sizeof fx.msg - 1, f);
+    fx.msg[n] = '\0';
+    fclose(f);
+    return rc;
+}
+
+/* A pipeline's replicas under allreduce_progress: thread have the
+ * communication thread's allreduce and the training thread's transfers in
+ * MPI at once: MULTIPLE.  The data strategy's training thread waits while
+ * the communication thread sums: SERIALIZED.  One pipeline replica, or
+ * allreduce_progress: test, has one thread in MPI. */
+static void test_thread_level_needed(void **state)
+{
+    (void)state;
+    const char *pipe_thread[] = {"strategy=pipeline", "stages=2", "microbatches=2",
+                                 "allreduce_progress=thread"};
+    const char *data_thread[] = {"strategy=data", "allreduce_progress=thread"};
+    const char *pipe_test[] = {"strategy=pipeline", "stages=2", "microbatches=2",
+                               "allreduce_progress=test"};
+
+    assert_int_equal(check_on(pipe_thread, 4, 4, MPI_THREAD_MULTIPLE), HCNN_OK);
+    assert_int_equal(hcnn_strategy_thread_level(&fx.a, 4), MPI_THREAD_MULTIPLE);
+    assert_int_equal(check_on(pipe_thread, 4, 4, MPI_THREAD_SERIALIZED), HCNN_EINVAL);
+    assert_msg_contains("needs MPI_THREAD_MULTIPLE, this MPI provides MPI_THREAD_SERIALIZED");
+    assert_msg_contains("allreduce_progress=test");
+    /* 2 stages on 2 ranks: one replica, nothing to allreduce */
+    assert_int_equal(check_on(pipe_thread, 4, 2, MPI_THREAD_SINGLE), HCNN_OK);
+    assert_int_equal(hcnn_strategy_thread_level(&fx.a, 2), MPI_THREAD_SINGLE);
+
+    assert_int_equal(check_on(data_thread, 2, 2, MPI_THREAD_SERIALIZED), HCNN_OK);
+    assert_int_equal(hcnn_strategy_thread_level(&fx.a, 2), MPI_THREAD_SERIALIZED);
+    assert_int_equal(check_on(data_thread, 2, 2, MPI_THREAD_FUNNELED), HCNN_EINVAL);
+    assert_msg_contains("needs MPI_THREAD_SERIALIZED, this MPI provides MPI_THREAD_FUNNELED");
+    assert_int_equal(check_on(data_thread, 2, 1, MPI_THREAD_SINGLE), HCNN_OK);
+
+    assert_int_equal(check_on(pipe_test, 4, 4, MPI_THREAD_SINGLE), HCNN_OK);
+    assert_int_equal(hcnn_strategy_thread_level(&fx.a, 4), MPI_THREAD_SINGLE);
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 int main(void)
@@ -1014,6 +1078,7 @@ int main(void)
         cmocka_unit_test(test_line_numbers),
         cmocka_unit_test(test_too_many_blocks),
         cmocka_unit_test(test_deep_nesting),
+        cmocka_unit_test(test_thread_level_needed),
         cmocka_unit_test(test_failure_resets_config),
     };
     enum { NFIXED = sizeof fixed / sizeof fixed[0] };

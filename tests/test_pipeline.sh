@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline strategy: the same model as serial training for S = 2 and 4
 # stages, M = 1 and 4 micro-batches, both schedules, 2 replicas x 2 stages
-# and an uneven explicit partition; activation memory bounds of the
-# schedules; configurations that cannot run; a failing rank.
+# (allreduce_progress test and thread) and an uneven explicit partition;
+# activation memory bounds of the schedules; configurations that cannot
+# run; a failing rank.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
 mpi_setup
@@ -28,6 +29,16 @@ case_begin hybrid_2_replicas_x_2_stages
 run hybrid 4 stages=2 microbatches=4 pipeline_schedule=1f1b bucket_mb=0.001
 if grep -q '^replica_check=ok replicas=2' "$WORK/hybrid.log"; then same_as serial hybrid
 else case_fail "no replica check: $(tail -n 3 "$WORK/hybrid.log")"; fi
+
+# the replicas' allreduce on a communication thread while the training
+# thread's transfers go on: two threads in MPI at once (MPI_THREAD_MULTIPLE)
+case_begin hybrid_allreduce_on_a_thread
+run hybrid_thread 4 stages=2 microbatches=4 pipeline_schedule=1f1b bucket_mb=0.001 \
+    allreduce_progress=thread
+if grep -q '^replica_check=ok replicas=2' "$WORK/hybrid_thread.log" &&
+   grep -q 'progress by a communication thread' "$WORK/hybrid_thread.log"; then
+    same_as serial hybrid_thread
+else case_fail "$(tail -n 3 "$WORK/hybrid_thread.log")"; fi
 
 case_begin uneven_explicit_partition
 run uneven 3 stages=3 microbatches=2 "partition=[0,1,6]"

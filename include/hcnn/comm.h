@@ -37,8 +37,9 @@ typedef struct hcnn_comm {
 #define HCNN_IALLREDUCE_DEFAULT 3 /* 0 libnbc's own choice, 1 ring, 2 binomial,
                                      3 rabenseifner, 4 recursive doubling */
 
-/* MPI_Init_thread (SERIALIZED: the optional communication thread calls MPI
- * while the main thread does not); MPI_COMM_WORLD gets MPI_ERRORS_RETURN,
+/* MPI_Init_thread asking for MPI_THREAD_MULTIPLE, thread_level what the
+ * library provides (hcnn_strategy_check says which configurations need
+ * which level); MPI_COMM_WORLD gets MPI_ERRORS_RETURN,
  * so failures reach HCNN_MPI instead of the default fatal handler. */
 int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv);
 void hcnn_comm_finalize(hcnn_comm *c);

@@ -93,6 +93,13 @@ const hcnn_strategy_ops *hcnn_strategy_ops_for(hcnn_strategy_kind kind);
 /* Every layout check (identical on every rank, rank 0 prints). */
 int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm);
 
+/* The MPI thread level a run of this configuration on `world` ranks needs:
+ * SERIALIZED for a communication thread (allreduce_progress: thread) that
+ * calls MPI while the training thread waits, MULTIPLE where the training
+ * thread's pipeline transfers run beside it (a pipeline's replicas), else
+ * SINGLE.  hcnn_strategy_check refuses a library that provides less. */
+int hcnn_strategy_thread_level(const hcnn_config *cfg, int world);
+
 /* Samples a rank carries through one forward and backward pass, for a job
  * of `world` ranks (before MPI starts: the BLAS kernels' measurement). */
 int hcnn_strategy_pass_samples(const hcnn_config *cfg, int world);

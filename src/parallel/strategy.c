@@ -13,6 +13,14 @@ const hcnn_strategy_ops *hcnn_strategy_ops_for(hcnn_strategy_kind kind)
     return kind == HCNN_STRATEGY_PIPELINE ? &hcnn_strategy_pipeline : &hcnn_strategy_data;
 }
 
+static const char *thread_level_name(int level)
+{
+    return level >= MPI_THREAD_MULTIPLE     ? "MPI_THREAD_MULTIPLE"
+           : level >= MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+           : level >= MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+                                            : "MPI_THREAD_SINGLE";
+}
+
 int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm)
 {
     const int root = comm->rank == 0;
@@ -26,15 +34,31 @@ int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm)
     const int rc = hcnn_strategy_ops_for(cfg->strategy)->check(cfg, comm);
     if (rc)
         return rc;
-    if (cfg->allreduce_progress == HCNN_PROGRESS_THREAD && comm->size > 1 &&
-        comm->thread_level < MPI_THREAD_SERIALIZED) {
+    const int need = hcnn_strategy_thread_level(cfg, comm->size);
+    if (comm->thread_level < need) {
         if (root)
-            hcnn_error("%s: allreduce_progress 'thread' needs MPI_THREAD_SERIALIZED, this MPI "
-                       "provides level %d",
-                       cfg->path, comm->thread_level);
+            hcnn_error("%s: allreduce_progress 'thread' with %s needs %s, this MPI provides %s "
+                       "(use --set allreduce_progress=test)",
+                       cfg->path,
+                       cfg->strategy == HCNN_STRATEGY_PIPELINE
+                           ? "a pipeline's replicas (its transfers and the replicas' "
+                             "allreduce run at once on two threads)"
+                           : "several ranks (the allreduce runs on a thread of its own)",
+                       thread_level_name(need), thread_level_name(comm->thread_level));
         return HCNN_EINVAL;
     }
     return HCNN_OK;
+}
+
+int hcnn_strategy_thread_level(const hcnn_config *cfg, int world)
+{
+    if (cfg->allreduce_progress != HCNN_PROGRESS_THREAD || world <= 1)
+        return MPI_THREAD_SINGLE;
+    if (cfg->strategy != HCNN_STRATEGY_PIPELINE)
+        return MPI_THREAD_SERIALIZED; /* the training thread waits while MPI sums */
+    const int stages = cfg->stages > 0 ? cfg->stages : 1;
+    /* one replica: no allreduce, no communication thread */
+    return world / stages > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE;
 }
 
 int hcnn_strategy_pass_samples(const hcnn_config *cfg, int world)

@@ -22,7 +22,8 @@
 
 /* One MPI call in progress, per thread kind: the thread that started the
  * watchdog (the trainer) and any other (the communication thread of
- * allreduce_progress: thread, serialised with the trainer by MPI). */
+ * allreduce_progress: thread, in MPI beside the trainer's pipeline
+ * transfers in a pipeline's replicas: each thread kind has its mark). */
 typedef struct mark {
     _Atomic(const char *) call, file;
     atomic_int line;
