@@ -83,8 +83,9 @@ static const char *shipped(const char *name, char *buf, size_t size)
     return buf;
 }
 
-/* Load with stderr redirected to a file; the text ends up in fx.msg. */
-static int load_capture(hcnn_config *cfg, const char *path, const char *const *sets, int nset)
+/* stderr into fx.err_path until stderr_back, which returns it to where it
+ * was and puts the text written meanwhile in fx.msg. */
+static int stderr_to_file(void)
 {
     fflush(stderr);
     int saved = dup(2);
@@ -92,16 +93,27 @@ static int load_capture(hcnn_config *cfg, const char *path, const char *const *s
     assert_true(saved >= 0 && fd >= 0);
     dup2(fd, 2);
     close(fd);
-    int rc = hcnn_config_load(cfg, path, sets, nset);
+    return saved;
+}
+
+static void stderr_back(int saved)
+{
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
-
     FILE *f = fopen(fx.err_path, "r");
     assert_non_null(f);
     size_t n = fread(fx.msg, 1, sizeof fx.msg - 1, f);
     fx.msg[n] = '\0';
     fclose(f);
+}
+
+/* Load with stderr redirected to a file; the text ends up in fx.msg. */
+static int load_capture(hcnn_config *cfg, const char *path, const char *const *sets, int nset)
+{
+    const int saved = stderr_to_file();
+    const int rc = hcnn_config_load(cfg, path, sets, nset);
+    stderr_back(saved);
     return rc;
 }
 
@@ -1002,21 +1014,9 @@ static int check_on(const char *const *sets, int nset, int world, int provided)
     shipped("synthetic_small.yaml", path, sizeof path);
     assert_int_equal(hcnn_config_load(&fx.a, path, sets, nset), HCNN_OK);
     const hcnn_comm comm = {.rank = 0, .size = world, .thread_level = provided};
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(fx.err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(saved >= 0 && fd >= 0);
-    dup2(fd, 2);
-    close(fd);
-    int rc = hcnn_strategy_check(&fx.a, &comm);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    FILE *f = fopen(fx.err_path, "r");
-    assert_non_null(f);
-    size_t n = fread(fx.msg, 1, sizeof fx.msg - 1, f);
-    fx.msg[n] = '\0';
-    fclose(f);
+    const int saved = stderr_to_file();
+    const int rc = hcnn_strategy_check(&fx.a, &comm);
+    stderr_back(saved);
     return rc;
 }
 
