@@ -79,6 +79,41 @@ run_steps() {
     fi
 }
 
+# PROG built with --with-cuda (its --version names a CUDA runtime)?
+cuda_build() { "$1" --version 2>/dev/null | grep -q '^CUDA: runtime'; }
+
+# The address space (KiB) the CUDA libraries PROG links take when the loader
+# maps them: each one's LOAD segments from first to last (readelf).  0 for a
+# CPU build.  ulimit -v tests add it: a --with-cuda build maps about 665 MiB
+# of them (cuBLASLt alone 607) before main, where the limits that test
+# OpenBLAS's buffers and the checkpoint reserve are a few hundred MiB.
+cuda_libs_kib() {
+    local total=0 lib va msz lo hi v e
+    for lib in $(ldd "$1" 2>/dev/null | awk '/libcuda|libcublas|libcudnn/ { print $3 }'); do
+        lo='' hi=0
+        while read -r _ _ va _ _ msz _; do
+            v=$((va)) e=$((va + msz))
+            if [ -z "$lo" ] || [ "$v" -lt "$lo" ]; then lo=$v; fi
+            if [ "$e" -gt "$hi" ]; then hi=$e; fi
+        done < <(readelf -lW "$lib" | awk '$1 == "LOAD"')
+        total=$((total + (hi - ${lo:-0} + 1023) / 1024))
+    done
+    echo "$total"
+}
+
+# A CPU build of PROG for the tests that need one (a GPU job refusing it):
+# PROG itself when it is one, else a stand-in written to DIR/hcnn-cpu, PROG
+# behind the --version of a CPU build.  Prints the path.
+cpu_build_of() {
+    local prog=$1 dir=$2
+    if ! cuda_build "$prog"; then echo "$prog"; return; fi
+    printf '%s\n' '#!/usr/bin/env bash' \
+        "if [ \"\${1:-}\" = --version ]; then \"$prog\" --version | grep -v '^CUDA:'; echo 'CUDA: none (stand-in for a CPU build: tests/lib.sh)'; exit 0; fi" \
+        "exec \"$prog\" \"\$@\"" >"$dir/hcnn-cpu"
+    chmod +x "$dir/hcnn-cpu"
+    echo "$dir/hcnn-cpu"
+}
+
 # MPI as root, more ranks than cores, one thread per rank; every run bounded.
 mpi_setup() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

@@ -216,6 +216,9 @@ if ldd "$HCNN" 2>/dev/null | grep -q libasan; then
         case_begin $n; case_skip "an --enable-sanitizers build: ulimit -v cannot hold ASan's shadow memory"
     done
 else
+  # the limits below are over what hcnn maps itself: a --with-cuda build's
+  # libraries come on top (tests/lib.sh)
+  CUDA_KIB=$(cuda_libs_kib "$HCNN")
   if ! "$HCNN" --version | grep -q '^BLAS: OpenBLAS'; then
     # the hangs are OpenBLAS's (its buffers); another BLAS fails an allocation with a message
     for n in no_hang_before_main no_hang_under_limit_in_training; do
@@ -224,13 +227,13 @@ else
   else
     case_begin no_hang_before_main
     # OpenBLAS maps 128 MiB per thread when it loads and used to wait forever for it
-    (ulimit -v 100000; OMP_NUM_THREADS=2 timeout -k 5 20 "$HCNN" --version) >"$WORK/v.out" 2>"$WORK/v.err"
+    (ulimit -v $((100000 + CUDA_KIB)); OMP_NUM_THREADS=2 timeout -k 5 20 "$HCNN" --version) >"$WORK/v.out" 2>"$WORK/v.err"
     rc=$?
     if [ $rc -eq 1 ] && grep -q 'address-space limit (ulimit -v) is .*needs a limit of at least' "$WORK/v.err"; then case_ok
     else case_fail "exit $rc (124, 137: hung); $(cat "$WORK/v.err")"; fi
     case_begin no_hang_under_limit_in_training
     # each thread's first BLAS call takes 128 MiB: it trains or says what it needs
-    (ulimit -v 600000; OMP_NUM_THREADS=2 timeout -k 5 60 "$HCNN" train "${C[@]}" --set threads=2 --set epochs=1 \
+    (ulimit -v $((600000 + CUDA_KIB)); OMP_NUM_THREADS=2 timeout -k 5 60 "$HCNN" train "${C[@]}" --set threads=2 --set epochs=1 \
         --set checkpoint_dir=) >"$WORK/l.out" 2>"$WORK/l.err"
     rc=$?
     if { [ $rc -eq 1 ] && grep -q 'OpenBLAS needs .* MiB more for its buffers' "$WORK/l.err"; } ||
@@ -241,7 +244,7 @@ else
     # ResNet-18 under 2 GB (the issue's case) used to train, then find no
     # memory for its first checkpoint and end with none: now it trains and
     # checkpoints, or refuses before the first step saying what it needs
-    (ulimit -v 2000000; timeout -k 5 240 "$HCNN" train --config "$HCNN_SRCDIR/configs/cifar_resnet18.yaml" -q \
+    (ulimit -v $((2000000 + CUDA_KIB)); timeout -k 5 240 "$HCNN" train --config "$HCNN_SRCDIR/configs/cifar_resnet18.yaml" -q \
         --set dataset=synthetic --set synthetic_train=256 --set synthetic_test=64 --set threads=2 \
         --set blas_kernels=env --set csv= --set max_steps=1 --set checkpoint_dir="$WORK/mem") \
         >"$WORK/m.out" 2>"$WORK/m.err"

@@ -269,14 +269,21 @@ run_job g_nogpu gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" FAKE_GPUS=0
 refused g_nogpu 1 "nvidia-smi sees no GPU.*No devices were found"
 
 case_begin gpu_program_built_without_cuda
-run_job g_nocuda gpu 1 2 "${SMALL[@]}" FAKE_GPUS=2
+run_job g_nocuda gpu 1 2 "${SMALL[@]}" HCNN="$(cpu_build_of "$HCNN" "$WORK/bin")" FAKE_GPUS=2
 refused g_nocuda 1 "was built without CUDA.*--with-cuda"
 
-# the job's default setting (device=cuda) reaches hcnn: the stand-in is the
-# CPU program, whose configuration refuses it, naming the rebuild
+# the job's default setting (device=cuda) reaches hcnn: behind the stand-in
+# the CPU program's configuration refuses it, naming the rebuild; a build
+# with a CUDA backend (make distcheck with --with-cuda) finds no GPU here,
+# every rank says so and the job ends (on a GPU, or the emulation, it trains)
 case_begin gpu_default_setting_reaches_hcnn
 run_job g_default gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" FAKE_GPUS=2 CUDA_VISIBLE_DEVICES=0,1
-refused g_default 2 "device: cuda: this hcnn was built without CUDA; rebuild it with ./configure --with-cuda"
+if "$HCNN" --version | grep -q '^CUDA: none'; then
+    refused g_default 2 "device: cuda: this hcnn was built without CUDA; rebuild it with ./configure --with-cuda"
+elif { [ "$rc" -eq 1 ] && grep -q 'device: cuda: no usable GPU' "$WORK/g_default.err" &&
+       ! grep -q '^epoch=' "$WORK/g_default.out"; } ||
+     { [ "$rc" -eq 0 ] && grep -q '^hcnn: device: cuda' "$WORK/g_default.out"; }; then case_ok
+else case_fail "exit $rc: neither trained on device cuda nor refused for want of a GPU"; show g_default; fi
 
 case_begin gpu_fewer_gpus_than_ranks
 run_job g_few gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" FAKE_GPUS=1

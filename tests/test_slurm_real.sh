@@ -101,6 +101,7 @@ if [ "\${1:-}" = --version ]; then "$TREE/hcnn" --version | grep -v '^CUDA:'; ec
 exec "$TREE/hcnn" "\$@"
 EOF
 chmod +x "$TREE/hcnn-cuda"
+CPU_BUILD=$(cpu_build_of "$TREE/hcnn" "$TREE") # a --with-cuda build: a stand-in
 chmod -R u+w "$TREE" # (a read-only source tree: make distcheck)
 chown -R "$RUSER:" "$TREE"
 
@@ -356,7 +357,7 @@ refused_job() {
 }
 SB=("${ONE[@]}" --gres=none)
 case_begin gpu_refuses_cpu_build
-submitted g_cpu gpu "${SMALL[@]}" -- "${TINY[@]}" && refused_job g_cpu "built without CUDA"
+submitted g_cpu gpu "${SMALL[@]}" HCNN="$CPU_BUILD" -- "${TINY[@]}" && refused_job g_cpu "built without CUDA"
 case_begin gpu_refuses_node_without_gpus
 submitted g_nogpu gpu "${SMALL[@]}" HCNN=./hcnn-cuda -- "${TINY[@]}" &&
     refused_job g_nogpu "nvidia-smi (not found|sees no GPU|lists no GPU)"
