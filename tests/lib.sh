@@ -84,12 +84,14 @@ cuda_build() { "$1" --version 2>/dev/null | grep -q '^CUDA: runtime'; }
 
 # The address space (KiB) the CUDA libraries PROG links take when the loader
 # maps them: each one's LOAD segments from first to last (readelf).  0 for a
-# CPU build.  ulimit -v tests add it: a --with-cuda build maps about 665 MiB
-# of them (cuBLASLt alone 607) before main, where the limits that test
-# OpenBLAS's buffers and the checkpoint reserve are a few hundred MiB.
+# CPU build; fails (status 1, nothing printed) where readelf is missing.
+# ulimit -v tests add it: a --with-cuda build maps about 665 MiB of them
+# (cuBLASLt alone 607) before main, where the limits that test OpenBLAS's
+# buffers and the checkpoint reserve are a few hundred MiB.
 cuda_libs_kib() {
     local total=0 lib va msz lo hi v e
-    for lib in $(ldd "$1" 2>/dev/null | awk '/libcuda|libcublas|libcudnn/ { print $3 }'); do
+    while IFS= read -r lib; do
+        command -v readelf >/dev/null || return 1
         lo='' hi=0
         while read -r _ _ va _ _ msz _; do
             v=$((va)) e=$((va + msz))
@@ -97,7 +99,8 @@ cuda_libs_kib() {
             if [ "$e" -gt "$hi" ]; then hi=$e; fi
         done < <(readelf -lW "$lib" | awk '$1 == "LOAD"')
         total=$((total + (hi - ${lo:-0} + 1023) / 1024))
-    done
+    done < <(ldd "$1" 2>/dev/null |
+             sed -n 's/^[[:space:]]*lib\(cuda\|cublas\|cudnn\)[^ ]* => \(\/.*\) (0x[0-9a-f]*)$/\2/p')
     echo "$total"
 }
 
@@ -105,12 +108,12 @@ cuda_libs_kib() {
 # PROG itself when it is one, else a stand-in written to DIR/hcnn-cpu, PROG
 # behind the --version of a CPU build.  Prints the path.
 cpu_build_of() {
-    local prog=$1 dir=$2
+    local prog=$1 dir=$2 q
     if ! cuda_build "$prog"; then echo "$prog"; return; fi
+    printf -v q '%q' "$prog"
     printf '%s\n' '#!/usr/bin/env bash' \
-        "if [ \"\${1:-}\" = --version ]; then \"$prog\" --version | grep -v '^CUDA:'; echo 'CUDA: none (stand-in for a CPU build: tests/lib.sh)'; exit 0; fi" \
-        "exec \"$prog\" \"\$@\"" >"$dir/hcnn-cpu"
-    chmod +x "$dir/hcnn-cpu"
+        "if [ \"\${1:-}\" = --version ]; then $q --version | grep -v '^CUDA:'; echo 'CUDA: none (stand-in for a CPU build: tests/lib.sh)'; exit 0; fi" \
+        "exec $q \"\$@\"" >"$dir/hcnn-cpu" && chmod +x "$dir/hcnn-cpu" || return 1
     echo "$dir/hcnn-cpu"
 }
 

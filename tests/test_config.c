@@ -1004,33 +1004,40 @@ static void test_error_case(void **state)
 
 /* ---- the MPI thread level a configuration needs ------------------------ */
 
-/* hcnn_strategy_check of synthetic_small.yaml with `sets` on `world` ranks
- * (as rank 0, so the refusal is printed) of an MPI providing `provided`;
- * stderr ends up in fx.msg.  No MPI call is made: the checks read the
- * configuration and the comm struct only. */
-static int check_on(const char *const *sets, int nset, int world, int provided)
+/* hcnn_strategy_check of synthetic_small.yaml with `sets` as `rank` of
+ * `world` ranks of an MPI providing `provided`; stderr ends up in fx.msg.
+ * No MPI call is made: the checks read the configuration and the comm
+ * struct only. */
+static int check_as(const char *const *sets, int nset, int rank, int world, int provided)
 {
     char path[1024];
     shipped("synthetic_small.yaml", path, sizeof path);
     assert_int_equal(hcnn_config_load(&fx.a, path, sets, nset), HCNN_OK);
-    const hcnn_comm comm = {.rank = 0, .size = world, .thread_level = provided};
+    const hcnn_comm comm = {.rank = rank, .size = world, .thread_level = provided};
     const int saved = stderr_to_file();
     const int rc = hcnn_strategy_check(&fx.a, &comm);
     stderr_back(saved);
     return rc;
 }
 
+static int check_on(const char *const *sets, int nset, int world, int provided)
+{
+    return check_as(sets, nset, 0, world, provided);
+}
+
 /* A pipeline's replicas under allreduce_progress: thread have the
  * communication thread's allreduce and the training thread's transfers in
- * MPI at once: MULTIPLE.  The data strategy's training thread waits while
- * the communication thread sums: SERIALIZED.  One pipeline replica, or
- * allreduce_progress: test, has one thread in MPI. */
+ * MPI at once: MULTIPLE.  The data strategy's training thread makes no MPI
+ * call while the communication thread sums: SERIALIZED.  Otherwise the
+ * main thread alone calls MPI, beside the OpenMP team: FUNNELED; one rank
+ * makes no MPI call in its steps: SINGLE. */
 static void test_thread_level_needed(void **state)
 {
     (void)state;
     const char *pipe_thread[] = {"strategy=pipeline", "stages=2", "microbatches=2",
                                  "allreduce_progress=thread"};
     const char *data_thread[] = {"strategy=data", "allreduce_progress=thread"};
+    const char *data_test[] = {"strategy=data", "allreduce_progress=test"};
     const char *pipe_test[] = {"strategy=pipeline", "stages=2", "microbatches=2",
                                "allreduce_progress=test"};
 
@@ -1039,9 +1046,13 @@ static void test_thread_level_needed(void **state)
     assert_int_equal(check_on(pipe_thread, 4, 4, MPI_THREAD_SERIALIZED), HCNN_EINVAL);
     assert_msg_contains("needs MPI_THREAD_MULTIPLE, this MPI provides MPI_THREAD_SERIALIZED");
     assert_msg_contains("allreduce_progress=test");
+    assert_msg_contains("MPICH_MAX_THREAD_SAFETY=multiple");
+    /* rank 0 says it, the others refuse silently */
+    assert_int_equal(check_as(pipe_thread, 4, 1, 4, MPI_THREAD_SERIALIZED), HCNN_EINVAL);
+    assert_string_equal(fx.msg, "");
     /* 2 stages on 2 ranks: one replica, nothing to allreduce */
-    assert_int_equal(check_on(pipe_thread, 4, 2, MPI_THREAD_SINGLE), HCNN_OK);
-    assert_int_equal(hcnn_strategy_thread_level(&fx.a, 2), MPI_THREAD_SINGLE);
+    assert_int_equal(check_on(pipe_thread, 4, 2, MPI_THREAD_FUNNELED), HCNN_OK);
+    assert_int_equal(hcnn_strategy_thread_level(&fx.a, 2), MPI_THREAD_FUNNELED);
 
     assert_int_equal(check_on(data_thread, 2, 2, MPI_THREAD_SERIALIZED), HCNN_OK);
     assert_int_equal(hcnn_strategy_thread_level(&fx.a, 2), MPI_THREAD_SERIALIZED);
@@ -1049,8 +1060,11 @@ static void test_thread_level_needed(void **state)
     assert_msg_contains("needs MPI_THREAD_SERIALIZED, this MPI provides MPI_THREAD_FUNNELED");
     assert_int_equal(check_on(data_thread, 2, 1, MPI_THREAD_SINGLE), HCNN_OK);
 
-    assert_int_equal(check_on(pipe_test, 4, 4, MPI_THREAD_SINGLE), HCNN_OK);
-    assert_int_equal(hcnn_strategy_thread_level(&fx.a, 4), MPI_THREAD_SINGLE);
+    assert_int_equal(check_on(data_test, 2, 2, MPI_THREAD_FUNNELED), HCNN_OK);
+    assert_int_equal(check_on(data_test, 2, 2, MPI_THREAD_SINGLE), HCNN_EINVAL);
+    assert_msg_contains("needs MPI_THREAD_FUNNELED, this MPI provides MPI_THREAD_SINGLE");
+    assert_int_equal(check_on(pipe_test, 4, 4, MPI_THREAD_FUNNELED), HCNN_OK);
+    assert_int_equal(hcnn_strategy_thread_level(&fx.a, 4), MPI_THREAD_FUNNELED);
 }
 
 /* ---- main ----------------------------------------------------------------- */

@@ -94,10 +94,13 @@ const hcnn_strategy_ops *hcnn_strategy_ops_for(hcnn_strategy_kind kind);
 int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm);
 
 /* The MPI thread level a run of this configuration on `world` ranks needs:
- * SERIALIZED for a communication thread (allreduce_progress: thread) that
- * calls MPI while the training thread waits, MULTIPLE where the training
- * thread's pipeline transfers run beside it (a pipeline's replicas), else
- * SINGLE.  hcnn_strategy_check refuses a library that provides less. */
+ * FUNNELED on several ranks (the main thread calls MPI while OpenMP threads
+ * exist); SERIALIZED for a communication thread (allreduce_progress:
+ * thread) whose allreduces the training thread makes no MPI call beside;
+ * MULTIPLE where it does (a pipeline's replicas: the stage's transfers);
+ * SINGLE on one rank.  hcnn_strategy_check refuses a library that provides
+ * less.  (The stall watchdog's MPI_Abort from its own thread needs
+ * MULTIPLE too; below it the watchdog ends its rank without MPI.) */
 int hcnn_strategy_thread_level(const hcnn_config *cfg, int world);
 
 /* Samples a rank carries through one forward and backward pass, for a job

@@ -45,7 +45,10 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
     }
     if (already)
         HCNN_MPI(MPI_Query_thread(&provided));
-    c->thread_level = provided;
+    /* the lowest over the ranks: every rank then takes the same decision
+     * in hcnn_strategy_check (a rank refusing alone would leave the others
+     * waiting in their first collective) */
+    HCNN_MPI(MPI_Allreduce(&provided, &c->thread_level, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
     HCNN_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     HCNN_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
     HCNN_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->size));

@@ -37,14 +37,19 @@ int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm)
     const int need = hcnn_strategy_thread_level(cfg, comm->size);
     if (comm->thread_level < need) {
         if (root)
-            hcnn_error("%s: allreduce_progress 'thread' with %s needs %s, this MPI provides %s "
-                       "(use --set allreduce_progress=test)",
-                       cfg->path,
-                       cfg->strategy == HCNN_STRATEGY_PIPELINE
-                           ? "a pipeline's replicas (its transfers and the replicas' "
-                             "allreduce run at once on two threads)"
-                           : "several ranks (the allreduce runs on a thread of its own)",
-                       thread_level_name(need), thread_level_name(comm->thread_level));
+            hcnn_error("%s: %s needs %s, this MPI provides %s (%s)", cfg->path,
+                       need == MPI_THREAD_MULTIPLE
+                           ? "allreduce_progress 'thread' with a pipeline's replicas (the "
+                             "replicas' allreduce on its thread while the stage's transfers go "
+                             "on)"
+                       : need == MPI_THREAD_SERIALIZED
+                           ? "allreduce_progress 'thread' (the allreduce on a thread of its own)"
+                           : "a run on several ranks (MPI called beside the OpenMP threads)",
+                       thread_level_name(need), thread_level_name(comm->thread_level),
+                       need > MPI_THREAD_FUNNELED
+                           ? "use --set allreduce_progress=test, or an MPI that provides it: "
+                             "Cray MPICH with MPICH_MAX_THREAD_SAFETY=multiple"
+                           : "use an MPI built with thread support");
         return HCNN_EINVAL;
     }
     return HCNN_OK;
@@ -52,13 +57,18 @@ int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm)
 
 int hcnn_strategy_thread_level(const hcnn_config *cfg, int world)
 {
-    if (cfg->allreduce_progress != HCNN_PROGRESS_THREAD || world <= 1)
-        return MPI_THREAD_SINGLE;
+    if (world <= 1)
+        return MPI_THREAD_SINGLE; /* nothing calls MPI during the run's steps */
+    if (cfg->allreduce_progress != HCNN_PROGRESS_THREAD)
+        return MPI_THREAD_FUNNELED; /* MPI_Test from the main thread inside OpenMP regions */
     if (cfg->strategy != HCNN_STRATEGY_PIPELINE)
-        return MPI_THREAD_SERIALIZED; /* the training thread waits while MPI sums */
+        /* the training thread makes no MPI call from a bucket's start to
+         * the wait that ends the step (grad_sync.c), while the
+         * communication thread sums */
+        return MPI_THREAD_SERIALIZED;
     const int stages = cfg->stages > 0 ? cfg->stages : 1;
     /* one replica: no allreduce, no communication thread */
-    return world / stages > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE;
+    return world / stages > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
 }
 
 int hcnn_strategy_pass_samples(const hcnn_config *cfg, int world)

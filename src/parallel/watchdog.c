@@ -34,7 +34,7 @@ static struct watchdog {
     atomic_int running;
     pthread_t thread, owner;
     double timeout_s;
-    int rank, size;
+    int rank, size, thread_level;
     char dir[HCNN_FILE_PATH_MAX + 64];
     atomic_long step;
     mark marks[2];
@@ -97,7 +97,8 @@ static void write_heartbeat(void)
 {
     char path[sizeof W.dir + 32], text[64];
     heartbeat_path(path, sizeof path, W.rank);
-    const int inside = atomic_load(&W.marks[0].since_ns) != 0;
+    const int inside =
+        atomic_load(&W.marks[0].since_ns) != 0 || atomic_load(&W.marks[1].since_ns) != 0;
     int len = snprintf(text, sizeof text, "%ld %d\n", atomic_load(&W.step), inside);
     FILE *fp = fopen(path, "w");
     if (!fp)
@@ -152,7 +153,11 @@ static _Noreturn void report_stall(const mark *m, const char *context, double wa
             missing[0] ? missing : "none found (all heartbeats current: a deadlock)");
     fflush(stderr);
     fflush(stdout);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    /* from this thread while another is inside MPI: only MULTIPLE allows it;
+     * below, the rank ends alone, and the other ranks, stalled too, end by
+     * their own watchdogs (or the launcher, seeing a rank gone) */
+    if (W.thread_level >= MPI_THREAD_MULTIPLE)
+        MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1);
 }
 
@@ -194,7 +199,7 @@ int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
                         "will not name the ranks that stall\n",
                 c->rank, W.dir);
     W.timeout_s = timeout_s;
-    W.rank = c->rank, W.size = c->size;
+    W.rank = c->rank, W.size = c->size, W.thread_level = c->thread_level;
     W.owner = pthread_self();
     atomic_store(&W.running, 1);
     write_heartbeat();
