@@ -320,17 +320,25 @@ static void test_dropped_graphs_run_directly(void **state)
     assert_int_equal(f.r.graphs.replays, 2);
 }
 
+/* A step seen once, then its capture failing as the device is told
+ * (begin_fails, ends_until_fail): graphs off, the strategy uncut. */
+static void fail_second_sight(fixture *f, int points, int begin_fails, int ends_until_fail)
+{
+    run_step(f, 0, points);
+    f->dev.begin_fails = begin_fails;
+    f->dev.ends_until_fail = ends_until_fail;
+    run_step(f, 0, points);
+    assert_false(f->r.graphs.on);
+    assert_null(f->r.strat.cut);
+}
+
 /* A capture that cannot begin: graphs off, the step run once, directly. */
 static void test_failed_begin_turns_graphs_off(void **state)
 {
     (void)state;
     fixture f;
     setup(&f, 2);
-    run_step(&f, 0, 2);
-    f.dev.begin_fails = 1;
-    run_step(&f, 0, 2);
-    assert_false(f.r.graphs.on);
-    assert_null(f.r.strat.cut);
+    fail_second_sight(&f, 2, 1, 0);
     assert_non_null(strstr(f.r.graphs.why, "off after a failed capture"));
     run_step(&f, 0, 2);
     assert_int_equal(f.r.graphs.captures, 0);
@@ -367,11 +375,7 @@ static void test_failed_first_point_reruns(void **state)
     (void)state;
     fixture f;
     setup(&f, 2);
-    run_step(&f, 0, 2);
-    f.dev.ends_until_fail = 1;
-    run_step(&f, 0, 2);
-    assert_false(f.r.graphs.on);
-    assert_null(f.r.strat.cut);
+    fail_second_sight(&f, 2, 0, 1);
     run_step(&f, 0, 2);
 }
 
@@ -382,10 +386,7 @@ static void test_failed_end_of_one_graph_reruns(void **state)
     (void)state;
     fixture f;
     setup(&f, 1);
-    run_step(&f, 0, 0);
-    f.dev.ends_until_fail = 1;
-    run_step(&f, 0, 0);
-    assert_false(f.r.graphs.on);
+    fail_second_sight(&f, 0, 0, 1);
 }
 
 /* A capture that fails after a communication point has run cannot be
