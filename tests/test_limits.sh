@@ -77,4 +77,84 @@ dups() { seq 1 200000 | awk '{print "  k" ($1 % 100000) ": 1"}'; }
 yaml_case yaml_200k_keys keys200k "unknown key 'junk'"
 yaml_case yaml_200k_duplicates dups "duplicate key 'k1'"
 
+# ---- thread counts (issue 37) ------------------------------------------------
+# Every count up to 1024 runs, however many threads the BLAS was built for:
+# OpenBLAS 0.3.21 (Debian: MAX_THREADS=64, 128 buffers) crashed with
+# SIGSEGV in blas_memory_alloc when more threads than its buffers called
+# it at once, intermittently (threads: 256 died in 2-6 of 6 starts).  Each
+# count starts 10 times; LeNet-5 at batch 256 keeps every thread in GEMMs.
+# OpenBLAS's "precompiled NUM_THREADS exceeded" names its unsafe overflow
+# path, reached or not: it must never appear.  The model is the 1-thread
+# run's, bit for bit.
+LENET="$HCNN_SRCDIR/configs/mnist_lenet.yaml"
+many() { # NAME THREADS: one start
+    OMP_NUM_THREADS=2 timeout -k 5 120 "$HCNN" train --config "$LENET" -q --set csv= --set dataset=synthetic \
+        --set synthetic_train=600 --set synthetic_test=32 --set batch_size=256 --set max_steps=2 \
+        --set blas_kernels=env --set threads="$2" --set checkpoint_dir="$WORK/$1" >"$WORK/$1.log" 2>&1
+}
+many threads_1 1
+for t in 129 200 256 1024; do
+    case_begin "threads_${t}_ten_starts"
+    bad=""
+    for i in $(seq 1 10); do
+        many "t${t}_$i" "$t"
+        rc=$?
+        if [ $rc -ne 0 ]; then bad="start $i: exit $rc: $(tail -n 3 "$WORK/t${t}_$i.log")"; break; fi
+        if grep -q "precompiled NUM_THREADS exceeded" "$WORK/t${t}_$i.log"; then
+            bad="start $i: OpenBLAS's overflow path: $(grep -m1 OpenBLAS "$WORK/t${t}_$i.log")"; break
+        fi
+        if ! same_bits "$WORK/threads_1/final.hcnn" "$WORK/t${t}_$i/final.hcnn"; then
+            bad="start $i: not the 1-thread model"; break
+        fi
+        rm -rf "$WORK/t${t}_$i"
+    done
+    if [ -z "$bad" ]; then case_ok; else case_fail "$bad"; fi
+done
+
+# OMP_NUM_THREADS (threads: 0 takes it) outside 1..1024: refused in one
+# hcnn line, exit 2, by train, train --check and a job on 2 ranks alike,
+# never libgomp's own message or its attempt to start them (100000 crashed
+# with no output; 99999999999 died in libgomp allocating 272 GB)
+for v in 100000 99999999999 1025 abc 0; do
+    case_begin "omp_num_threads_${v}_refused"
+    why=""
+    OMP_NUM_THREADS=$v timeout 60 "$HCNN" train --config "$CFG" -q --set csv= --set max_steps=1 >"$WORK/omp.out" 2>"$WORK/omp.err"
+    rc=$?
+    OMP_NUM_THREADS=$v timeout 60 "$HCNN" train --check --config "$CFG" --set csv= >"$WORK/ompc.out" 2>"$WORK/ompc.err"
+    rcc=$?
+    for f in omp ompc; do
+        if [ "$(cat "$WORK/$f.err")" != "hcnn: error: OMP_NUM_THREADS='$v' is not a thread count hcnn runs (1 to 1024; threads: 0 in $CFG takes it from there): set it within that range, unset it (the physical cores), or set the key threads" ]; then
+            why="$why $f: $(cat "$WORK/$f.err")"
+        fi
+    done
+    [ $rc -eq 2 ] && [ $rcc -eq 2 ] || why="$why exit $rc (train), $rcc (--check)"
+    if [ -z "$why" ]; then case_ok; else case_fail "$why"; fi
+done
+if command -v mpirun >/dev/null; then
+    case_begin omp_num_threads_refused_on_two_ranks
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=abc timeout 120 \
+        mpirun --oversubscribe --bind-to none -np 2 "$HCNN" train --config "$CFG" -q --set csv= \
+        --set strategy=data --set max_steps=1 >"$WORK/ompm.out" 2>"$WORK/ompm.err"
+    rc=$?
+    if [ $rc -eq 2 ] && [ "$(grep -c '^hcnn:' "$WORK/ompm.err")" -eq 1 ] && ! grep -q libgomp "$WORK/ompm.err" &&
+        grep -q "rank 0: error: OMP_NUM_THREADS='abc' is not a thread count" "$WORK/ompm.err"; then case_ok
+    else case_fail "exit $rc: $(cat "$WORK/ompm.err")"; fi
+fi
+# threads: 0 without OMP_NUM_THREADS: the physical cores of the affinity
+# mask, said in the run header; with it, its value, also said
+case_begin threads_0_physical_cores_in_header
+expect_cores=$(for c in $(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done); do
+    cat "/sys/devices/system/cpu/cpu$c/topology/physical_package_id" "/sys/devices/system/cpu/cpu$c/topology/core_id" 2>/dev/null | paste -sd:
+done | sort -u | wc -l)
+env -u OMP_NUM_THREADS timeout 60 "$HCNN" train --config "$CFG" --set csv= --set max_steps=1 --set threads=0 \
+    --set blas_kernels=env >"$WORK/t0.out" 2>&1
+rc=$?
+OMP_NUM_THREADS=3 timeout 60 "$HCNN" train --config "$CFG" --set csv= --set max_steps=1 --set threads=0 \
+    --set blas_kernels=env >"$WORK/t3.out" 2>&1
+rc3=$?
+if [ $rc -eq 0 ] && [ $rc3 -eq 0 ] &&
+    grep -q "x $expect_cores threads (threads: 0: the physical cores of this process's $(nproc) logical CPU" "$WORK/t0.out" &&
+    grep -q "x 3 threads (threads: 0: OMP_NUM_THREADS=3)" "$WORK/t3.out"; then case_ok
+else case_fail "exit $rc/$rc3 (expected $expect_cores cores): $(grep -h 'threads (' "$WORK/t0.out" "$WORK/t3.out")"; fi
+
 finish

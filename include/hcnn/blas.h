@@ -73,10 +73,20 @@ void hcnn_blas_single_threaded(void);
 /* 1 when that path is off (BLIS 0.x), else 0 */
 int hcnn_blas_small_path_off(void);
 
+/* The threads the BLAS serves at once (OpenBLAS: its pool of buffers, 128
+ * in Debian's build; 0: no limit), and the gate that holds the others back
+ * (src/blas/library.c says why): every BLAS call of hcnn is made between
+ * enter and leave; enter waits only when the calling team has more
+ * threads than that, and returns what leave needs. */
+int hcnn_blas_max_callers(void);
+int hcnn_blas_gate_enter(void);
+void hcnn_blas_gate_leave(int entered);
+
 /* Before anything else of a run is allocated, with `threads` OpenMP
  * threads: OpenBLAS's per-thread buffers taken (every thread makes one
  * small call), after checking that the address-space limit leaves room
- * for them; HCNN_ENOMEM after one message saying what limit is needed
+ * for them (at most hcnn_blas_max_callers of them: no more are ever held
+ * at once); HCNN_ENOMEM after one message saying what limit is needed
  * otherwise (OpenBLAS would wait forever for them). */
 int hcnn_blas_take_buffers(int threads);
 

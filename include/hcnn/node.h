@@ -64,8 +64,8 @@ int hcnn_measure_triad_gbs(int threads, double *gbs);
  * instances across the machine; 0 MiB and HCNN_OK, without a warning, if
  * unreadable. */
 int hcnn_llc_mib(double *mib);
-/* "here": cores = omp_get_num_procs() (logical CPUs: with SMT on, that is
- * more than the physical cores), peak and both bandwidths measured, llc
+/* "here": cores = the physical cores this process may run on
+ * (hcnn_physical_cores: SMT siblings count once), peak and both bandwidths measured, llc
  * from sysfs, assumed = 0, source names the CPU (hcnn_cpu_model).  Takes
  * a few seconds (the triad's arrays are first touched twice). */
 int hcnn_node_measure(hcnn_node *node);

@@ -13,7 +13,11 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <omp.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <threads.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -30,6 +34,7 @@
 void openblas_set_num_threads(int n);
 #endif
 #if defined(HCNN_BLAS_OPENBLAS)
+int openblas_get_num_threads(void);
 char *openblas_get_corename(void);
 char *openblas_get_config(void);
 #endif
@@ -167,6 +172,84 @@ const char *blas_library_build(char *buf, int cap)
     return buf;
 }
 
+/* How many threads may be inside OpenBLAS at once.  Each call takes one
+ * buffer from a pool of NUM_BUFFERS = max(50, 2 x MAX_THREADS) for as long
+ * as it runs (driver/others/memory.c; Debian builds MAX_THREADS=64: 128
+ * buffers), and its OpenMP build keeps one of them for each of its own
+ * threads (blas_thread_buffer; one once hcnn_blas_single_threaded has run:
+ * OMP_NUM_THREADS=1024 and 128 callers overflowed by that one).  Past that, 0.3.21's overflow path is unsafe in every build:
+ * in the OpenMP one it sets its "overflowed" flag before it allocates the
+ * overflow table, without a lock, so a second thread reads a NULL table
+ * (threads: 256 died with SIGSEGV at address 0x10 in blas_memory_alloc in
+ * 6 of 6 starts here), and blas_memory_free clears slot `position` of that
+ * table instead of `position - NUM_BUFFERS` (two threads then share one
+ * buffer, or the heap past the table is written).  So hcnn lets at most
+ * that many of its threads call the BLAS at once (hcnn_blas_gate_enter);
+ * the others wait their turn.  On a node with more cores than that, the
+ * GEMMs of a pass run on that many cores at a time: a correct result, not
+ * a full one (an OpenBLAS built with a larger NUM_THREADS, or BLIS, lifts
+ * it).  The counter is process-wide because the pool it guards is: the one
+ * piece of mutable state shared by a whole process in hcnn's CPU backend. */
+#if defined(HCNN_BLAS_OPENBLAS)
+static struct {
+    once_flag once;
+    int cap;            /* 0: no limit */
+    atomic_int inside;  /* callers inside the BLAS now, while gated */
+} gate = {.once = ONCE_FLAG_INIT};
+
+static void gate_init(void)
+{
+    const char *cfg = openblas_get_config(), *m = strstr(cfg, "MAX_THREADS=");
+    const long max_threads = m ? strtol(m + strlen("MAX_THREADS="), NULL, 10) : 0;
+    /* NUM_BUFFERS in OpenBLAS's common.h (MAX_PARALLEL_NUMBER is 1 unless
+     * built otherwise); unknown: Debian's 128, the smallest seen */
+    const int buffers = max_threads > 0 ? (2 * max_threads > 50 ? 2 * (int)max_threads : 50) : 128;
+    /* less OpenBLAS's own threads' (first called after the CPU backend made
+     * it single-threaded: 1; earlier, more, and a smaller cap) */
+    const int own = openblas_get_num_threads();
+    gate.cap = buffers - (own > 0 ? own : 1);
+}
+#endif
+
+int hcnn_blas_max_callers(void)
+{
+#if defined(HCNN_BLAS_OPENBLAS)
+    call_once(&gate.once, gate_init);
+    return gate.cap;
+#else
+    return 0;
+#endif
+}
+
+int hcnn_blas_gate_enter(void)
+{
+#if defined(HCNN_BLAS_OPENBLAS)
+    const int cap = hcnn_blas_max_callers();
+    if (!omp_in_parallel() || omp_get_num_threads() <= cap)
+        return 0; /* at most cap callers in this team: no wait */
+    for (;;) {
+        int n = atomic_load_explicit(&gate.inside, memory_order_relaxed);
+        if (n < cap && atomic_compare_exchange_weak_explicit(&gate.inside, &n, n + 1,
+                                                             memory_order_acquire,
+                                                             memory_order_relaxed))
+            return 1;
+        sched_yield(); /* an SMT sibling or another of the run's threads gets the core */
+    }
+#else
+    return 0;
+#endif
+}
+
+void hcnn_blas_gate_leave(int entered)
+{
+#if defined(HCNN_BLAS_OPENBLAS)
+    if (entered)
+        atomic_fetch_sub_explicit(&gate.inside, 1, memory_order_release);
+#else
+    (void)entered;
+#endif
+}
+
 /* OpenBLAS 0.3.21 takes a buffer of 128 MiB (and 4 KiB) for each thread
  * the first time that thread calls it (blas_memory_alloc; the backtrace of
  * a LeNet-5 run under ulimit -v 600000 that never ended: malloc(134221824)
@@ -207,6 +290,9 @@ int hcnn_blas_take_buffers(int threads)
 {
 #if defined(HCNN_BLAS_OPENBLAS)
     threads = threads > 0 ? threads : 1;
+    /* no more callers than the gate lets in at once hold a buffer */
+    if (threads > hcnn_blas_max_callers())
+        threads = hcnn_blas_max_callers();
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
         const size_t need = (size_t)threads * OPENBLAS_BUFFER_BYTES;

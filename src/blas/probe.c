@@ -38,9 +38,11 @@ int blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *s
 
 int hcnn_blas_probe(const hcnn_config *cfg, int world)
 {
-    blas_run run = {.cfg = cfg, .world = world, .threads = hcnn_setup_threads(cfg)};
+    blas_run run = {.cfg = cfg, .world = world};
     hcnn_pass_gemms g;
     int n;
+    if (hcnn_setup_threads(cfg, &run.threads, NULL, 0))
+        return HCNN_EINVAL;
     if (hcnn_blas_take_buffers(run.threads)) /* under ulimit -v: a message, not a hang */
         return HCNN_ENOMEM;
     /* three timings of every shape, the median of each */

@@ -108,7 +108,6 @@ static int auto_table(const blas_run *run, blas_table *t, int remeasure, int *ca
 static blas_run run_of(const hcnn_config *cfg, int world)
 {
     blas_run run = {.cfg = cfg, .world = world, .env_core = original_coretype()};
-    (void)hcnn_setup_threads(cfg);
     /* measured on one thread, whatever the run's count: hcnn calls the
      * BLAS single-threaded on pieces fixed by shape, so one core's speed
      * decides, and every thread count of a model on this CPU and library
@@ -118,10 +117,16 @@ static blas_run run_of(const hcnn_config *cfg, int world)
 }
 
 /* auto_table for cfg on world ranks into a new *t (the caller frees it,
- * also on failure); HCNN_ENOMEM if the table cannot be allocated. */
+ * also on failure); HCNN_ENOMEM if the table cannot be allocated,
+ * HCNN_EINVAL for a thread count the run could not start (its children
+ * would each say so). */
 static int run_table(const hcnn_config *cfg, int world, int remeasure, blas_table **t,
                      int *cached)
 {
+    int threads;
+    *t = NULL;
+    if (hcnn_threads_resolve(cfg, &threads, NULL, 0))
+        return HCNN_EINVAL;
     const blas_run run = run_of(cfg, world);
     if (!(*t = calloc(1, sizeof **t)))
         return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the BLAS kernels' table");
@@ -175,6 +180,8 @@ int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
         }
         return prepare_reexec(mode, note, reexec);
     }
+    if (!hcnn_threads_ok(cfg)) /* not measured: the run refuses it once MPI is up */
+        return HCNN_OK;
     blas_table *t = NULL;
     int cached;
     const int rc = run_table(cfg, world, 0, &t, &cached);

@@ -1,4 +1,14 @@
-/* Before any library starts: enough address space for OpenBLAS to load.
+/* Before any library starts: an OMP_NUM_THREADS libgomp would misread,
+ * and enough address space for OpenBLAS to load.
+ *
+ * libgomp reads OMP_NUM_THREADS in its constructor and prints its own
+ * "libgomp: Invalid value for environment variable OMP_NUM_THREADS" for
+ * one it cannot parse ('abc', '0', ''), before main; hcnn refuses any
+ * value but 1 to HCNN_MAX_THREADS in one message of its own
+ * (src/core/threads.c).  So a value hcnn refuses is hidden from the
+ * libraries here, renamed in place to HCNN_BAD_OMP_NT (the same length:
+ * the environment's strings are rewritten, nothing allocated), where
+ * hcnn_threads_resolve finds it and says what was wrong with it.
  *
  * OpenBLAS's OpenMP build maps a 128 MiB buffer for each of its threads in
  * its constructor, which runs before main (gotoblas_init, blas_thread_init:
@@ -16,7 +26,6 @@
 #define _GNU_SOURCE
 #include "config.h"
 
-#if defined(HCNN_BLAS_OPENBLAS) /* other BLAS libraries fail an allocation with a message */
 #include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
@@ -25,6 +34,20 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "hcnn/threads.h"
+
+static void hide_refused_thread_count(char **envp)
+{
+    static const char name[] = "OMP_NUM_THREADS=";
+    for (char **e = envp; e && *e; e++) {
+        if (strncmp(*e, name, sizeof name - 1))
+            continue;
+        if (hcnn_threads_env_value(*e + sizeof name - 1) < 0 || !(*e)[sizeof name - 1])
+            memcpy(*e, HCNN_BAD_OMP_NT "=", sizeof name - 1);
+    }
+}
+
+#if defined(HCNN_BLAS_OPENBLAS) /* other BLAS libraries fail an allocation with a message */
 #define OPENBLAS_BUFFER_MIB 128ul
 #define START_SLACK_MIB 16ul /* what the other libraries map before main: 0.7 MiB here */
 
@@ -59,9 +82,8 @@ static unsigned long openblas_threads(char **envp)
     return omp > 0 && omp < cores ? omp : cores > 0 ? cores : 1ul;
 }
 
-static void check_address_space(int argc, char **argv, char **envp)
+static void check_address_space(char **envp)
 {
-    (void)argc, (void)argv;
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         return;
@@ -88,7 +110,16 @@ static void check_address_space(int argc, char **argv, char **envp)
     _exit(1);
 }
 
-__attribute__((section(".preinit_array"), used)) static void (*const hcnn_preinit)(
-    int, char **, char **) = check_address_space;
-
 #endif
+
+static void preinit(int argc, char **argv, char **envp)
+{
+    (void)argc, (void)argv;
+    hide_refused_thread_count(envp);
+#if defined(HCNN_BLAS_OPENBLAS)
+    check_address_space(envp);
+#endif
+}
+
+__attribute__((section(".preinit_array"), used)) static void (*const hcnn_preinit)(
+    int, char **, char **) = preinit;

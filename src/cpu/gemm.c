@@ -20,6 +20,7 @@
 
 #include "cblas_decl.h"
 #include "cpu.h"
+#include "hcnn/blas.h"
 
 #define MAX_PIECES 64
 #define TILE_MIN_MACS ((double)(1 << 22))
@@ -29,15 +30,19 @@
 /* One single-threaded BLAS call.  OpenBLAS's OpenMP build takes its thread
  * count from omp_get_max_threads() at every call outside a parallel region
  * (openblas_set_num_threads(1) does not stick), so the calling thread's
- * OpenMP thread count is 1 for the call. */
+ * OpenMP thread count is 1 for the call.  A team larger than the callers
+ * the BLAS serves at once passes its gate (hcnn_blas_gate_enter: more than
+ * 128 threads in OpenBLAS 0.3.21 crashed). */
 static void sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                   const float *b, int ldb, float beta, float *c, int ldc)
 {
     const int outer = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (outer > 1)
         omp_set_num_threads(1);
+    const int entered = hcnn_blas_gate_enter();
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
                 k, alpha, a, lda, b, ldb, beta, c, ldc);
+    hcnn_blas_gate_leave(entered);
     if (outer > 1)
         omp_set_num_threads(outer);
 }

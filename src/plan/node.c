@@ -12,6 +12,7 @@
 #include "hcnn/blas.h"
 #include "hcnn/common.h"
 #include "hcnn/node.h"
+#include "hcnn/threads.h"
 
 /* ---- presets ---------------------------------------------------------------- */
 
@@ -501,7 +502,7 @@ int hcnn_node_measure(hcnn_node *node)
 {
     memset(node, 0, sizeof *node);
     snprintf(node->name, sizeof node->name, "here");
-    node->cores = omp_get_num_procs();
+    node->cores = hcnn_physical_cores(NULL);
     int rc = hcnn_measure_fma_gflops(node->cores, &node->peak_gflops);
     if (!rc)
         rc = hcnn_measure_triad_gbs(node->cores, &node->bandwidth_gbs);

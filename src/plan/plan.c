@@ -18,6 +18,7 @@
 #include "hcnn/grad_sync.h"
 #include "hcnn/node.h"
 #include "hcnn/plan.h"
+#include "hcnn/threads.h"
 #include "hcnn/train.h"
 #include "plan_report.h"
 
@@ -511,7 +512,7 @@ int hcnn_plan_main(int argc, char **argv)
         free(cfg);
         return 2;
     }
-    const int cores = omp_get_num_procs();
+    const int cores = hcnn_physical_cores(NULL); /* SMT siblings share a core: never measured as two */
     if (!o.calibrate) {
         if (hcnn_node_load(o.node_spec, &o.node)) {
             free(cfg);

@@ -50,10 +50,11 @@ void report_header(const hcnn_run *r)
     const hcnn_config *cfg = r->cfg;
     char blas[256];
     printf("hcnn: model %s: %d blocks, %zu parameters; data %s: %d train / %d test samples; "
-           "strategy %s on %d rank%s x %d threads; global batch %d; %s\n",
+           "strategy %s on %d rank%s x %d threads (%s); global batch %d; %s\n",
            cfg->model.name, r->net.nlayers, r->net.nparams, cfg->dataset, r->train.n, r->test.n,
            hcnn_strategy_name(cfg->strategy), r->comm->size, r->comm->size > 1 ? "s" : "",
-           r->threads, cfg->batch_size, hcnn_blas_describe(blas, sizeof blas));
+           r->threads, r->threads_how, cfg->batch_size,
+           hcnn_blas_describe(blas, sizeof blas));
     if (r->reserved_core)
         printf("hcnn: one core of each rank's %d is the gradient allreduce's "
                "(allreduce_progress: thread): %d threads compute\n",

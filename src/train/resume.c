@@ -16,6 +16,7 @@
 #include "hcnn/common.h"
 #include "hcnn/data.h"
 #include "hcnn/files.h"
+#include "hcnn/threads.h"
 #include "run.h"
 
 /* A checkpoint directory that cannot be written is found before training,
@@ -83,8 +84,12 @@ static int find_resume(const hcnn_config *cfg, const hcnn_run_ident *want, const
  * Serial, no MPI peers needed. */
 int hcnn_train_check(const hcnn_config *cfg, const char *resume)
 {
+    int threads; /* the count the run would start, refused as the run refuses it */
+    int rc = hcnn_threads_resolve(cfg, &threads, NULL, 0);
+    if (rc)
+        return rc;
     hcnn_dataset train = {0}, test = {0};
-    int rc = hcnn_dataset_open(cfg, &train, &test);
+    rc = hcnn_dataset_open(cfg, &train, &test);
     const long ntrain = train.n, ntest = test.n;
     hcnn_dataset_free(&train);
     hcnn_dataset_free(&test);

@@ -43,9 +43,27 @@ static int check_blas_kernels(const hcnn_config *cfg, const hcnn_comm *comm)
     return other >= 0 ? HCNN_EINVAL : HCNN_OK;
 }
 
+/* The thread count each rank would start (its own OMP_NUM_THREADS when
+ * threads is 0): refused on every rank when one rank's is, said once by
+ * the first such rank. */
+static int check_threads(const hcnn_config *cfg, const hcnn_comm *comm)
+{
+    int first_bad = hcnn_threads_ok(cfg) ? comm->size : comm->rank;
+    if (comm->size > 1)
+        HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, comm->world));
+    if (first_bad == comm->size)
+        return HCNN_OK;
+    int threads;
+    if (first_bad == comm->rank)
+        (void)hcnn_threads_resolve(cfg, &threads, NULL, 0); /* its message */
+    return HCNN_EINVAL;
+}
+
 int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
 {
-    const int rc = hcnn_strategy_check(cfg, comm);
+    int rc = check_threads(cfg, comm);
+    if (!rc)
+        rc = hcnn_strategy_check(cfg, comm);
     return rc ? rc : check_blas_kernels(cfg, comm);
 }
 
@@ -132,7 +150,8 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
     int rc = run_backend(r);
     if (rc)
         return rc;
-    r->threads = hcnn_setup_threads(cfg);
+    if ((rc = hcnn_setup_threads(cfg, &r->threads, r->threads_how, sizeof r->threads_how)))
+        return rc;
     /* allreduce_progress: thread on a rank that shares gradients: the
      * communication thread gets a core of its own and computes the
      * reductions there (OpenMPI's blocking allreduce polls, and sums on

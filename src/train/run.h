@@ -71,6 +71,7 @@ typedef struct hcnn_run {
     hcnn_backend *own_be;     /* the instance this run made (be) */
     double *stats;            /* the step's statistics, backend memory (HCNN_STAT_*) */
     int threads;
+    char threads_how[96];     /* where the count came from (hcnn_threads_resolve) */
     int reserved_core;        /* one of the threads asked for runs the allreduce (run.c) */
     hcnn_dataset train, test;
     hcnn_net net;
