@@ -5,7 +5,11 @@
  * A small model is saved with momentum; a forger re-reads it with
  * hcnn_ckpt_read and writes variants through its own small writer of the
  * documented format (include/hcnn/checkpoint.h), with correct CRCs, so only
- * the semantic checks can catch them. */
+ * the semantic checks can catch them.
+ *
+ * Then which checkpoint of a directory --resume auto and latest take
+ * (hcnn_ckpt_pick_resume): the highest step of the line, whatever the
+ * write times its files record (issue 37). */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +25,7 @@
 
 #include "hcnn/backend.h"
 #include "hcnn/checkpoint.h"
+#include "hcnn/ckpt_dir.h"
 #include "hcnn/common.h"
 #include "hcnn/config.h"
 #include "hcnn/files.h"
@@ -294,6 +299,77 @@ static void test_metadata_ranges(void **state)
         expect_refused(f, &(forgery){.meta = bad[i][0]}, f->bad, bad[i][1], NULL);
 }
 
+/* ---- which checkpoint --resume takes ---------------------------------------- */
+
+/* dir/ckpt-s<step>[-tag].hcnn of run `run`, written (by its META) at `written` */
+static void save_at(fixture *f, const char *dir, long step, const char *run, double written,
+                    const char *job, const char *tag)
+{
+    char path[256];
+    hcnn_ckpt_name(path, sizeof path, dir, step, tag);
+    hcnn_ckpt_meta meta = {.epoch = 1, .step = step, .seed = 5, .batch_size = 4,
+                           .written = written};
+    snprintf(meta.model, sizeof meta.model, "validate");
+    snprintf(meta.run_id, sizeof meta.run_id, "%s", run);
+    snprintf(meta.slurm_job, sizeof meta.slurm_job, "%s", job);
+    assert_int_equal(hcnn_ckpt_save(path, &f->net, f->momentum, &meta), HCNN_OK);
+}
+
+static long picked_step(fixture *f, const char *dir, const char *job)
+{
+    const hcnn_run_ident want = {.net = &f->net, .model = "validate", .dataset = "",
+                                 .seed = 5, .slurm_job = job, .cfg_path = f->cfg_path};
+    char path[HCNN_FILE_PATH_MAX + 48];
+    assert_int_equal(hcnn_ckpt_pick_resume(dir, &want, 1, path, sizeof path), HCNN_OK);
+    hcnn_ckpt_meta meta;
+    assert_int_equal(hcnn_ckpt_read_meta(path, &meta, 0), HCNN_OK);
+    return meta.step;
+}
+
+/* One line written by three segments, the second on a node whose clock ran
+ * an hour ahead: its step 20 records the newest write time, yet the line
+ * goes on from step 30 (the newest write picked step 20 before, and the
+ * run resuming it started a roll-back line).  Inside a Slurm job likewise;
+ * and a torn file past the head of the line is refused, not skipped. */
+static void test_resume_takes_highest_step_not_newest_clock(void **state)
+{
+    fixture *f = *state;
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/line", f->dir);
+    assert_int_equal(hcnn_mkdir_p(dir), HCNN_OK);
+    const char *run = "20261127T100000Z-abc123";
+    save_at(f, dir, 10, run, 1000.0, "77", NULL);
+    save_at(f, dir, 20, run, 1000.0 + 3600.0 + 60.0, "77", NULL); /* a clock 1 h ahead */
+    save_at(f, dir, 30, run, 1120.0, "77", NULL);
+    assert_int_equal(picked_step(f, dir, ""), 30);
+    assert_int_equal(picked_step(f, dir, "77"), 30);
+    /* another run's line in the same directory, written last: its own head */
+    const char *other = "20261127T110000Z-def456";
+    save_at(f, dir, 5, other, 5000.0, "", "def456");
+    save_at(f, dir, 15, other, 4990.0, "", "def456");
+    assert_int_equal(picked_step(f, dir, ""), 15);
+    assert_int_equal(picked_step(f, dir, "77"), 30); /* the job's own line */
+    /* a torn step 40 of the job's line: refused with the cause, not passed over */
+    char torn[256];
+    hcnn_ckpt_name(torn, sizeof torn, dir, 40, NULL);
+    assert_int_equal(hcnn_write_file(torn, "HCNNCKPT", 8), HCNN_OK);
+    const hcnn_run_ident want = {.net = &f->net, .model = "validate", .dataset = "", .seed = 5,
+                                 .slurm_job = "77", .cfg_path = f->cfg_path};
+    char path[HCNN_FILE_PATH_MAX + 48];
+    capture cap;
+    capture_begin(&cap);
+    const int rc = hcnn_ckpt_pick_resume(dir, &want, 1, path, sizeof path);
+    capture_end(&cap, "ckpt-s0000000040.hcnn, cannot be read (not an hcnn checkpoint", NULL);
+    assert_int_equal(rc, HCNN_EFORMAT);
+    unlink(torn);
+    for (long s = 5; s <= 30; s += 5) {
+        char p[256];
+        hcnn_ckpt_name(p, sizeof p, dir, s, s == 5 || s == 15 ? "def456" : NULL);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_non_finite_values),
         cmocka_unit_test(test_dims_overflow),
         cmocka_unit_test(test_metadata_ranges),
+        cmocka_unit_test(test_resume_takes_highest_step_not_newest_clock),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -21,9 +21,11 @@
  * checkpoint continues the line, one that resumes an older one (a roll
  * back) starts a new line recording its parent (run and step).  Pruning
  * (checkpoint_keep) deletes only the run's own line; --resume auto|latest
- * takes the newest checkpoint written in the directory (by its META's
- * write time), or the newest of this Slurm job's if it has any, and
- * refuses one of another model, data set or seed, naming both.
+ * takes the line of the newest checkpoint written in the directory (by its
+ * META's write time), or of the newest of this Slurm job's if it has any,
+ * and in that line the checkpoint of the highest step (never the write
+ * time: nodes' clocks differ), and refuses one of another model, data set
+ * or seed, naming both.
  *
  * Names.  ckpt-s<step, 10 digits>.hcnn; a line that starts where other
  * lines' checkpoints are names its files ckpt-s<step>-<tag>.hcnn, tag =

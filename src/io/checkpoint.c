@@ -184,13 +184,19 @@ static int get(rbuf *b, void *dst, size_t n)
 
 static int read_file(const char *path, unsigned char **data, size_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return hcnn_error_code(HCNN_EIO, "cannot open checkpoint %s: %s", path, strerror(errno));
+    int fd; /* a FIFO blocked fopen here (eval, diff, export, --resume): refused */
+    int rc = hcnn_open_regular(path, "checkpoint", HCNN_EIO, &fd);
+    if (rc)
+        return rc;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return hcnn_error_code(HCNN_ENOMEM, "cannot read checkpoint %s: %s", path, strerror(errno));
+    }
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || st.st_size < 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
         fclose(f);
-        return hcnn_error_code(HCNN_EIO, "%s: not a regular file", path);
+        return hcnn_error_code(HCNN_EIO, "cannot read checkpoint %s: %s", path, strerror(errno));
     }
     *n = (size_t)st.st_size;
     *data = malloc(*n + 1);

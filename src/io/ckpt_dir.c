@@ -558,6 +558,64 @@ int hcnn_ckpt_check_ident(const char *path, const hcnn_ckpt_meta *meta,
     return differs ? refuse_ident(path, meta, want, differs) : HCNN_OK;
 }
 
+/* The tag in a checkpoint's file name (ckpt-s<step>-<tag>.hcnn), "" for none */
+static const char *name_tag(const char *path, char *tag)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    tag[0] = '\0';
+    if (strlen(base) == 22 + HCNN_RUN_TAG_LEN)
+        snprintf(tag, HCNN_RUN_TAG_LEN + 1, "%s", base + 17);
+    return tag;
+}
+
+/* Why a checkpoint's META cannot be read, without blocking on it (a FIFO
+ * given a checkpoint's name: "hcnn diff on it", once advised here, hung) */
+static const char *why_unreadable(const char *path, char *buf, size_t cap)
+{
+    struct stat st;
+    hcnn_ckpt_meta meta;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && stat(path, &st) != 0)
+        snprintf(buf, cap, "a symbolic link to nothing: %s", strerror(errno));
+    else if (stat(path, &st) != 0)
+        snprintf(buf, cap, "%s", strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        snprintf(buf, cap, "it is %s, not a regular file", hcnn_file_kind(st.st_mode));
+    else if (hcnn_ckpt_read_meta(path, &meta, 1) == HCNN_EFORMAT)
+        snprintf(buf, cap, "not an hcnn checkpoint of version %u, or its META section is torn "
+                           "or damaged",
+                 HCNN_CKPT_VERSION);
+    else
+        snprintf(buf, cap, "%s", access(path, R_OK) ? strerror(errno) : "it cannot be opened");
+    return buf;
+}
+
+/* The checkpoint of list.e[pick]'s line to resume: its highest step.  A
+ * line's checkpoints follow one another in steps whatever the clocks of
+ * the nodes that wrote them: a segment on a node whose clock ran an hour
+ * ahead must not make the next one resume that segment's older step (and
+ * start a roll-back line).  A file past it that cannot be read and may be
+ * the line's (its name's tag is the line's, or it has none) is the pick,
+ * so that it is refused, not skipped. */
+static int line_head(const hcnn_ckpt_list *list, int pick)
+{
+    const hcnn_ckpt_meta *m = &list->e[pick].meta;
+    if (list->e[pick].unreadable || !m->run_id[0])
+        return pick;
+    const char *line = m->run_id;
+    char tag[HCNN_RUN_TAG_LEN + 1];
+    int head = pick;
+    for (int i = 0; i < list->n; i++) {
+        const hcnn_ckpt_entry *e = &list->e[i];
+        const int mine = e->unreadable ? (!name_tag(e->path, tag)[0] ||
+                                          !strcmp(tag, hcnn_run_tag(line)))
+                                       : !strcmp(e->meta.run_id, line);
+        if (mine && e->meta.step > list->e[head].meta.step)
+            head = i;
+    }
+    return head;
+}
+
 int hcnn_ckpt_pick_resume(const char *dir, const hcnn_run_ident *want, int required, char *path,
                           size_t cap)
 {
@@ -567,24 +625,29 @@ int hcnn_ckpt_pick_resume(const char *dir, const hcnn_run_ident *want, int requi
     if (rc)
         return rc;
     const char *how = required ? "--resume latest" : "--resume auto";
-    int pick = list.n - 1; /* the newest written */
+    /* the line: that of the newest checkpoint written (the only use of a
+     * clock: which of several runs sharing the directory wrote last) */
+    int pick = list.n - 1;
     /* a requeued Slurm job resumes its own line, whoever wrote since */
     for (int i = list.n - 1; i >= 0 && want->slurm_job[0]; i--)
         if (!list.e[i].unreadable && !strcmp(list.e[i].meta.slurm_job, want->slurm_job)) {
             pick = i;
             break;
         }
+    if (pick >= 0) /* within the line, by step */
+        pick = line_head(&list, pick);
     if (pick < 0) {
         if (required)
             rc = hcnn_error_code(HCNN_EIO, "%s: no checkpoint (ckpt-s*.hcnn) in '%s' (key "
                                            "checkpoint_dir)",
                                  how, dir);
     } else if (list.e[pick].unreadable) {
+        char why[160];
         rc = hcnn_error_code(HCNN_EFORMAT,
-                             "%s: the newest checkpoint in %s, %s, cannot be read (hcnn diff "
-                             "or hcnn eval on it says why): move it away, or resume a named "
-                             "checkpoint with --resume FILE",
-                             how, dir, list.e[pick].path);
+                             "%s: the newest checkpoint in %s, %s, cannot be read (%s): move "
+                             "it away, or resume a named checkpoint with --resume FILE",
+                             how, dir, list.e[pick].path,
+                             why_unreadable(list.e[pick].path, why, sizeof why));
     } else {
         const hcnn_ckpt_entry *en = &list.e[pick];
         const char *differs = ident_differs(&en->meta, want);

@@ -392,19 +392,18 @@ static int read_file(const char *path, const char *name, const char *owner, int 
                      unsigned char *chunk)
 {
     int rc = HCNN_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return hcnn_error_code(HCNN_EIO, "%s: no such file: tensor %s of %s is missing", path,
-                                   name, owner);
-        return hcnn_error_code(HCNN_EIO, "cannot open %s: %s", path, strerror(errno));
-    }
     struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT)
+        return hcnn_error_code(HCNN_EIO, "%s: no such file: tensor %s of %s is missing", path,
+                               name, owner);
+    int fd; /* a FIFO blocked the open here: refused, as anything but a regular file */
+    if ((rc = hcnn_open_regular(path, ".npy file", HCNN_EIO, &fd)))
+        return rc;
     unsigned char pre[12];
     size_t got;
     npy_hdr h;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = hcnn_error_code(HCNN_EIO, "%s: not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        rc = hcnn_error_code(HCNN_EIO, "cannot read %s: %s", path, strerror(errno));
         goto out;
     }
     const uint64_t size = (uint64_t)st.st_size;
