@@ -3,8 +3,8 @@
 # file written through a symbolic link and refused when it is a pipe, a
 # FIFO, a device or a directory (before training, also by train --check);
 # a gzip'ed data file damaged mid-stream reported as corrupt, not as
-# trailing data; a FIFO given as a data file or as the config refused at
-# once, never waited on; a config that cannot be read is a configuration
+# trailing data; a FIFO given as a data file, the config, a checkpoint, a
+# .npy or a plan file refused at once, never waited on; a config that cannot be read is a configuration
 # error (exit 2); the run header says plainly whether checkpoints are
 # written; a stop signal during the BLAS kernel measurement acts at once.
 # `train` blocks SIGTERM (it takes it between steps), so every hang guard
@@ -203,6 +203,47 @@ if [ $rc -eq 1 ] && grep -q "CIFAR-10 batch file '$d/data_batch_1.bin' is a pipe
 else
     case_fail "exit $rc: $(cat "$WORK/cifar.err")"
 fi
+
+# ---- a FIFO named where hcnn reads a checkpoint, a .npy or a plan file ----------
+# (issue 37) each command refuses it at once, naming it; open() blocked
+# every one of them forever before, and a blocked train ignored SIGTERM
+case_begin fifo_fixture
+mkdir -p "$WORK/ff/ck" "$WORK/ff/npy"
+guarded ff_train 60 "$HCNN" "${SMALL[@]}" --set csv= --set checkpoint_dir="$WORK/ff/ck"
+mkfifo "$WORK/ff/c.fifo"
+if [ $rc -eq 0 ] && [ -f "$WORK/ff/ck/final.hcnn" ] && "$HCNN" export "$WORK/ff/ck/final.hcnn" "$WORK/ff/npy" >/dev/null 2>&1; then
+    case_ok
+else case_fail "exit $rc: $(cat "$WORK/ff_train.err")"; fi
+rm -f "$WORK/ff/npy/conv1.weight.npy" && mkfifo "$WORK/ff/npy/conv1.weight.npy"
+FIFO_MSG="'$WORK/ff/c.fifo' is a pipe or FIFO (expected a regular file)"
+fifo_refused() { # NAME PATTERN CMD...: exit 1 or 2 within 20 s, one message naming the FIFO
+    local name=$1 pattern=$2
+    shift 2
+    case_begin "$name"
+    guarded "$name" 20 "$@"
+    if { [ $rc -eq 1 ] || [ $rc -eq 2 ]; } && [ "$(grep -c 'hcnn: error' "$WORK/$name.err")" -eq 1 ] &&
+        grep -qF -- "$pattern" "$WORK/$name.err"; then
+        case_ok
+    else
+        case_fail "exit $rc: $(cat "$WORK/$name.err")"
+    fi
+}
+fifo_refused fifo_eval "checkpoint $FIFO_MSG" "$HCNN" eval --config "$CFG" --checkpoint "$WORK/ff/c.fifo"
+fifo_refused fifo_diff "checkpoint $FIFO_MSG" "$HCNN" diff "$WORK/ff/ck/final.hcnn" "$WORK/ff/c.fifo"
+fifo_refused fifo_export "checkpoint $FIFO_MSG" "$HCNN" export "$WORK/ff/c.fifo" "$WORK/ff/out"
+fifo_refused fifo_resume "checkpoint $FIFO_MSG" "$HCNN" "${SMALL[@]}" --set csv= --resume "$WORK/ff/c.fifo"
+fifo_refused fifo_check_resume "checkpoint $FIFO_MSG" "$HCNN" "${SMALL[@]}" --set csv= --check --resume "$WORK/ff/c.fifo"
+fifo_refused fifo_import ".npy file '$WORK/ff/npy/conv1.weight.npy' is a pipe or FIFO (expected a regular file)" \
+    "$HCNN" import "$WORK/ff/npy" --config "$CFG" -o "$WORK/ff/imported.hcnn"
+fifo_refused fifo_plan_node "--node file $FIFO_MSG" "$HCNN" plan --config "$CFG" --node "$WORK/ff/c.fifo"
+fifo_refused fifo_plan_network "--network file $FIFO_MSG" "$HCNN" plan --config "$CFG" --node epyc-9554 \
+    --network "$WORK/ff/c.fifo"
+# --resume auto, the newest ckpt-s*.hcnn a FIFO: refused with its cause,
+# without reading it (and no advice to run hcnn diff on it)
+mkfifo "$WORK/ff/ck/ckpt-s9999999999.hcnn"
+fifo_refused fifo_resume_auto "ckpt-s9999999999.hcnn, cannot be read (it is a pipe or FIFO, not a regular file)" \
+    "$HCNN" "${SMALL[@]}" --set csv= --set checkpoint_dir="$WORK/ff/ck" --resume auto
+rm -f "$WORK/ff/ck/ckpt-s9999999999.hcnn"
 
 # ---- the run header: checkpoints on or off ------------------------------------
 

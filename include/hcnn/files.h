@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #define HCNN_FILE_PATH_MAX 4096
@@ -35,6 +36,9 @@ const char *hcnn_file_kind(mode_t mode);
  * blocking again.  HCNN_OK with *fd, or `code` after one message naming
  * `what` (e.g. "config file"), the path and what it is. */
 int hcnn_open_regular(const char *path, const char *what, int code, int *fd);
+/* The same as a stdio stream ("r"): HCNN_OK with *f, or `code` after one
+ * message (HCNN_ENOMEM if the stream cannot be made). */
+int hcnn_fopen_regular(const char *path, const char *what, int code, FILE **f);
 
 /* A file being written under a temporary name. */
 typedef struct hcnn_afile {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,9 +101,21 @@ static int field(const char *line, const char *word, char *out, size_t cap)
 int blas_cache_read(const char *dir, blas_table *t)
 {
     cache_path(dir, t);
-    FILE *f = fopen(t->cache_path, "r");
-    if (!f)
+    /* not blocking on what is not a regular file (a FIFO in the cache
+     * directory would hold every run that reads it): measured again */
+    const int fd = open(t->cache_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        hcnn_warn("BLAS kernels: %s is not a regular file: not read as the cache", t->cache_path);
+        close(fd);
         return 0;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
     char line[1200], v[1200];
     int ok = 0, magic = 0, keyok = 0;
     blas_table r = *t;

@@ -95,6 +95,21 @@ int hcnn_open_regular(const char *path, const char *what, int code, int *fd)
     return HCNN_OK;
 }
 
+int hcnn_fopen_regular(const char *path, const char *what, int code, FILE **f)
+{
+    int fd;
+    *f = NULL;
+    const int rc = hcnn_open_regular(path, what, code, &fd);
+    if (rc)
+        return rc;
+    if (!(*f = fdopen(fd, "r"))) {
+        close(fd);
+        return hcnn_error_code(HCNN_ENOMEM, "cannot read %s '%s': %s", what, path,
+                               strerror(errno));
+    }
+    return HCNN_OK;
+}
+
 int hcnn_afile_open(hcnn_afile *a, const char *path)
 {
     a->fd = -1;

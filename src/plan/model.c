@@ -1,13 +1,16 @@
 /* hcnn plan's arithmetic (include/hcnn/plan.h): the network's allreduce
  * and point-to-point costs, and the price of one step of a layout.  The
  * formulas and their assumptions are in docs/plan.md. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "hcnn/comm.h"
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 #include "hcnn/grad_sync.h"
 #include "hcnn/plan.h"
 #include "hcnn/strategy.h"
@@ -62,11 +65,14 @@ int hcnn_network_load(const char *spec, hcnn_network *nw)
             nw->iallreduce = setting;
             return HCNN_OK;
         }
-    FILE *f = fopen(spec, "r");
-    if (!f)
+    struct stat st;
+    if (stat(spec, &st) != 0)
         return hcnn_error_code(HCNN_EIO, "--network '%s': neither a preset (ib-hdr, eth-25g) "
-                                         "nor a readable file",
-                               spec);
+                                         "nor a readable file (%s)",
+                               spec, strerror(errno));
+    FILE *f; /* a FIFO named here blocked hcnn plan in fopen */
+    if ((rc = hcnn_fopen_regular(spec, "--network file", HCNN_EIO, &f)))
+        return rc;
     memset(nw, 0, sizeof *nw);
     snprintf(nw->name, sizeof nw->name, "%.63s", spec);
     double alpha = -1, bw = -1, red = -1, p2p = -1, cont = 1.0;

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "hcnn/blas.h"
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 #include "hcnn/node.h"
 #include "hcnn/threads.h"
 
@@ -160,11 +162,15 @@ int hcnn_node_load(const char *spec, hcnn_node *node)
         }
     if (!strcmp(spec, "here"))
         return hcnn_node_measure(node);
-    FILE *f = fopen(spec, "r");
-    if (!f)
+    struct stat st;
+    if (stat(spec, &st) != 0)
         return hcnn_error_code(HCNN_EIO, "--node '%s': neither a preset (%s), 'here', nor a "
                                          "readable file (%s)",
                                spec, hcnn_node_preset_names(), strerror(errno));
+    FILE *f; /* a FIFO named here blocked hcnn plan in fopen */
+    int frc = hcnn_fopen_regular(spec, "--node file", HCNN_EIO, &f);
+    if (frc)
+        return frc;
     memset(node, 0, sizeof *node);
     snprintf(node->name, sizeof node->name, "%.63s", spec);
     snprintf(node->source, sizeof node->source, "file %.190s", spec);
