@@ -8,6 +8,8 @@
 # cannot be written is refused at start, and one that disappears mid-run
 # stops the run (checkpoint_on_error: stop) or not (continue) with the
 # previous checkpoint intact, and so does a full disk (a 64 KiB tmpfs); a
+# metrics file on a disk that fills stops the run with a checkpoint, and
+# the resumed run cuts its torn last row off; a
 # rank killed mid-step ends the job with the last checkpoint loadable; data
 # files deleted mid-run change nothing (read whole at start); SIGTERM
 # through scripts/hcnn-mpirun exits 75.
@@ -197,6 +199,45 @@ for layout in "${LAYOUTS[@]:0:2}" "data_one_step_epochs 2 --set strategy=data --
         case_fail "exit $rc after ${took}s, last '$last': $(grep -v '^epoch=\|^checkpoint=' "$WORK/$name.log" | head)"
     fi
     umount "$dir"
+done
+
+# ---- the metrics file on a disk that fills up (issue 37) ---------------------
+# A 12 KiB tmpfs holds the csv and its .config.yaml; the rows fill it within
+# a few dozen epochs.  The run stops with one message on every rank's behalf
+# (exit 1) and a checkpoint where it stands; once there is room (the tmpfs
+# remounted larger), --resume latest cuts the torn last row off (said in a
+# warning) and every row of the file has the header's columns.  Before: exit
+# 0, nothing said, and the resumed rows glued onto the torn one.
+for layout in "${LAYOUTS[@]:0:2}"; do
+    read -r kind np extra <<<"$layout"
+    name="csvfull_$kind"
+    case_begin "metrics_disk_full_$kind"
+    dir="$WORK/$name"
+    mkdir -p "$dir/m"
+    if ! mount -t tmpfs -o size=12k tmpfs "$dir/m" 2>/dev/null; then
+        case_skip "cannot mount a tmpfs here (needs root)"
+        continue
+    fi
+    # shellcheck disable=SC2086
+    launch "$name" "$np" $extra --set epochs=400 --set synthetic_train=64 --set checkpoint_every=1000 \
+        --set csv="$dir/m/metrics.csv" --set checkpoint_dir="$dir/ck"
+    first=$rc
+    stopped_at=$(sed -n 's/.*could not be written at epoch \([0-9]*\): No space left on device.*/\1/p' "$WORK/$name.log")
+    checkpointed=0 # the final checkpoint is where it stopped (2 steps an epoch)
+    loads "$name" "$dir/ck/final.hcnn" && grep -q "step=$(( ${stopped_at:-0} * 2 )) " "$WORK/$name.eval" && checkpointed=1
+    mount -o remount,size=1m "$dir/m"
+    # shellcheck disable=SC2086
+    launch "${name}_resumed" "$np" $extra --set epochs=$(( ${stopped_at:-0} + 5 )) --set synthetic_train=64 \
+        --set checkpoint_every=1000 --set csv="$dir/m/metrics.csv" --set checkpoint_dir="$dir/ck" --resume latest
+    cols=$(awk -F, '{print NF}' "$dir/m/metrics.csv" | sort -u | tr '\n' ' ')
+    if [ "$first" -eq 1 ] && [ -n "$stopped_at" ] && [ "$(grep -c 'hcnn: .*error' "$WORK/$name.log")" -eq 1 ] &&
+        [ $checkpointed -eq 1 ] && [ $rc -eq 0 ] && grep -q "ended in a torn row" "$WORK/${name}_resumed.log" && [ "$cols" = "34 " ] &&
+        grep -q "^[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,$(( stopped_at + 5 ))," "$dir/m/metrics.csv"; then
+        case_ok
+    else
+        case_fail "exit $first then $rc, stopped at epoch '$stopped_at', columns '$cols': $(grep -v '^epoch=\|^checkpoint=' "$WORK/$name.log" "$WORK/${name}_resumed.log" | head -20)"
+    fi
+    umount "$dir/m"
 done
 
 # ---- a rank killed mid-step ---------------------------------------------------

@@ -143,6 +143,44 @@ static int csv_has_header(int fd)
     return pread(fd, line, 7, 0) == 7 && !strncmp(line, "run_id,", 7);
 }
 
+/* A resumed run appends after the last whole row: a row torn by a write
+ * that failed (a full disk) is cut off, and said so, instead of the next
+ * row being glued onto it. */
+static int csv_drop_torn_row(const hcnn_config *cfg, int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return hcnn_error_code(HCNN_EIO, "cannot read the metrics file %s (key csv in %s): %s",
+                               cfg->csv, cfg->path, strerror(errno));
+    off_t end = st.st_size;
+    char buf[4096];
+    while (end > 0) { /* back to the last newline */
+        const size_t n = end < (off_t)sizeof buf ? (size_t)end : sizeof buf;
+        const ssize_t got = pread(fd, buf, n, end - (off_t)n);
+        if (got != (ssize_t)n)
+            return hcnn_error_code(HCNN_EIO, "cannot read the metrics file %s (key csv in %s): %s",
+                                   cfg->csv, cfg->path, got < 0 ? strerror(errno) : "short read");
+        size_t i = n;
+        while (i > 0 && buf[i - 1] != '\n')
+            i--;
+        if (i > 0) {
+            end -= (off_t)(n - i);
+            break;
+        }
+        end -= (off_t)n;
+    }
+    if (end == st.st_size)
+        return HCNN_OK;
+    if (ftruncate(fd, end) != 0)
+        return hcnn_error_code(HCNN_EIO, "cannot cut the torn last row of the metrics file %s "
+                                         "(key csv in %s): %s",
+                               cfg->csv, cfg->path, strerror(errno));
+    hcnn_warn("the metrics file %s ended in a torn row (%lld bytes, its write failed): cut off; "
+              "the rows go on after the last whole one",
+              cfg->csv, (long long)(st.st_size - end));
+    return HCNN_OK;
+}
+
 /* A new metrics file: emptied in place (the link, the owner, the mode
  * stay) and given its header, synced. */
 static int csv_start(const hcnn_config *cfg, int fd)
@@ -203,7 +241,10 @@ int report_csv_open(hcnn_run *r, int append)
         rc = csv_open_through(cfg, &fd);
     if (!rc)
         rc = csv_write_config(cfg);
-    if (!rc && !(append && csv_has_header(fd)))
+    const int appending = !rc && append && csv_has_header(fd);
+    if (appending)
+        rc = csv_drop_torn_row(cfg, fd);
+    else if (!rc)
         rc = csv_start(cfg, fd);
     if (!rc && !(r->csv = fdopen(fd, "a")))
         rc = hcnn_error_code(HCNN_EIO, "cannot open the metrics file %s (key csv in %s): %s",
@@ -239,44 +280,76 @@ int report_reduce_epoch(hcnn_run *r, epoch_stats *st)
     return HCNN_OK;
 }
 
-void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
+/* The epoch's csv row on rank 0: 0, or the errno of a failed write */
+static int csv_row(hcnn_run *r, int epoch, const epoch_stats *st, double ips, double tl, double ta,
+                   double hidden)
 {
-    if (!run_is_root(r))
-        return;
-    const double ips = st->train_s > 0 ? st->trained / st->train_s : 0.0;
-    const double tl = st->seen ? st->loss_sum / st->seen : 0.0;
-    const double ta = st->seen ? st->correct / st->seen : 0.0;
-    /* share of the allreduce hidden behind backward: 1 - blocked / cost */
-    double hidden = 0.0;
-    if (r->strat.sync && r->strat.allreduce_s > 0 && st->steps > 0) {
-        hidden = 1.0 - (st->comm_wait_s / st->steps) / r->strat.allreduce_s;
-        hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
-    }
-    printf("epoch=%d step=%ld train_loss=%.4f train_acc=%.4f test_loss=%.4f test_acc=%.4f "
-           "images_per_s=%.1f epoch_time_s=%.3f data_wait_s=%.3f eval_time_s=%.3f",
-           epoch + 1, r->step, tl, ta, st->test_loss, st->test_acc, ips, st->train_s,
-           st->data_wait_s, st->eval_s);
-    if (r->comm->size > 1)
-        printf(" compute_s=%.3f comm_wait_s=%.3f comm_wait_share=%.3f allreduce_s=%.4f "
-               "allreduce_hidden=%.3f",
-               st->compute_s, st->comm_wait_s,
-               st->train_s > 0 ? st->comm_wait_s / st->train_s : 0.0, r->strat.allreduce_s, hidden);
-    printf("\n");
-    fflush(stdout);
-    if (!r->csv)
-        return;
     char ts[32];
     time_t now = time(NULL);
     struct tm tmv;
     gmtime_r(&now, &tmv);
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tmv);
     const int replicas = r->strat.ngroups, stages = r->comm->size / replicas;
-    fprintf(r->csv, "%s,%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%ld,%.6g,%.6f,%.6f,%.6f,%.6f,%.2f,%.4f,%.4f",
-            r->run_id, HCNN_GIT_COMMIT, ts, hcnn_strategy_name(r->cfg->strategy), r->comm->size,
-            stages, replicas, r->threads, r->cfg->batch_size, r->strat.passes, epoch + 1, r->step,
-            st->lr, tl, ta, st->test_loss, st->test_acc, ips, st->train_s, st->eval_s);
+    errno = 0;
+    int bad = fprintf(r->csv,
+                      "%s,%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%ld,%.6g,%.6f,%.6f,%.6f,%.6f,%.2f,%.4f,"
+                      "%.4f",
+                      r->run_id, HCNN_GIT_COMMIT, ts, hcnn_strategy_name(r->cfg->strategy),
+                      r->comm->size, stages, replicas, r->threads, r->cfg->batch_size,
+                      r->strat.passes, epoch + 1, r->step, st->lr, tl, ta, st->test_loss,
+                      st->test_acc, ips, st->train_s, st->eval_s) < 0;
     for (int k = 0; k < 4; k++)
-        fprintf(r->csv, ",%.4f,%.4f,%.4f", st->mean[k], st->lo[k], st->hi[k]);
-    fprintf(r->csv, ",%.4f,%.1f\n", hidden, st->peak_rss_mb);
-    fflush(r->csv);
+        bad |= fprintf(r->csv, ",%.4f,%.4f,%.4f", st->mean[k], st->lo[k], st->hi[k]) < 0;
+    bad |= fprintf(r->csv, ",%.4f,%.1f\n", hidden, st->peak_rss_mb) < 0;
+    /* on the disk, not in a buffer: the row survives a crash of the job */
+    bad |= fflush(r->csv) != 0 || ferror(r->csv) || fsync(fileno(r->csv)) != 0;
+    return bad ? (errno ? errno : EIO) : 0;
+}
+
+int report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
+{
+    int failed = 0; /* errno of the row's write on rank 0 */
+    if (run_is_root(r)) {
+        const double ips = st->train_s > 0 ? st->trained / st->train_s : 0.0;
+        const double tl = st->seen ? st->loss_sum / st->seen : 0.0;
+        const double ta = st->seen ? st->correct / st->seen : 0.0;
+        /* share of the allreduce hidden behind backward: 1 - blocked / cost */
+        double hidden = 0.0;
+        if (r->strat.sync && r->strat.allreduce_s > 0 && st->steps > 0) {
+            hidden = 1.0 - (st->comm_wait_s / st->steps) / r->strat.allreduce_s;
+            hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
+        }
+        printf("epoch=%d step=%ld train_loss=%.4f train_acc=%.4f test_loss=%.4f test_acc=%.4f "
+               "images_per_s=%.1f epoch_time_s=%.3f data_wait_s=%.3f eval_time_s=%.3f",
+               epoch + 1, r->step, tl, ta, st->test_loss, st->test_acc, ips, st->train_s,
+               st->data_wait_s, st->eval_s);
+        if (r->comm->size > 1)
+            printf(" compute_s=%.3f comm_wait_s=%.3f comm_wait_share=%.3f allreduce_s=%.4f "
+                   "allreduce_hidden=%.3f",
+                   st->compute_s, st->comm_wait_s,
+                   st->train_s > 0 ? st->comm_wait_s / st->train_s : 0.0, r->strat.allreduce_s,
+                   hidden);
+        printf("\n");
+        fflush(stdout);
+        if (r->csv)
+            failed = csv_row(r, epoch, st, ips, tl, ta, hidden);
+    }
+    /* every rank learns it: the run stops together, as after a failed
+     * checkpoint (a metrics file that loses its rows silently is a lost
+     * record; the run once exited 0 with its csv cut mid-row) */
+    if (r->comm->size > 1) {
+        hcnn_watch_context("the agreement of epoch %d's metrics row", epoch + 1);
+        HCNN_MPI(MPI_Bcast(&failed, 1, MPI_INT, 0, r->comm->world));
+        hcnn_watch_context(NULL);
+    }
+    if (!failed)
+        return HCNN_OK;
+    if (run_is_root(r))
+        hcnn_error("the metrics file %s (key csv in %s) could not be written at epoch %d: %s; "
+                   "stopping with a checkpoint of this epoch (exit status 1): make room and "
+                   "resume with --resume latest (a torn last row is cut off; epoch %d's row "
+                   "stays missing, its figures are on the epoch=%d line above)",
+                   r->cfg->csv, r->cfg->path, epoch + 1, strerror(failed), epoch + 1, epoch + 1);
+    r->csv_failed = 1;
+    return HCNN_OK;
 }

@@ -82,6 +82,7 @@ typedef struct hcnn_run {
     int loader_ready;
     uint32_t *perm;
     FILE *csv;
+    int csv_failed;          /* a metrics row could not be written: the run stops (report.c) */
     int tty;
     long step;               /* optimiser steps taken */
     long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
@@ -157,7 +158,11 @@ int report_csv_open(hcnn_run *r, int append);
 int report_csv_check(const hcnn_config *cfg);
 /* Sums over ranks of the epoch's counts, min / mean / max of its times */
 int report_reduce_epoch(hcnn_run *r, epoch_stats *st);
-void report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
+/* The epoch's line and csv row (rank 0), then whether the row was written
+ * agreed by every rank (collective): a failed write (a full disk) sets
+ * r->csv_failed on every rank after one message, and the run stops with a
+ * checkpoint and exit status 1. */
+int report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
 
 /* resume.c */
 /* A checkpoint of the current state (collective; rank 0 writes it in the

@@ -401,10 +401,14 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
         st.eval_s = hcnn_now() - te;
         if (rc)
             break;
-        report_epoch(&r, (int)epoch, &st);
-        if ((rc = r.strat.ops->report_epoch(&r.strat, st.train_s, stdout)))
+        if ((rc = report_epoch(&r, (int)epoch, &st)) ||
+            (rc = r.strat.ops->report_epoch(&r.strat, st.train_s, stdout)))
             break;
         const int complete = done >= (int)steps_per_epoch;
+        if (r.csv_failed) { /* every rank: the checkpoint of where it stands, then exit 1 */
+            epoch += complete; /* else stopped inside it (max_steps): the position is kept */
+            break;
+        }
         if (!stop && complete && epoch + 1 < cfg->epochs && cfg->checkpoint_every > 0 &&
             (epoch + 1) % cfg->checkpoint_every == 0)
             rc = save_checkpoint(&r, epoch + 1, 0, &st, 0, 0);
@@ -426,7 +430,7 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
         }
         rc = save_checkpoint(&r, epoch, inside ? done : 0, &st, 1, 1);
     }
-    if (!rc && r.stop_error)
+    if (!rc && (r.stop_error || r.csv_failed))
         rc = HCNN_EAGREED;
     if (!rc && r.stop_signal)
         rc = HCNN_STOPPED;
