@@ -158,6 +158,17 @@ job_check_config() {
     [ -f "$CONFIG" ] || job_error 2 "config $CONFIG not found in $PWD: set CONFIG to a file (configs/*.yaml; submit from the source tree)"
 }
 
+# job_config_args ARGS...: CONFIG_ARGS=(--config "$CONFIG"), or none when
+# the script's arguments name a config themselves (hcnn refuses an option
+# given twice: theirs replaces the job's CONFIG)
+job_config_args() {
+    CONFIG_ARGS=(--config "$CONFIG")
+    local a
+    for a in "$@"; do
+        case "$a" in -c | --config | --config=*) CONFIG_ARGS=() ;; esac
+    done
+}
+
 # job_check_launcher: LAUNCHER is srun (default), mpirun or none, and is there
 job_check_launcher() {
     LAUNCHER=${LAUNCHER:-srun}
@@ -333,12 +344,14 @@ job_train() {
     # hcnn's arguments: the config, the strategy, where checkpoints and metrics
     # go, the job's own settings, then the script's arguments (which may
     # override any of them, checkpoint_dir included)
-    local args=(--config "$CONFIG" --set strategy="$STRATEGY" --set checkpoint_dir="$RUN_DIR"
+    local a
+    job_config_args "$@"
+    local args=(${CONFIG_ARGS[@]+"${CONFIG_ARGS[@]}"} --set strategy="$STRATEGY" --set checkpoint_dir="$RUN_DIR"
                 --set csv="$RUN_DIR/$RUN_NAME.csv" ${TRAIN_SETS[@]+"${TRAIN_SETS[@]}"})
     # continue from the newest checkpoint of the run's checkpoint_dir (after
     # every override) if there is one, else start: hcnn's --resume auto;
     # unless the arguments name a checkpoint themselves
-    local resume=(--resume auto) a
+    local resume=(--resume auto)
     for a in "$@"; do
         case "$a" in -r | --resume | --resume=*) resume=() ;; esac
     done

@@ -69,4 +69,34 @@ else
     case_begin checkpoint_written; case_fail "no checkpoint from the short run"
 fi
 
+# empty values and options given twice (issue 37): --resume "$CKPT" with
+# CKPT unset started a new run beside the run's own checkpoints, and a
+# second --config silently replaced the first; both are usage errors (2),
+# the same under --check, before anything is read or trained
+usage2() { # NAME PATTERN ARGS...: exit 2 with PATTERN, nothing trained
+    local name=$1 pattern=$2
+    shift 2
+    case_begin "$name"
+    timeout -k 5 60 "$HCNN" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    local rc=$?
+    if [ $rc -eq 2 ] && grep -q -- "$pattern" "$WORK/$name.err" && ! grep -q '^epoch=\|check: ok' "$WORK/$name.out"; then
+        case_ok
+    else
+        case_fail "exit $rc: $(cat "$WORK/$name.err" "$WORK/$name.out" | head -n 5)"
+    fi
+}
+"$HCNN" train --config "$CFG" -q --set csv= --set max_steps=2 --set checkpoint_dir="$WORK/er" >/dev/null 2>&1
+usage2 resume_empty "option --resume is empty" train --config "$CFG" -q --set csv= --set checkpoint_dir="$WORK/er" --resume ''
+usage2 resume_empty_equals "option --resume is empty" train --config "$CFG" -q --set csv= --set checkpoint_dir="$WORK/er" --resume=
+usage2 resume_empty_check "option --resume is empty" train --check --config "$CFG" --set csv= --set checkpoint_dir="$WORK/er" -r ''
+usage2 resume_twice "option --resume given twice ('latest', then 'auto')" train --config "$CFG" --resume latest --resume auto
+usage2 config_twice "option --config given twice ('$CFG', then '$MNIST')" train --config "$CFG" --config "$MNIST"
+usage2 config_twice_check "option --config given twice" train --check -c "$CFG" --config="$MNIST"
+usage2 config_empty "option --config is empty" eval --config '' --checkpoint "$WORK/er/final.hcnn"
+usage2 checkpoint_empty "option --checkpoint is empty" eval --config "$CFG" --checkpoint ''
+usage2 output_empty "option --output is empty" import "$WORK/er" --config "$CFG" -o ''
+usage2 diff_file_empty "an empty argument where a file" diff "$WORK/er/final.hcnn" ''
+usage2 plan_config_twice "option --config given twice" plan --config "$CFG" --config "$MNIST"
+usage2 plan_config_empty "option --config is empty" plan --config ''
+
 finish

@@ -220,6 +220,32 @@ static int is_opt(const char *a, const char *lng, const char *shrt)
     return !strcmp(a, lng) || (shrt && !strcmp(a, shrt)) || (!strncmp(a, lng, n) && a[n] == '=');
 }
 
+/* The value of an option given once: *slot := it.  Refused (exit status 2,
+ * one message) when it is missing, empty (an unset shell variable in a job
+ * script: --resume "$CKPT" once started a new run silently) or when the
+ * option was given before (the last --config used to win silently). */
+static int take_once(int argc, char **argv, int *i, const char *lng, const char *shrt,
+                     const char **slot, const char *what, const char *usage)
+{
+    const char *a = argv[*i];
+    const char *v = opt_value(argc, argv, i, lng, shrt);
+    char msg[512];
+    if (!v)
+        snprintf(msg, sizeof msg, "option %s needs %s", a, what);
+    else if (!v[0])
+        snprintf(msg, sizeof msg, "option %s is empty: it needs %s (an unset variable in a job "
+                                  "script?)",
+                 lng, what);
+    else if (*slot)
+        snprintf(msg, sizeof msg, "option %s given twice ('%.200s', then '%.200s'): give it once",
+                 lng, *slot, v);
+    else {
+        *slot = v;
+        return 0;
+    }
+    return usage_error(usage, "%s", msg);
+}
+
 static int parse(int argc, char **argv, cli *c, const char *usage)
 {
     for (int i = 2; i < argc; i++) {
@@ -230,9 +256,9 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
         } else if (!strcmp(c->command, "train") && (!strcmp(a, "-q") || !strcmp(a, "--quiet"))) {
             c->quiet = 1;
         } else if (!strcmp(c->command, "train") && is_opt(a, "--resume", "-r")) {
-            if (!(v = opt_value(argc, argv, &i, "--resume", "-r")))
-                return usage_error(usage, "option %s needs a checkpoint file, 'latest' or 'auto'", a);
-            c->resume = v;
+            if (take_once(argc, argv, &i, "--resume", "-r", &c->resume,
+                          "a checkpoint file, 'latest' or 'auto'", usage))
+                return 2;
         } else if (!strcmp(c->command, "train") && !strcmp(a, "--check")) {
             c->check = 1;
         } else if (!strcmp(c->command, "tune") && !strcmp(a, "--probe")) {
@@ -249,13 +275,12 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
                     !strcmp(c->command, "bench") || !strcmp(c->command, "import") ||
                     !strcmp(c->command, "tune")) &&
                    is_opt(a, "--config", "-c")) {
-            if (!(v = opt_value(argc, argv, &i, "--config", "-c")))
-                return usage_error(usage, "option %s needs a file name", a);
-            c->config = v;
+            if (take_once(argc, argv, &i, "--config", "-c", &c->config, "a file name", usage))
+                return 2;
         } else if (is_opt(a, "--checkpoint", "-k") && !strcmp(c->command, "eval")) {
-            if (!(v = opt_value(argc, argv, &i, "--checkpoint", "-k")))
-                return usage_error(usage, "option %s needs a file name", a);
-            c->checkpoint = v;
+            if (take_once(argc, argv, &i, "--checkpoint", "-k", &c->checkpoint, "a file name",
+                          usage))
+                return 2;
         } else if (!strcmp(c->command, "diff") && is_opt(a, "--tol", "-t")) {
             char *end;
             if (!(v = opt_value(argc, argv, &i, "--tol", "-t")))
@@ -285,15 +310,17 @@ static int parse(int argc, char **argv, cli *c, const char *usage)
         } else if (!strcmp(c->command, "diff") && (!strcmp(a, "-m") || !strcmp(a, "--model-only"))) {
             c->model_only = 1;
         } else if (!strcmp(c->command, "import") && is_opt(a, "--output", "-o")) {
-            if (!(v = opt_value(argc, argv, &i, "--output", "-o")))
-                return usage_error(usage, "option %s needs a file name", a);
-            c->output = v;
+            if (take_once(argc, argv, &i, "--output", "-o", &c->output, "a file name", usage))
+                return 2;
         } else if ((!strcmp(c->command, "diff") || !strcmp(c->command, "export") ||
                     !strcmp(c->command, "import")) &&
                    a[0] != '-') {
             int max = strcmp(c->command, "import") ? 2 : 1;
             if (c->nfiles >= max)
                 return usage_error(usage, "unexpected argument '%s'", a);
+            if (!a[0])
+                return usage_error(usage, "%s", "an empty argument where a file or directory "
+                                                "is expected (an unset variable in a job script?)");
             c->files[c->nfiles++] = a;
         } else if (strcmp(c->command, "diff") && strcmp(c->command, "export") &&
                    is_opt(a, "--set", "-s")) {

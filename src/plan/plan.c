@@ -408,8 +408,10 @@ int hcnn_plan_main(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                                                    \
     do {                                                                                          \
-        if (!v) {                                                                                 \
-            fprintf(stderr, "hcnn: option %s needs a value\n\n%s", a, PLAN_USAGE);               \
+        if (!v || !v[0]) { /* empty: an unset variable in a job script */                         \
+            fprintf(stderr, "hcnn: option %s %s\n\n%s", a,                                        \
+                    v ? "is empty (an unset variable in a job script?)" : "needs a value",        \
+                    PLAN_USAGE);                                                                  \
             return 2;                                                                             \
         }                                                                                         \
         i++;                                                                                      \
@@ -421,6 +423,11 @@ int hcnn_plan_main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
             NEED();
+            if (config) {
+                fprintf(stderr, "hcnn: option --config given twice ('%s', then '%s'): give it "
+                                "once\n", config, v);
+                return 2;
+            }
             config = v;
         } else if (!strcmp(a, "-s") || !strcmp(a, "--set")) {
             NEED();
