@@ -112,6 +112,28 @@ for layout in "${LAYOUTS[@]:1}"; do
     fi
 done
 
+# ranks alive in different MPI calls (HCNN_FAIL_AT=1:5:collective: rank 1
+# enters a barrier the others never do): each report says what every other
+# rank is doing, from its heartbeat: its step, its call, where and why
+# (issue 37: rank 1 once read rank 0 at step -1 from a half-written
+# heartbeat while rank 0 said it was at step 32)
+for layout in "${LAYOUTS[@]:1}"; do
+    read -r kind np extra <<<"$layout"
+    case_begin "stall_report_describes_ranks_$kind"
+    # shellcheck disable=SC2086
+    HCNN_FAIL_AT=1:5:collective launch "sr_$kind" "$np" $extra --set epochs=100 --set stall_timeout_s=3 \
+        --set checkpoint_dir=
+    if [ $rc -ne 0 ] && [ "$took" -lt 30 ] &&
+        grep -Eq "ranks that have not arrived: [01] \(at step [0-9]+, in MPI_[A-Za-z]+.* at src/[a-z_/]+\.c:[0-9]+ .* for [0-9]+ s\)" "$WORK/sr_$kind.log" &&
+        grep -q "in MPI_Barrier(r->comm->world) at src/train/train.c:[0-9]* (HCNN_FAIL_AT: a barrier the other ranks do not enter)" "$WORK/sr_$kind.log" &&
+        grep -q "ranks alive in another MPI call took another path" "$WORK/sr_$kind.log" &&
+        ! grep -q "step -1" "$WORK/sr_$kind.log"; then
+        case_ok
+    else
+        case_fail "exit $rc after ${took}s: $(grep 'hcnn: rank' "$WORK/sr_$kind.log")"
+    fi
+done
+
 # ---- the checkpoint directory ------------------------------------------------
 case_begin checkpoint_dir_not_a_directory
 launch cd1 0 --set checkpoint_dir=/dev/null/ck
@@ -239,6 +261,48 @@ for layout in "${LAYOUTS[@]:0:2}"; do
     fi
     umount "$dir/m"
 done
+
+# ---- ranks that read different copies of the data set (issue 37) --------------
+# each rank reads data_dir from its own working directory (mpirun's MPMD
+# form, -wdir): a copy with fewer samples, or of the right size with one
+# byte changed, is refused at start on every rank (exit 1, one message
+# naming the ranks and the file), never trained on until the stall
+# watchdog fires (it did, with a report that contradicted itself)
+mkidx() { # DIR SAMPLES: 12x12 IDX files, labels 0..3
+    mkdir -p "$1"
+    for split in train t10k; do
+        { printf '\x00\x00\x08\x03'; printf "%08x" "$2" | xxd -r -p; printf '\x00\x00\x00\x0c\x00\x00\x00\x0c'
+          head -c $(( $2 * 144 )) /dev/zero | tr '\0' '\100'; } >"$1/$split-images-idx3-ubyte"
+        { printf '\x00\x00\x08\x01'; printf "%08x" "$2" | xxd -r -p; seq 1 "$2" | awk '{printf "%c", $1 % 4}'; } \
+            >"$1/$split-labels-idx1-ubyte"
+    done
+}
+if command -v xxd >/dev/null; then
+    mkidx "$WORK/copy0/d" 512
+    mkidx "$WORK/copy_short/d" 500
+    mkidx "$WORK/copy_flip/d" 512
+    printf '\x07' | dd of="$WORK/copy_flip/d/train-images-idx3-ubyte" bs=1 seek=$(( 16 + 511 * 144 + 70 )) conv=notrunc 2>/dev/null
+    for copy in short flip; do
+        case_begin "ranks_data_copies_differ_$copy"
+        args=(train --config "$CFG" -q --set csv= --set threads=1 --set strategy=data --set dataset=mnist
+              --set data_dir=d --set model.classes=10 --set model.blocks.7.out=10 --set epochs=100 --set checkpoint_dir=)
+        start=$(date +%s)
+        timeout -k 5 60 mpirun --oversubscribe --bind-to none -np 1 -wdir "$WORK/copy0" "$HCNN" "${args[@]}" : \
+            -np 1 -wdir "$WORK/copy_$copy" "$HCNN" "${args[@]}" >"$WORK/copy_$copy.log" 2>&1
+        rc=$?
+        took=$(( $(date +%s) - start ))
+        if [ $rc -eq 1 ] && [ "$took" -lt 30 ] && [ "$(grep -c 'hcnn: .*error' "$WORK/copy_$copy.log")" -eq 1 ] &&
+            grep -q "the ranks read different copies of data set 'mnist' (d/train-images-idx3-ubyte on rank 0, .*): ranks 1 differ from rank 0 (rank 1's training set has $([ $copy = short ] && echo 500 || echo 512) samples" "$WORK/copy_$copy.log" &&
+            ! grep -q '^epoch=' "$WORK/copy_$copy.log"; then
+            case_ok
+        else
+            case_fail "exit $rc after ${took}s: $(head -n 20 "$WORK/copy_$copy.log")"
+        fi
+    done
+else
+    case_begin ranks_data_copies_differ
+    case_skip "xxd not found (it writes the IDX headers)"
+fi
 
 # ---- a rank killed mid-step ---------------------------------------------------
 case_begin sigkill_one_rank_mid_step

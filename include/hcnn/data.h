@@ -50,6 +50,21 @@ int hcnn_synthetic_make_split(hcnn_dataset *ds, int n, int c, int h, int w, int 
  * shape and class count against cfg->model. */
 int hcnn_dataset_open(const hcnn_config *cfg, hcnn_dataset *train, hcnn_dataset *test);
 
+/* What tells two copies of a data set apart, for the ranks of a job that
+ * each read their own (a node's copy of data_dir may be incomplete or
+ * damaged): its sizes, a CRC32 of all its labels, and one of
+ * HCNN_DATA_ID_BLOCKS blocks of up to HCNN_DATA_ID_SAMPLES samples spread
+ * evenly over its images (the first and the last included), so that a
+ * damaged copy of the right size differs too without reading it all
+ * twice.  Plain data: ranks compare it byte for byte. */
+#define HCNN_DATA_ID_BLOCKS 16
+#define HCNN_DATA_ID_SAMPLES 64
+typedef struct hcnn_data_identity {
+    int32_t n, c, h, w, classes;
+    uint32_t labels_crc, images_crc;
+} hcnn_data_identity;
+void hcnn_dataset_identity(const hcnn_dataset *ds, hcnn_data_identity *id);
+
 /* Keep only the first `limit` samples (limit <= 0 or >= n: unchanged). */
 void hcnn_dataset_limit(hcnn_dataset *ds, long limit);
 void hcnn_dataset_free(hcnn_dataset *ds);

@@ -6,13 +6,14 @@
  * it here (enter/leave: two atomic stores and a clock read).  A thread per
  * rank checks once a second; past the timeout it prints the call, its file
  * and line, what it was for (hcnn_watch_context: "gradient allreduce bucket
- * 2") and the step, then which ranks have not arrived, found through a side
- * channel that needs no MPI: each rank's watchdog thread rewrites a small
- * heartbeat file every second (step, and whether it is inside MPI) in a
- * directory all ranks share (<checkpoint_dir>/.hcnn-watch, else
- * $TMPDIR/hcnn-watch-<job>, node-local); a rank whose file has not changed
- * for 3 s is stopped or dead, one at an earlier step is behind.  Then
- * MPI_Abort ends every rank.
+ * 2") and the step, then what every other rank is doing, found through a
+ * side channel that needs no MPI: each rank's watchdog thread replaces a
+ * small heartbeat file every second (its step, and the MPI call it is in
+ * with its file, line, purpose and duration, or none) in a directory all
+ * ranks share (<checkpoint_dir>/.hcnn-watch, else $TMPDIR/hcnn-watch-<job>,
+ * node-local); a rank whose file has not changed for 3 s is stopped or
+ * dead, one at an earlier step is behind, one in another call took another
+ * path.  Then MPI_Abort ends every rank.
  *
  * The marks are process-wide state, the one exception to "a run is a
  * struct passed down": MPI calls sit in every layer of the code, like the

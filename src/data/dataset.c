@@ -10,6 +10,7 @@
 #endif
 
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 
 /* ---- opening ----------------------------------------------------------- */
 
@@ -157,6 +158,20 @@ fail:
     hcnn_dataset_free(train);
     hcnn_dataset_free(test);
     return code;
+}
+
+void hcnn_dataset_identity(const hcnn_dataset *ds, hcnn_data_identity *id)
+{
+    memset(id, 0, sizeof *id);
+    id->n = ds->n, id->c = ds->c, id->h = ds->h, id->w = ds->w, id->classes = ds->classes;
+    const size_t per = (size_t)ds->c * ds->h * ds->w;
+    id->labels_crc = hcnn_crc32(0, ds->labels, (size_t)ds->n);
+    const int span = ds->n < HCNN_DATA_ID_SAMPLES ? ds->n : HCNN_DATA_ID_SAMPLES;
+    for (int b = 0; b < HCNN_DATA_ID_BLOCKS && span > 0; b++) {
+        const long first = (long)(ds->n - span) * b / (HCNN_DATA_ID_BLOCKS - 1);
+        id->images_crc = hcnn_crc32(id->images_crc, ds->images + (size_t)first * per,
+                                    (size_t)span * per);
+    }
 }
 
 void hcnn_dataset_limit(hcnn_dataset *ds, long limit)

@@ -91,66 +91,158 @@ static void heartbeat_path(char *buf, size_t cap, int rank)
     snprintf(buf, cap, "%s/rank-%d", W.dir, rank);
 }
 
-/* "<step> <inside MPI: 0|1>": rewritten in place every second; its mtime
- * is the heartbeat. */
-static void write_heartbeat(void)
+/* What this rank is doing, for the others' reports: one line
+ * "<step>\t<inside MPI for ms, -1: not in MPI>\t<call>\t<file:line>\t<context>",
+ * written to a temporary file and renamed over the heartbeat every second
+ * (the rename is the heartbeat: its mtime).  Rewritten in place, it was read
+ * half-written: a rank was reported at step -1 while it reported step 32. */
+static void describe_self(char *text, size_t cap)
 {
-    char path[sizeof W.dir + 32], text[64];
-    heartbeat_path(path, sizeof path, W.rank);
-    const int inside =
-        atomic_load(&W.marks[0].since_ns) != 0 || atomic_load(&W.marks[1].since_ns) != 0;
-    int len = snprintf(text, sizeof text, "%ld %d\n", atomic_load(&W.step), inside);
-    FILE *fp = fopen(path, "w");
-    if (!fp)
-        return; /* the side channel is best effort: the timeout still fires */
-    fwrite(text, 1, (size_t)len, fp);
-    fclose(fp);
-}
-
-/* Appends to buf what rank j's heartbeat says, if it has not arrived. */
-static void describe_rank(int j, long my_step, char *buf, size_t cap)
-{
-    char path[sizeof W.dir + 32];
-    heartbeat_path(path, sizeof path, j);
-    struct stat st;
-    long step = -1;
-    int inside = 0;
-    size_t o = strlen(buf);
-    if (o >= cap - 1)
-        return;
-    FILE *fp = stat(path, &st) == 0 ? fopen(path, "r") : NULL;
-    if (!fp) {
-        snprintf(buf + o, cap - o, "%s%d (no heartbeat file: another node with no shared "
-                                   "directory, or it never started)",
-                 o ? "; " : "", j);
+    const long step = atomic_load(&W.step);
+    for (int s = 0; s < 2; s++) {
+        const mark *m = &W.marks[s];
+        const long long since = atomic_load_explicit(&m->since_ns, memory_order_acquire);
+        if (!since)
+            continue;
+        /* the marked thread writes its context only outside MPI: a copy
+         * taken while the same call is in progress is whole */
+        char ctx[sizeof W.context[0]];
+        memcpy(ctx, W.context[s], sizeof ctx);
+        ctx[sizeof ctx - 1] = '\0';
+        const char *call = atomic_load(&m->call), *file = atomic_load(&m->file);
+        const int line = atomic_load(&m->line);
+        if (atomic_load_explicit(&m->since_ns, memory_order_acquire) != since)
+            continue; /* it left the call meanwhile: not inside it now */
+        for (char *c = ctx; *c; c++)
+            if (*c == '\t' || *c == '\n')
+                *c = ' ';
+        snprintf(text, cap, "%ld\t%lld\t%s\t%s:%d\t%s\n", step, (now_ns() - since) / 1000000,
+                 call ? call : "?", file ? file : "?", line, ctx);
         return;
     }
-    if (fscanf(fp, "%ld %d", &step, &inside) != 2)
-        step = -1;
+    snprintf(text, cap, "%ld\t-1\t\t\t\n", step);
+}
+
+static void write_heartbeat(void)
+{
+    char path[sizeof W.dir + 32], tmp[sizeof W.dir + 40], text[256];
+    heartbeat_path(path, sizeof path, W.rank);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    describe_self(text, sizeof text);
+    FILE *fp = fopen(tmp, "w");
+    if (!fp)
+        return; /* the side channel is best effort: the timeout still fires */
+    const int ok = fputs(text, fp) >= 0;
+    if (fclose(fp) == 0 && ok)
+        rename(tmp, path);
+}
+
+/* A rank's heartbeat, read back */
+typedef struct beat {
+    long step;
+    long long inside_ms; /* -1: not in MPI */
+    char call[64], where[192], context[96];
+    double age;          /* seconds since it was written */
+} beat;
+
+static int read_beat(int j, beat *b)
+{
+    char path[sizeof W.dir + 32], text[256];
+    heartbeat_path(path, sizeof path, j);
+    struct stat st;
+    memset(b, 0, sizeof *b);
+    FILE *fp = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? fopen(path, "r") : NULL;
+    if (!fp)
+        return 0;
+    const int got = fgets(text, sizeof text, fp) != NULL;
     fclose(fp);
-    const double age = difftime(time(NULL), st.st_mtime);
-    if (age > STALE_S)
-        snprintf(buf + o, cap - o, "%s%d (no heartbeat for %.0f s: stopped or dead, at step %ld)",
-                 o ? "; " : "", j, age, step);
-    else if (step < my_step)
-        snprintf(buf + o, cap - o, "%s%d (behind, at step %ld)", o ? "; " : "", j, step);
-    else if (!inside)
-        snprintf(buf + o, cap - o, "%s%d (at step %ld, not in MPI)", o ? "; " : "", j, step);
+    char *f[5] = {text, NULL, NULL, NULL, NULL};
+    for (int k = 1; got && k < 5 && f[k - 1]; k++) {
+        f[k] = strchr(f[k - 1], '\t');
+        if (f[k])
+            *f[k]++ = '\0';
+    }
+    if (!got || !f[4])
+        return 0;
+    f[4][strcspn(f[4], "\n")] = '\0';
+    b->step = atol(f[0]);
+    b->inside_ms = atoll(f[1]);
+    snprintf(b->call, sizeof b->call, "%s", f[2]);
+    snprintf(b->where, sizeof b->where, "%s", f[3]);
+    snprintf(b->context, sizeof b->context, "%s", f[4]);
+    b->age = difftime(time(NULL), st.st_mtime);
+    return 1;
+}
+
+/* "at step S, in MPI_X at file:line (context) for T s" or "at step S, not in MPI" */
+static void beat_text(const beat *b, char *out, size_t cap)
+{
+    if (b->inside_ms < 0)
+        snprintf(out, cap, "at step %ld, not in MPI (computing)", b->step);
+    else
+        snprintf(out, cap, "at step %ld, in %s at %s%s%s%s for %.0f s", b->step, b->call, b->where,
+                 b->context[0] ? " (" : "", b->context, b->context[0] ? ")" : "",
+                 (double)b->inside_ms / 1000.0);
+}
+
+static void append(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t cap, const char *fmt, ...)
+{
+    const size_t o = strlen(buf);
+    if (o >= cap - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + o, cap - o, fmt, ap);
+    va_end(ap);
 }
 
 static _Noreturn void report_stall(const mark *m, const char *context, double waited)
 {
     const long step = atomic_load(&W.step);
-    char missing[1536] = "";
-    for (int j = 0; j < W.size; j++)
-        if (j != W.rank)
-            describe_rank(j, step, missing, sizeof missing);
+    const char *call = atomic_load(&m->call);
+    /* every other rank, from its heartbeat: those not in this call at this
+     * step (behind, stopped, computing, in another call) have not arrived */
+    char missing[2048] = "", waiting[1024] = "";
+    int other_call = 0, computing = 0;
+    for (int j = 0; j < W.size; j++) {
+        if (j == W.rank)
+            continue;
+        beat b;
+        char what[512];
+        if (!read_beat(j, &b)) {
+            append(missing, sizeof missing, "%s%d (no heartbeat file: another node with no "
+                                            "shared directory, or it never started)",
+                   missing[0] ? "; " : "", j);
+            continue;
+        }
+        beat_text(&b, what, sizeof what);
+        if (b.age > STALE_S) {
+            append(missing, sizeof missing, "%s%d (no heartbeat for %.0f s: stopped or dead; "
+                                            "last seen %s)",
+                   missing[0] ? "; " : "", j, b.age, what);
+        } else if (b.step == step && b.inside_ms >= 0 && !strcmp(b.call, call ? call : "") &&
+                   !strcmp(b.context, context)) {
+            append(waiting, sizeof waiting, "%s%d", waiting[0] ? ", " : "", j);
+        } else {
+            other_call += b.inside_ms >= 0;
+            computing += b.inside_ms < 0;
+            append(missing, sizeof missing, "%s%d (%s%s)", missing[0] ? "; " : "", j,
+                   b.step < step ? "behind, " : "", what);
+        }
+    }
     fprintf(stderr,
             "hcnn: rank %d of %d: error: stalled %.0f s (stall_timeout_s %g) in %s at %s:%d%s%s%s "
-            "at step %ld; ranks that have not arrived: %s; ending the job\n",
-            W.rank, W.size, waited, W.timeout_s, atomic_load(&m->call), atomic_load(&m->file),
+            "at step %ld; ranks that have not arrived: %s%s%s%s%s; ending the job\n",
+            W.rank, W.size, waited, W.timeout_s, call, atomic_load(&m->file),
             atomic_load(&m->line), context[0] ? " (" : "", context, context[0] ? ")" : "", step,
-            missing[0] ? missing : "none found (all heartbeats current: a deadlock)");
+            missing[0] ? missing : "none found (all heartbeats current: a deadlock)",
+            waiting[0] ? "; waiting in the same call: " : "", waiting,
+            other_call ? "; ranks alive in another MPI call took another path than this one"
+                       : "",
+            !other_call && computing ? "; a rank alive and computing is slower than "
+                                       "stall_timeout_s allows for this step"
+                                     : "");
     fflush(stderr);
     fflush(stdout);
     /* from this thread while another is inside MPI: only MULTIPLE allows it;
@@ -218,6 +310,8 @@ void hcnn_watchdog_stop(void)
     pthread_join(W.thread, NULL);
     char path[sizeof W.dir + 32];
     heartbeat_path(path, sizeof path, W.rank);
+    unlink(path);
+    strncat(path, ".tmp", sizeof path - strlen(path) - 1);
     unlink(path);
     rmdir(W.dir); /* the last rank out removes it */
 }

@@ -91,14 +91,21 @@ void run_free(hcnn_run *r)
     hcnn_backend_destroy(r->own_be); /* last: everything above was its memory */
 }
 
-/* HCNN_FAIL_AT=rank:step makes that rank fail at that step (a non-finite
- * loss), to test that one failing rank ends the whole job. */
+/* Test switches, for tests/test_faults.sh: HCNN_FAIL_AT=rank:step makes
+ * that rank fail at that step (a non-finite loss), to test that one
+ * failing rank ends the whole job; HCNN_FAIL_AT=rank:step:collective makes
+ * it enter a barrier the other ranks never enter, so that the stall
+ * watchdog's report of ranks alive in different calls is tested. */
 static void read_fault_hook(hcnn_run *r)
 {
     r->fail_rank = r->fail_step = -1;
+    r->fail_collective = 0;
     const char *f = getenv("HCNN_FAIL_AT");
-    if (f && sscanf(f, "%ld:%ld", &r->fail_rank, &r->fail_step) != 2)
+    char kind[16] = "";
+    const int got = f ? sscanf(f, "%ld:%ld:%15s", &r->fail_rank, &r->fail_step, kind) : 0;
+    if (got < 2 || (got == 3 && strcmp(kind, "collective")))
         r->fail_rank = r->fail_step = -1;
+    r->fail_collective = got == 3 && r->fail_rank >= 0;
 }
 
 /* The ranks that hold the same blocks and allreduce their gradients */
@@ -142,6 +149,62 @@ static int run_backend(hcnn_run *r)
     return rc;
 }
 
+/* Every rank reads the data set from its own node's data_dir: the copies
+ * must be the same (sizes, CRCs of fixed blocks: hcnn_dataset_identity).
+ * Ranks whose training sets differ in size once trained on mismatched
+ * shards until the stall watchdog fired.  Refused on every rank (collective;
+ * HCNN_EAGREED after one message from rank 0 naming the ranks and files). */
+static int check_data_identity(const hcnn_run *r)
+{
+    const hcnn_comm *comm = r->comm;
+    if (comm->size == 1)
+        return HCNN_OK;
+    hcnn_data_identity mine[2];
+    hcnn_dataset_identity(&r->train, &mine[0]);
+    hcnn_dataset_identity(&r->test, &mine[1]);
+    hcnn_data_identity *all = malloc(sizeof mine * (size_t)comm->size);
+    int ok = all != NULL;
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm->world));
+    if (!ok) {
+        free(all);
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the ranks' data set identities");
+    }
+    hcnn_watch_context("comparing the ranks' data sets");
+    HCNN_MPI(MPI_Allgather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
+                           comm->world));
+    hcnn_watch_context(NULL);
+    int differ = 0;
+    for (int j = 1; j < comm->size; j++)
+        differ += memcmp(&all[0], &all[2 * (size_t)j], sizeof mine) != 0;
+    if (differ && comm->rank == 0) {
+        char ranks[512] = "", first[256] = "";
+        for (int j = 1, listed = 0; j < comm->size; j++) {
+            if (!memcmp(&all[0], &all[2 * (size_t)j], sizeof mine))
+                continue;
+            const size_t o = strlen(ranks);
+            if (listed++ < 16)
+                snprintf(ranks + o, sizeof ranks - o, "%s%d", o ? ", " : "", j);
+            else if (listed == 17)
+                snprintf(ranks + o, sizeof ranks - o, ", ...");
+            if (first[0])
+                continue;
+            const int s = memcmp(&all[0], &all[2 * (size_t)j], sizeof *all) ? 0 : 1;
+            const hcnn_data_identity *a = &all[s], *b = &all[2 * (size_t)j + s];
+            snprintf(first, sizeof first,
+                     "rank %d's %s set has %d samples of %dx%dx%d, CRC32 images %08x labels "
+                     "%08x; rank 0's %d, %08x, %08x",
+                     j, s ? "test" : "training", b->n, b->c, b->h, b->w, b->images_crc,
+                     b->labels_crc, a->n, a->images_crc, a->labels_crc);
+        }
+        hcnn_error("the ranks read different copies of data set '%s' (%s on rank 0, each rank "
+                   "from its own node's data_dir '%s'): ranks %s differ from rank 0 (%s); make "
+                   "every node's copy whole and the same",
+                   r->cfg->dataset, r->train.source, r->cfg->data_dir, ranks, first);
+    }
+    free(all);
+    return differ ? HCNN_EAGREED : HCNN_OK;
+}
+
 int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train)
 {
     memset(r, 0, sizeof *r);
@@ -170,6 +233,8 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
     r->tty = isatty(STDOUT_FILENO) && comm->size == 1 && !getenv("OMPI_COMM_WORLD_SIZE");
     read_fault_hook(r);
     rc = hcnn_dataset_open(cfg, &r->train, &r->test);
+    if (!rc)
+        rc = check_data_identity(r);
     if (!rc)
         rc = hcnn_net_create(&r->net, &cfg->model, r->be, cfg->path);
     if (!rc)

@@ -86,6 +86,7 @@ typedef struct hcnn_run {
     int tty;
     long step;               /* optimiser steps taken */
     long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
+    int fail_collective;       /* ... a stray barrier instead of a non-finite loss */
     hcnn_ckpt_lock lock;      /* rank 0: checkpoint_dir is this run's (include/hcnn/ckpt_dir.h) */
     hcnn_ckpt_writer writer;  /* rank 0, when checkpoint_dir is set (from before the first step) */
     int writer_ready;

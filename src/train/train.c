@@ -45,7 +45,7 @@ static int step_results(hcnn_run *r, size_t off, size_t count, double *loss, int
     r->be->download(r->be, st, r->stats, sizeof st);
     *loss = st[HCNN_STAT_LOSS];
     *correct = (int)st[HCNN_STAT_CORRECT];
-    if (r->comm->rank == r->fail_rank && r->step == r->fail_step)
+    if (r->comm->rank == r->fail_rank && r->step == r->fail_step && !r->fail_collective)
         *loss = NAN;
     return isfinite(*loss) && isfinite(st[HCNN_STAT_SUMSQ]);
 }
@@ -73,7 +73,8 @@ static void agree_fill(void *arg, float *tail)
     r->be->download(r->be, st, r->stats, sizeof st);
     int agreed[AGREE_N];
     agree_local(r, isfinite(st[HCNN_STAT_LOSS]) && !(r->comm->rank == r->fail_rank &&
-                                                     r->step == r->fail_step),
+                                                     r->step == r->fail_step &&
+                                                     !r->fail_collective),
                 agreed);
     tail[TAIL_SIGTERM] = agreed[AGREE_SIGNAL] == SIGTERM;
     tail[TAIL_SIGUSR1] = agreed[AGREE_SIGNAL] == SIGUSR1;
@@ -237,6 +238,10 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     hcnn_strategy *s = &r->strat;
     hcnn_ctx *ctx = &s->scratch.ctx;
     hcnn_watch_step(r->step);
+    if (r->fail_collective && r->comm->rank == r->fail_rank && r->step == r->fail_step) {
+        hcnn_watch_context("HCNN_FAIL_AT: a barrier the other ranks do not enter");
+        HCNN_MPI(MPI_Barrier(r->comm->world));
+    }
     ctx->training = 1;
     ctx->step = (uint64_t)r->step;
     ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
