@@ -175,10 +175,10 @@ static void bad_sum_sq(const hcnn_backend *be, const float *x, size_t n, double 
     g_real->sum_sq(g_real, x, n, stats);
 }
 static void bad_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n,
-                         float lr, float mu, float wd, int nesterov)
+                         float lr, float mu, float wd, int nesterov, double *stats)
 {
     (void)be, (void)nesterov; /* ignores nesterov */
-    g_real->sgd_step(g_real, w, g, v, n, lr, mu, wd, 0);
+    g_real->sgd_step(g_real, w, g, v, n, lr, mu, wd, 0, stats);
 }
 static void bad_dropout_fwd(const hcnn_backend *be, const float *x, float *y, float *mask, int n,
                             size_t per_sample, float p, uint64_t seed, uint64_t step,

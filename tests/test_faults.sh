@@ -70,6 +70,62 @@ for layout in "${LAYOUTS[@]}"; do
     fi
 done
 
+# an update that explodes: the next step's loss (or a batch-norm running
+# variance) is non-finite, and the checkpoint the abort writes is the state
+# before that update (issue 37: it was the one after it, whose loss was
+# already NaN: eval printed -nan and exited 0, and resuming it failed at
+# once).  (1) lr 1e6 on the small residual network (batch-norm) from the
+# start: the checkpoint is bit for bit what max_steps=K writes, K the step
+# the run names, and eval exits 1 on it exactly when its test loss is not
+# finite.  (2) a trained state resumed with lr 1e30: the abort's checkpoint
+# is the state it resumed, bit for bit; eval on it exits 0; it resumes with
+# a sane lr.
+RES="$HCNN_SRCDIR/configs/synthetic_resnet.yaml"
+for layout in "${LAYOUTS[@]:0:2}"; do
+    read -r kind np extra <<<"$layout"
+    case_begin "nonfinite_abort_keeps_state_before_update_$kind"
+    # shellcheck disable=SC2086
+    CFG=$RES launch "nx_$kind" "$np" $extra --set lr=1e6 --set checkpoint_dir="$WORK/nx_$kind"
+    k=$(sed -n "s/^hcnn: the checkpoint holds the state before step \([0-9]*\)'s update.*/\1/p" "$WORK/nx_$kind.log")
+    why=""
+    [ $rc -eq 1 ] && [ -n "$k" ] || why="exit $rc, no step named"
+    if [ -z "$why" ]; then
+        # shellcheck disable=SC2086
+        CFG=$RES launch "nxk_$kind" "$np" $extra --set lr=1e6 --set max_steps="$k" --set checkpoint_dir="$WORK/nxk_$kind"
+        same_bits "$WORK/nx_$kind/final.hcnn" "$WORK/nxk_$kind/final.hcnn" ||
+            why="not max_steps=$k's state: $("$HCNN" diff "$WORK/nx_$kind/final.hcnn" "$WORK/nxk_$kind/final.hcnn" 2>&1 | tail -n 1)"
+        "$HCNN" eval --config "$RES" --checkpoint "$WORK/nx_$kind/final.hcnn" >"$WORK/nx_$kind.eval" 2>&1
+        erc=$?
+        if grep -q 'test_loss=-\?\(nan\|inf\)' "$WORK/nx_$kind.eval"; then
+            [ $erc -eq 1 ] && grep -q "error: .*the model gives a non-finite test loss" "$WORK/nx_$kind.eval" ||
+                why="$why; eval printed a non-finite loss and exited $erc"
+        else
+            [ $erc -eq 0 ] || why="$why; eval exited $erc: $(cat "$WORK/nx_$kind.eval")"
+        fi
+    fi
+    if [ -z "$why" ]; then case_ok; else case_fail "$why: $(grep -v '^epoch=' "$WORK/nx_$kind.log" | tail -n 5)"; fi
+
+    case_begin "nonfinite_abort_after_resume_keeps_resumed_state_$kind"
+    why=""
+    # shellcheck disable=SC2086
+    CFG=$RES launch "ny_$kind" "$np" $extra --set epochs=1 --set checkpoint_dir="$WORK/ny_$kind"
+    cp "$WORK/ny_$kind/final.hcnn" "$WORK/ny_$kind.trained.hcnn"
+    # shellcheck disable=SC2086
+    CFG=$RES launch "nyx_$kind" "$np" $extra --set lr=1e30 --set schedule=constant --set warmup_epochs=0 \
+        --set checkpoint_dir="$WORK/ny_$kind" --resume latest
+    [ $rc -eq 1 ] && grep -q "^hcnn: the checkpoint holds the state before step 16's update" "$WORK/nyx_$kind.log" ||
+        why="exit $rc: $(grep -v '^epoch=' "$WORK/nyx_$kind.log" | tail -n 4)"
+    same_bits "$WORK/ny_$kind.trained.hcnn" "$WORK/ny_$kind/final.hcnn" ||
+        why="$why; not the state it resumed: $("$HCNN" diff "$WORK/ny_$kind.trained.hcnn" "$WORK/ny_$kind/final.hcnn" 2>&1 | tail -n 1)"
+    "$HCNN" eval --config "$RES" --checkpoint "$WORK/ny_$kind/final.hcnn" >"$WORK/ny_$kind.eval" 2>&1 ||
+        why="$why; eval: $(cat "$WORK/ny_$kind.eval")"
+    # shellcheck disable=SC2086
+    CFG=$RES launch "nyr_$kind" "$np" $extra --set epochs=2 --set checkpoint_dir="$WORK/ny_$kind" --resume latest
+    [ $rc -eq 0 ] && grep -q '^epoch=2 ' "$WORK/nyr_$kind.log" ||
+        why="$why; the resume with the config's lr: exit $rc: $(tail -n 3 "$WORK/nyr_$kind.log")"
+    if [ -z "$why" ]; then case_ok; else case_fail "$why"; fi
+done
+
 case_begin nonfinite_skip_limit
 HCNN_FAIL_AT=0:5 launch nfl 0 --set nonfinite=skip --set nonfinite_max_skips=0
 if [ $rc -eq 1 ] && grep -q "after nonfinite_max_skips skips" "$WORK/nfl.log"; then case_ok

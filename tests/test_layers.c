@@ -1188,7 +1188,7 @@ static void test_sgd(void **state)
             ev[i] = 0.9f * v[i] + gi;
             ew[i] = w[i] - 0.1f * (nesterov ? gi + 0.9f * ev[i] : ev[i]);
         }
-        be->sgd_step(be, w, g, v, 3, 0.1f, 0.9f, 0.01f, nesterov);
+        be->sgd_step(be, w, g, v, 3, 0.1f, 0.9f, 0.01f, nesterov, NULL);
         for (int i = 0; i < 3; i++) {
             assert_true(fabsf(w[i] - ew[i]) < 1e-6f);
             assert_true(fabsf(v[i] - ev[i]) < 1e-6f);

@@ -111,8 +111,21 @@ typedef struct hcnn_timer {
 } hcnn_timer;
 
 /* The step's statistics, doubles in backend memory, read back once per
- * step: softmax_xent adds to the first two, sum_sq to the third. */
-enum { HCNN_STAT_LOSS = 0, HCNN_STAT_CORRECT = 1, HCNN_STAT_SUMSQ = 2, HCNN_STATS = 4 };
+ * step: softmax_xent adds to the first two, sum_sq to the third (given
+ * stats + 1, to the fourth: the batch-norm statistics' sum of squares);
+ * sgd_step to the last two (the sums of squares of the parameters and the
+ * momentum it wrote, read back with the next step's; the first
+ * HCNN_STATS_STEP are those a step starts from zero). */
+enum {
+    HCNN_STAT_LOSS = 0,
+    HCNN_STAT_CORRECT = 1,
+    HCNN_STAT_SUMSQ = 2,
+    HCNN_STAT_STATE_SUMSQ = 3,
+    HCNN_STAT_WSQ = 4,
+    HCNN_STAT_VSQ = 5,
+    HCNN_STATS = 6
+};
+#define HCNN_STATS_STEP 4
 
 /* Whole-network execution makes at most this many units of a pass. */
 #define HCNN_MAX_UNITS 64
@@ -315,9 +328,13 @@ struct hcnn_backend {
     void (*softmax_xent)(const hcnn_backend *be, const float *logits, const int32_t *labels, int n,
                          int k, float grad_scale, float *dlogits, double *stats);
     /* SGD with momentum (PyTorch semantics):
-     *   g' = g + wd * w;  v = mu * v + g';  w -= lr * (nesterov ? g' + mu * v : v) */
+     *   g' = g + wd * w;  v = mu * v + g';  w -= lr * (nesterov ? g' + mu * v : v)
+     * and, when stats is not NULL (backend memory), stats[HCNN_STAT_WSQ] +=
+     * the sum of squares of the new w, stats[HCNN_STAT_VSQ] += that of the
+     * new v: the same on any thread count (the trainer decides from them
+     * whether to keep the state before the next update). */
     void (*sgd_step)(const hcnn_backend *be, float *w, const float *g, float *v, size_t n, float lr,
-                     float mu, float wd, int nesterov);
+                     float mu, float wd, int nesterov, double *stats);
     /* stats[HCNN_STAT_SUMSQ] += the sum of squares of x (the gradient's norm,
      * non-finite detection) */
     void (*sum_sq)(const hcnn_backend *be, const float *x, size_t n, double *stats);

@@ -217,13 +217,21 @@ HCNN_HD double hcnn_hd_xent(const float *z, int k, int label, float grad_scale, 
 /* ---- the optimiser ------------------------------------------------------------------ */
 
 /* SGD with momentum, PyTorch's: g' = g + wd * w; v = mu * v + g';
- * w -= lr * (nesterov ? g' + mu * v : v) */
+ * w -= lr * (nesterov ? g' + mu * v : v).  On lvalues w and v of type T:
+ * a float, or on the CPU a vector of floats (GCC's vector extension: the
+ * same operations in the same order, element by element, so the same
+ * bits; the CPU sweeps 16 at a time to sum their squares on the way). */
+#define HCNN_HD_SGD(T, w, g, v, lr, mu, wd, nesterov)                                          \
+    do {                                                                                        \
+        const T gi_ = (g) + (wd) * (w);                                                         \
+        const T vi_ = (mu) * (v) + gi_;                                                         \
+        (v) = vi_;                                                                              \
+        (w) = (w) - (lr) * ((nesterov) ? gi_ + (mu) * vi_ : vi_);                               \
+    } while (0)
+
 HCNN_HD void hcnn_hd_sgd(float *w, float g, float *v, float lr, float mu, float wd, int nesterov)
 {
-    const float gi = g + wd * *w;
-    const float vi = mu * *v + gi;
-    *v = vi;
-    *w -= lr * (nesterov ? gi + mu * vi : vi);
+    HCNN_HD_SGD(float, *w, g, *v, lr, mu, wd, nesterov);
 }
 
 #endif

@@ -1,31 +1,66 @@
 /* The optimiser's element-wise update and the sum of squares, CPU backend. */
 #include "cpu.h"
 
+/* The update of w[0, n) and the sums of squares of the new w and v, 16
+ * elements at a time in vector registers (the same operations as the
+ * GPU's, hd.h), the squares summed in 16 lanes (cpu.h: the same sums on
+ * every ISA clone) on the way: they cost no memory traffic.  (Summed in a
+ * second loop over pieces still in L1, the sweep of ResNet-18's 11.17 M
+ * parameters took 13% longer on 2 threads of a Zen 5; this way 2-4%.) */
 HCNN_MULTIVERSION
 static void sgd_range(float *restrict w, const float *restrict g, float *restrict v, size_t n,
-                      float lr, float mu, float wd, int nesterov)
+                      float lr, float mu, float wd, int nesterov, double *wsq, double *vsq)
 {
-    /* two loops, so that the update's branch is resolved outside them */
-    if (nesterov)
-        for (size_t i = 0; i < n; i++)
-            hcnn_hd_sgd(&w[i], g[i], &v[i], lr, mu, wd, 1);
-    else
-        for (size_t i = 0; i < n; i++)
-            hcnn_hd_sgd(&w[i], g[i], &v[i], lr, mu, wd, 0);
+    v16f sw = {0}, sv = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f wi, gi, vi;
+        LOAD16(wi, w + i);
+        LOAD16(gi, g + i);
+        LOAD16(vi, v + i);
+        HCNN_HD_SGD(v16f, wi, gi, vi, lr, mu, wd, nesterov);
+        memcpy(w + i, &wi, sizeof wi);
+        memcpy(v + i, &vi, sizeof vi);
+        sw += wi * wi;
+        sv += vi * vi;
+    }
+    double tw = 0.0, tv = 0.0;
+    for (; i < n; i++) {
+        hcnn_hd_sgd(&w[i], g[i], &v[i], lr, mu, wd, nesterov);
+        tw += (double)w[i] * w[i], tv += (double)v[i] * v[i];
+    }
+    for (int k = 0; k < 16; k++)
+        tw += sw[k], tv += sv[k];
+    *wsq = tw, *vsq = tv;
 }
 
-/* Element-wise, so any split gives the same result.  LeNet-5's 62k
- * parameters are worth two threads; the serial loop was 5% of its step. */
+/* Element-wise, so any split gives the same update; the sums of squares
+ * are taken over blocks fixed by n (at least SGD_MIN_BLOCK elements, at
+ * most SGD_MAX_BLOCKS of them) and added in block order, so that they are
+ * the same on any thread count and on every rank (the trainer decides from
+ * them whether to keep the state before the next update: train.c).
+ * LeNet-5's 62k parameters are worth two threads; the serial loop was 5% of
+ * its step. */
+#define SGD_MIN_BLOCK 8192
+#define SGD_MAX_BLOCKS 256
+
 void hcnn_cpu_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n, float lr,
-                       float mu, float wd, int nesterov)
+                       float mu, float wd, int nesterov, double *stats)
 {
     (void)be;
-#pragma omp parallel if (n > 16384)
-    {
-        const size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
-        const size_t lo = n * t / nt, hi = n * (t + 1) / nt;
-        sgd_range(w + lo, g + lo, v + lo, hi - lo, lr, mu, wd, nesterov);
+    size_t block = (n + SGD_MAX_BLOCKS - 1) / SGD_MAX_BLOCKS;
+    block = block < SGD_MIN_BLOCK ? SGD_MIN_BLOCK : block;
+    const int blocks = (int)((n + block - 1) / block);
+    double wsq[SGD_MAX_BLOCKS], vsq[SGD_MAX_BLOCKS];
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (int b = 0; b < blocks; b++) {
+        const size_t lo = (size_t)b * block, len = n - lo < block ? n - lo : block;
+        sgd_range(w + lo, g + lo, v + lo, len, lr, mu, wd, nesterov, &wsq[b], &vsq[b]);
     }
+    if (!stats)
+        return;
+    for (int b = 0; b < blocks; b++)
+        stats[HCNN_STAT_WSQ] += wsq[b], stats[HCNN_STAT_VSQ] += vsq[b];
 }
 
 /* In blocks fixed by n (at least 65536 elements, at most 256 of them), each

@@ -19,10 +19,12 @@ int hcnn_sgd_init(hcnn_sgd *opt, const hcnn_backend *be, size_t nparams, const h
 }
 
 void hcnn_sgd_step(hcnn_sgd *opt, const hcnn_backend *be, float *params, const float *grads,
-                   size_t off, size_t count, float lr)
+                   size_t off, size_t count, float lr, double *stats)
 {
+    if (stats)
+        be->zero(be, stats + HCNN_STAT_WSQ, sizeof(double) * 2);
     be->sgd_step(be, params + off, grads + off, opt->velocity + off, count, lr, opt->momentum,
-                 opt->weight_decay, opt->nesterov);
+                 opt->weight_decay, opt->nesterov, stats);
 }
 
 void hcnn_sgd_free(hcnn_sgd *opt, const hcnn_backend *be)

@@ -1,6 +1,7 @@
 /* A run's set-up and release, evaluation, and the checks the replicas
  * agree on (src/train/run.h). */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,7 +304,8 @@ int run_evaluate(hcnn_run *r, double *loss, double *acc)
         return HCNN_ENOMEM;
     }
     double sums[HCNN_STATS]; /* the loss and correct predictions, summed by the backend */
-    r->be->zero(r->be, r->stats, sizeof sums);
+    /* not the sums of squares of the last update: the next step reads them */
+    r->be->zero(r->be, r->stats, sizeof(double) * HCNN_STATS_STEP);
     int rc = HCNN_OK;
     for (int i0 = lo; i0 < hi && !rc; i0 += eb) {
         const int n = hi - i0 < eb ? hi - i0 : eb;
@@ -383,6 +385,15 @@ int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *che
         printf("checkpoint=%s epoch=%ld step=%ld test_samples=%d test_loss=%.4f test_acc=%.4f "
                "eval_time_s=%.3f\n",
                checkpoint, meta.epoch, meta.step, r.test.n, loss, acc, hcnn_now() - t0);
+    /* the same loss on every rank (summed over them): all exit 1 together */
+    if (!rc && !isfinite(loss)) {
+        if (run_is_root(&r))
+            hcnn_error("%s: the model gives a non-finite test loss (%g): its parameters are "
+                       "finite (the load checks them) but overflow in the forward pass; resume "
+                       "an earlier checkpoint of its run with a lower lr",
+                       checkpoint, loss);
+        rc = HCNN_EAGREED;
+    }
     run_free(&r);
     return rc;
 }

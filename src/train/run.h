@@ -64,6 +64,19 @@ typedef struct step_graphs {
     long graphs;              /* graphs captured (pieces of the programs) */
 } step_graphs;
 
+/* The state before the last update, kept when that update could change
+ * the parameters by more than half their norm (train.c, keep_decide): a
+ * non-finite step then stops the run with the last state whose loss was
+ * finite, not the one the exploding update left. */
+typedef struct kept_state {
+    float *params, *velocity, *state; /* backend memory: this rank's blocks, all statistics */
+    int valid;                  /* the last update applied was kept */
+    long step;                  /* the step whose update it precedes */
+    int epoch, batch;           /* that step's position */
+    double loss_sum, correct, seen, trained; /* the epoch's sums before it */
+    int have_norms;             /* stats[WSQ], [VSQ] hold the last update's sums */
+} kept_state;
+
 typedef struct hcnn_run {
     const hcnn_config *cfg;
     const hcnn_comm *comm;
@@ -83,6 +96,7 @@ typedef struct hcnn_run {
     uint32_t *perm;
     FILE *csv;
     int csv_failed;          /* a metrics row could not be written: the run stops (report.c) */
+    kept_state kept;         /* training only (train.c) */
     int tty;
     long step;               /* optimiser steps taken */
     long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
@@ -164,6 +178,10 @@ int report_reduce_epoch(hcnn_run *r, epoch_stats *st);
  * r->csv_failed on every rank after one message, and the run stops with a
  * checkpoint and exit status 1. */
 int report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
+
+/* train.c: the buffers of r->kept (training only), and their release */
+int train_keep_alloc(hcnn_run *r);
+void train_keep_free(hcnn_run *r);
 
 /* resume.c */
 /* A checkpoint of the current state (collective; rank 0 writes it in the
