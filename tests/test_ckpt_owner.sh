@@ -96,6 +96,58 @@ case_begin holder_unharmed_by_the_refused_run
 if [ $brc -eq 75 ] && [ -f "$B/final.hcnn" ] && [ ! -e "$B/.hcnn-lock" ] && "$HCNN" diff "$B/final.hcnn" "$B/final.hcnn" >/dev/null; then case_ok
 else case_fail "holder exit $brc (want 75), $(ls -a "$B")"; fi
 
+# the lock file of a live run deleted by hand (issue 37): the run's heartbeat
+# makes it again, even when the run writes no checkpoint before its end (a
+# run started later is refused, naming the live run);
+# a run that took the directory in between is named, and so is what
+# happened (the live run was told its heartbeat "must have lapsed")
+L=$WORK/deleted
+"$HCNN" train "${C[@]}" --set checkpoint_dir="$L" --set epochs=3000 --set checkpoint_every=0 >"$WORK/del_a.log" 2>&1 &
+a=$!
+BG="$BG $a"
+for _ in $(seq 200); do grep -q '^epoch=' "$WORK/del_a.log" && break; sleep 0.05; done
+rm -f "$L/.hcnn-lock"
+sleep 6 # one heartbeat (5 s) and a margin
+"${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$L" --set epochs=2 >"$WORK/del_b.out" 2>"$WORK/del_b.err"
+rc=$?
+case_begin deleted_lock_made_again_by_its_run
+if [ $rc -eq 1 ] && grep -q "is in use by run .* (pid $a," "$WORK/del_b.err" && kill -0 "$a" 2>/dev/null; then case_ok
+else case_fail "exit $rc; $(cat "$WORK/del_b.err"); $(grep error "$WORK/del_a.log")"; fi
+kill -USR1 "$a" 2>/dev/null
+wait "$a"
+# deleted, and another run takes it before the live run's heartbeat makes
+# it again (tried until it does: C's start races A's next heartbeat); then
+# A's checkpoint (SIGUSR1: A writes none otherwise) finds C holding it
+L2=$WORK/deleted2
+BIG=(--set synthetic_train=32768 --set synthetic_test=64 --set checkpoint_every=0)
+"$HCNN" train "${C[@]}" "${BIG[@]}" --set checkpoint_dir="$L2" --set epochs=1000 >"$WORK/del_a.log" 2>&1 &
+a=$!
+BG="$BG $a"
+for _ in $(seq 600); do grep -q '^hcnn: checkpoints: run' "$WORK/del_a.log" && break; sleep 0.05; done
+taken=0
+for _ in 1 2 3 4 5 6; do
+    rm -f "$L2/.hcnn-lock"
+    "$HCNN" train "${C[@]}" "${BIG[@]}" --set checkpoint_dir="$L2" --set epochs=1000 >"$WORK/del_c.out" 2>&1 &
+    c=$!
+    BG="$BG $c"
+    for _ in $(seq 600); do
+        grep -q '^hcnn: checkpoints: run\|error' "$WORK/del_c.out" && break
+        sleep 0.05
+    done
+    if grep -q '^hcnn: checkpoints: run' "$WORK/del_c.out"; then taken=1; break; fi
+    wait "$c"
+    sleep 1
+done
+kill -USR1 "$a" 2>/dev/null
+wait "$a"
+arc=$?
+[ $taken -eq 1 ] && kill -USR1 "$c" 2>/dev/null && wait "$c"
+case_begin deleted_lock_taken_says_what_happened
+if [ $taken -eq 1 ] && [ $arc -ne 0 ] &&
+    grep -q "checkpoint_dir $L2 is no longer this run's: this run's \(lock file was deleted\|heartbeat was current ([0-9]* s old): its lock file was deleted or replaced by hand\).* run .* took it over" "$WORK/del_a.log" &&
+    ! grep -q "must have lapsed" "$WORK/del_a.log"; then case_ok
+else case_fail "taken $taken, exit $arc; $(grep -E 'error' "$WORK/del_a.log" "$WORK/del_c.out" | head -n 5)"; fi
+
 # two 2-rank jobs at once on one directory: the second refused, the first
 # unharmed (their stall watchdogs' heartbeat directories are their own)
 P=$WORK/pair

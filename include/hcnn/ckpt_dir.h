@@ -54,6 +54,8 @@ typedef struct hcnn_ckpt_lock {
     pthread_cond_t cv;
     int beating, stop, held;
     atomic_int lost;     /* the heartbeat found another holder */
+    atomic_llong last_beat; /* when the heartbeat last touched it (seconds, CLOCK_REALTIME) */
+    atomic_llong gone_at;   /* when the heartbeat first found it missing, 0: never */
 } hcnn_ckpt_lock;
 
 /* Takes dir for run_id (rank 0, before anything in dir is read or

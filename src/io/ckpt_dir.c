@@ -166,7 +166,29 @@ static int is_mine(const hcnn_ckpt_lock *l, const char *text)
     return !strcmp(token, l->token);
 }
 
-/* The heartbeat: touch the lock while it is ours; note when it is not. */
+/* A lock file that is gone (deleted by hand, or its directory moved):
+ * linked again at once, so that no other run takes the directory while
+ * this one lives; HCNN_OK when it is this run's again. */
+static int lock_relink(hcnn_ckpt_lock *l)
+{
+    char tmp[sizeof l->path + 32];
+    int rc = lock_write_tmp_quiet(l, tmp, sizeof tmp);
+    if (rc == HCNN_OK) {
+        rc = link(tmp, l->path) == 0 ? HCNN_OK : HCNN_EIO;
+        unlink(tmp);
+    }
+    return rc;
+}
+
+static long long now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (long long)t.tv_sec;
+}
+
+/* The heartbeat: touch the lock while it is ours (take it again if it is
+ * gone); note when another run holds it. */
 static void *lock_beat(void *arg)
 {
     hcnn_ckpt_lock *l = arg;
@@ -181,10 +203,17 @@ static void *lock_beat(void *arg)
             break;
         char text[1024];
         double age;
-        if (lock_read(l->path, text, sizeof text, &age) == HCNN_OK && is_mine(l, text))
+        if (lock_read(l->path, text, sizeof text, &age) != HCNN_OK) {
+            long long expected = 0; /* the first time it is found missing */
+            atomic_compare_exchange_strong(&l->gone_at, &expected, now_s());
+            if (lock_relink(l) == HCNN_OK)
+                atomic_store(&l->last_beat, now_s());
+        } else if (is_mine(l, text)) {
             utimensat(AT_FDCWD, l->path, NULL, 0);
-        else
+            atomic_store(&l->last_beat, now_s());
+        } else {
             atomic_store(&l->lost, 1);
+        }
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -254,6 +283,7 @@ int hcnn_ckpt_lock_take(hcnn_ckpt_lock *l, const char *dir, const char *run_id,
         hcnn_ckpt_lock_release(l);
         return hcnn_error_code(HCNN_ENOMEM, "cannot start the heartbeat of %s", l->path);
     }
+    atomic_store(&l->last_beat, now_s());
     l->beating = 1;
     return HCNN_OK;
 }
@@ -262,6 +292,7 @@ int hcnn_ckpt_lock_set_run(hcnn_ckpt_lock *l, const char *run_id)
 {
     if ((!l->held) || hcnn_ckpt_lock_check(l))
         return HCNN_EIO;
+    pthread_mutex_lock(&l->mu); /* the heartbeat writes the text again when the file is gone */
     lock_fill_text(l, run_id, NULL);
     char tmp[sizeof l->path + 32];
     int rc = lock_write_tmp(l, tmp, sizeof tmp);
@@ -270,6 +301,7 @@ int hcnn_ckpt_lock_set_run(hcnn_ckpt_lock *l, const char *run_id)
                              strerror(errno));
         unlink(tmp);
     }
+    pthread_mutex_unlock(&l->mu);
     return rc;
 }
 
@@ -283,12 +315,8 @@ int hcnn_ckpt_lock_check(hcnn_ckpt_lock *l)
         /* gone with its directory (moved, removed, replaced): taken again
          * when the directory is back; until then the checkpoint's own
          * write fails and checkpoint_on_error decides */
-        char tmp[sizeof l->path + 32];
-        if (lock_write_tmp_quiet(l, tmp, sizeof tmp) == HCNN_OK) {
-            if (link(tmp, l->path) == 0)
-                atomic_store(&l->lost, 0);
-            unlink(tmp);
-        }
+        if (lock_relink(l) == HCNN_OK)
+            atomic_store(&l->lost, 0);
         return HCNN_OK;
     }
     if (is_mine(l, text)) {
@@ -297,11 +325,29 @@ int hcnn_ckpt_lock_check(hcnn_ckpt_lock *l)
     }
     lock_describe(text, age, desc, sizeof desc);
     l->held = 0;
+    /* what happened, from this run's own heartbeat: another run takes a
+     * lock only when its heartbeat is HCNN_LOCK_STALE_S old (or its holder
+     * is gone, or of its Slurm job), so a current heartbeat means the lock
+     * was removed under this run (once told "must have lapsed") */
+    const long long beat_age = now_s() - atomic_load(&l->last_beat);
+    const long long gone = atomic_load(&l->gone_at);
+    char cause[256];
+    if (gone)
+        snprintf(cause, sizeof cause, "this run's lock file was deleted (its heartbeat found it "
+                                      "missing %lld s ago and made it again), then",
+                 now_s() - gone);
+    else if (beat_age < HCNN_LOCK_STALE_S)
+        snprintf(cause, sizeof cause, "this run's heartbeat was current (%lld s old): its lock "
+                                      "file was deleted or replaced by hand, and",
+                 beat_age);
+    else
+        snprintf(cause, sizeof cause, "this run's heartbeat had lapsed (%lld s old, over %d s: "
+                                      "the process was stopped or starved), and",
+                 beat_age, HCNN_LOCK_STALE_S);
     return hcnn_error_code(HCNN_EIO,
-                           "checkpoint_dir %s is no longer this run's: %s took it over (this "
-                           "run's heartbeat must have lapsed for %d s); no more checkpoints are "
-                           "written there",
-                           l->dir, desc, HCNN_LOCK_STALE_S);
+                           "checkpoint_dir %s is no longer this run's: %s %s took it over; no "
+                           "more checkpoints are written there",
+                           l->dir, cause, desc);
 }
 
 void hcnn_ckpt_lock_release(hcnn_ckpt_lock *l)
