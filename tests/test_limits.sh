@@ -157,4 +157,37 @@ if [ $rc -eq 0 ] && [ $rc3 -eq 0 ] &&
     grep -q "x 3 threads (threads: 0: OMP_NUM_THREADS=3)" "$WORK/t3.out"; then case_ok
 else case_fail "exit $rc/$rc3 (expected $expect_cores cores): $(grep -h 'threads (' "$WORK/t0.out" "$WORK/t3.out")"; fi
 
+# ---- the file-size limit (issue 37) ---------------------------------------------
+# ulimit -f below what the run writes: refused before MPI starts, in one
+# hcnn line naming the limit and what needs more (train, train --check,
+# eval); before, PMIx's own errors (MPI_Init failed) or, with room for MPI,
+# a checkpoint write that failed mid-run
+R18="$HCNN_SRCDIR/configs/cifar_resnet18.yaml"
+fsize_refused() { # NAME KIB PATTERN CMD...
+    local name=$1 kib=$2 pattern=$3
+    shift 3
+    case_begin "$name"
+    (ulimit -f "$kib" && exec timeout -k 5 60 "$@") >"$WORK/$name.out" 2>"$WORK/$name.err"
+    local rc=$?
+    if [ $rc -eq 1 ] && [ "$(cat "$WORK/$name.err" | wc -l)" -eq 1 ] && grep -q "$pattern" "$WORK/$name.err" &&
+        ! grep -q '^epoch=\|check: ok' "$WORK/$name.out"; then
+        case_ok
+    else
+        case_fail "exit $rc: $(head -n 5 "$WORK/$name.err")"
+    fi
+}
+fsize_refused fsize_below_mpi_start 1024 "file-size limit (ulimit -f) is 1.00 MiB: MPI's start-up" \
+    "$HCNN" train --config "$CFG" -q --set csv= --set checkpoint_dir= --set max_steps=1
+fsize_refused fsize_below_mpi_start_eval 1024 "file-size limit (ulimit -f) is 1.00 MiB: MPI's start-up" \
+    "$HCNN" eval --config "$CFG" --checkpoint "$WORK/none.hcnn"
+fsize_refused fsize_below_checkpoint 65536 "ulimit -f) is 64.00 MiB: a checkpoint of model 'resnet18' takes 85.3 MiB" \
+    "$HCNN" train --config "$R18" -q --set dataset=synthetic --set csv= --set checkpoint_dir="$WORK/fs" --set max_steps=1
+fsize_refused fsize_below_checkpoint_check 65536 "ulimit -f) is 64.00 MiB: a checkpoint of model 'resnet18'" \
+    "$HCNN" train --check --config "$R18" --set dataset=synthetic --set csv= --set checkpoint_dir="$WORK/fs"
+case_begin fsize_enough_runs
+(ulimit -f 131072 && exec timeout -k 5 120 "$HCNN" train --config "$CFG" -q --set csv= --set blas_kernels=env \
+    --set checkpoint_dir="$WORK/fs_ok" --set epochs=1) >"$WORK/fs_ok.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ -f "$WORK/fs_ok/final.hcnn" ]; then case_ok; else case_fail "exit $rc: $(tail -n 3 "$WORK/fs_ok.out")"; fi
+
 finish

@@ -64,6 +64,8 @@ typedef struct hcnn_ckpt_meta {
  * memory. */
 int hcnn_ckpt_save(const char *path, const hcnn_net *net, const float *momentum,
                    const hcnn_ckpt_meta *meta);
+/* The most bytes a checkpoint of net takes on disk (with its momentum) */
+uint64_t hcnn_ckpt_file_bytes(const hcnn_net *net, int with_momentum);
 /* The same from host buffers laid out like net->params / net->state. */
 int hcnn_ckpt_save_buffers(const char *path, const hcnn_net *net, const float *params,
                            const float *state, const float *momentum, const hcnn_ckpt_meta *meta);

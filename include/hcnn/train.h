@@ -29,6 +29,12 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
  * "hcnn: check: ok (...)" line, nothing trained.  Serial. */
 int hcnn_train_check(const hcnn_config *cfg, const char *resume);
 
+/* Before MPI starts (and in train --check): the file-size limit (ulimit -f)
+ * leaves room for MPI's start-up and, when writes_checkpoints and
+ * checkpoint_dir is set, for a checkpoint of the model; HCNN_EIO after one
+ * message naming the limit, what needs more and how much otherwise. */
+int hcnn_check_file_size_limit(const hcnn_config *cfg, int writes_checkpoints);
+
 /* hcnn plan's compute input: per-block forward/backward seconds (medians
  * over `steps` timed steps after 2 warm-up steps) of serial training passes
  * of n samples on synthetic data of cfg's model, with cfg->threads threads,

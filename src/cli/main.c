@@ -445,6 +445,28 @@ static int choose_blas_kernels(const cli *c, char **argv)
     return rc;
 }
 
+/* The file-size limit, before MPI_Init (which it can break): said by the
+ * launcher's rank 0; a configuration that does not load is left to the
+ * ranks' load after MPI_Init, as in choose_blas_kernels. */
+static int check_file_size_limit(const cli *c, int writes_checkpoints)
+{
+    hcnn_config *cfg = malloc(sizeof *cfg);
+    if (!cfg)
+        return HCNN_ENOMEM;
+    int saved = mute_stderr(1);
+    int rc = hcnn_config_load(cfg, c->config, c->sets, c->nset);
+    unmute_stderr(saved);
+    if (rc == HCNN_OK) {
+        saved = mute_stderr(launcher_rank() != 0);
+        rc = hcnn_check_file_size_limit(cfg, writes_checkpoints);
+        unmute_stderr(saved);
+    } else {
+        rc = HCNN_OK;
+    }
+    free(cfg);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     block_stop_signals(argc > 1 && !strcmp(argv[1], "train"));
@@ -547,6 +569,8 @@ int main(int argc, char **argv)
         return exit_status(rc);
     }
     if ((rc = choose_blas_kernels(&c, argv)))
+        return exit_status(rc);
+    if ((rc = check_file_size_limit(&c, !strcmp(cmd, "train"))))
         return exit_status(rc);
 
     hcnn_comm comm;

@@ -117,10 +117,25 @@ static int meta_text(const hcnn_net *net, const hcnn_ckpt_meta *m, char *text, s
                     m->written);
 }
 
+/* the META text's buffer: its most bytes */
+#define META_MAX 2048
+
+uint64_t hcnn_ckpt_file_bytes(const hcnn_net *net, int with_momentum)
+{
+    uint64_t nbytes = 4;
+    for (int i = 0; i < net->ntensors; i++) {
+        const hcnn_tensor_info *t = &net->tensors[i];
+        nbytes += (with_momentum && !t->is_state ? 2 : 1) * tensor_bytes(t->name, t);
+    }
+    /* magic, version, byte order, sections; each section 16 bytes of
+     * header and a CRC */
+    return sizeof MAGIC + 12 + (16 + META_MAX + 4) + (16 + nbytes + 4);
+}
+
 int hcnn_ckpt_save_buffers(const char *path, const hcnn_net *net, const float *params,
                            const float *state, const float *momentum, const hcnn_ckpt_meta *meta)
 {
-    char text[2048];
+    char text[META_MAX];
     const int len = meta_text(net, meta, text, sizeof text);
     if (len < 0 || (size_t)len >= sizeof text)
         return hcnn_error_code(HCNN_EFORMAT, "%s: the META text does not fit %zu bytes", path,

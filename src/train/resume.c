@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,6 +78,47 @@ static int find_resume(const hcnn_config *cfg, const hcnn_run_ident *want, const
     return hcnn_ckpt_pick_resume(cfg->checkpoint_dir, want, !automatic, path, cap);
 }
 
+/* The file-size limit (ulimit -f, or a Slurm job's): a write past it kills
+ * the process with SIGXFSZ, or with the signal ignored (main) fails with
+ * EFBIG.  Under it MPI's start-up failed in PMIx's shared-memory store
+ * (Open MPI 4.1: its messages only, SIGXFSZ forwarded, below 4 MiB here),
+ * and a checkpoint larger than it could never be written.  Refused before
+ * MPI starts, in one message, with what the run needs. */
+#define MPI_START_FILE_BYTES ((uint64_t)16 << 20) /* failed at 1 MiB, ran at 4 (2 ranks) */
+
+int hcnn_check_file_size_limit(const hcnn_config *cfg, int writes_checkpoints)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return HCNN_OK;
+    uint64_t ckpt = 0;
+    if (writes_checkpoints && cfg->checkpoint_dir[0]) {
+        hcnn_net net;
+        if (hcnn_net_create(&net, &cfg->model, hcnn_backend_cpu(), cfg->path) == HCNN_OK) {
+            ckpt = hcnn_ckpt_file_bytes(&net, 1);
+            hcnn_net_free(&net);
+        }
+    }
+    const uint64_t need = ckpt > MPI_START_FILE_BYTES ? ckpt : MPI_START_FILE_BYTES;
+    const uint64_t limit = (uint64_t)rl.rlim_cur;
+    if (limit >= need)
+        return HCNN_OK;
+    const double mib = 1048576.0;
+    char what[HCNN_PATH_MAX + 256];
+    if (ckpt > MPI_START_FILE_BYTES)
+        snprintf(what, sizeof what, "a checkpoint of model '%.64s' takes %.1f MiB (checkpoint_dir "
+                                    "in %s)",
+                 cfg->model.name, (double)ckpt / mib, cfg->path);
+    else
+        snprintf(what, sizeof what, "MPI's start-up writes shared-memory files of several MiB "
+                                    "(Open MPI's PMIx failed under 4 MiB)");
+    return hcnn_error_code(HCNN_EIO,
+                           "the file-size limit (ulimit -f) is %.2f MiB: %s; raise it to at "
+                           "least %.0f MiB (ulimit -f %llu, in KiB) or to unlimited",
+                           (double)limit / mib, what, ceil((double)need / mib),
+                           (unsigned long long)((need + 1023) / 1024));
+}
+
 /* hcnn train --check: what a job needs before it asks for nodes, without
  * training: the data sets read and checked against the model, the
  * checkpoint directory writable and not held by a live run, the checkpoint
@@ -86,6 +129,8 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume)
 {
     int threads; /* the count the run would start, refused as the run refuses it */
     int rc = hcnn_threads_resolve(cfg, &threads, NULL, 0);
+    if (!rc)
+        rc = hcnn_check_file_size_limit(cfg, 1);
     if (rc)
         return rc;
     hcnn_dataset train = {0}, test = {0};
