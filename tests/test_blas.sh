@@ -127,4 +127,34 @@ if [ "$other" -ge 0 ]; then
         -np 1 "$HCNN" "${TRAIN[@]}" --set strategy=data --set blas_kernels="$name"
 fi
 
+# a cache directory that cannot be used (issue 37): XDG_CACHE_HOME a file,
+# or a directory this user cannot write.  The run measures, succeeds, and
+# says so in one warning (never "error:"), its header saying "not cached"
+# and why, never "cached in".  Before: "hcnn: error: cannot create
+# directory", and a header claiming the table was cached.
+: >"$WORK/cachefile"
+nocache() { # NAME XDG [USER]
+    local name=$1 xdg=$2 user=${3:-}
+    case_begin "$name"
+    if [ -n "$user" ]; then
+        su "$user" -s /bin/sh -c "XDG_CACHE_HOME='$xdg' '$HCNN' train --config '$SMALL' -q --set max_steps=2 \
+            --set csv= --set checkpoint_dir=" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    else
+        XDG_CACHE_HOME="$xdg" "$HCNN" "${TRAIN[@]}" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    fi
+    local rc=$?
+    if [ $rc -eq 0 ] && ! grep -q 'error' "$WORK/$name.err" &&
+        [ "$(grep -c '^hcnn: warning: BLAS kernels: the table is not cached' "$WORK/$name.err")" -eq 1 ] &&
+        grep -q 'kernels: .*(auto: .*measured, not cached: ' "$WORK/$name.out" && ! grep -q 'cached in' "$WORK/$name.out"; then
+        case_ok
+    else
+        case_fail "exit $rc: $(cat "$WORK/$name.err") $(grep -m1 kernels "$WORK/$name.out")"
+    fi
+}
+nocache xdg_cache_home_a_file "$WORK/cachefile"
+if [ "$(id -u)" -eq 0 ] && id nobody >/dev/null 2>&1; then
+    mkdir -p "$WORK/rocache/hcnn" && chmod 555 "$WORK/rocache/hcnn" && chmod 755 "$WORK" "$WORK/rocache"
+    nocache xdg_cache_home_not_writable "$WORK/rocache" nobody
+fi
+
 finish

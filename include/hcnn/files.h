@@ -21,8 +21,10 @@
 /* CRC32 (zlib's polynomial) of any number of bytes, continuing crc */
 uint32_t hcnn_crc32(uint32_t crc, const void *data, size_t n);
 
-/* mkdir -p */
+/* mkdir -p (a path that exists and is not a directory is refused) */
 int hcnn_mkdir_p(const char *dir);
+/* The same, the reason in why (cap bytes) instead of a message. */
+int hcnn_mkdir_p_why(const char *dir, char *why, size_t cap);
 /* mkdir -p of the directory part of a file path */
 int hcnn_mkdir_parent(const char *path);
 
@@ -57,5 +59,8 @@ void hcnn_afile_abort(hcnn_afile *a);
 
 /* open + write + commit of one buffer */
 int hcnn_write_file(const char *path, const void *data, size_t n);
+/* The same, the reason in why (cap bytes) instead of a message: for a
+ * file the run does without (a cache), whose failure is a warning. */
+int hcnn_write_file_why(const char *path, const void *data, size_t n, char *why, size_t cap);
 
 #endif

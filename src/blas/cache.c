@@ -24,7 +24,7 @@
 #define CACHE_MAGIC "hcnn-blas-kernels"
 #define CACHE_VERSION 1
 
-int blas_cache_dir(char *buf, int cap)
+int blas_cache_dir(char *buf, int cap, char *why, size_t why_cap)
 {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int n;
@@ -34,9 +34,11 @@ int blas_cache_dir(char *buf, int cap)
         n = snprintf(buf, (size_t)cap, "%s/.cache/hcnn", home);
     else
         n = snprintf(buf, (size_t)cap, "/tmp/hcnn-cache-%ld", (long)getuid());
-    if (n < 0 || n >= cap)
-        return hcnn_error("BLAS kernels' cache: directory name too long");
-    return hcnn_mkdir_p(buf);
+    if (n < 0 || n >= cap) {
+        snprintf(why, why_cap, "its directory's name is too long");
+        return HCNN_EIO;
+    }
+    return hcnn_mkdir_p_why(buf, why, why_cap);
 }
 
 /* Waits for the lock in slices, taking a stop signal meanwhile: another
@@ -155,7 +157,7 @@ int blas_cache_read(const char *dir, blas_table *t)
     return ok;
 }
 
-int blas_cache_write(const char *dir, blas_table *t)
+int blas_cache_write(const char *dir, blas_table *t, char *why, size_t why_cap)
 {
     cache_path(dir, t);
     char buf[8192];
@@ -175,7 +177,9 @@ int blas_cache_write(const char *dir, blas_table *t)
                       c->asked[0] ? c->asked : "-", c->seconds,
                       c->seconds < 0 ? c->failure : c->source);
     }
-    if (n >= (int)sizeof buf)
-        return hcnn_error("%s: BLAS kernels' table too long", t->cache_path);
-    return hcnn_write_file(t->cache_path, buf, (size_t)n);
+    if (n >= (int)sizeof buf) {
+        snprintf(why, why_cap, "the table is too long for %s", t->cache_path);
+        return HCNN_EIO;
+    }
+    return hcnn_write_file_why(t->cache_path, buf, (size_t)n, why, why_cap);
 }

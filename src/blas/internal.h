@@ -48,6 +48,7 @@ typedef struct blas_table {
     double margin;              /* BLAS_KEEP_MARGIN: a round's lead that counts */
     double measure_s;           /* wall time of the measurement */
     char cache_path[1024];
+    char cache_note[1200];      /* "" when cached, else why not (the run header says it) */
 } blas_table;
 
 /* One candidate beats another when faster by more than this fraction in
@@ -97,8 +98,9 @@ void blas_table_note(const blas_table *t, int cached, char *buf, int cap);
 int blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *samples);
 
 /* ---- cache.c ------------------------------------------------------------- */
-/* The cache directory ($XDG_CACHE_HOME/hcnn, else ~/.cache/hcnn), created. */
-int blas_cache_dir(char *buf, int cap);
+/* The cache directory ($XDG_CACHE_HOME/hcnn, else ~/.cache/hcnn), created;
+ * HCNN_EIO with the reason in why (no message: the run does without). */
+int blas_cache_dir(char *buf, int cap, char *why, size_t why_cap);
 /* An exclusive lock on the cache directory, held until blas_cache_unlock:
  * ranks on a node wait while one measures.  Returns the descriptor or -1
  * (no lock; *stop: the stop signal that ended the wait, else 0). */
@@ -107,6 +109,6 @@ void blas_cache_unlock(int fd);
 /* The file of t->key in dir (t->cache_path); read: 1 found and filled, 0
  * not there or stale; write: HCNN_OK or HCNN_EIO. */
 int blas_cache_read(const char *dir, blas_table *t);
-int blas_cache_write(const char *dir, blas_table *t);
+int blas_cache_write(const char *dir, blas_table *t, char *why, size_t why_cap);
 
 #endif

@@ -505,7 +505,8 @@ void blas_table_print(const blas_table *t, FILE *out)
                 i == t->choice ? "  <- chosen" : "");
     }
     fprintf(out, "choice=%s speedup=%.3f measured_s=%.1f cache=%s\n", t->c[t->choice].name,
-            base / t->c[t->choice].seconds, t->measure_s, t->cache_path);
+            base / t->c[t->choice].seconds, t->measure_s,
+            t->cache_note[0] ? t->cache_note : t->cache_path);
 }
 
 void blas_table_note(const blas_table *t, int cached, char *buf, int cap)
@@ -524,7 +525,9 @@ void blas_table_note(const blas_table *t, int cached, char *buf, int cap)
         if (i != t->choice && i != t->baseline && t->c[i].seconds > 0)
             n += snprintf(buf + n, (size_t)(cap - n), "; %s %.2fx", t->c[i].name,
                           b->seconds / t->c[i].seconds);
-    if (n < cap)
+    if (n < cap && t->cache_note[0])
+        snprintf(buf + n, (size_t)(cap - n), "; measured, %s)", t->cache_note);
+    else if (n < cap)
         snprintf(buf + n, (size_t)(cap - n), "; %s %s)", cached ? "cached in" : "measured, cached in",
                  t->cache_path);
 }

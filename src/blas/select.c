@@ -88,18 +88,23 @@ static int auto_table(const blas_run *run, blas_table *t, int remeasure, int *ca
     int rc = blas_table_key(run, t);
     if (rc)
         return rc;
-    char dir[HCNN_FILE_PATH_MAX];
-    const int have_dir = blas_cache_dir(dir, sizeof dir) == HCNN_OK;
+    char dir[HCNN_FILE_PATH_MAX], why[sizeof t->cache_note - 64];
+    const int have_dir = blas_cache_dir(dir, sizeof dir, why, sizeof why) == HCNN_OK;
     int stop = 0;
     const int lock = have_dir ? blas_cache_lock(dir, &stop) : -1;
     if (stop)
         return blas_stopped(stop);
     *cached = !remeasure && have_dir && blas_cache_read(dir, t);
+    t->cache_note[0] = '\0';
     if (!*cached) {
         rc = blas_measure(run, t);
-        if (!rc && have_dir && blas_cache_write(dir, t))
-            hcnn_warn("BLAS kernels: the table is not cached (%s); the next run measures again",
-                      t->cache_path);
+        if (!rc && (!have_dir || blas_cache_write(dir, t, why, sizeof why))) {
+            /* the run goes on with what it measured: a warning, said in the header too */
+            snprintf(t->cache_note, sizeof t->cache_note, "not cached: %s", why);
+            hcnn_warn("BLAS kernels: the table is not cached (%s); the next run measures again "
+                      "(set XDG_CACHE_HOME to a writable directory)",
+                      why);
+        }
     }
     blas_cache_unlock(lock);
     return rc;

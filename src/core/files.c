@@ -23,23 +23,44 @@ uint32_t hcnn_crc32(uint32_t crc, const void *data, size_t n)
     return (uint32_t)c;
 }
 
-int hcnn_mkdir_p(const char *dir)
+int hcnn_mkdir_p_why(const char *dir, char *why, size_t cap)
 {
     char buf[HCNN_FILE_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return hcnn_error_code(HCNN_EIO, "%s: path too long", dir);
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) {
+        snprintf(why, cap, "%s: path too long", dir);
+        return HCNN_EIO;
+    }
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return hcnn_error_code(HCNN_EIO, "cannot create directory %s: %s", buf,
-                                   strerror(errno));
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            snprintf(why, cap, "cannot create directory %s: %s", buf, strerror(errno));
+            return HCNN_EIO;
+        }
         *p = '/';
     }
-    if (buf[0] && mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return hcnn_error_code(HCNN_EIO, "cannot create directory %s: %s", buf, strerror(errno));
+    if (buf[0] && mkdir(buf, 0777) != 0 && errno != EEXIST) {
+        snprintf(why, cap, "cannot create directory %s: %s", buf, strerror(errno));
+        return HCNN_EIO;
+    }
+    struct stat st; /* EEXIST also for what is not a directory */
+    if (buf[0] && stat(buf, &st) != 0) {
+        snprintf(why, cap, "cannot create directory %s: %s", buf, strerror(errno));
+        return HCNN_EIO;
+    }
+    if (buf[0] && !S_ISDIR(st.st_mode)) {
+        snprintf(why, cap, "cannot create directory %s: it is %s", buf, hcnn_file_kind(st.st_mode));
+        return HCNN_EIO;
+    }
     return HCNN_OK;
+}
+
+int hcnn_mkdir_p(const char *dir)
+{
+    char why[HCNN_FILE_PATH_MAX + 64];
+    const int rc = hcnn_mkdir_p_why(dir, why, sizeof why);
+    return rc ? hcnn_error_code(rc, "%s", why) : HCNN_OK;
 }
 
 int hcnn_mkdir_parent(const char *path)
@@ -110,28 +131,26 @@ int hcnn_fopen_regular(const char *path, const char *what, int code, FILE **f)
     return HCNN_OK;
 }
 
-int hcnn_afile_open(hcnn_afile *a, const char *path)
+/* The steps of an atomic write, each saying what failed in why instead of
+ * printing it: hcnn_write_file_why's callers decide whether it is an error
+ * (a checkpoint) or a warning (a cache the run does without). */
+static int afile_open(hcnn_afile *a, const char *path, char *why, size_t cap)
 {
     a->fd = -1;
-    if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path)
-        return hcnn_error_code(HCNN_EIO, "%s: path too long", path);
+    if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path) {
+        snprintf(why, cap, "%s: path too long", path);
+        return HCNN_EIO;
+    }
     snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
     a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (a->fd < 0)
-        return hcnn_error_code(HCNN_EIO, "cannot create %s: %s", a->tmp, strerror(errno));
+    if (a->fd < 0) {
+        snprintf(why, cap, "cannot create %s: %s", a->tmp, strerror(errno));
+        return HCNN_EIO;
+    }
     return HCNN_OK;
 }
 
-void hcnn_afile_abort(hcnn_afile *a)
-{
-    if (a->fd >= 0) {
-        close(a->fd);
-        unlink(a->tmp);
-    }
-    a->fd = -1;
-}
-
-int hcnn_afile_write(hcnn_afile *a, const void *data, size_t n)
+static int afile_write(hcnn_afile *a, const void *data, size_t n, char *why, size_t cap)
 {
     const unsigned char *p = data;
     while (n > 0) {
@@ -141,14 +160,15 @@ int hcnn_afile_write(hcnn_afile *a, const void *data, size_t n)
         if (w <= 0) {
             int e = w < 0 ? errno : ENOSPC;
             hcnn_afile_abort(a);
-            return hcnn_error_code(HCNN_EIO, "cannot write %s: %s", a->tmp, strerror(e));
+            snprintf(why, cap, "cannot write %s: %s", a->tmp, strerror(e));
+            return HCNN_EIO;
         }
         p += w, n -= (size_t)w;
     }
     return HCNN_OK;
 }
 
-int hcnn_afile_commit(hcnn_afile *a)
+static int afile_commit(hcnn_afile *a, char *why, size_t cap)
 {
     /* fsync before rename: the new name must never point at unwritten data */
     errno = 0;
@@ -158,13 +178,14 @@ int hcnn_afile_commit(hcnn_afile *a)
     a->fd = -1;
     if (bad) {
         unlink(a->tmp);
-        return hcnn_error_code(HCNN_EIO, "cannot flush %s: %s", a->tmp, strerror(e ? e : errno));
+        snprintf(why, cap, "cannot flush %s: %s", a->tmp, strerror(e ? e : errno));
+        return HCNN_EIO;
     }
     if (rename(a->tmp, a->path) != 0) {
         e = errno;
         unlink(a->tmp);
-        return hcnn_error_code(HCNN_EIO, "cannot rename %s to %s: %s", a->tmp, a->path,
-                               strerror(e));
+        snprintf(why, cap, "cannot rename %s to %s: %s", a->tmp, a->path, strerror(e));
+        return HCNN_EIO;
     }
     /* make the rename itself durable */
     char dir[HCNN_FILE_PATH_MAX];
@@ -184,13 +205,52 @@ int hcnn_afile_commit(hcnn_afile *a)
     return HCNN_OK;
 }
 
-int hcnn_write_file(const char *path, const void *data, size_t n)
+#define WHY_CAP (2 * HCNN_FILE_PATH_MAX + 128)
+
+int hcnn_afile_open(hcnn_afile *a, const char *path)
+{
+    char why[WHY_CAP];
+    const int rc = afile_open(a, path, why, sizeof why);
+    return rc ? hcnn_error_code(rc, "%s", why) : HCNN_OK;
+}
+
+void hcnn_afile_abort(hcnn_afile *a)
+{
+    if (a->fd >= 0) {
+        close(a->fd);
+        unlink(a->tmp);
+    }
+    a->fd = -1;
+}
+
+int hcnn_afile_write(hcnn_afile *a, const void *data, size_t n)
+{
+    char why[WHY_CAP];
+    const int rc = afile_write(a, data, n, why, sizeof why);
+    return rc ? hcnn_error_code(rc, "%s", why) : HCNN_OK;
+}
+
+int hcnn_afile_commit(hcnn_afile *a)
+{
+    char why[WHY_CAP];
+    const int rc = afile_commit(a, why, sizeof why);
+    return rc ? hcnn_error_code(rc, "%s", why) : HCNN_OK;
+}
+
+int hcnn_write_file_why(const char *path, const void *data, size_t n, char *why, size_t cap)
 {
     hcnn_afile a;
-    int rc = hcnn_afile_open(&a, path);
+    int rc = afile_open(&a, path, why, cap);
     if (!rc)
-        rc = hcnn_afile_write(&a, data, n);
+        rc = afile_write(&a, data, n, why, cap);
     if (!rc)
-        rc = hcnn_afile_commit(&a);
+        rc = afile_commit(&a, why, cap);
     return rc;
+}
+
+int hcnn_write_file(const char *path, const void *data, size_t n)
+{
+    char why[WHY_CAP];
+    const int rc = hcnn_write_file_why(path, data, n, why, sizeof why);
+    return rc ? hcnn_error_code(rc, "%s", why) : HCNN_OK;
 }
