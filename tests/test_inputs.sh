@@ -330,4 +330,32 @@ else
     case_skip "not OpenBLAS: no kernels to measure"
 fi
 
+# ---- a read-only working directory with the shipped configs (issue 37) ------
+# the message names the key that put the directory there (checkpoint_dir,
+# csv), not only the directory (before: "cannot create directory runs")
+if [ "$(id -u)" -eq 0 ] && id nobody >/dev/null 2>&1; then
+    RO=$WORK/readonly
+    mkdir -p "$RO" && cp "$LENET" "$RO/lenet.yaml" && chmod 755 "$WORK" && chmod 555 "$RO"
+    ro_refused() { # NAME PATTERN ARGS...
+        local name=$1 pattern=$2
+        shift 2
+        case_begin "$name"
+        su nobody -s /bin/sh -c "cd '$RO' && XDG_CACHE_HOME=/tmp timeout -k 5 60 '$HCNN' $*" >"$WORK/$name.out" 2>"$WORK/$name.err"
+        local rc=$?
+        if [ $rc -eq 1 ] && [ "$(wc -l <"$WORK/$name.err")" -eq 1 ] && grep -q -- "$pattern" "$WORK/$name.err"; then
+            case_ok
+        else
+            case_fail "exit $rc: $(cat "$WORK/$name.err")"
+        fi
+    }
+    ro_refused readonly_cwd_names_checkpoint_dir "cannot create directory runs: Permission denied (for 'runs/mnist_lenet', key checkpoint_dir in lenet.yaml)" \
+        train --config lenet.yaml -q --set dataset=synthetic --set max_steps=1 --set blas_kernels=env
+    ro_refused readonly_cwd_names_checkpoint_dir_check "(for 'runs/mnist_lenet', key checkpoint_dir in lenet.yaml)" \
+        train --check --config lenet.yaml --set dataset=synthetic
+    ro_refused readonly_cwd_names_csv "cannot create directory runs: Permission denied (for 'runs', the directory of key csv in lenet.yaml)" \
+        train --config lenet.yaml -q --set dataset=synthetic --set max_steps=1 --set blas_kernels=env --set checkpoint_dir=
+    ro_refused readonly_cwd_names_csv_check "(for 'runs', the directory of key csv in lenet.yaml)" \
+        train --check --config lenet.yaml --set dataset=synthetic --set checkpoint_dir=
+fi
+
 finish

@@ -25,8 +25,12 @@ uint32_t hcnn_crc32(uint32_t crc, const void *data, size_t n);
 int hcnn_mkdir_p(const char *dir);
 /* The same, the reason in why (cap bytes) instead of a message. */
 int hcnn_mkdir_p_why(const char *dir, char *why, size_t cap);
-/* mkdir -p of the directory part of a file path */
-int hcnn_mkdir_parent(const char *path);
+/* The same, the message naming what asked for dir (e.g. "checkpoint_dir
+ * in configs/x.yaml"): a read-only working directory was reported as
+ * "cannot create directory runs" without the key that put it there. */
+int hcnn_mkdir_p_for(const char *dir, const char *what);
+/* mkdir -p of the directory part of a file path, for what (as above) */
+int hcnn_mkdir_parent(const char *path, const char *what);
 
 /* What a file that is not a regular one is, for messages: "a directory",
  * "a pipe or FIFO", "a character device", ... */

@@ -63,7 +63,14 @@ int hcnn_mkdir_p(const char *dir)
     return rc ? hcnn_error_code(rc, "%s", why) : HCNN_OK;
 }
 
-int hcnn_mkdir_parent(const char *path)
+int hcnn_mkdir_p_for(const char *dir, const char *what)
+{
+    char why[HCNN_FILE_PATH_MAX + 64];
+    const int rc = hcnn_mkdir_p_why(dir, why, sizeof why);
+    return rc ? hcnn_error_code(rc, "%s (for '%s', %s)", why, dir, what) : HCNN_OK;
+}
+
+int hcnn_mkdir_parent(const char *path, const char *what)
 {
     char buf[HCNN_FILE_PATH_MAX];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
@@ -72,7 +79,7 @@ int hcnn_mkdir_parent(const char *path)
     if (!slash || slash == buf)
         return HCNN_OK;
     *slash = '\0';
-    return hcnn_mkdir_p(buf);
+    return hcnn_mkdir_p_for(buf, what);
 }
 
 const char *hcnn_file_kind(mode_t mode)

@@ -162,7 +162,7 @@ int hcnn_export_npy(const char *ckpt_path, const char *dir)
                 goto out;
             }
     }
-    if ((rc = hcnn_mkdir_p(dir)))
+    if ((rc = hcnn_mkdir_p_for(dir, "hcnn export's output directory")))
         goto out;
     const int64_t step = f.meta.step;
     for (int k = 0; k < f.ntensors; k++) {
@@ -277,7 +277,7 @@ int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckp
     }
     hcnn_ckpt_meta meta = {.model_hash = net.model_hash, .epoch = 0, .step = 0, .seed = cfg->seed};
     snprintf(meta.model, sizeof meta.model, "%s", cfg->model.name);
-    if ((rc = hcnn_mkdir_parent(out_ckpt)))
+    if ((rc = hcnn_mkdir_parent(out_ckpt, "hcnn import's --output")))
         goto out;
     rc = hcnn_ckpt_save_buffers(out_ckpt, &net, params, state, momentum, &meta);
 out:

@@ -286,10 +286,11 @@ int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
     else
         snprintf(W.dir, sizeof W.dir, "%s/hcnn-watch-%ld-%ld",
                  getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", token[0], token[1]);
-    if (hcnn_mkdir_p(W.dir) != HCNN_OK)
-        fprintf(stderr, "hcnn: rank %d: the stall watchdog has no heartbeat directory (%s): it "
-                        "will not name the ranks that stall\n",
-                c->rank, W.dir);
+    char why[sizeof W.dir + 64];
+    if (hcnn_mkdir_p_why(W.dir, why, sizeof why) != HCNN_OK)
+        fprintf(stderr, "hcnn: rank %d: warning: the stall watchdog has no heartbeat directory "
+                        "(%s): it will not name the ranks that stall\n",
+                c->rank, why);
     W.timeout_s = timeout_s;
     W.rank = c->rank, W.size = c->size, W.thread_level = c->thread_level;
     W.owner = pthread_self();

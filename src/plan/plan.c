@@ -302,7 +302,7 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
             }
         if (!rc && weak_pass && o->out[0]) {
             char path[HCNN_FILE_PATH_MAX + 32];
-            rc = hcnn_mkdir_p(o->out);
+            rc = hcnn_mkdir_p_for(o->out, "hcnn plan's --out");
             snprintf(path, sizeof path, "%s/plan_passes.csv", o->out);
             FILE *f = rc ? NULL : fopen(path, "w");
             if (!rc && !f)
@@ -315,7 +315,7 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
         }
     }
     if (!rc && o->out[0]) {
-        rc = hcnn_mkdir_p(o->out);
+        rc = hcnn_mkdir_p_for(o->out, "hcnn plan's --out");
         char path[HCNN_FILE_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/plan.csv", o->out);
         FILE *f = rc ? NULL : fopen(path, "w");

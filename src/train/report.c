@@ -235,8 +235,10 @@ int report_csv_open(hcnn_run *r, int append)
         return HCNN_OK;
     int fd = -1;
     int rc = report_csv_check(cfg);
+    char what[HCNN_PATH_MAX + 64];
+    snprintf(what, sizeof what, "the directory of key csv in %s", cfg->path);
     if (!rc)
-        rc = hcnn_mkdir_parent(cfg->csv);
+        rc = hcnn_mkdir_parent(cfg->csv, what);
     if (!rc)
         rc = csv_open_through(cfg, &fd);
     if (!rc)

@@ -29,7 +29,9 @@ int run_check_checkpoint_dir(const hcnn_config *cfg)
     const char *dir = cfg->checkpoint_dir;
     if (!dir[0])
         return HCNN_OK;
-    int rc = hcnn_mkdir_p(dir); /* its message names the directory */
+    char what[HCNN_PATH_MAX + 64];
+    snprintf(what, sizeof what, "key checkpoint_dir in %s", cfg->path);
+    int rc = hcnn_mkdir_p_for(dir, what);
     if (rc)
         return rc;
     char probe[HCNN_FILE_PATH_MAX + 64];
@@ -154,7 +156,9 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume)
             *slash = '\0';
         else
             snprintf(dir, sizeof dir, ".");
-        if (slash && (rc = hcnn_mkdir_p(dir)))
+        char what[HCNN_PATH_MAX + 64];
+        snprintf(what, sizeof what, "the directory of key csv in %s", cfg->path);
+        if (slash && (rc = hcnn_mkdir_p_for(dir, what)))
             return rc;
         struct stat sb;
         errno = 0;
