@@ -75,6 +75,28 @@ expect_fail resume_auto_refuses_another_model \
 expect_fail resume_auto_refuses_another_seed "belongs to another run .*differ in the seed" \
     "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$D" --set seed=7 --resume auto
 
+# what killed jobs leave besides checkpoints (issue 37): their stall
+# watchdogs' heartbeat directories, removed by the next run that takes the
+# directory once their heartbeats are a minute old (a live job's are
+# rewritten every second: kept); checkpoint_every 0 said as such in the
+# header (it read "every 0 epochs")
+W=$WORK/watchleft
+mkdir -p "$W/.hcnn-watch-111-222" "$W/.hcnn-watch-333-444"
+: >"$W/.hcnn-watch-111-222/rank-0"
+: >"$W/.hcnn-watch-111-222/rank-1.tmp"
+touch -d '-2 minutes' "$W/.hcnn-watch-111-222/rank-0" "$W/.hcnn-watch-111-222/rank-1.tmp" "$W/.hcnn-watch-111-222"
+: >"$W/.hcnn-watch-333-444/rank-0"
+"${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$W" --set epochs=1 --set checkpoint_every=0 >"$WORK/watchleft.log" 2>&1
+rc=$?
+case_begin stale_watchdog_directories_removed
+if [ $rc -eq 0 ] && [ ! -e "$W/.hcnn-watch-111-222" ] && [ -e "$W/.hcnn-watch-333-444/rank-0" ] &&
+    grep -q "removed 1 stall-watchdog directory (.hcnn-watch-\*) left by killed jobs" "$WORK/watchleft.log"; then case_ok
+else case_fail "exit $rc; $(ls -a "$W"); $(grep hcnn: "$WORK/watchleft.log" | head -n 8)"; fi
+case_begin checkpoint_every_0_said_in_the_header
+if grep -q "^hcnn: checkpoints: run .*(at the end and on SIGTERM/SIGUSR1 only: checkpoint_every 0, the newest" "$WORK/watchleft.log" &&
+    ! grep -q "every 0 epochs" "$WORK/watchleft.log"; then case_ok
+else case_fail "$(grep '^hcnn: checkpoints' "$WORK/watchleft.log")"; fi
+
 # ---- one run at a time ----------------------------------------------------------
 B=$WORK/busy
 "$HCNN" train "${C[@]}" --set checkpoint_dir="$B" --set epochs=3000 >"$WORK/busy.log" 2>&1 &

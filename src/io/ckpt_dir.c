@@ -95,16 +95,60 @@ static const char *lock_stale(const char *text, double age, char *why, size_t ca
 
 /* Removes what killed writers leave in a directory only a training run
  * writes to: checkpoint and final-link temporaries, write probes. */
+/* A stall watchdog's heartbeat directory (.hcnn-watch-<pid>-<time>) is
+ * left behind by a job that was killed (its ranks remove it as they end).
+ * One whose heartbeats have all been still for HCNN_LOCK_STALE_S is of no
+ * live job (a live rank rewrites its file every second, and this run's
+ * own is fresh): removed with its files.  Returns 1 when removed. */
+static int remove_stale_watch_dir(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    const time_t now = time(NULL);
+    if (difftime(now, st.st_mtime) < HCNN_LOCK_STALE_S)
+        return 0;
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    char file[HCNN_FILE_PATH_MAX + 600];
+    int fresh = 0;
+    while (!fresh && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+        fresh = lstat(file, &st) != 0 || !S_ISREG(st.st_mode) ||
+                difftime(now, st.st_mtime) < HCNN_LOCK_STALE_S;
+    }
+    if (!fresh) {
+        rewinddir(d);
+        while ((e = readdir(d)) != NULL)
+            if (!strncmp(e->d_name, "rank-", 5)) {
+                snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+                unlink(file);
+            }
+    }
+    closedir(d);
+    return !fresh && rmdir(path) == 0;
+}
+
 static void clean_leftovers(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
         return;
-    int count = 0;
+    int count = 0, watch = 0;
     double bytes = 0.0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
+        if (!strncmp(n, ".hcnn-watch-", 12)) {
+            char path[HCNN_FILE_PATH_MAX + 300];
+            snprintf(path, sizeof path, "%s/%s", dir, n);
+            watch += remove_stale_watch_dir(path);
+            continue;
+        }
         const int tmp = (!strncmp(n, "ckpt-s", 6) || !strncmp(n, "final.hcnn", 10) ||
                          !strncmp(n, ".hcnn-lock.", 11)) &&
                         strstr(n, ".tmp.");
@@ -121,6 +165,10 @@ static void clean_leftovers(const char *dir)
         printf("hcnn: checkpoint_dir %s: removed %d temporary file%s (%.1f MB) left by killed "
                "writers\n",
                dir, count, count > 1 ? "s" : "", bytes / 1e6);
+    if (watch)
+        printf("hcnn: checkpoint_dir %s: removed %d stall-watchdog director%s (.hcnn-watch-*) "
+               "left by killed jobs\n",
+               dir, watch, watch > 1 ? "ies" : "y");
 }
 
 /* The lock's text into a temporary file beside it; no message. */

@@ -327,11 +327,17 @@ static int open_line(hcnn_run *r, const char *path, const hcnn_ckpt_meta *meta)
         if (others)
             snprintf(note, sizeof note, "; %d checkpoint%s of other runs left as they are",
                      others, others > 1 ? "s" : "");
+        char every[96];
+        if (cfg->checkpoint_every > 0)
+            snprintf(every, sizeof every, "every %d epoch%s", cfg->checkpoint_every,
+                     cfg->checkpoint_every == 1 ? "" : "s");
+        else /* checkpoint_every: 0 once read "every 0 epochs" */
+            snprintf(every, sizeof every, "at the end and on SIGTERM/SIGUSR1 only: "
+                                          "checkpoint_every 0");
         snprintf(r->ckpt_note, sizeof r->ckpt_note,
-               "hcnn: checkpoints: run %s, %s; written to %s/%s (every %d epoch%s, the newest "
-               "%d of this run kept)%s\n",
-               r->run_id, how, dir, pattern, cfg->checkpoint_every,
-               cfg->checkpoint_every == 1 ? "" : "s", cfg->checkpoint_keep, note);
+               "hcnn: checkpoints: run %s, %s; written to %s/%s (%s, the newest %d of this run "
+               "kept)%s\n",
+               r->run_id, how, dir, pattern, every, cfg->checkpoint_keep, note);
         rc = hcnn_ckpt_lock_set_run(&r->lock, r->run_id);
         if (!rc)
             rc = hcnn_ckpt_writer_init(&r->writer, &r->net, dir, cfg->checkpoint_keep,
