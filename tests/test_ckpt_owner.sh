@@ -225,6 +225,56 @@ if [ $rc -eq 0 ] && grep -q "taking over the lock .*this Slurm job (777): a requ
     [ ! -e "$WORK/job/.hcnn-lock" ]; then case_ok
 else case_fail "exit $rc; $(grep -E 'error|lock' "$WORK/job.log")"; fi
 
+# a node whose clock runs an hour ahead of the file system's (issue 37's
+# fast clock, sibling): it must not read a live run's lock as an hour old
+# and take the directory over.  The clock is moved by an LD_PRELOAD shim
+# (time and clock_gettime); the lock's age is measured by the file
+# system's clock (a file created beside it).
+cat >"$WORK/ahead.c" <<'EOF_C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <time.h>
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+    static int (*real)(clockid_t, struct timespec *);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "clock_gettime");
+    const int rc = real(id, ts);
+    if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE))
+        ts->tv_sec += 3600;
+    return rc;
+}
+time_t time(time_t *t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (t)
+        *t = ts.tv_sec;
+    return ts.tv_sec;
+}
+EOF_C
+case_begin clock_ahead_does_not_take_a_live_lock
+if ${CC:-cc} -shared -fPIC -o "$WORK/ahead.so" "$WORK/ahead.c" -ldl 2>"$WORK/ahead.err"; then
+    pre="$WORK/ahead.so"
+    asan=$(ldd "$HCNN" 2>/dev/null | sed -n 's/^[[:space:]]*libasan[^ ]* => \([^ ]*\) .*/\1/p')
+    [ -n "$asan" ] && pre="$asan:$pre" # the sanitizer's runtime first
+    K=$WORK/clock
+    "$HCNN" train "${C[@]}" --set checkpoint_dir="$K" --set epochs=3000 >"$WORK/clock_a.log" 2>&1 &
+    ka=$!
+    BG="$BG $ka"
+    for _ in $(seq 200); do grep -q '^epoch=' "$WORK/clock_a.log" && break; sleep 0.05; done
+    LD_PRELOAD=$pre "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$K" --set epochs=2 \
+        >"$WORK/clock_b.out" 2>"$WORK/clock_b.err"
+    rc=$?
+    kill -USR1 "$ka" 2>/dev/null
+    wait "$ka"
+    if [ $rc -eq 1 ] && grep -q "is in use by run .*(pid $ka,.*heartbeat [0-9] s ago" "$WORK/clock_b.err" &&
+        ! grep -q "taking over" "$WORK/clock_b.out"; then case_ok
+    else case_fail "exit $rc; $(cat "$WORK/clock_b.err"; grep 'taking over' "$WORK/clock_b.out")"; fi
+else
+    case_skip "no C compiler for the clock shim: $(head -n 2 "$WORK/ahead.err")"
+fi
+
 # ---- rolling back starts a new line -----------------------------------------------
 R=$WORK/roll
 "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$R" --set checkpoint_keep=10 --set epochs=6 >"$WORK/roll1.log" 2>&1

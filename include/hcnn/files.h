@@ -32,6 +32,14 @@ int hcnn_mkdir_p_for(const char *dir, const char *what);
 /* mkdir -p of the directory part of a file path, for what (as above) */
 int hcnn_mkdir_parent(const char *path, const char *what);
 
+/* The time by the clock of the file system that holds dir: the
+ * modification time of a file created there (and removed).  Ages of files
+ * another node wrote (a lock's heartbeat, a watchdog's) are measured
+ * against it, not against this node's clock, which may run ahead (a node an
+ * hour fast read every lock as stale).  time(NULL) if dir cannot be
+ * written. */
+time_t hcnn_fs_now(const char *dir);
+
 /* What a file that is not a regular one is, for messages: "a directory",
  * "a pipe or FIFO", "a character device", ... */
 const char *hcnn_file_kind(mode_t mode);

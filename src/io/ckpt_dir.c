@@ -34,7 +34,10 @@ static void lock_field(const char *text, const char *key, char *out, size_t cap)
     }
 }
 
-/* The lock file's text and its age in seconds; HCNN_EIO if there is none. */
+/* The lock file's text and (age not NULL) its age in seconds by the
+ * clock of the file system that holds it (hcnn_fs_now: the holder may
+ * have written it from a node whose clock differs from this one's);
+ * HCNN_EIO if there is none. */
 static int lock_read(const char *path, char *text, size_t cap, double *age)
 {
     const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -44,7 +47,16 @@ static int lock_read(const char *path, char *text, size_t cap, double *age)
     ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, text, cap - 1) : -1;
     close(fd);
     text[n > 0 ? n : 0] = '\0';
-    *age = n >= 0 ? difftime(time(NULL), st.st_mtime) : 0.0;
+    if (age) {
+        char dir[HCNN_FILE_PATH_MAX + 16];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(dir, sizeof dir, ".");
+        *age = n >= 0 ? difftime(hcnn_fs_now(dir), st.st_mtime) : 0.0;
+    }
     return HCNN_OK;
 }
 
@@ -99,13 +111,14 @@ static const char *lock_stale(const char *text, double age, char *why, size_t ca
  * left behind by a job that was killed (its ranks remove it as they end).
  * One whose heartbeats have all been still for HCNN_LOCK_STALE_S is of no
  * live job (a live rank rewrites its file every second, and this run's
- * own is fresh): removed with its files.  Returns 1 when removed. */
-static int remove_stale_watch_dir(const char *path)
+ * own is fresh; fs_now: the file system's clock, as the lock's): removed
+ * with its files.  Returns 1 when removed. */
+static int remove_stale_watch_dir(const char *path, time_t fs_now)
 {
     struct stat st;
     if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
         return 0;
-    const time_t now = time(NULL);
+    const time_t now = fs_now;
     if (difftime(now, st.st_mtime) < HCNN_LOCK_STALE_S)
         return 0;
     DIR *d = opendir(path);
@@ -141,12 +154,13 @@ static void clean_leftovers(const char *dir)
     int count = 0, watch = 0;
     double bytes = 0.0;
     struct dirent *e;
+    const time_t fs_now = hcnn_fs_now(dir);
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
         if (!strncmp(n, ".hcnn-watch-", 12)) {
             char path[HCNN_FILE_PATH_MAX + 300];
             snprintf(path, sizeof path, "%s/%s", dir, n);
-            watch += remove_stale_watch_dir(path);
+            watch += remove_stale_watch_dir(path, fs_now);
             continue;
         }
         const int tmp = (!strncmp(n, "ckpt-s", 6) || !strncmp(n, "final.hcnn", 10) ||
@@ -250,8 +264,7 @@ static void *lock_beat(void *arg)
         if (l->stop)
             break;
         char text[1024];
-        double age;
-        if (lock_read(l->path, text, sizeof text, &age) != HCNN_OK) {
+        if (lock_read(l->path, text, sizeof text, NULL) != HCNN_OK) {
             long long expected = 0; /* the first time it is found missing */
             atomic_compare_exchange_strong(&l->gone_at, &expected, now_s());
             if (lock_relink(l) == HCNN_OK)
@@ -411,8 +424,7 @@ void hcnn_ckpt_lock_release(hcnn_ckpt_lock *l)
         l->beating = 0;
     }
     char text[1024];
-    double age;
-    if (l->held && lock_read(l->path, text, sizeof text, &age) == HCNN_OK && is_mine(l, text))
+    if (l->held && lock_read(l->path, text, sizeof text, NULL) == HCNN_OK && is_mine(l, text))
         unlink(l->path);
     l->held = 0;
 }

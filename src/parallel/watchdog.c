@@ -145,7 +145,7 @@ typedef struct beat {
     double age;          /* seconds since it was written */
 } beat;
 
-static int read_beat(int j, beat *b)
+static int read_beat(int j, beat *b, time_t fs_now)
 {
     char path[sizeof W.dir + 32], text[256];
     heartbeat_path(path, sizeof path, j);
@@ -170,7 +170,7 @@ static int read_beat(int j, beat *b)
     snprintf(b->call, sizeof b->call, "%s", f[2]);
     snprintf(b->where, sizeof b->where, "%s", f[3]);
     snprintf(b->context, sizeof b->context, "%s", f[4]);
-    b->age = difftime(time(NULL), st.st_mtime);
+    b->age = difftime(fs_now, st.st_mtime);
     return 1;
 }
 
@@ -205,12 +205,15 @@ static _Noreturn void report_stall(const mark *m, const char *context, double wa
      * step (behind, stopped, computing, in another call) have not arrived */
     char missing[2048] = "", waiting[1024] = "";
     int other_call = 0, computing = 0;
+    /* heartbeat ages by the clock of the file system that holds them: the
+     * other ranks' nodes wrote them, and clocks differ between nodes */
+    const time_t fs_now = hcnn_fs_now(W.dir);
     for (int j = 0; j < W.size; j++) {
         if (j == W.rank)
             continue;
         beat b;
         char what[512];
-        if (!read_beat(j, &b)) {
+        if (!read_beat(j, &b, fs_now)) {
             append(missing, sizeof missing, "%s%d (no heartbeat file: another node with no "
                                             "shared directory, or it never started)",
                    missing[0] ? "; " : "", j);
