@@ -74,7 +74,7 @@ typedef struct kept_state {
     long step;                  /* the step whose update it precedes */
     int epoch, batch;           /* that step's position */
     double loss_sum, correct, seen, trained; /* the epoch's sums before it */
-    int have_norms;             /* stats[WSQ], [VSQ] hold the last update's sums */
+    int have_norms;             /* stats[WSQ], [VSQ] hold the parameters' and momentum's */
 } kept_state;
 
 typedef struct hcnn_run {
@@ -179,8 +179,7 @@ int report_reduce_epoch(hcnn_run *r, epoch_stats *st);
  * checkpoint and exit status 1. */
 int report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
 
-/* train.c: the buffers of r->kept (training only), and their release */
-int train_keep_alloc(hcnn_run *r);
+/* train.c: the release of r->kept's buffers (allocated when first needed) */
 void train_keep_free(hcnn_run *r);
 
 /* resume.c */

@@ -55,6 +55,14 @@ static int step_results(hcnn_run *r, size_t off, size_t count, double *loss, int
                         double st[HCNN_STATS])
 {
     r->be->sum_sq(r->be, r->net.grads + off, count, r->stats);
+    if (!r->kept.have_norms) { /* the first step: the norms no update has summed yet */
+        r->be->zero(r->be, r->stats + HCNN_STAT_WSQ, sizeof(double) * 2);
+        r->be->sum_sq(r->be, r->net.params + off, count,
+                      r->stats + (HCNN_STAT_WSQ - HCNN_STAT_SUMSQ));
+        r->be->sum_sq(r->be, r->opt.velocity + off, count,
+                      r->stats + (HCNN_STAT_VSQ - HCNN_STAT_SUMSQ));
+        r->kept.have_norms = 1;
+    }
     if (!r->strat.sync || !r->strat.sync->agree_fill) /* else agree_fill took it */
         state_sum_sq(r);
     r->be->download(r->be, st, r->stats, sizeof(double) * HCNN_STATS);
@@ -264,15 +272,15 @@ static int sgd_segment(hcnn_run *r, void *arg)
  * parameters by more than half their norm, which training that stays
  * finite does not do: ||lr * v'|| <= lr (mu ||v|| + ||g|| + wd ||w||)
  * (Nesterov: lr (||g|| + wd ||w|| + mu that)), the norms of w and v from
- * the last update's sweep (sgd_step's sums of squares), that of g from
- * this step's.  The first update after the start is always kept.  The
+ * the last update's sweep (sgd_step's sums of squares; at the first step
+ * two sums taken for it), that of g from this step's.  The buffers are
+ * allocated the first time a copy is needed (normal training never needs
+ * one: ResNet-18 under ulimit -v 2000000 has no room for 89 MB more).  The
  * sums are the same bits on every rank holding the same blocks, so the
  * replicas decide alike; a pipeline's stages may not, and restore only
  * when all of them kept (keep_restore). */
 static int keep_decide(const hcnn_run *r, const double st[HCNN_STATS], float lr)
 {
-    if (!r->kept.have_norms)
-        return 1;
     const double w = sqrt(st[HCNN_STAT_WSQ]), v = sqrt(st[HCNN_STAT_VSQ]);
     const double g = sqrt(st[HCNN_STAT_SUMSQ]);
     const double mu = r->opt.momentum, wd = r->opt.weight_decay;
@@ -281,10 +289,31 @@ static int keep_decide(const hcnn_run *r, const double st[HCNN_STATS], float lr)
     return !(step <= 0.5 * w); /* also for a NaN */
 }
 
+static int keep_alloc(hcnn_run *r)
+{
+    kept_state *k = &r->kept;
+    const hcnn_backend *be = r->be;
+    if (!k->params)
+        k->params = be->alloc(be, sizeof(float) * (r->net.nparams + 1), "the state before an update");
+    if (k->params && !k->velocity)
+        k->velocity = be->alloc(be, sizeof(float) * (r->net.nparams + 1),
+                                "the momentum before an update");
+    if (k->velocity && r->net.nstate && !k->state)
+        k->state = be->alloc(be, sizeof(float) * r->net.nstate, "the statistics before an update");
+    return k->velocity && (k->state || !r->net.nstate) ? HCNN_OK : HCNN_ENOMEM;
+}
+
 static void keep_take(hcnn_run *r, size_t off, size_t count, int epoch, int first,
                       const epoch_stats *st)
 {
     kept_state *k = &r->kept;
+    if (keep_alloc(r) != HCNN_OK) { /* the message named the size; the run goes on */
+        k->valid = 0;
+        hcnn_warn("the state before step %ld's update is not kept (no memory for it): a "
+                  "non-finite step after it stops with the state it started from",
+                  r->step);
+        return;
+    }
     r->be->copy(r->be, k->params + off, r->net.params + off, count);
     r->be->copy(r->be, k->velocity + off, r->opt.velocity + off, count);
     if (r->net.nstate) /* the statistics before this step's forward */
@@ -295,20 +324,6 @@ static void keep_take(hcnn_run *r, size_t off, size_t count, int epoch, int firs
     k->batch = first / r->cfg->batch_size;
     k->loss_sum = st->loss_sum, k->correct = st->correct, k->seen = st->seen;
     k->trained = st->trained;
-}
-
-int train_keep_alloc(hcnn_run *r)
-{
-    kept_state *k = &r->kept;
-    const hcnn_backend *be = r->be;
-    k->params = be->alloc(be, sizeof(float) * (r->net.nparams + 1), "the state before an update");
-    k->velocity = k->params ? be->alloc(be, sizeof(float) * (r->net.nparams + 1),
-                                        "the momentum before an update")
-                            : NULL;
-    k->state = k->velocity && r->net.nstate
-                   ? be->alloc(be, sizeof(float) * r->net.nstate, "the statistics before an update")
-                   : NULL;
-    return k->velocity && (k->state || !r->net.nstate) ? HCNN_OK : HCNN_ENOMEM;
 }
 
 void train_keep_free(hcnn_run *r)
@@ -394,7 +409,7 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
         return rc;
     if (act_on_agreement(r, agreed, epoch, lr))
         return HCNN_OK; /* dropped: no update, no loss counted */
-    if (r->kept.params && keep_decide(r, stv, lr))
+    if (keep_decide(r, stv, lr))
         keep_take(r, off, count, epoch, first, st);
     else
         r->kept.valid = 0;
@@ -498,8 +513,6 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
     if (!rc && r.net.nstate > 0 &&
         !(r.state_before = r.be->alloc(r.be, sizeof(float) * r.net.nstate, "statistics before a step")))
         rc = HCNN_ENOMEM;
-    if (!rc)
-        rc = train_keep_alloc(&r);
     hcnn_ckpt_meta start = {0};
     int resumed = 0;
     if (!rc)
