@@ -38,6 +38,15 @@ launch() {
     took=$(( $(date +%s) - start ))
 }
 
+# small_disk DIR SIZE: a tmpfs of SIZE mounted on DIR, else the case skips
+# (status 1: it needs root)
+small_disk() {
+    mkdir -p "$1"
+    mount -t tmpfs -o size="$2" tmpfs "$1" 2>/dev/null && return 0
+    case_skip "cannot mount a tmpfs here (needs root)"
+    return 1
+}
+
 # loads NAME CHECKPOINT: the checkpoint is complete and valid (hcnn eval)
 loads() {
     "$HCNN" eval --config "$CFG" --checkpoint "$2" >"$WORK/$1.eval" 2>&1
@@ -260,11 +269,7 @@ for layout in "${LAYOUTS[@]:0:2}" "data_one_step_epochs 2 --set strategy=data --
     name="full_$kind"
     case_begin "checkpoint_disk_full_$kind"
     dir="$WORK/$name"
-    mkdir -p "$dir"
-    if ! mount -t tmpfs -o size=64k tmpfs "$dir" 2>/dev/null; then
-        case_skip "cannot mount a tmpfs here (needs root)"
-        continue
-    fi
+    small_disk "$dir" 64k || continue
     # shellcheck disable=SC2086
     launch "$name" "$np" $extra --set epochs=50 --set checkpoint_every=1 --set checkpoint_keep=1000 \
         --set checkpoint_dir="$dir"
@@ -291,11 +296,7 @@ for layout in "${LAYOUTS[@]:0:2}"; do
     name="csvfull_$kind"
     case_begin "metrics_disk_full_$kind"
     dir="$WORK/$name"
-    mkdir -p "$dir/m"
-    if ! mount -t tmpfs -o size=12k tmpfs "$dir/m" 2>/dev/null; then
-        case_skip "cannot mount a tmpfs here (needs root)"
-        continue
-    fi
+    small_disk "$dir/m" 12k || continue
     # shellcheck disable=SC2086
     launch "$name" "$np" $extra --set epochs=400 --set synthetic_train=64 --set checkpoint_every=1000 \
         --set csv="$dir/m/metrics.csv" --set checkpoint_dir="$dir/ck"

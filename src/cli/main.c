@@ -419,11 +419,13 @@ static void unmute_stderr(int saved)
     close(saved);
 }
 
-/* blas_kernels (include/hcnn/blas.h), before MPI and threads start: may
- * re-execute argv.  A configuration that does not load is left to the
- * ranks' load after MPI_Init, which reports it once; what the choice has
- * to say, rank 0 says. */
-static int choose_blas_kernels(const cli *c, char **argv)
+/* Before MPI and threads start, what MPI_Init itself depends on: the
+ * file-size limit (MPI's start-up writes files; include/hcnn/train.h), then
+ * blas_kernels (include/hcnn/blas.h), which may re-execute argv.  A
+ * configuration that does not load is left to the ranks' load after
+ * MPI_Init, which reports it once; what these have to say, the launcher's
+ * rank 0 says. */
+static int before_mpi(const cli *c, char **argv, int writes_checkpoints)
 {
     hcnn_config *cfg = malloc(sizeof *cfg);
     if (!cfg)
@@ -434,7 +436,9 @@ static int choose_blas_kernels(const cli *c, char **argv)
     int reexec = 0;
     if (rc == HCNN_OK) {
         saved = mute_stderr(launcher_rank() != 0);
-        rc = hcnn_blas_choose(cfg, hcnn_blas_env_world(), &reexec);
+        rc = hcnn_check_file_size_limit(cfg, writes_checkpoints);
+        if (!rc)
+            rc = hcnn_blas_choose(cfg, hcnn_blas_env_world(), &reexec);
         unmute_stderr(saved);
     } else {
         rc = HCNN_OK;
@@ -442,28 +446,6 @@ static int choose_blas_kernels(const cli *c, char **argv)
     free(cfg);
     if (reexec)
         hcnn_blas_reexec(argv);
-    return rc;
-}
-
-/* The file-size limit, before MPI_Init (which it can break): said by the
- * launcher's rank 0; a configuration that does not load is left to the
- * ranks' load after MPI_Init, as in choose_blas_kernels. */
-static int check_file_size_limit(const cli *c, int writes_checkpoints)
-{
-    hcnn_config *cfg = malloc(sizeof *cfg);
-    if (!cfg)
-        return HCNN_ENOMEM;
-    int saved = mute_stderr(1);
-    int rc = hcnn_config_load(cfg, c->config, c->sets, c->nset);
-    unmute_stderr(saved);
-    if (rc == HCNN_OK) {
-        saved = mute_stderr(launcher_rank() != 0);
-        rc = hcnn_check_file_size_limit(cfg, writes_checkpoints);
-        unmute_stderr(saved);
-    } else {
-        rc = HCNN_OK;
-    }
-    free(cfg);
     return rc;
 }
 
@@ -568,9 +550,7 @@ int main(int argc, char **argv)
         free(ccfg);
         return exit_status(rc);
     }
-    if ((rc = choose_blas_kernels(&c, argv)))
-        return exit_status(rc);
-    if ((rc = check_file_size_limit(&c, !strcmp(cmd, "train"))))
+    if ((rc = before_mpi(&c, argv, !strcmp(cmd, "train"))))
         return exit_status(rc);
 
     hcnn_comm comm;
