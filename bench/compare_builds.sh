@@ -11,14 +11,17 @@
 # "N passed, N failed"; exits 1 when any differs.
 #
 # speed: ROUNDS (default 7) rounds, each `hcnn bench` of A then B (the order
-# alternates from round to round), for LeNet-5 (batch 64) and ResNet-18
-# (batch 64); prints each round's images/s and the ratio B/A, then per
-# model the median of the per-round ratios, and "speed_ratio_<model>=R".
-# The target of a change that must not slow anything: R >= 0.97.  The
-# machine is shared: run nothing else meanwhile.
+# alternates from round to round), for LeNet-5 and ResNet-18 at each batch
+# of BATCHES (default 64); prints each round's images/s and the ratio B/A,
+# then per model and batch the medians of A's and B's images/s and of the
+# per-round ratios, and "speed_ratio_<model>[_b<batch>]=R" (the suffix for
+# batches other than 64).  The target of a change that must not slow
+# anything: R >= 0.97.  The machine is shared: run nothing else meanwhile.
 #
-# Environment: THREADS (speed: default 2), ROUNDS, STEPS (same: default 6
-# for LeNet-5, 3 for ResNet-18), MPIRUN (default: mpirun as root, bounded).
+# Environment: THREADS (speed: default 2), ROUNDS, BATCHES, MODELS (default
+# "lenet resnet18"), KERNELS (speed: blas_kernels, default env), STEPS
+# (same: default 6 for LeNet-5, 3 for ResNet-18), MPIRUN (default: mpirun
+# as root, bounded).
 set -uo pipefail
 mode=${1:-}
 A=${2:-}
@@ -87,24 +90,29 @@ if [ "$mode" != speed ]; then
 fi
 rounds=${ROUNDS:-7}
 threads=${THREADS:-2}
+kernels=${KERNELS:-env}
 rate() { # bin model-args...: images/s of one hcnn bench
     local bin=$1
     shift
-    OMP_NUM_THREADS=$threads "$bin" bench "$@" --set threads="$threads" --set blas_kernels=env \
+    OMP_NUM_THREADS=$threads "$bin" bench "$@" --set threads="$threads" --set blas_kernels="$kernels" \
         --warmup 2 --repeats 3 --steps 3 2>/dev/null | sed -n 's/^images_per_s=//p' | tail -n 1
 }
-echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $threads threads, load $(cut -d' ' -f1-3 /proc/loadavg)"
-for model in lenet resnet18; do
-    if [ "$model" = lenet ]; then args=(--config "$here/configs/mnist_lenet.yaml" --set batch_size=64)
-    else args=(--config "$here/configs/cifar_resnet18.yaml" --set batch_size=64); fi
-    ratios=()
-    for r in $(seq 1 "$rounds"); do
-        if [ $((r % 2)) -eq 1 ]; then a=$(rate "$A" "${args[@]}"); b=$(rate "$B" "${args[@]}")
-        else b=$(rate "$B" "${args[@]}"); a=$(rate "$A" "${args[@]}"); fi
-        q=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.4f", b / a; else print "nan" }')
-        echo "round=$r model=$model a_images_per_s=${a:-none} b_images_per_s=${b:-none} ratio=$q"
-        ratios+=("$q")
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $threads threads, blas_kernels $kernels, load $(cut -d' ' -f1-3 /proc/loadavg)"
+for model in ${MODELS:-lenet resnet18}; do
+    for batch in ${BATCHES:-64}; do
+        if [ "$model" = lenet ]; then args=(--config "$here/configs/mnist_lenet.yaml" --set batch_size="$batch")
+        else args=(--config "$here/configs/cifar_resnet18.yaml" --set batch_size="$batch"); fi
+        ratios=() as=() bs=()
+        for r in $(seq 1 "$rounds"); do
+            if [ $((r % 2)) -eq 1 ]; then a=$(rate "$A" "${args[@]}"); b=$(rate "$B" "${args[@]}")
+            else b=$(rate "$B" "${args[@]}"); a=$(rate "$A" "${args[@]}"); fi
+            q=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.4f", b / a; else print "nan" }')
+            echo "round=$r model=$model batch=$batch a_images_per_s=${a:-none} b_images_per_s=${b:-none} ratio=$q"
+            ratios+=("$q") as+=("${a:-0}") bs+=("${b:-0}")
+        done
+        suffix=$([ "$batch" = 64 ] || echo "_b$batch")
+        echo "median model=$model batch=$batch a_images_per_s=$(printf '%s\n' "${as[@]}" | median) b_images_per_s=$(printf '%s\n' "${bs[@]}" | median)"
+        echo "speed_ratio_$model$suffix=$(printf '%s\n' "${ratios[@]}" | median)"
     done
-    med=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-    echo "speed_ratio_$model=$med"
 done

@@ -174,7 +174,7 @@ static void bad_sum_sq(const hcnn_backend *be, const float *x, size_t n, double 
     g_real->zero(g_real, stats + HCNN_STAT_SUMSQ, sizeof(double));
     g_real->sum_sq(g_real, x, n, stats);
 }
-static void bad_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n,
+static void bad_sgd_step(const hcnn_backend *be, float *w, float *g, float *v, size_t n,
                          float lr, float mu, float wd, int nesterov, double *stats)
 {
     (void)be, (void)nesterov; /* ignores nesterov */

@@ -329,11 +329,13 @@ struct hcnn_backend {
                          int k, float grad_scale, float *dlogits, double *stats);
     /* SGD with momentum (PyTorch semantics):
      *   g' = g + wd * w;  v = mu * v + g';  w -= lr * (nesterov ? g' + mu * v : v)
-     * and, when stats is not NULL (backend memory), stats[HCNN_STAT_WSQ] +=
-     * the sum of squares of the new w, stats[HCNN_STAT_VSQ] += that of the
-     * new v: the same on any thread count (the trainer decides from them
-     * whether to keep the state before the next update). */
-    void (*sgd_step)(const hcnn_backend *be, float *w, const float *g, float *v, size_t n, float lr,
+     * then g := 0 (the next step's gradients are summed into it: the sweep
+     * that reads g anyway zeroes it, instead of a pass of its own), and,
+     * when stats is not NULL (backend memory), stats[HCNN_STAT_WSQ] += the
+     * sum of squares of the new w, stats[HCNN_STAT_VSQ] += that of the new
+     * v: the same on any thread count (the trainer decides from them whether
+     * to keep the state before the next update). */
+    void (*sgd_step)(const hcnn_backend *be, float *w, float *g, float *v, size_t n, float lr,
                      float mu, float wd, int nesterov, double *stats);
     /* stats[HCNN_STAT_SUMSQ] += the sum of squares of x (the gradient's norm,
      * non-finite detection) */

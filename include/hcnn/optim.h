@@ -16,10 +16,11 @@ typedef struct hcnn_sgd {
 } hcnn_sgd;
 
 int hcnn_sgd_init(hcnn_sgd *opt, const hcnn_backend *be, size_t nparams, const hcnn_config *cfg);
-/* Update params[off, off + count) from grads of the same range; with
- * stats (backend memory, may be NULL), stats[HCNN_STAT_WSQ] and [VSQ] :=
- * the sums of squares of the range's new parameters and momentum. */
-void hcnn_sgd_step(hcnn_sgd *opt, const hcnn_backend *be, float *params, const float *grads,
+/* Update params[off, off + count) from grads of the same range, which it
+ * leaves zero; with stats (backend memory, may be NULL),
+ * stats[HCNN_STAT_WSQ] and [VSQ] := the sums of squares of the range's new
+ * parameters and momentum. */
+void hcnn_sgd_step(hcnn_sgd *opt, const hcnn_backend *be, float *params, float *grads,
                    size_t off, size_t count, float lr, double *stats);
 void hcnn_sgd_free(hcnn_sgd *opt, const hcnn_backend *be);
 

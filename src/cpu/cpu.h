@@ -156,7 +156,7 @@ void hcnn_cpu_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, in
 void hcnn_cpu_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
                            int n, int k, float grad_scale, float *dlogits, double *stats);
 /* optim.c */
-void hcnn_cpu_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n, float lr, float mu,
+void hcnn_cpu_sgd_step(const hcnn_backend *be, float *w, float *g, float *v, size_t n, float lr, float mu,
                        float wd, int nesterov, double *stats);
 void hcnn_cpu_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats);
 

@@ -211,7 +211,7 @@ static void dm_softmax_xent(const hcnn_backend *be, const float *logits, const i
 {
     hcnn_cpu_softmax_xent(be, HF(logits), HI(labels), n, k, grad_scale, HF(dlogits), HD(stats));
 }
-static void dm_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n,
+static void dm_sgd_step(const hcnn_backend *be, float *w, float *g, float *v, size_t n,
                         float lr, float mu, float wd, int nesterov, double *stats)
 {
     hcnn_cpu_sgd_step(be, HF(w), HF(g), HF(v), n, lr, mu, wd, nesterov, stats ? HD(stats) : NULL);

@@ -165,7 +165,7 @@ void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, i
 void hcnn_cuda_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
                             int n, int k, float grad_scale, float *dlogits, double *stats);
 /* optim.cu */
-void hcnn_cuda_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n,
+void hcnn_cuda_sgd_step(const hcnn_backend *be, float *w, float *g, float *v, size_t n,
                         float lr, float mu, float wd, int nesterov, double *stats);
 void hcnn_cuda_sgd_replay_lr(const hcnn_backend *be, float lr);
 void hcnn_cuda_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *stats);

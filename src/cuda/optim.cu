@@ -17,12 +17,14 @@
 #define SUMSQ_FAN 64
 
 /* lr_dev: the rate in device memory (a captured step), else lr */
-__global__ void sgd_kernel(float *w, const float *g, float *v, size_t n, const float *lr_dev,
+__global__ void sgd_kernel(float *w, float *g, float *v, size_t n, const float *lr_dev,
                            float lr, float mu, float wd, int nesterov)
 {
     const size_t i = HCNN_CUDA_INDEX();
-    if (i < n)
+    if (i < n) {
         hcnn_hd_sgd(&w[i], g[i], &v[i], lr_dev ? *lr_dev : lr, mu, wd, nesterov);
+        g[i] = 0.0f; /* the next step's gradients are summed into it */
+    }
 }
 
 /* part[c] = the sum over i = c, c + chunks, ... below n, in order, of x[i]^2
@@ -56,7 +58,7 @@ __global__ void sumsq_total_kernel(const double *part, size_t chunks, double *to
 
 static void sum_sq_at(const hcnn_backend *be, const float *x, size_t n, double *total);
 
-void hcnn_cuda_sgd_step(const hcnn_backend *be, float *w, const float *g, float *v, size_t n,
+void hcnn_cuda_sgd_step(const hcnn_backend *be, float *w, float *g, float *v, size_t n,
                         float lr, float mu, float wd, int nesterov, double *stats)
 {
     if (n == 0)

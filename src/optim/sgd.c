@@ -18,7 +18,7 @@ int hcnn_sgd_init(hcnn_sgd *opt, const hcnn_backend *be, size_t nparams, const h
     return HCNN_OK;
 }
 
-void hcnn_sgd_step(hcnn_sgd *opt, const hcnn_backend *be, float *params, const float *grads,
+void hcnn_sgd_step(hcnn_sgd *opt, const hcnn_backend *be, float *params, float *grads,
                    size_t off, size_t count, float lr, double *stats)
 {
     if (stats)

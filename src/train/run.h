@@ -96,6 +96,7 @@ typedef struct hcnn_run {
     uint32_t *perm;
     FILE *csv;
     int csv_failed;          /* a metrics row could not be written: the run stops (report.c) */
+    int grads_zero;          /* the last optimiser step left the gradients zero (train.c) */
     kept_state kept;         /* training only (train.c) */
     int tty;
     long step;               /* optimiser steps taken */

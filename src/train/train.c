@@ -234,7 +234,12 @@ static int step_segment(hcnn_run *r, void *arg)
 {
     step_work *w = arg;
     hcnn_strategy *s = &r->strat;
-    r->be->fill(r->be, r->net.grads, r->net.nparams, 0.0f);
+    /* zero after the last optimiser step, which zeroes what it reads; not
+     * after a dropped step, nor in a step captured in graphs (whose work
+     * must be the same every time) */
+    if (!r->grads_zero || r->graphs.on)
+        r->be->fill(r->be, r->net.grads, r->net.nparams, 0.0f);
+    r->grads_zero = 0;
     if (r->state_before)
         r->be->copy(r->be, r->state_before, r->net.state, r->net.nstate);
     const float *x = w->x;
@@ -418,6 +423,7 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     sgd_work sw = {.off = off, .count = count, .lr = lr};
     graphs_run(r, 1, NULL, NULL, 0, 0, lr, sgd_segment, &sw);
     r->kept.have_norms = 1; /* the next step reads this update's sums of squares */
+    r->grads_zero = 1;      /* the update zeroed the gradients of this rank's blocks: all it has */
     HCNN_MARKER_STOP(ctx, "optimizer", 2);
     if (r->profiling)
         r->prof.opt_s += hcnn_now() - o0;
