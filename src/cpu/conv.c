@@ -303,11 +303,11 @@ int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
                       const float *x, const float *w, const float *b, float *y, int n)
 {
     (void)be;
-    if (hcnn_conv_winograd_tile(l, ctx, n))
-        return hcnn_cpu_winograd_fwd(l, ctx, x, w, b, y, n);
-    const size_t in_sz = hcnn_conv_in_size(l), out_sz = hcnn_conv_out_size(l);
     hcnn_conv_plan p;
     hcnn_conv_plan_make(l, ctx, n, &p);
+    if (p.wino)
+        return hcnn_wino_fwd(l, ctx, p.wino, x, w, b, y, n);
+    const size_t in_sz = hcnn_conv_in_size(l), out_sz = hcnn_conv_out_size(l);
     if (p.per_thread) {
         conv_job job = {.l = l, .ctx = ctx, .p = &p, .w = w, .b = b, .x = x, .y = y, .n = n};
         job.wt = prepare_shifted(l, ctx, &p, w);
@@ -380,23 +380,28 @@ static void conv_backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, const f
     }
 }
 
-/* Winograd's layers: the input gradient by Winograd, the weight gradient
- * by Winograd or by the plan (db always by the plan's sum). */
-static int winograd_backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
-                             const float *w, const float *dy, float *dw, float *db, float *dx,
-                             int dx_acc, int n)
+/* The backward by the plan: a Winograd layer's input gradient by
+ * Winograd, its weight gradient by Winograd or by the im2col plan (db
+ * always by the plan's sum); the other layers' by conv_backward. */
+static int backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x, const float *w,
+                    const float *dy, float *dw, float *db, float *dx, int dx_acc, int n)
 {
-    const int m = hcnn_conv_winograd_tile(l, ctx, n);
-    if (dw && hcnn_conv_winograd_dw(l, m)) {
+    hcnn_conv_plan p;
+    hcnn_conv_plan_make(l, ctx, n, &p);
+    if (!p.wino) {
+        conv_backward(l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
+        return HCNN_OK;
+    }
+    if (dw && p.wino_dw) {
         if (db)
             hcnn_cpu_channel_sum_acc(NULL, dy, n, l->out_c, hcnn_conv_p(l), db);
-        int rc = hcnn_cpu_winograd_bwd_filter(l, ctx, x, dy, dw, n);
+        int rc = hcnn_wino_bwd_filter(l, ctx, p.wino, x, dy, dw, n);
         if (rc)
             return rc;
     } else if (dw || db) {
         conv_backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
     }
-    return dx ? hcnn_cpu_winograd_bwd_data(l, ctx, w, dy, dx, dx_acc, n) : HCNN_OK;
+    return dx ? hcnn_wino_bwd_data(l, ctx, p.wino, w, dy, dx, dx_acc, n) : HCNN_OK;
 }
 
 int hcnn_cpu_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
@@ -404,10 +409,7 @@ int hcnn_cpu_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
                       float *dx, int dx_acc, int n)
 {
     (void)be;
-    if (hcnn_conv_winograd_tile(l, ctx, n))
-        return winograd_backward(l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
-    conv_backward(l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
-    return HCNN_OK;
+    return backward(l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
 }
 
 int hcnn_cpu_conv_bwd_filter(const hcnn_backend *be, const hcnn_conv_desc *l,
@@ -415,18 +417,12 @@ int hcnn_cpu_conv_bwd_filter(const hcnn_backend *be, const hcnn_conv_desc *l,
                              float *db, int n)
 {
     (void)be;
-    if (hcnn_conv_winograd_tile(l, ctx, n))
-        return winograd_backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
-    conv_backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
-    return HCNN_OK;
+    return backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
 }
 
 int hcnn_cpu_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
                            const float *w, const float *dy, float *dx, int dx_acc, int n)
 {
     (void)be;
-    if (hcnn_conv_winograd_tile(l, ctx, n))
-        return winograd_backward(l, ctx, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
-    conv_backward(l, ctx, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
-    return HCNN_OK;
+    return backward(l, ctx, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
 }

@@ -158,24 +158,49 @@ float *hcnn_conv_shifted_weights(const hcnn_conv_desc *l, const hcnn_conv_plan *
     return hcnn_conv_dw_buffer(l, p, ws) + (p->dw_transposed ? dw_floats(l) : 0);
 }
 
+/* auto on few images: per-thread items only from PER_THREAD_MIN_COLUMNS
+ * columns (images x pixels) of a layer with K >= PER_THREAD_WIDE_K; below,
+ * its items' GEMMs are too narrow for such wide weights and the batched
+ * plan's one GEMM cut by shape wins.  Forward + both gradients, ms per
+ * image, 2 threads of a Zen 5 (best of 2 rounds; docs/performance.md,
+ * "Convolutions at small batches"), per_thread vs batched: 64 channels on
+ * 32 x 32 (K 576) 1 image 0.88 vs 0.77, 4 images 0.84 vs 0.83, 8 images
+ * 0.69 vs 0.85; 128 on 16 x 16 8 images 0.78 vs 0.66, 16 images 0.64 vs
+ * 0.68; 256 on 8 x 8 16 images 0.75 vs 0.65, 32 images 0.63 vs 0.67 (the
+ * rule's one miss, 7%), 64 images 0.59 vs 0.68. */
+#define PER_THREAD_MIN_COLUMNS 4096
+#define PER_THREAD_WIDE_K 512
+
 /* the Winograd settings take auto's plan for what they leave to it (other
  * layers, and the weight gradient where Winograd does not win) */
-static int per_thread_allowed(const hcnn_conv_desc *l, const hcnn_exec *ctx)
+static int per_thread_allowed(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n)
 {
-    return ctx->conv_algo == HCNN_CONV_PER_THREAD ||
-           (ctx->conv_algo != HCNN_CONV_BATCHED && hcnn_conv_p(l) >= PER_THREAD_MIN_P);
+    if (ctx->conv_algo == HCNN_CONV_PER_THREAD)
+        return 1;
+    if (ctx->conv_algo == HCNN_CONV_BATCHED || hcnn_conv_p(l) < PER_THREAD_MIN_P)
+        return 0;
+    return ctx->in_unit || hcnn_conv_k(l) < PER_THREAD_WIDE_K ||
+           (long)n * hcnn_conv_p(l) >= PER_THREAD_MIN_COLUMNS;
 }
 
-/* auto: Winograd F(4x4,3x3) for 3x3 stride-1 layers of >= 32 input and
- * output channels whose call has >= 32 tiles (images x tiles an image;
- * fewer do not pay for the weights' transform); the weight gradient by
+/* auto: Winograd for 3x3 stride-1 layers of >= 32 input and output
+ * channels, with the larger tile that still gives a call >= 32 tiles
+ * (images x tiles an image): F(4x4,3x3), else F(2x2,3x3) (4x the tiles on
+ * the same images), else the im2col plan; fewer tiles do not pay for the
+ * weights' transform and the narrow GEMMs.  The weight gradient by
  * Winograd for >= 16 channels (below, the im2col plan's is faster).
- * Forward + both gradients on 2 threads, ms, im2col (auto's plan before) vs
- * Winograd (docs/performance.md, "Winograd"): 64 images, 3 -> 64 channels
- * (ResNet-18's stem) 8.3 vs 23.0; 16 -> 16 7.7 vs 9.5; 32 -> 32 26-29 vs
- * 19-20; 64 -> 64 80-115 vs 44-55; 512 channels on 4 x 4 (1 tile an
- * image) 16 images 22.7 vs 27.2, 32 images 49 vs 37; 256 on 8 x 8 (4
- * tiles) 2 images 3.7 vs 6.3, 4 images 7.8 vs 6.5. */
+ * Forward + both gradients, ms per image, 2 threads of a Zen 5 (best of 2
+ * rounds; docs/performance.md, "Convolutions at small batches"), the best
+ * im2col plan vs F2 vs F4: 256 channels on 8 x 8: 1 image 0.82 / 1.09 /
+ * 1.29, 2 images 0.71 / 0.62 / 0.87, 4 images 0.69 / 0.43 / 0.55, 8 images
+ * 0.68 / 0.37 / 0.31; 512 on 4 x 4: 4 images 0.84 / 1.18 / 1.86, 8 images
+ * 0.78 / 0.72 / 1.12, 16 images 0.69 / 0.47 / 0.62, 32 images 0.70 / 0.41
+ * / 0.40; 128 on 16 x 16, 1 image: 0.69 / 0.52 / 0.51; 64 on 32 x 32, 1
+ * image: 0.77 / 0.70 / 0.41.  (Before, F(2x2) was not auto's, and F(4x4)
+ * needed 32 of its tiles: 3x slower per image for 256 channels on 2
+ * images.)  Earlier, 64 images: 3 -> 64 channels (ResNet-18's stem) 8.3
+ * vs 23.0 ms; 16 -> 16 7.7 vs 9.5; 32 -> 32 26-29 vs 19-20 (im2col vs
+ * F(4x4)). */
 #define WINO_MIN_C 32
 #define WINO_MIN_TILES 32
 #define WINO_DW_MIN_C 16
@@ -185,20 +210,68 @@ static int min_channels(const hcnn_conv_desc *l)
     return l->g.c < l->out_c ? l->g.c : l->out_c;
 }
 
-int hcnn_conv_winograd_auto(const hcnn_conv_desc *l, int n)
+static int wino_auto(const hcnn_conv_desc *l, int n)
 {
-    const long tiles = (long)((l->g.oh + 3) / 4) * ((l->g.ow + 3) / 4);
-    return min_channels(l) >= WINO_MIN_C && (long)n * tiles >= WINO_MIN_TILES ? 4 : 0;
+    if (min_channels(l) < WINO_MIN_C)
+        return 0;
+    for (int m = 4; m >= 2; m -= 2) {
+        const long tiles = (long)((l->g.oh + m - 1) / m) * ((l->g.ow + m - 1) / m);
+        if ((long)n * tiles >= WINO_MIN_TILES)
+            return m;
+    }
+    return 0;
 }
 
-int hcnn_conv_winograd_dw(const hcnn_conv_desc *l, int m)
+/* The output tile Winograd runs the layer with on n images (0: not at all):
+ * the whole choice, made here once per call and handed to winograd.c. */
+static int wino_tile(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n)
+{
+    if (!hcnn_wino_applies(l))
+        return 0;
+    switch (ctx->conv_algo) {
+    case HCNN_CONV_WINOGRAD_F2: return 2;
+    case HCNN_CONV_WINOGRAD: case HCNN_CONV_WINOGRAD_F4: return 4;
+    case HCNN_CONV_AUTO: return wino_auto(l, n);
+    default: return 0;
+    }
+}
+
+static int wino_dw(const hcnn_conv_desc *l, int m)
 {
     return m > 0 && min_channels(l) >= WINO_DW_MIN_C;
 }
 
+/* Whether the layer may go by Winograd with tile m on some number of
+ * images (auto's tile changes with n) */
+static int wino_may_take(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m)
+{
+    if (!hcnn_wino_applies(l))
+        return 0;
+    switch (ctx->conv_algo) {
+    case HCNN_CONV_WINOGRAD_F2: return m == 2;
+    case HCNN_CONV_WINOGRAD: case HCNN_CONV_WINOGRAD_F4: return m == 4;
+    case HCNN_CONV_AUTO: return min_channels(l) >= WINO_MIN_C;
+    default: return 0;
+    }
+}
+
+/* The most workspace Winograd's calls take on up to capacity images: a
+ * tile's grows with n up to the chunk the plan allows, so each tile's at
+ * capacity covers its calls on fewer images. */
+static size_t wino_ws_most(const hcnn_conv_desc *l, const hcnn_exec *ctx, int capacity, int nt)
+{
+    size_t most = 0;
+    for (int m = 2; m <= 4; m += 2)
+        if (wino_may_take(l, ctx, m)) {
+            const size_t ws = hcnn_wino_ws(l, ctx, m, capacity, nt);
+            most = ws > most ? ws : most;
+        }
+    return most;
+}
+
 size_t hcnn_conv_per_thread_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt)
 {
-    if (!per_thread_allowed(l, ctx))
+    if (!per_thread_allowed(l, ctx, n))
         return 0;
     hcnn_conv_plan p;
     decompose(l, ctx, n, &p);
@@ -221,10 +294,12 @@ static int batched_chunk(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n)
 
 void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, hcnn_conv_plan *p)
 {
+    p->wino = wino_tile(l, ctx, n);
+    p->wino_dw = wino_dw(l, p->wino);
     p->nt = hcnn_cpu_threads(NULL);
     /* the workspace is sized for the plan (hcnn_conv_workspace): the check
      * only guards against a caller's smaller one */
-    p->per_thread = per_thread_allowed(l, ctx) &&
+    p->per_thread = per_thread_allowed(l, ctx, n) &&
                     hcnn_conv_per_thread_ws(l, ctx, n, p->nt) <= ctx->ws_floats;
     if (p->per_thread) {
         decompose(l, ctx, n, p);
@@ -260,7 +335,7 @@ size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
     const size_t batched = (size_t)batched_chunk(l, ctx, capacity) * hcnn_conv_ws_per_sample(l);
     const int nt = ctx->in_unit ? 1 : hcnn_cpu_threads(NULL);
     const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, nt);
-    const size_t wino = hcnn_conv_winograd_ws(l, ctx, capacity, nt);
+    const size_t wino = wino_ws_most(l, ctx, capacity, nt);
     const size_t most = per_thread > batched ? per_thread : batched;
     return wino > most ? wino : most;
 }
@@ -283,9 +358,10 @@ void hcnn_cpu_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *l, const 
     const int nthreads = p.per_thread && unit == 0 ? p.nt : 1;
     const int items = ceil_div(p.nitems, nthreads);
     /* Winograd's own GEMMs for what it runs */
-    const int wino = hcnn_conv_winograd_tile(l, &c, nimg), wino_dw = hcnn_conv_winograd_dw(l, wino);
+    const int wino = p.wino, wino_dw = p.wino_dw;
     if (wino)
-        hcnn_conv_winograd_gemms(l, &c, nimg, unit > 0 ? 1 : hcnn_cpu_threads(NULL), need_dx, gl);
+        hcnn_wino_gemms(l, &c, wino, nimg, unit > 0 ? 1 : hcnn_cpu_threads(NULL), wino_dw, need_dx,
+                        gl);
     for (int i = 0; i < items && !(wino && wino_dw); i++) {
         const int k = i / p.row_items, r = i % p.row_items;
         const int nb = nimg - k * p.group < p.group ? nimg - k * p.group : p.group;
@@ -321,9 +397,8 @@ void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
     (void)be;
     hcnn_conv_plan p;
     hcnn_conv_plan_make(l, ctx, n, &p);
-    const int m = hcnn_conv_winograd_tile(l, ctx, n);
-    if (m)
-        hcnn_conv_winograd_describe(l, ctx, n, buf, cap);
+    if (p.wino)
+        hcnn_wino_describe(l, ctx, p.wino, n, p.wino_dw, buf, cap);
     else if (!p.per_thread)
         snprintf(buf, cap, "batched: im2col + GEMM on all threads, chunks of %d images", p.group);
     else if (p.shifted)

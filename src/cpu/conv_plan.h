@@ -34,8 +34,11 @@
 #define HCNN_CONV_PLAN_INTERNAL_H
 
 #include "cpu.h"
+#include "winograd.h"
 
 typedef struct hcnn_conv_plan {
+    int wino;          /* Winograd's output tile (2, 4): the layer goes by winograd.c; 0: im2col */
+    int wino_dw;       /* its weight gradient by Winograd too (else by the im2col fields below) */
     int per_thread;    /* 1: per-thread items; 0: batched chunks */
     int nt;            /* threads that run the items */
     int group;         /* images per group (per-thread) or per chunk (batched) */
@@ -72,8 +75,6 @@ static inline size_t hcnn_conv_ws_per_sample(const hcnn_conv_desc *l)
 {
     return ((size_t)l->g.c * l->g.kh * l->g.kw + (size_t)l->out_c) * l->g.oh * l->g.ow;
 }
-
-static inline size_t hcnn_round_up16(size_t f) { return (f + 15) & ~(size_t)15; }
 
 static inline int hcnn_conv_k(const hcnn_conv_desc *l) { return l->g.c * l->g.kh * l->g.kw; }
 static inline int hcnn_conv_p(const hcnn_conv_desc *l) { return l->g.oh * l->g.ow; }
@@ -121,24 +122,6 @@ float *hcnn_conv_shifted_weights(const hcnn_conv_desc *l, const hcnn_conv_plan *
  * that block's columns. */
 hcnn_conv_geom hcnn_conv_row_block(const hcnn_conv_desc *l, int oy0, int rows);
 
-/* Winograd (winograd.c): the output tile m (2 or 4) a layer takes for a
- * call on n images, 0 for none (not 3x3 stride 1, or conv_algo does not
- * pick it); auto's rule for 3x3 stride-1 layers (conv_plan.c); whether its weight gradient goes by
- * Winograd too; the workspace of its calls for n images on nt threads. */
-int hcnn_conv_winograd_tile(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n);
-int hcnn_conv_winograd_auto(const hcnn_conv_desc *l, int n);
-int hcnn_conv_winograd_dw(const hcnn_conv_desc *l, int m);
-size_t hcnn_conv_winograd_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt);
-void hcnn_conv_winograd_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt,
-                              int need_dx, hcnn_gemm_list *gl);
-void hcnn_conv_winograd_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, char *buf,
-                                 size_t cap);
-int hcnn_cpu_winograd_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
-                          const float *w, const float *b, float *y, int n);
-int hcnn_cpu_winograd_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *w,
-                               const float *dy, float *dx, int dx_acc, int n);
-int hcnn_cpu_winograd_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
-                                 const float *dy, float *dw, int n);
 
 /* The table's conv_workspace and conv_gemms (conv_plan.c), conv_fwd,
  * conv_bwd and its halves (conv.c) */

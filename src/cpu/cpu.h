@@ -41,6 +41,9 @@ static inline void zero_floats(float *d, int n)
         d[i] = 0.0f;
 }
 
+/* a count of floats rounded up to a 64-byte multiple: workspace offsets */
+static inline size_t hcnn_round_up16(size_t f) { return (f + 15) & ~(size_t)15; }
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HCNN_CPU_AVX512 1

@@ -28,10 +28,11 @@
  * who runs an item never changes its bits.  The chunk's images, the GEMMs'
  * tile and channel blocks depend on the layer's shape and n only: the same
  * bits on 1 thread or 64.  The measurements behind the constants are in
- * docs/performance.md, "Winograd". */
+ * docs/performance.md, "Winograd".  Which layers take it, with which m,
+ * is the convolution plan's choice (conv_plan.c), given here as m. */
 #include <stdio.h>
 
-#include "conv_plan.h"
+#include "winograd.h"
 
 /* ---- the 1-D transforms, over rows -------------------------------------- */
 /* Each applies a small constant matrix along one axis: out[k][x] =
@@ -644,24 +645,16 @@ static void weight_grad_thread(void *arg, int t, int nt)
         weight_grad_row(j, (int)co, w.img);
 }
 
-/* ---- the table's operations -------------------------------------------- */
+/* ---- the operations ------------------------------------------------------ */
 
-int hcnn_conv_winograd_tile(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n)
+int hcnn_wino_applies(const hcnn_conv_desc *l)
 {
     const hcnn_conv_geom *g = &l->g;
-    if (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->ph > 2 || g->pw > 2)
-        return 0;
-    switch (ctx->conv_algo) {
-    case HCNN_CONV_WINOGRAD_F2: return 2;
-    case HCNN_CONV_WINOGRAD: case HCNN_CONV_WINOGRAD_F4: return 4;
-    case HCNN_CONV_AUTO: return hcnn_conv_winograd_auto(l, n);
-    default: return 0;
-    }
+    return g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->ph <= 2 && g->pw <= 2;
 }
 
-size_t hcnn_conv_winograd_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt)
+size_t hcnn_wino_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt)
 {
-    const int m = hcnn_conv_winograd_tile(l, ctx, n);
     if (!m)
         return 0;
     const wino_shape f = forward_shape(l, m), d = dx_shape(l, m);
@@ -682,27 +675,25 @@ static int run(wino_job *j, void (*fn)(void *, int, int))
     return HCNN_OK;
 }
 
-int hcnn_cpu_winograd_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
-                          const float *w, const float *b, float *y, int n)
+int hcnn_wino_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *x,
+                  const float *w, const float *b, float *y, int n)
 {
-    wino_job j = {.s = forward_shape(l, hcnn_conv_winograd_tile(l, ctx, n)), .ctx = ctx, .n = n,
-                  .w = w, .bias = b, .x = x, .y = y};
+    wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .w = w, .bias = b, .x = x, .y = y};
     return run(&j, forward_thread);
 }
 
-int hcnn_cpu_winograd_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *w,
-                               const float *dy, float *dx, int dx_acc, int n)
+int hcnn_wino_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *w,
+                       const float *dy, float *dx, int dx_acc, int n)
 {
-    wino_job j = {.s = dx_shape(l, hcnn_conv_winograd_tile(l, ctx, n)), .ctx = ctx, .n = n,
-                  .w = w, .flip = 1, .x = dy, .y = dx, .acc = dx_acc};
+    wino_job j = {.s = dx_shape(l, m), .ctx = ctx, .n = n, .w = w, .flip = 1, .x = dy, .y = dx,
+                  .acc = dx_acc};
     return run(&j, forward_thread);
 }
 
-int hcnn_cpu_winograd_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
-                                 const float *dy, float *dw, int n)
+int hcnn_wino_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *x,
+                         const float *dy, float *dw, int n)
 {
-    wino_job j = {.s = forward_shape(l, hcnn_conv_winograd_tile(l, ctx, n)), .ctx = ctx, .n = n,
-                  .x = x, .dy = dy, .dw = dw};
+    wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .x = x, .dy = dy, .dw = dw};
     return run(&j, weight_grad_thread);
 }
 
@@ -725,25 +716,23 @@ static void push_calls(const wino_shape *s, const hcnn_exec *ctx, int n, int nt,
     }
 }
 
-void hcnn_conv_winograd_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt,
-                              int need_dx, hcnn_gemm_list *gl)
+void hcnn_wino_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt,
+                     int dw_by_wino, int need_dx, hcnn_gemm_list *gl)
 {
-    const int m = hcnn_conv_winograd_tile(l, ctx, n);
     const wino_shape f = forward_shape(l, m), d = dx_shape(l, m);
     push_calls(&f, ctx, n, nt, 0, 0, gl);
-    if (hcnn_conv_winograd_dw(l, m))
+    if (dw_by_wino)
         push_calls(&f, ctx, n, nt, 1, 1, gl);
     if (need_dx)
         push_calls(&d, ctx, n, nt, 1, 0, gl);
 }
 
-void hcnn_conv_winograd_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, char *buf,
-                                 size_t cap)
+void hcnn_wino_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n,
+                        int dw_by_wino, char *buf, size_t cap)
 {
-    const int m = hcnn_conv_winograd_tile(l, ctx, n);
     const wino_shape f = forward_shape(l, m);
     snprintf(buf, cap, "winograd_f%d: Winograd F(%dx%d,3x3), %d tile%s an image, chunks of %d "
              "images; weight gradient by %s",
              m, m, m, f.tiles, f.tiles == 1 ? "" : "s", chunk_images(&f, ctx, n),
-             hcnn_conv_winograd_dw(l, m) ? "Winograd" : "the im2col plan");
+             dw_by_wino ? "Winograd" : "the im2col plan");
 }

@@ -1,0 +1,34 @@
+/* Winograd's minimal filtering F(m x m, 3x3) for 3x3 stride-1 convolutions
+ * (winograd.c), run with the output tile m (2 or 4) the convolution plan
+ * chose (conv_plan.c holds the whole choice: which layers, which m, and
+ * whether the weight gradient goes by Winograd too): nothing here decides
+ * it, and nothing here calls the plan. */
+#ifndef HCNN_CPU_WINOGRAD_H
+#define HCNN_CPU_WINOGRAD_H
+
+#include "cpu.h"
+
+/* Whether Winograd can run the layer at all: 3x3, stride 1, padding <= 2. */
+int hcnn_wino_applies(const hcnn_conv_desc *l);
+/* Workspace floats of its calls on n images with nt threads (the largest
+ * of the forward's and the input gradient's). */
+size_t hcnn_wino_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt);
+/* y = conv(x) + b over n images. */
+int hcnn_wino_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *x,
+                  const float *w, const float *b, float *y, int n);
+/* dx = (or += when dx_acc) the input gradient of dy. */
+int hcnn_wino_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *w,
+                       const float *dy, float *dx, int dx_acc, int n);
+/* dw += the weight gradient of x and dy. */
+int hcnn_wino_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *x,
+                         const float *dy, float *dw, int n);
+/* Its GEMMs for the profile (thread 0's share of each phase): the
+ * forward, the weight gradient when dw_by_wino, the input gradient when
+ * need_dx. */
+void hcnn_wino_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt,
+                     int dw_by_wino, int need_dx, hcnn_gemm_list *gl);
+/* One line for the profile's plan column. */
+void hcnn_wino_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n,
+                        int dw_by_wino, char *buf, size_t cap);
+
+#endif
