@@ -396,7 +396,7 @@ static float *conv_run_vs_naive(int n, int c, int h, int w, int co, int k, int s
     model_make_algo(&m, &b, 1, c, h, w, n, algo);
     hcnn_layer *l = &m.net.layers[0];
     if (algo == HCNN_CONV_PER_THREAD) /* the workspace admits the per-thread path */
-        assert_true(m.s.ctx.ws_floats >= hcnn_conv_per_thread_ws(&(hcnn_conv_desc){l->conv, l->out_c},
+        assert_true(m.s.ctx.ws_floats >= hcnn_conv_per_thread_ws(&(hcnn_conv_desc){.g = l->conv, .out_c = l->out_c},
                                                                  &(hcnn_exec){.conv_algo = algo},
                                                                  n, threads));
     float *x = malloc(sizeof(float) * m.in_sz), *dy = malloc(sizeof(float) * m.out_sz);
@@ -523,7 +523,7 @@ static void test_conv_shifted_choice(void **state)
         model m;
         model_make(&m, &b, 1, q[0], q[1], q[2], 2);
         const hcnn_layer *l = &m.net.layers[0];
-        const hcnn_conv_desc d = {l->conv, l->out_c};
+        const hcnn_conv_desc d = {.g = l->conv, .out_c = l->out_c};
         if (hcnn_conv_shifted(&d) != q[7])
             fail_msg("case %zu: shifted %d, expected %d", i, hcnn_conv_shifted(&d), q[7]);
         model_free(&m);

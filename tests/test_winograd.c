@@ -7,7 +7,9 @@
  * the worst error observed over these inputs on the CPUs this was written
  * on (docs/performance.md, "Winograd", lists the observed figures; this
  * test prints them).  Then determinism: the same call on 1, 2 and 3
- * threads gives the same bits. */
+ * threads gives the same bits.  Then the layer's cache: the calls of one
+ * training step (one weights_key) transform the weights once, the same
+ * bits as transforming at every call. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -251,6 +253,72 @@ static void test_f4_threads(void **state)
     check_threads(HCNN_CONV_WINOGRAD_F4);
 }
 
+/* A layer's steps: forward, weight and input gradient with one weights_key
+ * a step (the trainer's), the weights changed between steps.  A call of
+ * fewer than 64 tiles keeps U in the layer's cache: one transform a step
+ * (the forward's; the input gradient reads it); the bits are those of the
+ * same calls without a key (a transform at every call: two a step). */
+static void check_one_transform_a_step(hcnn_conv_algo algo, const shape *s, int tiles,
+                                       long per_step_cached)
+{
+    enum { STEPS = 4 };
+    const size_t nx = (size_t)s->n * s->c * s->h * s->w, nw = (size_t)s->oc * s->c * 9;
+    const size_t ny = (size_t)s->n * s->oc * out_size(s, s->h) * out_size(s, s->w);
+    uint64_t seed = 4242;
+    float *x = random_floats(nx, -1, 1, &seed), *w = random_floats(nw, -1, 1, &seed);
+    float *dy = random_floats(ny, -1, 1, &seed);
+    float *out[2][3];
+    long transforms[2];
+    for (int keyed = 0; keyed < 2; keyed++) {
+        conv_run r;
+        run_init(&r, s, algo);
+        hcnn_conv_cache cache = {0};
+        r.d.cache = &cache;
+        out[keyed][0] = malloc(ny * sizeof(float)), out[keyed][1] = malloc(nx * sizeof(float));
+        out[keyed][2] = malloc(nw * sizeof(float));
+        float *wk = malloc(nw * sizeof(float));
+        assert_true(out[keyed][0] && out[keyed][1] && out[keyed][2] && wk);
+        memcpy(wk, w, nw * sizeof(float));
+        for (int step = 0; step < STEPS; step++) {
+            r.ex.weights_key = keyed ? (uint64_t)step + 1 : 0;
+            run_all(&r, s, x, wk, dy, out[keyed][0], out[keyed][1], out[keyed][2]);
+            for (size_t i = 0; i < nw; i++) /* the optimiser's step */
+                wk[i] -= 0.01f * out[keyed][2][i];
+        }
+        transforms[keyed] = cache.transforms;
+        if (cache.release)
+            cache.release(cache.data);
+        free(wk);
+        free(r.ex.ws);
+    }
+    printf("  F(%dx%d), %d tiles a call: %ld weight transforms in %d steps without a key, %ld "
+           "with\n",
+           algo == HCNN_CONV_WINOGRAD_F2 ? 2 : 4, algo == HCNN_CONV_WINOGRAD_F2 ? 2 : 4, tiles,
+           transforms[0], STEPS, transforms[1]);
+    assert_int_equal(transforms[0], 2 * STEPS);
+    assert_int_equal(transforms[1], per_step_cached * STEPS);
+    const size_t sizes[3] = {ny, nx, nw};
+    for (int p = 0; p < 3; p++)
+        if (memcmp(out[0][p], out[1][p], sizes[p] * sizeof(float)))
+            fail_msg("result %d differs with the weights kept across the step's calls", p);
+    for (int k = 0; k < 2; k++)
+        for (int p = 0; p < 3; p++)
+            free(out[k][p]);
+    free(x), free(w), free(dy);
+}
+
+static void test_one_weight_transform_a_step(void **state)
+{
+    (void)state;
+    /* 2 images of 8 x 8: F(2x2) 32 tiles a call, F(4x4) 8: kept */
+    const shape few = {2, 32, 8, 8, 48, 1};
+    check_one_transform_a_step(HCNN_CONV_WINOGRAD_F2, &few, 32, 1);
+    check_one_transform_a_step(HCNN_CONV_WINOGRAD_F4, &few, 8, 1);
+    /* 4 images of 16 x 16 by F(2x2): 256 tiles a call, transformed at each */
+    const shape many = {4, 16, 16, 16, 16, 1};
+    check_one_transform_a_step(HCNN_CONV_WINOGRAD_F2, &many, 256, 2);
+}
+
 int main(void)
 {
     hcnn_blas_single_threaded();
@@ -259,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_f4_accuracy),
         cmocka_unit_test(test_f2_threads),
         cmocka_unit_test(test_f4_threads),
+        cmocka_unit_test(test_one_weight_transform_a_step),
     };
     return cmocka_run_group_tests_name("winograd", tests, NULL, NULL);
 }

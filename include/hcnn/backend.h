@@ -54,10 +54,23 @@ typedef struct hcnn_pool_geom {
     int oh, ow;
 } hcnn_pool_geom;
 
-/* A convolution: its geometry and output channels. */
+/* What a backend keeps for one convolution layer between its calls (the
+ * CPU backend: Winograd's transformed weights, computed once per training
+ * step), owned by the layer: data is the backend's, released with the
+ * layer through release (NULL: nothing kept); transforms counts the weight
+ * transforms computed for the layer (the test that there is one a step). */
+typedef struct hcnn_conv_cache {
+    void *data;
+    void (*release)(void *data);
+    long transforms;
+} hcnn_conv_cache;
+
+/* A convolution: its geometry and output channels, and the layer's cache
+ * (NULL: the backend keeps nothing for this call). */
 typedef struct hcnn_conv_desc {
     hcnn_conv_geom g;
     int out_c;
+    hcnn_conv_cache *cache;
 } hcnn_conv_desc;
 
 /* How a backend call may run, from the caller: its workspace (backend
@@ -74,6 +87,10 @@ typedef struct hcnn_exec {
     int in_unit;
     void (*poll)(void *arg);   /* between pieces of work (may be NULL) */
     void *poll_arg;
+    /* nonzero: the weights are those of every other call with this key (the
+     * calls of one training step), so what a backend derived from them in
+     * one call (a conv cache) serves the others; 0: derive it again */
+    uint64_t weights_key;
 } hcnn_exec;
 
 /* graphs a backend keeps at once (graph_begin .. graph_launch): a step

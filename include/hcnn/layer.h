@@ -47,6 +47,11 @@ typedef struct hcnn_ctx {
     void *poll_arg;
     /* profiling (NULL: off): seconds accumulated per layer id */
     double *prof_fwd, *prof_bwd;
+    /* nonzero: the weights do not change between the calls with this key
+     * (the trainer's: one training step's passes); 0 (inference, tests,
+     * whole-network units, whose threads would share a cache): backends
+     * derive what they need from the weights at every call */
+    uint64_t weights_key;
 } hcnn_ctx;
 
 static inline void hcnn_ctx_poll(const hcnn_ctx *ctx)
@@ -141,6 +146,7 @@ struct hcnn_layer {
     int has_bias;
     float p;                         /* dropout */
     float eps, momentum;             /* batch-norm */
+    hcnn_conv_cache conv_cache;      /* conv: what the backend keeps (released by hcnn_layer_free) */
 
     float *w, *b, *dw, *db;          /* parameter and gradient views (NULL if none) */
     size_t nw, nb;

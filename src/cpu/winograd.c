@@ -9,13 +9,18 @@
  *   M[xi] = V[xi] U[xi]^T      [T][Cout] = [T][C] [C][Cout]
  * so the BLAS still does the heavy work (a^2 GEMMs of T x Cout x C for the
  * 9 of one im2col GEMM with m^2 T columns).
- * Backward, the same three steps:
- *   input gradient: dx = the forward of dy with the flipped, channel-
- *     transposed filter (W'[c][co][i][j] = W[co][c][2-i][2-j]) and padding
- *     2 - p, whose output is the input's size;
- *   weight gradient (the chain rule through the forward's transforms):
- *     dM = A dY A^T per output tile,  dU[xi] += dM[xi]^T V[xi]  [Cout][C],
- *     dW += G^T dU G.
+ * Backward, the chain rule through the forward's transforms, from
+ *   dM = A dY A^T per output tile  [a][a]:
+ *   input gradient (the forward's adjoint, with the forward's U):
+ *     dV[xi] = dM[xi] U[xi]  [T][C] = [T][Cout] [Cout][C],
+ *     dx += B dV B^T scattered back onto each tile's a x a input pixels
+ *     (the tiles overlap by 2: added in a fixed tile order, an image's
+ *     tiles by one thread);
+ *   weight gradient:
+ *     dU[xi] += dM[xi]^T V[xi]  [Cout][C],  dW += G^T dU G.
+ * The weights' transform U is computed once per training step for a call
+ * of few tiles (a layer's cache: hcnn_exec.weights_key), which the forward
+ * and the input gradient share; else once per call.
  * Tiles past the output's edge read zeros (padding) and their outputs are
  * dropped; their dy is zero.
  *
@@ -69,6 +74,37 @@ static void bt_rows(int m, ROWS_DECL)
         o3[x] = r + s;
         o4[x] = r - s;
         o5[x] = 4.0f * d1[x] - 5.0f * d3[x] + d5[x];
+    }
+}
+
+/* B (the transpose of B^T): a inputs -> a outputs, the input transform's
+ * adjoint */
+HCNN_MULTIVERSION
+static void b_rows(int m, ROWS_DECL)
+{
+    if (m == 2) {
+        const float *d0 = in[0], *d1 = in[1], *d2 = in[2], *d3 = in[3];
+        float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
+#pragma GCC ivdep
+        for (int x = 0; x < n; x++) {
+            o0[x] = d0[x];
+            o1[x] = d1[x] - d2[x] + d3[x];
+            o2[x] = d1[x] + d2[x] - d0[x];
+            o3[x] = -d3[x];
+        }
+        return;
+    }
+    const float *d0 = in[0], *d1 = in[1], *d2 = in[2], *d3 = in[3], *d4 = in[4], *d5 = in[5];
+    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3], *o4 = out[4], *o5 = out[5];
+#pragma GCC ivdep
+    for (int x = 0; x < n; x++) {
+        const float p = d2[x] - d1[x], q = d4[x] - d3[x];
+        o0[x] = 4.0f * d0[x];
+        o1[x] = 4.0f * (p + d5[x]) + 2.0f * q;
+        o2[x] = -5.0f * d0[x] - 4.0f * (d1[x] + d2[x]) - (d3[x] + d4[x]);
+        o3[x] = -p - 2.0f * q - 5.0f * d5[x];
+        o4[x] = d0[x] + d1[x] + d2[x] + d3[x] + d4[x];
+        o5[x] = d5[x];
     }
 }
 
@@ -190,8 +226,7 @@ static void gt_rows(int m, ROWS_DECL)
 /* ---- the shape of one Winograd convolution ------------------------------ */
 
 /* A stride-1 3x3 convolution of cin planes h x w (padding ph, pw) into cout
- * planes oh x ow, in tiles of m x m outputs: the forward's, or the input
- * gradient's as a forward of dy. */
+ * planes oh x ow, in tiles of m x m outputs. */
 typedef struct wino_shape {
     int cin, h, w, ph, pw;
     int cout, oh, ow;
@@ -213,19 +248,13 @@ static wino_shape forward_shape(const hcnn_conv_desc *l, int m)
     return shape_of(g->c, g->h, g->w, g->ph, g->pw, l->out_c, g->oh, g->ow, m);
 }
 
-/* dx = the forward of dy (cout planes oh x ow) with padding 2 - p */
-static wino_shape dx_shape(const hcnn_conv_desc *l, int m)
-{
-    const hcnn_conv_geom *g = &l->g;
-    return shape_of(l->out_c, g->oh, g->ow, 2 - g->ph, 2 - g->pw, g->c, g->h, g->w, m);
-}
-
 static int max_channels(const wino_shape *s) { return s->cin > s->cout ? s->cin : s->cout; }
 
 /* A thread's scratch: one image channels-last, one output image twice
  * (channels-last, then planes), a tile's a^2 rows of channels, a row of
- * zeros and a row for outputs past the edge; or the weight transforms'
- * 9 + 3a rows of channels. */
+ * zeros, a row for outputs past the edge and a tile row's a rows (the
+ * input gradient's scatter); or the weight transforms' 9 + 3a rows of
+ * channels. */
 static size_t image_floats(const wino_shape *s)
 {
     const size_t in = (size_t)s->cin * s->h * s->w, out = (size_t)s->cout * s->oh * s->ow;
@@ -235,7 +264,7 @@ static size_t image_floats(const wino_shape *s)
 static size_t scratch_floats(const wino_shape *s)
 {
     const size_t mc = hcnn_round_up16((size_t)max_channels(s));
-    const size_t planes = 2 * image_floats(s) + ((size_t)s->a * s->a + 2) * mc;
+    const size_t planes = 2 * image_floats(s) + ((size_t)s->a * s->a + 2 + s->a) * mc;
     const size_t weights = (size_t)(9 + 3 * s->a) * mc;
     return planes > weights ? planes : weights;
 }
@@ -288,14 +317,16 @@ typedef struct wino_job {
     const hcnn_exec *ctx;
     int n, nc;            /* images, images per chunk */
     const float *w;       /* the layer's weights [Cout][C][3][3] */
-    int flip;             /* 1: the input gradient's filter */
     const float *bias;    /* forward: the bias or NULL */
-    const float *x;       /* input planes (cin of them per image) */
-    float *y;             /* output planes (cout per image) */
-    int acc;              /* add to y */
-    const float *dy;      /* weight gradient: dy */
+    const float *x;       /* forward: input planes (cin of them per image) */
+    float *y;             /* forward: output planes (cout per image) */
+    int acc;              /* forward, input gradient: add to y / dx */
+    const float *dy;      /* gradients: dy (cout planes per image) */
+    float *dx;            /* input gradient: dx (cin planes per image) */
     float *dw;            /* weight gradient: dw += */
     float *wt, *V, *M, *scratch;
+    float *u;             /* the transformed weights U the GEMMs read (wt, or the cache's) */
+    int transform;        /* 1: this call computes U into u */
 } wino_job;
 
 static void job_layout(wino_job *j)
@@ -319,8 +350,7 @@ static void poll(const wino_job *j, int t)
 /* ---- the weight transforms ---------------------------------------------- */
 
 /* U[xi][co][c] = G g G^T for output channel co, all c (g the filter of
- * (co, c), or flipped and transposed: W[c][co][2-i][2-j] with cout and cin
- * swapped).  sc: 9 + 3a rows of cin floats. */
+ * (co, c)), into j->u.  sc: 9 + 3a rows of cin floats. */
 static void weights_row(const wino_job *j, int co, float *sc)
 {
     const wino_shape *s = &j->s;
@@ -331,14 +361,9 @@ static void weights_row(const wino_job *j, int co, float *sc)
         g[i] = sc + (size_t)i * mc;
     for (int i = 0; i < 3 * a; i++)
         t[i] = sc + (size_t)(9 + i) * mc;
-    if (j->flip) /* gather the 9 taps of each filter as rows */
-        for (int c = 0; c < C; c++)
-            for (int i = 0; i < 9; i++)
-                g[i][c] = j->w[((size_t)c * s->cout + co) * 9 + (8 - i)];
-    else
-        for (int c = 0; c < C; c++)
-            for (int i = 0; i < 9; i++)
-                g[i][c] = j->w[((size_t)co * C + c) * 9 + i];
+    for (int c = 0; c < C; c++) /* gather the 9 taps of each filter as rows */
+        for (int i = 0; i < 9; i++)
+            g[i][c] = j->w[((size_t)co * C + c) * 9 + i];
     for (int q = 0; q < 3; q++) { /* along i: t[k*3 + q] = (G g)[k][q] */
         const float *in[3] = {g[q], g[3 + q], g[6 + q]};
         float *out[6];
@@ -350,7 +375,7 @@ static void weights_row(const wino_job *j, int co, float *sc)
         const float *in[3] = {t[k * 3], t[k * 3 + 1], t[k * 3 + 2]};
         float *out[6];
         for (int l = 0; l < a; l++)
-            out[l] = j->wt + ((size_t)(k * a + l) * s->cout + co) * C;
+            out[l] = j->u + ((size_t)(k * a + l) * s->cout + co) * C;
         g_rows(s->m, in, out, C);
     }
 }
@@ -392,7 +417,7 @@ static void weight_grad_row(const wino_job *j, int co, float *sc)
  * plane's size. */
 
 typedef struct wino_scratch {
-    float *img, *img2, *tmp, *zero, *junk;
+    float *img, *img2, *tmp, *zero, *junk, *rows;
 } wino_scratch;
 
 static wino_scratch scratch_of(const wino_job *j, int t)
@@ -405,6 +430,7 @@ static wino_scratch scratch_of(const wino_job *j, int t)
     w.tmp = w.img2 + image_floats(s);
     w.zero = w.tmp + (size_t)s->a * s->a * mc;
     w.junk = w.zero + mc;
+    w.rows = w.junk + mc;
     return w;
 }
 
@@ -519,6 +545,59 @@ static void output_image(const wino_job *j, float *y, size_t t0, const wino_scra
     }
 }
 
+/* dx image (cin planes) from dV: dd = B dV B^T per tile, added onto the
+ * tile's a x a input pixels (those inside the image: the rest is padding)
+ * of a channels-last image, tiles in order, then written or added to the
+ * planes. */
+static void input_grad_image(const wino_job *j, float *dx, size_t t0, const wino_scratch *w)
+{
+    const wino_shape *s = &j->s;
+    const int m = s->m, a = s->a, C = s->cin;
+    const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
+    const size_t P = (size_t)s->h * s->w;
+    zero_floats(w->img, (int)(P * (size_t)C));
+    for (int ty = 0; ty < s->nty; ty++)
+        for (int tx = 0; tx < s->ntx; tx++) {
+            const size_t t = t0 + (size_t)ty * s->ntx + tx;
+            for (int l = 0; l < a; l++) { /* along k, column l */
+                const float *in[6];
+                float *out[6];
+                for (int k = 0; k < a; k++) {
+                    in[k] = j->V + ((size_t)(k * a + l) * T + t) * C;
+                    out[k] = w->tmp + (size_t)(k * a + l) * mc;
+                }
+                b_rows(m, in, out, C);
+            }
+            for (int i = 0; i < a; i++) { /* along l, row i, onto the image */
+                const int iy = ty * m - s->ph + i;
+                if (iy < 0 || iy >= s->h)
+                    continue;
+                const float *in[6];
+                float *out[6];
+                for (int l = 0; l < a; l++) {
+                    in[l] = w->tmp + (size_t)(i * a + l) * mc;
+                    out[l] = w->rows + (size_t)l * mc;
+                }
+                b_rows(m, in, out, C);
+                for (int jj = 0; jj < a; jj++) {
+                    const int ix = tx * m - s->pw + jj;
+                    if (ix < 0 || ix >= s->w)
+                        continue;
+                    float *dst = w->img + ((size_t)iy * s->w + ix) * C;
+                    const float *src = w->rows + (size_t)jj * mc;
+                    for (int c = 0; c < C; c++)
+                        dst[c] += src[c];
+                }
+            }
+        }
+    if (!j->acc) {
+        hcnn_cpu_transpose(NULL, w->img, (int)P, C, dx);
+        return;
+    }
+    hcnn_cpu_transpose(NULL, w->img, (int)P, C, w->img2);
+    hcnn_cpu_add_acc(NULL, w->img2, dx, P * (size_t)C);
+}
+
 /* ---- the phases --------------------------------------------------------- */
 
 /* The forward GEMMs of a chunk: items (xi, block of tiles),
@@ -542,8 +621,24 @@ static void gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int item
         return;
     hcnn_cpu_gemm(NULL, 0, 1, (int)(r1 - r0), s->cout, s->cin, 1.0f,
                   j->V + ((size_t)xi * T + r0) * s->cin, s->cin,
-                  j->wt + (size_t)xi * s->cout * s->cin, s->cin, 0.0f,
+                  j->u + (size_t)xi * s->cout * s->cin, s->cin, 0.0f,
                   j->M + ((size_t)xi * T + r0) * s->cout, s->cout);
+}
+
+/* The input gradient's GEMMs of a chunk, over the same items:
+ * dV[xi][tiles] = dM[xi][tiles] U[xi]. */
+static void dx_gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int item)
+{
+    const wino_shape *s = &j->s;
+    const int xi = item / nb, b = item % nb;
+    const size_t r0 = (cols * b / nb) & ~(size_t)15;
+    const size_t r1 = b + 1 == nb ? cols : (cols * (b + 1) / nb) & ~(size_t)15;
+    if (r1 <= r0)
+        return;
+    hcnn_cpu_gemm(NULL, 0, 0, (int)(r1 - r0), s->cin, s->cout, 1.0f,
+                  j->M + ((size_t)xi * T + r0) * s->cout, s->cout,
+                  j->u + (size_t)xi * s->cout * s->cin, s->cin, 0.0f,
+                  j->V + ((size_t)xi * T + r0) * s->cin, s->cin);
 }
 
 /* The weight gradient's GEMMs: items (xi, block of output channels),
@@ -573,7 +668,7 @@ static void forward_thread(void *arg, int t, int nt)
     const wino_shape *s = &j->s;
     const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
     const wino_scratch w = scratch_of(j, t);
-    {
+    if (j->transform) {
         RANGE(s->cout, t, nt, a, b);
         for (long co = a; co < b; co++)
             weights_row(j, (int)co, w.img);
@@ -602,6 +697,51 @@ static void forward_thread(void *arg, int t, int nt)
             RANGE(nb, t, nt, a, b);
             for (long i = a; i < b; i++) {
                 output_image(j, j->y + (size_t)(i0 + i) * out_sz, (size_t)i * s->tiles, &w);
+                poll(j, t);
+            }
+        }
+#pragma omp barrier
+    }
+}
+
+/* The input gradient: dy's tiles transformed (dM = A dY A^T), the GEMMs
+ * dV = dM U, dV scattered back (input_grad_image); U transformed first
+ * unless the forward of this step left it in the layer's cache. */
+static void input_grad_thread(void *arg, int t, int nt)
+{
+    const wino_job *j = arg;
+    const wino_shape *s = &j->s;
+    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
+    const wino_scratch w = scratch_of(j, t);
+    if (j->transform) {
+        RANGE(s->cout, t, nt, a, b);
+        for (long co = a; co < b; co++)
+            weights_row(j, (int)co, w.img);
+    }
+    for (int i0 = 0; i0 < j->n; i0 += j->nc) {
+        const int nb = j->n - i0 < j->nc ? j->n - i0 : j->nc;
+        const size_t T = (size_t)j->nc * s->tiles, cols = (size_t)nb * s->tiles;
+        {
+            RANGE(nb, t, nt, a, b);
+            for (long i = a; i < b; i++) {
+                dy_image(j, j->dy + (size_t)(i0 + i) * out_sz, (size_t)i * s->tiles, &w);
+                poll(j, t);
+            }
+        }
+#pragma omp barrier
+        {
+            const int tb = tile_blocks(s, cols), items = s->a * s->a * tb;
+            RANGE(items, t, nt, a, b);
+            for (long it = a; it < b; it++) {
+                dx_gemm_item(j, T, cols, tb, (int)it);
+                poll(j, t);
+            }
+        }
+#pragma omp barrier
+        {
+            RANGE(nb, t, nt, a, b);
+            for (long i = a; i < b; i++) {
+                input_grad_image(j, j->dx + (size_t)(i0 + i) * in_sz, (size_t)i * s->tiles, &w);
                 poll(j, t);
             }
         }
@@ -657,13 +797,77 @@ size_t hcnn_wino_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n,
 {
     if (!m)
         return 0;
-    const wino_shape f = forward_shape(l, m), d = dx_shape(l, m);
-    const size_t wf = call_floats(&f, chunk_images(&f, ctx, n), nt);
-    const size_t wd = call_floats(&d, chunk_images(&d, ctx, n), nt);
-    return wf > wd ? wf : wd;
+    const wino_shape f = forward_shape(l, m);
+    return call_floats(&f, chunk_images(&f, ctx, n), nt);
 }
 
-static int run(wino_job *j, void (*fn)(void *, int, int))
+/* ---- the transformed weights a step keeps --------------------------------- */
+
+/* A call of fewer tiles than this keeps U in the layer's cache for the
+ * other calls of its training step (the forward's transform serves the
+ * input gradient); a call of more transforms per call, and keeps nothing:
+ * its transform is a small share of its work, and the cache would hold
+ * every such layer's U (ResNet-18 at batch 128: 148 MB).  ResNet-18 on 2
+ * threads, the weights' transforms skipped altogether (wrong results, to
+ * time them): batch 8 124 -> 138 images/s, batch 2 82 -> 87
+ * (docs/performance.md, "Convolutions at small batches"). */
+#define WINO_CACHE_TILES 64
+
+typedef struct wino_cache {
+    float *u;
+    size_t floats;
+    int m;
+    uint64_t key; /* the weights_key U was computed for; 0: none */
+} wino_cache;
+
+static void cache_release(void *data)
+{
+    wino_cache *c = data;
+    if (c)
+        hcnn_free(c->u);
+    hcnn_free(c);
+}
+
+/* Where the call's U comes from: j->u and whether the call computes it
+ * (j->transform): the layer's cache, computed by this call or by an earlier
+ * one of the step; else the workspace. */
+static int prepare_weights(wino_job *j, const hcnn_conv_desc *l)
+{
+    j->u = j->wt;
+    j->transform = 1;
+    hcnn_conv_cache *cc = l->cache;
+    if (!cc || !j->ctx->weights_key || (long)j->n * j->s.tiles >= WINO_CACHE_TILES) {
+        if (cc)
+            cc->transforms++;
+        return HCNN_OK;
+    }
+    wino_cache *c = cc->data;
+    if (!c) {
+        if (!(c = hcnn_calloc(sizeof *c, "a layer's Winograd cache")))
+            return HCNN_ENOMEM;
+        cc->data = c;
+        cc->release = cache_release;
+    }
+    const size_t need = weights_floats(&j->s);
+    if (c->m != j->s.m || c->floats < need) {
+        hcnn_free(c->u);
+        c->floats = 0, c->key = 0;
+        if (!(c->u = hcnn_alloc(sizeof(float) * need, "a layer's transformed weights")))
+            return HCNN_ENOMEM;
+        c->floats = need, c->m = j->s.m;
+    }
+    j->u = c->u;
+    if (c->key == j->ctx->weights_key) {
+        j->transform = 0;
+        return HCNN_OK;
+    }
+    c->key = j->ctx->weights_key; /* computed by this call, whole, before it returns */
+    cc->transforms++;
+    return HCNN_OK;
+}
+
+static int run(wino_job *j, const hcnn_conv_desc *l, int weights,
+               void (*fn)(void *, int, int))
 {
     const int nt = hcnn_cpu_threads(NULL);
     j->nc = chunk_images(&j->s, j->ctx, j->n);
@@ -671,6 +875,11 @@ static int run(wino_job *j, void (*fn)(void *, int, int))
     if (call_floats(&j->s, j->nc, nt) > j->ctx->ws_floats)
         return hcnn_error("Winograd convolution: workspace of %zu floats, %zu needed",
                           j->ctx->ws_floats, call_floats(&j->s, j->nc, nt));
+    if (weights) {
+        const int rc = prepare_weights(j, l);
+        if (rc)
+            return rc;
+    }
     hcnn_cpu_parallel(NULL, fn, j);
     return HCNN_OK;
 }
@@ -679,38 +888,40 @@ int hcnn_wino_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const fl
                   const float *w, const float *b, float *y, int n)
 {
     wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .w = w, .bias = b, .x = x, .y = y};
-    return run(&j, forward_thread);
+    return run(&j, l, 1, forward_thread);
 }
 
 int hcnn_wino_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *w,
                        const float *dy, float *dx, int dx_acc, int n)
 {
-    wino_job j = {.s = dx_shape(l, m), .ctx = ctx, .n = n, .w = w, .flip = 1, .x = dy, .y = dx,
+    wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .w = w, .dy = dy, .dx = dx,
                   .acc = dx_acc};
-    return run(&j, forward_thread);
+    return run(&j, l, 1, input_grad_thread);
 }
 
 int hcnn_wino_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *x,
                          const float *dy, float *dw, int n)
 {
     wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .x = x, .dy = dy, .dw = dw};
-    return run(&j, weight_grad_thread);
+    return run(&j, l, 0, weight_grad_thread);
 }
 
 /* The GEMMs of a pass as the threads issue them: thread 0's share of each
- * chunk's items (forward, the weight gradient when it goes by Winograd,
- * the input gradient when wanted). */
+ * chunk's items; pass 0 the forward, 1 the weight gradient, 2 the input
+ * gradient. */
 static void push_calls(const wino_shape *s, const hcnn_exec *ctx, int n, int nt, int backward,
-                       int dw, hcnn_gemm_list *gl)
+                       int pass, hcnn_gemm_list *gl)
 {
     const int nc = chunk_images(s, ctx, n), a2 = s->a * s->a;
     for (int i0 = 0; i0 < n; i0 += nc) {
         const size_t cols = (size_t)(n - i0 < nc ? n - i0 : nc) * s->tiles;
-        const int nb = dw ? channel_blocks(s) : tile_blocks(s, cols);
+        const int nb = pass == 1 ? channel_blocks(s) : tile_blocks(s, cols);
         const int items = (a2 * nb + nt - 1) / nt;
         for (int i = 0; i < items; i++)
-            if (dw)
+            if (pass == 1)
                 hcnn_gemm_push(gl, 1, 1, 0, s->cout / nb, s->cin, (int)cols, 1);
+            else if (pass == 2)
+                hcnn_gemm_push(gl, 1, 0, 0, (int)(cols / nb), s->cin, s->cout, 1);
             else
                 hcnn_gemm_push(gl, backward, 0, 1, (int)(cols / nb), s->cout, s->cin, 1);
     }
@@ -719,12 +930,12 @@ static void push_calls(const wino_shape *s, const hcnn_exec *ctx, int n, int nt,
 void hcnn_wino_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt,
                      int dw_by_wino, int need_dx, hcnn_gemm_list *gl)
 {
-    const wino_shape f = forward_shape(l, m), d = dx_shape(l, m);
+    const wino_shape f = forward_shape(l, m);
     push_calls(&f, ctx, n, nt, 0, 0, gl);
     if (dw_by_wino)
         push_calls(&f, ctx, n, nt, 1, 1, gl);
     if (need_dx)
-        push_calls(&d, ctx, n, nt, 1, 0, gl);
+        push_calls(&f, ctx, n, nt, 1, 2, gl);
 }
 
 void hcnn_wino_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n,

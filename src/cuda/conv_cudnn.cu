@@ -243,9 +243,14 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
     if (!dnn || n < 1 || cu->precision == HCNN_PRECISION_BF16)
         return NULL;
     limit = limit < CUDNN_WORKSPACE_BYTES ? limit : CUDNN_WORKSPACE_BYTES;
+    /* the shape (every layer of it shares the plan), not the layer's cache */
+    hcnn_conv_desc key;
+    memset(&key, 0, sizeof key);
+    key.g = d->g, key.out_c = d->out_c;
     for (int i = 0; i < dnn->nplans; i++) {
         const hcnn_cudnn_conv *p = &dnn->plans[i];
-        if (p->n != n || p->precision != cu->precision || memcmp(&p->d, d, sizeof *d) != 0)
+        if (p->n != n || p->precision != cu->precision || p->d.out_c != key.out_c ||
+            memcmp(&p->d.g, &key.g, sizeof key.g) != 0)
             continue;
         if (p->none || (p->short_of && limit <= p->short_of))
             return NULL;
@@ -257,7 +262,7 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
                        "more convolution shapes than the backend keeps plans for (128)");
     hcnn_cudnn_conv *p = &dnn->plans[dnn->nplans++];
     memset(p, 0, sizeof *p);
-    p->d = *d;
+    p->d = key;
     p->n = n;
     p->precision = cu->precision;
     p->passes = dnn->all ? HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD : default_passes(p);

@@ -46,14 +46,24 @@ static hcnn_exec exec_of(const hcnn_ctx *ctx)
                        .conv_algo = ctx->conv_algo,
                        .in_unit = ctx->in_unit,
                        .poll = ctx->poll,
-                       .poll_arg = ctx->poll_arg};
+                       .poll_arg = ctx->poll_arg,
+                       /* a unit's threads would share the layer's cache */
+                       .weights_key = ctx->in_unit ? 0 : ctx->weights_key};
+}
+
+/* desc_of with the layer's cache: the passes that run it */
+static hcnn_conv_desc run_desc_of(hcnn_layer *l)
+{
+    hcnn_conv_desc d = desc_of(l);
+    d.cache = &l->conv_cache;
+    return d;
 }
 
 static int conv_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,
                         int n)
 {
     (void)aux;
-    const hcnn_conv_desc d = desc_of(l);
+    const hcnn_conv_desc d = run_desc_of(l);
     const hcnn_exec ex = exec_of(ctx);
     return ctx->be->conv_fwd(ctx->be, &d, &ex, x, l->w, l->b, y, n);
 }
@@ -62,7 +72,7 @@ static int conv_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, floa
 static int conv_backward_into(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
                               const float *dy, float *dx, int dx_acc, int n)
 {
-    const hcnn_conv_desc d = desc_of(l);
+    const hcnn_conv_desc d = run_desc_of(l);
     const hcnn_exec ex = exec_of(ctx);
     return ctx->be->conv_bwd(ctx->be, &d, &ex, x, l->w, dy, l->dw, l->db, dx, dx_acc, n);
 }

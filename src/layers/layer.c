@@ -79,6 +79,9 @@ void hcnn_layer_free(hcnn_layer *l)
     hcnn_free(l->children);
     l->children = l->body = l->proj = NULL;
     l->nchildren = l->nbody = l->nproj = 0;
+    if (l->conv_cache.release)
+        l->conv_cache.release(l->conv_cache.data);
+    l->conv_cache = (hcnn_conv_cache){0};
 }
 
 int hcnn_layer_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, float *y, float *aux,

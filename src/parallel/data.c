@@ -113,6 +113,7 @@ static int data_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n,
     data_impl *d = s->impl;
     hcnn_ctx ctx = s->scratch.ctx;
     ctx.training = 0;
+    ctx.weights_key = 0; /* not the weights of the last step's calls */
     ctx.poll = NULL;
     const int rc = hcnn_net_forward(s->net, &ctx, &d->acts, x, n);
     if (!rc)

@@ -327,6 +327,7 @@ int hcnn_pipe_infer(hcnn_pipe *p, hcnn_net *net, hcnn_scratch *s, const float *x
 {
     hcnn_ctx ctx = s->ctx;
     ctx.training = 0;
+    ctx.weights_key = 0; /* not the weights of the last step's calls */
     ctx.poll = NULL;
     hcnn_pipe_slot *sl = &p->slots[0];
     for (int i0 = 0; i0 < n; i0 += p->micro_cap) {

@@ -396,6 +396,9 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     }
     ctx->training = 1;
     ctx->step = (uint64_t)r->step;
+    /* the weights change only in the optimiser step that ends each step:
+     * the calls of one step may share what they derive from them */
+    ctx->weights_key = (uint64_t)r->step + 1;
     ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
     const double w0 = s->sync ? s->sync->wait_s : 0.0;
     step_work work = {.x = x, .y = y, .n = n, .gn = gn};
