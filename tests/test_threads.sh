@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The thread count does not change the model: the same config and seed
-# trained on 1, 2, 3, 17 and 64 threads (more threads than this machine's
-# cores: oversubscribed on purpose) give byte-identical checkpoints.
+# trained on 1, 2, 3, 17, 64 and 256 threads (more threads than this
+# machine's cores: oversubscribed on purpose; 256 is more than Debian's
+# OpenBLAS serves at once, so its GEMMs take turns) give byte-identical
+# checkpoints.
 # LeNet-5 and a small residual network (batch-norm, projection shortcut,
 # dropout), batches above and below the thread count, every conv_algo,
 # and ResNet-18 at 4 images a rank; then data and pipeline parallelism at 1
@@ -13,7 +15,7 @@ LENET="$HCNN_SRCDIR/configs/mnist_lenet.yaml"
 RES="$HCNN_SRCDIR/configs/synthetic_resnet.yaml"
 R18="$HCNN_SRCDIR/configs/cifar_resnet18.yaml"
 SYN=(dataset=synthetic synthetic_train=300 synthetic_test=32)
-THREADS=(1 2 3 17 64)
+THREADS=(1 2 3 17 64 256)
 mpi_setup
 
 # train NAME THREADS CONFIG key=value...: serial run, checkpoint in $WORK/NAME
@@ -68,10 +70,13 @@ across resnet_batched_b32 "$RES" epochs=1 max_steps=6 batch_size=32 conv_algo=ba
 # layer's weight gradient by Winograd too), F(4x4,3x3) and F(2x2,3x3)
 across resnet_winograd_b32 "$RES" epochs=1 max_steps=6 batch_size=32 conv_algo=winograd
 across resnet_winograd_f2_b4 "$RES" epochs=1 max_steps=6 batch_size=4 conv_algo=winograd_f2
-# ResNet-18, 4 images: its images split into row and channel items (auto:
-# Winograd for its 3x3 layers of 64 channels and more)
-THREADS=(1 17 64)
+# ResNet-18, 4 and 8 images: its images split into row and channel items
+# (auto: Winograd F(4x4) or F(2x2) for its 3x3 layers of 64 channels and
+# more, batched im2col for the rest at few images), a 64-core node's share
+# of a 512-image global batch at 32 nodes and less
+THREADS=(1 17 64 256)
 across resnet18_b4 "$R18" "${SYN[@]}" batch_size=4 eval_batch_size=16 max_steps=1
+across resnet18_b8 "$R18" "${SYN[@]}" batch_size=8 eval_batch_size=16 max_steps=2
 
 # strategies: the same run at 1 and 17 threads a rank
 # mpi NAME THREADS RANKS key=value...
