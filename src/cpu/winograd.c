@@ -27,7 +27,7 @@
  * Layout: an image goes channels-last first (one transpose), so that every
  * transform is a loop over contiguous channels, whatever the plane's size;
  * V and M are [a^2][T][channels], U and dU [a^2][Cout][C].  A transform is
- * applied one axis at a time (the *_rows functions below).  The work runs
+ * applied one axis at a time (winograd_rows.c).  The work runs
  * in phases over a chunk of images (transform, GEMMs, inverse transform),
  * each phase's items fixed by the shape and split between threads, so that
  * who runs an item never changes its bits.  The chunk's images, the GEMMs'
@@ -38,190 +38,7 @@
 #include <stdio.h>
 
 #include "winograd.h"
-
-/* ---- the 1-D transforms, over rows -------------------------------------- */
-/* Each applies a small constant matrix along one axis: out[k][x] =
- * sum_i T[k][i] in[i][x] for x < n (the matrices of Lavin & Gray, written
- * out so that the zeros cost nothing). */
-
-#define ROWS_DECL const float *const *restrict in, float *const *restrict out, int n
-
-/* B^T: a inputs -> a outputs */
-HCNN_MULTIVERSION
-static void bt_rows(int m, ROWS_DECL)
-{
-    if (m == 2) {
-        const float *d0 = in[0], *d1 = in[1], *d2 = in[2], *d3 = in[3];
-        float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
-#pragma GCC ivdep
-        for (int x = 0; x < n; x++) {
-            o0[x] = d0[x] - d2[x];
-            o1[x] = d1[x] + d2[x];
-            o2[x] = d2[x] - d1[x];
-            o3[x] = d1[x] - d3[x];
-        }
-        return;
-    }
-    const float *d0 = in[0], *d1 = in[1], *d2 = in[2], *d3 = in[3], *d4 = in[4], *d5 = in[5];
-    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3], *o4 = out[4], *o5 = out[5];
-#pragma GCC ivdep
-    for (int x = 0; x < n; x++) {
-        const float p = d4[x] - 4.0f * d2[x], q = d3[x] - 4.0f * d1[x];
-        const float r = d4[x] - d2[x], s = 2.0f * (d3[x] - d1[x]);
-        o0[x] = 4.0f * d0[x] - 5.0f * d2[x] + d4[x];
-        o1[x] = p + q;
-        o2[x] = p - q;
-        o3[x] = r + s;
-        o4[x] = r - s;
-        o5[x] = 4.0f * d1[x] - 5.0f * d3[x] + d5[x];
-    }
-}
-
-/* B (the transpose of B^T): a inputs -> a outputs, the input transform's
- * adjoint */
-HCNN_MULTIVERSION
-static void b_rows(int m, ROWS_DECL)
-{
-    if (m == 2) {
-        const float *d0 = in[0], *d1 = in[1], *d2 = in[2], *d3 = in[3];
-        float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
-#pragma GCC ivdep
-        for (int x = 0; x < n; x++) {
-            o0[x] = d0[x];
-            o1[x] = d1[x] - d2[x] + d3[x];
-            o2[x] = d1[x] + d2[x] - d0[x];
-            o3[x] = -d3[x];
-        }
-        return;
-    }
-    const float *d0 = in[0], *d1 = in[1], *d2 = in[2], *d3 = in[3], *d4 = in[4], *d5 = in[5];
-    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3], *o4 = out[4], *o5 = out[5];
-#pragma GCC ivdep
-    for (int x = 0; x < n; x++) {
-        const float p = d2[x] - d1[x], q = d4[x] - d3[x];
-        o0[x] = 4.0f * d0[x];
-        o1[x] = 4.0f * (p + d5[x]) + 2.0f * q;
-        o2[x] = -5.0f * d0[x] - 4.0f * (d1[x] + d2[x]) - (d3[x] + d4[x]);
-        o3[x] = -p - 2.0f * q - 5.0f * d5[x];
-        o4[x] = d0[x] + d1[x] + d2[x] + d3[x] + d4[x];
-        o5[x] = d5[x];
-    }
-}
-
-/* A^T: a inputs -> m outputs */
-HCNN_MULTIVERSION
-static void at_rows(int m, ROWS_DECL)
-{
-    if (m == 2) {
-        const float *m0 = in[0], *m1 = in[1], *m2 = in[2], *m3 = in[3];
-        float *o0 = out[0], *o1 = out[1];
-#pragma GCC ivdep
-        for (int x = 0; x < n; x++) {
-            o0[x] = m0[x] + m1[x] + m2[x];
-            o1[x] = m1[x] - m2[x] - m3[x];
-        }
-        return;
-    }
-    const float *m0 = in[0], *m1 = in[1], *m2 = in[2], *m3 = in[3], *m4 = in[4], *m5 = in[5];
-    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
-#pragma GCC ivdep
-    for (int x = 0; x < n; x++) {
-        const float sp = m1[x] + m2[x], sm = m1[x] - m2[x];
-        const float tp = m3[x] + m4[x], tm = m3[x] - m4[x];
-        o0[x] = m0[x] + sp + tp;
-        o1[x] = sm + 2.0f * tm;
-        o2[x] = sp + 4.0f * tp;
-        o3[x] = sm + 8.0f * tm + m5[x];
-    }
-}
-
-/* A (the transpose of A^T): m inputs -> a outputs */
-HCNN_MULTIVERSION
-static void a_rows(int m, ROWS_DECL)
-{
-    if (m == 2) {
-        const float *y0 = in[0], *y1 = in[1];
-        float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
-#pragma GCC ivdep
-        for (int x = 0; x < n; x++) {
-            o0[x] = y0[x];
-            o1[x] = y0[x] + y1[x];
-            o2[x] = y0[x] - y1[x];
-            o3[x] = -y1[x];
-        }
-        return;
-    }
-    const float *y0 = in[0], *y1 = in[1], *y2 = in[2], *y3 = in[3];
-    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3], *o4 = out[4], *o5 = out[5];
-#pragma GCC ivdep
-    for (int x = 0; x < n; x++) {
-        const float e = y0[x] + y2[x], f = y1[x] + y3[x];
-        const float e4 = y0[x] + 4.0f * y2[x], f8 = 2.0f * y1[x] + 8.0f * y3[x];
-        o0[x] = y0[x];
-        o1[x] = e + f;
-        o2[x] = e - f;
-        o3[x] = e4 + f8;
-        o4[x] = e4 - f8;
-        o5[x] = y3[x];
-    }
-}
-
-/* G: 3 inputs -> a outputs */
-HCNN_MULTIVERSION
-static void g_rows(int m, ROWS_DECL)
-{
-    const float *g0 = in[0], *g1 = in[1], *g2 = in[2];
-    if (m == 2) {
-        float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
-#pragma GCC ivdep
-        for (int x = 0; x < n; x++) {
-            const float s = 0.5f * (g0[x] + g2[x]), h = 0.5f * g1[x];
-            o0[x] = g0[x];
-            o1[x] = s + h;
-            o2[x] = s - h;
-            o3[x] = g2[x];
-        }
-        return;
-    }
-    float *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3], *o4 = out[4], *o5 = out[5];
-#pragma GCC ivdep
-    for (int x = 0; x < n; x++) {
-        const float s = -(g0[x] + g2[x]) / 6.0f, h = g1[x] / 6.0f;
-        const float t = g0[x] / 24.0f + g2[x] / 6.0f, k = g1[x] / 12.0f;
-        o0[x] = 0.25f * g0[x];
-        o1[x] = s - h;
-        o2[x] = s + h;
-        o3[x] = t + k;
-        o4[x] = t - k;
-        o5[x] = g2[x];
-    }
-}
-
-/* G^T: a inputs -> 3 outputs */
-HCNN_MULTIVERSION
-static void gt_rows(int m, ROWS_DECL)
-{
-    float *o0 = out[0], *o1 = out[1], *o2 = out[2];
-    if (m == 2) {
-        const float *u0 = in[0], *u1 = in[1], *u2 = in[2], *u3 = in[3];
-#pragma GCC ivdep
-        for (int x = 0; x < n; x++) {
-            o0[x] = u0[x] + 0.5f * (u1[x] + u2[x]);
-            o1[x] = 0.5f * (u1[x] - u2[x]);
-            o2[x] = 0.5f * (u1[x] + u2[x]) + u3[x];
-        }
-        return;
-    }
-    const float *u0 = in[0], *u1 = in[1], *u2 = in[2], *u3 = in[3], *u4 = in[4], *u5 = in[5];
-#pragma GCC ivdep
-    for (int x = 0; x < n; x++) {
-        const float s = (u1[x] + u2[x]) / 6.0f, d = (u2[x] - u1[x]) / 6.0f;
-        const float t = (u3[x] + u4[x]) / 24.0f, e = (u3[x] - u4[x]) / 12.0f;
-        o0[x] = 0.25f * u0[x] - s + t;
-        o1[x] = d + e;
-        o2[x] = -s + 4.0f * t + u5[x];
-    }
-}
+#include "winograd_rows.h"
 
 /* ---- the shape of one Winograd convolution ------------------------------ */
 
@@ -369,14 +186,14 @@ static void weights_row(const wino_job *j, int co, float *sc)
         float *out[6];
         for (int k = 0; k < a; k++)
             out[k] = t[k * 3 + q];
-        g_rows(s->m, in, out, C);
+        hcnn_wino_g_rows(s->m, in, out, C);
     }
     for (int k = 0; k < a; k++) { /* along j: into U[k*a + l][co] */
         const float *in[3] = {t[k * 3], t[k * 3 + 1], t[k * 3 + 2]};
         float *out[6];
         for (int l = 0; l < a; l++)
             out[l] = j->u + ((size_t)(k * a + l) * s->cout + co) * C;
-        g_rows(s->m, in, out, C);
+        hcnn_wino_g_rows(s->m, in, out, C);
     }
 }
 
@@ -396,14 +213,14 @@ static void weight_grad_row(const wino_job *j, int co, float *sc)
         for (int l = 0; l < a; l++)
             in[l] = j->wt + ((size_t)(k * a + l) * s->cout + co) * C;
         float *out[3] = {t[k * 3], t[k * 3 + 1], t[k * 3 + 2]};
-        gt_rows(s->m, in, out, C);
+        hcnn_wino_gt_rows(s->m, in, out, C);
     }
     for (int q = 0; q < 3; q++) { /* along k: r[i*3 + q] */
         const float *in[6];
         for (int k = 0; k < a; k++)
             in[k] = t[k * 3 + q];
         float *out[3] = {r[q], r[3 + q], r[6 + q]};
-        gt_rows(s->m, in, out, C);
+        hcnn_wino_gt_rows(s->m, in, out, C);
     }
     float *dw = j->dw + (size_t)co * C * 9;
     for (int c = 0; c < C; c++)
@@ -482,7 +299,8 @@ static void input_image(const wino_job *j, const float *x, size_t t0, const wino
 {
     const wino_shape *s = &j->s;
     hcnn_cpu_transpose(NULL, x, s->cin, s->h * s->w, w->img); /* [h*w][C] */
-    transform_tiles(j, w->img, s->h, s->w, s->ph, s->pw, s->a, s->cin, bt_rows, j->V, t0, w);
+    transform_tiles(j, w->img, s->h, s->w, s->ph, s->pw, s->a, s->cin, hcnn_wino_bt_rows, j->V, t0,
+                    w);
 }
 
 /* dM[xi][t0 + tile][co] = A dY A^T for every tile of image dy (cout planes),
@@ -491,7 +309,8 @@ static void dy_image(const wino_job *j, const float *dy, size_t t0, const wino_s
 {
     const wino_shape *s = &j->s;
     hcnn_cpu_transpose(NULL, dy, s->cout, s->oh * s->ow, w->img); /* [oh*ow][Cout] */
-    transform_tiles(j, w->img, s->oh, s->ow, 0, 0, s->m, s->cout, a_rows, j->M, t0, w);
+    transform_tiles(j, w->img, s->oh, s->ow, 0, 0, s->m, s->cout, hcnn_wino_a_rows, j->M, t0,
+                    w);
 }
 
 /* Output image y (cout planes) from M: Y = A^T M A per tile, channels-last,
@@ -512,7 +331,7 @@ static void output_image(const wino_job *j, float *y, size_t t0, const wino_scra
                     in[k] = j->M + ((size_t)(k * a + l) * T + t) * C;
                 for (int r = 0; r < m; r++)
                     out[r] = w->tmp + (size_t)(r * a + l) * mc;
-                at_rows(m, in, out, C);
+                hcnn_wino_at_rows(m, in, out, C);
             }
             for (int r = 0; r < m; r++) { /* along l, into the image (or junk) */
                 const int oy = ty * m + r;
@@ -525,7 +344,7 @@ static void output_image(const wino_job *j, float *y, size_t t0, const wino_scra
                     out[q] = oy < s->oh && ox < s->ow ? w->img + ((size_t)oy * s->ow + ox) * C
                                                       : w->junk;
                 }
-                at_rows(m, in, out, C);
+                hcnn_wino_at_rows(m, in, out, C);
             }
         }
     if (!j->acc && !j->bias) {
@@ -566,7 +385,7 @@ static void input_grad_image(const wino_job *j, float *dx, size_t t0, const wino
                     in[k] = j->V + ((size_t)(k * a + l) * T + t) * C;
                     out[k] = w->tmp + (size_t)(k * a + l) * mc;
                 }
-                b_rows(m, in, out, C);
+                hcnn_wino_b_rows(m, in, out, C);
             }
             for (int i = 0; i < a; i++) { /* along l, row i, onto the image */
                 const int iy = ty * m - s->ph + i;
@@ -578,7 +397,7 @@ static void input_grad_image(const wino_job *j, float *dx, size_t t0, const wino
                     in[l] = w->tmp + (size_t)(i * a + l) * mc;
                     out[l] = w->rows + (size_t)l * mc;
                 }
-                b_rows(m, in, out, C);
+                hcnn_wino_b_rows(m, in, out, C);
                 for (int jj = 0; jj < a; jj++) {
                     const int ix = tx * m - s->pw + jj;
                     if (ix < 0 || ix >= s->w)
@@ -662,11 +481,24 @@ static void dw_gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int i
                   j->wt + ((size_t)xi * s->cout + r0) * s->cin, s->cin);
 }
 
-static void forward_thread(void *arg, int t, int nt)
+/* The forward (Y = A^T [U V] A) and the input gradient (dM = A dY A^T,
+ * dV = dM U, scattered back) share one shape of work: transform each image's
+ * tiles, one GEMM per tile element, scatter the results back into images.
+ * U is transformed first unless this step's forward left it in the layer's
+ * cache. */
+typedef struct {
+    void (*tiles)(const wino_job *, const float *, size_t, const wino_scratch *);
+    void (*gemm)(const wino_job *, size_t, size_t, int, int);
+    void (*scatter)(const wino_job *, float *, size_t, const wino_scratch *);
+    const float *src;
+    size_t src_sz;
+    float *dst;
+    size_t dst_sz;
+} wino_pass;
+
+static void pass_thread(const wino_job *j, const wino_pass *p, int t, int nt)
 {
-    const wino_job *j = arg;
     const wino_shape *s = &j->s;
-    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
     const wino_scratch w = scratch_of(j, t);
     if (j->transform) {
         RANGE(s->cout, t, nt, a, b);
@@ -679,7 +511,7 @@ static void forward_thread(void *arg, int t, int nt)
         {
             RANGE(nb, t, nt, a, b);
             for (long i = a; i < b; i++) {
-                input_image(j, j->x + (size_t)(i0 + i) * in_sz, (size_t)i * s->tiles, &w);
+                p->tiles(j, p->src + (size_t)(i0 + i) * p->src_sz, (size_t)i * s->tiles, &w);
                 poll(j, t);
             }
         }
@@ -688,7 +520,7 @@ static void forward_thread(void *arg, int t, int nt)
             const int tb = tile_blocks(s, cols), items = s->a * s->a * tb;
             RANGE(items, t, nt, a, b);
             for (long it = a; it < b; it++) {
-                gemm_item(j, T, cols, tb, (int)it);
+                p->gemm(j, T, cols, tb, (int)it);
                 poll(j, t);
             }
         }
@@ -696,7 +528,7 @@ static void forward_thread(void *arg, int t, int nt)
         {
             RANGE(nb, t, nt, a, b);
             for (long i = a; i < b; i++) {
-                output_image(j, j->y + (size_t)(i0 + i) * out_sz, (size_t)i * s->tiles, &w);
+                p->scatter(j, p->dst + (size_t)(i0 + i) * p->dst_sz, (size_t)i * s->tiles, &w);
                 poll(j, t);
             }
         }
@@ -704,49 +536,22 @@ static void forward_thread(void *arg, int t, int nt)
     }
 }
 
-/* The input gradient: dy's tiles transformed (dM = A dY A^T), the GEMMs
- * dV = dM U, dV scattered back (input_grad_image); U transformed first
- * unless the forward of this step left it in the layer's cache. */
+static void forward_thread(void *arg, int t, int nt)
+{
+    const wino_job *j = arg;
+    const wino_shape *s = &j->s;
+    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
+    const wino_pass p = {input_image, gemm_item, output_image, j->x, in_sz, j->y, out_sz};
+    pass_thread(j, &p, t, nt);
+}
+
 static void input_grad_thread(void *arg, int t, int nt)
 {
     const wino_job *j = arg;
     const wino_shape *s = &j->s;
     const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
-    const wino_scratch w = scratch_of(j, t);
-    if (j->transform) {
-        RANGE(s->cout, t, nt, a, b);
-        for (long co = a; co < b; co++)
-            weights_row(j, (int)co, w.img);
-    }
-    for (int i0 = 0; i0 < j->n; i0 += j->nc) {
-        const int nb = j->n - i0 < j->nc ? j->n - i0 : j->nc;
-        const size_t T = (size_t)j->nc * s->tiles, cols = (size_t)nb * s->tiles;
-        {
-            RANGE(nb, t, nt, a, b);
-            for (long i = a; i < b; i++) {
-                dy_image(j, j->dy + (size_t)(i0 + i) * out_sz, (size_t)i * s->tiles, &w);
-                poll(j, t);
-            }
-        }
-#pragma omp barrier
-        {
-            const int tb = tile_blocks(s, cols), items = s->a * s->a * tb;
-            RANGE(items, t, nt, a, b);
-            for (long it = a; it < b; it++) {
-                dx_gemm_item(j, T, cols, tb, (int)it);
-                poll(j, t);
-            }
-        }
-#pragma omp barrier
-        {
-            RANGE(nb, t, nt, a, b);
-            for (long i = a; i < b; i++) {
-                input_grad_image(j, j->dx + (size_t)(i0 + i) * in_sz, (size_t)i * s->tiles, &w);
-                poll(j, t);
-            }
-        }
-#pragma omp barrier
-    }
+    const wino_pass p = {dy_image, dx_gemm_item, input_grad_image, j->dy, out_sz, j->dx, in_sz};
+    pass_thread(j, &p, t, nt);
 }
 
 static void weight_grad_thread(void *arg, int t, int nt)
