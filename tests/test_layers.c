@@ -657,6 +657,81 @@ static void test_transpose(void **state)
     }
 }
 
+/* the strided transpose (Winograd's pieces): a block of a larger matrix
+ * into a block of another, nothing outside the block touched */
+static void test_transpose_ld(void **state)
+{
+    (void)state;
+    const int sizes[][2] = {{1, 1}, {16, 16}, {17, 33}, {48, 80}};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const int r = sizes[k][0], c = sizes[k][1], lda = c + 7, ldt = r + 5;
+        float *a = malloc(sizeof(float) * r * lda), *t = malloc(sizeof(float) * c * ldt);
+        assert_true(a && t);
+        fill_random(a, (size_t)r * lda, 71 + k, -1, 1);
+        for (size_t i = 0; i < (size_t)c * ldt; i++)
+            t[i] = -7.0f;
+        hcnn_cpu_transpose_ld(a, (size_t)lda, r, c, t, (size_t)ldt);
+        for (int j = 0; j < c; j++)
+            for (int i = 0; i < ldt; i++) {
+                const float want = i < r ? a[(size_t)i * lda + j] : -7.0f;
+                if (t[(size_t)j * ldt + i] != want)
+                    fail_msg("%dx%d: t[%d][%d] = %g, expected %g", r, c, j, i,
+                             (double)t[(size_t)j * ldt + i], (double)want);
+            }
+        free(a), free(t);
+    }
+}
+
+/* Batch-norm's passes by planes (few channel blocks for the threads: n x c
+ * pieces) give the bits of its passes by blocks of channels: ResNet-18's
+ * layer1 and layer4 shapes at 8 images, 1 thread (blocks) against 64
+ * (planes), forward and backward, with the fused ReLU. */
+static void test_bn_pieces_same_bits(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    const int shapes[][3] = {{8, 64, 1024}, {8, 512, 16}, {2, 600, 49}};
+    const int saved = omp_get_max_threads();
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int n = shapes[k][0], c = shapes[k][1], np = shapes[k][2];
+        const size_t sz = (size_t)n * c * np;
+        assert_true(hcnn_cpu_bn_pieces(n, c, np, 1) < n * c);
+        assert_int_equal(hcnn_cpu_bn_pieces(n, c, np, 64), n * c);
+        float *x = malloc(sizeof(float) * sz), *dy = malloc(sizeof(float) * sz);
+        float *g = malloc(sizeof(float) * c), *b = malloc(sizeof(float) * c);
+        float *out[2][7];
+        assert_true(x && dy && g && b);
+        fill_random(x, sz, 91 + k, -2, 3);
+        fill_random(dy, sz, 92 + k, -1, 1);
+        fill_random(g, (size_t)c, 93 + k, 0.5f, 1.5f);
+        fill_random(b, (size_t)c, 94 + k, -0.5f, 0.5f);
+        for (int run = 0; run < 2; run++) {
+            omp_set_num_threads(run ? 64 : 1);
+            float **o = out[run];
+            const size_t len[7] = {sz, c, c, c, c, sz, 2 * (size_t)c};
+            for (int i = 0; i < 7; i++) {
+                o[i] = calloc(len[i], sizeof(float));
+                assert_non_null(o[i]);
+            }
+            for (int ch = 0; ch < c; ch++)
+                o[4][ch] = 1.0f; /* running variance */
+            hcnn_cpu_bn_fwd_train(be, x, n, c, np, g, b, 1e-5f, 0.1f, o[3], o[4], o[1], o[2], NULL,
+                                  1, o[0]);
+            hcnn_cpu_bn_bwd(be, x, dy, n, c, np, g, b, o[1], o[2], 1, o[5], o[6], o[6] + c);
+        }
+        const size_t len[7] = {sz, c, c, c, c, sz, 2 * (size_t)c};
+        static const char *const what[7] = {"y", "mean", "invstd", "running mean",
+                                            "running variance", "dx", "dgamma, dbeta"};
+        for (int i = 0; i < 7; i++) {
+            if (memcmp(out[0][i], out[1][i], len[i] * sizeof(float)))
+                fail_msg("n %d, c %d, %d pixels: %s differs by planes", n, c, np, what[i]);
+            free(out[0][i]), free(out[1][i]);
+        }
+        free(x), free(dy), free(g), free(b);
+    }
+    omp_set_num_threads(saved);
+}
+
 /* im2col and col2im are adjoint (<im2col x, c> = <x, col2im c>), and
  * col2im's accumulate mode adds to dx what overwriting writes; on the
  * scalar path (strides differing) and both vector strides. */
@@ -1322,6 +1397,8 @@ int main(void)
         cmocka_unit_test(test_devmem_backend),
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_divider),
+        cmocka_unit_test(test_transpose_ld),
+        cmocka_unit_test(test_bn_pieces_same_bits),
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_lr_schedules),
         cmocka_unit_test(test_init_seeded),

@@ -9,7 +9,8 @@
  * test prints them).  Then determinism: the same call on 1, 2 and 3
  * threads gives the same bits.  Then the layer's cache: the calls of one
  * training step (one weights_key) transform the weights once, the same
- * bits as transforming at every call. */
+ * bits as transforming at every call.  Then the pieces each phase offers
+ * many threads on ResNet-18's layers at 8 images. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +26,8 @@
 #include "hcnn/backend.h"
 #include "hcnn/blas.h"
 #include "hcnn/common.h"
+
+#include "../src/cpu/winograd.h" /* the pieces of its phases: their own test below */
 
 /* 4x the worst errors observed over every shape, range and pass below
  * (Intel Xeon, OpenBLAS 0.3.21 SkylakeX kernels: F(2x2,3x3) 4.9e-7, the
@@ -205,8 +208,12 @@ static void test_f4_accuracy(void **state)
     check_accuracy(HCNN_CONV_WINOGRAD_F4, "F(4x4,3x3)", BOUND_F4);
 }
 
-/* The same call on 1, 2 and 3 threads: the same bits (the chunks, blocks
- * and sums are fixed by the shape). */
+/* The same call on 1, 2, 3, 17 and 256 threads: the same bits (the chunks,
+ * GEMM blocks and sums are fixed by the shape; the per-image phases' pieces
+ * follow the thread count, and cut only between channels and tiles). */
+static const int thread_counts[] = {1, 2, 3, 17, 256};
+#define NCOUNTS (int)(sizeof thread_counts / sizeof *thread_counts)
+
 static void check_threads(hcnn_conv_algo algo)
 {
     const int saved = omp_get_max_threads();
@@ -217,9 +224,9 @@ static void check_threads(hcnn_conv_algo algo)
         const size_t ny = (size_t)s->n * s->oc * out_size(s, s->h) * out_size(s, s->w);
         float *x = random_floats(nx, -1, 1, &seed), *w = random_floats(nw, -1, 1, &seed);
         float *dy = random_floats(ny, -1, 1, &seed);
-        float *out[3][3];
-        for (int t = 0; t < 3; t++) {
-            omp_set_num_threads(t + 1);
+        float *out[NCOUNTS][3];
+        for (int t = 0; t < NCOUNTS; t++) {
+            omp_set_num_threads(thread_counts[t]);
             conv_run r;
             run_init(&r, s, algo);
             out[t][0] = malloc(ny * sizeof(float)), out[t][1] = malloc(nx * sizeof(float));
@@ -229,11 +236,12 @@ static void check_threads(hcnn_conv_algo algo)
             free(r.ex.ws);
         }
         const size_t sizes[3] = {ny, nx, nw};
-        for (int t = 1; t < 3; t++)
+        for (int t = 1; t < NCOUNTS; t++)
             for (int p = 0; p < 3; p++)
                 if (memcmp(out[0][p], out[t][p], sizes[p] * sizeof(float)))
-                    fail_msg("shape %zu, result %d: 1 and %d threads differ", k, p, t + 1);
-        for (int t = 0; t < 3; t++)
+                    fail_msg("shape %zu, result %d: 1 and %d threads differ", k, p,
+                             thread_counts[t]);
+        for (int t = 0; t < NCOUNTS; t++)
             for (int p = 0; p < 3; p++)
                 free(out[t][p]);
         free(x), free(w), free(dy);
@@ -319,6 +327,70 @@ static void test_one_weight_transform_a_step(void **state)
     check_one_transform_a_step(HCNN_CONV_WINOGRAD_F2, &many, 256, 2);
 }
 
+/* ResNet-18's Winograd layers at 8 images: every per-image phase offers nt
+ * threads (256, a 2-socket node's hardware threads; 64) at least min(nt,
+ * what the shape allows) pieces, every GEMM phase min(64, what the shape
+ * allows).  What a shape allows, from this test's own count: a per-image
+ * phase cut between images, vectors of 16 channels and tile rows (the
+ * input gradient's scatter not between tile rows: its tiles overlap); a
+ * GEMM phase between the a^2 tile elements and blocks of >= 64 tiles (the
+ * forward's and the input gradient's) or of >= 16 output channels (the
+ * weight gradient's).  The GEMM phases' pieces are fixed by the shape (the
+ * BLAS gives other bits for other blocks), for 64 threads: 256 cost
+ * ResNet-18's layer1 7-10% at batch 64 on 2 threads (docs/performance.md,
+ * "Pieces for many threads").  Before the pieces, a transform phase
+ * offered one piece an image: 8. */
+static long at_least(long want, long allowed) { return want < allowed ? want : allowed; }
+
+static void test_pieces_at_batch_8(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    const shape layers[] = {{8, 64, 32, 32, 64, 1}, {8, 128, 16, 16, 128, 1},
+                            {8, 256, 8, 8, 256, 1}, {8, 512, 4, 4, 512, 1}};
+    const int counts[] = {64, 256};
+    for (size_t k = 0; k < sizeof layers / sizeof *layers; k++)
+        for (int m = 2; m <= 4; m += 2)
+            for (int c = 0; c < 2; c++) {
+                const shape *s = &layers[k];
+                conv_run r;
+                memset(&r, 0, sizeof r);
+                r.d.g = (hcnn_conv_geom){s->c, s->h, s->w, 3, 3, 1, 1, 1, 1, s->h, s->w};
+                r.d.out_c = s->oc;
+                r.ex.max_chunk_floats = (size_t)32 << 20;
+                hcnn_wino_phases ph;
+                hcnn_wino_pieces(&r.d, &r.ex, m, s->n, counts[c], &ph);
+                const long nt = counts[c], nb = ph.images, a2 = (long)(m + 2) * (m + 2);
+                const long rows = (s->h + m - 1) / m, tiles = rows * rows;
+                const long vecs = s->c >= 32 ? s->c / 16 : 1;
+                const long per_image = nb * vecs * rows, scatter = nb * vecs;
+                const long gemm = a2 * (nb * tiles / 64 > 1 ? nb * tiles / 64 : 1);
+                const long dw_gemm = a2 * (s->oc / 16);
+                const long got[8] = {ph.fwd[0], ph.fwd[1], ph.fwd[2], ph.dx[0],
+                                     ph.dx[1],  ph.dx[2],  ph.dw[0], ph.dw[1]};
+                const long g = nt < 64 ? nt : 64;
+                const long want[8] = {at_least(nt, per_image), at_least(g, gemm),
+                                      at_least(nt, per_image), at_least(nt, per_image),
+                                      at_least(g, gemm),       at_least(nt, scatter),
+                                      at_least(nt, 2 * per_image), at_least(g, dw_gemm)};
+                static const char *const phase[8] = {
+                    "forward transform", "forward GEMMs", "forward inverse",
+                    "input-gradient transform", "input-gradient GEMMs", "input-gradient scatter",
+                    "weight-gradient transforms", "weight-gradient GEMMs"};
+                printf("  F(%dx%d) %3dx%2dx%2d, %ld images a chunk, %3ld threads: pieces", m, m,
+                       s->c, s->h, s->w, nb, nt);
+                for (int p = 0; p < 8; p++)
+                    printf(" %ld", got[p]);
+                printf("\n");
+                for (int p = 0; p < 8; p++)
+                    if (got[p] < want[p])
+                        fail_msg("F(%dx%d), %d channels of %dx%d, %ld threads: the %s offers %ld "
+                                 "pieces, the shape allows %ld",
+                                 m, m, s->c, s->h, s->w, nt, phase[p], got[p], want[p]);
+            }
+    (void)be;
+}
+
 int main(void)
 {
     hcnn_blas_single_threaded();
@@ -328,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_f2_threads),
         cmocka_unit_test(test_f4_threads),
         cmocka_unit_test(test_one_weight_transform_a_step),
+        cmocka_unit_test(test_pieces_at_batch_8),
     };
     return cmocka_run_group_tests_name("winograd", tests, NULL, NULL);
 }

@@ -121,6 +121,10 @@ void hcnn_cpu_copy_planes(const hcnn_backend *be, const float *src, size_t splan
 void hcnn_cpu_cnp_to_nchw(const hcnn_backend *be, const float *src, const float *bias, int n, int c, int np, float *y);
 void hcnn_cpu_nchw_to_cnp(const hcnn_backend *be, const float *y, int n, int c, int np, float *dst);
 void hcnn_cpu_transpose(const hcnn_backend *be, const float *a, int rows, int cols, float *t);
+/* t[j][i] = a[i][j] for a [rows][cols] of row stride lda, t of row stride
+ * ldt: a block of planes to channels-last and back (Winograd's pieces);
+ * serial, for a thread's own piece */
+void hcnn_cpu_transpose_ld(const float *a, size_t lda, int rows, int cols, float *t, size_t ldt);
 /* bias.c */
 void hcnn_cpu_add_channel_bias(const hcnn_backend *be, float *y, const float *bias, int n, int c, int np, size_t ld);
 void hcnn_cpu_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, int c, int np, float *db);
@@ -155,6 +159,9 @@ void hcnn_cpu_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c,
 void hcnn_cpu_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c, int np, const float *gamma,
                      const float *beta, const float *save_mean, const float *save_invstd,
                      int relu, float *dx, float *dgamma, float *dbeta);
+/* the pieces a training batch-norm pass offers nt threads: blocks of
+ * channels, or n x c planes when the blocks are too few (the same bits) */
+int hcnn_cpu_bn_pieces(int n, int c, int np, int nt);
 /* loss.c */
 void hcnn_cpu_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
                            int n, int k, float grad_scale, float *dlogits, double *stats);

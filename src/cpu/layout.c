@@ -76,9 +76,11 @@ static void transpose_tile16_avx512(const float *a, size_t lda, float *t, size_t
 }
 #endif
 
-/* Rows [r0, r1) of a, in 16 x 16 tiles (a tile's rows and columns both
- * stay in a few cache lines); full tiles in registers where AVX-512 is. */
-static void transpose_rows(const float *a, int r0, int r1, int cols, int rows, float *t)
+/* Rows [r0, r1) of a (row stride lda) into the columns of t (row stride
+ * ldt), in 16 x 16 tiles (a tile's rows and columns both stay in a few
+ * cache lines); full tiles in registers where AVX-512 is. */
+static void transpose_rows(const float *a, size_t lda, int r0, int r1, int cols, float *t,
+                           size_t ldt)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     const int vec = __builtin_cpu_supports("avx512f");
@@ -89,14 +91,14 @@ static void transpose_rows(const float *a, int r0, int r1, int cols, int rows, f
             const int j1 = j0 + 16 < cols ? j0 + 16 : cols;
 #if defined(__x86_64__) && defined(__GNUC__)
             if (vec && i1 - i0 == 16 && j1 - j0 == 16) {
-                transpose_tile16_avx512(a + (size_t)i0 * cols + j0, (size_t)cols,
-                                        t + (size_t)j0 * rows + i0, (size_t)rows);
+                transpose_tile16_avx512(a + (size_t)i0 * lda + j0, lda, t + (size_t)j0 * ldt + i0,
+                                        ldt);
                 continue;
             }
 #endif
             for (int j = j0; j < j1; j++)
                 for (int i = i0; i < i1; i++)
-                    t[(size_t)j * rows + i] = a[(size_t)i * cols + j];
+                    t[(size_t)j * ldt + i] = a[(size_t)i * lda + j];
         }
     }
 }
@@ -105,12 +107,17 @@ void hcnn_cpu_transpose(const hcnn_backend *be, const float *a, int rows, int co
 {
     (void)be;
     if (omp_in_parallel() || (size_t)rows * cols < 65536) {
-        transpose_rows(a, 0, rows, cols, rows, t);
+        transpose_rows(a, (size_t)cols, 0, rows, cols, t, (size_t)rows);
         return;
     }
 #pragma omp parallel for schedule(static)
     for (int i0 = 0; i0 < rows; i0 += 16)
-        transpose_rows(a, i0, i0 + 16 < rows ? i0 + 16 : rows, cols, rows, t);
+        transpose_rows(a, (size_t)cols, i0, i0 + 16 < rows ? i0 + 16 : rows, cols, t, (size_t)rows);
+}
+
+void hcnn_cpu_transpose_ld(const float *a, size_t lda, int rows, int cols, float *t, size_t ldt)
+{
+    transpose_rows(a, lda, 0, rows, cols, t, ldt);
 }
 
 void hcnn_cpu_nchw_to_cnp(const hcnn_backend *be, const float *y, int n, int c, int np, float *dst)

@@ -229,9 +229,9 @@ static void weight_grad_row(const wino_job *j, int co, float *sc)
 }
 
 /* ---- the transforms of images -------------------------------------------- */
-/* An image goes channels-last first (one transpose), so that every tile's
- * transform runs over rows of channels: contiguous vectors, whatever the
- * plane's size. */
+/* A piece of an image goes channels-last first (one transpose), so that
+ * every tile's transform runs over rows of channels: contiguous vectors,
+ * whatever the plane's size. */
 
 typedef struct wino_scratch {
     float *img, *img2, *tmp, *zero, *junk, *rows;
@@ -251,31 +251,87 @@ static wino_scratch scratch_of(const wino_job *j, int t)
     return w;
 }
 
+/* One piece of a per-image phase: channels [c0, c1) of image `image` of the
+ * chunk (its tiles from t0), in tile rows [ty0, ty1). */
+typedef struct wino_piece {
+    int image, c0, c1, ty0, ty1;
+    size_t t0;
+} wino_piece;
+
+/* How a per-image phase is cut: channel blocks of at least 16 channels (one
+ * vector of the transforms' loops), then bands of tile rows, until the
+ * chunk's nb images give WINO_PIECES_PER_THREAD pieces a thread or the
+ * shape has no more.  banded 0: whole tile rows only (the input gradient's
+ * tiles overlap by 2 pixels and add into one image).  Each channel's and
+ * each tile's arithmetic is its own, so the cut never changes the bits: it
+ * follows the thread count (2 threads keep one piece an image, as before). */
+#define WINO_PIECES_PER_THREAD 1
+
+typedef struct wino_split {
+    int cblocks, bands;
+} wino_split;
+
+static wino_split split_of(int C, int nty, int nb, int nt, int banded)
+{
+    const long want = (long)WINO_PIECES_PER_THREAD * nt;
+    wino_split sp = {1, 1};
+    const int most = C >= 32 ? C / 16 : 1;
+    if (nb < want)
+        sp.cblocks = (int)((want + nb - 1) / nb < most ? (want + nb - 1) / nb : most);
+    const long have = (long)nb * sp.cblocks;
+    if (banded && have < want)
+        sp.bands = (int)((want + have - 1) / have < nty ? (want + have - 1) / have : nty);
+    return sp;
+}
+
+/* piece k of sp over C channels and nty tile rows (k: image, then channel
+ * block, then band: a thread's consecutive pieces share an image) */
+static wino_piece piece_of(const wino_shape *s, wino_split sp, int C, long k)
+{
+    wino_piece pc;
+    const int band = (int)(k % sp.bands), cb = (int)(k / sp.bands % sp.cblocks);
+    pc.image = (int)(k / sp.bands / sp.cblocks);
+    pc.c0 = cb == 0 ? 0 : (int)(((long)C * cb / sp.cblocks) & ~15L);
+    pc.c1 = cb + 1 == sp.cblocks ? C : (int)(((long)C * (cb + 1) / sp.cblocks) & ~15L);
+    pc.ty0 = (int)((long)s->nty * band / sp.bands);
+    pc.ty1 = (int)((long)s->nty * (band + 1) / sp.bands);
+    pc.t0 = (size_t)pc.image * s->tiles;
+    return pc;
+}
+
 typedef void (*rows_fn)(int m, ROWS_DECL);
 
-/* out[xi][t0 + tile][c] = T d T^T for every tile d of a channels-last image
- * img (h x w pixels of C channels): the tile at (ty, tx) is the n x n
- * pixels from (ty*m - py, tx*m - px), zero outside the image; T, n inputs
- * -> a outputs, is fn (along i, then along j). */
-static void transform_tiles(const wino_job *j, const float *img, int h, int w, int py, int px,
-                            int n, int C, rows_fn fn, float *out, size_t t0,
+/* out[xi][t0 + tile][c0 + c] = T d T^T for the tiles of rows [ty0, ty1) of
+ * an image's C planes (h x w pixels, padding py, px) `planes`, channels
+ * [c0, c1): the tile at (ty, tx) is the n x n pixels from (ty*m - py,
+ * tx*m - px), zero outside the image; T, n inputs -> a outputs, is fn
+ * (along i, then along j); out's rows hold ld channels. */
+static void transform_tiles(const wino_job *j, const float *planes, int h, int w, int py, int px,
+                            int n, rows_fn fn, float *out, size_t ld, const wino_piece *pc,
                             const wino_scratch *sc)
 {
     const wino_shape *s = &j->s;
-    const int m = s->m, a = s->a;
+    const int m = s->m, a = s->a, C = pc->c1 - pc->c0;
     const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
+    /* the image rows the band's tiles read, channels-last */
+    const int r0 = pc->ty0 * m - py > 0 ? pc->ty0 * m - py : 0;
+    const int r1 = (pc->ty1 - 1) * m - py + n < h ? (pc->ty1 - 1) * m - py + n : h;
+    const float *img = sc->img;
+    if (r1 > r0)
+        hcnn_cpu_transpose_ld(planes + (size_t)pc->c0 * h * w + (size_t)r0 * w, (size_t)h * w, C,
+                              (r1 - r0) * w, sc->img, (size_t)C);
     zero_floats(sc->zero, C);
-    for (int ty = 0; ty < s->nty; ty++)
+    for (int ty = pc->ty0; ty < pc->ty1; ty++)
         for (int tx = 0; tx < s->ntx; tx++) {
-            const size_t t = t0 + (size_t)ty * s->ntx + tx;
+            const size_t t = pc->t0 + (size_t)ty * s->ntx + tx;
             for (int jj = 0; jj < n; jj++) { /* along i, column jj of the tile */
                 const int ix = tx * m - px + jj;
                 const float *in[6];
                 float *o[6];
                 for (int i = 0; i < n; i++) {
                     const int iy = ty * m - py + i;
-                    in[i] = iy >= 0 && iy < h && ix >= 0 && ix < w
-                                ? img + ((size_t)iy * w + ix) * C
+                    in[i] = iy >= r0 && iy < r1 && ix >= 0 && ix < w
+                                ? img + ((size_t)(iy - r0) * w + ix) * C
                                 : sc->zero;
                 }
                 for (int k = 0; k < a; k++)
@@ -288,52 +344,55 @@ static void transform_tiles(const wino_job *j, const float *img, int h, int w, i
                 for (int jj = 0; jj < n; jj++)
                     in[jj] = sc->tmp + (size_t)(k * a + jj) * mc;
                 for (int l = 0; l < a; l++)
-                    o[l] = out + ((size_t)(k * a + l) * T + t) * C;
+                    o[l] = out + ((size_t)(k * a + l) * T + t) * ld + pc->c0;
                 fn(m, in, o, C);
             }
         }
 }
 
-/* V[xi][t0 + tile][c] = B^T d B for every tile of image x (cin planes) */
-static void input_image(const wino_job *j, const float *x, size_t t0, const wino_scratch *w)
+/* V[xi][t0 + tile][c] = B^T d B for the piece's tiles of image x (cin planes) */
+static void input_image(const wino_job *j, const float *x, const wino_piece *pc,
+                        const wino_scratch *w)
 {
     const wino_shape *s = &j->s;
-    hcnn_cpu_transpose(NULL, x, s->cin, s->h * s->w, w->img); /* [h*w][C] */
-    transform_tiles(j, w->img, s->h, s->w, s->ph, s->pw, s->a, s->cin, hcnn_wino_bt_rows, j->V, t0,
+    transform_tiles(j, x, s->h, s->w, s->ph, s->pw, s->a, hcnn_wino_bt_rows, j->V,
+                    (size_t)s->cin, pc, w);
+}
+
+/* dM[xi][t0 + tile][co] = A dY A^T for the piece's tiles of image dy (cout
+ * planes), zero past the output's edge */
+static void dy_image(const wino_job *j, const float *dy, const wino_piece *pc,
+                     const wino_scratch *w)
+{
+    const wino_shape *s = &j->s;
+    transform_tiles(j, dy, s->oh, s->ow, 0, 0, s->m, hcnn_wino_a_rows, j->M, (size_t)s->cout, pc,
                     w);
 }
 
-/* dM[xi][t0 + tile][co] = A dY A^T for every tile of image dy (cout planes),
- * zero past the output's edge */
-static void dy_image(const wino_job *j, const float *dy, size_t t0, const wino_scratch *w)
+/* The piece's output rows of image y (cout planes) from M: Y = A^T M A per
+ * tile, channels-last, then back to planes, plus the bias, written or
+ * added. */
+static void output_image(const wino_job *j, float *y, const wino_piece *pc, const wino_scratch *w)
 {
     const wino_shape *s = &j->s;
-    hcnn_cpu_transpose(NULL, dy, s->cout, s->oh * s->ow, w->img); /* [oh*ow][Cout] */
-    transform_tiles(j, w->img, s->oh, s->ow, 0, 0, s->m, s->cout, hcnn_wino_a_rows, j->M, t0,
-                    w);
-}
-
-/* Output image y (cout planes) from M: Y = A^T M A per tile, channels-last,
- * then back to planes, plus the bias, written or added. */
-static void output_image(const wino_job *j, float *y, size_t t0, const wino_scratch *w)
-{
-    const wino_shape *s = &j->s;
-    const int m = s->m, a = s->a, C = s->cout;
+    const int m = s->m, a = s->a, C = pc->c1 - pc->c0, ld = s->cout;
     const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
     const size_t P = (size_t)s->oh * s->ow;
-    for (int ty = 0; ty < s->nty; ty++)
+    const int oy0 = pc->ty0 * m, oy1 = pc->ty1 * m < s->oh ? pc->ty1 * m : s->oh;
+    const int px = (oy1 - oy0) * s->ow; /* the band's pixels */
+    for (int ty = pc->ty0; ty < pc->ty1; ty++)
         for (int tx = 0; tx < s->ntx; tx++) {
-            const size_t t = t0 + (size_t)ty * s->ntx + tx;
+            const size_t t = pc->t0 + (size_t)ty * s->ntx + tx;
             for (int l = 0; l < a; l++) { /* along k, column l */
                 const float *in[6];
                 float *out[4];
                 for (int k = 0; k < a; k++)
-                    in[k] = j->M + ((size_t)(k * a + l) * T + t) * C;
+                    in[k] = j->M + ((size_t)(k * a + l) * T + t) * ld + pc->c0;
                 for (int r = 0; r < m; r++)
                     out[r] = w->tmp + (size_t)(r * a + l) * mc;
                 hcnn_wino_at_rows(m, in, out, C);
             }
-            for (int r = 0; r < m; r++) { /* along l, into the image (or junk) */
+            for (int r = 0; r < m; r++) { /* along l, into the band (or junk) */
                 const int oy = ty * m + r;
                 const float *in[6];
                 float *out[4];
@@ -341,48 +400,51 @@ static void output_image(const wino_job *j, float *y, size_t t0, const wino_scra
                     in[l] = w->tmp + (size_t)(r * a + l) * mc;
                 for (int q = 0; q < m; q++) {
                     const int ox = tx * m + q;
-                    out[q] = oy < s->oh && ox < s->ow ? w->img + ((size_t)oy * s->ow + ox) * C
-                                                      : w->junk;
+                    out[q] = oy < s->oh && ox < s->ow
+                                 ? w->img + ((size_t)(oy - oy0) * s->ow + ox) * C
+                                 : w->junk;
                 }
                 hcnn_wino_at_rows(m, in, out, C);
             }
         }
+    float *dst = y + (size_t)pc->c0 * P + (size_t)oy0 * s->ow;
     if (!j->acc && !j->bias) {
-        hcnn_cpu_transpose(NULL, w->img, (int)P, C, y);
+        hcnn_cpu_transpose_ld(w->img, (size_t)C, px, C, dst, P);
         return;
     }
-    hcnn_cpu_transpose(NULL, w->img, (int)P, C, w->img2);
+    hcnn_cpu_transpose_ld(w->img, (size_t)C, px, C, w->img2, (size_t)px);
     for (int co = 0; co < C; co++) {
-        const float b = j->bias ? j->bias[co] : 0.0f, *src = w->img2 + (size_t)co * P;
-        float *dst = y + (size_t)co * P;
+        const float b = j->bias ? j->bias[pc->c0 + co] : 0.0f, *src = w->img2 + (size_t)co * px;
+        float *d = dst + (size_t)co * P;
         if (j->acc)
-            for (size_t p = 0; p < P; p++)
-                dst[p] += src[p] + b;
+            for (int p = 0; p < px; p++)
+                d[p] += src[p] + b;
         else
-            for (size_t p = 0; p < P; p++)
-                dst[p] = src[p] + b;
+            for (int p = 0; p < px; p++)
+                d[p] = src[p] + b;
     }
 }
 
-/* dx image (cin planes) from dV: dd = B dV B^T per tile, added onto the
- * tile's a x a input pixels (those inside the image: the rest is padding)
- * of a channels-last image, tiles in order, then written or added to the
- * planes. */
-static void input_grad_image(const wino_job *j, float *dx, size_t t0, const wino_scratch *w)
+/* The piece's channels of dx image (cin planes) from dV: dd = B dV B^T per
+ * tile, added onto the tile's a x a input pixels (those inside the image:
+ * the rest is padding) of a channels-last image, tiles in order, then
+ * written or added to the planes.  Whole tile rows: the tiles overlap. */
+static void input_grad_image(const wino_job *j, float *dx, const wino_piece *pc,
+                             const wino_scratch *w)
 {
     const wino_shape *s = &j->s;
-    const int m = s->m, a = s->a, C = s->cin;
+    const int m = s->m, a = s->a, C = pc->c1 - pc->c0, ld = s->cin;
     const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
     const size_t P = (size_t)s->h * s->w;
     zero_floats(w->img, (int)(P * (size_t)C));
     for (int ty = 0; ty < s->nty; ty++)
         for (int tx = 0; tx < s->ntx; tx++) {
-            const size_t t = t0 + (size_t)ty * s->ntx + tx;
+            const size_t t = pc->t0 + (size_t)ty * s->ntx + tx;
             for (int l = 0; l < a; l++) { /* along k, column l */
                 const float *in[6];
                 float *out[6];
                 for (int k = 0; k < a; k++) {
-                    in[k] = j->V + ((size_t)(k * a + l) * T + t) * C;
+                    in[k] = j->V + ((size_t)(k * a + l) * T + t) * ld + pc->c0;
                     out[k] = w->tmp + (size_t)(k * a + l) * mc;
                 }
                 hcnn_wino_b_rows(m, in, out, C);
@@ -409,12 +471,13 @@ static void input_grad_image(const wino_job *j, float *dx, size_t t0, const wino
                 }
             }
         }
+    float *d = dx + (size_t)pc->c0 * P;
     if (!j->acc) {
-        hcnn_cpu_transpose(NULL, w->img, (int)P, C, dx);
+        hcnn_cpu_transpose_ld(w->img, (size_t)C, (int)P, C, d, P);
         return;
     }
-    hcnn_cpu_transpose(NULL, w->img, (int)P, C, w->img2);
-    hcnn_cpu_add_acc(NULL, w->img2, dx, P * (size_t)C);
+    hcnn_cpu_transpose_ld(w->img, (size_t)C, (int)P, C, w->img2, P);
+    hcnn_cpu_add_acc(NULL, w->img2, d, P * (size_t)C);
 }
 
 /* ---- the phases --------------------------------------------------------- */
@@ -483,17 +546,19 @@ static void dw_gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int i
 
 /* The forward (Y = A^T [U V] A) and the input gradient (dM = A dY A^T,
  * dV = dM U, scattered back) share one shape of work: transform each image's
- * tiles, one GEMM per tile element, scatter the results back into images.
- * U is transformed first unless this step's forward left it in the layer's
- * cache. */
+ * tiles, one GEMM per tile element, scatter the results back into images,
+ * each phase in pieces (split_of).  U is transformed first unless this
+ * step's forward left it in the layer's cache. */
 typedef struct {
-    void (*tiles)(const wino_job *, const float *, size_t, const wino_scratch *);
+    void (*tiles)(const wino_job *, const float *, const wino_piece *, const wino_scratch *);
     void (*gemm)(const wino_job *, size_t, size_t, int, int);
-    void (*scatter)(const wino_job *, float *, size_t, const wino_scratch *);
+    void (*scatter)(const wino_job *, float *, const wino_piece *, const wino_scratch *);
     const float *src;
     size_t src_sz;
+    int src_c;
     float *dst;
     size_t dst_sz;
+    int dst_c, dst_banded;
 } wino_pass;
 
 static void pass_thread(const wino_job *j, const wino_pass *p, int t, int nt)
@@ -509,9 +574,11 @@ static void pass_thread(const wino_job *j, const wino_pass *p, int t, int nt)
         const int nb = j->n - i0 < j->nc ? j->n - i0 : j->nc;
         const size_t T = (size_t)j->nc * s->tiles, cols = (size_t)nb * s->tiles;
         {
-            RANGE(nb, t, nt, a, b);
-            for (long i = a; i < b; i++) {
-                p->tiles(j, p->src + (size_t)(i0 + i) * p->src_sz, (size_t)i * s->tiles, &w);
+            const wino_split sp = split_of(p->src_c, s->nty, nb, nt, 1);
+            RANGE((long)nb * sp.cblocks * sp.bands, t, nt, a, b);
+            for (long k = a; k < b; k++) {
+                const wino_piece pc = piece_of(s, sp, p->src_c, k);
+                p->tiles(j, p->src + (size_t)(i0 + pc.image) * p->src_sz, &pc, &w);
                 poll(j, t);
             }
         }
@@ -526,9 +593,11 @@ static void pass_thread(const wino_job *j, const wino_pass *p, int t, int nt)
         }
 #pragma omp barrier
         {
-            RANGE(nb, t, nt, a, b);
-            for (long i = a; i < b; i++) {
-                p->scatter(j, p->dst + (size_t)(i0 + i) * p->dst_sz, (size_t)i * s->tiles, &w);
+            const wino_split sp = split_of(p->dst_c, s->nty, nb, nt, p->dst_banded);
+            RANGE((long)nb * sp.cblocks * sp.bands, t, nt, a, b);
+            for (long k = a; k < b; k++) {
+                const wino_piece pc = piece_of(s, sp, p->dst_c, k);
+                p->scatter(j, p->dst + (size_t)(i0 + pc.image) * p->dst_sz, &pc, &w);
                 poll(j, t);
             }
         }
@@ -541,7 +610,8 @@ static void forward_thread(void *arg, int t, int nt)
     const wino_job *j = arg;
     const wino_shape *s = &j->s;
     const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
-    const wino_pass p = {input_image, gemm_item, output_image, j->x, in_sz, j->y, out_sz};
+    const wino_pass p = {input_image, gemm_item,  output_image, j->x, in_sz,
+                         s->cin,      j->y,       out_sz,       s->cout, 1};
     pass_thread(j, &p, t, nt);
 }
 
@@ -550,7 +620,8 @@ static void input_grad_thread(void *arg, int t, int nt)
     const wino_job *j = arg;
     const wino_shape *s = &j->s;
     const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
-    const wino_pass p = {dy_image, dx_gemm_item, input_grad_image, j->dy, out_sz, j->dx, in_sz};
+    const wino_pass p = {dy_image, dx_gemm_item, input_grad_image, j->dy, out_sz,
+                         s->cout,  j->dx,        in_sz,            s->cin, 0};
     pass_thread(j, &p, t, nt);
 }
 
@@ -564,13 +635,19 @@ static void weight_grad_thread(void *arg, int t, int nt)
         const int nb = j->n - i0 < j->nc ? j->n - i0 : j->nc;
         const size_t T = (size_t)j->nc * s->tiles, cols = (size_t)nb * s->tiles;
         {
-            RANGE(2 * nb, t, nt, a, b); /* x of image i, then dy of image i */
-            for (long p = a; p < b; p++) {
-                const int i = (int)(p / 2);
-                if (p % 2 == 0)
-                    input_image(j, j->x + (size_t)(i0 + i) * in_sz, (size_t)i * s->tiles, &w);
-                else
-                    dy_image(j, j->dy + (size_t)(i0 + i) * out_sz, (size_t)i * s->tiles, &w);
+            /* x's pieces (cin channels), then dy's (cout), of the chunk's images */
+            const wino_split sx = split_of(s->cin, s->nty, nb, nt, 1);
+            const wino_split sd = split_of(s->cout, s->nty, nb, nt, 1);
+            const long nx = (long)nb * sx.cblocks * sx.bands;
+            RANGE(nx + (long)nb * sd.cblocks * sd.bands, t, nt, a, b);
+            for (long k = a; k < b; k++) {
+                if (k < nx) {
+                    const wino_piece pc = piece_of(s, sx, s->cin, k);
+                    input_image(j, j->x + (size_t)(i0 + pc.image) * in_sz, &pc, &w);
+                } else {
+                    const wino_piece pc = piece_of(s, sd, s->cout, k - nx);
+                    dy_image(j, j->dy + (size_t)(i0 + pc.image) * out_sz, &pc, &w);
+                }
                 poll(j, t);
             }
         }
@@ -743,12 +820,37 @@ void hcnn_wino_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n
         push_calls(&f, ctx, n, nt, 1, 2, gl);
 }
 
+void hcnn_wino_pieces(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt,
+                      hcnn_wino_phases *ph)
+{
+    const wino_shape f = forward_shape(l, m);
+    const int nb = chunk_images(&f, ctx, n), a2 = f.a * f.a;
+    const size_t cols = (size_t)nb * f.tiles;
+    const wino_split in = split_of(f.cin, f.nty, nb, nt, 1), out = split_of(f.cout, f.nty, nb, nt, 1);
+    const wino_split dx = split_of(f.cin, f.nty, nb, nt, 0);
+    ph->images = nb;
+    ph->fwd[0] = (long)nb * in.cblocks * in.bands;
+    ph->fwd[1] = (long)a2 * tile_blocks(&f, cols);
+    ph->fwd[2] = (long)nb * out.cblocks * out.bands;
+    ph->dx[0] = ph->fwd[2];
+    ph->dx[1] = ph->fwd[1];
+    ph->dx[2] = (long)nb * dx.cblocks;
+    ph->dw[0] = ph->fwd[0] + ph->fwd[2];
+    ph->dw[1] = (long)a2 * channel_blocks(&f);
+}
+
 void hcnn_wino_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n,
                         int dw_by_wino, char *buf, size_t cap)
 {
     const wino_shape f = forward_shape(l, m);
-    snprintf(buf, cap, "winograd_f%d: Winograd F(%dx%d,3x3), %d tile%s an image, chunks of %d "
-             "images; weight gradient by %s",
-             m, m, m, f.tiles, f.tiles == 1 ? "" : "s", chunk_images(&f, ctx, n),
-             dw_by_wino ? "Winograd" : "the im2col plan");
+    hcnn_wino_phases ph;
+    hcnn_wino_pieces(l, ctx, m, n, hcnn_cpu_threads(NULL), &ph);
+    int len = snprintf(buf, cap, "winograd_f%d: Winograd F(%dx%d,3x3), %d tile%s an image, chunks "
+                       "of %d images; weight gradient by %s; pieces (transform/GEMMs/inverse): "
+                       "forward %ld/%ld/%ld, input gradient %ld/%ld/%ld",
+                       m, m, m, f.tiles, f.tiles == 1 ? "" : "s", chunk_images(&f, ctx, n),
+                       dw_by_wino ? "Winograd" : "the im2col plan", ph.fwd[0], ph.fwd[1],
+                       ph.fwd[2], ph.dx[0], ph.dx[1], ph.dx[2]);
+    if (dw_by_wino && len > 0 && (size_t)len < cap)
+        snprintf(buf + len, cap - (size_t)len, ", weight gradient %ld/%ld", ph.dw[0], ph.dw[1]);
 }

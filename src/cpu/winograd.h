@@ -27,7 +27,18 @@ int hcnn_wino_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, c
  * need_dx. */
 void hcnn_wino_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt,
                      int dw_by_wino, int need_dx, hcnn_gemm_list *gl);
-/* One line for the profile's plan column. */
+/* The pieces each phase of a call on n images offers nt threads (its first
+ * chunk): the tiles' transform, the GEMMs and the inverse transform (the
+ * input gradient's: its scatter onto dx), forward and input gradient; the
+ * weight gradient's transforms (x's and dy's) and GEMMs. */
+typedef struct hcnn_wino_phases {
+    int images; /* in the first chunk */
+    long fwd[3], dx[3], dw[2];
+} hcnn_wino_phases;
+void hcnn_wino_pieces(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt,
+                      hcnn_wino_phases *ph);
+/* One line for the profile's plan column, with the pieces for the run's
+ * thread count. */
 void hcnn_wino_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n,
                         int dw_by_wino, char *buf, size_t cap);
 
