@@ -530,6 +530,42 @@ static void test_conv_shifted_choice(void **state)
     }
 }
 
+/* conv_algo auto at few images (docs/performance.md, "Convolutions at
+ * small batches", the sweep behind each rule): Winograd with the larger
+ * tile that still gives the call >= 32 tiles, F(4x4) else F(2x2), else an
+ * im2col plan, per-thread items for K >= 512 only from 4096 columns
+ * (images x pixels), batched below.  Before, F(2x2) was never auto's and
+ * the 256-channel layers on 2 images ran per-thread im2col at 3x the cost
+ * per image. */
+static void test_conv_plan_small_batches(void **state)
+{
+    (void)state;
+    static const struct {
+        int c, plane, n, wino, per_thread;
+    } cases[] = {
+        {64, 32, 1, 4, 0},   {64, 32, 8, 4, 0},   {128, 16, 1, 2, 0},  {128, 16, 2, 4, 0},
+        {256, 8, 1, 0, 0},   {256, 8, 2, 2, 0},   {256, 8, 4, 2, 0},   {256, 8, 8, 4, 0},
+        {512, 4, 2, 0, 0},   {512, 4, 4, 0, 0},   {512, 4, 8, 2, 0},   {512, 4, 16, 2, 0},
+        {512, 4, 32, 4, 0},  {512, 4, 64, 4, 0},
+    };
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(2);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int c = cases[i].c, h = cases[i].plane;
+        const hcnn_conv_desc d = {.g = {c, h, h, 3, 3, 1, 1, 1, 1, h, h}, .out_c = c};
+        hcnn_exec ex = {.conv_algo = HCNN_CONV_AUTO, .max_chunk_floats = (size_t)32 << 20};
+        hcnn_conv_plan p;
+        hcnn_conv_plan_make(&d, &ex, cases[i].n, &p);
+        static const char *const names[] = {"batched", "per_thread", "F(2x2)", "", "F(4x4)"};
+        const int got = p.wino ? p.wino : p.per_thread;
+        const int want = cases[i].wino ? cases[i].wino : cases[i].per_thread;
+        if (got != want || (p.wino != 0) != (cases[i].wino != 0))
+            fail_msg("%d channels on %dx%d, %d images: plan %s, expected %s", c, h, h, cases[i].n,
+                     names[got], names[want]);
+    }
+    omp_set_num_threads(saved);
+}
+
 /* Forward + backward of a LeNet-like stack of image-local blocks (conv,
  * ReLU, max-pool, dropout, FC) on t threads under conv_algo; returns the
  * output, the parameter gradients and dx, concatenated. */
@@ -1398,6 +1434,7 @@ int main(void)
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_divider),
         cmocka_unit_test(test_transpose_ld),
+        cmocka_unit_test(test_conv_plan_small_batches),
         cmocka_unit_test(test_bn_pieces_same_bits),
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_lr_schedules),
