@@ -4,9 +4,12 @@
 # first in even rounds) so that a noisy machine disturbs both alike.
 #
 #   bench/compare.sh [--model lenet|resnet18] [--batch B] [--threads T] [--rounds N] [--no-mkldnn]
-#                    [--warmup N] [--repeats N] [--steps N] [--device cpu|cuda]
-#                    [--precision fp32|tf32|bf16]
+#                    [--channels-last] [--warmup N] [--repeats N] [--steps N]
+#                    [--device cpu|cuda] [--precision fp32|tf32|bf16]
 #
+# --channels-last: PyTorch's model and batches in channels_last (NHWC), the
+# layout oneDNN prefers on CPUs (the default, NCHW, is hcnn's); a fair
+# comparison takes PyTorch's faster of the two.
 # --device cuda: hcnn's CUDA backend (a build configured --with-cuda)
 # against PyTorch on the same GPU (cuDNN, its fastest algorithms:
 # cudnn.benchmark); --precision sets both sides alike (fp32: no TF32
@@ -25,7 +28,7 @@ usage() {
     sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'
 }
 
-model=lenet batch=64 threads=2 rounds=5 mkldnn=1 device=cpu precision=fp32
+model=lenet batch=64 threads=2 rounds=5 mkldnn=1 channels_last=0 device=cpu precision=fp32
 warmup='' repeats='' steps=''
 while [ $# -gt 0 ]; do
     case $1 in
@@ -37,6 +40,7 @@ while [ $# -gt 0 ]; do
     --repeats) repeats=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
     --no-mkldnn) mkldnn=0; shift ;;
+    --channels-last) channels_last=1; shift ;;
     --device) device=${2:?}; shift 2 ;;
     --precision) precision=${2:?}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
@@ -101,6 +105,7 @@ peer_cmd=("$PY" bench/pytorch/peer.py --model "$model" --batch "$batch" --thread
     --device "$device" --precision "$precision")
 case $nesterov in true | True | yes | on | 1) peer_cmd+=(--nesterov) ;; esac
 [ "$mkldnn" = 1 ] || peer_cmd+=(--no-mkldnn)
+[ "$channels_last" = 0 ] || peer_cmd+=(--channels-last)
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

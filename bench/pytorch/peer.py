@@ -57,6 +57,9 @@ def parse_args(argv):
     p.add_argument("--pool", type=int, default=8,
                    help="distinct synthetic batches, made once and cycled (default 8)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--channels-last", action="store_true",
+                   help="model and batches in torch.channels_last (NHWC) memory format: "
+                   "oneDNN's preferred layout on CPUs; the default is NCHW, hcnn's")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                    help="cuda only: fp32 (no TF32), tf32, bf16 (autocast); default fp32")
@@ -155,10 +158,12 @@ def main(argv):
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
     model, shape = build_model(torch, a.model)
-    model.to(a.device).train()
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
+    model.to(a.device, memory_format=fmt).train()
     # several distinct batches, as hcnn's bench (which feeds distinct synthetic
     # samples): one batch repeated is memorised within a few hundred steps
-    xs = [torch.randn((a.batch,) + shape).to(a.device) for _ in range(a.pool)]
+    xs = [torch.randn((a.batch,) + shape).to(a.device, memory_format=fmt)
+          for _ in range(a.pool)]
     ys = [torch.randint(0, 10, (a.batch,)).to(a.device) for _ in range(a.pool)]
     bf16 = a.device == "cuda" and a.precision == "bf16"
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -185,10 +190,12 @@ def main(argv):
     if a.device == "cuda":
         where = "cuda:%s:cudnn%s:%s" % (torch.cuda.get_device_name(0).replace(" ", "_"),
                                         torch.backends.cudnn.version(), a.precision)
-    print("peer torch=%s device=%s model=%s batch=%d threads=%d mkldnn=%d openblas_threads=%s "
+    print("peer torch=%s device=%s model=%s batch=%d threads=%d mkldnn=%d layout=%s "
+          "openblas_threads=%s "
           "lr=%g momentum=%g weight_decay=%g nesterov=%d warmup=%d repeats=%d steps=%d pool=%d"
           % (torch.__version__, where, a.model, a.batch, torch.get_num_threads(),
-             int(torch.backends.mkldnn.enabled), os.environ["OPENBLAS_NUM_THREADS"],
+             int(torch.backends.mkldnn.enabled), "nhwc" if a.channels_last else "nchw",
+             os.environ["OPENBLAS_NUM_THREADS"],
              a.lr, a.momentum, a.weight_decay, int(a.nesterov),
              a.warmup, a.repeats, a.steps, a.pool), flush=True)
 
