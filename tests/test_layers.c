@@ -768,6 +768,50 @@ static void test_bn_pieces_same_bits(void **state)
     omp_set_num_threads(saved);
 }
 
+/* The gradients' sum of squares (the step's finiteness check): the same
+ * bits on 1, 2, 3, 17 and 64 threads (blocks fixed by n, 16 lanes added in
+ * order), within 1e-12 of a long double sum, for lengths around the lanes'
+ * and the blocks' edges; a square that overflows float is still finite. */
+static void test_sum_sq_same_bits(void **state)
+{
+    (void)state;
+    const hcnn_backend *be = hcnn_backend_cpu();
+    static const size_t sizes[] = {1, 15, 16, 17, 65535, 65537, 3000001};
+    static const int threads[] = {1, 2, 3, 17, 64};
+    const int saved = omp_get_max_threads();
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        const size_t n = sizes[k];
+        float *x = malloc(sizeof(float) * n);
+        assert_non_null(x);
+        fill_random(x, n, 171 + k, -3, 2);
+        long double ref = 0.0L;
+        for (size_t i = 0; i < n; i++)
+            ref += (long double)x[i] * x[i];
+        double first = 0.0;
+        for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+            omp_set_num_threads(threads[t]);
+            double stats[HCNN_STATS] = {0};
+            hcnn_cpu_sum_sq(be, x, n, stats);
+            const double got = stats[HCNN_STAT_SUMSQ];
+            if (!isfinite(got) || fabsl((long double)got - ref) > 1e-12L * ref)
+                fail_msg("n %zu, %d threads: sum of squares %.17g, expected %.17Lg", n,
+                         threads[t], got, ref);
+            if (t == 0)
+                first = got;
+            else if (memcmp(&got, &first, sizeof got))
+                fail_msg("n %zu: %.17g on %d threads, %.17g on 1", n, got, threads[t], first);
+        }
+        x[n / 2] = 1e30f; /* its square, 1e60, is inf in float and finite in double */
+        double stats[HCNN_STATS] = {0};
+        hcnn_cpu_sum_sq(be, x, n, stats);
+        if (!(stats[HCNN_STAT_SUMSQ] >= 1e60 && isfinite(stats[HCNN_STAT_SUMSQ])))
+            fail_msg("n %zu: sum of squares with a 1e30 element %g, expected finite >= 1e60", n,
+                     stats[HCNN_STAT_SUMSQ]);
+        free(x);
+    }
+    omp_set_num_threads(saved);
+}
+
 /* im2col and col2im are adjoint (<im2col x, c> = <x, col2im c>), and
  * col2im's accumulate mode adds to dx what overwriting writes; on the
  * scalar path (strides differing) and both vector strides. */
@@ -1436,6 +1480,7 @@ int main(void)
         cmocka_unit_test(test_transpose_ld),
         cmocka_unit_test(test_conv_plan_small_batches),
         cmocka_unit_test(test_bn_pieces_same_bits),
+        cmocka_unit_test(test_sum_sq_same_bits),
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_lr_schedules),
         cmocka_unit_test(test_init_seeded),

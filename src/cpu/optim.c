@@ -66,10 +66,43 @@ void hcnn_cpu_sgd_step(const hcnn_backend *be, float *w, float *g, float *v, siz
         stats[HCNN_STAT_WSQ] += wsq[b], stats[HCNN_STAT_VSQ] += vsq[b];
 }
 
+/* sum of x[i]^2 over [0, n), in 16 double lanes (lane k takes elements
+ * k, k + 16, ...) added in lane order: vectorised, and the same on every ISA
+ * clone (a float's square is exact in double, so contracting into an FMA
+ * cannot change it).  One running double made each add wait for the one
+ * before: the gradients' sum of ResNet-18's 11.17 M parameters took 3-4 ms
+ * a step on 2 threads of a Zen 5, memory-bound this way (docs/performance.md,
+ * "Fixed cost per step"). */
+typedef double v8d __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+
+HCNN_MULTIVERSION
+static double sum_sq_range(const float *x, size_t n)
+{
+    v8d a0 = {0}, a1 = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v8f lo, hi;
+        memcpy(&lo, x + i, sizeof lo);
+        memcpy(&hi, x + i + 8, sizeof hi);
+        const v8d dlo = __builtin_convertvector(lo, v8d), dhi = __builtin_convertvector(hi, v8d);
+        a0 += dlo * dlo;
+        a1 += dhi * dhi;
+    }
+    double lanes[16], t = 0.0;
+    memcpy(lanes, &a0, sizeof a0);
+    memcpy(lanes + 8, &a1, sizeof a1);
+    for (; i < n; i++)
+        t += (double)x[i] * x[i];
+    for (int k = 0; k < 16; k++)
+        t += lanes[k];
+    return t;
+}
+
 /* In blocks fixed by n (at least 65536 elements, at most 256 of them), each
- * summed in order, the blocks' sums added in block order: the same bits on
- * any number of threads (an OpenMP reduction adds the threads' partial
- * sums, whose split follows the thread count). */
+ * summed by sum_sq_range, the blocks' sums added in block order: the same
+ * bits on any number of threads (an OpenMP reduction adds the threads'
+ * partial sums, whose split follows the thread count). */
 #define SUM_SQ_MIN_BLOCK 65536
 #define SUM_SQ_MAX_BLOCKS 256
 
@@ -82,11 +115,8 @@ void hcnn_cpu_sum_sq(const hcnn_backend *be, const float *x, size_t n, double *s
     double part[SUM_SQ_MAX_BLOCKS];
 #pragma omp parallel for schedule(static) if (blocks > 1)
     for (int b = 0; b < blocks; b++) {
-        const size_t lo = (size_t)b * block, hi = n - lo < block ? n : lo + block;
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++)
-            s += (double)x[i] * x[i];
-        part[b] = s;
+        const size_t lo = (size_t)b * block, len = n - lo < block ? n - lo : block;
+        part[b] = sum_sq_range(x + lo, len);
     }
     double s = 0.0;
     for (int b = 0; b < blocks; b++)
