@@ -70,9 +70,9 @@ void hcnn_cpu_sgd_step(const hcnn_backend *be, float *w, float *g, float *v, siz
  * k, k + 16, ...) added in lane order: vectorised, and the same on every ISA
  * clone (a float's square is exact in double, so contracting into an FMA
  * cannot change it).  One running double made each add wait for the one
- * before: the gradients' sum of ResNet-18's 11.17 M parameters took 3-4 ms
- * a step on 2 threads of a Zen 5, memory-bound this way (docs/performance.md,
- * "Fixed cost per step"). */
+ * before: the gradients' sum of ResNet-18's 11.17 M parameters took 3.1-3.4
+ * ms a step on 2 threads of a Zen 5, 0.5 ms this way, memory-bound
+ * (docs/performance.md, "The rest of the CPU backend"). */
 typedef double v8d __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 
