@@ -2,8 +2,10 @@
 # Does Winograd harm training?  ResNet-18 on Fashion-MNIST
 # (configs/fashion_resnet18.yaml: 28x28 images, stages of 28, 14, 7 and 4
 # pixels) trained with the im2col plans (conv_algo per_thread) and with
-# Winograd F(4x4,3x3) (conv_algo auto, which takes it for the 3x3 stride-1
-# layers of 64 channels and more), SEEDS seeds each, on a subset, and the
+# conv_algo auto, which runs the 3x3 stride-1 layers of 64 channels and
+# more by Winograd (F(4x4,3x3), or F(2x2,3x3) where a pass has fewer than
+# 32 F(4x4) tiles: the header's "convolution plans" line counts them),
+# SEEDS seeds each, on a subset, and the
 # final train loss, test loss and test accuracy of every run compared: each
 # Winograd run's must lie inside the range of the im2col runs' (also
 # printed: the range widened by its own width on each side, since 3
@@ -106,7 +108,7 @@ if command -v gnuplot >/dev/null && [ -n "$plot" ]; then
     gnuplot <<EOF || echo "winograd_training.sh: gnuplot failed: no curves" >&2
 set terminal pngcairo size 1500,500
 set output '$out/curves.png'
-set multiplot layout 1,3 title 'ResNet-18, Fashion-MNIST subset: im2col (blue) and Winograd F(4x4,3x3) (red), a curve per seed'
+set multiplot layout 1,3 title 'ResNet-18, Fashion-MNIST subset, batch $batch: im2col (blue) and conv_algo auto with Winograd (red), a curve per seed' noenhanced
 set xlabel 'epoch'
 set xtics 1
 set key top right
