@@ -177,6 +177,23 @@ static int bn_planes_take(bn_planes *t, int n, int c, int blocks)
     return 1;
 }
 
+/* One channel's statistics finished, as both training forwards do it: from
+ * its sum and its sum of squared deviations over cnt values, save_invstd,
+ * the affine map (a, b) and the running statistics (unbiased variance). */
+static void bn_channel_finish(int ch, double sum, double ss, double cnt, float mean_f,
+                              const float *gamma, const float *beta, float eps, float momentum,
+                              float *running_mean, float *running_var, float *save_invstd,
+                              float *a, float *b)
+{
+    const double mean = sum / cnt, var = ss / cnt;
+    const float invstd = (float)(1.0 / sqrt(var + eps));
+    save_invstd[ch] = invstd;
+    hcnn_hd_bn_affine(gamma[ch], beta[ch], mean_f, invstd, a, b);
+    const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
+    running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
+    running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+}
+
 static void bn_fwd_train_planes(const bn_planes *t, const float *x, int n, int c, int np,
                                 const float *gamma, const float *beta, float eps, float momentum,
                                 float *running_mean, float *running_var, float *save_mean,
@@ -207,13 +224,8 @@ static void bn_fwd_train_planes(const bn_planes *t, const float *x, int n, int c
             double ss = 0;
             for (int i = 0; i < n; i++)
                 ss += t->p2[(size_t)i * c + ch];
-            const double mean = t->s1[ch] / cnt, var = ss / cnt;
-            const float invstd = (float)(1.0 / sqrt(var + eps));
-            save_invstd[ch] = invstd;
-            hcnn_hd_bn_affine(gamma[ch], beta[ch], save_mean[ch], invstd, &t->a[ch], &t->b[ch]);
-            const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
-            running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
-            running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+            bn_channel_finish(ch, t->s1[ch], ss, cnt, save_mean[ch], gamma, beta, eps, momentum,
+                              running_mean, running_var, save_invstd, &t->a[ch], &t->b[ch]);
         }
 #pragma omp for collapse(2) schedule(static)
         for (int i = 0; i < n; i++)
@@ -255,15 +267,9 @@ void hcnn_cpu_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c,
             for (int k = 0; k < nc; k++)
                 ss[k] += plane_sum_sq_dev(x + ((size_t)i * c + c0 + k) * np, np, mean_f[k]);
         for (int k = 0; k < nc; k++) {
-            const int ch = c0 + k;
-            const double mean = sum[k] / cnt, var = ss[k] / cnt;
-            const float invstd = (float)(1.0 / sqrt(var + eps));
-            save_mean[ch] = mean_f[k];
-            save_invstd[ch] = invstd;
-            hcnn_hd_bn_affine(gamma[ch], beta[ch], mean_f[k], invstd, &a[k], &b[k]);
-            const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
-            running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
-            running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+            save_mean[c0 + k] = mean_f[k];
+            bn_channel_finish(c0 + k, sum[k], ss[k], cnt, mean_f[k], gamma, beta, eps, momentum,
+                              running_mean, running_var, save_invstd, &a[k], &b[k]);
         }
         for (int i = 0; i < n; i++)
             for (int k = 0; k < nc; k++) {
