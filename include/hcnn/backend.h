@@ -121,6 +121,31 @@ static inline void hcnn_gemm_push(hcnn_gemm_list *g, int backward, int ta, int t
     (*cnt)++;
 }
 
+/* The pieces of a pass: its phases in the order they run (a phase waits
+ * for the one before it), each with the number of pieces it offers the
+ * threads at once.  A CPU backend cuts each phase into pieces fixed by the
+ * layer's shape and the number of images (src/cpu/cpu.h, "Pieces"); a
+ * device backend runs kernels and names no host pieces (count 0). */
+#define HCNN_PHASES_MAX 12
+typedef struct hcnn_pieces {
+    int count;
+    struct {
+        char name[32];
+        long pieces;
+    } phase[HCNN_PHASES_MAX];
+} hcnn_pieces;
+
+static inline void hcnn_pieces_push(hcnn_pieces *p, const char *name, long pieces)
+{
+    if (p->count >= HCNN_PHASES_MAX)
+        return;
+    size_t i = 0;
+    for (; name[i] && i + 1 < sizeof p->phase[0].name; i++)
+        p->phase[p->count].name[i] = name[i];
+    p->phase[p->count].name[i] = '\0';
+    p->phase[p->count++].pieces = pieces;
+}
+
 /* A timer over the work queued between its start and stop. */
 typedef struct hcnn_timer {
     double host_s;          /* the CPU's clock */
@@ -279,6 +304,12 @@ struct hcnn_backend {
     void (*conv_describe)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                           int n, char *buf, size_t cap);
 
+    /* The pieces of the convolution's training passes on n images for nt
+     * threads: the forward's phases, then the backward's (with the input
+     * gradient when need_dx). */
+    void (*conv_pieces)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                        int n, int nt, int need_dx, hcnn_pieces *p);
+
     /* ---- fully connected helpers ---- */
     /* db[j] += sum over rows i of dy[i][j], dy is [n][m] */
     void (*row_sum_acc)(const hcnn_backend *be, const float *dy, int n, int m, float *db);
@@ -336,6 +367,10 @@ struct hcnn_backend {
     void (*bn_bwd)(const hcnn_backend *be, const float *x, const float *dy, int n, int c, int np,
                    const float *gamma, const float *beta, const float *save_mean,
                    const float *save_invstd, int relu, float *dx, float *dgamma, float *dbeta);
+
+    /* The pieces of the training forward and the backward over n images of
+     * c channels of np pixels, for nt threads. */
+    void (*bn_pieces)(const hcnn_backend *be, int n, int c, int np, int nt, hcnn_pieces *p);
 
     /* ---- loss, optimiser, statistics ---- */
     /* softmax + cross-entropy on logits [n][k]: stats[HCNN_STAT_LOSS] += the

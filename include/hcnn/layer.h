@@ -116,6 +116,11 @@ typedef struct hcnn_layer_ops {
     /* How the backend runs this layer for n samples: "name: details", the
      * name without spaces (NULL: nothing to say; the convolution's plan). */
     void (*describe)(const hcnn_layer *l, const hcnn_ctx *ctx, int n, char *buf, size_t cap);
+    /* The pieces each phase of its training passes over n samples offers
+     * nt threads (backend.h's hcnn_pieces; NULL: the layer's passes are
+     * element-wise or by planes, n x c pieces at most). */
+    void (*pieces)(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nt, int need_dx,
+                   hcnn_pieces *p);
 
     /* Each sample is computed on its own, from its own input and aux:
      * whole-network per-thread execution may split the batch between

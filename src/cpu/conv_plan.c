@@ -22,12 +22,16 @@
 /* shifted windows need taps of >= 16 channels (the stem, C = 3, was 1.75x
  * slower) */
 #define SHIFTED_MIN_C 16
-/* Items a plan makes available to threads when the batch allows, and the
- * most partial sums of the weight gradient: enough for a 64-core node.  A
- * smaller batch has its images cut into row and channel items, down to
- * ITEM_MIN_MACS multiply-adds an item. */
-#define TARGET_ITEMS 64
-#define ITEM_MIN_MACS ((double)(1 << 21))
+/* Items a plan makes available to threads when the batch allows
+ * (HCNN_PIECES_TARGET, cpu.h): a smaller batch has its images cut into
+ * row and channel items, down to HCNN_PIECE_MIN_MACS multiply-adds an
+ * item.  The weight gradient's partial sums, each a copy of dW summed at
+ * the end, are at most CHUNKS_MAX (64: one a core of the node; more would
+ * cost their sum and memory, and the input-gradient items share the
+ * backward's queue with them). */
+#define TARGET_ITEMS HCNN_PIECES_TARGET
+#define ITEM_MIN_MACS HCNN_PIECE_MIN_MACS
+#define CHUNKS_MAX 64
 /* a weight-gradient partial sum covers at least this many columns (images
  * x pixels) of dY col^T: each of its floats, written and read once, then
  * costs 1/1024 of its multiply-adds (ResNet-18's layer3, dW 2.4 MB, P = 64,
@@ -98,7 +102,8 @@ static void decompose(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, hcnn
     }
     p->ndx = p->ngroups * ceil_div(C, p->dx_channels);
     const long by_columns = (long)n * P / CHUNK_MIN_COLUMNS;
-    p->nchunks = p->nitems < target ? p->nitems : target;
+    const int chunks = target < CHUNKS_MAX ? target : CHUNKS_MAX;
+    p->nchunks = p->nitems < chunks ? p->nitems : chunks;
     if (p->nchunks > by_columns)
         p->nchunks = by_columns > 1 ? (int)by_columns : 1;
 }
@@ -408,4 +413,69 @@ void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
         snprintf(buf, cap, "per_thread: im2col + GEMM on groups of %d images (%d items, %d "
                  "weight partials)",
                  p.group, p.nitems, p.nchunks);
+}
+
+/* The pieces of the im2col plan's phases: the per-thread plan's items (the
+ * backward's weight-gradient chunks and input-gradient items share one
+ * queue); a batched chunk's im2col planes, GEMM pieces (gemm.c), layout
+ * planes and col2im planes. */
+static void im2col_pieces(const hcnn_conv_desc *l, const hcnn_conv_plan *p, int fwd, int dx,
+                          hcnn_pieces *out)
+{
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, C = l->g.c;
+    const int taps = l->g.kh * l->g.kw;
+    if (p->per_thread) {
+        if (fwd)
+            hcnn_pieces_push(out, "forward items", p->nitems);
+        hcnn_pieces_push(out, dx ? "backward tasks" : "weight-gradient tasks",
+                         p->nchunks + (dx ? p->ndx : 0));
+        return;
+    }
+    const int nb = p->group, cols = nb == 1 ? p->rows * l->g.ow : nb * P;
+    if (fwd) {
+        hcnn_pieces_push(out, "forward im2col", (long)nb * C);
+        hcnn_pieces_push(out, "forward GEMM", hcnn_cpu_gemm_pieces(co, cols, K));
+        if (nb > 1)
+            hcnn_pieces_push(out, "forward layout", (long)nb * co);
+    }
+    hcnn_pieces_push(out, "weight-gradient im2col", (long)nb * C);
+    hcnn_pieces_push(out, "weight-gradient GEMM", hcnn_cpu_gemm_pieces(co, K, cols));
+    if (dx) {
+        hcnn_pieces_push(out, "input-gradient GEMM", hcnn_cpu_gemm_pieces(C * taps, nb * P, co));
+        hcnn_pieces_push(out, "input-gradient col2im", (long)nb * C);
+    }
+}
+
+/* The pieces of each phase, as conv.c and winograd.c run them (Winograd's:
+ * its first chunk, the weights' transforms by output channel; its weight
+ * gradient by the im2col plan when the plan says so). */
+void hcnn_cpu_conv_pieces(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
+                          int n, int nt, int need_dx, hcnn_pieces *out)
+{
+    (void)be;
+    hcnn_conv_plan p;
+    hcnn_conv_plan_make(l, ctx, n, &p);
+    out->count = 0;
+    if (!p.wino) {
+        im2col_pieces(l, &p, 1, need_dx, out);
+        return;
+    }
+    hcnn_wino_phases ph;
+    hcnn_wino_pieces(l, ctx, p.wino, n, nt, &ph);
+    hcnn_pieces_push(out, "weights' transform", ph.weights);
+    hcnn_pieces_push(out, "forward transform", ph.fwd[0]);
+    hcnn_pieces_push(out, "forward GEMMs", ph.fwd[1]);
+    hcnn_pieces_push(out, "forward inverse", ph.fwd[2]);
+    if (p.wino_dw) {
+        hcnn_pieces_push(out, "weight-gradient transforms", ph.dw[0]);
+        hcnn_pieces_push(out, "weight-gradient GEMMs", ph.dw[1]);
+        hcnn_pieces_push(out, "weight-gradient inverse", ph.weights);
+    } else {
+        im2col_pieces(l, &p, 0, 0, out);
+    }
+    if (need_dx) {
+        hcnn_pieces_push(out, "input-gradient transform", ph.dx[0]);
+        hcnn_pieces_push(out, "input-gradient GEMMs", ph.dx[1]);
+        hcnn_pieces_push(out, "input-gradient scatter", ph.dx[2]);
+    }
 }

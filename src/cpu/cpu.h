@@ -41,6 +41,17 @@ static inline void zero_floats(float *d, int n)
         d[i] = 0.0f;
 }
 
+/* Pieces.  A pass of few images (a 64-core node of a 32-node job holds 8-32
+ * of them) is cut into pieces fixed by the layer's shape and the number
+ * of images, never by the thread count: up to HCNN_PIECES_TARGET pieces a
+ * phase (one image per thread or fewer on a 256-thread node), none smaller
+ * than HCNN_PIECE_MIN_MACS multiply-adds where the cut decides a GEMM's
+ * size (a smaller GEMM costs more in its call and packing than a thread
+ * gains from it).  Who runs a piece never changes its bits.  The
+ * measurements behind both are in docs/performance.md ("Pieces"). */
+#define HCNN_PIECES_TARGET 256
+#define HCNN_PIECE_MIN_MACS ((double)(1 << 18))
+
 /* a count of floats rounded up to a 64-byte multiple: workspace offsets */
 static inline size_t hcnn_round_up16(size_t f) { return (f + 15) & ~(size_t)15; }
 
@@ -111,6 +122,9 @@ int hcnn_cpu_threads(const hcnn_backend *be);
 /* gemm.c */
 void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);
+/* the pieces hcnn_cpu_gemm cuts an m x n x k product into outside a
+ * parallel region (output tiles or k chunks) */
+long hcnn_cpu_gemm_pieces(int m, int n, int k);
 /* im2col.c */
 void hcnn_cpu_im2col(const hcnn_backend *be, const hcnn_conv_geom *g, const float *x, int n, float *col);
 void hcnn_cpu_col2im(const hcnn_backend *be, const hcnn_conv_geom *g, const float *col, int n, int accumulate,
@@ -162,6 +176,7 @@ void hcnn_cpu_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, in
 /* the pieces a training batch-norm pass offers nt threads: blocks of
  * channels, or n x c planes when the blocks are too few (the same bits) */
 int hcnn_cpu_bn_pieces(int n, int c, int np, int nt);
+void hcnn_cpu_bn_pieces_of(const hcnn_backend *be, int n, int c, int np, int nt, hcnn_pieces *p);
 /* loss.c */
 void hcnn_cpu_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
                            int n, int k, float grad_scale, float *dlogits, double *stats);

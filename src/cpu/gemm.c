@@ -11,7 +11,7 @@
  * single-threaded, hcnn_blas_single_threaded) and splits products itself,
  * by shape: the same product is the same bits on 1 thread or 64.
  *   - output tiles: while a tile has more than 2 * TILE_MIN_MACS
- *     multiply-adds and there are fewer than MAX_PIECES/2 tiles, the larger
+ *     multiply-adds and there are fewer than MAX_PIECES tiles, the larger
  *     dimension of the tiles is halved (to multiples of 16);
  *   - a small output (at most SPLITK_MAX_OUT) summed over a long k (a
  *     weight gradient: k = batch x pixels) is split into k chunks instead,
@@ -22,10 +22,14 @@
 #include "cpu.h"
 #include "hcnn/blas.h"
 
-#define MAX_PIECES 64
-#define TILE_MIN_MACS ((double)(1 << 22))
+/* up to HCNN_PIECES_TARGET output tiles of >= 2 HCNN_PIECE_MIN_MACS
+ * (cpu.h); at most SPLITK_MAX_CHUNKS k chunks, each a partial product
+ * summed at the end */
+#define MAX_PIECES HCNN_PIECES_TARGET
+#define TILE_MIN_MACS HCNN_PIECE_MIN_MACS
 #define SPLITK_MAX_OUT 65536
 #define SPLITK_CHUNK 4096
+#define SPLITK_MAX_CHUNKS 64
 
 /* One single-threaded BLAS call.  OpenBLAS's OpenMP build takes its thread
  * count from omp_get_max_threads() at every call outside a parallel region
@@ -58,12 +62,12 @@ static gemm_pieces pieces_of(int m, int n, int k)
 {
     gemm_pieces p = {m, n, 1};
     if ((size_t)m * n <= SPLITK_MAX_OUT && k >= 2 * SPLITK_CHUNK) {
-        p.nk = k / SPLITK_CHUNK < MAX_PIECES ? k / SPLITK_CHUNK : MAX_PIECES;
+        p.nk = k / SPLITK_CHUNK < SPLITK_MAX_CHUNKS ? k / SPLITK_CHUNK : SPLITK_MAX_CHUNKS;
         return p;
     }
     for (;;) {
         const long tiles = (long)((m + p.tm - 1) / p.tm) * ((n + p.tn - 1) / p.tn);
-        if (2 * tiles > MAX_PIECES || (double)p.tm * p.tn * k < 2 * TILE_MIN_MACS)
+        if (tiles >= MAX_PIECES || (double)p.tm * p.tn * k < 2 * TILE_MIN_MACS)
             break;
         if (p.tn >= p.tm && p.tn >= 32)
             p.tn = halve16(p.tn);
@@ -73,6 +77,12 @@ static gemm_pieces pieces_of(int m, int n, int k)
             break;
     }
     return p;
+}
+
+long hcnn_cpu_gemm_pieces(int m, int n, int k)
+{
+    const gemm_pieces p = pieces_of(m, n, k);
+    return p.nk > 1 ? p.nk : (long)((m + p.tm - 1) / p.tm) * ((n + p.tn - 1) / p.tn);
 }
 
 typedef struct gemm_args {

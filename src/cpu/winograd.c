@@ -95,10 +95,6 @@ static size_t scratch_floats(const wino_shape *s)
  * channels on 32 x 32, 63 / 52 / 82-90; 128 on 16 x 16 45 / 38-50 / 43;
  * 256 on 8 x 8 41-44 / 42-44 / 41-44 (docs/performance.md, "Winograd"). */
 #define WINO_CHUNK_FLOATS ((size_t)1 << 22)
-/* the forward GEMMs' row blocks (tiles) and the weight gradient's (output
- * channels): at least this many items a phase (a 64-core node), blocks of
- * >= 64 tiles / 16 channels */
-#define WINO_TARGET_ITEMS 64
 
 static size_t tile_floats(const wino_shape *s)
 {
@@ -110,21 +106,39 @@ static size_t weights_floats(const wino_shape *s)
     return hcnn_round_up16((size_t)s->a * s->a * s->cout * s->cin);
 }
 
+/* Images per chunk: as many as the floats allow, then spread evenly over
+ * the chunks the call needs (8 images under a cap of 7 go as 4 + 4, not
+ * 7 + 1: a one-image chunk's phases offer the threads a seventh of the
+ * pieces). */
 static int chunk_images(const wino_shape *s, const hcnn_exec *ctx, int n)
 {
     size_t cap = WINO_CHUNK_FLOATS > weights_floats(s) ? WINO_CHUNK_FLOATS : weights_floats(s);
     cap = cap < ctx->max_chunk_floats ? cap : ctx->max_chunk_floats;
     size_t nc = cap / tile_floats(s);
     nc = nc < 1 ? 1 : nc;
-    return (size_t)n < nc ? (n > 0 ? n : 1) : (int)nc;
+    if (n <= 0)
+        return 1;
+    if ((size_t)n <= nc)
+        return n;
+    const size_t chunks = ((size_t)n + nc - 1) / nc;
+    return (int)(((size_t)n + chunks - 1) / chunks);
 }
 
-/* [U or dU][V][M][nt scratch] for chunks of nc images */
+/* The input gradient's seams: the a - m input rows a band of tile rows
+ * shares with the band above, kept apart for each (image, band, channel)
+ * until the bands have been written (at most every tile row a band). */
+static size_t seam_floats(const wino_shape *s, int nc)
+{
+    return hcnn_round_up16((size_t)nc * s->nty * (s->a - s->m) * s->w * s->cin);
+}
+
+/* [U or dU][V][M][nt scratch][seams] for chunks of nc images */
 static size_t call_floats(const wino_shape *s, int nc, int nt)
 {
     const size_t T = (size_t)nc * s->tiles, a2 = (size_t)s->a * s->a;
     return weights_floats(s) + hcnn_round_up16(a2 * s->cin * T) +
-           hcnn_round_up16(a2 * s->cout * T) + (size_t)nt * scratch_floats(s);
+           hcnn_round_up16(a2 * s->cout * T) + (size_t)nt * scratch_floats(s) +
+           seam_floats(s, nc);
 }
 
 /* ---- a call's state, shared by its threads ------------------------------- */
@@ -141,7 +155,7 @@ typedef struct wino_job {
     const float *dy;      /* gradients: dy (cout planes per image) */
     float *dx;            /* input gradient: dx (cin planes per image) */
     float *dw;            /* weight gradient: dw += */
-    float *wt, *V, *M, *scratch;
+    float *wt, *V, *M, *scratch, *seams;
     float *u;             /* the transformed weights U the GEMMs read (wt, or the cache's) */
     int transform;        /* 1: this call computes U into u */
 } wino_job;
@@ -153,6 +167,7 @@ static void job_layout(wino_job *j)
     j->V = j->wt + weights_floats(&j->s);
     j->M = j->V + hcnn_round_up16(a2 * j->s.cin * T);
     j->scratch = j->M + hcnn_round_up16(a2 * j->s.cout * T);
+    j->seams = j->scratch + (size_t)hcnn_cpu_threads(NULL) * scratch_floats(&j->s);
 }
 
 static void poll(const wino_job *j, int t)
@@ -166,12 +181,33 @@ static void poll(const wino_job *j, int t)
 
 /* ---- the weight transforms ---------------------------------------------- */
 
-/* U[xi][co][c] = G g G^T for output channel co, all c (g the filter of
- * (co, c)), into j->u.  sc: 9 + 3a rows of cin floats. */
-static void weights_row(const wino_job *j, int co, float *sc)
+/* The weights' transforms (U = G g G^T, and dW += G^T dU G) go by pieces
+ * of (output channel, block of input channels): each (co, c) is its own
+ * arithmetic, so the cut follows the thread count, as the images' pieces
+ * do (split_of): blocks of >= 16 channels until the threads have one
+ * piece each. */
+static int weight_blocks(const wino_shape *s, int nt)
+{
+    const int most = s->cin >= 32 ? s->cin / 16 : 1;
+    const int want = (nt + s->cout - 1) / s->cout;
+    return want < most ? want : most;
+}
+
+/* piece k of cout x cb: output channel k / cb, input channels [c0, c1) */
+static void weight_piece(const wino_shape *s, int cb, long k, int *co, int *c0, int *c1)
+{
+    const int b = (int)(k % cb);
+    *co = (int)(k / cb);
+    *c0 = b == 0 ? 0 : (int)(((long)s->cin * b / cb) & ~15L);
+    *c1 = b + 1 == cb ? s->cin : (int)(((long)s->cin * (b + 1) / cb) & ~15L);
+}
+
+/* U[xi][co][c] = G g G^T for output channel co, input channels [c0, c1)
+ * (g the filter of (co, c)), into j->u.  sc: 9 + 3a rows of cin floats. */
+static void weights_row(const wino_job *j, int co, int c0, int c1, float *sc)
 {
     const wino_shape *s = &j->s;
-    const int a = s->a, C = s->cin;
+    const int a = s->a, C = c1 - c0;
     const size_t mc = hcnn_round_up16((size_t)max_channels(s));
     float *g[9], *t[18];
     for (int i = 0; i < 9; i++)
@@ -180,7 +216,7 @@ static void weights_row(const wino_job *j, int co, float *sc)
         t[i] = sc + (size_t)(9 + i) * mc;
     for (int c = 0; c < C; c++) /* gather the 9 taps of each filter as rows */
         for (int i = 0; i < 9; i++)
-            g[i][c] = j->w[((size_t)co * C + c) * 9 + i];
+            g[i][c] = j->w[((size_t)co * s->cin + c0 + c) * 9 + i];
     for (int q = 0; q < 3; q++) { /* along i: t[k*3 + q] = (G g)[k][q] */
         const float *in[3] = {g[q], g[3 + q], g[6 + q]};
         float *out[6];
@@ -192,16 +228,17 @@ static void weights_row(const wino_job *j, int co, float *sc)
         const float *in[3] = {t[k * 3], t[k * 3 + 1], t[k * 3 + 2]};
         float *out[6];
         for (int l = 0; l < a; l++)
-            out[l] = j->u + ((size_t)(k * a + l) * s->cout + co) * C;
+            out[l] = j->u + ((size_t)(k * a + l) * s->cout + co) * s->cin + c0;
         hcnn_wino_g_rows(s->m, in, out, C);
     }
 }
 
-/* dw[co][c] += G^T dU G, all c.  sc: 3a + 9 rows of cin floats. */
-static void weight_grad_row(const wino_job *j, int co, float *sc)
+/* dw[co][c] += G^T dU G, input channels [c0, c1).  sc: 3a + 9 rows of
+ * cin floats. */
+static void weight_grad_row(const wino_job *j, int co, int c0, int c1, float *sc)
 {
     const wino_shape *s = &j->s;
-    const int a = s->a, C = s->cin;
+    const int a = s->a, C = c1 - c0;
     const size_t mc = hcnn_round_up16((size_t)max_channels(s));
     float *t[18], *r[9];
     for (int i = 0; i < 3 * a; i++)
@@ -211,7 +248,7 @@ static void weight_grad_row(const wino_job *j, int co, float *sc)
     for (int k = 0; k < a; k++) { /* along l: t[k*3 + q] */
         const float *in[6];
         for (int l = 0; l < a; l++)
-            in[l] = j->wt + ((size_t)(k * a + l) * s->cout + co) * C;
+            in[l] = j->wt + ((size_t)(k * a + l) * s->cout + co) * s->cin + c0;
         float *out[3] = {t[k * 3], t[k * 3 + 1], t[k * 3 + 2]};
         hcnn_wino_gt_rows(s->m, in, out, C);
     }
@@ -222,7 +259,7 @@ static void weight_grad_row(const wino_job *j, int co, float *sc)
         float *out[3] = {r[q], r[3 + q], r[6 + q]};
         hcnn_wino_gt_rows(s->m, in, out, C);
     }
-    float *dw = j->dw + (size_t)co * C * 9;
+    float *dw = j->dw + ((size_t)co * s->cin + c0) * 9;
     for (int c = 0; c < C; c++)
         for (int i = 0; i < 9; i++)
             dw[(size_t)c * 9 + i] += r[i][c];
@@ -425,10 +462,55 @@ static void output_image(const wino_job *j, float *y, const wino_piece *pc, cons
     }
 }
 
-/* The piece's channels of dx image (cin planes) from dV: dd = B dV B^T per
- * tile, added onto the tile's a x a input pixels (those inside the image:
- * the rest is padding) of a channels-last image, tiles in order, then
- * written or added to the planes.  Whole tile rows: the tiles overlap. */
+/* The input gradient's scatter is cut into bands of tile rows fixed by
+ * the shape and the chunk's images (dx_bands), never by the thread count:
+ * the tiles overlap by a - m = 2 input rows, and a band's top rows (its
+ * seam with the band above) are kept apart and added after every band has
+ * been written, so each seam pixel is the sum of the band above's and its
+ * own, in that order, whoever runs them.  Enough bands that the images'
+ * channel blocks (16 channels each) and bands offer HCNN_PIECES_TARGET
+ * pieces, at most one a tile row. */
+static int dx_bands(const wino_shape *s, int nb)
+{
+    const long blocks = (long)nb * (s->cin >= 32 ? s->cin / 16 : 1);
+    if (blocks >= HCNN_PIECES_TARGET)
+        return 1;
+    const long bands = (HCNN_PIECES_TARGET + blocks - 1) / blocks;
+    return bands < s->nty ? (int)bands : s->nty;
+}
+
+/* The input rows [r0, r1) a band of tile rows [ty0, ty1) adds to, the
+ * first `seam` of them shared with the band above. */
+typedef struct band_rows {
+    int r0, seam, r1;
+} band_rows;
+
+static band_rows rows_of_band(const wino_shape *s, int ty0, int ty1)
+{
+    band_rows b;
+    const int top = ty0 * s->m - s->ph, bottom = (ty1 - 1) * s->m - s->ph + s->a;
+    b.r0 = top > 0 ? top : 0;
+    b.r1 = bottom < s->h ? bottom : s->h;
+    b.r1 = b.r1 > b.r0 ? b.r1 : b.r0;
+    const int above = top + s->a - s->m < b.r1 ? top + s->a - s->m : b.r1; /* the band above's last row + 1 */
+    b.seam = ty0 > 0 && above > b.r0 ? above - b.r0 : 0;
+    return b;
+}
+
+/* the seam rows of the piece's (image, band) in the chunk, from its
+ * channel c0: [C][a - m rows][w], a band known by its first tile row */
+static float *seam_of(const wino_job *j, const wino_piece *pc)
+{
+    const wino_shape *s = &j->s;
+    const size_t slot = (size_t)(pc->t0 / (size_t)s->tiles) * (size_t)s->nty + (size_t)pc->ty0;
+    return j->seams + (slot * s->cin + (size_t)pc->c0) * (size_t)(s->a - s->m) * s->w;
+}
+
+/* The piece's channels and band of dx image (cin planes) from dV: dd = B dV
+ * B^T per tile, added onto the tile's a x a input pixels (those inside the
+ * image: the rest is padding) of a channels-last copy of the band's rows,
+ * tiles in order; then the rows below the seam written or added to the
+ * planes, the seam's kept for dx_seams. */
 static void input_grad_image(const wino_job *j, float *dx, const wino_piece *pc,
                              const wino_scratch *w)
 {
@@ -436,8 +518,11 @@ static void input_grad_image(const wino_job *j, float *dx, const wino_piece *pc,
     const int m = s->m, a = s->a, C = pc->c1 - pc->c0, ld = s->cin;
     const size_t T = (size_t)j->nc * s->tiles, mc = hcnn_round_up16((size_t)max_channels(s));
     const size_t P = (size_t)s->h * s->w;
-    zero_floats(w->img, (int)(P * (size_t)C));
-    for (int ty = 0; ty < s->nty; ty++)
+    const band_rows br = rows_of_band(s, pc->ty0, pc->ty1);
+    if (br.r1 <= br.r0)
+        return;
+    zero_floats(w->img, (int)((size_t)(br.r1 - br.r0) * s->w * (size_t)C));
+    for (int ty = pc->ty0; ty < pc->ty1; ty++)
         for (int tx = 0; tx < s->ntx; tx++) {
             const size_t t = pc->t0 + (size_t)ty * s->ntx + tx;
             for (int l = 0; l < a; l++) { /* along k, column l */
@@ -449,9 +534,9 @@ static void input_grad_image(const wino_job *j, float *dx, const wino_piece *pc,
                 }
                 hcnn_wino_b_rows(m, in, out, C);
             }
-            for (int i = 0; i < a; i++) { /* along l, row i, onto the image */
+            for (int i = 0; i < a; i++) { /* along l, row i, onto the band */
                 const int iy = ty * m - s->ph + i;
-                if (iy < 0 || iy >= s->h)
+                if (iy < br.r0 || iy >= br.r1)
                     continue;
                 const float *in[6];
                 float *out[6];
@@ -464,84 +549,166 @@ static void input_grad_image(const wino_job *j, float *dx, const wino_piece *pc,
                     const int ix = tx * m - s->pw + jj;
                     if (ix < 0 || ix >= s->w)
                         continue;
-                    float *dst = w->img + ((size_t)iy * s->w + ix) * C;
+                    float *dst = w->img + ((size_t)(iy - br.r0) * s->w + ix) * C;
                     const float *src = w->rows + (size_t)jj * mc;
                     for (int c = 0; c < C; c++)
                         dst[c] += src[c];
                 }
             }
         }
-    float *d = dx + (size_t)pc->c0 * P;
+    if (br.seam > 0) /* [seam rows][w][C] -> [C][seam rows * w] */
+        hcnn_cpu_transpose_ld(w->img, (size_t)C, br.seam * s->w, C, seam_of(j, pc),
+                              (size_t)(a - m) * s->w);
+    const int px = (br.r1 - br.r0 - br.seam) * s->w; /* the band's own pixels */
+    if (px <= 0)
+        return;
+    const float *img = w->img + (size_t)br.seam * s->w * C;
+    float *d = dx + (size_t)pc->c0 * P + (size_t)(br.r0 + br.seam) * s->w;
     if (!j->acc) {
-        hcnn_cpu_transpose_ld(w->img, (size_t)C, (int)P, C, d, P);
+        hcnn_cpu_transpose_ld(img, (size_t)C, px, C, d, P);
         return;
     }
-    hcnn_cpu_transpose_ld(w->img, (size_t)C, (int)P, C, w->img2, P);
-    hcnn_cpu_add_acc(NULL, w->img2, d, P * (size_t)C);
+    hcnn_cpu_transpose_ld(img, (size_t)C, px, C, w->img2, (size_t)px);
+    for (int c = 0; c < C; c++)
+        hcnn_cpu_add_acc(NULL, w->img2 + (size_t)c * px, d + (size_t)c * P, (size_t)px);
+}
+
+/* After every band of the chunk has been written: each band's seam added
+ * onto the rows the band above wrote. */
+static void input_grad_seam(const wino_job *j, float *dx, const wino_piece *pc)
+{
+    const wino_shape *s = &j->s;
+    const band_rows br = rows_of_band(s, pc->ty0, pc->ty1);
+    if (br.seam <= 0)
+        return;
+    const size_t P = (size_t)s->h * s->w, px = (size_t)br.seam * s->w;
+    const float *seam = seam_of(j, pc);
+    for (int c = 0; c < pc->c1 - pc->c0; c++)
+        hcnn_cpu_add_acc(NULL, seam + (size_t)c * (size_t)(s->a - s->m) * s->w,
+                         dx + (size_t)(pc->c0 + c) * P + (size_t)br.r0 * s->w, px);
 }
 
 /* ---- the phases --------------------------------------------------------- */
 
-/* The forward GEMMs of a chunk: items (xi, block of tiles),
+/* A GEMM phase's items: each of the a^2 products (one per tile element
+ * xi) cut into rb blocks of its rows and cb blocks of its columns, the
+ * blocks' bounds at multiples of 16 (one vector) and >= 16 wide, none of
+ * fewer than HCNN_PIECE_MIN_MACS multiply-adds (cpu.h): the fewest blocks
+ * that give the phase HCNN_PIECES_TARGET items (the squarest of those),
+ * else the most the shape allows.  Fixed by the shape and the chunk's
+ * images: the same bits on any thread count. */
+typedef struct wino_blocks {
+    int rb, cb;
+} wino_blocks;
+
+static int blocks_fit(wino_blocks b, size_t rows, size_t cols, size_t k)
+{
+    const size_t br = rows / (size_t)b.rb, bc = cols / (size_t)b.cb;
+    return (b.rb == 1 || br >= 16) && (b.cb == 1 || bc >= 16) &&
+           (double)br * (double)bc * (double)k >= HCNN_PIECE_MIN_MACS;
+}
+
+static wino_blocks blocks_of(int a2, size_t rows, int cols, size_t k)
+{
+    const long need = (HCNN_PIECES_TARGET + a2 - 1) / a2; /* blocks a product */
+    wino_blocks best = {1, 1};
+    long best_n = 1, best_skew = 0;
+    for (int rb = 1; rb <= need; rb++)
+        for (int cb = 1; cb <= need; cb++) {
+            const wino_blocks b = {rb, cb};
+            if ((rb > 1 || cb > 1) && !blocks_fit(b, rows, (size_t)cols, k))
+                continue;
+            const long n = (long)rb * cb;
+            const long br = (long)(rows / (size_t)rb), bc = (long)((size_t)cols / (size_t)cb);
+            const long skew = br > bc ? br - bc : bc - br;
+            const int reach = n >= need, best_reach = best_n >= need;
+            const int better = reach != best_reach ? reach
+                               : n != best_n       ? (reach ? n < best_n : n > best_n)
+                                                   : skew < best_skew;
+            if (better || (rb == 1 && cb == 1))
+                best = b, best_n = n, best_skew = skew;
+        }
+    return best;
+}
+
+/* block i of n blocks over count: [lo, hi), bounds at multiples of 16 */
+static void block_range(size_t count, int n, int i, size_t *lo, size_t *hi)
+{
+    *lo = (count * (size_t)i / (size_t)n) & ~(size_t)15;
+    *hi = i + 1 == n ? count : (count * (size_t)(i + 1) / (size_t)n) & ~(size_t)15;
+}
+
+/* item -> (xi, row block, column block): a thread's consecutive items
+ * share xi and a row block */
+typedef struct wino_item {
+    int xi;
+    size_t r0, r1, c0, c1;
+} wino_item;
+
+static wino_item item_of(wino_blocks b, size_t rows, size_t cols, int item)
+{
+    wino_item it;
+    it.xi = item / (b.rb * b.cb);
+    block_range(rows, b.rb, item / b.cb % b.rb, &it.r0, &it.r1);
+    block_range(cols, b.cb, item % b.cb, &it.c0, &it.c1);
+    return it;
+}
+
+/* The forward GEMMs of a chunk of `cols` tiles, items over (tiles, Cout):
  * M[xi][tiles] = V[xi][tiles] U[xi]^T. */
-static int tile_blocks(const wino_shape *s, size_t cols)
+static wino_blocks fwd_blocks(const wino_shape *s, size_t cols)
 {
-    int nb = (WINO_TARGET_ITEMS + s->a * s->a - 1) / (s->a * s->a);
-    while (nb > 1 && cols / (size_t)nb < 64)
-        nb--;
-    return nb;
+    return blocks_of(s->a * s->a, cols, s->cout, (size_t)s->cin);
 }
 
-/* tiles [b*cols/nb, (b+1)*cols/nb) of xi, rounded to 16 */
-static void gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int item)
+static void gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b, int item)
 {
     const wino_shape *s = &j->s;
-    const int xi = item / nb, b = item % nb;
-    const size_t r0 = (cols * b / nb) & ~(size_t)15;
-    const size_t r1 = b + 1 == nb ? cols : (cols * (b + 1) / nb) & ~(size_t)15;
-    if (r1 <= r0)
-        return;
-    hcnn_cpu_gemm(NULL, 0, 1, (int)(r1 - r0), s->cout, s->cin, 1.0f,
-                  j->V + ((size_t)xi * T + r0) * s->cin, s->cin,
-                  j->u + (size_t)xi * s->cout * s->cin, s->cin, 0.0f,
-                  j->M + ((size_t)xi * T + r0) * s->cout, s->cout);
+    const wino_item it = item_of(b, cols, (size_t)s->cout, item);
+    hcnn_cpu_gemm(NULL, 0, 1, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cin, 1.0f,
+                  j->V + ((size_t)it.xi * T + it.r0) * s->cin, s->cin,
+                  j->u + ((size_t)it.xi * s->cout + it.c0) * s->cin, s->cin, 0.0f,
+                  j->M + ((size_t)it.xi * T + it.r0) * s->cout + it.c0, s->cout);
 }
 
-/* The input gradient's GEMMs of a chunk, over the same items:
+/* The input gradient's GEMMs, items over (tiles, C):
  * dV[xi][tiles] = dM[xi][tiles] U[xi]. */
-static void dx_gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int item)
+static wino_blocks dx_blocks(const wino_shape *s, size_t cols)
 {
-    const wino_shape *s = &j->s;
-    const int xi = item / nb, b = item % nb;
-    const size_t r0 = (cols * b / nb) & ~(size_t)15;
-    const size_t r1 = b + 1 == nb ? cols : (cols * (b + 1) / nb) & ~(size_t)15;
-    if (r1 <= r0)
-        return;
-    hcnn_cpu_gemm(NULL, 0, 0, (int)(r1 - r0), s->cin, s->cout, 1.0f,
-                  j->M + ((size_t)xi * T + r0) * s->cout, s->cout,
-                  j->u + (size_t)xi * s->cout * s->cin, s->cin, 0.0f,
-                  j->V + ((size_t)xi * T + r0) * s->cin, s->cin);
+    return blocks_of(s->a * s->a, cols, s->cin, (size_t)s->cout);
 }
 
-/* The weight gradient's GEMMs: items (xi, block of output channels),
- * dU[xi][rows] (+)= dM[xi][:, rows]^T V[xi], summed over the chunk's tiles. */
-static int channel_blocks(const wino_shape *s)
-{
-    int nb = (WINO_TARGET_ITEMS + s->a * s->a - 1) / (s->a * s->a);
-    while (nb > 1 && s->cout / nb < 16)
-        nb--;
-    return nb;
-}
-
-static void dw_gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int item, float beta)
+static void dx_gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b, int item)
 {
     const wino_shape *s = &j->s;
-    const int xi = item / nb, b = item % nb;
-    const int r0 = (int)((long)s->cout * b / nb), r1 = (int)((long)s->cout * (b + 1) / nb);
-    hcnn_cpu_gemm(NULL, 1, 0, r1 - r0, s->cin, (int)cols, 1.0f,
-                  j->M + (size_t)xi * T * s->cout + r0, s->cout,
-                  j->V + (size_t)xi * T * s->cin, s->cin, beta,
-                  j->wt + ((size_t)xi * s->cout + r0) * s->cin, s->cin);
+    const wino_item it = item_of(b, cols, (size_t)s->cin, item);
+    hcnn_cpu_gemm(NULL, 0, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cout, 1.0f,
+                  j->M + ((size_t)it.xi * T + it.r0) * s->cout, s->cout,
+                  j->u + (size_t)it.xi * s->cout * s->cin + it.c0, s->cin, 0.0f,
+                  j->V + ((size_t)it.xi * T + it.r0) * s->cin + it.c0, s->cin);
+}
+
+/* The weight gradient's GEMMs, items over (Cout, C), each summed over the
+ * chunk's tiles: dU[xi] (+)= dM[xi]^T V[xi]. */
+static wino_blocks dw_blocks(const wino_shape *s, size_t cols)
+{
+    return blocks_of(s->a * s->a, (size_t)s->cout, s->cin, cols);
+}
+
+static void dw_gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b, int item,
+                         float beta)
+{
+    const wino_shape *s = &j->s;
+    const wino_item it = item_of(b, (size_t)s->cout, (size_t)s->cin, item);
+    hcnn_cpu_gemm(NULL, 1, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), (int)cols, 1.0f,
+                  j->M + (size_t)it.xi * T * s->cout + it.r0, s->cout,
+                  j->V + (size_t)it.xi * T * s->cin + it.c0, s->cin, beta,
+                  j->wt + ((size_t)it.xi * s->cout + it.r0) * s->cin + it.c0, s->cin);
+}
+
+static long blocks_items(const wino_shape *s, wino_blocks b)
+{
+    return (long)s->a * s->a * b.rb * b.cb;
 }
 
 /* The forward (Y = A^T [U V] A) and the input gradient (dM = A dY A^T,
@@ -551,7 +718,8 @@ static void dw_gemm_item(const wino_job *j, size_t T, size_t cols, int nb, int i
  * step's forward left it in the layer's cache. */
 typedef struct {
     void (*tiles)(const wino_job *, const float *, const wino_piece *, const wino_scratch *);
-    void (*gemm)(const wino_job *, size_t, size_t, int, int);
+    void (*gemm)(const wino_job *, size_t, size_t, wino_blocks, int);
+    wino_blocks (*blocks)(const wino_shape *, size_t);
     void (*scatter)(const wino_job *, float *, const wino_piece *, const wino_scratch *);
     const float *src;
     size_t src_sz;
@@ -559,6 +727,8 @@ typedef struct {
     float *dst;
     size_t dst_sz;
     int dst_c, dst_banded;
+    /* the input gradient: its scatter's seams, added once all bands are written */
+    void (*seam)(const wino_job *, float *, const wino_piece *);
 } wino_pass;
 
 static void pass_thread(const wino_job *j, const wino_pass *p, int t, int nt)
@@ -566,9 +736,13 @@ static void pass_thread(const wino_job *j, const wino_pass *p, int t, int nt)
     const wino_shape *s = &j->s;
     const wino_scratch w = scratch_of(j, t);
     if (j->transform) {
-        RANGE(s->cout, t, nt, a, b);
-        for (long co = a; co < b; co++)
-            weights_row(j, (int)co, w.img);
+        const int cb = weight_blocks(s, nt);
+        RANGE((long)s->cout * cb, t, nt, a, b);
+        for (long k = a; k < b; k++) {
+            int co, c0, c1;
+            weight_piece(s, cb, k, &co, &c0, &c1);
+            weights_row(j, co, c0, c1, w.img);
+        }
     }
     for (int i0 = 0; i0 < j->n; i0 += j->nc) {
         const int nb = j->n - i0 < j->nc ? j->n - i0 : j->nc;
@@ -584,24 +758,31 @@ static void pass_thread(const wino_job *j, const wino_pass *p, int t, int nt)
         }
 #pragma omp barrier
         {
-            const int tb = tile_blocks(s, cols), items = s->a * s->a * tb;
-            RANGE(items, t, nt, a, b);
+            const wino_blocks bl = p->blocks(s, cols);
+            RANGE(blocks_items(s, bl), t, nt, a, b);
             for (long it = a; it < b; it++) {
-                p->gemm(j, T, cols, tb, (int)it);
+                p->gemm(j, T, cols, bl, (int)it);
                 poll(j, t);
             }
         }
 #pragma omp barrier
-        {
-            const wino_split sp = split_of(p->dst_c, s->nty, nb, nt, p->dst_banded);
-            RANGE((long)nb * sp.cblocks * sp.bands, t, nt, a, b);
+        wino_split sp = split_of(p->dst_c, s->nty, nb, nt, p->dst_banded);
+        if (p->seam)
+            sp.bands = dx_bands(s, nb);
+        RANGE((long)nb * sp.cblocks * sp.bands, t, nt, a, b);
+        for (long k = a; k < b; k++) {
+            const wino_piece pc = piece_of(s, sp, p->dst_c, k);
+            p->scatter(j, p->dst + (size_t)(i0 + pc.image) * p->dst_sz, &pc, &w);
+            poll(j, t);
+        }
+#pragma omp barrier
+        if (p->seam && sp.bands > 1) {
             for (long k = a; k < b; k++) {
                 const wino_piece pc = piece_of(s, sp, p->dst_c, k);
-                p->scatter(j, p->dst + (size_t)(i0 + pc.image) * p->dst_sz, &pc, &w);
-                poll(j, t);
+                p->seam(j, p->dst + (size_t)(i0 + pc.image) * p->dst_sz, &pc);
             }
-        }
 #pragma omp barrier
+        }
     }
 }
 
@@ -610,8 +791,8 @@ static void forward_thread(void *arg, int t, int nt)
     const wino_job *j = arg;
     const wino_shape *s = &j->s;
     const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
-    const wino_pass p = {input_image, gemm_item,  output_image, j->x, in_sz,
-                         s->cin,      j->y,       out_sz,       s->cout, 1};
+    const wino_pass p = {input_image, gemm_item, fwd_blocks, output_image, j->x,   in_sz,
+                         s->cin,      j->y,      out_sz,     s->cout,      1,      NULL};
     pass_thread(j, &p, t, nt);
 }
 
@@ -620,8 +801,8 @@ static void input_grad_thread(void *arg, int t, int nt)
     const wino_job *j = arg;
     const wino_shape *s = &j->s;
     const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)s->cout * s->oh * s->ow;
-    const wino_pass p = {dy_image, dx_gemm_item, input_grad_image, j->dy, out_sz,
-                         s->cout,  j->dx,        in_sz,            s->cin, 0};
+    const wino_pass p = {dy_image, dx_gemm_item, dx_blocks, input_grad_image, j->dy, out_sz,
+                         s->cout,  j->dx,        in_sz,     s->cin,           0,     input_grad_seam};
     pass_thread(j, &p, t, nt);
 }
 
@@ -653,18 +834,22 @@ static void weight_grad_thread(void *arg, int t, int nt)
         }
 #pragma omp barrier
         {
-            const int cb = channel_blocks(s), items = s->a * s->a * cb;
-            RANGE(items, t, nt, a, b);
+            const wino_blocks bl = dw_blocks(s, cols);
+            RANGE(blocks_items(s, bl), t, nt, a, b);
             for (long it = a; it < b; it++) {
-                dw_gemm_item(j, T, cols, cb, (int)it, i0 == 0 ? 0.0f : 1.0f);
+                dw_gemm_item(j, T, cols, bl, (int)it, i0 == 0 ? 0.0f : 1.0f);
                 poll(j, t);
             }
         }
 #pragma omp barrier
     }
-    RANGE(s->cout, t, nt, a, b);
-    for (long co = a; co < b; co++)
-        weight_grad_row(j, (int)co, w.img);
+    const int cb = weight_blocks(s, nt);
+    RANGE((long)s->cout * cb, t, nt, a, b);
+    for (long k = a; k < b; k++) {
+        int co, c0, c1;
+        weight_piece(s, cb, k, &co, &c0, &c1);
+        weight_grad_row(j, co, c0, c1, w.img);
+    }
 }
 
 /* ---- the operations ------------------------------------------------------ */
@@ -794,18 +979,20 @@ int hcnn_wino_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, c
 static void push_calls(const wino_shape *s, const hcnn_exec *ctx, int n, int nt, int backward,
                        int pass, hcnn_gemm_list *gl)
 {
-    const int nc = chunk_images(s, ctx, n), a2 = s->a * s->a;
+    const int nc = chunk_images(s, ctx, n);
     for (int i0 = 0; i0 < n; i0 += nc) {
         const size_t cols = (size_t)(n - i0 < nc ? n - i0 : nc) * s->tiles;
-        const int nb = pass == 1 ? channel_blocks(s) : tile_blocks(s, cols);
-        const int items = (a2 * nb + nt - 1) / nt;
-        for (int i = 0; i < items; i++)
+        const wino_blocks b = pass == 1 ? dw_blocks(s, cols)
+                              : pass == 2 ? dx_blocks(s, cols) : fwd_blocks(s, cols);
+        const long items = (blocks_items(s, b) + nt - 1) / nt;
+        for (long i = 0; i < items; i++)
             if (pass == 1)
-                hcnn_gemm_push(gl, 1, 1, 0, s->cout / nb, s->cin, (int)cols, 1);
+                hcnn_gemm_push(gl, 1, 1, 0, s->cout / b.rb, s->cin / b.cb, (int)cols, 1);
             else if (pass == 2)
-                hcnn_gemm_push(gl, 1, 0, 0, (int)(cols / nb), s->cin, s->cout, 1);
+                hcnn_gemm_push(gl, 1, 0, 0, (int)(cols / (size_t)b.rb), s->cin / b.cb, s->cout, 1);
             else
-                hcnn_gemm_push(gl, backward, 0, 1, (int)(cols / nb), s->cout, s->cin, 1);
+                hcnn_gemm_push(gl, backward, 0, 1, (int)(cols / (size_t)b.rb), s->cout / b.cb,
+                               s->cin, 1);
     }
 }
 
@@ -824,19 +1011,20 @@ void hcnn_wino_pieces(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int 
                       hcnn_wino_phases *ph)
 {
     const wino_shape f = forward_shape(l, m);
-    const int nb = chunk_images(&f, ctx, n), a2 = f.a * f.a;
+    const int nb = chunk_images(&f, ctx, n);
     const size_t cols = (size_t)nb * f.tiles;
     const wino_split in = split_of(f.cin, f.nty, nb, nt, 1), out = split_of(f.cout, f.nty, nb, nt, 1);
     const wino_split dx = split_of(f.cin, f.nty, nb, nt, 0);
     ph->images = nb;
+    ph->weights = (long)f.cout * weight_blocks(&f, nt);
     ph->fwd[0] = (long)nb * in.cblocks * in.bands;
-    ph->fwd[1] = (long)a2 * tile_blocks(&f, cols);
+    ph->fwd[1] = blocks_items(&f, fwd_blocks(&f, cols));
     ph->fwd[2] = (long)nb * out.cblocks * out.bands;
     ph->dx[0] = ph->fwd[2];
-    ph->dx[1] = ph->fwd[1];
-    ph->dx[2] = (long)nb * dx.cblocks;
+    ph->dx[1] = blocks_items(&f, dx_blocks(&f, cols));
+    ph->dx[2] = (long)nb * dx.cblocks * dx_bands(&f, nb);
     ph->dw[0] = ph->fwd[0] + ph->fwd[2];
-    ph->dw[1] = (long)a2 * channel_blocks(&f);
+    ph->dw[1] = blocks_items(&f, dw_blocks(&f, cols));
 }
 
 void hcnn_wino_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n,

@@ -367,6 +367,28 @@ const char *hcnn_profile_plans(const hcnn_net *net, const hcnn_ctx *ctx, int fir
     return buf;
 }
 
+/* A "# pieces" line per layer whose backend cuts its passes: each phase's
+ * pieces for the run's threads, and the fewest (docs/performance.md,
+ * "Pieces"). */
+static void pieces_row(void *arg, const hcnn_layer *l, int top, int need_dx)
+{
+    (void)top;
+    plan_job *j = arg;
+    if (!l->ops->pieces)
+        return;
+    hcnn_pieces pc;
+    l->ops->pieces(l, j->ctx, j->n, j->ctx->be->threads(j->ctx->be), need_dx, &pc);
+    if (!pc.count)
+        return;
+    long fewest = pc.phase[0].pieces;
+    fprintf(j->out, "# pieces %s:", l->name);
+    for (int k = 0; k < pc.count; k++) {
+        fprintf(j->out, "%s %s %ld", k ? "," : "", pc.phase[k].name, pc.phase[k].pieces);
+        fewest = pc.phase[k].pieces < fewest ? pc.phase[k].pieces : fewest;
+    }
+    fprintf(j->out, " (fewest %ld)\n", fewest);
+}
+
 double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
                           int first, int last, int n, int micro_per_step, FILE *out)
 {
@@ -385,6 +407,9 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
     for_each_row(net, first, last, print_row, &j);
     plan_job pj = {.ctx = ctx, .n = n, .out = out};
     for_each_row(net, first, last, plan_row, &pj);
+    fprintf(out, "# pieces of each pass's phases at %d samples on %d threads\n", n,
+            ctx->be->threads(ctx->be));
+    for_each_row(net, first, last, pieces_row, &pj);
     const double gemm_total = j.gemm_total, fwd_total = j.fwd_total, bwd_total = j.bwd_total;
     const double step_ms = p->step_s / steps * 1e3;
     const double share = step_ms > 0 ? gemm_total / step_ms : 0.0;

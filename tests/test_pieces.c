@@ -1,0 +1,176 @@
+/* The pieces of ResNet-18's passes at 8 images (issue 43): a node of a
+ * 32-node job holds 8-32 images, and each of its 64 (or 256) threads needs
+ * work.  For every layer whose backend cuts its passes (the convolutions,
+ * batch-norm), every phase must offer nt threads at least
+ *   min(nt, what the layer's shape allows)
+ * pieces, nt = 64 and 256.  What a shape allows is counted here, from the
+ * shape alone, by the rules the CPU backend publishes (src/cpu/cpu.h,
+ * "Pieces"): pieces of whole vectors (16 channels, 16 tiles, 16 GEMM rows
+ * or columns), of whole images' planes, of whole rows of output, none of a
+ * GEMM smaller than HCNN_PIECE_MIN_MACS multiply-adds; and, since the
+ * backend's cuts round to those units, half of a GEMM phase's
+ * multiply-adds over that minimum.  The phases whose cut is fixed by the
+ * shape (the GEMMs: the BLAS gives other bits for other blocks) are held
+ * to min(256, allowed) at both thread counts.  Before the pieces, a
+ * Winograd GEMM phase offered 16-72 pieces here, its input-gradient
+ * scatter 32, a batched GEMM 64 at most. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hcnn/backend.h"
+#include "hcnn/config.h"
+#include "hcnn/layer.h"
+#include "hcnn/net.h"
+
+/* the backend's published rules (src/cpu/cpu.h) */
+#define TARGET 256
+#define MIN_MACS ((double)(1 << 18))
+#define BATCH 8
+
+static long at_most(long a, long b) { return a < b ? a : b; }
+
+static long gemm_allowed(long m, long n, long k)
+{
+    const double by_size = (double)m * n * k / (2.0 * MIN_MACS);
+    return at_most((m / 16 > 0 ? m / 16 : 1) * (n / 16 > 0 ? n / 16 : 1),
+                   by_size < 1.0 ? 1 : (long)by_size);
+}
+
+/* The plan the backend names for a convolution: Winograd's tile (0: an
+ * im2col plan) and images a chunk. */
+static void plan_of(const hcnn_layer *l, const hcnn_ctx *ctx, int *tile, long *chunk)
+{
+    char how[512];
+    l->ops->describe(l, ctx, BATCH, how, sizeof how);
+    *tile = !strncmp(how, "winograd_f4", 11) ? 4 : !strncmp(how, "winograd_f2", 11) ? 2 : 0;
+    const char *c = strstr(how, "chunks of ");
+    *chunk = c ? atol(c + 10) : BATCH;
+}
+
+/* What the shape of layer l allows phase `name` of a pass of BATCH images. */
+static long allowed(const hcnn_layer *l, const hcnn_ctx *ctx, const char *name)
+{
+    const long n = BATCH, C = l->in_c, co = l->out_c, oh = l->out_h, ow = l->out_w;
+    const long vec_in = C >= 32 ? C / 16 : 1, vec_out = co >= 32 ? co / 16 : 1;
+    if (l->kind == HCNN_BLOCK_BN)
+        return strstr(name, "means") || strstr(name, "variances") || strstr(name, "totals")
+                   ? C
+                   : n * C;
+    const long kh = l->conv.kh, kw = l->conv.kw, K = C * kh * kw, P = oh * ow;
+    const double macs = (double)n * P * K * co;
+    int m;
+    long nb;
+    plan_of(l, ctx, &m, &nb);
+    if (m) { /* Winograd: a^2 products over the chunk's tiles; images x vectors x tile rows */
+        const long a2 = (long)(m + 2) * (m + 2), nty = (oh + m - 1) / m;
+        const long tiles = nb * nty * ((ow + m - 1) / m);
+        if (strstr(name, "weights' transform") || strstr(name, "weight-gradient inverse"))
+            return co * vec_in;
+        if (strstr(name, "forward GEMMs"))
+            return a2 * gemm_allowed(tiles, co, C);
+        if (strstr(name, "input-gradient GEMMs"))
+            return a2 * gemm_allowed(tiles, C, co);
+        if (strstr(name, "weight-gradient GEMMs"))
+            return a2 * gemm_allowed(co, C, tiles);
+        if (strstr(name, "weight-gradient transforms"))
+            return nb * (vec_in + vec_out) * nty;
+        if (strstr(name, "forward inverse") || strstr(name, "input-gradient transform"))
+            return nb * vec_out * nty;
+        if (strstr(name, "forward transform") || strstr(name, "input-gradient scatter"))
+            return nb * vec_in * nty;
+        /* the weight gradient by the im2col plan: below */
+    }
+    if (strstr(name, "im2col") || strstr(name, "col2im"))
+        return n * C;
+    if (strstr(name, "layout"))
+        return n * co;
+    if (strstr(name, "forward GEMM"))
+        return gemm_allowed(co, n * P, K);
+    if (strstr(name, "weight-gradient GEMM"))
+        return gemm_allowed(co, K, n * P);
+    if (strstr(name, "input-gradient GEMM"))
+        return gemm_allowed(K, n * P, co);
+    if (strstr(name, "forward items"))
+        return at_most(n * oh, (long)(macs / (2.0 * MIN_MACS)));
+    if (strstr(name, "weight-gradient tasks")) /* partial sums of >= 2048 columns */
+        return at_most(64, n * P / 2048 > 1 ? n * P / 2048 : 1);
+    /* the backward's queue: weight-gradient chunks and input-gradient items */
+    return at_most(n * C, (long)(macs / (2.0 * MIN_MACS)));
+}
+
+/* the phases whose cut is fixed by the shape (the BLAS gives other bits for
+ * other blocks; the scatter's bands are summed in their order) */
+static int shape_fixed(const char *name) { return strstr(name, "GEMM") != NULL; }
+
+static void check_layer(const hcnn_layer *l, const hcnn_ctx *ctx, int nt, int need_dx,
+                        int *checked)
+{
+    if (!l->ops->pieces)
+        return;
+    hcnn_pieces pc;
+    l->ops->pieces(l, ctx, BATCH, nt, need_dx, &pc);
+    assert_true(pc.count > 0);
+    printf("  %-22s %3d threads:", l->name, nt);
+    for (int k = 0; k < pc.count; k++)
+        printf(" %ld", pc.phase[k].pieces);
+    printf("\n");
+    for (int k = 0; k < pc.count; k++) {
+        const char *name = pc.phase[k].name;
+        const long want = at_most(shape_fixed(name) ? TARGET : nt, allowed(l, ctx, name));
+        if (pc.phase[k].pieces < want)
+            fail_msg("%s at %d images, %d threads: the %s offers %ld pieces, the shape allows "
+                     "%ld",
+                     l->name, BATCH, nt, name, pc.phase[k].pieces, want);
+        (*checked)++;
+    }
+}
+
+static void test_resnet18_batch_8(void **state)
+{
+    (void)state;
+    char path[1024];
+    const char *src = getenv("HCNN_SRCDIR");
+    snprintf(path, sizeof path, "%s/configs/cifar_resnet18.yaml", src ? src : ".");
+    hcnn_config cfg;
+    if (hcnn_config_load(&cfg, path, NULL, 0))
+        fail_msg("cannot load %s (set HCNN_SRCDIR to the source root)", path);
+    hcnn_net net;
+    assert_int_equal(hcnn_net_create(&net, &cfg.model, hcnn_backend_cpu(), cfg.path), HCNN_OK);
+    const int saved = omp_get_max_threads();
+    const int counts[] = {64, 256};
+    int checked = 0;
+    for (int c = 0; c < 2; c++) {
+        omp_set_num_threads(counts[c]); /* the plans a run on that many threads makes */
+        hcnn_ctx ctx = {.be = hcnn_backend_cpu(),
+                        .ws_floats = (size_t)1 << 40, /* a run sizes it for the plan */
+                        .training = 1,
+                        .max_chunk_floats = (size_t)(cfg.im2col_mb * 1048576.0 / sizeof(float)),
+                        .conv_algo = cfg.conv_algo};
+        for (int i = 0; i < net.nlayers; i++) {
+            check_layer(&net.layers[i], &ctx, counts[c], i > 0, &checked);
+            for (int j = 0; j < net.layers[i].nchildren; j++)
+                check_layer(&net.layers[i].children[j], &ctx, counts[c], 1, &checked);
+        }
+    }
+    omp_set_num_threads(saved);
+    printf("  %d phases checked\n", checked);
+    assert_true(checked > 100);
+    hcnn_net_free(&net);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resnet18_batch_8),
+    };
+    return cmocka_run_group_tests_name("pieces", tests, NULL, NULL);
+}
