@@ -651,3 +651,74 @@ int check_conv_bf16(const hcnn_backend *be, char *why, size_t cap)
     mut->set_precision(mut, HCNN_PRECISION_FP32);
     return ok;
 }
+
+/* conv_fwd gathering the next batch-norm's statistics (backend.h,
+ * hcnn_bn_stats), then bn_fwd_train from them: y, the saved mean and
+ * inverse std and the running statistics against the double reference
+ * over the convolution's own output (downloaded), within TOL_BN, as
+ * bn_fwd_train from x is held; a backend may gather nothing (bands 0),
+ * and then bn_fwd_train takes them from x.  A band whose mean missed the
+ * bias, or a band counted twice, is off by far more. */
+int check_conv_fwd_bn_stats(const hcnn_backend *be, char *why, size_t cap)
+{
+    char what[256];
+    for (size_t c = 0; c < NCONV; c++) {
+        const int mark = arena_mark();
+        conv_env e;
+        conv_env_data(&e, be, &conv_cases[c], 1, 0);
+        const int n = e.cc->n, oc = e.cc->oc, np = e.d.g.oh * e.d.g.ow;
+        const size_t table = (size_t)n * oc * e.d.g.oh * 2;
+        float *y = dvec(be, e.ny), *z = dvec(be, e.ny), *hy = hvec(e.ny);
+        float *sm = dvec(be, (size_t)oc), *si = dvec(be, (size_t)oc);
+        float *rm = dvec(be, (size_t)oc), *rv = dvec(be, (size_t)oc);
+        ref_rng r = {4200 + c};
+        float *gamma = hrand(&r, (size_t)oc, 0.5f, 1.5f), *beta = hrand(&r, (size_t)oc, -1, 1);
+        float *ones = hvec((size_t)oc), *zeros = hvec((size_t)oc);
+        for (int k = 0; k < oc; k++)
+            ones[k] = 1.0f, zeros[k] = 0.0f;
+        float *d_g = dnew(be, gamma, (size_t)oc), *d_b = dnew(be, beta, (size_t)oc);
+        double *mean = hdvec((size_t)oc), *var = hdvec((size_t)oc), *is = hdvec((size_t)oc);
+        double *rm_want = hdvec((size_t)oc), *rv_want = hdvec((size_t)oc), *z_want = hdvec(e.ny);
+        for (size_t x = 0; x < NEXEC; x++) {
+            if (!exec_applies(e.cc, &conv_execs[x]) || conv_execs[x].in_unit)
+                continue;
+            const int m2 = arena_mark();
+            conv_env_exec(&e, &conv_execs[x]);
+            hcnn_bn_stats st = {dvec(be, table), table, -1, -1};
+            e.ex.stats = &st;
+            put_nan(be, y, e.ny);
+            TRY(conv_run(&e, CONV_FWD, e.d_b, y, NULL, NULL, NULL, 0, n, why, cap));
+            e.ex.stats = NULL;
+            conv_name(e.cc, e.xc, "conv_fwd y (gathering statistics)", what, sizeof what);
+            TRY(check_dev(be, what, y, e.yb, e.ny, e.tol, why, cap));
+            if (st.bands < 0 || (st.bands > 0 && (st.band_px < 1 || st.band_px > np)))
+                FAIL("%s: bands %d of %d pixels for planes of %d", what, st.bands, st.band_px, np);
+            get(be, hy, y, e.ny);
+            ref_bn_stats(hy, n, oc, np, mean, var);
+            const size_t cnt = (size_t)n * np;
+            for (int k = 0; k < oc; k++) {
+                is[k] = 1.0 / sqrt(var[k] + 1e-5);
+                rm_want[k] = 0.9 * 0.0 + 0.1 * mean[k];
+                rv_want[k] = 0.9 * 1.0 + 0.1 * var[k] * (double)cnt / (double)(cnt > 1 ? cnt - 1 : 1);
+            }
+            ref_bn_apply(hy, n, oc, np, gamma, beta, mean, is, NULL, 1, z_want);
+            put(be, rm, zeros, (size_t)oc), put(be, rv, ones, (size_t)oc);
+            put_nan(be, z, e.ny), put_nan(be, sm, (size_t)oc), put_nan(be, si, (size_t)oc);
+            be->bn_fwd_train(be, y, n, oc, np, d_g, d_b, 1e-5f, 0.1f, rm, rv, sm, si, NULL, 1, &st,
+                             z);
+            conv_name(e.cc, e.xc, "bn_fwd_train y from the gathered statistics", what, sizeof what);
+            TRY(check_dev(be, what, z, z_want, e.ny, TOL_BN, why, cap));
+            conv_name(e.cc, e.xc, "bn_fwd_train save_mean from them", what, sizeof what);
+            TRY(check_dev(be, what, sm, mean, (size_t)oc, TOL_BN, why, cap));
+            conv_name(e.cc, e.xc, "bn_fwd_train save_invstd from them", what, sizeof what);
+            TRY(check_dev(be, what, si, is, (size_t)oc, TOL_BN, why, cap));
+            conv_name(e.cc, e.xc, "bn_fwd_train running_mean from them", what, sizeof what);
+            TRY(check_dev(be, what, rm, rm_want, (size_t)oc, TOL_BN, why, cap));
+            conv_name(e.cc, e.xc, "bn_fwd_train running_var from them", what, sizeof what);
+            TRY(check_dev(be, what, rv, rv_want, (size_t)oc, TOL_BN, why, cap));
+            arena_pop(m2);
+        }
+        arena_pop(mark);
+    }
+    return 1;
+}

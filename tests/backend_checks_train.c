@@ -90,7 +90,7 @@ int check_bn_fwd_train(const hcnn_backend *be, char *why, size_t cap)
             float *d_rm = dnew(be, rm, (size_t)ch), *d_rv = dnew(be, rv, (size_t)ch);
             float *d_sm = dnan(be, (size_t)ch), *d_si = dnan(be, (size_t)ch), *d_y = dnan(be, nn);
             be->bn_fwd_train(be, d_x, n, ch, np, d_g, d_b, BN_EPS, BN_MOMENTUM, d_rm, d_rv, d_sm,
-                             d_si, with_add ? d_add : NULL, relu, d_y);
+                             d_si, with_add ? d_add : NULL, relu, NULL, d_y);
             bn_name(bn_cases[c], "bn_fwd_train y", with_add, relu, what, sizeof what);
             TRY(check_dev(be, what, d_y, y_want, nn, TOL_BN, why, cap));
             bn_name(bn_cases[c], "bn_fwd_train save_mean", with_add, relu, what, sizeof what);

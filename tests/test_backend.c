@@ -57,6 +57,7 @@ static const check_entry checks[] = {
     {"copy", check_copy},
     {"gemm", check_gemm},
     {"conv_fwd", check_conv_fwd},
+    {"conv_fwd_bn_stats", check_conv_fwd_bn_stats},
     {"conv_bwd", check_conv_bwd},
     {"conv_bwd_filter", check_conv_bwd_filter},
     {"conv_bwd_data", check_conv_bwd_data},
@@ -202,10 +203,11 @@ static void bad_maxpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, con
 static void bad_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
                              const float *gamma, const float *beta, float eps, float momentum,
                              float *rm, float *rv, float *sm, float *si, const float *add, int relu,
-                             float *y)
+                             const hcnn_bn_stats *stats, float *y)
 {
     (void)be, (void)momentum; /* ignores the momentum: the running statistics are the batch's */
-    g_real->bn_fwd_train(g_real, x, n, c, np, gamma, beta, eps, 1.0f, rm, rv, sm, si, add, relu, y);
+    g_real->bn_fwd_train(g_real, x, n, c, np, gamma, beta, eps, 1.0f, rm, rv, sm, si, add, relu,
+                         stats, y);
 }
 static void bad_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
                              const float *gamma, const float *beta, float eps, const float *rm,

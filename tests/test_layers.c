@@ -752,7 +752,7 @@ static void test_bn_pieces_same_bits(void **state)
             for (int ch = 0; ch < c; ch++)
                 o[4][ch] = 1.0f; /* running variance */
             hcnn_cpu_bn_fwd_train(be, x, n, c, np, g, b, 1e-5f, 0.1f, o[3], o[4], o[1], o[2], NULL,
-                                  1, o[0]);
+                                  1, NULL, o[0]);
             hcnn_cpu_bn_bwd(be, x, dy, n, c, np, g, b, o[1], o[2], 1, o[5], o[6], o[6] + c);
         }
         const size_t len[7] = {sz, c, c, c, c, sz, 2 * (size_t)c};
@@ -1168,7 +1168,8 @@ static void test_bn_relu_fused_backward(void **state)
         fill_random(dy, sz, 23 + k, -1.0f, 1.0f);
         fill_random(gamma, 4, 25, 0.5f, 1.5f);
         fill_random(beta, 4, 26, -0.5f, 0.5f);
-        be->bn_fwd_train(be, x, n, c, np, gamma, beta, 1e-5f, 0.1f, rm, rv, mean, istd, NULL, 0, z);
+        be->bn_fwd_train(be, x, n, c, np, gamma, beta, 1e-5f, 0.1f, rm, rv, mean, istd, NULL, 0, NULL,
+                         z);
         be->relu_fwd(be, z, y, sz, 0.0f);
         be->relu_bwd(be, y, dy, g, sz, 0.0f);
         be->bn_bwd(be, x, g, n, c, np, gamma, beta, mean, istd, 0, dx1, p1, p1 + 4);

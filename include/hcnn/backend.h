@@ -73,6 +73,22 @@ typedef struct hcnn_conv_desc {
     hcnn_conv_cache *cache;
 } hcnn_conv_desc;
 
+/* The batch statistics a training convolution gathers for the batch-norm
+ * that follows it, while it has each piece of its output in cache: for
+ * each image, channel and band of its plane (bands of band_px pixels, the
+ * last one the rest), the band's mean and its sum of squared deviations
+ * from that mean (two passes over the band), [n][channels][bands][2] in
+ * part (backend memory of cap floats).  conv_fwd sets bands and band_px
+ * (bands 0: it gathered nothing, and bn_fwd_train reads its input for
+ * them); bn_fwd_train combines the bands of a channel in the order (image,
+ * band), in double: the two-pass variance's accuracy without the two
+ * passes over x. */
+typedef struct hcnn_bn_stats {
+    float *part;
+    size_t cap;
+    int bands, band_px;
+} hcnn_bn_stats;
+
 /* How a backend call may run, from the caller: its workspace (backend
  * memory, sized by the backend's own *_workspace), the configuration's
  * execution keys (the CPU backend's; a device backend may ignore them),
@@ -91,6 +107,9 @@ typedef struct hcnn_exec {
      * calls of one training step), so what a backend derived from them in
      * one call (a conv cache) serves the others; 0: derive it again */
     uint64_t weights_key;
+    /* conv_fwd in training, followed by a batch-norm: where to gather its
+     * output's statistics (NULL: none wanted) */
+    hcnn_bn_stats *stats;
 } hcnn_exec;
 
 /* graphs a backend keeps at once (graph_begin .. graph_launch): a step
@@ -353,10 +372,13 @@ struct hcnn_backend {
      * y = act(gamma * xhat + beta + add), act = ReLU if relu else identity,
      * add (shaped like y) skipped if NULL: a residual block's addition and
      * ReLU, or the ReLU that follows, in the same pass. */
+    /* stats: what the convolution before it gathered of x (NULL, or bands
+     * 0: nothing; the statistics are then taken from x) */
     void (*bn_fwd_train)(const hcnn_backend *be, const float *x, int n, int c, int np,
                          const float *gamma, const float *beta, float eps, float momentum,
                          float *running_mean, float *running_var, float *save_mean,
-                         float *save_invstd, const float *add, int relu, float *y);
+                         float *save_invstd, const float *add, int relu,
+                         const hcnn_bn_stats *stats, float *y);
     void (*bn_fwd_infer)(const hcnn_backend *be, const float *x, int n, int c, int np,
                          const float *gamma, const float *beta, float eps,
                          const float *running_mean, const float *running_var, const float *add,

@@ -52,6 +52,12 @@ typedef struct hcnn_ctx {
      * whole-network units, whose threads would share a cache): backends
      * derive what they need from the weights at every call */
     uint64_t weights_key;
+    /* Training: the table (backend.h, hcnn_bn_stats) in which a convolution
+     * followed by a batch-norm gathers that batch-norm's statistics (the
+     * scratch's; NULL: none), and the one a pass uses: set by the chain
+     * (chain.c) for such a pair only, NULL otherwise. */
+    hcnn_bn_stats *bn_stats_table;
+    hcnn_bn_stats *bn_stats;
 } hcnn_ctx;
 
 static inline void hcnn_ctx_poll(const hcnn_ctx *ctx)

@@ -137,6 +137,37 @@ static const float *prepare_shifted(const hcnn_conv_desc *l, const hcnn_exec *ct
     return wt;
 }
 
+/* The batch-norm statistics of output rows [oy0, oy0 + rows) of images
+ * [i0, i0 + nb), all channels, while they are in cache (ctx->stats set up
+ * by gather_stats; nothing when it is not). */
+static void stats_rows(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *y, int i0,
+                       int nb, int oy0, int rows)
+{
+    const hcnn_bn_stats *st = ctx->stats;
+    if (!st || !st->bands)
+        return;
+    const size_t out_sz = hcnn_conv_out_size(l), P = (size_t)hcnn_conv_p(l);
+    const size_t per_image = (size_t)l->out_c * st->bands * 2;
+    for (int i = 0; i < nb; i++)
+        hcnn_cpu_bn_stats_rows(st, y + (size_t)i * out_sz, P, l->g.ow, 0, l->out_c, oy0, rows,
+                               st->part + (size_t)(i0 + i) * per_image);
+}
+
+/* Whether this call gathers its output's statistics (backend.h,
+ * hcnn_bn_stats), in bands of `rows` output rows: the rows every piece of
+ * the plan writes whole.  Not when the table is too small. */
+static void gather_stats(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int rows)
+{
+    hcnn_bn_stats *st = ctx->stats;
+    if (!st)
+        return;
+    rows = rows < l->g.oh ? rows : l->g.oh;
+    const int bands = (l->g.oh + rows - 1) / rows;
+    const int ok = (size_t)n * l->out_c * bands * 2 <= st->cap;
+    st->bands = ok ? bands : 0;
+    st->band_px = ok ? rows * l->g.ow : 0;
+}
+
 static void forward_thread(void *arg, int t, int nt)
 {
     const conv_job *j = arg;
@@ -156,9 +187,26 @@ static void forward_thread(void *arg, int t, int nt)
             forward_rows(l, j->w, j->b, x, y, it.oy0, it.rows, s.col);
         else
             forward_group(l, j->w, j->b, x, y, it.nb, s.col, s.out);
+        stats_rows(l, j->ctx, y, it.i0, it.nb, it.oy0, it.rows);
         if (t == 0)
             exec_poll(j->ctx);
     }
+}
+
+/* A batched chunk's statistics, by (image, channel) planes on all threads
+ * (the chunk was written by all threads: whole planes, bands of oh rows). */
+static void stats_planes(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *y, int i0,
+                         int nb)
+{
+    const hcnn_bn_stats *st = ctx->stats;
+    if (!st || !st->bands)
+        return;
+    const size_t out_sz = hcnn_conv_out_size(l), P = (size_t)hcnn_conv_p(l);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < nb; i++)
+        for (int c = 0; c < l->out_c; c++)
+            hcnn_cpu_bn_stats_rows(st, y + (size_t)i * out_sz, P, l->g.ow, c, c + 1, 0, l->g.oh,
+                                   st->part + (size_t)(i0 + i) * l->out_c * 2);
 }
 
 /* Weight gradient of output rows [oy0, oy0 + rows) of one image:
@@ -305,15 +353,19 @@ int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
     (void)be;
     hcnn_conv_plan p;
     hcnn_conv_plan_make(l, ctx, n, &p);
-    if (p.wino)
+    if (p.wino) {
+        gather_stats(l, ctx, n, p.wino); /* bands of a tile row */
         return hcnn_wino_fwd(l, ctx, p.wino, x, w, b, y, n);
+    }
     const size_t in_sz = hcnn_conv_in_size(l), out_sz = hcnn_conv_out_size(l);
     if (p.per_thread) {
         conv_job job = {.l = l, .ctx = ctx, .p = &p, .w = w, .b = b, .x = x, .y = y, .n = n};
         job.wt = prepare_shifted(l, ctx, &p, w);
+        gather_stats(l, ctx, n, p.rows); /* an item's rows: a block, or the whole plane */
         hcnn_cpu_parallel(NULL, forward_thread, &job);
         return HCNN_OK;
     }
+    gather_stats(l, ctx, n, l->g.oh);
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l);
     for (int i0 = 0; i0 < n; i0 += p.group) {
         const int nb = n - i0 < p.group ? n - i0 : p.group;
@@ -326,6 +378,7 @@ int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
                              col);
         else
             forward_group(l, w, b, xi, yi, nb, col, Y);
+        stats_planes(l, ctx, yi, i0, nb);
         exec_poll(ctx);
     }
     return HCNN_OK;

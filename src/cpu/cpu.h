@@ -163,10 +163,15 @@ void hcnn_cpu_maxpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const
 void hcnn_cpu_avgpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *x, int n, float *y);
 void hcnn_cpu_avgpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, int n, float *dx);
 /* bn.c */
+/* the statistics a convolution gathers for the batch-norm after it
+ * (backend.h, hcnn_bn_stats): rows [oy0, oy0 + rows) of channels [c0, c1)
+ * of one image, into that image's table */
+void hcnn_cpu_bn_stats_rows(const hcnn_bn_stats *st, const float *y, size_t np, int ow, int c0,
+                            int c1, int oy0, int rows, float *part_img);
 void hcnn_cpu_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np, const float *gamma,
                            const float *beta, float eps, float momentum, float *running_mean,
                            float *running_var, float *save_mean, float *save_invstd,
-                           const float *add, int relu, float *y);
+                           const float *add, int relu, const hcnn_bn_stats *stats, float *y);
 void hcnn_cpu_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np, const float *gamma,
                            const float *beta, float eps, const float *running_mean,
                            const float *running_var, const float *add, int relu, float *y);

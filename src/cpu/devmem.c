@@ -97,11 +97,25 @@ static hcnn_exec host_exec(const hcnn_exec *ex)
     h.ws = HF(ex->ws);
     return h;
 }
+/* the batch-norm statistics' table at its host address (NULL: none) */
+static const hcnn_bn_stats *host_stats(const hcnn_bn_stats *st, hcnn_bn_stats *h)
+{
+    if (!st)
+        return NULL;
+    *h = *st;
+    h->part = HF(st->part);
+    return h;
+}
 static int dm_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                        const float *x, const float *w, const float *b, float *y, int n)
 {
-    const hcnn_exec h = host_exec(ex);
-    return hcnn_cpu_conv_fwd(be, d, &h, HF(x), HF(w), HF(b), HF(y), n);
+    hcnn_exec h = host_exec(ex);
+    hcnn_bn_stats st;
+    h.stats = (hcnn_bn_stats *)host_stats(ex->stats, &st);
+    const int rc = hcnn_cpu_conv_fwd(be, d, &h, HF(x), HF(w), HF(b), HF(y), n);
+    if (ex->stats) /* what it gathered */
+        ex->stats->bands = st.bands, ex->stats->band_px = st.band_px;
+    return rc;
 }
 static int dm_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                        const float *x, const float *w, const float *dy, float *dw, float *db,
@@ -187,10 +201,12 @@ static void dm_avgpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, cons
 static void dm_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
                             const float *gamma, const float *beta, float eps, float momentum,
                             float *rmean, float *rvar, float *smean, float *sinvstd,
-                            const float *add, int relu, float *y)
+                            const float *add, int relu, const hcnn_bn_stats *stats, float *y)
 {
+    hcnn_bn_stats st;
     hcnn_cpu_bn_fwd_train(be, HF(x), n, c, np, HF(gamma), HF(beta), eps, momentum, HF(rmean),
-                          HF(rvar), HF(smean), HF(sinvstd), HF(add), relu, HF(y));
+                          HF(rvar), HF(smean), HF(sinvstd), HF(add), relu,
+                          host_stats(stats, &st), HF(y));
 }
 static void dm_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
                             const float *gamma, const float *beta, float eps, const float *rmean,

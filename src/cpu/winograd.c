@@ -406,6 +406,21 @@ static void dy_image(const wino_job *j, const float *dy, const wino_piece *pc,
                     w);
 }
 
+/* The batch-norm statistics of the piece's output rows [oy0, oy1) of
+ * image y, just written (backend.h, hcnn_bn_stats: bands of a tile row,
+ * set up by the caller). */
+static void output_stats(const wino_job *j, const float *y, const wino_piece *pc, int oy0,
+                         int oy1)
+{
+    const hcnn_bn_stats *st = j->ctx->stats;
+    if (!st || !st->bands)
+        return;
+    const wino_shape *s = &j->s;
+    const size_t out_sz = (size_t)s->cout * s->oh * s->ow, image = (size_t)(y - j->y) / out_sz;
+    hcnn_cpu_bn_stats_rows(st, y, (size_t)s->oh * s->ow, s->ow, pc->c0, pc->c1, oy0, oy1 - oy0,
+                           st->part + image * s->cout * st->bands * 2);
+}
+
 /* The piece's output rows of image y (cout planes) from M: Y = A^T M A per
  * tile, channels-last, then back to planes, plus the bias, written or
  * added. */
@@ -447,6 +462,7 @@ static void output_image(const wino_job *j, float *y, const wino_piece *pc, cons
     float *dst = y + (size_t)pc->c0 * P + (size_t)oy0 * s->ow;
     if (!j->acc && !j->bias) {
         hcnn_cpu_transpose_ld(w->img, (size_t)C, px, C, dst, P);
+        output_stats(j, y, pc, oy0, oy1);
         return;
     }
     hcnn_cpu_transpose_ld(w->img, (size_t)C, px, C, w->img2, (size_t)px);
@@ -460,6 +476,7 @@ static void output_image(const wino_job *j, float *y, const wino_piece *pc, cons
             for (int p = 0; p < px; p++)
                 d[p] = src[p] + b;
     }
+    output_stats(j, y, pc, oy0, oy1);
 }
 
 /* The input gradient's scatter is cut into bands of tile rows fixed by

@@ -23,8 +23,9 @@
 #define SLOTS (LANES + 1) /* the lanes and the tail of a plane */
 
 /* Slot l of plane q: lane l's sum of f(x) over the whole blocks of 16, or
- * (l == LANES) the tail's, in order; f is x (mode 0) or (x - mean[ch])^2
- * (mode 1). */
+ * (l == LANES) the tail's, in order; f is x (mode 0) or (x - m)^2 with m
+ * the channel's mean[ch] (mode 1) or the plane's own mean[2 q] (mode 2: a
+ * gathered statistics' table). */
 __global__ void plane_slots_kernel(const float *x, size_t planes, int c, int np, int mode,
                                    const float *mean, float *part)
 {
@@ -34,7 +35,7 @@ __global__ void plane_slots_kernel(const float *x, size_t planes, int c, int np,
     const size_t q = k / SLOTS;
     const int l = (int)(k % SLOTS), whole = np / LANES * LANES;
     const float *p = x + q * (size_t)np;
-    const float m = mode ? mean[q % (size_t)c] : 0.0f;
+    const float m = mode == 1 ? mean[q % (size_t)c] : mode == 2 ? mean[2 * q] : 0.0f;
     float s = 0.0f;
     if (l < LANES) {
         for (int i = l; i < whole; i += LANES) {
@@ -231,6 +232,80 @@ static void channel_sums(const hcnn_backend *be, const float *x, int n, int c, i
     }
 }
 
+/* ---- the statistics gathered for the batch-norm after a convolution ---- */
+
+/* table[2 q + at] = plane q's total (at 1: its sum of squared deviations),
+ * or (at 0) its mean: the total over np as a float (the CPU's division) */
+__global__ void plane_stat_kernel(const float *tot, size_t planes, int np, int at, float *table)
+{
+    const size_t q = HCNN_CUDA_INDEX();
+    if (q < planes)
+        table[2 * q + (size_t)at] = at ? tot[q] : tot[q] / (float)np;
+}
+
+/* Each plane of y [n][c][np] as one band (backend.h, hcnn_bn_stats): its
+ * mean and sum of squared deviations from it, with the CPU's additions
+ * (src/cpu/bn.c, hcnn_cpu_bn_stats_rows): the lanes, then their total. */
+void hcnn_cuda_bn_gather(const hcnn_backend *be, const float *y, int n, int c, int np,
+                         hcnn_bn_stats *stats)
+{
+    stats->bands = 0, stats->band_px = 0;
+    if (n <= 0 || c <= 0 || (size_t)n * c * 2 > stats->cap)
+        return;
+    cudaStream_t st = cuda_of(be)->stream;
+    double *unused;
+    float *slots, *tot;
+    const int piece = scratch_layout(be, n, c, 1, 0, &unused, &slots, &tot);
+    for (int i0 = 0; i0 < n; i0 += piece) {
+        const int nb = n - i0 < piece ? n - i0 : piece;
+        const size_t planes = (size_t)nb * c;
+        const float *x = y + (size_t)i0 * c * np;
+        float *table = stats->part + (size_t)i0 * c * 2;
+        for (int at = 0; at < 2; at++) {
+            HCNN_LAUNCH(plane_slots_kernel, hcnn_cuda_blocks(planes * SLOTS), HCNN_CUDA_BLOCK, st,
+                        x, planes, c, np, at ? 2 : 0, (const float *)table, slots);
+            HCNN_CUDA_LAUNCHED();
+            HCNN_LAUNCH(plane_total_kernel, hcnn_cuda_blocks(planes), HCNN_CUDA_BLOCK, st,
+                        (const float *)slots, planes, tot);
+            HCNN_CUDA_LAUNCHED();
+            HCNN_LAUNCH(plane_stat_kernel, hcnn_cuda_blocks(planes), HCNN_CUDA_BLOCK, st,
+                        (const float *)tot, planes, np, at, table);
+            HCNN_CUDA_LAUNCHED();
+        }
+    }
+    stats->bands = 1, stats->band_px = np;
+}
+
+/* A channel's statistics from the gathered bands, in the CPU's order and
+ * arithmetic (src/cpu/bn.c, bn_fwd_train_gathered and bn_channel_finish) */
+__global__ void bn_gathered_kernel(const float *part, int n, int c, int np, int bands,
+                                   int band_px, float eps, float momentum, float *save_mean,
+                                   float *save_invstd, float *running_mean, float *running_var)
+{
+    const size_t ch = HCNN_CUDA_INDEX();
+    if (ch >= (size_t)c)
+        return;
+    const double cnt = (double)n * np, last = (double)(np - (bands - 1) * band_px);
+    double sum = 0.0, ss = 0.0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < bands; k++)
+            sum += (k + 1 == bands ? last : (double)band_px) *
+                   part[(((size_t)i * c + ch) * bands + k) * 2];
+    const double mean = sum / cnt;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < bands; k++) {
+            const float *o = part + (((size_t)i * c + ch) * bands + k) * 2;
+            const double d = o[0] - mean;
+            ss += o[1] + (k + 1 == bands ? last : (double)band_px) * d * d;
+        }
+    save_mean[ch] = (float)mean;
+    const double var = ss / cnt;
+    save_invstd[ch] = (float)(1.0 / sqrt(var + eps));
+    const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
+    running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
+    running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+}
+
 __global__ void channel_add_kernel(const double *acc, int c, float *db)
 {
     const size_t ch = HCNN_CUDA_INDEX();
@@ -263,12 +338,24 @@ void hcnn_cuda_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, i
 void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
                             const float *gamma, const float *beta, float eps, float momentum,
                             float *running_mean, float *running_var, float *save_mean,
-                            float *save_invstd, const float *add, int relu, float *y)
+                            float *save_invstd, const float *add, int relu,
+                            const hcnn_bn_stats *stats, float *y)
 {
     const size_t total = (size_t)n * c * np;
     if (total == 0)
         return;
     cudaStream_t st = cuda_of(be)->stream;
+    if (stats && stats->bands > 0) { /* gathered by the convolution (conv.cu) */
+        HCNN_LAUNCH(bn_gathered_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
+                    (const float *)stats->part, n, c, np, stats->bands, stats->band_px, eps,
+                    momentum, save_mean, save_invstd, running_mean, running_var);
+        HCNN_CUDA_LAUNCHED();
+        HCNN_LAUNCH(bn_apply_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, total, c,
+                    np, gamma, beta, (const float *)save_mean, (const float *)save_invstd, add,
+                    relu, y);
+        HCNN_CUDA_LAUNCHED();
+        return;
+    }
     double *sums;
     float *slots, *tot;
     const int piece = scratch_layout(be, n, c, 1, 2, &sums, &slots, &tot);

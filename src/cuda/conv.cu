@@ -221,6 +221,8 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
         hcnn_cudnn_conv_fwd(be, dnn, ex, x, w, y);
         if (b)
             hcnn_cuda_add_channel_bias(be, y, b, n, d->out_c, conv_p(d));
+        if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes */
+            hcnn_cuda_bn_gather(be, y, n, d->out_c, conv_p(d), ex->stats);
         return HCNN_OK;
     }
     const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
@@ -244,6 +246,9 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
                     cuda_of(be)->stream, (const float *)Y, b, v, nb, total, yi);
         HCNN_CUDA_LAUNCHED();
     }
+    if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes, after the
+                    * kernels that wrote them (a pass over y the batch-norm then skips) */
+        hcnn_cuda_bn_gather(be, y, n, co, P, ex->stats);
     return HCNN_OK;
 }
 

@@ -153,10 +153,13 @@ void hcnn_cuda_avgpool_fwd(const hcnn_backend *be, const hcnn_pool_geom *g, cons
 void hcnn_cuda_avgpool_bwd(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, int n,
                            float *dx);
 /* bn.cu */
+void hcnn_cuda_bn_gather(const hcnn_backend *be, const float *y, int n, int c, int np,
+                         hcnn_bn_stats *stats);
 void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
                             const float *gamma, const float *beta, float eps, float momentum,
                             float *running_mean, float *running_var, float *save_mean,
-                            float *save_invstd, const float *add, int relu, float *y);
+                            float *save_invstd, const float *add, int relu,
+                            const hcnn_bn_stats *stats, float *y);
 void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
                             const float *gamma, const float *beta, float eps,
                             const float *running_mean, const float *running_var, const float *add,

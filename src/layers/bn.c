@@ -26,7 +26,7 @@ static void bn_forward_fused(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
     const int c = l->out_c, np = l->out_h * l->out_w;
     if (ctx->training)
         ctx->be->bn_fwd_train(ctx->be, x, n, c, np, l->w, l->b, l->eps, l->momentum, l->running_mean,
-                              l->running_var, aux, aux + c, add, relu, y);
+                              l->running_var, aux, aux + c, add, relu, ctx->bn_stats, y);
     else
         ctx->be->bn_fwd_infer(ctx->be, x, n, c, np, l->w, l->b, l->eps, l->running_mean, l->running_var, add,
                               relu, y);

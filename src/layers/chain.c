@@ -35,14 +35,33 @@ static void pass_stop(const hcnn_ctx *ctx, const hcnn_layer *l, int backward, hc
         acc[l->id] += ctx->be->timer_stop(ctx->be, t);
 }
 
-int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx, const float *x,
+/* Whether layers[j] is a convolution whose batch statistics the batch-norm
+ * layers[j + 1] takes from it (training, with the scratch's table): the
+ * convolution gathers them while it writes its output, the batch-norm
+ * then reads its input once instead of three times. */
+static int gathers_stats(const hcnn_layer *layers, int j, int count, const hcnn_ctx *ctx)
+{
+    return ctx->training && ctx->bn_stats_table && j + 1 < count &&
+           layers[j].kind == HCNN_BLOCK_CONV && layers[j + 1].kind == HCNN_BLOCK_BN;
+}
+
+int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx_in, const float *x,
                        float *const *y, float *const *aux, int n, hcnn_chain_epilogue *epi)
 {
     const float *in = x;
     if (epi)
         epi->done = 0;
+    hcnn_ctx pair = *ctx_in; /* with bn_stats for a convolution and its batch-norm */
+    pair.bn_stats = NULL;
     for (int j = 0; j < count; j++) {
         hcnn_layer *l = &layers[j];
+        if (gathers_stats(layers, j, count, ctx_in)) {
+            pair.bn_stats = ctx_in->bn_stats_table;
+            pair.bn_stats->bands = 0;
+        } else if (j == 0 || !gathers_stats(layers, j - 1, count, ctx_in)) {
+            pair.bn_stats = NULL; /* a batch-norm keeps its convolution's */
+        }
+        const hcnn_ctx *ctx = &pair;
         const int last = j == count - 1;
         const int relu = fuses_relu(layers, j, count);
         const int epilogue = last && epi && l->ops->forward_fused;

@@ -73,6 +73,22 @@ int hcnn_net_unit_images(const hcnn_net *net, const hcnn_ctx *ctx, int first, in
 
 /* ---- scratch ---------------------------------------------------------------- */
 
+/* Floats of the batch-norm statistics' table (include/hcnn/backend.h,
+ * hcnn_bn_stats) for capacity samples: the most any batch-norm of blocks
+ * [first, last) takes, bands of at least one output row. */
+static size_t stats_floats(const hcnn_layer *l, int count, int capacity)
+{
+    size_t most = 0;
+    for (int i = 0; i < count; i++) {
+        const hcnn_layer *c = &l[i];
+        size_t need = c->kind == HCNN_BLOCK_BN ? (size_t)capacity * c->out_c * c->out_h * 2 : 0;
+        const size_t inner = stats_floats(c->children, c->nchildren, capacity);
+        need = inner > need ? inner : need;
+        most = need > most ? need : most;
+    }
+    return most;
+}
+
 int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last, int capacity)
 {
     const hcnn_backend *be = net->be;
@@ -108,6 +124,19 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
     if (!s->ctx.ws || !s->ctx.tmp || !s->g[0] || !s->g[1]) {
         hcnn_scratch_free(s);
         return HCNN_ENOMEM;
+    }
+    const size_t stats = stats_floats(net->layers + first, last - first, capacity);
+    if (stats) {
+        hcnn_bn_stats *t = hcnn_calloc(sizeof *t, "batch-norm statistics table");
+        if (t)
+            t->part = be->alloc(be, sizeof(float) * (stats + 16), "batch-norm statistics");
+        if (!t || !t->part) {
+            hcnn_free(t);
+            hcnn_scratch_free(s);
+            return HCNN_ENOMEM;
+        }
+        t->cap = stats;
+        s->ctx.bn_stats_table = t;
     }
     if (!whole)
         return HCNN_OK;
@@ -145,7 +174,10 @@ void hcnn_scratch_free(hcnn_scratch *s)
         be->free(be, s->g[0]);
         be->free(be, s->g[1]);
         be->free(be, s->ugrads);
+        if (s->ctx.bn_stats_table)
+            be->free(be, s->ctx.bn_stats_table->part);
     }
+    hcnn_free(s->ctx.bn_stats_table);
     hcnn_free(s->ulayers);
     memset(s, 0, sizeof *s);
 }

@@ -367,6 +367,50 @@ const char *hcnn_profile_plans(const hcnn_net *net, const hcnn_ctx *ctx, int fir
     return buf;
 }
 
+/* ---- the bytes a step streams -------------------------------------------- */
+
+/* Floats per sample that a chain's training passes read and write, each
+ * pass's tensors counted whole (caches ignored: an upper bound, the same
+ * rule before and after a change): a convolution reads x and writes y,
+ * backward reads dy twice (weight and input gradients) and x, writes dx; a
+ * batch-norm reads x three times (sum, deviations, apply) and writes y, or
+ * once when its convolution gathered the statistics (gathered), plus the
+ * residual addition it takes, backward reads x and dy twice and writes dx;
+ * a fused ReLU costs nothing of its own.  with[0] counts the gathering,
+ * with[1] counts the statistics taken from x. */
+static void chain_streams(const hcnn_layer *l, int count, int first_needs_dx, double with[2])
+{
+    for (int j = 0; j < count; j++) {
+        const hcnn_layer *c = &l[j], *prev = j > 0 ? &l[j - 1] : NULL;
+        const double in = (double)hcnn_layer_in_size(c), out = (double)hcnn_layer_out_size(c);
+        const int dx = j > 0 || first_needs_dx;
+        double f = 0.0, b = 0.0;
+        switch (c->kind) {
+        case HCNN_BLOCK_CONV:
+        case HCNN_BLOCK_FC: f = in + out, b = 2 * out + in + (dx ? in : 0.0); break;
+        case HCNN_BLOCK_BN: /* apply; the statistics' two reads of x when not gathered */
+            f = 2 * out, b = 5 * out;
+            with[0] += prev && prev->kind == HCNN_BLOCK_CONV ? 0.0 : 2 * out;
+            with[1] += 2 * out;
+            break;
+        case HCNN_BLOCK_RELU:
+        case HCNN_BLOCK_LEAKY_RELU:
+            if (!(prev && prev->ops->forward_fused))
+                f = 2 * out, b = 3 * out;
+            break;
+        case HCNN_BLOCK_RESIDUAL:
+            chain_streams(c->body, c->nbody, 1, with);
+            chain_streams(c->proj, c->nproj, 1, with);
+            f = out; /* the last batch-norm reads the shortcut */
+            break;
+        case HCNN_BLOCK_FLATTEN: break;
+        default: f = in + out, b = in + out + (dx ? in : 0.0); break;
+        }
+        with[0] += f + b;
+        with[1] += f + b;
+    }
+}
+
 /* A "# pieces" line per layer whose backend cuts its passes: each phase's
  * pieces for the run's threads, and the fewest (docs/performance.md,
  * "Pieces"). */
@@ -410,6 +454,13 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
     fprintf(out, "# pieces of each pass's phases at %d samples on %d threads\n", n,
             ctx->be->threads(ctx->be));
     for_each_row(net, first, last, pieces_row, &pj);
+    double streams[2] = {0.0, 0.0};
+    chain_streams(net->layers + first, last - first, first > 0, streams);
+    fprintf(out,
+            "# streams a step: %.2f MB an image (each pass's tensors read and written whole); "
+            "%.2f MB with the batch-norm statistics read from x instead of gathered by the "
+            "convolutions\n",
+            streams[0] * sizeof(float) / 1e6, streams[1] * sizeof(float) / 1e6);
     const double gemm_total = j.gemm_total, fwd_total = j.fwd_total, bwd_total = j.bwd_total;
     const double step_ms = p->step_s / steps * 1e3;
     const double share = step_ms > 0 ? gemm_total / step_ms : 0.0;
