@@ -18,6 +18,7 @@
  *     whose partial products are added in chunk order. */
 #include <stdlib.h>
 
+#include "bf16.h"
 #include "cblas_decl.h"
 #include "cpu.h"
 #include "hcnn/blas.h"
@@ -89,70 +90,106 @@ typedef struct gemm_args {
     int ta, tb, m, n, k;
     float alpha, beta;
     const float *a, *b;
+    const uint16_t *a16, *b16; /* operands already in bfloat16 (precision bf16) */
     int lda, ldb, ldc;
     float *c, *part;
     gemm_pieces p;
+    hcnn_bf16 *bf; /* precision bf16: oneDNN's products (bf16.c); NULL: the BLAS's */
 } gemm_args;
+
+/* One single-threaded product of the call's kind, operands at offsets ao, bo. */
+static void product(const gemm_args *g, int m, int n, int k, float alpha, size_t ao, size_t bo,
+                    float beta, float *c, int ldc)
+{
+    if (g->bf)
+        hcnn_bf16_product(g->bf, omp_get_thread_num(), g->ta, g->tb, m, n, k, alpha,
+                          g->a ? g->a + ao : NULL, g->a16 ? g->a16 + ao : NULL, g->lda,
+                          g->b ? g->b + bo : NULL, g->b16 ? g->b16 + bo : NULL, g->ldb, beta, c,
+                          ldc);
+    else
+        sgemm(g->ta, g->tb, m, n, k, alpha, g->a + ao, g->lda, g->b + bo, g->ldb, beta, c, ldc);
+}
 
 /* Tile t of the output, or k chunk t into its partial product. */
 static void run_piece(const gemm_args *g, int t)
 {
     if (g->p.nk > 1) {
         const int k0 = (int)((long)g->k * t / g->p.nk), k1 = (int)((long)g->k * (t + 1) / g->p.nk);
-        const float *as = g->ta ? g->a + (size_t)k0 * g->lda : g->a + k0;
-        const float *bs = g->tb ? g->b + k0 : g->b + (size_t)k0 * g->ldb;
-        sgemm(g->ta, g->tb, g->m, g->n, k1 - k0, 1.0f, as, g->lda, bs, g->ldb, 0.0f,
-              g->part + (size_t)t * g->m * g->n, g->n);
+        const size_t ao = g->ta ? (size_t)k0 * g->lda : (size_t)k0;
+        const size_t bo = g->tb ? (size_t)k0 : (size_t)k0 * g->ldb;
+        product(g, g->m, g->n, k1 - k0, 1.0f, ao, bo, 0.0f, g->part + (size_t)t * g->m * g->n,
+                g->n);
         return;
     }
     const int cols = (g->n + g->p.tn - 1) / g->p.tn;
     const int i0 = t / cols * g->p.tm, j0 = t % cols * g->p.tn;
     const int h = g->m - i0 < g->p.tm ? g->m - i0 : g->p.tm;
     const int w = g->n - j0 < g->p.tn ? g->n - j0 : g->p.tn;
-    const float *as = g->ta ? g->a + i0 : g->a + (size_t)i0 * g->lda;
-    const float *bs = g->tb ? g->b + (size_t)j0 * g->ldb : g->b + j0;
-    sgemm(g->ta, g->tb, h, w, g->k, g->alpha, as, g->lda, bs, g->ldb, g->beta,
-          g->c + (size_t)i0 * g->ldc + j0, g->ldc);
+    const size_t ao = g->ta ? (size_t)i0 : (size_t)i0 * g->lda;
+    const size_t bo = g->tb ? (size_t)j0 * g->ldb : (size_t)j0;
+    product(g, h, w, g->k, g->alpha, ao, bo, g->beta, g->c + (size_t)i0 * g->ldc + j0, g->ldc);
 }
 
-void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                   const float *b, int ldb, float beta, float *c, int ldc)
+/* The call: one product inside a parallel region (a piece of the caller's
+ * own split), else its pieces on all threads and, for k chunks, their
+ * partial products added in chunk order. */
+static void run(gemm_args *g)
 {
-    (void)be;
-    if (omp_get_level() > 0) { /* a piece of the caller's own split: one call */
-        sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    const int m = g->m, n = g->n;
+    if (omp_get_level() > 0) {
+        product(g, m, n, g->k, g->alpha, 0, 0, g->beta, g->c, g->ldc);
         return;
     }
-    gemm_args g = {ta, tb, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, pieces_of(m, n, k)};
-    const int npieces = g.p.nk > 1 ? g.p.nk
-                                   : ((m + g.p.tm - 1) / g.p.tm) * ((n + g.p.tn - 1) / g.p.tn);
-    if (g.p.nk > 1) {
-        g.part = malloc(sizeof(float) * (size_t)g.p.nk * m * n);
-        if (!g.part) { /* a few MB at most: there is no other order to sum in */
-            hcnn_error("cannot allocate the %d partial products of a %dx%dx%d GEMM", g.p.nk, m,
-                       n, k);
-            abort();
-        }
+    g->p = pieces_of(m, n, g->k);
+    const int npieces = g->p.nk > 1 ? g->p.nk
+                                    : ((m + g->p.tm - 1) / g->p.tm) * ((n + g->p.tn - 1) / g->p.tn);
+    if (g->p.nk > 1) {
+        g->part = malloc(sizeof(float) * (size_t)g->p.nk * m * n);
+        if (!g->part) /* a few MB at most: there is no other order to sum in */
+            hcnn_fatal_at(__FILE__, __LINE__, "cannot allocate the %d partial products of a "
+                                              "%dx%dx%d GEMM",
+                          g->p.nk, m, n, g->k);
     }
     if (npieces > 1 && omp_get_max_threads() > 1) {
 #pragma omp parallel for schedule(dynamic, 1)
         for (int t = 0; t < npieces; t++)
-            run_piece(&g, t);
+            run_piece(g, t);
     } else {
         for (int t = 0; t < npieces; t++)
-            run_piece(&g, t);
+            run_piece(g, t);
     }
-    if (g.p.nk == 1)
+    if (g->p.nk == 1)
         return;
+    const float alpha = g->alpha, beta = g->beta;
+    const float *part = g->part;
+    float *c = g->c;
+    const int ldc = g->ldc, nk = g->p.nk;
     /* the partial products in chunk order */
 #pragma omp parallel for schedule(static) if ((size_t)m * n >= 4096)
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float sum = 0.0f;
-            for (int t = 0; t < g.p.nk; t++)
-                sum += g.part[((size_t)t * m + i) * n + j];
+            for (int t = 0; t < nk; t++)
+                sum += part[((size_t)t * m + i) * n + j];
             float *cij = c + (size_t)i * ldc + j;
             *cij = (beta == 0.0f ? 0.0f : beta * *cij) + alpha * sum;
         }
-    free(g.part);
+    free(g->part);
+}
+
+void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,
+                   const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    gemm_args g = {ta, tb, m, n, k, alpha, beta, a, b, NULL, NULL, lda, ldb, ldc, c, NULL,
+                   {0, 0, 0}, hcnn_cpu_bf16_of(be)};
+    run(&g);
+}
+
+void hcnn_cpu_gemm_mixed(hcnn_bf16 *bf, int ta, int tb, int m, int n, int k, float alpha,
+                         const float *a, const uint16_t *a16, int lda, const float *b,
+                         const uint16_t *b16, int ldb, float beta, float *c, int ldc)
+{
+    gemm_args g = {ta, tb, m, n, k, alpha, beta, a, b, a16, b16, lda, ldb, ldc, c, NULL,
+                   {0, 0, 0}, bf};
+    run(&g);
 }
