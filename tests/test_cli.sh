@@ -106,7 +106,7 @@ usage2 plan_config_empty "option --config is empty" plan --config ''
 # (CI's BLIS stage: --without-onednn) refuses bf16 with the rebuild message.
 version=$("$HCNN" --version)
 capped_version=$(ONEDNN_MAX_CPU_ISA=AVX512_CORE "$HCNN" --version)
-if grep -q '^oneDNN: none' <<<"$version"; then has_onednn=0; else has_onednn=1; fi
+if grep -q '^oneDNN: [0-9]' <<<"$version"; then has_onednn=1; else has_onednn=0; fi
 cpu_model=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)
 if [ -n "$cpu_model" ]; then cpu_named="the CPU ($cpu_model)"; else cpu_named="this CPU"; fi
 REBUILD="hcnn was built without oneDNN: install libdnnl-dev and rerun ./configure (--with-onednn)"
