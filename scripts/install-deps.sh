@@ -10,6 +10,7 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev                                        # MPI (mpicc, mpirun)
     libopenblas-openmp-dev                                            # BLAS, OpenMP build
     libblis-openmp-dev                                                # second BLAS (--with-blas=blis, CI)
+    libdnnl-dev                                                       # oneDNN 2.6, OpenMP runtime: precision: bf16 on the CPU
     libyaml-dev zlib1g-dev                                            # configs, gzip data, CRC32
     libcmocka-dev                                                     # make check
     clang-14 libclang-rt-14-dev libomp-14-dev                         # tests/fuzz (libFuzzer; -fopenmp under clang)

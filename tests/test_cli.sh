@@ -99,4 +99,99 @@ usage2 diff_file_empty "an empty argument where a file" diff "$WORK/er/final.hcn
 usage2 plan_config_twice "option --config given twice" plan --config "$CFG" --config "$MNIST"
 usage2 plan_config_empty "option --config is empty" plan --config ''
 
+# ---- precision: bf16 on the CPU (issue 38) -------------------------------------------
+# Natively through oneDNN (AVX512-BF16, AMX) or refused at start, never
+# emulated.  ONEDNN_MAX_CPU_ISA=AVX512_CORE caps what oneDNN dispatches
+# below bf16: a CPU without bf16 on every machine.  A build without oneDNN
+# (CI's BLIS stage: --without-onednn) refuses bf16 with the rebuild message.
+version=$("$HCNN" --version)
+capped_version=$(ONEDNN_MAX_CPU_ISA=AVX512_CORE "$HCNN" --version)
+if grep -q '^oneDNN: [0-9]' <<<"$version"; then has_onednn=1; else has_onednn=0; fi
+cpu_model=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)
+if [ -n "$cpu_model" ]; then cpu_named="the CPU ($cpu_model)"; else cpu_named="this CPU"; fi
+REBUILD="hcnn was built without oneDNN: install libdnnl-dev and rerun ./configure (--with-onednn)"
+
+# bf16_refused NAME CMD...: CMD exits 2 with exactly one line on stderr,
+# "hcnn: error: <config>: precision: bf16: ..." holding every text of the
+# array MUST (fixed strings), before anything is trained or checked
+bf16_refused() {
+    local name=$1 text
+    shift
+    case_begin "$name"
+    timeout -k 5 60 "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    local rc=$? lines missing=""
+    lines=$(wc -l <"$WORK/$name.err")
+    for text in "hcnn: error: $CFG: precision: bf16: " "${MUST[@]}"; do
+        grep -qF -- "$text" "$WORK/$name.err" || missing="$missing '$text'"
+    done
+    if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && [ -z "$missing" ] &&
+        ! grep -q '^epoch=\|check: ok\|images_per_s=\|test_acc=' "$WORK/$name.out"; then
+        case_ok
+    else
+        case_fail "exit $rc, $lines line(s) on stderr, missing:$missing: $(head -n 5 "$WORK/$name.err")"
+    fi
+}
+
+BF16=(--config "$CFG" --set precision=bf16)
+NO_BF16_CASES=(bf16_refused_no_cpu_bf16_train bf16_refused_no_cpu_bf16_check
+               bf16_refused_no_cpu_bf16_bench bf16_refused_no_cpu_bf16_eval)
+if [ $has_onednn -eq 1 ]; then
+    # the instructions, the CPU, and that the variable caps oneDNN
+    MUST=(avx512_bf16 "$cpu_named" "ONEDNN_MAX_CPU_ISA=AVX512_CORE caps oneDNN at "
+          "hcnn does not emulate bf16")
+    export ONEDNN_MAX_CPU_ISA=AVX512_CORE
+    bf16_refused bf16_refused_no_cpu_bf16_train "$HCNN" train "${BF16[@]}" -q --set csv=
+    bf16_refused bf16_refused_no_cpu_bf16_check "$HCNN" train "${BF16[@]}" --check
+    bf16_refused bf16_refused_no_cpu_bf16_bench "$HCNN" bench "${BF16[@]}" --steps 1 --repeats 1
+    bf16_refused bf16_refused_no_cpu_bf16_eval "$HCNN" eval "${BF16[@]}" --checkpoint "$WORK/none.hcnn"
+    unset ONEDNN_MAX_CPU_ISA
+    for n in bf16_refused_rebuild_train bf16_refused_rebuild_check; do
+        case_begin $n; case_skip "this build has oneDNN ($(grep '^oneDNN:' <<<"$version")): the rebuild message is a build's without it (CI's BLIS stage)"
+    done
+else
+    for n in "${NO_BF16_CASES[@]}"; do
+        case_begin $n; case_skip "this build has no oneDNN: ONEDNN_MAX_CPU_ISA caps nothing (bf16_refused_rebuild_* instead)"
+    done
+    MUST=("$REBUILD")
+    bf16_refused bf16_refused_rebuild_train "$HCNN" train "${BF16[@]}" -q --set csv=
+    bf16_refused bf16_refused_rebuild_check "$HCNN" train "${BF16[@]}" --check
+fi
+
+# --version names oneDNN (its version and ISA, or how to build with it) and
+# the precisions this CPU runs; capped below bf16, bf16 is not among them
+case_begin version_names_onednn_and_precisions
+onednn_line=$(grep '^oneDNN: ' <<<"$version")
+capped_precisions=$(grep '^precisions on this CPU: ' <<<"$capped_version")
+if [ $has_onednn -eq 1 ]; then
+    want_onednn='^oneDNN: [0-9]+\.[0-9]+\.[0-9]+ \(commit [^)]*\), dispatches [a-z0-9_]+$'
+    want_capped="^precisions on this CPU: fp32 \\(bf16: ONEDNN_MAX_CPU_ISA=AVX512_CORE caps oneDNN at (avx512_core|avx2|avx|sse41),"
+else
+    want_onednn='^oneDNN: none \(\./configure --with-onednn '
+    want_capped="^precisions on this CPU: fp32 \\(bf16: hcnn was built without oneDNN: "
+fi
+if grep -qE "$want_onednn" <<<"$onednn_line" && grep -qE "$want_capped" <<<"$capped_precisions" &&
+    grep -qE '^precisions on this CPU: fp32(, bf16$| \()' <<<"$version"; then
+    case_ok
+else
+    case_fail "$(grep -E '^(oneDNN|precisions)' <<<"$version"); capped: $capped_precisions"
+fi
+
+# uncapped, train --check does what --version says: "fp32, bf16" checks ok,
+# "fp32 (REASON)" refuses bf16 with "precision: REASON" (the CPU without the
+# instructions, a build without oneDNN, the CPU path not built yet)
+case_begin bf16_as_version_says
+precisions=$(sed -n 's/^precisions on this CPU: //p' <<<"$version")
+timeout -k 5 60 "$HCNN" train "${BF16[@]}" --check >"$WORK/asv.out" 2>"$WORK/asv.err"
+rc=$?
+if [ "$precisions" = "fp32, bf16" ]; then
+    if [ $rc -eq 0 ] && grep -q 'check: ok' "$WORK/asv.out"; then case_ok
+    else case_fail "--version: $precisions; train --check exit $rc: $(head -n 3 "$WORK/asv.err")"; fi
+else
+    reason=${precisions#fp32 (}
+    reason=${reason%)}
+    if [ $rc -eq 2 ] && [ "$(wc -l <"$WORK/asv.err")" -eq 1 ] &&
+        [ "$(cat "$WORK/asv.err")" = "hcnn: error: $CFG: precision: $reason" ]; then case_ok
+    else case_fail "--version: $precisions; train --check exit $rc: $(head -n 3 "$WORK/asv.err")"; fi
+fi
+
 finish

@@ -90,8 +90,9 @@ else
         case_ok
     else case_fail "exit $rc, --check exit $crc: $(cat "$WORK/cuda.err")"; fi
 fi
-expect_fail precision_needs_cuda "precision: bf16 needs device: cuda \(the CPU backend computes in FP32" \
-    "$HCNN" train --config "$SMALL" -q --set precision=bf16
+# tf32 is no CPU's (bf16 on the CPU: tests/test_cli.sh)
+expect_fail precision_needs_cuda "precision: tf32 needs device: cuda \(the CPU has no TF32" \
+    "$HCNN" train --config "$SMALL" -q --set precision=tf32
 expect_fail device_unknown "device.*expected one of.*cpu.*cuda" "$HCNN" train --config "$SMALL" -q --set device=tpu
 
 finish

@@ -44,7 +44,10 @@ VG=("$VALGRIND" --tool=memcheck --error-exitcode=98 --leak-check=full
     --suppressions="$HCNN_SRCDIR/tests/sanitizers/valgrind.supp")
 
 # blas_kernels=env: under valgrind /proc/self/exe is valgrind's tool, so
-# hcnn must not re-execute itself to load other OpenBLAS kernels
+# hcnn must not re-execute itself to load other OpenBLAS kernels.
+# precision stays fp32 (the config's): no precision: bf16 run here, because
+# valgrind cannot execute AVX-512 BF16 or AMX instructions (its CPU reports
+# neither, so oneDNN would dispatch no bf16 and hcnn would refuse the run)
 STEPS=(train --config "$CFG" -q --set epochs=1 --set max_steps=4 --set csv= --set blas_kernels=env)
 
 # memcheck NAME PROCESSES CMD...: CMD (with "${VG[@]}" --log-file=... before

@@ -223,8 +223,8 @@ struct hcnn_backend {
     int (*unit_images)(const hcnn_backend *be, int n);
 
     /* The arithmetic of its products (include/hcnn/model_spec.h): HCNN_OK, or
-     * HCNN_EINVAL after one message when the backend cannot (the CPU
-     * computes in FP32 only). */
+     * HCNN_EINVAL after one message when the backend cannot (the CPU: no
+     * tf32; bf16 only where hcnn_cpu_precision_check allows it). */
     int (*set_precision)(hcnn_backend *be, hcnn_precision p);
     /* One line for the run header: where the math runs (a GPU: its name,
      * memory, compute capability, driver and runtime) */
@@ -442,7 +442,14 @@ int hcnn_backend_cpu_create(hcnn_backend **be);
 int hcnn_backend_cpu_devmem_create(hcnn_backend **be);
 /* The CPU backend's table itself, for host tools that need no instance of
  * their own (import, train --check, the BLAS probe): no state, nothing to
- * destroy. */
+ * destroy; it computes in FP32. */
 const hcnn_backend *hcnn_backend_cpu(void);
+
+/* Whether the CPU backend runs precision p on this machine (its
+ * set_precision, a run's check at start, hcnn --version): HCNN_OK, or
+ * HCNN_EINVAL with why (cap bytes) = what follows "precision: " in the
+ * refusal, e.g. "bf16: <hcnn_cpu_bf16_supported's reason>" or "tf32 needs
+ * device: cuda (...)".  Prints nothing. */
+int hcnn_cpu_precision_check(hcnn_precision p, char *why, size_t cap);
 
 #endif

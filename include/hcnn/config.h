@@ -112,7 +112,7 @@ typedef struct hcnn_config {
     hcnn_on_error checkpoint_on_error;
     double stall_timeout_s;        /* a collective or receive waiting longer aborts; 0: off */
     hcnn_device device;            /* cpu | cuda */
-    hcnn_precision precision;      /* fp32 | tf32 | bf16 (the last two: device cuda) */
+    hcnn_precision precision;      /* fp32 | tf32 (device cuda) | bf16 (cuda; cpu: AVX512-BF16/AMX) */
     hcnn_mpi_device_memory mpi_device_memory; /* auto | staged */
     hcnn_cuda_graphs cuda_graphs;             /* auto | off */
 } hcnn_config;

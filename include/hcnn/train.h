@@ -35,6 +35,14 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume);
  * message naming the limit, what needs more and how much otherwise. */
 int hcnn_check_file_size_limit(const hcnn_config *cfg, int writes_checkpoints);
 
+/* Before MPI starts, on every rank (and in train --check): this machine
+ * runs the configured precision on the configured device.  device: cpu,
+ * precision: bf16 needs bf16 instructions oneDNN dispatches here
+ * (include/hcnn/onednn.h; never emulated) and the CPU backend's bf16 path;
+ * HCNN_EINVAL after one line "<config>: precision: bf16: <why>" otherwise.
+ * The nodes of a job may differ: each rank checks its own CPU and says so. */
+int hcnn_check_precision(const hcnn_config *cfg);
+
 /* hcnn plan's compute input: per-block forward/backward seconds (medians
  * over `steps` timed steps after 2 warm-up steps) of serial training passes
  * of n samples on synthetic data of cfg's model, with cfg->threads threads,

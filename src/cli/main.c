@@ -19,6 +19,7 @@
 #include "hcnn/diff.h"
 #include "hcnn/export.h"
 #include "hcnn/markers.h"
+#include "hcnn/onednn.h"
 #include "hcnn/plan.h"
 
 #define MAX_SETS 256
@@ -42,7 +43,8 @@ static const char *USAGE_MAIN =
     "options:\n"
     "  -h, --help     this help; 'hcnn <command> --help' for a command's options\n"
     "  -V, --version  print the version, the git commit it was built from (-dirty: with\n"
-    "                 uncommitted changes), the BLAS library with its kernels, the MPI library\n"
+    "                 uncommitted changes), the BLAS library with its kernels, the MPI library,\n"
+    "                 oneDNN and the instructions it dispatches, the precisions this CPU runs\n"
     "\n"
     "exit status: 0 success, 1 run-time failure (data, numerics, I/O), 2 bad command line or\n"
     "configuration, 75 stopped by SIGTERM/SIGUSR1 after writing a checkpoint.\n"
@@ -419,12 +421,14 @@ static void unmute_stderr(int saved)
     close(saved);
 }
 
-/* Before MPI and threads start, what MPI_Init itself depends on: the
- * file-size limit (MPI's start-up writes files; include/hcnn/train.h), then
- * blas_kernels (include/hcnn/blas.h), which may re-execute argv.  A
- * configuration that does not load is left to the ranks' load after
- * MPI_Init, which reports it once; what these have to say, the launcher's
- * rank 0 says. */
+/* Before MPI and threads start: whether this node's CPU runs the
+ * configured precision (bf16: include/hcnn/onednn.h), said by every rank
+ * whose CPU does not, since the nodes of a job may differ; then what
+ * MPI_Init itself depends on: the file-size limit (MPI's start-up writes
+ * files; include/hcnn/train.h), then blas_kernels (include/hcnn/blas.h),
+ * which may re-execute argv.  A configuration that does not load is left
+ * to the ranks' load after MPI_Init, which reports it once; what the last
+ * two have to say, the launcher's rank 0 says. */
 static int before_mpi(const cli *c, char **argv, int writes_checkpoints)
 {
     hcnn_config *cfg = malloc(sizeof *cfg);
@@ -434,6 +438,10 @@ static int before_mpi(const cli *c, char **argv, int writes_checkpoints)
     int rc = hcnn_config_load(cfg, c->config, c->sets, c->nset);
     unmute_stderr(saved);
     int reexec = 0;
+    if (rc == HCNN_OK && (rc = hcnn_check_precision(cfg)) != HCNN_OK) {
+        free(cfg);
+        return rc;
+    }
     if (rc == HCNN_OK) {
         saved = mute_stderr(launcher_rank() != 0);
         rc = hcnn_check_file_size_limit(cfg, writes_checkpoints);
@@ -477,6 +485,13 @@ int main(int argc, char **argv)
 #else
         printf("CUDA: none (./configure --with-cuda builds the GPU backend)\n");
 #endif
+        /* the precisions device: cpu runs here (tf32 is no CPU's) */
+        char onednn[256], bf16_why[1024];
+        printf("oneDNN: %s\n", hcnn_onednn_describe(onednn, sizeof onednn));
+        if (hcnn_cpu_precision_check(HCNN_PRECISION_BF16, bf16_why, sizeof bf16_why) == HCNN_OK)
+            printf("precisions on this CPU: fp32, bf16\n");
+        else
+            printf("precisions on this CPU: fp32 (%s)\n", bf16_why);
         return 0;
     }
     if (!strcmp(cmd, "plan"))

@@ -632,10 +632,13 @@ int hcnn_config_load(hcnn_config *cfg, const char *path, const char *const *sets
         c.file = path;
         rc = interpret(&c, root, cfg);
     }
-    if (rc == HCNN_OK && cfg->device == HCNN_DEVICE_CPU && cfg->precision != HCNN_PRECISION_FP32)
-        rc = hcnn_error("%s: precision: %s needs device: cuda (the CPU backend computes in FP32; "
+    /* tf32 is no CPU's; whether this CPU runs bf16 depends on the machine
+     * (and on each node of a job): checked at start on every rank, not here
+     * (hcnn_check_precision, include/hcnn/train.h) */
+    if (rc == HCNN_OK && cfg->device == HCNN_DEVICE_CPU && cfg->precision == HCNN_PRECISION_TF32)
+        rc = hcnn_error("%s: precision: tf32 needs device: cuda (the CPU has no TF32 arithmetic; "
                         "precision: fp32)",
-                        path, hcnn_precision_name(cfg->precision));
+                        path);
 #if !HCNN_HAVE_CUDA
     if (rc == HCNN_OK && cfg->device == HCNN_DEVICE_CUDA)
         rc = hcnn_error("%s: device: cuda: this hcnn was built without CUDA; rebuild it with "

@@ -110,10 +110,24 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 /* sum of x[0..n) in 16 lanes added pairwise (bn.c) */
 float hcnn_cpu_plane_sum(const float *x, int n);
 
+/* An instance's state (be->state, from hcnn_backend_cpu_create): the
+ * precision set_precision accepted.  The shared table of hcnn_backend_cpu()
+ * has none and computes in FP32. */
+typedef struct hcnn_cpu_state {
+    hcnn_precision precision;
+} hcnn_cpu_state;
+
+/* be's precision: HCNN_PRECISION_FP32 for NULL or a table without state */
+hcnn_precision hcnn_cpu_precision(const hcnn_backend *be);
+
+/* 1 when the CPU backend computes precision: bf16 (backend.c) */
+int hcnn_cpu_bf16_compute_ready(void);
+
 /* The operations of the table (backend.c), by file; each is documented
  * where include/hcnn/backend.h declares its slot.  They take the instance
- * first, as the table does, and ignore it: the CPU backend has no state
- * (its functions are also called with NULL from inside the backend). */
+ * first, as the table does; none reads its state but the precision (which
+ * hcnn_cpu_precision reads; its functions are also called with NULL from
+ * inside the backend). */
 /* backend.c */
 void hcnn_cpu_destroy(hcnn_backend *be);
 /* backend.c */

@@ -132,6 +132,8 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume)
     int threads; /* the count the run would start, refused as the run refuses it */
     int rc = hcnn_threads_resolve(cfg, &threads, NULL, 0);
     if (!rc)
+        rc = hcnn_check_precision(cfg); /* this node's CPU, as the run checks it */
+    if (!rc)
         rc = hcnn_check_file_size_limit(cfg, 1);
     if (rc)
         return rc;

@@ -60,6 +60,15 @@ static int check_threads(const hcnn_config *cfg, const hcnn_comm *comm)
     return HCNN_EINVAL;
 }
 
+int hcnn_check_precision(const hcnn_config *cfg)
+{
+    char why[1024];
+    if (cfg->device != HCNN_DEVICE_CPU ||
+        hcnn_cpu_precision_check(cfg->precision, why, sizeof why) == HCNN_OK)
+        return HCNN_OK; /* a GPU's precision: its backend's set_precision */
+    return hcnn_error("%s: precision: %s", cfg->path, why);
+}
+
 int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
 {
     int rc = check_threads(cfg, comm);

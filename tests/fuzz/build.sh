@@ -37,6 +37,9 @@ fi
 # MPI from the wrapper (OpenMPI's -showme, else MPICH's -show)
 blas_libs=$(sed -n 's/^#define HCNN_BLAS_LIBS "\(.*\)"$/\1/p' "$builddir/config.h")
 blas_cflags=$(sed -n 's/^BLAS_CFLAGS = //p' "$builddir/Makefile" 2>/dev/null || true)
+# oneDNN where configure found it (src/blas/onednn.c): empty otherwise
+onednn_libs=$(sed -n 's/^ONEDNN_LIBS = //p' "$builddir/Makefile" 2>/dev/null || true)
+onednn_cflags=$(sed -n 's/^ONEDNN_CFLAGS = //p' "$builddir/Makefile" 2>/dev/null || true)
 if mpicc -showme:compile >/dev/null 2>&1; then
     mpi_cflags=$(mpicc -showme:compile)
     mpi_libs=$(mpicc -showme:link)
@@ -50,7 +53,7 @@ fi
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # -fopenmp with clang needs LLVM's OpenMP runtime (Debian: libomp-14-dev)
 CFLAGS="-std=c11 -g -O1 -fopenmp -Wall -Wextra -Wno-pass-failed -DHAVE_CONFIG_H $SAN"
-CPPFLAGS="-I$src/include -I$builddir $blas_cflags $mpi_cflags"
+CPPFLAGS="-I$src/include -I$builddir $blas_cflags $onednn_cflags $mpi_cflags"
 
 mkdir -p "$out/obj"
 # not needed by the parsers, and clang 14 does not know its CPU feature names
@@ -96,7 +99,7 @@ for t in "${targets[@]}"; do
     fi
     # shellcheck disable=SC2086
     $CLANG $CFLAGS -fsanitize=fuzzer $CPPFLAGS -DFUZZ_TINY_YAML="\"$here/tiny.yaml\"" \
-        "$here/$t.c" -o "$bin.tmp" "$out/libhcnn-fuzz.a" $blas_libs $mpi_libs -lyaml -lz -lm -lpthread
+        "$here/$t.c" -o "$bin.tmp" "$out/libhcnn-fuzz.a" $blas_libs $onednn_libs $mpi_libs -lyaml -lz -lm -lpthread
     mv "$bin.tmp" "$bin"
 done
 echo "$out"
