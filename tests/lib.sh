@@ -80,6 +80,24 @@ run_steps() {
 }
 
 # PROG built with --with-cuda (its --version names a CUDA runtime)?
+# Whether precision: bf16 runs here (issue 38), in BF16_STATE: "run" when
+# hcnn --version lists bf16 among this CPU's precisions; "fail" when it does
+# not although the build has oneDNN and /proc/cpuinfo shows avx512_bf16 or
+# amx_bf16 (a bf16 test must then fail, not skip); "skip" otherwise (no
+# oneDNN in this build, or a CPU without bf16).  BF16_WHY: hcnn's reason.
+bf16_state() {
+    local v
+    v=$("$HCNN" --version 2>&1)
+    BF16_WHY=$(sed -n 's/^precisions on this CPU: fp32 (bf16: \(.*\))$/\1/p' <<<"$v")
+    if grep -q '^precisions on this CPU: fp32, bf16' <<<"$v"; then
+        BF16_STATE=run
+    elif grep -q '^oneDNN: [0-9]' <<<"$v" && grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+        BF16_STATE=fail
+    else
+        BF16_STATE=skip
+    fi
+}
+
 cuda_build() { "$1" --version 2>/dev/null | grep -q '^CUDA: runtime'; }
 
 # The address space (KiB) the CUDA libraries PROG links take when the loader

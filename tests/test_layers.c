@@ -398,7 +398,7 @@ static float *conv_run_vs_naive(int n, int c, int h, int w, int co, int k, int s
     if (algo == HCNN_CONV_PER_THREAD) /* the workspace admits the per-thread path */
         assert_true(m.s.ctx.ws_floats >= hcnn_conv_per_thread_ws(&(hcnn_conv_desc){.g = l->conv, .out_c = l->out_c},
                                                                  &(hcnn_exec){.conv_algo = algo},
-                                                                 n, threads));
+                                                                 n, threads, 0));
     float *x = malloc(sizeof(float) * m.in_sz), *dy = malloc(sizeof(float) * m.out_sz);
     float *dx = malloc(sizeof(float) * m.in_sz);
     double *ref = calloc(m.out_sz + l->nw + l->nb + m.in_sz, sizeof(double));
@@ -555,7 +555,7 @@ static void test_conv_plan_small_batches(void **state)
         const hcnn_conv_desc d = {.g = {c, h, h, 3, 3, 1, 1, 1, 1, h, h}, .out_c = c};
         hcnn_exec ex = {.conv_algo = HCNN_CONV_AUTO, .max_chunk_floats = (size_t)32 << 20};
         hcnn_conv_plan p;
-        hcnn_conv_plan_make(&d, &ex, cases[i].n, &p);
+        hcnn_conv_plan_make(&d, &ex, cases[i].n, 0, &p);
         static const char *const names[] = {"batched", "per_thread", "F(2x2)", "", "F(4x4)"};
         const int got = p.wino ? p.wino : p.per_thread;
         const int want = cases[i].wino ? cases[i].wino : cases[i].per_thread;

@@ -78,6 +78,28 @@ THREADS=(1 17 64 256)
 across resnet18_b4 "$R18" "${SYN[@]}" batch_size=4 eval_batch_size=16 max_steps=1
 across resnet18_b8 "$R18" "${SYN[@]}" batch_size=8 eval_batch_size=16 max_steps=2
 
+# precision: bf16 (issue 38): oneDNN's products, each on one thread, on
+# pieces fixed by the shape: the same bits at 1, 2 and 17 threads (LeNet-5's
+# whole-network units, the residual network's per-thread items and batched
+# chunks)
+bf16_state
+THREADS=(1 2 17)
+BF16_CASES=(lenet_bf16_b64 resnet_bf16_b32 resnet_bf16_batched_b8)
+if [ "$BF16_STATE" = run ]; then
+    across lenet_bf16_b64 "$LENET" "${SYN[@]}" batch_size=64 max_steps=4 precision=bf16
+    across resnet_bf16_b32 "$RES" epochs=1 max_steps=6 batch_size=32 precision=bf16
+    across resnet_bf16_batched_b8 "$RES" epochs=1 max_steps=6 batch_size=8 precision=bf16 \
+        conv_algo=batched
+else
+    for c in "${BF16_CASES[@]}"; do
+        for t in 2 17; do
+            case_begin "${c}_${t}_threads"
+            if [ "$BF16_STATE" = fail ]; then case_fail "this CPU shows bf16 instructions, yet: $BF16_WHY"
+            else case_skip "precision bf16 does not run here: $BF16_WHY"; fi
+        done
+    done
+fi
+
 # strategies: the same run at 1 and 17 threads a rank
 # mpi NAME THREADS RANKS key=value...
 mpi() {

@@ -2,6 +2,7 @@
  * threads, and the operations of the files beside this one. */
 #include <stdio.h>
 
+#include "bf16.h"
 #include "conv_plan.h"
 #include "cpu.h"
 #include "hcnn/blas.h"
@@ -75,12 +76,6 @@ static double cpu_timer_stop(const hcnn_backend *be, hcnn_timer *t)
     (void)be;
     return hcnn_now() - t->host_s;
 }
-/* TODO(lead): the bf16 compute path.  Until it is built the CPU backend
- * computes in FP32 whatever its precision, so a bf16 run is refused here
- * (hcnn_cpu_precision_check) rather than silently trained in FP32; the
- * path removes this gate. */
-int hcnn_cpu_bf16_compute_ready(void) { return 0; }
-
 int hcnn_cpu_precision_check(hcnn_precision p, char *why, size_t cap)
 {
     if (why && cap)
@@ -94,11 +89,6 @@ int hcnn_cpu_precision_check(hcnn_precision p, char *why, size_t cap)
         char reason[768];
         if (!hcnn_cpu_bf16_supported(reason, sizeof reason)) {
             snprintf(why, cap, "bf16: %s", reason);
-            return HCNN_EINVAL;
-        }
-        if (!hcnn_cpu_bf16_compute_ready()) {
-            snprintf(why, cap, "bf16 on the CPU: compute path not built yet (hcnn's CPU backend "
-                               "computes in FP32 so far; precision: fp32)");
             return HCNN_EINVAL;
         }
         return HCNN_OK;
@@ -131,14 +121,32 @@ static int cpu_set_precision(hcnn_backend *be, hcnn_precision p)
                                 "hcnn_backend_cpu() computes in FP32; make an instance "
                                 "(hcnn_backend_create)",
                                 be->name, p == HCNN_PRECISION_BF16 ? "bf16" : "tf32");
+    if (p == HCNN_PRECISION_BF16 && !s->bf16) {
+        /* a slot for every thread OMP_NUM_THREADS may ask for (1..1024,
+         * src/core/threads.c); each made on its first product */
+        if (!(s->bf16 = hcnn_bf16_create(HCNN_BF16_MAX_THREADS)))
+            return HCNN_EINVAL;
+    }
     s->precision = p;
     return HCNN_OK;
 }
 
+hcnn_bf16 *hcnn_cpu_bf16_of(const hcnn_backend *be)
+{
+    const hcnn_cpu_state *s = be ? be->state : NULL;
+    return s && s->precision == HCNN_PRECISION_BF16 ? s->bf16 : NULL;
+}
+
 static void cpu_describe(const hcnn_backend *be, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s: host memory, %d OpenMP threads, the BLAS single-threaded in each",
-             be->name, omp_get_max_threads());
+    const int len = snprintf(buf, cap, "%s: host memory, %d OpenMP threads, the BLAS "
+                             "single-threaded in each", be->name, omp_get_max_threads());
+    hcnn_bf16 *bf = hcnn_cpu_bf16_of(be);
+    char isa[64];
+    if (bf && len > 0 && (size_t)len < cap)
+        snprintf(buf + len, cap - (size_t)len, "; precision bf16: every GEMM's inputs rounded to "
+                 "bfloat16, FP32 accumulation, multiplied by %s; oneDNN dispatches %s",
+                 hcnn_bf16_engine(bf), hcnn_onednn_isa(isa, sizeof isa));
 }
 
 static void cpu_zero(const hcnn_backend *be, void *p, size_t bytes)
@@ -228,12 +236,15 @@ int hcnn_backend_cpu_create(hcnn_backend **be)
         return HCNN_ENOMEM;
     }
     s->precision = HCNN_PRECISION_FP32;
+    s->bf16 = NULL;
     (*be)->state = s;
     return HCNN_OK;
 }
 
 void hcnn_cpu_destroy(hcnn_backend *be)
 {
+    if (be && be->state)
+        hcnn_bf16_destroy(((hcnn_cpu_state *)be->state)->bf16);
     if (be)
         hcnn_free(be->state);
     hcnn_free(be);

@@ -16,9 +16,11 @@
  * (the weights, rounded once per call) passes it as it is. */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "cpu.h"
 
 uint16_t hcnn_bf16_of(float f)
@@ -52,6 +54,20 @@ void hcnn_bf16_round(const float *x, size_t n, uint16_t *y)
     }
 }
 
+/* y[i] = x[i] rounded to bfloat16, as an FP32 value (exact) */
+HCNN_MULTIVERSION
+void hcnn_bf16_widen(const float *x, size_t n, float *y)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        const uint32_t q = (u & 0xffff0000u) | 0x400000u;
+        const uint32_t v = (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+        memcpy(&y[i], &v, sizeof v);
+    }
+}
+
 /* rows x cols of x (row stride ld) rounded into y, packed (row stride cols) */
 static void round_rows(const float *x, int rows, int cols, int ld, uint16_t *y)
 {
@@ -81,21 +97,90 @@ typedef struct bf16_thread {
     dnnl_memory_t scratch_mem;
     uint16_t *buf;
     size_t buf_elems;
+    float *wide[2]; /* operands rounded and widened back to FP32 (the BLAS's products) */
+    size_t wide_elems[2];
 } bf16_thread;
 
 struct hcnn_bf16 {
     dnnl_engine_t engine;
     bf16_thread *t;
     int nt;
+    int onednn; /* 1: oneDNN's matmul wins here (bf16_engine) */
 };
 
 #define DNNL_OK(call) ((call) == dnnl_success)
+
+/* Which engine multiplies bf16 here: oneDNN's matmul where it is faster
+ * than the BLAS's FP32 GEMM on the same (rounded) inputs, else the BLAS.
+ * One thread, ResNet-18's and LeNet-5's im2col GEMM shapes, oneDNN 2.6.3
+ * bf16 x bf16 -> f32 against OpenBLAS 0.3.21 sgemm (SkylakeX kernels):
+ * AMX tiles (avx512_core_amx, Xeon Emerald Rapids) 2.0-5.7x for products of
+ * >= 64 x 64 x 64, 0.5-0.9x below 16 rows or a k of 25 (docs/performance.md,
+ * "bf16 on the CPU"); AVX512-BF16 without AMX on the same Xeon (oneDNN
+ * capped: ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16) 0.52-1.08x: Intel's
+ * vdpbf16ps does no more multiply-adds a cycle than its FP32 FMAs; on AMD
+ * Zen 4 (avx512_core_bf16) 2.0-2.5x (toolchain notes, 2026-11-27). */
+static int bf16_engine(void)
+{
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    const unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    if (((unsigned)isa & amx) == amx)
+        return 1;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    int amd = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "vendor_id", 9)) {
+            amd = strstr(line, "AuthenticAMD") != NULL;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return amd;
+}
+
+int hcnn_bf16_by_onednn(const hcnn_bf16 *b, int m, int n, int k)
+{
+    return b->onednn && m >= 16 && n >= 16 && k >= 32 && (double)m * n * k >= 65536.0;
+}
+
+const char *hcnn_bf16_engine(const hcnn_bf16 *b)
+{
+    return b->onednn ? "oneDNN's matmul (products of >= 16 x 16 x 32; smaller ones the BLAS's)"
+                     : "the BLAS's FP32 GEMM on the rounded inputs (oneDNN's bf16 matmul is "
+                       "slower on this CPU)";
+}
+
+const float *hcnn_bf16_widened(hcnn_bf16 *b, int th, int which, const float *x,
+                               const uint16_t *x16, int rows, int cols, int ld)
+{
+    bf16_thread *t = &b->t[th];
+    const size_t elems = (size_t)rows * cols;
+    if (elems > t->wide_elems[which]) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, elems * sizeof(float)))
+            hcnn_fatal_at(__FILE__, __LINE__, "cannot allocate a thread's bf16 buffer of %zu "
+                                              "values",
+                          elems);
+        free(t->wide[which]);
+        t->wide[which] = p, t->wide_elems[which] = elems;
+    }
+    float *w = t->wide[which];
+    for (int r = 0; r < rows; r++)
+        if (x16)
+            for (int c = 0; c < cols; c++)
+                w[(size_t)r * cols + c] = hcnn_bf16_to_float(x16[(size_t)r * ld + c]);
+        else
+            hcnn_bf16_widen(x + (size_t)r * ld, (size_t)cols, w + (size_t)r * cols);
+    return w;
+}
 
 hcnn_bf16 *hcnn_bf16_create(int threads)
 {
     hcnn_bf16 *b = hcnn_calloc(sizeof *b, "the bf16 GEMMs' state");
     if (!b)
         return NULL;
+    b->onednn = bf16_engine();
     b->nt = threads > 0 ? threads : 1;
     b->t = hcnn_calloc(sizeof *b->t * (size_t)b->nt, "the bf16 GEMMs' threads");
     if (!b->t || !DNNL_OK(dnnl_engine_create(&b->engine, dnnl_cpu, 0))) {
@@ -126,6 +211,8 @@ void hcnn_bf16_destroy(hcnn_bf16 *b)
         free(t->prims);
         free(t->scratch);
         free(t->buf);
+        free(t->wide[0]);
+        free(t->wide[1]);
     }
     hcnn_free(b->t);
     dnnl_engine_destroy(b->engine);
@@ -295,6 +382,22 @@ hcnn_bf16 *hcnn_bf16_create(int threads)
     return NULL;
 }
 void hcnn_bf16_destroy(hcnn_bf16 *b) { (void)b; }
+int hcnn_bf16_by_onednn(const hcnn_bf16 *b, int m, int n, int k)
+{
+    (void)b, (void)m, (void)n, (void)k;
+    return 0;
+}
+const char *hcnn_bf16_engine(const hcnn_bf16 *b)
+{
+    (void)b;
+    return "none (built without oneDNN)";
+}
+const float *hcnn_bf16_widened(hcnn_bf16 *b, int th, int which, const float *x,
+                               const uint16_t *x16, int rows, int cols, int ld)
+{
+    (void)b, (void)th, (void)which, (void)x, (void)x16, (void)rows, (void)cols, (void)ld;
+    hcnn_fatal_at(__FILE__, __LINE__, "precision bf16 in a build without oneDNN");
+}
 void hcnn_bf16_product(hcnn_bf16 *b, int th, int ta, int tb, int m, int n, int k, float alpha,
                        const float *a, const uint16_t *a16, int lda, const float *bm,
                        const uint16_t *b16, int ldb, float beta, float *c, int ldc)

@@ -7,10 +7,14 @@
 #include <stdint.h>
 
 #include "hcnn/backend.h"
+#include "hcnn/config.h"
 
 /* A backend instance's bf16 state: oneDNN's engine and, for each of its
  * threads, a stream, the primitives it made and its buffers. */
 typedef struct hcnn_bf16 hcnn_bf16;
+
+/* the most threads a state serves: as many as a run may have */
+#define HCNN_BF16_MAX_THREADS HCNN_MAX_THREADS
 
 /* NULL after one message (no oneDNN, or it failed) */
 hcnn_bf16 *hcnn_bf16_create(int threads);
@@ -21,6 +25,22 @@ uint16_t hcnn_bf16_of(float f);
 float hcnn_bf16_to_float(uint16_t h);
 /* y[0..n) = x[0..n) rounded */
 void hcnn_bf16_round(const float *x, size_t n, uint16_t *y);
+
+/* y[0..n) = x[0..n) rounded, as FP32 values */
+void hcnn_bf16_widen(const float *x, size_t n, float *y);
+
+/* Whether oneDNN's matmul runs an m x n x k product here (bf16.c: by the
+ * instruction set, the CPU's maker and the shape, from measurements);
+ * else the BLAS's FP32 GEMM multiplies the rounded inputs (the same
+ * arithmetic: products of bfloat16 values are exact in FP32). */
+int hcnn_bf16_by_onednn(const hcnn_bf16 *b, int m, int n, int k);
+/* one line for the run header: which engine multiplies here */
+const char *hcnn_bf16_engine(const hcnn_bf16 *b);
+/* rows x cols of x (FP32, row stride ld; or x16, bfloat16) rounded and
+ * widened to FP32, packed (row stride cols), in thread th's buffer
+ * `which` (0 or 1: a product's two operands) */
+const float *hcnn_bf16_widened(hcnn_bf16 *b, int th, int which, const float *x,
+                               const uint16_t *x16, int rows, int cols, int ld);
 
 /* One single-threaded product on the calling thread, number th of the
  * state's: C = alpha op(A) op(B) + beta C, row-major, each operand given in

@@ -25,6 +25,7 @@
  * is free; the partials are then added to dW in chunk order. */
 #include <stdatomic.h>
 
+#include "bf16.h"
 #include "conv_plan.h"
 
 static void exec_poll(const hcnn_exec *ex)
@@ -33,28 +34,56 @@ static void exec_poll(const hcnn_exec *ex)
         ex->poll(ex->poll_arg);
 }
 
+/* A product of the plan: FP32 by the BLAS, or with bf (precision bf16) of
+ * inputs rounded to bfloat16 (bf16.c); a16, b16: an operand already
+ * rounded (then a, b are not read). */
+static void conv_gemm(hcnn_bf16 *bf, int ta, int tb, int m, int n, int k, const float *a,
+                      const uint16_t *a16, int lda, const float *b, const uint16_t *b16, int ldb,
+                      float beta, float *c, int ldc)
+{
+    if (bf)
+        hcnn_cpu_gemm_mixed(bf, ta, tb, m, n, k, 1.0f, a16 ? NULL : a, a16, lda, b16 ? NULL : b,
+                            b16, ldb, beta, c, ldc);
+    else
+        hcnn_cpu_gemm(NULL, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* y[0..n) = x[0..n) rounded to bfloat16, on all threads */
+static void round_all(const float *x, size_t n, uint16_t *y)
+{
+    const size_t block = 16384;
+    const long blocks = (long)((n + block - 1) / block);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (long i = 0; i < blocks; i++) {
+        const size_t lo = (size_t)i * block, hi = lo + block < n ? lo + block : n;
+        hcnn_bf16_round(x + lo, hi - lo, y + lo);
+    }
+}
+
 /* ---- forward ------------------------------------------------------------- */
 
 /* Output rows [oy0, oy0 + rows) of one image by im2col + GEMM. */
-static void forward_rows(const hcnn_conv_desc *l, const float *w, const float *b, const float *x,
-                         float *y, int oy0, int rows, float *col)
+static void forward_rows(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *w,
+                         const uint16_t *w16, const float *b, const float *x, float *y, int oy0,
+                         int rows, float *col)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, ow = l->g.ow;
     const hcnn_conv_geom g = hcnn_conv_row_block(l, oy0, rows);
     hcnn_cpu_im2col(NULL, &g, x, 1, col);
-    hcnn_cpu_gemm(NULL, 0, 0, co, rows * ow, K, 1.0f, w, K, col, rows * ow, 0.0f,
-                  y + (size_t)oy0 * ow, P);
+    conv_gemm(bf, 0, 0, co, rows * ow, K, w, w16, K, col, NULL, rows * ow, 0.0f,
+              y + (size_t)oy0 * ow, P);
     if (b)
         hcnn_cpu_add_channel_bias(NULL, y + (size_t)oy0 * ow, b, 1, co, rows * ow, (size_t)P);
 }
 
 /* Forward of nb > 1 images; col holds K*nb*P floats, Y Cout*nb*P. */
-static void forward_group(const hcnn_conv_desc *l, const float *w, const float *b,
-                          const float *x, float *y, int nb, float *col, float *Y)
+static void forward_group(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *w,
+                          const uint16_t *w16, const float *b, const float *x, float *y, int nb,
+                          float *col, float *Y)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
     hcnn_cpu_im2col(NULL, &l->g, x, nb, col);
-    hcnn_cpu_gemm(NULL, 0, 0, co, nb * P, K, 1.0f, w, K, col, nb * P, 0.0f, Y, nb * P);
+    conv_gemm(bf, 0, 0, co, nb * P, K, w, w16, K, col, NULL, nb * P, 0.0f, Y, nb * P);
     hcnn_cpu_cnp_to_nchw(NULL, Y, b, nb, co, P, y);
 }
 
@@ -106,6 +135,8 @@ typedef struct conv_job {
     float *dw;           /* backward: NULL when only the input gradient is wanted */
     int dx_acc;
     const float *wt; /* the taps' weights (shifted windows), else NULL */
+    hcnn_bf16 *bf;   /* precision bf16: the products' state (bf16.c); NULL: FP32 */
+    const uint16_t *w16; /* bf16: the weights rounded, once a call */
     int n;
     atomic_int next; /* backward: the next task to take */
 } conv_job;
@@ -184,9 +215,9 @@ static void forward_thread(void *arg, int t, int nt)
         if (j->wt)
             forward_shifted(l, j->wt, j->b, &s, x, y, it.oy0, it.rows);
         else if (it.nb == 1)
-            forward_rows(l, j->w, j->b, x, y, it.oy0, it.rows, s.col);
+            forward_rows(j->bf, l, j->w, j->w16, j->b, x, y, it.oy0, it.rows, s.col);
         else
-            forward_group(l, j->w, j->b, x, y, it.nb, s.col, s.out);
+            forward_group(j->bf, l, j->w, j->w16, j->b, x, y, it.nb, s.col, s.out);
         stats_rows(l, j->ctx, y, it.i0, it.nb, it.oy0, it.rows);
         if (t == 0)
             exec_poll(j->ctx);
@@ -211,20 +242,20 @@ static void stats_planes(const hcnn_conv_desc *l, const hcnn_exec *ctx, const fl
 
 /* Weight gradient of output rows [oy0, oy0 + rows) of one image:
  * dw = beta * dw + dY[:, rows] col(rows)^T. */
-static void dw_rows(const hcnn_conv_desc *l, const float *x, const float *dy, int oy0, int rows,
-                    float *col, float beta, float *dw)
+static void dw_rows(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *x, const float *dy,
+                    int oy0, int rows, float *col, float beta, float *dw)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, ow = l->g.ow;
     const hcnn_conv_geom gb = hcnn_conv_row_block(l, oy0, rows);
     hcnn_cpu_im2col(NULL, &gb, x, 1, col);
-    hcnn_cpu_gemm(NULL, 0, 1, co, K, rows * ow, 1.0f, dy + (size_t)oy0 * ow, P, col, rows * ow,
-                  beta, dw, K);
+    conv_gemm(bf, 0, 1, co, K, rows * ow, dy + (size_t)oy0 * ow, NULL, P, col, NULL, rows * ow,
+              beta, dw, K);
 }
 
 /* Weight gradient of nb > 1 images: dY into out, dw = beta * dw + dY col^T,
  * or with dyt (transposed) dw = beta * dw + col dY^T ([K][Cout]). */
-static void dw_group(const hcnn_conv_desc *l, const float *x, const float *dy, int nb,
-                     const hcnn_conv_slot *s, float beta, float *dw)
+static void dw_group(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *x, const float *dy,
+                     int nb, const hcnn_conv_slot *s, float beta, float *dw)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
     const float *g = dy;
@@ -238,15 +269,16 @@ static void dw_group(const hcnn_conv_desc *l, const float *x, const float *dy, i
         hcnn_cpu_gemm(NULL, 0, 0, K, co, nb * P, 1.0f, s->col, nb * P, s->dyt, co, beta, dw,
                       co);
     } else {
-        hcnn_cpu_gemm(NULL, 0, 1, co, K, nb * P, 1.0f, g, nb * P, s->col, nb * P, beta, dw, K);
+        conv_gemm(bf, 0, 1, co, K, nb * P, g, NULL, nb * P, s->col, NULL, nb * P, beta, dw, K);
     }
 }
 
 /* Input gradient of nb images by dcol = W^T dY and col2im (added to dx if
  * acc); for one image, of its input channels [c0, c0 + cb) only (rows
  * [c0*taps, (c0+cb)*taps) of dcol, dx pointing at channel c0). */
-static void dx_columns(const hcnn_conv_desc *l, const float *w, const float *dy, int nb, int c0,
-                       int cb, const hcnn_conv_slot *s, int acc, float *dx)
+static void dx_columns(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *w,
+                       const uint16_t *w16, const float *dy, int nb, int c0, int cb,
+                       const hcnn_conv_slot *s, int acc, float *dx)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
     const int taps = l->g.kh * l->g.kw;
@@ -257,8 +289,8 @@ static void dx_columns(const hcnn_conv_desc *l, const float *w, const float *dy,
     }
     hcnn_conv_geom gc = l->g;
     gc.c = cb;
-    hcnn_cpu_gemm(NULL, 1, 0, cb * taps, nb * P, co, 1.0f, w + (size_t)c0 * taps, K, g, nb * P,
-                  0.0f, s->col, nb * P);
+    conv_gemm(bf, 1, 0, cb * taps, nb * P, co, w + (size_t)c0 * taps,
+              w16 ? w16 + (size_t)c0 * taps : NULL, K, g, NULL, nb * P, 0.0f, s->col, nb * P);
     hcnn_cpu_col2im(NULL, &gc, s->col, nb, acc, dx);
 }
 
@@ -269,9 +301,9 @@ static void dw_item(const conv_job *j, const hcnn_conv_slot *s, int i, float bet
     const float *x = j->x + (size_t)it.i0 * hcnn_conv_in_size(j->l);
     const float *dy = j->dy + (size_t)it.i0 * hcnn_conv_out_size(j->l);
     if (it.nb == 1 && !s->dyt)
-        dw_rows(j->l, x, dy, it.oy0, it.rows, s->col, beta, dw);
+        dw_rows(j->bf, j->l, x, dy, it.oy0, it.rows, s->col, beta, dw);
     else
-        dw_group(j->l, x, dy, it.nb, s, beta, dw);
+        dw_group(j->bf, j->l, x, dy, it.nb, s, beta, dw);
 }
 
 /* Weight-gradient chunk c: its items in order into partial c. */
@@ -303,7 +335,7 @@ static void dx_item(const conv_job *j, const hcnn_conv_slot *s, int d)
     const float *dy = j->dy + (size_t)i0 * hcnn_conv_out_size(l);
     float *dx = j->dx + (size_t)i0 * hcnn_conv_in_size(l) + (size_t)c0 * hw;
     if (!j->wt) {
-        dx_columns(l, j->w, dy, nb, c0, cb, s, j->dx_acc, dx);
+        dx_columns(j->bf, l, j->w, j->w16, dy, nb, c0, cb, s, j->dx_acc, dx);
         return;
     }
     /* shifted windows, one image: dy onto the padded width, the taps into
@@ -347,19 +379,64 @@ static void backward_thread(void *arg, int t, int nt)
 
 /* ---- the table's operations ------------------------------------------------- */
 
+/* With bf16, the weights rounded once for the call, where the plan keeps
+ * them (NULL: FP32, or no weights wanted). */
+static const uint16_t *weights16(const hcnn_conv_desc *l, const hcnn_exec *ctx,
+                                 const hcnn_conv_plan *p, const float *w)
+{
+    if (!p->bf16 || !w)
+        return NULL;
+    uint16_t *w16 = hcnn_conv_weights16(l, p, ctx->ws);
+    round_all(w, (size_t)l->out_c * hcnn_conv_k(l), w16);
+    return w16;
+}
+
+/* The batched path's bf16 operands: a chunk's columns and dY rounded
+ * (hcnn_conv_weights16 describes their place) */
+static uint16_t *batched_col16(const hcnn_conv_desc *l, const hcnn_conv_plan *p, float *ws)
+{
+    return (uint16_t *)(ws + (size_t)(hcnn_conv_k(l) + l->out_c) * p->group * hcnn_conv_p(l));
+}
+
+static uint16_t *batched_dy16(const hcnn_conv_desc *l, const hcnn_conv_plan *p, float *ws)
+{
+    const size_t cols = (size_t)hcnn_conv_k(l) * hcnn_conv_p(l) * p->group;
+    return batched_col16(l, p, ws) + 2 * hcnn_round_up16((cols + 1) / 2);
+}
+
+/* A batched chunk's forward in bf16: its columns on all threads, rounded
+ * once, one GEMM cut by shape, then the layout change with the bias. */
+static void forward_chunk16(hcnn_bf16 *bf, const hcnn_conv_desc *l, const hcnn_exec *ctx,
+                            const hcnn_conv_plan *p, const uint16_t *w16, const float *b,
+                            const float *x, float *y, int nb)
+{
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
+    float *col = ctx->ws, *Y = nb == 1 ? y : ctx->ws + (size_t)K * nb * P;
+    uint16_t *col16 = batched_col16(l, p, ctx->ws);
+    hcnn_cpu_im2col(NULL, &l->g, x, nb, col);
+    round_all(col, (size_t)K * nb * P, col16);
+    conv_gemm(bf, 0, 0, co, nb * P, K, NULL, w16, K, NULL, col16, nb * P, 0.0f, Y, nb * P);
+    if (nb > 1)
+        hcnn_cpu_cnp_to_nchw(NULL, Y, b, nb, co, P, y);
+    else if (b)
+        hcnn_cpu_add_channel_bias(NULL, y, b, 1, co, P, (size_t)P);
+}
+
 int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
                       const float *x, const float *w, const float *b, float *y, int n)
 {
-    (void)be;
+    hcnn_bf16 *bf = hcnn_cpu_bf16_of(be);
     hcnn_conv_plan p;
-    hcnn_conv_plan_make(l, ctx, n, &p);
+    hcnn_conv_plan_make(l, ctx, n, bf != NULL, &p);
     if (p.wino) {
         gather_stats(l, ctx, n, p.wino); /* bands of a tile row */
         return hcnn_wino_fwd(l, ctx, p.wino, x, w, b, y, n);
     }
     const size_t in_sz = hcnn_conv_in_size(l), out_sz = hcnn_conv_out_size(l);
+    const uint16_t *w16 = weights16(l, ctx, &p, w);
     if (p.per_thread) {
-        conv_job job = {.l = l, .ctx = ctx, .p = &p, .w = w, .b = b, .x = x, .y = y, .n = n};
+        conv_job job = {.l = l, .ctx = ctx, .p = &p, .w = w, .b = b, .x = x, .y = y, .n = n,
+                        .bf = bf, .w16 = w16};
         job.wt = prepare_shifted(l, ctx, &p, w);
         gather_stats(l, ctx, n, p.rows); /* an item's rows: a block, or the whole plane */
         hcnn_cpu_parallel(NULL, forward_thread, &job);
@@ -372,51 +449,86 @@ int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
         float *col = ctx->ws, *Y = ctx->ws + (size_t)K * nb * P;
         const float *xi = x + (size_t)i0 * in_sz;
         float *yi = y + (size_t)i0 * out_sz;
-        if (nb == 1)
+        if (bf)
+            forward_chunk16(bf, l, ctx, &p, w16, b, xi, yi, nb);
+        else if (nb == 1)
             for (int oy0 = 0; oy0 < l->g.oh; oy0 += p.rows)
-                forward_rows(l, w, b, xi, yi, oy0, l->g.oh - oy0 < p.rows ? l->g.oh - oy0 : p.rows,
-                             col);
+                forward_rows(NULL, l, w, NULL, b, xi, yi, oy0,
+                             l->g.oh - oy0 < p.rows ? l->g.oh - oy0 : p.rows, col);
         else
-            forward_group(l, w, b, xi, yi, nb, col, Y);
+            forward_group(NULL, l, w, NULL, b, xi, yi, nb, col, Y);
         stats_planes(l, ctx, yi, i0, nb);
         exec_poll(ctx);
     }
     return HCNN_OK;
 }
 
+/* A batched chunk's backward in bf16: dY in [Cout][nb P] and its columns,
+ * each rounded once, then dW += dY col^T and dcol = W^T dY, col2im. */
+static void backward_chunk16(hcnn_bf16 *bf, const hcnn_conv_desc *l, const hcnn_exec *ctx,
+                             const hcnn_conv_plan *p, const uint16_t *w16, const float *x,
+                             const float *dy, float *dw, float *dx, int dx_acc, int nb)
+{
+    const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
+    float *col = ctx->ws, *g = ctx->ws + (size_t)K * nb * P;
+    uint16_t *col16 = batched_col16(l, p, ctx->ws), *g16 = batched_dy16(l, p, ctx->ws);
+    if (nb > 1)
+        hcnn_cpu_nchw_to_cnp(NULL, dy, nb, co, P, g);
+    round_all(nb > 1 ? g : dy, (size_t)co * nb * P, g16);
+    if (dw) {
+        hcnn_cpu_im2col(NULL, &l->g, x, nb, col);
+        round_all(col, (size_t)K * nb * P, col16);
+        conv_gemm(bf, 0, 1, co, K, nb * P, NULL, g16, nb * P, NULL, col16, nb * P, 1.0f, dw, K);
+        exec_poll(ctx);
+    }
+    if (dx) {
+        conv_gemm(bf, 1, 0, K, nb * P, co, NULL, w16, K, NULL, g16, nb * P, 0.0f, col, nb * P);
+        hcnn_cpu_col2im(NULL, &l->g, col, nb, dx_acc, dx);
+    }
+}
+
 /* The backward of the plan: dw += (dw not NULL), db +=, dx = or += (dx not
  * NULL, dx_acc). */
-static void conv_backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x,
-                          const float *w, const float *dy, float *dw, float *db, float *dx,
-                          int dx_acc, int n)
+static void conv_backward(hcnn_bf16 *bf, const hcnn_conv_desc *l, const hcnn_exec *ctx,
+                          const float *x, const float *w, const float *dy, float *dw, float *db,
+                          float *dx, int dx_acc, int n)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l);
     if (db)
         hcnn_cpu_channel_sum_acc(NULL, dy, n, l->out_c, P, db);
     hcnn_conv_plan p;
-    hcnn_conv_plan_make(l, ctx, n, &p);
+    hcnn_conv_plan_make(l, ctx, n, bf != NULL, &p);
+    const uint16_t *w16 = dx ? weights16(l, ctx, &p, w) : NULL;
     if (!p.per_thread) { /* batched: every chunk and its columns on all threads */
         const size_t in_sz = hcnn_conv_in_size(l), out_sz = hcnn_conv_out_size(l);
         const hcnn_conv_slot s = {.col = ctx->ws, .out = ctx->ws + (size_t)K * p.group * P};
         for (int i0 = 0; i0 < n; i0 += p.group) {
             const int nb = n - i0 < p.group ? n - i0 : p.group;
-            const float *xi = x + (size_t)i0 * in_sz, *dyi = dy + (size_t)i0 * out_sz;
+            const float *xi = x ? x + (size_t)i0 * in_sz : NULL, *dyi = dy + (size_t)i0 * out_sz;
+            if (bf) {
+                backward_chunk16(bf, l, ctx, &p, w16, xi, dyi, dw, dx ? dx + (size_t)i0 * in_sz
+                                                                     : NULL,
+                                 dx_acc, nb);
+                exec_poll(ctx);
+                continue;
+            }
             if (dw && nb == 1) /* in the forward's row blocks */
                 for (int oy0 = 0; oy0 < l->g.oh; oy0 += p.rows)
-                    dw_rows(l, xi, dyi, oy0, l->g.oh - oy0 < p.rows ? l->g.oh - oy0 : p.rows,
+                    dw_rows(NULL, l, xi, dyi, oy0, l->g.oh - oy0 < p.rows ? l->g.oh - oy0 : p.rows,
                             s.col, 1.0f, dw);
             else if (dw)
-                dw_group(l, xi, dyi, nb, &s, 1.0f, dw);
+                dw_group(NULL, l, xi, dyi, nb, &s, 1.0f, dw);
             exec_poll(ctx);
             if (dx) {
-                dx_columns(l, w, dyi, nb, 0, l->g.c, &s, dx_acc, dx + (size_t)i0 * in_sz);
+                dx_columns(NULL, l, w, NULL, dyi, nb, 0, l->g.c, &s, dx_acc,
+                           dx + (size_t)i0 * in_sz);
                 exec_poll(ctx);
             }
         }
         return;
     }
     conv_job job = {.l = l, .ctx = ctx, .p = &p, .w = w, .x = x, .dy = dy, .dx = dx, .dw = dw,
-                    .dx_acc = dx_acc, .n = n};
+                    .dx_acc = dx_acc, .n = n, .bf = bf, .w16 = w16};
     atomic_init(&job.next, 0);
     if (dx)
         job.wt = prepare_shifted(l, ctx, &p, w);
@@ -436,13 +548,15 @@ static void conv_backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, const f
 /* The backward by the plan: a Winograd layer's input gradient by
  * Winograd, its weight gradient by Winograd or by the im2col plan (db
  * always by the plan's sum); the other layers' by conv_backward. */
-static int backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *x, const float *w,
-                    const float *dy, float *dw, float *db, float *dx, int dx_acc, int n)
+static int backward(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
+                    const float *x, const float *w, const float *dy, float *dw, float *db,
+                    float *dx, int dx_acc, int n)
 {
+    hcnn_bf16 *bf = hcnn_cpu_bf16_of(be);
     hcnn_conv_plan p;
-    hcnn_conv_plan_make(l, ctx, n, &p);
+    hcnn_conv_plan_make(l, ctx, n, bf != NULL, &p);
     if (!p.wino) {
-        conv_backward(l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
+        conv_backward(bf, l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
         return HCNN_OK;
     }
     if (dw && p.wino_dw) {
@@ -452,7 +566,7 @@ static int backward(const hcnn_conv_desc *l, const hcnn_exec *ctx, const float *
         if (rc)
             return rc;
     } else if (dw || db) {
-        conv_backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
+        conv_backward(bf, l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
     }
     return dx ? hcnn_wino_bwd_data(l, ctx, p.wino, w, dy, dx, dx_acc, n) : HCNN_OK;
 }
@@ -461,21 +575,18 @@ int hcnn_cpu_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
                       const float *x, const float *w, const float *dy, float *dw, float *db,
                       float *dx, int dx_acc, int n)
 {
-    (void)be;
-    return backward(l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
+    return backward(be, l, ctx, x, w, dy, dw, db, dx, dx_acc, n);
 }
 
 int hcnn_cpu_conv_bwd_filter(const hcnn_backend *be, const hcnn_conv_desc *l,
                              const hcnn_exec *ctx, const float *x, const float *dy, float *dw,
                              float *db, int n)
 {
-    (void)be;
-    return backward(l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
+    return backward(be, l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
 }
 
 int hcnn_cpu_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
                            const float *w, const float *dy, float *dx, int dx_acc, int n)
 {
-    (void)be;
-    return backward(l, ctx, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
+    return backward(be, l, ctx, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
 }

@@ -6,6 +6,7 @@
  * made. */
 #include <stdio.h>
 
+#include "bf16.h"
 #include "conv_plan.h"
 
 /* auto: per-thread items for planes of >= 64 outputs (ResNet-18's 4 x 4
@@ -69,7 +70,8 @@ static int rows_per_block(const hcnn_conv_desc *l)
 static int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
 /* The per-thread decomposition of n images (everything but nt). */
-static void decompose(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, hcnn_conv_plan *p)
+static void decompose(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int bf16,
+                      hcnn_conv_plan *p)
 {
     const int target = ctx->in_unit ? 1 : TARGET_ITEMS;
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), oh = l->g.oh, C = l->g.c;
@@ -80,8 +82,9 @@ static void decompose(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, hcnn
         g = n / target > 1 ? (n / target < g ? n / target : g) : 1;
     p->group = g;
     p->ngroups = ceil_div(n > 0 ? n : 1, g);
-    p->shifted = hcnn_conv_shifted(l);
-    p->dw_transposed = dw_transposed(l);
+    /* bf16: im2col + GEMM only (its products round their inputs, bf16.c) */
+    p->shifted = !bf16 && hcnn_conv_shifted(l);
+    p->dw_transposed = !bf16 && dw_transposed(l);
     /* then one image's output rows (forward, weight gradient) ... */
     p->rows = g == 1 && !p->dw_transposed ? rows_per_block(l) : oh;
     if (g == 1 && !p->dw_transposed && p->ngroups < target) {
@@ -274,43 +277,74 @@ static size_t wino_ws_most(const hcnn_conv_desc *l, const hcnn_exec *ctx, int ca
     return most;
 }
 
-size_t hcnn_conv_per_thread_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt)
+size_t hcnn_conv_per_thread_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt,
+                               int bf16)
 {
     if (!per_thread_allowed(l, ctx, n))
         return 0;
     hcnn_conv_plan p;
-    decompose(l, ctx, n, &p);
+    decompose(l, ctx, n, bf16, &p);
     p.nt = nt;
     return (size_t)nt * slot_floats(l, &p) + (size_t)p.nchunks * dw_floats(l) +
-           (p.dw_transposed ? dw_floats(l) : 0) + (p.shifted ? dw_floats(l) : 0);
+           (p.dw_transposed ? dw_floats(l) : 0) + (p.shifted ? dw_floats(l) : 0) +
+           (bf16 ? hcnn_round_up16((dw_floats(l) + 1) / 2) : 0);
+}
+
+uint16_t *hcnn_conv_weights16(const hcnn_conv_desc *l, const hcnn_conv_plan *p, float *ws)
+{
+    if (!p->per_thread) {
+        const size_t K = (size_t)hcnn_conv_k(l), P = (size_t)hcnn_conv_p(l), g = (size_t)p->group;
+        return (uint16_t *)(ws + (K + (size_t)l->out_c) * g * P) +
+               2 * (hcnn_round_up16((K * P * g + 1) / 2) +
+                    hcnn_round_up16(((size_t)l->out_c * P * g + 1) / 2));
+    }
+    return (uint16_t *)(hcnn_conv_shifted_weights(l, p, ws) + (p->shifted ? dw_floats(l) : 0));
+}
+
+/* Floats of a batched chunk's workspace per image: its columns and GEMM
+ * output, and with bf16 both rounded (two to a float). */
+static size_t batched_per_sample(const hcnn_conv_desc *l, int bf16)
+{
+    return hcnn_conv_ws_per_sample(l) + (bf16 ? (hcnn_conv_ws_per_sample(l) + 1) / 2 : 0);
 }
 
 /* Images per batched chunk: its columns stay within im2col_mb. */
-static int batched_chunk(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n)
+static int batched_chunk(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int bf16)
 {
-    const size_t per = hcnn_conv_ws_per_sample(l) ? hcnn_conv_ws_per_sample(l) : 1;
+    const size_t per = batched_per_sample(l, bf16) ? batched_per_sample(l, bf16) : 1;
     size_t cap = ctx->max_chunk_floats / per;
     if (cap < 1)
         cap = 1;
     return (size_t)n < cap ? n : (int)cap;
 }
 
+/* The batched path's bf16 operands after its chunk's columns and output:
+ * the chunk's columns and the weights, rounded (conv.c). */
+size_t hcnn_conv_batched_bf16_floats(const hcnn_conv_desc *l, int group)
+{
+    const size_t K = (size_t)hcnn_conv_k(l), P = (size_t)hcnn_conv_p(l), co = (size_t)l->out_c;
+    return hcnn_round_up16((K * P * group + 1) / 2) + hcnn_round_up16((co * P * group + 1) / 2) +
+           hcnn_round_up16((co * K + 1) / 2);
+}
+
 /* ---- the plan --------------------------------------------------------------- */
 
-void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, hcnn_conv_plan *p)
+void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int bf16,
+                         hcnn_conv_plan *p)
 {
-    p->wino = wino_tile(l, ctx, n);
+    p->bf16 = bf16;
+    p->wino = bf16 ? 0 : wino_tile(l, ctx, n); /* bf16: im2col + GEMM (for now) */
     p->wino_dw = wino_dw(l, p->wino);
     p->nt = hcnn_cpu_threads(NULL);
     /* the workspace is sized for the plan (hcnn_conv_workspace): the check
      * only guards against a caller's smaller one */
     p->per_thread = per_thread_allowed(l, ctx, n) &&
-                    hcnn_conv_per_thread_ws(l, ctx, n, p->nt) <= ctx->ws_floats;
+                    hcnn_conv_per_thread_ws(l, ctx, n, p->nt, bf16) <= ctx->ws_floats;
     if (p->per_thread) {
-        decompose(l, ctx, n, p);
+        decompose(l, ctx, n, bf16, p);
         return;
     }
-    p->group = batched_chunk(l, ctx, n);
+    p->group = batched_chunk(l, ctx, n, bf16);
     p->ngroups = ceil_div(n > 0 ? n : 1, p->group);
     p->shifted = p->dw_transposed = 0;
     p->rows = rows_per_block(l);
@@ -336,11 +370,13 @@ hcnn_conv_geom hcnn_conv_row_block(const hcnn_conv_desc *l, int oy0, int rows)
 size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
                                const hcnn_exec *ctx, int capacity)
 {
-    (void)be;
-    const size_t batched = (size_t)batched_chunk(l, ctx, capacity) * hcnn_conv_ws_per_sample(l);
+    const int bf16 = hcnn_cpu_bf16_of(be) != NULL;
+    const int chunk = batched_chunk(l, ctx, capacity, bf16);
+    const size_t batched = (size_t)chunk * hcnn_conv_ws_per_sample(l) +
+                           (bf16 ? hcnn_conv_batched_bf16_floats(l, chunk) : 0);
     const int nt = ctx->in_unit ? 1 : hcnn_cpu_threads(NULL);
-    const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, nt);
-    const size_t wino = wino_ws_most(l, ctx, capacity, nt);
+    const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, nt, bf16);
+    const size_t wino = bf16 ? 0 : wino_ws_most(l, ctx, capacity, nt);
     const size_t most = per_thread > batched ? per_thread : batched;
     return wino > most ? wino : most;
 }
@@ -351,12 +387,11 @@ size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
 void hcnn_cpu_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
                          int n, int unit, int need_dx, hcnn_gemm_list *gl)
 {
-    (void)be;
     hcnn_conv_plan p;
     hcnn_exec c = *ctx;
     c.in_unit = unit > 0; /* each thread runs its own units alone */
     const int nimg = unit > 0 ? unit : n;
-    hcnn_conv_plan_make(l, &c, nimg, &p);
+    hcnn_conv_plan_make(l, &c, nimg, hcnn_cpu_bf16_of(be) != NULL, &p);
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, C = l->g.c;
     const int taps = l->g.kh * l->g.kw, ow = l->g.ow, oh = l->g.oh;
     const int Wp = hcnn_conv_padded_w(l), per = p.per_thread || unit > 0;
@@ -399,9 +434,8 @@ void hcnn_cpu_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *l, const 
 void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
                             const hcnn_exec *ctx, int n, char *buf, size_t cap)
 {
-    (void)be;
     hcnn_conv_plan p;
-    hcnn_conv_plan_make(l, ctx, n, &p);
+    hcnn_conv_plan_make(l, ctx, n, hcnn_cpu_bf16_of(be) != NULL, &p);
     if (p.wino)
         hcnn_wino_describe(l, ctx, p.wino, n, p.wino_dw, buf, cap);
     else if (!p.per_thread)
@@ -452,9 +486,8 @@ static void im2col_pieces(const hcnn_conv_desc *l, const hcnn_conv_plan *p, int 
 void hcnn_cpu_conv_pieces(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
                           int n, int nt, int need_dx, hcnn_pieces *out)
 {
-    (void)be;
     hcnn_conv_plan p;
-    hcnn_conv_plan_make(l, ctx, n, &p);
+    hcnn_conv_plan_make(l, ctx, n, hcnn_cpu_bf16_of(be) != NULL, &p);
     out->count = 0;
     if (!p.wino) {
         im2col_pieces(l, &p, 1, need_dx, out);

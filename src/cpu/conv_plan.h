@@ -37,6 +37,7 @@
 #include "winograd.h"
 
 typedef struct hcnn_conv_plan {
+    int bf16;          /* the backend computes in bf16: im2col + GEMM only, products rounded */
     int wino;          /* Winograd's output tile (2, 4): the layer goes by winograd.c; 0: im2col */
     int wino_dw;       /* its weight gradient by Winograd too (else by the im2col fields below) */
     int per_thread;    /* 1: per-thread items; 0: batched chunks */
@@ -53,10 +54,21 @@ typedef struct hcnn_conv_plan {
     int nchunks;       /* weight-gradient partial sums, each of consecutive items */
 } hcnn_conv_plan;
 
-void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, hcnn_conv_plan *p);
+/* The plan of n images (bf16: the backend computes in bf16, bf16.c). */
+void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int bf16,
+                         hcnn_conv_plan *p);
 /* Workspace floats of the per-thread path for n images on nt threads (0:
  * conv_algo never takes it for this layer). */
-size_t hcnn_conv_per_thread_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt);
+size_t hcnn_conv_per_thread_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int nt,
+                               int bf16);
+/* The batched path's bf16 operands (its chunk of `group` images' columns
+ * and dY, and the weights, rounded), after its FP32 columns and output. */
+size_t hcnn_conv_batched_bf16_floats(const hcnn_conv_desc *l, int group);
+/* With bf16: where the plan keeps the weights rounded ([Cout][K]): after
+ * the per-thread path's partial sums, or the batched path's rounded
+ * columns and dY (whose places are then (uint16_t *)(ws + (K + Cout) *
+ * group * P) and after it). */
+uint16_t *hcnn_conv_weights16(const hcnn_conv_desc *l, const hcnn_conv_plan *p, float *ws);
 /* Whether one-image groups of this layer take shifted windows: stride 1,
  * C >= 16, at most 1/16 of the padded width discarded. */
 int hcnn_conv_shifted(const hcnn_conv_desc *l);

@@ -111,17 +111,16 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 float hcnn_cpu_plane_sum(const float *x, int n);
 
 /* An instance's state (be->state, from hcnn_backend_cpu_create): the
- * precision set_precision accepted.  The shared table of hcnn_backend_cpu()
- * has none and computes in FP32. */
+ * precision set_precision accepted and, for bf16, oneDNN's state (bf16.c).
+ * The shared table of hcnn_backend_cpu() has none and computes in FP32. */
+struct hcnn_bf16;
 typedef struct hcnn_cpu_state {
     hcnn_precision precision;
+    struct hcnn_bf16 *bf16;
 } hcnn_cpu_state;
 
 /* be's precision: HCNN_PRECISION_FP32 for NULL or a table without state */
 hcnn_precision hcnn_cpu_precision(const hcnn_backend *be);
-
-/* 1 when the CPU backend computes precision: bf16 (backend.c) */
-int hcnn_cpu_bf16_compute_ready(void);
 
 /* The operations of the table (backend.c), by file; each is documented
  * where include/hcnn/backend.h declares its slot.  They take the instance

@@ -97,17 +97,39 @@ typedef struct gemm_args {
     hcnn_bf16 *bf; /* precision bf16: oneDNN's products (bf16.c); NULL: the BLAS's */
 } gemm_args;
 
+/* The calling thread's number among all of the run's threads: a work unit
+ * of whole-network execution runs its layers' parallel regions nested in
+ * the units' (inactive, one thread each), where omp_get_thread_num() is 0
+ * on every thread. */
+static int thread_slot(void)
+{
+    int id = 0;
+    for (int l = 1; l <= omp_get_level(); l++)
+        id = id * omp_get_team_size(l) + omp_get_ancestor_thread_num(l);
+    return id;
+}
+
 /* One single-threaded product of the call's kind, operands at offsets ao, bo. */
 static void product(const gemm_args *g, int m, int n, int k, float alpha, size_t ao, size_t bo,
                     float beta, float *c, int ldc)
 {
-    if (g->bf)
-        hcnn_bf16_product(g->bf, omp_get_thread_num(), g->ta, g->tb, m, n, k, alpha,
-                          g->a ? g->a + ao : NULL, g->a16 ? g->a16 + ao : NULL, g->lda,
-                          g->b ? g->b + bo : NULL, g->b16 ? g->b16 + bo : NULL, g->ldb, beta, c,
-                          ldc);
-    else
+    if (!g->bf) {
         sgemm(g->ta, g->tb, m, n, k, alpha, g->a + ao, g->lda, g->b + bo, g->ldb, beta, c, ldc);
+        return;
+    }
+    const int th = thread_slot();
+    const float *a = g->a ? g->a + ao : NULL, *b = g->b ? g->b + bo : NULL;
+    const uint16_t *a16 = g->a16 ? g->a16 + ao : NULL, *b16 = g->b16 ? g->b16 + bo : NULL;
+    if (hcnn_bf16_by_onednn(g->bf, m, n, k)) {
+        hcnn_bf16_product(g->bf, th, g->ta, g->tb, m, n, k, alpha, a, a16, g->lda, b, b16, g->ldb,
+                          beta, c, ldc);
+        return;
+    }
+    /* the BLAS on the rounded inputs, widened back to FP32 (packed) */
+    const int ar = g->ta ? k : m, ac = g->ta ? m : k, br = g->tb ? n : k, bc = g->tb ? k : n;
+    const float *aw = hcnn_bf16_widened(g->bf, th, 0, a, a16, ar, ac, g->lda);
+    const float *bw = hcnn_bf16_widened(g->bf, th, 1, b, b16, br, bc, g->ldb);
+    sgemm(g->ta, g->tb, m, n, k, alpha, aw, ac, bw, bc, beta, c, ldc);
 }
 
 /* Tile t of the output, or k chunk t into its partial product. */
