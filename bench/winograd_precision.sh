@@ -14,7 +14,11 @@
 #   e = max|Δ_algo - Δ_ref| / max|Δ_ref|,  e2 = ||Δ_algo - Δ_ref|| / ||Δ_ref||
 #
 #   bench/winograd_precision.sh [--batches "2 8 16"] [--out DIR] [--seed S]
-#                               [--threads T]
+#                               [--threads T] [--precision fp32|bf16|"fp32 bf16"]
+#
+# --precision bf16: each algorithm also with precision bf16 (every GEMM's
+# inputs rounded to bfloat16; on a CPU that runs it), its lines named
+# bf16_<algo>; the FP32 im2col plans always run (the reference's check).
 #
 # Prints, per batch size and algorithm, one line (key=value):
 #   batch=16 algo=winograd_f4 ref=float64 conv_worst= conv_median=
@@ -43,20 +47,24 @@
 # Exit status: 0 done, 1 a run or the reference check failed, 2 bad command line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-batches="2 8 16" out="" seed=1 threads=2
+batches="2 8 16" out="" seed=1 threads=2 precisions=fp32
 usage() { echo "winograd_precision.sh: $1 (see --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
-    --batches | --out | --seed | --threads) [ $# -ge 2 ] || usage "$1 needs a value" ;;&
+    --batches | --out | --seed | --threads | --precision) [ $# -ge 2 ] || usage "$1 needs a value" ;;&
     --batches) batches=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --precision) precisions=$2; shift 2 ;;
     -h | --help) sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) usage "unknown option '$1'" ;;
     esac
 done
 [ -n "${batches// /}" ] || usage "--batches is empty"
+for p in $precisions; do
+    case $p in fp32 | bf16) ;; *) usage "--precision '$p': expected fp32, bf16 or both" ;; esac
+done
 for v in $batches "$seed" "$threads"; do
     case $v in
     '' | *[!0-9]* | 0*) usage "'$v' is not a positive integer" ;;
@@ -94,15 +102,25 @@ for b in $batches; do
     d=$tmp/b$b
     py data "$d/data" --n "$b" --seed "$seed"
     runs=()
-    for algo in $algos; do
+    # name precision algo: the runs (fp32 batched always: the reference's check)
+    jobs=()
+    case " $precisions " in *" fp32 "*) ;; *) jobs+=("batched fp32 batched") ;; esac
+    for p in $precisions; do
+        for algo in $algos; do
+            if [ "$p" = fp32 ]; then jobs+=("$algo fp32 $algo"); else jobs+=("bf16_$algo bf16 $algo"); fi
+        done
+    done
+    for job in "${jobs[@]}"; do
+        read -r name prec algo <<<"$job"
         if ! "$HCNN" train -q "${common[@]}" --resume "$tmp/init.hcnn" --set data_dir="$d/data" \
             --set train_limit="$b" --set batch_size="$b" --set conv_algo="$algo" \
-            --set checkpoint_dir="$d/ck_$algo" --set csv="$d/$algo.csv" >"$d/$algo.log" 2>&1 ||
-            ! "$HCNN" export "$d/ck_$algo/final.hcnn" "$d/x_$algo" >>"$d/$algo.log" 2>&1; then
-            echo "winograd_precision.sh: batch $b, conv_algo $algo failed: $(tail -n 3 "$d/$algo.log")" >&2
+            --set precision="$prec" \
+            --set checkpoint_dir="$d/ck_$name" --set csv="$d/$name.csv" >"$d/$name.log" 2>&1 ||
+            ! "$HCNN" export "$d/ck_$name/final.hcnn" "$d/x_$name" >>"$d/$name.log" 2>&1; then
+            echo "winograd_precision.sh: batch $b, $prec conv_algo $algo failed: $(tail -n 3 "$d/$name.log")" >&2
             exit 1
         fi
-        runs+=("$algo=$d/x_$algo,$d/$algo.csv,$d/$algo.log")
+        runs+=("$name=$d/x_$name,$d/$name.csv,$d/$name.log")
     done
     rc=0
     py compare --data "$d/data" --init "$tmp/init" --n "$b" --lr "$lr" --momentum "$momentum" \

@@ -430,7 +430,7 @@ int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
     hcnn_conv_plan_make(l, ctx, n, bf != NULL, &p);
     if (p.wino) {
         gather_stats(l, ctx, n, p.wino); /* bands of a tile row */
-        return hcnn_wino_fwd(l, ctx, p.wino, x, w, b, y, n);
+        return hcnn_wino_fwd(l, ctx, bf, p.wino, x, w, b, y, n);
     }
     const size_t in_sz = hcnn_conv_in_size(l), out_sz = hcnn_conv_out_size(l);
     const uint16_t *w16 = weights16(l, ctx, &p, w);
@@ -562,13 +562,13 @@ static int backward(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_
     if (dw && p.wino_dw) {
         if (db)
             hcnn_cpu_channel_sum_acc(NULL, dy, n, l->out_c, hcnn_conv_p(l), db);
-        int rc = hcnn_wino_bwd_filter(l, ctx, p.wino, x, dy, dw, n);
+        int rc = hcnn_wino_bwd_filter(l, ctx, bf, p.wino, x, dy, dw, n);
         if (rc)
             return rc;
     } else if (dw || db) {
         conv_backward(bf, l, ctx, x, NULL, dy, dw, db, NULL, 0, n);
     }
-    return dx ? hcnn_wino_bwd_data(l, ctx, p.wino, w, dy, dx, dx_acc, n) : HCNN_OK;
+    return dx ? hcnn_wino_bwd_data(l, ctx, bf, p.wino, w, dy, dx, dx_acc, n) : HCNN_OK;
 }
 
 int hcnn_cpu_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,

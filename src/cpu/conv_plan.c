@@ -333,7 +333,8 @@ void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, i
                          hcnn_conv_plan *p)
 {
     p->bf16 = bf16;
-    p->wino = bf16 ? 0 : wino_tile(l, ctx, n); /* bf16: im2col + GEMM (for now) */
+    /* bf16: Winograd only when conv_algo names it (auto: im2col + GEMM) */
+    p->wino = bf16 && ctx->conv_algo == HCNN_CONV_AUTO ? 0 : wino_tile(l, ctx, n);
     p->wino_dw = wino_dw(l, p->wino);
     p->nt = hcnn_cpu_threads(NULL);
     /* the workspace is sized for the plan (hcnn_conv_workspace): the check
@@ -376,7 +377,8 @@ size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
                            (bf16 ? hcnn_conv_batched_bf16_floats(l, chunk) : 0);
     const int nt = ctx->in_unit ? 1 : hcnn_cpu_threads(NULL);
     const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, nt, bf16);
-    const size_t wino = bf16 ? 0 : wino_ws_most(l, ctx, capacity, nt);
+    const size_t wino = bf16 && ctx->conv_algo == HCNN_CONV_AUTO ? 0
+                                                                 : wino_ws_most(l, ctx, capacity, nt);
     const size_t most = per_thread > batched ? per_thread : batched;
     return wino > most ? wino : most;
 }

@@ -37,6 +37,7 @@
  * is the convolution plan's choice (conv_plan.c), given here as m. */
 #include <stdio.h>
 
+#include "bf16.h"
 #include "winograd.h"
 #include "winograd_rows.h"
 
@@ -157,6 +158,7 @@ typedef struct wino_job {
     float *dw;            /* weight gradient: dw += */
     float *wt, *V, *M, *scratch, *seams;
     float *u;             /* the transformed weights U the GEMMs read (wt, or the cache's) */
+    hcnn_bf16 *bf;        /* precision bf16: the GEMMs' inputs rounded (bf16.c); NULL: FP32 */
     int transform;        /* 1: this call computes U into u */
 } wino_job;
 
@@ -682,10 +684,10 @@ static void gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b, i
 {
     const wino_shape *s = &j->s;
     const wino_item it = item_of(b, cols, (size_t)s->cout, item);
-    hcnn_cpu_gemm(NULL, 0, 1, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cin, 1.0f,
-                  j->V + ((size_t)it.xi * T + it.r0) * s->cin, s->cin,
-                  j->u + ((size_t)it.xi * s->cout + it.c0) * s->cin, s->cin, 0.0f,
-                  j->M + ((size_t)it.xi * T + it.r0) * s->cout + it.c0, s->cout);
+    hcnn_cpu_gemm_mixed(j->bf, 0, 1, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cin, 1.0f,
+                        j->V + ((size_t)it.xi * T + it.r0) * s->cin, NULL, s->cin,
+                        j->u + ((size_t)it.xi * s->cout + it.c0) * s->cin, NULL, s->cin, 0.0f,
+                        j->M + ((size_t)it.xi * T + it.r0) * s->cout + it.c0, s->cout);
 }
 
 /* The input gradient's GEMMs, items over (tiles, C):
@@ -699,10 +701,10 @@ static void dx_gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b
 {
     const wino_shape *s = &j->s;
     const wino_item it = item_of(b, cols, (size_t)s->cin, item);
-    hcnn_cpu_gemm(NULL, 0, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cout, 1.0f,
-                  j->M + ((size_t)it.xi * T + it.r0) * s->cout, s->cout,
-                  j->u + (size_t)it.xi * s->cout * s->cin + it.c0, s->cin, 0.0f,
-                  j->V + ((size_t)it.xi * T + it.r0) * s->cin + it.c0, s->cin);
+    hcnn_cpu_gemm_mixed(j->bf, 0, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cout, 1.0f,
+                        j->M + ((size_t)it.xi * T + it.r0) * s->cout, NULL, s->cout,
+                        j->u + (size_t)it.xi * s->cout * s->cin + it.c0, NULL, s->cin, 0.0f,
+                        j->V + ((size_t)it.xi * T + it.r0) * s->cin + it.c0, s->cin);
 }
 
 /* The weight gradient's GEMMs, items over (Cout, C), each summed over the
@@ -717,10 +719,10 @@ static void dw_gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b
 {
     const wino_shape *s = &j->s;
     const wino_item it = item_of(b, (size_t)s->cout, (size_t)s->cin, item);
-    hcnn_cpu_gemm(NULL, 1, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), (int)cols, 1.0f,
-                  j->M + (size_t)it.xi * T * s->cout + it.r0, s->cout,
-                  j->V + (size_t)it.xi * T * s->cin + it.c0, s->cin, beta,
-                  j->wt + ((size_t)it.xi * s->cout + it.r0) * s->cin + it.c0, s->cin);
+    hcnn_cpu_gemm_mixed(j->bf, 1, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), (int)cols, 1.0f,
+                        j->M + (size_t)it.xi * T * s->cout + it.r0, NULL, s->cout,
+                        j->V + (size_t)it.xi * T * s->cin + it.c0, NULL, s->cin, beta,
+                        j->wt + ((size_t)it.xi * s->cout + it.r0) * s->cin + it.c0, s->cin);
 }
 
 static long blocks_items(const wino_shape *s, wino_blocks b)
@@ -968,25 +970,27 @@ static int run(wino_job *j, const hcnn_conv_desc *l, int weights,
     return HCNN_OK;
 }
 
-int hcnn_wino_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *x,
-                  const float *w, const float *b, float *y, int n)
+int hcnn_wino_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, hcnn_bf16 *bf, int m,
+                  const float *x, const float *w, const float *b, float *y, int n)
 {
-    wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .w = w, .bias = b, .x = x, .y = y};
+    wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .w = w, .bias = b, .x = x, .y = y,
+                  .bf = bf};
     return run(&j, l, 1, forward_thread);
 }
 
-int hcnn_wino_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *w,
-                       const float *dy, float *dx, int dx_acc, int n)
+int hcnn_wino_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, hcnn_bf16 *bf, int m,
+                       const float *w, const float *dy, float *dx, int dx_acc, int n)
 {
     wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .w = w, .dy = dy, .dx = dx,
-                  .acc = dx_acc};
+                  .acc = dx_acc, .bf = bf};
     return run(&j, l, 1, input_grad_thread);
 }
 
-int hcnn_wino_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *x,
-                         const float *dy, float *dw, int n)
+int hcnn_wino_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, hcnn_bf16 *bf, int m,
+                         const float *x, const float *dy, float *dw, int n)
 {
-    wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .x = x, .dy = dy, .dw = dw};
+    wino_job j = {.s = forward_shape(l, m), .ctx = ctx, .n = n, .x = x, .dy = dy, .dw = dw,
+                  .bf = bf};
     return run(&j, l, 0, weight_grad_thread);
 }
 

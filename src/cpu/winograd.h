@@ -13,15 +13,18 @@ int hcnn_wino_applies(const hcnn_conv_desc *l);
 /* Workspace floats of its calls on n images with nt threads (the largest
  * of the forward's and the input gradient's). */
 size_t hcnn_wino_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt);
-/* y = conv(x) + b over n images. */
-int hcnn_wino_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *x,
-                  const float *w, const float *b, float *y, int n);
+/* y = conv(x) + b over n images.  bf (precision bf16, bf16.h): the GEMMs'
+ * inputs (the transformed tiles and weights) rounded to bfloat16; NULL:
+ * FP32. */
+struct hcnn_bf16;
+int hcnn_wino_fwd(const hcnn_conv_desc *l, const hcnn_exec *ctx, struct hcnn_bf16 *bf, int m,
+                  const float *x, const float *w, const float *b, float *y, int n);
 /* dx = (or += when dx_acc) the input gradient of dy. */
-int hcnn_wino_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *w,
-                       const float *dy, float *dx, int dx_acc, int n);
+int hcnn_wino_bwd_data(const hcnn_conv_desc *l, const hcnn_exec *ctx, struct hcnn_bf16 *bf,
+                       int m, const float *w, const float *dy, float *dx, int dx_acc, int n);
 /* dw += the weight gradient of x and dy. */
-int hcnn_wino_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, const float *x,
-                         const float *dy, float *dw, int n);
+int hcnn_wino_bwd_filter(const hcnn_conv_desc *l, const hcnn_exec *ctx, struct hcnn_bf16 *bf,
+                         int m, const float *x, const float *dy, float *dw, int n);
 /* Its GEMMs for the profile (thread 0's share of each phase): the
  * forward, the weight gradient when dw_by_wino, the input gradient when
  * need_dx. */
