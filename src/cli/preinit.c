@@ -20,8 +20,9 @@
  * "Initialization and Termination Functions"), so the room is tried here:
  * reserved (PROT_NONE, nothing touched) and given back.  Measured here
  * (OpenBLAS 0.3.21, OpenMPI 4.1, 2 cores): 46 MiB are mapped at this point
- * and 302.7 MiB at main, 256 of them OpenBLAS's two buffers; --version
- * needs a limit of 302 MiB.  Only system calls and snprintf on a stack
+ * (86 with oneDNN 2.6.3 linked, 2026-11-28) and 302.7 MiB at main, 256 of
+ * them OpenBLAS's two buffers; --version needs a limit of 302 MiB (358
+ * with oneDNN); the check below measures what is mapped, not these.  Only system calls and snprintf on a stack
  * buffer here: nothing is asked of libc's allocator this early. */
 #define _GNU_SOURCE
 #include "config.h"
