@@ -6,10 +6,32 @@
 #   bench/compare.sh [--model lenet|resnet18] [--batch B] [--threads T] [--rounds N] [--no-mkldnn]
 #                    [--channels-last] [--warmup N] [--repeats N] [--steps N]
 #                    [--device cpu|cuda] [--precision fp32|tf32|bf16]
+#                    [--peer-modes one|best|all|MODE,MODE...]
 #
 # --channels-last: PyTorch's model and batches in channels_last (NHWC), the
 # layout oneDNN prefers on CPUs (the default, NCHW, is hcnn's); a fair
 # comparison takes PyTorch's faster of the two.
+# --precision on the CPU: fp32 (default) or bf16 (hcnn: precision: bf16,
+# which needs a build with oneDNN and a CPU with AVX512-BF16 or AMX; PyTorch:
+# torch.autocast("cpu", dtype=torch.bfloat16), FP32 master weights); tf32
+# is a GPU format, refused on the CPU.
+# --peer-modes (CPU only): which of PyTorch's four CPU modes run in each
+# round, all of them after hcnn in odd rounds and before it in even rounds
+# (their order rotating from round to round): fp32_nchw, fp32_nhwc
+# (channels_last), bf16_nchw, bf16_nhwc (autocast to bfloat16).
+#   one   (default) the single mode --precision and --channels-last name
+#   best  all four; hcnn is compared with PyTorch's best at hcnn's
+#         precision: with --precision fp32 the faster FP32 mode, with
+#         --precision bf16 the fastest of the four, whatever its precision
+#   all   all four; hcnn is compared with the fastest of the four
+#   MODE,MODE...  those modes; hcnn is compared with the fastest of them
+# With more than one mode, each round line adds every mode's rate
+# (pytorch_<mode>_images_per_s=R) and pytorch_mode=<the round's fastest
+# compared mode>, whose rate is the line's pytorch_images_per_s; after the
+# rounds one line a mode
+#   pytorch_mode=<mode> median=M hcnn_ratio=X/M compared=0|1
+# and pytorch_best_mode=<mode>, the compared mode with the highest median,
+# which is the last line's pytorch_median.
 # --device cuda: hcnn's CUDA backend (a build configured --with-cuda)
 # against PyTorch on the same GPU (cuDNN, its fastest algorithms:
 # cudnn.benchmark); --precision sets both sides alike (fp32: no TF32
@@ -17,7 +39,8 @@
 # hcnn's bf16 GEMM inputs against PyTorch's autocast to bfloat16).
 #
 # Prints one line per round with both rates (each the median of that run's
-# repeats), then as its last line
+# repeats; the header line names device, precision and peer_modes last),
+# then as its last line
 #   hcnn_median=X pytorch_median=Y ratio=X/Y
 # Without python3-torch it runs hcnn only, says so, and ends with
 #   hcnn_median=X pytorch_median=NA ratio=NA
@@ -29,20 +52,24 @@ usage() {
 }
 
 model=lenet batch=64 threads=2 rounds=5 mkldnn=1 channels_last=0 device=cpu precision=fp32
+peer_modes=one
 warmup='' repeats='' steps=''
+# val OPTION [VALUE...]: OPTION must have a non-empty value
+val() { if [ $# -lt 2 ] || [ -z "$2" ]; then echo "compare.sh: $1 needs a value (see --help)" >&2; exit 2; fi; }
 while [ $# -gt 0 ]; do
     case $1 in
-    --model) model=${2:?}; shift 2 ;;
-    --batch) batch=${2:?}; shift 2 ;;
-    --threads) threads=${2:?}; shift 2 ;;
-    --rounds) rounds=${2:?}; shift 2 ;;
-    --warmup) warmup=${2:?}; shift 2 ;;
-    --repeats) repeats=${2:?}; shift 2 ;;
-    --steps) steps=${2:?}; shift 2 ;;
+    --model) val "$@"; model=$2; shift 2 ;;
+    --batch) val "$@"; batch=$2; shift 2 ;;
+    --threads) val "$@"; threads=$2; shift 2 ;;
+    --rounds) val "$@"; rounds=$2; shift 2 ;;
+    --warmup) val "$@"; warmup=$2; shift 2 ;;
+    --repeats) val "$@"; repeats=$2; shift 2 ;;
+    --steps) val "$@"; steps=$2; shift 2 ;;
     --no-mkldnn) mkldnn=0; shift ;;
     --channels-last) channels_last=1; shift ;;
-    --device) device=${2:?}; shift 2 ;;
-    --precision) precision=${2:?}; shift 2 ;;
+    --device) val "$@"; device=$2; shift 2 ;;
+    --precision) val "$@"; precision=$2; shift 2 ;;
+    --peer-modes) val "$@"; peer_modes=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -57,8 +84,43 @@ for v in batch threads rounds; do
 done
 case $device in cpu | cuda) ;; *) echo "compare.sh: --device '$device': expected cpu or cuda" >&2; exit 2 ;; esac
 case $precision in fp32 | tf32 | bf16) ;; *) echo "compare.sh: --precision '$precision': expected fp32, tf32 or bf16" >&2; exit 2 ;; esac
-[ "$device" = cuda ] || [ "$precision" = fp32 ] ||
-    { echo "compare.sh: --precision $precision needs --device cuda (the CPU computes in FP32)" >&2; exit 2; }
+[ "$device" = cuda ] || [ "$precision" != tf32 ] ||
+    { echo "compare.sh: --precision tf32 needs --device cuda (TF32 is a GPU format; on the CPU use fp32 or bf16)" >&2; exit 2; }
+
+# PyTorch's modes, PRECISION_LAYOUT words; compared: those hcnn's rate is set against
+all_modes="fp32_nchw fp32_nhwc bf16_nchw bf16_nhwc"
+case $peer_modes in
+one)
+    modes=${precision}_nchw
+    [ "$channels_last" = 0 ] || modes=${precision}_nhwc
+    compared=$modes ;;
+best | all)
+    modes=$all_modes
+    if [ "$peer_modes" = best ] && [ "$precision" = fp32 ]; then compared="fp32_nchw fp32_nhwc"; else compared=$modes; fi ;;
+*)
+    modes=''
+    IFS=, read -r -a list <<< "$peer_modes"
+    if [ "${#list[@]}" -eq 0 ] || [ "${peer_modes: -1}" = , ]; then
+        echo "compare.sh: --peer-modes '$peer_modes': expected one, best, all or a comma-separated list of ${all_modes// /, }" >&2
+        exit 2
+    fi
+    for m in "${list[@]}"; do
+        case " $all_modes " in
+        *" $m "*) ;;
+        *) echo "compare.sh: --peer-modes: unknown mode '$m' (expected one, best, all or a comma-separated list of ${all_modes// /, })" >&2; exit 2 ;;
+        esac
+        case " $modes " in *" $m "*) echo "compare.sh: --peer-modes: mode '$m' given twice" >&2; exit 2 ;; esac
+        modes+="${modes:+ }$m"
+    done
+    compared=$modes ;;
+esac
+if [ "$peer_modes" != one ]; then
+    [ "$device" = cpu ] ||
+        { echo "compare.sh: --peer-modes $peer_modes: PyTorch's CPU modes; with --device cuda use --precision and --channels-last" >&2; exit 2; }
+    [ "$channels_last" = 0 ] ||
+        { echo "compare.sh: --channels-last picks PyTorch's one layout; --peer-modes $peer_modes names its modes (drop one of the two)" >&2; exit 2; }
+fi
+read -r -a modes <<< "$modes"
 
 cd "$(dirname "$0")/.."
 case $model in
@@ -102,10 +164,14 @@ hcnn_cmd=("$HCNN" bench --config "$config" --set "batch_size=$batch" --set "thre
 peer_cmd=("$PY" bench/pytorch/peer.py --model "$model" --batch "$batch" --threads "$threads"
     --warmup "$warmup" --repeats "$repeats" --steps "$steps"
     --lr "$lr" --momentum "$momentum" --weight-decay "$weight_decay"
-    --device "$device" --precision "$precision")
+    --device "$device")
 case $nesterov in true | True | yes | on | 1) peer_cmd+=(--nesterov) ;; esac
 [ "$mkldnn" = 1 ] || peer_cmd+=(--no-mkldnn)
-[ "$channels_last" = 0 ] || peer_cmd+=(--channels-last)
+# mode_args MODE: peer.py's arguments for MODE (prec_layout)
+mode_args() {
+    printf "%s\n" --precision "${1%_*}"
+    [ "${1#*_}" = nchw ] || echo --channels-last
+}
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -149,27 +215,62 @@ run() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode"
-echo "hcnn:    ${hcnn_cmd[*]}"
-[ "$have_torch" = 0 ] || echo "pytorch: ${peer_cmd[*]}"
+# peer MODE: runs PyTorch in MODE, records its rate in $tmp/rate_MODE (this
+# round) and appends it to $tmp/p_MODE (all rounds)
+peer() {
+    local r
+    local -a extra
+    mapfile -t extra < <(mode_args "$1")
+    r=$(run "pytorch_$1" "${peer_cmd[@]}" "${extra[@]}") || return 1
+    echo "$r" > "$tmp/rate_$1"
+    echo "$r" >> "$tmp/p_$1"
+}
+# faster A B: the larger of two rates
+faster() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 
-: > "$tmp/h" && : > "$tmp/p"
+echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode device=$device precision=$precision peer_modes=$peer_modes"
+echo "hcnn:    ${hcnn_cmd[*]}"
+if [ "$have_torch" = 1 ]; then
+    if [ "$peer_modes" = one ]; then
+        echo "pytorch: ${peer_cmd[*]} $(mode_args "${modes[0]}" | paste -sd ' ')"
+    else
+        for m in "${modes[@]}"; do echo "pytorch_$m: ${peer_cmd[*]} $(mode_args "$m" | paste -sd ' ')"; done
+    fi
+fi
+
+nm=${#modes[@]}
+: > "$tmp/h"
+for m in "${modes[@]}"; do : > "$tmp/p_$m"; done
 for ((i = 1; i <= rounds; i++)); do
-    p=NA
+    # this round's order of the modes: rotated by one a round
+    order=()
+    for ((j = 0; j < nm; j++)); do order+=("${modes[$(((i - 1 + j) % nm))]}"); done
     if [ "$have_torch" = 1 ] && [ $((i % 2)) -eq 0 ]; then
-        p=$(run pytorch "${peer_cmd[@]}") || exit 1
+        for m in "${order[@]}"; do peer "$m" || exit 1; done
         h=$(run hcnn "${hcnn_cmd[@]}") || exit 1
     else
         h=$(run hcnn "${hcnn_cmd[@]}") || exit 1
-        [ "$have_torch" = 0 ] || p=$(run pytorch "${peer_cmd[@]}") || exit 1
+        if [ "$have_torch" = 1 ]; then
+            for m in "${order[@]}"; do peer "$m" || exit 1; done
+        fi
     fi
     echo "$h" >> "$tmp/h"
-    [ "$p" = NA ] || echo "$p" >> "$tmp/p"
     line="round=$i hcnn_images_per_s=$h"
-    [ "$p" = NA ] || line+=" pytorch_images_per_s=$p ratio=$(awk -v a="$h" -v b="$p" 'BEGIN { printf "%.3f", a / b }')"
+    p=NA pmode=''
+    if [ "$have_torch" = 1 ]; then
+        for m in $compared; do
+            r=$(cat "$tmp/rate_$m")
+            if [ "$p" = NA ] || faster "$r" "$p"; then p=$r pmode=$m; fi
+        done
+        line+=" pytorch_images_per_s=$p ratio=$(awk -v a="$h" -v b="$p" 'BEGIN { printf "%.3f", a / b }')"
+    fi
     # hcnn bench's share of the step spent waiting for data (target <= 0.01)
     dw=$(sed -n 's/^# shares of the step:.* data_wait=\([0-9.]*\).*/\1/p' "$tmp/hcnn.log" | tail -n 1)
     [ -z "$dw" ] || line+=" hcnn_data_wait_share=$dw"
+    if [ "$have_torch" = 1 ] && [ "$peer_modes" != one ]; then
+        for m in "${modes[@]}"; do line+=" pytorch_${m}_images_per_s=$(cat "$tmp/rate_$m")"; done
+        line+=" pytorch_mode=$pmode"
+    fi
     echo "$line"
 done
 
@@ -178,7 +279,20 @@ kernels=$(head -n 1 "$tmp/hcnn.log" | sed -n 's/.*; \([^;]*kernels[^(]*\).*/\1/p
 [ -z "$kernels" ] || echo "hcnn_blas=${kernels% }"
 hm=$(median < "$tmp/h")
 if [ "$have_torch" = 1 ]; then
-    pm=$(median < "$tmp/p")
+    pm=NA best=''
+    for m in $compared; do
+        mm=$(median < "$tmp/p_$m")
+        if [ "$pm" = NA ] || faster "$mm" "$pm"; then pm=$mm best=$m; fi
+    done
+    if [ "$peer_modes" != one ]; then
+        for m in "${modes[@]}"; do
+            mm=$(median < "$tmp/p_$m")
+            c=0
+            case " $compared " in *" $m "*) c=1 ;; esac
+            echo "pytorch_mode=$m median=$mm hcnn_ratio=$(awk -v a="$hm" -v b="$mm" 'BEGIN { printf "%.3f", a / b }') compared=$c"
+        done
+        echo "pytorch_best_mode=$best"
+    fi
     echo "hcnn_median=$hm pytorch_median=$pm ratio=$(awk -v a="$hm" -v b="$pm" 'BEGIN { printf "%.3f", a / b }')"
 else
     echo "compare.sh: PyTorch not measured (python3-torch not installed)"

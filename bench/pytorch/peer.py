@@ -21,6 +21,19 @@ convolutions and matmuls alike: PyTorch's default lets cuDNN use TF32),
 tf32 (on for both), bf16 (torch.autocast to bfloat16, FP32 master weights),
 as hcnn's precision key.
 
+On the CPU (--device cpu, the default) --precision is fp32 or bf16
+(torch.autocast("cpu", dtype=torch.bfloat16): convolutions and matmuls in
+bfloat16 through oneDNN, FP32 master weights and optimiser); tf32 is a GPU
+format and is refused (exit 2).  --channels-last puts model and batches in
+NHWC, oneDNN's preferred layout.  The four CPU modes -- fp32 or bf16, NCHW
+or channels_last -- are what bench/compare.sh --peer-modes runs.  The
+header says precision=<p> and, for bf16 on the CPU, cpu_bf16=native:<flags>
+when /proc/cpuinfo shows avx512_bf16 or amx_bf16, else cpu_bf16=emulated
+(PyTorch still runs it, converting around FP32 arithmetic: its timings then
+say nothing of a CPU with bf16 instructions; a note on stderr says so).
+PEER_CPUINFO=<file> reads the flags from another file than /proc/cpuinfo
+(the tests use it to check the emulated case on any CPU).
+
 Exit status: 0 success, 2 bad command line, 77 python3-torch not installed
 (or --device cuda without a GPU PyTorch can use).
 """
@@ -62,7 +75,8 @@ def parse_args(argv):
                    "oneDNN's preferred layout on CPUs; the default is NCHW, hcnn's")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
-                   help="cuda only: fp32 (no TF32), tf32, bf16 (autocast); default fp32")
+                   help="fp32 (on cuda: no TF32), tf32 (cuda only), bf16 (torch.autocast "
+                   "to bfloat16, FP32 master weights; cpu or cuda); default fp32")
     a = p.parse_args(argv)
     for name in ("batch", "threads", "repeats", "steps", "blas_threads", "pool"):
         if getattr(a, name) < 1:
@@ -71,9 +85,25 @@ def parse_args(argv):
         p.error("--warmup must be >= 0")
     if a.nesterov and a.momentum <= 0:
         p.error("--nesterov needs --momentum > 0")
-    if a.device == "cpu" and a.precision != "fp32":
-        p.error("--precision %s needs --device cuda" % a.precision)
+    if a.device == "cpu" and a.precision == "tf32":
+        p.error("--precision tf32 needs --device cuda (TF32 is a GPU tensor-core format; "
+                "on the CPU use fp32 or bf16)")
     return a
+
+
+def cpu_bf16_flags(path=None):
+    """The CPU's bf16 instruction flags (avx512_bf16, amx_bf16) listed in
+    /proc/cpuinfo (or PEER_CPUINFO), in that order; [] when none or unreadable."""
+    path = path or os.environ.get("PEER_CPUINFO") or "/proc/cpuinfo"
+    flags = set()
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags.update(line.partition(":")[2].split())
+    except OSError:
+        return []
+    return [x for x in ("avx512_bf16", "amx_bf16") if x in flags]
 
 
 def build_model(torch, name):
@@ -165,7 +195,7 @@ def main(argv):
     xs = [torch.randn((a.batch,) + shape).to(a.device, memory_format=fmt)
           for _ in range(a.pool)]
     ys = [torch.randint(0, 10, (a.batch,)).to(a.device) for _ in range(a.pool)]
-    bf16 = a.device == "cuda" and a.precision == "bf16"
+    bf16 = a.precision == "bf16"
     loss_fn = torch.nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
                           weight_decay=a.weight_decay, nesterov=a.nesterov)
@@ -177,7 +207,7 @@ def main(argv):
         it[0] += 1
         opt.zero_grad(set_to_none=True)
         if bf16:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(a.device, dtype=torch.bfloat16):
                 out = model(xs[k])
             loss = loss_fn(out.float(), ys[k])
         else:
@@ -187,17 +217,26 @@ def main(argv):
         return loss
 
     where = a.device
+    extra = ""
+    if a.device == "cpu" and bf16:
+        isa = cpu_bf16_flags()
+        extra = " cpu_bf16=" + ("native:" + ",".join(isa) if isa else "emulated")
+        if not isa:
+            print("peer.py: note: this CPU has no bf16 instructions (no avx512_bf16 or amx_bf16 "
+                  "in %s): PyTorch emulates bf16 on it, converting around FP32 arithmetic"
+                  % (os.environ.get("PEER_CPUINFO") or "/proc/cpuinfo"), file=sys.stderr)
     if a.device == "cuda":
         where = "cuda:%s:cudnn%s:%s" % (torch.cuda.get_device_name(0).replace(" ", "_"),
                                         torch.backends.cudnn.version(), a.precision)
     print("peer torch=%s device=%s model=%s batch=%d threads=%d mkldnn=%d layout=%s "
           "openblas_threads=%s "
-          "lr=%g momentum=%g weight_decay=%g nesterov=%d warmup=%d repeats=%d steps=%d pool=%d"
+          "lr=%g momentum=%g weight_decay=%g nesterov=%d warmup=%d repeats=%d steps=%d pool=%d "
+          "precision=%s%s"
           % (torch.__version__, where, a.model, a.batch, torch.get_num_threads(),
              int(torch.backends.mkldnn.enabled), "nhwc" if a.channels_last else "nchw",
              os.environ["OPENBLAS_NUM_THREADS"],
              a.lr, a.momentum, a.weight_decay, int(a.nesterov),
-             a.warmup, a.repeats, a.steps, a.pool), flush=True)
+             a.warmup, a.repeats, a.steps, a.pool, a.precision, extra), flush=True)
 
     def sync():
         if a.device == "cuda":

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# bench/compare.sh and bench/pytorch/peer.py (the PyTorch peer): their
+# command lines (bad arguments: one message, exit 2) and the form of what
+# they print, which users' scripts parse.  Rates are not judged (benchmarks,
+# not timed tests); runs are a step or two long.  The cases that run PyTorch
+# are skipped, saying why, where python3-torch is not installed (CI
+# machines): PYTHON=path picks another python3 with torch.
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+CMP="$HCNN_SRCDIR/bench/compare.sh"
+PEER="$HCNN_SRCDIR/bench/pytorch/peer.py"
+PY=${PYTHON:-/usr/bin/python3}
+export HCNN PYTHON="$PY"
+# one step or two: the form, not the rate
+SHORT=(--model lenet --batch 16 --warmup 0 --repeats 1 --steps 1)
+
+# exit2 NAME PATTERN CMD...: CMD exits with status 2 and says PATTERN on stderr
+exit2() {
+    local name="$1" pattern="$2"
+    shift 2
+    case_begin "$name"
+    local rc=0
+    "$@" >"$WORK/out" 2>"$WORK/err" || rc=$?
+    if [ $rc -ne 2 ]; then
+        case_fail "exit status $rc, expected 2: $(tail -n 3 "$WORK/err")"
+    elif ! grep -qE -- "$pattern" "$WORK/err"; then
+        case_fail "stderr does not match '$pattern':"; sed 's/^/#   /' "$WORK/err"
+    else
+        case_ok
+    fi
+}
+
+exit2 compare_peer_modes_unknown "--peer-modes: unknown mode 'bogus'" "$CMP" --peer-modes bogus
+exit2 compare_peer_modes_tf32 "unknown mode 'tf32_nchw'" "$CMP" --peer-modes fp32_nchw,tf32_nchw
+exit2 compare_peer_modes_twice "mode 'bf16_nhwc' given twice" "$CMP" --peer-modes bf16_nhwc,bf16_nhwc
+exit2 compare_peer_modes_empty_item "expected one, best, all or a comma-separated list" "$CMP" --peer-modes fp32_nchw,
+exit2 compare_peer_modes_channels_last "--channels-last picks PyTorch's one layout" "$CMP" --peer-modes all --channels-last
+exit2 compare_peer_modes_cuda "--peer-modes best: PyTorch's CPU modes" "$CMP" --peer-modes best --device cuda
+exit2 compare_tf32_cpu "--precision tf32 needs --device cuda" "$CMP" --precision tf32
+exit2 compare_no_value "--peer-modes needs a value" "$CMP" --peer-modes
+
+# peer.py parses its command line before importing torch: python3 suffices
+if [ -x "$PY" ]; then
+    exit2 peer_tf32_cpu "--precision tf32 needs --device cuda" "$PY" "$PEER" --model lenet --batch 8 \
+        --threads 1 --precision tf32
+else
+    case_begin peer_tf32_cpu
+    case_skip "$PY not found"
+fi
+
+# without torch (a python that cannot import it): hcnn alone, NA for PyTorch,
+# whatever the modes asked for
+case_begin compare_without_torch
+if PYTHON=/bin/false "$CMP" "${SHORT[@]}" --rounds 1 --peer-modes best >"$WORK/nt.log" 2>"$WORK/nt.err" &&
+   grep -qE '^round=1 hcnn_images_per_s=[0-9.]+( hcnn_data_wait_share=[0-9.]+)?$' "$WORK/nt.log" &&
+   tail -n 1 "$WORK/nt.log" | grep -qE '^hcnn_median=[0-9.]+ pytorch_median=NA ratio=NA$' &&
+   grep -q 'python3-torch not installed' "$WORK/nt.err"; then
+    case_ok
+else
+    case_fail "$(tail -n 3 "$WORK/nt.log") $(tail -n 3 "$WORK/nt.err")"
+fi
+
+TORCH_CASES="peer_bf16_cpu peer_bf16_emulated compare_peer_modes_best compare_peer_modes_list"
+if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
+    for c in $TORCH_CASES; do
+        case_begin "$c"
+        case_skip "python3-torch not installed ($PY cannot import torch; apt-get install python3-torch)"
+    done
+    finish
+fi
+
+# bf16 autocast on the CPU: the header names the precision and whether the
+# CPU has bf16 instructions, as /proc/cpuinfo says
+case_begin peer_bf16_cpu
+if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null; then isa='native:[a-z0-9_,]+'; else isa=emulated; fi
+if "$PY" "$PEER" "${SHORT[@]}" --threads 2 --precision bf16 --channels-last >"$WORK/bf.log" 2>&1 &&
+   grep -qE "^peer torch=.* layout=nhwc .* precision=bf16 cpu_bf16=$isa$" "$WORK/bf.log" &&
+   tail -n 1 "$WORK/bf.log" | grep -qE '^images_per_s=[0-9.]+$'; then
+    case_ok
+else
+    case_fail "expected cpu_bf16=$isa: $(head -n 1 "$WORK/bf.log") ... $(tail -n 2 "$WORK/bf.log")"
+fi
+
+# a CPU without bf16 instructions (its cpuinfo without the flags): run, and said
+case_begin peer_bf16_emulated
+echo 'flags		: fpu sse2 avx2 avx512f avx512bw' >"$WORK/cpuinfo"
+if PEER_CPUINFO="$WORK/cpuinfo" "$PY" "$PEER" "${SHORT[@]}" --threads 1 --precision bf16 \
+        >"$WORK/em.log" 2>"$WORK/em.err" &&
+   grep -qE '^peer torch=.* layout=nchw .* precision=bf16 cpu_bf16=emulated$' "$WORK/em.log" &&
+   grep -q 'PyTorch emulates bf16' "$WORK/em.err" &&
+   tail -n 1 "$WORK/em.log" | grep -qE '^images_per_s=[0-9.]+$'; then
+    case_ok
+else
+    case_fail "$(head -n 1 "$WORK/em.log") / $(cat "$WORK/em.err")"
+fi
+
+# check_modes LOG ROUNDS "MODES" "COMPARED": the multi-mode output is
+# consistent: every round line has each mode's rate and the fastest compared
+# one as pytorch_images_per_s; one median line a mode; the last line's
+# pytorch_median is the highest compared median, pytorch_best_mode its mode
+check_modes() {
+    awk -v rounds="$2" -v modes="$3" -v compared="$4" '
+        function fail(why) { print why; bad = 1; exit 1 }
+        BEGIN { nm = split(modes, M, " "); split(compared, C, " "); for (k in C) isc[C[k]] = 1 }
+        /^round=/ {
+            nr++
+            for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
+            best = ""; bm = ""
+            for (k = 1; k <= nm; k++) {
+                key = "pytorch_" M[k] "_images_per_s"
+                if (!(key in v) || v[key] !~ /^[0-9.]+$/) fail("round " nr ": no " key ": " $0)
+                if ((M[k] in isc) && (best == "" || v[key] + 0 > best + 0)) { best = v[key]; bm = M[k] }
+            }
+            if (v["pytorch_images_per_s"] != best || v["pytorch_mode"] != bm)
+                fail("round " nr ": pytorch_images_per_s/pytorch_mode are not the fastest compared mode: " $0)
+            delete v
+        }
+        /^pytorch_mode=/ {
+            split($1, a, "="); split($2, b, "="); split($4, c, "=")
+            if ($2 !~ /^median=[0-9.]+$/ || $3 !~ /^hcnn_ratio=[0-9.]+$/ || c[2] != ((a[2] in isc) ? 1 : 0))
+                fail("bad mode line: " $0)
+            med[a[2]] = b[2]
+            if ((a[2] in isc) && (bestm == "" || b[2] + 0 > med[bestm] + 0)) bestm = a[2]
+        }
+        /^pytorch_best_mode=/ { split($0, a, "="); said = a[2] }
+        { last = $0 }
+        END {
+            if (bad) exit 1
+            if (nr != rounds) { print nr " round lines, expected " rounds; exit 1 }
+            if (length(med) != nm) { print length(med) " mode lines, expected " nm; exit 1 }
+            if (said != bestm) { print "pytorch_best_mode=" said ", expected " bestm; exit 1 }
+            if (last !~ ("^hcnn_median=[0-9.]+ pytorch_median=" med[bestm] " ratio=[0-9.]+$")) {
+                print "last line: " last ", expected pytorch_median=" med[bestm]; exit 1
+            }
+        }' "$1"
+}
+
+# best with hcnn in FP32: all four modes run, hcnn set against the FP32 ones
+case_begin compare_peer_modes_best
+if "$CMP" "${SHORT[@]}" --rounds 1 --peer-modes best >"$WORK/best.log" 2>&1 &&
+   grep -qE '^compare: .* device=cpu precision=fp32 peer_modes=best$' "$WORK/best.log" &&
+   [ "$(grep -c '^pytorch_[a-z0-9]*_n[a-z]*: ' "$WORK/best.log")" -eq 4 ] &&
+   grep -qE '^pytorch_bf16_nhwc: .* --precision bf16 --channels-last$' "$WORK/best.log" &&
+   why=$(check_modes "$WORK/best.log" 1 "fp32_nchw fp32_nhwc bf16_nchw bf16_nhwc" "fp32_nchw fp32_nhwc"); then
+    case_ok
+else
+    case_fail "${why:-exit status or header}: $(tail -n 4 "$WORK/best.log")"
+fi
+
+# a list of modes, over two rounds (PyTorch first in the second)
+case_begin compare_peer_modes_list
+if "$CMP" "${SHORT[@]}" --rounds 2 --peer-modes bf16_nhwc,fp32_nchw >"$WORK/list.log" 2>&1 &&
+   why=$(check_modes "$WORK/list.log" 2 "bf16_nhwc fp32_nchw" "bf16_nhwc fp32_nchw"); then
+    case_ok
+else
+    case_fail "${why:-exit status}: $(tail -n 4 "$WORK/list.log")"
+fi
+
+finish
