@@ -44,6 +44,24 @@ cross() { # name, np, strategy args...
     "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS=1 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/$name-stay" \
         "${sets[@]}" --resume latest >>"$WORK/$name.log" 2>&1
 }
+# precision bf16 (issue 38): the checkpoint is the same FP32 state
+# (master weights, momentum, statistics) in either precision, so a bf16 run
+# resumes in FP32 and the reverse; and a bf16 run split by a resume is the
+# same bits as straight through
+case_begin resume_across_precisions
+bf16_state
+if [ "$BF16_STATE" = run ]; then
+    train p16 --set precision=bf16 --set max_steps=5 &&
+        train p16 --set precision=fp32 --set max_steps=10 --resume latest &&
+        train p16 --set precision=bf16 --resume latest &&
+        train s16 --set precision=bf16 && train s16m --set precision=bf16 --set max_steps=7 &&
+        train s16m --set precision=bf16 --resume latest
+    if [ -f "$WORK/p16/final.hcnn" ] && grep -q 'resuming from .*step 10' "$WORK/p16.log" &&
+        same_bits "$WORK/s16/final.hcnn" "$WORK/s16m/final.hcnn"; then case_ok
+    else case_fail "$(tail -n 3 "$WORK/p16.log") $("$HCNN" diff "$WORK/s16/final.hcnn" "$WORK/s16m/final.hcnn" 2>&1 | tail -n 1)"; fi
+elif [ "$BF16_STATE" = fail ]; then case_fail "this CPU shows bf16 instructions, yet: $BF16_WHY"
+else case_skip "precision bf16 does not run here: $BF16_WHY"; fi
+
 case_begin resume_pipeline_as_serial
 if cross pipe 2 strategy=pipeline stages=2 microbatches=3; then same_as pipe-stay pipe-serial
 else case_fail "$(tail -n 3 "$WORK/pipe.log")"; fi
