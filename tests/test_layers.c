@@ -1081,6 +1081,26 @@ static void test_residual_backward(void **state)
  * shortcut + ReLU in one pass) against its children run one by one and
  * the addition and ReLU as separate passes: bit for bit, in training and
  * inference, with identity and projection shortcuts. */
+/* The context a layer run on its own gets where the chain would pair it
+ * (src/layers/chain.c): a training convolution followed by a batch-norm
+ * gathers the statistics the batch-norm then takes (backend.h,
+ * hcnn_bn_stats), so that layer-by-layer references see the same
+ * statistics as the fused passes. */
+static hcnn_ctx paired(const hcnn_ctx *ctx, const hcnn_layer *layers, int j, int count)
+{
+    hcnn_ctx c = *ctx;
+    c.bn_stats = NULL;
+    if (!ctx->training || !ctx->bn_stats_table)
+        return c;
+    if (j + 1 < count && layers[j].kind == HCNN_BLOCK_CONV && layers[j + 1].kind == HCNN_BLOCK_BN) {
+        c.bn_stats = ctx->bn_stats_table;
+        c.bn_stats->bands = 0;
+    } else if (j > 0 && layers[j].kind == HCNN_BLOCK_BN && layers[j - 1].kind == HCNN_BLOCK_CONV) {
+        c.bn_stats = ctx->bn_stats_table;
+    }
+    return c;
+}
+
 static void residual_unfused(hcnn_layer *r, const hcnn_ctx *ctx, const float *x, int n,
                              float *y)
 {
@@ -1093,7 +1113,9 @@ static void residual_unfused(hcnn_layer *r, const hcnn_ctx *ctx, const float *x,
         aux[j] = malloc(sizeof(float) * (hcnn_layer_aux_size(c, n) + 1));
         assert_true(bufs[j] && aux[j]);
         const float *in = j < r->nbody ? h : s;
-        assert_int_equal(hcnn_layer_forward(c, ctx, in, bufs[j], aux[j], n), 0);
+        const hcnn_ctx cj = j < r->nbody ? paired(ctx, r->body, j, r->nbody)
+                                         : paired(ctx, r->proj, j - r->nbody, r->nproj);
+        assert_int_equal(hcnn_layer_forward(c, &cj, in, bufs[j], aux[j], n), 0);
         if (j < r->nbody)
             h = bufs[j];
         else
@@ -1206,8 +1228,10 @@ static void test_bn_relu_fused_backward(void **state)
     fill_random(dy, m.out_sz, 6, -1.0f, 1.0f);
     memset(net->grads, 0, sizeof(float) * net->nparams);
     const float *in = x;
-    for (int i = 0; i < 4; i++, in = ys[i - 1])
-        assert_int_equal(hcnn_layer_forward(&net->layers[i], ctx, in, ys[i], aux[i], m.n), 0);
+    for (int i = 0; i < 4; i++, in = ys[i - 1]) {
+        const hcnn_ctx ci = paired(ctx, net->layers, i, 4);
+        assert_int_equal(hcnn_layer_forward(&net->layers[i], &ci, in, ys[i], aux[i], m.n), 0);
+    }
     const float *cur = dy;
     for (int i = 3; i >= 0; i--, cur = gs[i + 1])
         assert_int_equal(hcnn_layer_backward(&net->layers[i], ctx, i ? ys[i - 1] : x, ys[i],

@@ -6,10 +6,11 @@
  * pieces, nt = 64 and 256.  What a shape allows is counted here, from the
  * shape alone, by the rules the CPU backend publishes (src/cpu/cpu.h,
  * "Pieces"): pieces of whole vectors (16 channels, 16 tiles, 16 GEMM rows
- * or columns), of whole images' planes, of whole rows of output, none of a
- * GEMM smaller than HCNN_PIECE_MIN_MACS multiply-adds; and, since the
- * backend's cuts round to those units, half of a GEMM phase's
- * multiply-adds over that minimum.  The phases whose cut is fixed by the
+ * or columns of Winograd's products), of whole images' planes, of whole
+ * rows of output, an im2col GEMM's tiles and items of >= 64 rows and
+ * columns (or the whole dimension), none of a GEMM smaller than
+ * HCNN_PIECE_MIN_MACS multiply-adds; and, since the backend's cuts round
+ * to those units, half of a GEMM phase's multiply-adds over that minimum.  The phases whose cut is fixed by the
  * shape (the GEMMs: the BLAS gives other bits for other blocks) are held
  * to min(256, allowed) at both thread counts.  Before the pieces, a
  * Winograd GEMM phase offered 16-72 pieces here, its input-gradient
@@ -38,11 +39,23 @@
 
 static long at_most(long a, long b) { return a < b ? a : b; }
 
-static long gemm_allowed(long m, long n, long k)
+/* a product cut into tiles of >= 16 x 16 (Winograd's blocks) or >= 64 x 64
+ * (an im2col GEMM's: each tile packs its own panels), of >= MIN_MACS */
+static long tiles_allowed(long m, long n, long k, long side)
 {
     const double by_size = (double)m * n * k / (2.0 * MIN_MACS);
-    return at_most((m / 16 > 0 ? m / 16 : 1) * (n / 16 > 0 ? n / 16 : 1),
+    return at_most((m / side > 0 ? m / side : 1) * (n / side > 0 ? n / side : 1),
                    by_size < 1.0 ? 1 : (long)by_size);
+}
+
+static long gemm_allowed(long m, long n, long k) { return tiles_allowed(m, n, k, 16); }
+
+/* the im2col GEMM's tiles halve a side at a time (to multiples of 16):
+ * half of what the sides allow */
+static long im2col_gemm_allowed(long m, long n, long k)
+{
+    const long t = tiles_allowed(m, n, k, 64) / 2;
+    return t > 1 ? t : 1;
 }
 
 /* The plan the backend names for a convolution: Winograd's tile (0: an
@@ -94,17 +107,22 @@ static long allowed(const hcnn_layer *l, const hcnn_ctx *ctx, const char *name)
     if (strstr(name, "layout"))
         return n * co;
     if (strstr(name, "forward GEMM"))
-        return gemm_allowed(co, n * P, K);
+        return im2col_gemm_allowed(co, n * P, K);
     if (strstr(name, "weight-gradient GEMM"))
-        return gemm_allowed(co, K, n * P);
+        return im2col_gemm_allowed(co, K, n * P);
     if (strstr(name, "input-gradient GEMM"))
-        return gemm_allowed(K, n * P, co);
+        return im2col_gemm_allowed(K, n * P, co);
+    /* an item's GEMM keeps >= 64 columns (output rows of an image) or rows
+     * (input channels' taps) */
+    const long row_blocks = oh / ((64 + ow - 1) / ow) > 1 ? oh / ((64 + ow - 1) / ow) : 1;
+    const long taps = kh * kw, ch_blocks = C / ((64 + taps - 1) / taps) > 1
+                                              ? C / ((64 + taps - 1) / taps) : 1;
     if (strstr(name, "forward items"))
-        return at_most(n * oh, (long)(macs / (2.0 * MIN_MACS)));
+        return at_most(n * row_blocks, (long)(macs / (2.0 * MIN_MACS)));
     if (strstr(name, "weight-gradient tasks")) /* partial sums of >= 2048 columns */
         return at_most(64, n * P / 2048 > 1 ? n * P / 2048 : 1);
     /* the backward's queue: weight-gradient chunks and input-gradient items */
-    return at_most(n * C, (long)(macs / (2.0 * MIN_MACS)));
+    return at_most(n * ch_blocks, (long)(macs / (2.0 * MIN_MACS)));
 }
 
 /* the phases whose cut is fixed by the shape (the BLAS gives other bits for

@@ -50,10 +50,11 @@ void hcnn_bf16_product(hcnn_bf16 *b, int th, int ta, int tb, int m, int n, int k
                        const uint16_t *b16, int ldb, float beta, float *c, int ldc);
 
 /* The same product as hcnn_cpu_gemm cuts and runs it (gemm.c): one piece
- * inside a parallel region, its pieces on all threads outside one; bf NULL:
- * FP32 by the BLAS (a and b then FP32). */
-void hcnn_cpu_gemm_mixed(hcnn_bf16 *bf, int ta, int tb, int m, int n, int k, float alpha,
-                         const float *a, const uint16_t *a16, int lda, const float *b,
+ * inside a parallel region, its pieces on all threads outside one (at
+ * most `target` tiles: hcnn_pieces_for); bf NULL: FP32 by the BLAS (a and
+ * b then FP32). */
+void hcnn_cpu_gemm_mixed(hcnn_bf16 *bf, int target, int ta, int tb, int m, int n, int k,
+                         float alpha, const float *a, const uint16_t *a16, int lda, const float *b,
                          const uint16_t *b16, int ldb, float beta, float *c, int ldc);
 
 /* The backend's bf16 state when it computes in bf16, else NULL (FP32;

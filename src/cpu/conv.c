@@ -36,16 +36,14 @@ static void exec_poll(const hcnn_exec *ex)
 
 /* A product of the plan: FP32 by the BLAS, or with bf (precision bf16) of
  * inputs rounded to bfloat16 (bf16.c); a16, b16: an operand already
- * rounded (then a, b are not read). */
-static void conv_gemm(hcnn_bf16 *bf, int ta, int tb, int m, int n, int k, const float *a,
-                      const uint16_t *a16, int lda, const float *b, const uint16_t *b16, int ldb,
-                      float beta, float *c, int ldc)
+ * rounded (then a, b are not read); target: the most tiles a product
+ * outside a parallel region is cut into (hcnn_pieces_for). */
+static void conv_gemm(hcnn_bf16 *bf, int target, int ta, int tb, int m, int n, int k,
+                      const float *a, const uint16_t *a16, int lda, const float *b,
+                      const uint16_t *b16, int ldb, float beta, float *c, int ldc)
 {
-    if (bf)
-        hcnn_cpu_gemm_mixed(bf, ta, tb, m, n, k, 1.0f, a16 ? NULL : a, a16, lda, b16 ? NULL : b,
-                            b16, ldb, beta, c, ldc);
-    else
-        hcnn_cpu_gemm(NULL, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    hcnn_cpu_gemm_mixed(bf, target, ta, tb, m, n, k, 1.0f, a16 ? NULL : a, a16, lda,
+                        b16 ? NULL : b, b16, ldb, beta, c, ldc);
 }
 
 /* y[0..n) = x[0..n) rounded to bfloat16, on all threads */
@@ -63,27 +61,27 @@ static void round_all(const float *x, size_t n, uint16_t *y)
 /* ---- forward ------------------------------------------------------------- */
 
 /* Output rows [oy0, oy0 + rows) of one image by im2col + GEMM. */
-static void forward_rows(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *w,
+static void forward_rows(hcnn_bf16 *bf, int target, const hcnn_conv_desc *l, const float *w,
                          const uint16_t *w16, const float *b, const float *x, float *y, int oy0,
                          int rows, float *col)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, ow = l->g.ow;
     const hcnn_conv_geom g = hcnn_conv_row_block(l, oy0, rows);
     hcnn_cpu_im2col(NULL, &g, x, 1, col);
-    conv_gemm(bf, 0, 0, co, rows * ow, K, w, w16, K, col, NULL, rows * ow, 0.0f,
+    conv_gemm(bf, target, 0, 0, co, rows * ow, K, w, w16, K, col, NULL, rows * ow, 0.0f,
               y + (size_t)oy0 * ow, P);
     if (b)
         hcnn_cpu_add_channel_bias(NULL, y + (size_t)oy0 * ow, b, 1, co, rows * ow, (size_t)P);
 }
 
 /* Forward of nb > 1 images; col holds K*nb*P floats, Y Cout*nb*P. */
-static void forward_group(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *w,
+static void forward_group(hcnn_bf16 *bf, int target, const hcnn_conv_desc *l, const float *w,
                           const uint16_t *w16, const float *b, const float *x, float *y, int nb,
                           float *col, float *Y)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
     hcnn_cpu_im2col(NULL, &l->g, x, nb, col);
-    conv_gemm(bf, 0, 0, co, nb * P, K, w, w16, K, col, NULL, nb * P, 0.0f, Y, nb * P);
+    conv_gemm(bf, target, 0, 0, co, nb * P, K, w, w16, K, col, NULL, nb * P, 0.0f, Y, nb * P);
     hcnn_cpu_cnp_to_nchw(NULL, Y, b, nb, co, P, y);
 }
 
@@ -215,9 +213,9 @@ static void forward_thread(void *arg, int t, int nt)
         if (j->wt)
             forward_shifted(l, j->wt, j->b, &s, x, y, it.oy0, it.rows);
         else if (it.nb == 1)
-            forward_rows(j->bf, l, j->w, j->w16, j->b, x, y, it.oy0, it.rows, s.col);
+            forward_rows(j->bf, HCNN_PIECES_MANY, l, j->w, j->w16, j->b, x, y, it.oy0, it.rows, s.col);
         else
-            forward_group(j->bf, l, j->w, j->w16, j->b, x, y, it.nb, s.col, s.out);
+            forward_group(j->bf, HCNN_PIECES_MANY, l, j->w, j->w16, j->b, x, y, it.nb, s.col, s.out);
         stats_rows(l, j->ctx, y, it.i0, it.nb, it.oy0, it.rows);
         if (t == 0)
             exec_poll(j->ctx);
@@ -242,19 +240,19 @@ static void stats_planes(const hcnn_conv_desc *l, const hcnn_exec *ctx, const fl
 
 /* Weight gradient of output rows [oy0, oy0 + rows) of one image:
  * dw = beta * dw + dY[:, rows] col(rows)^T. */
-static void dw_rows(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *x, const float *dy,
+static void dw_rows(hcnn_bf16 *bf, int target, const hcnn_conv_desc *l, const float *x, const float *dy,
                     int oy0, int rows, float *col, float beta, float *dw)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, ow = l->g.ow;
     const hcnn_conv_geom gb = hcnn_conv_row_block(l, oy0, rows);
     hcnn_cpu_im2col(NULL, &gb, x, 1, col);
-    conv_gemm(bf, 0, 1, co, K, rows * ow, dy + (size_t)oy0 * ow, NULL, P, col, NULL, rows * ow,
+    conv_gemm(bf, target, 0, 1, co, K, rows * ow, dy + (size_t)oy0 * ow, NULL, P, col, NULL, rows * ow,
               beta, dw, K);
 }
 
 /* Weight gradient of nb > 1 images: dY into out, dw = beta * dw + dY col^T,
  * or with dyt (transposed) dw = beta * dw + col dY^T ([K][Cout]). */
-static void dw_group(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *x, const float *dy,
+static void dw_group(hcnn_bf16 *bf, int target, const hcnn_conv_desc *l, const float *x, const float *dy,
                      int nb, const hcnn_conv_slot *s, float beta, float *dw)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
@@ -269,14 +267,14 @@ static void dw_group(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *x, con
         hcnn_cpu_gemm(NULL, 0, 0, K, co, nb * P, 1.0f, s->col, nb * P, s->dyt, co, beta, dw,
                       co);
     } else {
-        conv_gemm(bf, 0, 1, co, K, nb * P, g, NULL, nb * P, s->col, NULL, nb * P, beta, dw, K);
+        conv_gemm(bf, target, 0, 1, co, K, nb * P, g, NULL, nb * P, s->col, NULL, nb * P, beta, dw, K);
     }
 }
 
 /* Input gradient of nb images by dcol = W^T dY and col2im (added to dx if
  * acc); for one image, of its input channels [c0, c0 + cb) only (rows
  * [c0*taps, (c0+cb)*taps) of dcol, dx pointing at channel c0). */
-static void dx_columns(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *w,
+static void dx_columns(hcnn_bf16 *bf, int target, const hcnn_conv_desc *l, const float *w,
                        const uint16_t *w16, const float *dy, int nb, int c0, int cb,
                        const hcnn_conv_slot *s, int acc, float *dx)
 {
@@ -289,7 +287,7 @@ static void dx_columns(hcnn_bf16 *bf, const hcnn_conv_desc *l, const float *w,
     }
     hcnn_conv_geom gc = l->g;
     gc.c = cb;
-    conv_gemm(bf, 1, 0, cb * taps, nb * P, co, w + (size_t)c0 * taps,
+    conv_gemm(bf, target, 1, 0, cb * taps, nb * P, co, w + (size_t)c0 * taps,
               w16 ? w16 + (size_t)c0 * taps : NULL, K, g, NULL, nb * P, 0.0f, s->col, nb * P);
     hcnn_cpu_col2im(NULL, &gc, s->col, nb, acc, dx);
 }
@@ -301,9 +299,9 @@ static void dw_item(const conv_job *j, const hcnn_conv_slot *s, int i, float bet
     const float *x = j->x + (size_t)it.i0 * hcnn_conv_in_size(j->l);
     const float *dy = j->dy + (size_t)it.i0 * hcnn_conv_out_size(j->l);
     if (it.nb == 1 && !s->dyt)
-        dw_rows(j->bf, j->l, x, dy, it.oy0, it.rows, s->col, beta, dw);
+        dw_rows(j->bf, HCNN_PIECES_MANY, j->l, x, dy, it.oy0, it.rows, s->col, beta, dw);
     else
-        dw_group(j->bf, j->l, x, dy, it.nb, s, beta, dw);
+        dw_group(j->bf, HCNN_PIECES_MANY, j->l, x, dy, it.nb, s, beta, dw);
 }
 
 /* Weight-gradient chunk c: its items in order into partial c. */
@@ -335,7 +333,7 @@ static void dx_item(const conv_job *j, const hcnn_conv_slot *s, int d)
     const float *dy = j->dy + (size_t)i0 * hcnn_conv_out_size(l);
     float *dx = j->dx + (size_t)i0 * hcnn_conv_in_size(l) + (size_t)c0 * hw;
     if (!j->wt) {
-        dx_columns(j->bf, l, j->w, j->w16, dy, nb, c0, cb, s, j->dx_acc, dx);
+        dx_columns(j->bf, HCNN_PIECES_MANY, l, j->w, j->w16, dy, nb, c0, cb, s, j->dx_acc, dx);
         return;
     }
     /* shifted windows, one image: dy onto the padded width, the taps into
@@ -406,16 +404,16 @@ static uint16_t *batched_dy16(const hcnn_conv_desc *l, const hcnn_conv_plan *p, 
 
 /* A batched chunk's forward in bf16: its columns on all threads, rounded
  * once, one GEMM cut by shape, then the layout change with the bias. */
-static void forward_chunk16(hcnn_bf16 *bf, const hcnn_conv_desc *l, const hcnn_exec *ctx,
-                            const hcnn_conv_plan *p, const uint16_t *w16, const float *b,
-                            const float *x, float *y, int nb)
+static void forward_chunk16(hcnn_bf16 *bf, int target, const hcnn_conv_desc *l,
+                            const hcnn_exec *ctx, const hcnn_conv_plan *p, const uint16_t *w16,
+                            const float *b, const float *x, float *y, int nb)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
     float *col = ctx->ws, *Y = nb == 1 ? y : ctx->ws + (size_t)K * nb * P;
     uint16_t *col16 = batched_col16(l, p, ctx->ws);
     hcnn_cpu_im2col(NULL, &l->g, x, nb, col);
     round_all(col, (size_t)K * nb * P, col16);
-    conv_gemm(bf, 0, 0, co, nb * P, K, NULL, w16, K, NULL, col16, nb * P, 0.0f, Y, nb * P);
+    conv_gemm(bf, target, 0, 0, co, nb * P, K, NULL, w16, K, NULL, col16, nb * P, 0.0f, Y, nb * P);
     if (nb > 1)
         hcnn_cpu_cnp_to_nchw(NULL, Y, b, nb, co, P, y);
     else if (b)
@@ -450,13 +448,13 @@ int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
         const float *xi = x + (size_t)i0 * in_sz;
         float *yi = y + (size_t)i0 * out_sz;
         if (bf)
-            forward_chunk16(bf, l, ctx, &p, w16, b, xi, yi, nb);
+            forward_chunk16(bf, hcnn_pieces_for(n), l, ctx, &p, w16, b, xi, yi, nb);
         else if (nb == 1)
             for (int oy0 = 0; oy0 < l->g.oh; oy0 += p.rows)
-                forward_rows(NULL, l, w, NULL, b, xi, yi, oy0,
+                forward_rows(NULL, hcnn_pieces_for(n), l, w, NULL, b, xi, yi, oy0,
                              l->g.oh - oy0 < p.rows ? l->g.oh - oy0 : p.rows, col);
         else
-            forward_group(NULL, l, w, NULL, b, xi, yi, nb, col, Y);
+            forward_group(NULL, hcnn_pieces_for(n), l, w, NULL, b, xi, yi, nb, col, Y);
         stats_planes(l, ctx, yi, i0, nb);
         exec_poll(ctx);
     }
@@ -465,9 +463,10 @@ int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcn
 
 /* A batched chunk's backward in bf16: dY in [Cout][nb P] and its columns,
  * each rounded once, then dW += dY col^T and dcol = W^T dY, col2im. */
-static void backward_chunk16(hcnn_bf16 *bf, const hcnn_conv_desc *l, const hcnn_exec *ctx,
-                             const hcnn_conv_plan *p, const uint16_t *w16, const float *x,
-                             const float *dy, float *dw, float *dx, int dx_acc, int nb)
+static void backward_chunk16(hcnn_bf16 *bf, int target, const hcnn_conv_desc *l,
+                             const hcnn_exec *ctx, const hcnn_conv_plan *p, const uint16_t *w16,
+                             const float *x, const float *dy, float *dw, float *dx, int dx_acc,
+                             int nb)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c;
     float *col = ctx->ws, *g = ctx->ws + (size_t)K * nb * P;
@@ -478,11 +477,11 @@ static void backward_chunk16(hcnn_bf16 *bf, const hcnn_conv_desc *l, const hcnn_
     if (dw) {
         hcnn_cpu_im2col(NULL, &l->g, x, nb, col);
         round_all(col, (size_t)K * nb * P, col16);
-        conv_gemm(bf, 0, 1, co, K, nb * P, NULL, g16, nb * P, NULL, col16, nb * P, 1.0f, dw, K);
+        conv_gemm(bf, target, 0, 1, co, K, nb * P, NULL, g16, nb * P, NULL, col16, nb * P, 1.0f, dw, K);
         exec_poll(ctx);
     }
     if (dx) {
-        conv_gemm(bf, 1, 0, K, nb * P, co, NULL, w16, K, NULL, g16, nb * P, 0.0f, col, nb * P);
+        conv_gemm(bf, target, 1, 0, K, nb * P, co, NULL, w16, K, NULL, g16, nb * P, 0.0f, col, nb * P);
         hcnn_cpu_col2im(NULL, &l->g, col, nb, dx_acc, dx);
     }
 }
@@ -506,21 +505,20 @@ static void conv_backward(hcnn_bf16 *bf, const hcnn_conv_desc *l, const hcnn_exe
             const int nb = n - i0 < p.group ? n - i0 : p.group;
             const float *xi = x ? x + (size_t)i0 * in_sz : NULL, *dyi = dy + (size_t)i0 * out_sz;
             if (bf) {
-                backward_chunk16(bf, l, ctx, &p, w16, xi, dyi, dw, dx ? dx + (size_t)i0 * in_sz
-                                                                     : NULL,
-                                 dx_acc, nb);
+                backward_chunk16(bf, hcnn_pieces_for(n), l, ctx, &p, w16, xi, dyi, dw,
+                                 dx ? dx + (size_t)i0 * in_sz : NULL, dx_acc, nb);
                 exec_poll(ctx);
                 continue;
             }
             if (dw && nb == 1) /* in the forward's row blocks */
                 for (int oy0 = 0; oy0 < l->g.oh; oy0 += p.rows)
-                    dw_rows(NULL, l, xi, dyi, oy0, l->g.oh - oy0 < p.rows ? l->g.oh - oy0 : p.rows,
+                    dw_rows(NULL, hcnn_pieces_for(n), l, xi, dyi, oy0, l->g.oh - oy0 < p.rows ? l->g.oh - oy0 : p.rows,
                             s.col, 1.0f, dw);
             else if (dw)
-                dw_group(NULL, l, xi, dyi, nb, &s, 1.0f, dw);
+                dw_group(NULL, hcnn_pieces_for(n), l, xi, dyi, nb, &s, 1.0f, dw);
             exec_poll(ctx);
             if (dx) {
-                dx_columns(NULL, l, w, NULL, dyi, nb, 0, l->g.c, &s, dx_acc,
+                dx_columns(NULL, hcnn_pieces_for(n), l, w, NULL, dyi, nb, 0, l->g.c, &s, dx_acc,
                            dx + (size_t)i0 * in_sz);
                 exec_poll(ctx);
             }

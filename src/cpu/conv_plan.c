@@ -24,15 +24,21 @@
  * slower) */
 #define SHIFTED_MIN_C 16
 /* Items a plan makes available to threads when the batch allows
- * (HCNN_PIECES_TARGET, cpu.h): a smaller batch has its images cut into
+ * (hcnn_pieces_for, cpu.h: 256 for a pass of few images, else 64): a
+ * smaller batch has its images cut into
  * row and channel items, down to HCNN_PIECE_MIN_MACS multiply-adds an
  * item.  The weight gradient's partial sums, each a copy of dW summed at
  * the end, are at most CHUNKS_MAX (64: one a core of the node; more would
  * cost their sum and memory, and the input-gradient items share the
  * backward's queue with them). */
-#define TARGET_ITEMS HCNN_PIECES_TARGET
 #define ITEM_MIN_MACS HCNN_PIECE_MIN_MACS
 #define CHUNKS_MAX 64
+/* An item's GEMM keeps >= 64 columns (a block of output rows) or rows (a
+ * block of input channels' taps): one thread, SkylakeX kernels, 256 x N x
+ * 1152: N = 16 60.5, 32 71.6, 64 77.7 GFLOP/s.  Blocks of 2 output rows
+ * (16 columns) made ResNet-18's layer3.0.conv1 forward 44% slower at batch
+ * 64 on 2 threads (17.8 -> 25.7 ms; docs/performance.md, "Pieces"). */
+#define ITEM_MIN_WIDTH 64
 /* a weight-gradient partial sum covers at least this many columns (images
  * x pixels) of dY col^T: each of its floats, written and read once, then
  * costs 1/1024 of its multiply-adds (ResNet-18's layer3, dW 2.4 MB, P = 64,
@@ -73,7 +79,7 @@ static int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 static void decompose(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int bf16,
                       hcnn_conv_plan *p)
 {
-    const int target = ctx->in_unit ? 1 : TARGET_ITEMS;
+    const int target = ctx->in_unit ? 1 : hcnn_pieces_for(n);
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), oh = l->g.oh, C = l->g.c;
     const double co = l->out_c;
     /* fewer images than items wanted: smaller groups first */
@@ -89,7 +95,9 @@ static void decompose(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int 
     p->rows = g == 1 && !p->dw_transposed ? rows_per_block(l) : oh;
     if (g == 1 && !p->dw_transposed && p->ngroups < target) {
         int rows = ceil_div(oh, ceil_div(target, p->ngroups));
-        const int min_rows = (int)(ITEM_MIN_MACS / (co * K * l->g.ow)) + 1;
+        int min_rows = (int)(ITEM_MIN_MACS / (co * K * l->g.ow)) + 1;
+        const int wide = (ITEM_MIN_WIDTH + l->g.ow - 1) / l->g.ow;
+        min_rows = min_rows > wide ? min_rows : wide;
         rows = rows < min_rows ? min_rows : rows;
         p->rows = rows < p->rows ? rows : p->rows;
     }
@@ -99,7 +107,9 @@ static void decompose(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int 
     p->dx_channels = C;
     if (g == 1 && p->ngroups < target) {
         int cb = ceil_div(C, ceil_div(target, p->ngroups));
-        const int min_cb = (int)(ITEM_MIN_MACS / (co * l->g.kh * l->g.kw * P)) + 1;
+        int min_cb = (int)(ITEM_MIN_MACS / (co * l->g.kh * l->g.kw * P)) + 1;
+        const int tall = (ITEM_MIN_WIDTH + l->g.kh * l->g.kw - 1) / (l->g.kh * l->g.kw);
+        min_cb = min_cb > tall ? min_cb : tall;
         cb = cb < min_cb ? min_cb : cb;
         p->dx_channels = cb < C ? cb : C;
     }
@@ -333,8 +343,14 @@ void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, i
                          hcnn_conv_plan *p)
 {
     p->bf16 = bf16;
-    /* bf16: Winograd only when conv_algo names it (auto: im2col + GEMM) */
-    p->wino = bf16 && ctx->conv_algo == HCNN_CONV_AUTO ? 0 : wino_tile(l, ctx, n);
+    /* bf16 takes auto's Winograd rule too: its GEMMs round the transformed
+     * tiles and weights (winograd.c).  ResNet-18, batch 64, 2 threads, the
+     * Xeon with AMX, 5 alternated rounds against FP32 auto: bf16 with the
+     * im2col plans 1.08-1.34x, with F(2x2) 1.12-1.41x, with F(4x4)
+     * 1.35-1.91x; one step's update error against float64 (batch 8): 0.30,
+     * 0.38, 0.73 of the update (FP32: 1e-6, 2e-6, 0.013); training:
+     * bench/bf16_training.sh (docs/performance.md, "bf16 on the CPU") */
+    p->wino = wino_tile(l, ctx, n);
     p->wino_dw = wino_dw(l, p->wino);
     p->nt = hcnn_cpu_threads(NULL);
     /* the workspace is sized for the plan (hcnn_conv_workspace): the check
@@ -377,8 +393,7 @@ size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
                            (bf16 ? hcnn_conv_batched_bf16_floats(l, chunk) : 0);
     const int nt = ctx->in_unit ? 1 : hcnn_cpu_threads(NULL);
     const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, nt, bf16);
-    const size_t wino = bf16 && ctx->conv_algo == HCNN_CONV_AUTO ? 0
-                                                                 : wino_ws_most(l, ctx, capacity, nt);
+    const size_t wino = wino_ws_most(l, ctx, capacity, nt);
     const size_t most = per_thread > batched ? per_thread : batched;
     return wino > most ? wino : most;
 }
@@ -455,10 +470,11 @@ void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
  * backward's weight-gradient chunks and input-gradient items share one
  * queue); a batched chunk's im2col planes, GEMM pieces (gemm.c), layout
  * planes and col2im planes. */
-static void im2col_pieces(const hcnn_conv_desc *l, const hcnn_conv_plan *p, int fwd, int dx,
-                          hcnn_pieces *out)
+static void im2col_pieces(const hcnn_conv_desc *l, const hcnn_conv_plan *p, int n, int fwd,
+                          int dx, hcnn_pieces *out)
 {
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, C = l->g.c;
+    const int target = hcnn_pieces_for(n);
     const int taps = l->g.kh * l->g.kw;
     if (p->per_thread) {
         if (fwd)
@@ -470,14 +486,14 @@ static void im2col_pieces(const hcnn_conv_desc *l, const hcnn_conv_plan *p, int 
     const int nb = p->group, cols = nb == 1 ? p->rows * l->g.ow : nb * P;
     if (fwd) {
         hcnn_pieces_push(out, "forward im2col", (long)nb * C);
-        hcnn_pieces_push(out, "forward GEMM", hcnn_cpu_gemm_pieces(co, cols, K));
+        hcnn_pieces_push(out, "forward GEMM", hcnn_cpu_gemm_pieces(co, cols, K, target));
         if (nb > 1)
             hcnn_pieces_push(out, "forward layout", (long)nb * co);
     }
     hcnn_pieces_push(out, "weight-gradient im2col", (long)nb * C);
-    hcnn_pieces_push(out, "weight-gradient GEMM", hcnn_cpu_gemm_pieces(co, K, cols));
+    hcnn_pieces_push(out, "weight-gradient GEMM", hcnn_cpu_gemm_pieces(co, K, cols, target));
     if (dx) {
-        hcnn_pieces_push(out, "input-gradient GEMM", hcnn_cpu_gemm_pieces(C * taps, nb * P, co));
+        hcnn_pieces_push(out, "input-gradient GEMM", hcnn_cpu_gemm_pieces(C * taps, nb * P, co, target));
         hcnn_pieces_push(out, "input-gradient col2im", (long)nb * C);
     }
 }
@@ -492,7 +508,7 @@ void hcnn_cpu_conv_pieces(const hcnn_backend *be, const hcnn_conv_desc *l, const
     hcnn_conv_plan_make(l, ctx, n, hcnn_cpu_bf16_of(be) != NULL, &p);
     out->count = 0;
     if (!p.wino) {
-        im2col_pieces(l, &p, 1, need_dx, out);
+        im2col_pieces(l, &p, n, 1, need_dx, out);
         return;
     }
     hcnn_wino_phases ph;
@@ -506,7 +522,7 @@ void hcnn_cpu_conv_pieces(const hcnn_backend *be, const hcnn_conv_desc *l, const
         hcnn_pieces_push(out, "weight-gradient GEMMs", ph.dw[1]);
         hcnn_pieces_push(out, "weight-gradient inverse", ph.weights);
     } else {
-        im2col_pieces(l, &p, 0, 0, out);
+        im2col_pieces(l, &p, n, 0, 0, out);
     }
     if (need_dx) {
         hcnn_pieces_push(out, "input-gradient transform", ph.dx[0]);

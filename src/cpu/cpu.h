@@ -44,13 +44,27 @@ static inline void zero_floats(float *d, int n)
 /* Pieces.  A pass of few images (a 64-core node of a 32-node job holds 8-32
  * of them) is cut into pieces fixed by the layer's shape and the number
  * of images, never by the thread count: up to HCNN_PIECES_TARGET pieces a
- * phase (one image per thread or fewer on a 256-thread node), none smaller
+ * phase (one image per thread or fewer on a 256-thread node) for a pass of
+ * few images (hcnn_pieces_for), none smaller
  * than HCNN_PIECE_MIN_MACS multiply-adds where the cut decides a GEMM's
  * size (a smaller GEMM costs more in its call and packing than a thread
  * gains from it).  Who runs a piece never changes its bits.  The
  * measurements behind both are in docs/performance.md ("Pieces"). */
 #define HCNN_PIECES_TARGET 256
 #define HCNN_PIECE_MIN_MACS ((double)(1 << 18))
+/* The pieces a phase aims at for a pass of n images: 256 while the pass
+ * has fewer than HCNN_PIECES_FEW_IMAGES (a node's share of a strong-scaled
+ * batch), else 64 (one a core of a 64-core node): at 64 images on 2
+ * threads the 256-piece cuts cost ResNet-18 14% (0.86 of the build before,
+ * 5 alternated rounds: Winograd's GEMMs of 56 tiles run at 37 GFLOP/s
+ * against 57 for 224, one thread, 64 x 64 weights; docs/performance.md,
+ * "Pieces for many threads"). */
+#define HCNN_PIECES_FEW_IMAGES 32
+#define HCNN_PIECES_MANY 64
+static inline int hcnn_pieces_for(int images)
+{
+    return images < HCNN_PIECES_FEW_IMAGES ? HCNN_PIECES_TARGET : HCNN_PIECES_MANY;
+}
 
 /* a count of floats rounded up to a 64-byte multiple: workspace offsets */
 static inline size_t hcnn_round_up16(size_t f) { return (f + 15) & ~(size_t)15; }
@@ -136,8 +150,9 @@ int hcnn_cpu_threads(const hcnn_backend *be);
 void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);
 /* the pieces hcnn_cpu_gemm cuts an m x n x k product into outside a
- * parallel region (output tiles or k chunks) */
-long hcnn_cpu_gemm_pieces(int m, int n, int k);
+ * parallel region (output tiles or k chunks), for a target of `target`
+ * (hcnn_cpu_gemm: HCNN_PIECES_MANY) */
+long hcnn_cpu_gemm_pieces(int m, int n, int k, int target);
 /* im2col.c */
 void hcnn_cpu_im2col(const hcnn_backend *be, const hcnn_conv_geom *g, const float *x, int n, float *col);
 void hcnn_cpu_col2im(const hcnn_backend *be, const hcnn_conv_geom *g, const float *col, int n, int accumulate,

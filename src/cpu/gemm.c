@@ -11,8 +11,9 @@
  * single-threaded, hcnn_blas_single_threaded) and splits products itself,
  * by shape: the same product is the same bits on 1 thread or 64.
  *   - output tiles: while a tile has more than 2 * TILE_MIN_MACS
- *     multiply-adds and there are fewer than MAX_PIECES tiles, the larger
- *     dimension of the tiles is halved (to multiples of 16);
+ *     multiply-adds and there are fewer tiles than the call's target, the larger
+ *     dimension of the tiles is halved (to multiples of 16), down to sides
+ *     of TILE_MIN_SIDE;
  *   - a small output (at most SPLITK_MAX_OUT) summed over a long k (a
  *     weight gradient: k = batch x pixels) is split into k chunks instead,
  *     whose partial products are added in chunk order. */
@@ -23,11 +24,16 @@
 #include "cpu.h"
 #include "hcnn/blas.h"
 
-/* up to HCNN_PIECES_TARGET output tiles of >= 2 HCNN_PIECE_MIN_MACS
+/* up to the call's target of output tiles (hcnn_pieces_for: 256 for a
+ * convolution's pass of few images, else 64) of >= 2 HCNN_PIECE_MIN_MACS
  * (cpu.h); at most SPLITK_MAX_CHUNKS k chunks, each a partial product
  * summed at the end */
-#define MAX_PIECES HCNN_PIECES_TARGET
 #define TILE_MIN_MACS HCNN_PIECE_MIN_MACS
+/* a tile's sides stay >= 64: each tile packs its own panels of A and B
+ * (K x (tm + tn) floats for tm x tn x K multiply-adds); tiles of 32 x 64
+ * made ResNet-18's batched layer4.0.conv1 13% slower at batch 64 on 2
+ * threads than the 64-piece tiles before (docs/performance.md, "Pieces") */
+#define TILE_MIN_SIDE 64
 #define SPLITK_MAX_OUT 65536
 #define SPLITK_CHUNK 4096
 #define SPLITK_MAX_CHUNKS 64
@@ -59,7 +65,7 @@ typedef struct gemm_pieces {
 
 static int halve16(int x) { return ((x + 1) / 2 + 15) & ~15; }
 
-static gemm_pieces pieces_of(int m, int n, int k)
+static gemm_pieces pieces_of(int m, int n, int k, int max_pieces)
 {
     gemm_pieces p = {m, n, 1};
     if ((size_t)m * n <= SPLITK_MAX_OUT && k >= 2 * SPLITK_CHUNK) {
@@ -68,11 +74,11 @@ static gemm_pieces pieces_of(int m, int n, int k)
     }
     for (;;) {
         const long tiles = (long)((m + p.tm - 1) / p.tm) * ((n + p.tn - 1) / p.tn);
-        if (tiles >= MAX_PIECES || (double)p.tm * p.tn * k < 2 * TILE_MIN_MACS)
+        if (tiles >= max_pieces || (double)p.tm * p.tn * k < 2 * TILE_MIN_MACS)
             break;
-        if (p.tn >= p.tm && p.tn >= 32)
+        if (p.tn >= p.tm && p.tn >= 2 * TILE_MIN_SIDE)
             p.tn = halve16(p.tn);
-        else if (p.tm >= 32)
+        else if (p.tm >= 2 * TILE_MIN_SIDE)
             p.tm = halve16(p.tm);
         else
             break;
@@ -80,9 +86,9 @@ static gemm_pieces pieces_of(int m, int n, int k)
     return p;
 }
 
-long hcnn_cpu_gemm_pieces(int m, int n, int k)
+long hcnn_cpu_gemm_pieces(int m, int n, int k, int target)
 {
-    const gemm_pieces p = pieces_of(m, n, k);
+    const gemm_pieces p = pieces_of(m, n, k, target);
     return p.nk > 1 ? p.nk : (long)((m + p.tm - 1) / p.tm) * ((n + p.tn - 1) / p.tn);
 }
 
@@ -95,6 +101,7 @@ typedef struct gemm_args {
     float *c, *part;
     gemm_pieces p;
     hcnn_bf16 *bf; /* precision bf16: oneDNN's products (bf16.c); NULL: the BLAS's */
+    int target;    /* the most output tiles (hcnn_pieces_for) */
 } gemm_args;
 
 /* The calling thread's number among all of the run's threads: a work unit
@@ -162,7 +169,7 @@ static void run(gemm_args *g)
         product(g, m, n, g->k, g->alpha, 0, 0, g->beta, g->c, g->ldc);
         return;
     }
-    g->p = pieces_of(m, n, g->k);
+    g->p = pieces_of(m, n, g->k, g->target);
     const int npieces = g->p.nk > 1 ? g->p.nk
                                     : ((m + g->p.tm - 1) / g->p.tm) * ((n + g->p.tn - 1) / g->p.tn);
     if (g->p.nk > 1) {
@@ -203,15 +210,15 @@ void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, 
                    const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
     gemm_args g = {ta, tb, m, n, k, alpha, beta, a, b, NULL, NULL, lda, ldb, ldc, c, NULL,
-                   {0, 0, 0}, hcnn_cpu_bf16_of(be)};
+                   {0, 0, 0}, hcnn_cpu_bf16_of(be), HCNN_PIECES_MANY};
     run(&g);
 }
 
-void hcnn_cpu_gemm_mixed(hcnn_bf16 *bf, int ta, int tb, int m, int n, int k, float alpha,
-                         const float *a, const uint16_t *a16, int lda, const float *b,
+void hcnn_cpu_gemm_mixed(hcnn_bf16 *bf, int target, int ta, int tb, int m, int n, int k,
+                         float alpha, const float *a, const uint16_t *a16, int lda, const float *b,
                          const uint16_t *b16, int ldb, float beta, float *c, int ldc)
 {
     gemm_args g = {ta, tb, m, n, k, alpha, beta, a, b, a16, b16, lda, ldb, ldc, c, NULL,
-                   {0, 0, 0}, bf};
+                   {0, 0, 0}, bf, target};
     run(&g);
 }

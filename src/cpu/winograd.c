@@ -487,14 +487,14 @@ static void output_image(const wino_job *j, float *y, const wino_piece *pc, cons
  * seam with the band above) are kept apart and added after every band has
  * been written, so each seam pixel is the sum of the band above's and its
  * own, in that order, whoever runs them.  Enough bands that the images'
- * channel blocks (16 channels each) and bands offer HCNN_PIECES_TARGET
- * pieces, at most one a tile row. */
-static int dx_bands(const wino_shape *s, int nb)
+ * channel blocks (16 channels each) and bands offer the call's target
+ * (hcnn_pieces_for), at most one a tile row. */
+static int dx_bands(const wino_shape *s, int nb, int target)
 {
     const long blocks = (long)nb * (s->cin >= 32 ? s->cin / 16 : 1);
-    if (blocks >= HCNN_PIECES_TARGET)
+    if (blocks >= target)
         return 1;
-    const long bands = (HCNN_PIECES_TARGET + blocks - 1) / blocks;
+    const long bands = (target + blocks - 1) / blocks;
     return bands < s->nty ? (int)bands : s->nty;
 }
 
@@ -613,7 +613,8 @@ static void input_grad_seam(const wino_job *j, float *dx, const wino_piece *pc)
  * xi) cut into rb blocks of its rows and cb blocks of its columns, the
  * blocks' bounds at multiples of 16 (one vector) and >= 16 wide, none of
  * fewer than HCNN_PIECE_MIN_MACS multiply-adds (cpu.h): the fewest blocks
- * that give the phase HCNN_PIECES_TARGET items (the squarest of those),
+ * that give the phase the call's target of items (hcnn_pieces_for: 256 at
+ * few images; the squarest of those),
  * else the most the shape allows.  Fixed by the shape and the chunk's
  * images: the same bits on any thread count. */
 typedef struct wino_blocks {
@@ -627,9 +628,9 @@ static int blocks_fit(wino_blocks b, size_t rows, size_t cols, size_t k)
            (double)br * (double)bc * (double)k >= HCNN_PIECE_MIN_MACS;
 }
 
-static wino_blocks blocks_of(int a2, size_t rows, int cols, size_t k)
+static wino_blocks blocks_of(int a2, size_t rows, int cols, size_t k, int target)
 {
-    const long need = (HCNN_PIECES_TARGET + a2 - 1) / a2; /* blocks a product */
+    const long need = (target + a2 - 1) / a2; /* blocks a product */
     wino_blocks best = {1, 1};
     long best_n = 1, best_skew = 0;
     for (int rb = 1; rb <= need; rb++)
@@ -675,16 +676,16 @@ static wino_item item_of(wino_blocks b, size_t rows, size_t cols, int item)
 
 /* The forward GEMMs of a chunk of `cols` tiles, items over (tiles, Cout):
  * M[xi][tiles] = V[xi][tiles] U[xi]^T. */
-static wino_blocks fwd_blocks(const wino_shape *s, size_t cols)
+static wino_blocks fwd_blocks(const wino_shape *s, size_t cols, int target)
 {
-    return blocks_of(s->a * s->a, cols, s->cout, (size_t)s->cin);
+    return blocks_of(s->a * s->a, cols, s->cout, (size_t)s->cin, target);
 }
 
 static void gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b, int item)
 {
     const wino_shape *s = &j->s;
     const wino_item it = item_of(b, cols, (size_t)s->cout, item);
-    hcnn_cpu_gemm_mixed(j->bf, 0, 1, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cin, 1.0f,
+    hcnn_cpu_gemm_mixed(j->bf, HCNN_PIECES_MANY, 0, 1, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cin, 1.0f,
                         j->V + ((size_t)it.xi * T + it.r0) * s->cin, NULL, s->cin,
                         j->u + ((size_t)it.xi * s->cout + it.c0) * s->cin, NULL, s->cin, 0.0f,
                         j->M + ((size_t)it.xi * T + it.r0) * s->cout + it.c0, s->cout);
@@ -692,16 +693,16 @@ static void gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b, i
 
 /* The input gradient's GEMMs, items over (tiles, C):
  * dV[xi][tiles] = dM[xi][tiles] U[xi]. */
-static wino_blocks dx_blocks(const wino_shape *s, size_t cols)
+static wino_blocks dx_blocks(const wino_shape *s, size_t cols, int target)
 {
-    return blocks_of(s->a * s->a, cols, s->cin, (size_t)s->cout);
+    return blocks_of(s->a * s->a, cols, s->cin, (size_t)s->cout, target);
 }
 
 static void dx_gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b, int item)
 {
     const wino_shape *s = &j->s;
     const wino_item it = item_of(b, cols, (size_t)s->cin, item);
-    hcnn_cpu_gemm_mixed(j->bf, 0, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cout, 1.0f,
+    hcnn_cpu_gemm_mixed(j->bf, HCNN_PIECES_MANY, 0, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), s->cout, 1.0f,
                         j->M + ((size_t)it.xi * T + it.r0) * s->cout, NULL, s->cout,
                         j->u + (size_t)it.xi * s->cout * s->cin + it.c0, NULL, s->cin, 0.0f,
                         j->V + ((size_t)it.xi * T + it.r0) * s->cin + it.c0, s->cin);
@@ -709,9 +710,9 @@ static void dx_gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b
 
 /* The weight gradient's GEMMs, items over (Cout, C), each summed over the
  * chunk's tiles: dU[xi] (+)= dM[xi]^T V[xi]. */
-static wino_blocks dw_blocks(const wino_shape *s, size_t cols)
+static wino_blocks dw_blocks(const wino_shape *s, size_t cols, int target)
 {
-    return blocks_of(s->a * s->a, (size_t)s->cout, s->cin, cols);
+    return blocks_of(s->a * s->a, (size_t)s->cout, s->cin, cols, target);
 }
 
 static void dw_gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b, int item,
@@ -719,7 +720,7 @@ static void dw_gemm_item(const wino_job *j, size_t T, size_t cols, wino_blocks b
 {
     const wino_shape *s = &j->s;
     const wino_item it = item_of(b, (size_t)s->cout, (size_t)s->cin, item);
-    hcnn_cpu_gemm_mixed(j->bf, 1, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), (int)cols, 1.0f,
+    hcnn_cpu_gemm_mixed(j->bf, HCNN_PIECES_MANY, 1, 0, (int)(it.r1 - it.r0), (int)(it.c1 - it.c0), (int)cols, 1.0f,
                         j->M + (size_t)it.xi * T * s->cout + it.r0, NULL, s->cout,
                         j->V + (size_t)it.xi * T * s->cin + it.c0, NULL, s->cin, beta,
                         j->wt + ((size_t)it.xi * s->cout + it.r0) * s->cin + it.c0, s->cin);
@@ -738,7 +739,7 @@ static long blocks_items(const wino_shape *s, wino_blocks b)
 typedef struct {
     void (*tiles)(const wino_job *, const float *, const wino_piece *, const wino_scratch *);
     void (*gemm)(const wino_job *, size_t, size_t, wino_blocks, int);
-    wino_blocks (*blocks)(const wino_shape *, size_t);
+    wino_blocks (*blocks)(const wino_shape *, size_t, int);
     void (*scatter)(const wino_job *, float *, const wino_piece *, const wino_scratch *);
     const float *src;
     size_t src_sz;
@@ -777,7 +778,7 @@ static void pass_thread(const wino_job *j, const wino_pass *p, int t, int nt)
         }
 #pragma omp barrier
         {
-            const wino_blocks bl = p->blocks(s, cols);
+            const wino_blocks bl = p->blocks(s, cols, hcnn_pieces_for(j->n));
             RANGE(blocks_items(s, bl), t, nt, a, b);
             for (long it = a; it < b; it++) {
                 p->gemm(j, T, cols, bl, (int)it);
@@ -787,7 +788,7 @@ static void pass_thread(const wino_job *j, const wino_pass *p, int t, int nt)
 #pragma omp barrier
         wino_split sp = split_of(p->dst_c, s->nty, nb, nt, p->dst_banded);
         if (p->seam)
-            sp.bands = dx_bands(s, nb);
+            sp.bands = dx_bands(s, nb, hcnn_pieces_for(j->n));
         RANGE((long)nb * sp.cblocks * sp.bands, t, nt, a, b);
         for (long k = a; k < b; k++) {
             const wino_piece pc = piece_of(s, sp, p->dst_c, k);
@@ -853,7 +854,7 @@ static void weight_grad_thread(void *arg, int t, int nt)
         }
 #pragma omp barrier
         {
-            const wino_blocks bl = dw_blocks(s, cols);
+            const wino_blocks bl = dw_blocks(s, cols, hcnn_pieces_for(j->n));
             RANGE(blocks_items(s, bl), t, nt, a, b);
             for (long it = a; it < b; it++) {
                 dw_gemm_item(j, T, cols, bl, (int)it, i0 == 0 ? 0.0f : 1.0f);
@@ -1003,8 +1004,10 @@ static void push_calls(const wino_shape *s, const hcnn_exec *ctx, int n, int nt,
     const int nc = chunk_images(s, ctx, n);
     for (int i0 = 0; i0 < n; i0 += nc) {
         const size_t cols = (size_t)(n - i0 < nc ? n - i0 : nc) * s->tiles;
-        const wino_blocks b = pass == 1 ? dw_blocks(s, cols)
-                              : pass == 2 ? dx_blocks(s, cols) : fwd_blocks(s, cols);
+        const int target = hcnn_pieces_for(n);
+        const wino_blocks b = pass == 1   ? dw_blocks(s, cols, target)
+                              : pass == 2 ? dx_blocks(s, cols, target)
+                                          : fwd_blocks(s, cols, target);
         const long items = (blocks_items(s, b) + nt - 1) / nt;
         for (long i = 0; i < items; i++)
             if (pass == 1)
@@ -1039,13 +1042,14 @@ void hcnn_wino_pieces(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int 
     ph->images = nb;
     ph->weights = (long)f.cout * weight_blocks(&f, nt);
     ph->fwd[0] = (long)nb * in.cblocks * in.bands;
-    ph->fwd[1] = blocks_items(&f, fwd_blocks(&f, cols));
+    const int target = hcnn_pieces_for(n);
+    ph->fwd[1] = blocks_items(&f, fwd_blocks(&f, cols, target));
     ph->fwd[2] = (long)nb * out.cblocks * out.bands;
     ph->dx[0] = ph->fwd[2];
-    ph->dx[1] = blocks_items(&f, dx_blocks(&f, cols));
-    ph->dx[2] = (long)nb * dx.cblocks * dx_bands(&f, nb);
+    ph->dx[1] = blocks_items(&f, dx_blocks(&f, cols, target));
+    ph->dx[2] = (long)nb * dx.cblocks * dx_bands(&f, nb, target);
     ph->dw[0] = ph->fwd[0] + ph->fwd[2];
-    ph->dw[1] = blocks_items(&f, dw_blocks(&f, cols));
+    ph->dw[1] = blocks_items(&f, dw_blocks(&f, cols, target));
 }
 
 void hcnn_wino_describe(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n,
