@@ -147,6 +147,72 @@ enum {
 /* Whole-network execution makes at most this many units of a pass. */
 #define HCNN_MAX_UNITS 64
 
+/* How a pass of one operation is cut for the threads (pass_pieces; hcnn
+ * plan prices a pass with fewer samples than threads from it).  A pass is
+ * phases run one after the other, each ending at a barrier (or the end of
+ * a parallel region); phase k offers `pieces` pieces, each run whole by
+ * one thread, which together cost `work` (the backend's own estimate, in
+ * multiply-add equivalents: only ratios between the phases of one layer's
+ * passes are meant), the largest of them `largest` (0: all equal), and
+ * runs `repeat` times (a chunk's phases, one chunk after another). */
+typedef struct hcnn_phase {
+    long pieces;
+    double work;     /* of one repeat */
+    double largest;  /* of one piece; 0: work / pieces */
+    int repeat;
+} hcnn_phase;
+
+#define HCNN_MAX_PHASES 40
+
+typedef struct hcnn_pieces {
+    int nphases;
+    hcnn_phase phase[HCNN_MAX_PHASES];
+} hcnn_pieces;
+
+/* Appends a phase (nothing for repeat < 1 or work <= 0).  Past
+ * HCNN_MAX_PHASES (no pass of the CPU backend has half as many) the last
+ * phase absorbs its work, with the fewer of the two piece counts. */
+static inline void hcnn_pieces_push(hcnn_pieces *p, long pieces, double work, double largest,
+                                    int repeat)
+{
+    if (repeat < 1 || !(work > 0.0))
+        return;
+    pieces = pieces < 1 ? 1 : pieces;
+    if (p->nphases == HCNN_MAX_PHASES) {
+        hcnn_phase *last = &p->phase[HCNN_MAX_PHASES - 1];
+        last->work = (last->work * last->repeat + work * repeat) / last->repeat;
+        last->pieces = last->pieces < pieces ? last->pieces : pieces;
+        last->largest = 0.0;
+        return;
+    }
+    hcnn_phase *ph = &p->phase[p->nphases++]; /* (no compound literal: C++ includes this) */
+    ph->pieces = pieces, ph->work = work, ph->largest = largest, ph->repeat = repeat;
+}
+
+/* The operation pass_pieces is asked about, with the sizes it needs (all
+ * per sample of the pass's n). */
+typedef enum {
+    HCNN_OP_CONV,        /* conv_fwd; conv_bwd: the weight gradient (and bias), and the
+                            input gradient when need_dx */
+    HCNN_OP_FC,          /* gemm of x [n][in] by w [out][in]^T and add_row_bias; backward:
+                            the weight gradient, row_sum_acc, the input gradient (need_dx) */
+    HCNN_OP_BN,          /* bn_fwd_train; bn_bwd: c channels of np floats */
+    HCNN_OP_POOL,        /* maxpool / avgpool, forward and backward: c planes of np floats in,
+                            out_np out */
+    HCNN_OP_ELEMENTWISE, /* one element-wise operation over c x np floats (relu_fwd, relu_bwd,
+                            add, add_acc, mul, dropout_fwd), the same each way */
+    HCNN_OP_COPY         /* copy of c x np floats, the same each way */
+} hcnn_op_kind;
+
+typedef struct hcnn_op {
+    hcnn_op_kind kind;
+    const hcnn_conv_desc *conv; /* HCNN_OP_CONV (its cache unused) */
+    int in, out;                /* HCNN_OP_FC: features */
+    int c, np, out_np;          /* the others: channels, floats a channel (POOL: in, out) */
+    int need_dx;                /* CONV, FC: the backward computes the input gradient */
+    int has_bias;               /* CONV, FC */
+} hcnn_op;
+
 typedef struct hcnn_backend hcnn_backend;
 
 struct hcnn_backend {
@@ -278,6 +344,13 @@ struct hcnn_backend {
      * "name: details" with a name of no spaces (e.g. "winograd_f4: ...") */
     void (*conv_describe)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                           int n, char *buf, size_t cap);
+    /* How the forward and the backward of op over n samples are cut for nt
+     * threads (hcnn_pieces above; ex: as the run would call it, its
+     * workspace unused), read from the plans the operations make: hcnn
+     * plan spreads a pass's measured work over the threads its pieces
+     * can keep busy.  A device backend runs a pass as one piece of work. */
+    void (*pass_pieces)(const hcnn_backend *be, const hcnn_op *op, const hcnn_exec *ex, int n,
+                        int nt, hcnn_pieces *fwd, hcnn_pieces *bwd);
 
     /* ---- fully connected helpers ---- */
     /* db[j] += sum over rows i of dy[i][j], dy is [n][m] */

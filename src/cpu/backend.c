@@ -129,6 +129,7 @@ static const hcnn_backend cpu_backend = {
     .conv_workspace = hcnn_cpu_conv_workspace,
     .conv_gemms = hcnn_cpu_conv_gemms,
     .conv_describe = hcnn_cpu_conv_describe,
+    .pass_pieces = hcnn_cpu_pass_pieces,
     .row_sum_acc = hcnn_cpu_row_sum_acc,
     .add_row_bias = hcnn_cpu_add_row_bias,
     .relu_fwd = hcnn_cpu_relu_fwd,

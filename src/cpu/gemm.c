@@ -146,3 +146,10 @@ void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, 
         }
     free(g.part);
 }
+
+int hcnn_cpu_gemm_pieces(int m, int n, int k, int *partial_rows)
+{
+    const gemm_pieces p = pieces_of(m, n, k);
+    *partial_rows = p.nk > 1 && (size_t)m * n >= 4096 ? m : p.nk > 1 ? 1 : 0;
+    return p.nk > 1 ? p.nk : ((m + p.tm - 1) / p.tm) * ((n + p.tn - 1) / p.tn);
+}

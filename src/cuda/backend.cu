@@ -300,6 +300,18 @@ static int cuda_unit_images(const hcnn_backend *be, int n)
     return 0;
 }
 
+/* A device runs a pass as one piece of work: it takes one host thread,
+ * whatever the host's threads (hcnn plan prices host threads, and a pass
+ * on a GPU divides nothing among them) */
+static void cuda_pass_pieces(const hcnn_backend *be, const hcnn_op *op, const hcnn_exec *ex,
+                             int n, int nt, hcnn_pieces *fwd, hcnn_pieces *bwd)
+{
+    (void)be, (void)op, (void)ex, (void)n, (void)nt;
+    fwd->nphases = bwd->nphases = 0;
+    hcnn_pieces_push(fwd, 1, 1.0, 0.0, 1);
+    hcnn_pieces_push(bwd, 1, 1.0, 0.0, 1);
+}
+
 /* ---- the instance --------------------------------------------------------------- */
 
 static void cuda_destroy(hcnn_backend *be)
@@ -373,6 +385,7 @@ static const hcnn_backend cuda_backend = {
     .conv_workspace = hcnn_cuda_conv_workspace,
     .conv_gemms = hcnn_cuda_conv_gemms,
     .conv_describe = hcnn_cuda_conv_describe,
+    .pass_pieces = cuda_pass_pieces,
     .row_sum_acc = hcnn_cuda_row_sum_acc,
     .add_row_bias = hcnn_cuda_add_row_bias,
     .relu_fwd = hcnn_cuda_relu_fwd,
