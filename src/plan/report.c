@@ -22,7 +22,7 @@ void layout_name(const hcnn_layout *l, char *buf, size_t cap)
 #define CSV_HEADER                                                                                \
     "scaling,nodes,layout,stages,replicas,microbatches,global_batch,pass_samples,images_per_s,"   \
     "step_ms,compute_ms,allreduce_ms,allreduce_total_ms,bubble_ms,p2p_ms,sync_ms,efficiency,"    \
-    "best,threads,network,below_threads,note"
+    "best,threads,network,below_threads,note,fewest_pieces,thread_use"
 
 void print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_opts *o,
                        FILE *f, int csv)
@@ -40,20 +40,20 @@ void print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_
         const hcnn_step_model *m = &r->m;
         if (csv)
             fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%d,"
-                       "%s,%d,%s\n",
+                       "%s,%d,%s,%ld,%.3f\n",
                     r->weak ? "weak" : "strong", r->lay.nodes, name, r->lay.stages,
                     r->lay.replicas, r->lay.microbatches, r->lay.global_batch,
                     r->lay.pass_samples, m->images_per_s, m->step_s * 1e3, m->compute_s * 1e3,
                     m->allreduce_s * 1e3, m->allreduce_total_s * 1e3, m->bubble_s * 1e3,
                     m->p2p_s * 1e3, m->sync_s * 1e3, r->efficiency, r->best, o->threads,
-                    nw->name, r->below_threads, r->note);
+                    nw->name, r->below_threads, r->note, r->fewest_pieces, r->thread_use);
         else
             fprintf(f, "%-6s %5d %-15s %7d %6d %12.1f %9.3f %10.3f %12.3f %9.3f %8.3f %6.3f %s%s%s%s\n",
                     r->weak ? "weak" : "strong", r->lay.nodes, name, r->lay.global_batch,
                     r->lay.pass_samples, m->images_per_s, m->step_s * 1e3, m->compute_s * 1e3,
                     m->allreduce_s * 1e3, m->bubble_s * 1e3, m->p2p_s * 1e3, r->efficiency,
                     r->best ? "*" : "", r->below_threads ? " (fewer samples than threads)" : "",
-                    r->note[0] ? " batch " : "", r->note);
+                    r->note[0] ? ": " : "", r->note);
     }
 }
 
