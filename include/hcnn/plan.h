@@ -127,6 +127,7 @@ typedef struct hcnn_pass_cost {
      * threads' time in them: 1 when every thread works throughout */
     double thread_use;
     double barrier_s;             /* of the passes' time: their barriers at the target */
+    int phases;                   /* the passes' phases there (a barrier each) */
     hcnn_plan_cuts cuts;          /* on the target's threads */
 } hcnn_pass_cost;
 

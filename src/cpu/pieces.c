@@ -141,8 +141,8 @@ static void per_thread_bwd(const hcnn_conv_desc *l, const hcnn_conv_plan *pl, in
         const double a = chunks ? dw_work / chunks : 0.0, b = items ? dx_work / items : 0.0;
         hcnn_pieces_push(p, chunks + items, dw_work + dx_work, a > b ? a : b, 1);
     }
-    for (int c = 0; c < chunks && pl->dw_transposed; c++)
-        transpose_phase(p, hcnn_conv_k(l), l->out_c, 1);
+    if (chunks && pl->dw_transposed) /* each partial back to [Cout][K] */
+        transpose_phase(p, hcnn_conv_k(l), l->out_c, chunks);
     if (chunks)
         hcnn_pieces_push(p, elementwise_pieces(co * K, nt), stream(3 * co * K), 0.0, chunks);
 }

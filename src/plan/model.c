@@ -727,7 +727,7 @@ int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads,
      * the last-level cache (a node of unknown cache: always) */
     const int to_memory = !(llc > 0) || c->footprint_bytes > llc;
     double work = 0.0, wall = 0.0;
-    c->barrier_s = 0.0;
+    c->barrier_s = 0.0, c->phases = 0;
     for (int i = 0; i < L; i++) {
         const double f = block_flops(&net->layers[i]);
         c->flops_fwd[i] = f * n;
@@ -751,7 +751,7 @@ int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads,
             const double node_w = w * (g <= HCNN_CUT_GEMM_BWD ? core_ratio : 1.0);
             const double sync = there->phases[i][g] * barrier_s;
             t[g] = node_w * there->share[i][g] + sync;
-            work += node_w, c->barrier_s += sync;
+            work += node_w, c->barrier_s += sync, c->phases += there->phases[i][g];
         }
         const double df = to_memory ? c->bytes_fwd[i] / bw : 0.0,
                      db = to_memory ? c->bytes_bwd[i] / bw : 0.0;

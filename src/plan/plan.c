@@ -156,8 +156,8 @@ static int layout_for(const plan_opts *o, int G, int b, int weak, int N, int S, 
 }
 
 /* The row's note on a pass of fewer samples than threads: the pieces its
- * GEMM layers' passes offer and the threads' time it uses (no commas: the
- * CSV's last text column) */
+ * GEMM layers' passes offer and the threads' time it uses (no commas: a
+ * column of plan.csv, which quotes nothing) */
 static void pieces_note(const hcnn_pass_cost *c, int threads, char *note, size_t cap)
 {
     note[0] = '\0';
@@ -380,12 +380,13 @@ static const char *PLAN_USAGE =
     "pipeline bubble, point-to-point, the per-step agreement) and the scaling efficiency of\n"
     "data parallelism and of every pipeline layout S stages x N/S replicas, at each node count\n"
     "(one rank per node), for weak scaling (the per-rank batch held) and strong scaling (the\n"
-    "global batch, grown where a rank would get fewer samples than threads), and mark the\n"
-    "fastest layout per node count (*), and print the passes of one node's step and what\n"
-    "bounds each on its threads.  Compute: per-block forward/backward times measured on this\n"
-    "machine at each layout's per-thread share of samples, priced on the node (--node): GEMM\n"
-    "layers at the ratio of per-core FMA peaks, the other layers' streams at its memory\n"
-    "bandwidth when the step's activations outgrow its last-level cache; network: the allreduce\n"
+    "global batch held, fewer samples than threads included), and mark the fastest layout\n"
+    "per node count (*), and print the passes of one node's step and what bounds each on its\n"
+    "threads.  Compute: per-block forward/backward times of each layout's pass measured on\n"
+    "this machine, spread over the node's threads as the pieces the backend cuts the pass\n"
+    "into allow, plus a barrier per phase, priced on the node (--node): GEMM layers at the\n"
+    "ratio of per-core FMA peaks, the other layers' streams at its memory bandwidth when the\n"
+    "step's activations outgrow its last-level cache; network: the allreduce\n"
     "algorithm OpenMPI 4.1 picks (for the gradient buckets libnbc's, as\n"
     "OMPI_MCA_coll_libnbc_iallreduce_algorithm sets it: hcnn's default 3, Rabenseifner),\n"
     "priced alpha-beta-gamma.  docs/plan.md: model, assumptions, validation.\n"
@@ -399,7 +400,8 @@ static const char *PLAN_USAGE =
     "  --node NAME|FILE          the target node: epyc-9554 (default: AMD EPYC 9554, 64 cores,\n"
     "                            datasheet figures, an assumption), epyc-7763, here (this\n"
     "                            machine, measured), or a file of cores, peak_gflops,\n"
-    "                            bandwidth_gbs [, core_bandwidth_gbs, llc_mib, name, source]\n"
+    "                            bandwidth_gbs [, core_bandwidth_gbs, llc_mib, barrier_us,\n"
+    "                            name, source]\n"
     "  --threads T               threads per rank on the target nodes (default: the node's\n"
     "                            cores)\n"
     "  --measure-threads T       threads for the measurement here (default: min(T, cores))\n"

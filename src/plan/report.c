@@ -199,10 +199,12 @@ void print_passes(const hcnn_net *net, const hcnn_pass_cost *c, const plan_opts 
     if (!csv)
         fprintf(f,
                 "hcnn plan: streams bandwidth-bound on %d threads in %d of %d passes: %.1f%% of "
-                "the passes' time (all streams %.1f%%, GEMMs %.1f%%)\n",
+                "the passes' time (all streams %.1f%%, GEMMs %.1f%%); %d phases, their barriers "
+                "%.1f%%; the threads work %.0f%% of their time in the passes\n",
                 o->threads, nbw + c->opt_bw, 2 * net->nlayers + 1,
                 100.0 * (bw_s + (c->opt_bw ? c->opt_s : 0.0)) / total,
-                100.0 * (stream_s + c->opt_s) / total, 100.0 * (1.0 - (stream_s + c->opt_s) / total));
+                100.0 * (stream_s + c->opt_s) / total, 100.0 * (1.0 - (stream_s + c->opt_s) / total),
+                c->phases, 100.0 * c->barrier_s / total, 100.0 * c->thread_use);
 }
 
 /* The efficiency of the recommended layout at the largest node count, priced
