@@ -16,7 +16,9 @@
 #           threads against hcnn plan --node here's prediction (ResNet-18 batch
 #           64, LeNet-5 batch 256: the thread-scaling measurements) and
 #           PyTorch's ResNet-18 at the largest thread count (CPU_THREADS in
-#           the environment: the thread counts, e.g. "1 4 16", for a short loan)
+#           the environment: the thread counts, e.g. "1 4 16", for a short loan;
+#           CPU_MODELS, CPU_ROUNDS: validate_threads.sh's MODELS and ROUNDS,
+#           default the two models, one round)
 #
 #   bench/gpu_check.sh BUNDLE.tar.xz [OUTDIR] [SECTIONS]   (default: tests kernels bench cpu)
 #
@@ -152,7 +154,10 @@ if [[ " $SECTIONS " == *" cpu "* ]]; then
     last=1
     for t in 1 2 4 8 16 32 64; do [ "$t" -le "$cores" ] && last=$t; done
     # shellcheck disable=SC2086 # CPU_THREADS: a list of thread counts, e.g. "1 4 16"
-    HCNN=$HCNN HCNN_SRCDIR=$R timeout -k 5 580 bench/validate_threads.sh ${CPU_THREADS:-} \
+    # the two thread-scaling models, one round each (a loan's minutes; the script's
+    # default adds the small batches and 3 rounds a point: CPU_MODELS, CPU_ROUNDS)
+    MODELS=${CPU_MODELS:-resnet18:64 lenet:256} ROUNDS=${CPU_ROUNDS:-1} \
+        HCNN=$HCNN HCNN_SRCDIR=$R timeout -k 5 580 bench/validate_threads.sh ${CPU_THREADS:-} \
         > "$O/validate_threads.log" 2>&1
     echo "exit $?"; grep -E '^# |passed' "$O/validate_threads.log"
     stamp "PyTorch on the CPU, ResNet-18 batch 64, $last threads"

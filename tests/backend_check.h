@@ -156,6 +156,7 @@ int check_conv_bwd(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_bwd_filter(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_bwd_data(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_bf16(const hcnn_backend *be, char *why, size_t cap);
+int check_pass_pieces(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_workspace(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_gemms_describe(const hcnn_backend *be, char *why, size_t cap);
 

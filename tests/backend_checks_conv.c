@@ -542,6 +542,97 @@ int check_conv_gemms_describe(const hcnn_backend *be, char *why, size_t cap)
     return 1;
 }
 
+/* pass_pieces (hcnn plan's cut of a pass): each pass of every operation has
+ * phases of >= 1 piece, positive finite work, repeat >= 1 and a largest
+ * piece within the phase's work; the same answer twice, on 1 to 256 threads */
+static int pieces_ok(const char *what, int nt, const hcnn_pieces *p, char *why, size_t cap)
+{
+    if (p->nphases < 1 || p->nphases > HCNN_MAX_PHASES)
+        FAIL("%s, %d threads: %d phases (1 to %d)", what, nt, p->nphases, HCNN_MAX_PHASES);
+    for (int k = 0; k < p->nphases; k++) {
+        const hcnn_phase *ph = &p->phase[k];
+        if (ph->pieces < 1 || !(ph->work > 0) || !isfinite(ph->work) || ph->repeat < 1 ||
+            !(ph->largest >= 0) || ph->largest > ph->work)
+            FAIL("%s, %d threads: phase %d has %ld pieces, work %g, largest %g, repeat %d", what,
+                 nt, k, ph->pieces, ph->work, ph->largest, ph->repeat);
+    }
+    return 1;
+}
+
+static int same_pieces(const hcnn_pieces *a, const hcnn_pieces *b)
+{
+    if (a->nphases != b->nphases)
+        return 0;
+    for (int k = 0; k < a->nphases; k++) {
+        const hcnn_phase *x = &a->phase[k], *y = &b->phase[k];
+        if (x->pieces != y->pieces || x->work != y->work || x->largest != y->largest ||
+            x->repeat != y->repeat)
+            return 0;
+    }
+    return 1;
+}
+
+static int pieces_twice(const hcnn_backend *be, const hcnn_op *op, const hcnn_exec *ex, int n,
+                        const char *what, char *why, size_t cap)
+{
+    static const int nts[] = {1, 2, 3, 64, 256};
+    for (size_t t = 0; t < sizeof nts / sizeof *nts; t++) {
+        hcnn_pieces f, b, f2, b2;
+        be->pass_pieces(be, op, ex, n, nts[t], &f, &b);
+        be->pass_pieces(be, op, ex, n, nts[t], &f2, &b2);
+        TRY(pieces_ok(what, nts[t], &f, why, cap));
+        TRY(pieces_ok(what, nts[t], &b, why, cap));
+        if (!same_pieces(&f, &f2) || !same_pieces(&b, &b2))
+            FAIL("%s, %d threads: another answer when asked again", what, nts[t]);
+    }
+    return 1;
+}
+
+int check_pass_pieces(const hcnn_backend *be, char *why, size_t cap)
+{
+    char what[256];
+    for (size_t c = 0; c < NCONV; c++) {
+        const int mark = arena_mark();
+        conv_env e;
+        conv_env_data(&e, be, &conv_cases[c], 0, 0);
+        for (size_t x = 0; x < NEXEC; x++) {
+            if (!exec_applies(e.cc, &conv_execs[x]))
+                continue;
+            const int m2 = arena_mark();
+            conv_env_exec(&e, &conv_execs[x]);
+            conv_name(e.cc, e.xc, "pass_pieces", what, sizeof what);
+            for (int need_dx = 0; need_dx < 2; need_dx++) {
+                const hcnn_op op = {.kind = HCNN_OP_CONV, .conv = &e.d, .need_dx = need_dx,
+                                    .has_bias = 1};
+                TRY(pieces_twice(be, &op, &e.ex, e.cc->n, what, why, cap));
+            }
+            note(what, 0, 0, 0);
+            arena_pop(m2);
+        }
+        arena_pop(mark);
+    }
+    const hcnn_exec ex = {.max_chunk_floats = (size_t)1 << 20};
+    const hcnn_op ops[] = {
+        {.kind = HCNN_OP_FC, .in = 400, .out = 120, .need_dx = 1, .has_bias = 1},
+        {.kind = HCNN_OP_FC, .in = 512, .out = 10, .has_bias = 0},
+        {.kind = HCNN_OP_BN, .c = 64, .np = 1024},
+        {.kind = HCNN_OP_BN, .c = 512, .np = 16},
+        {.kind = HCNN_OP_POOL, .c = 6, .np = 784, .out_np = 196},
+        {.kind = HCNN_OP_ELEMENTWISE, .c = 64, .np = 1024},
+        {.kind = HCNN_OP_ELEMENTWISE, .c = 10, .np = 1},
+        {.kind = HCNN_OP_COPY, .c = 400, .np = 1},
+    };
+    static const int ns[] = {1, 2, 16, 256};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+            snprintf(what, sizeof what, "pass_pieces op %d (%d x %d, in %d out %d), %d samples",
+                     (int)ops[i].kind, ops[i].c, ops[i].np, ops[i].in, ops[i].out, ns[k]);
+            TRY(pieces_twice(be, &ops[i], &ex, ns[k], what, why, cap));
+        }
+    note("pass_pieces", 0, 0, 0);
+    return 1;
+}
+
 /* ---- precision bf16 (the backends that offer it) ---------------------------------------- */
 
 /* f rounded to bfloat16, to nearest, ties to even (what precision bf16 does to

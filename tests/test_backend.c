@@ -64,6 +64,7 @@ static const check_entry checks[] = {
     {"conv_bf16", check_conv_bf16},
     {"conv_workspace", check_conv_workspace},
     {"conv_gemms_describe", check_conv_gemms_describe},
+    {"pass_pieces", check_pass_pieces},
     {"row_sum_acc", check_row_sum_acc},
     {"add_row_bias", check_add_row_bias},
     {"relu_fwd", check_relu_fwd},

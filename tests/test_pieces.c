@@ -75,9 +75,14 @@ static long allowed(const hcnn_layer *l, const hcnn_ctx *ctx, const char *name)
     const long n = BATCH, C = l->in_c, co = l->out_c, oh = l->out_h, ow = l->out_w;
     const long vec_in = C >= 32 ? C / 16 : 1, vec_out = co >= 32 ? co / 16 : 1;
     if (l->kind == HCNN_BLOCK_BN)
-        return strstr(name, "means") || strstr(name, "variances") || strstr(name, "totals")
+        return strstr(name, "means") || strstr(name, "variances") || strstr(name, "totals") ||
+                       strstr(name, "statistics") || strstr(name, "affine")
                    ? C
                    : n * C;
+    if (strstr(name, "bias gradient"))
+        return l->out_c;
+    if (strstr(name, "partials summed")) /* element-wise: on all threads from 65536 floats */
+        return (double)l->out_c * l->in_c * l->conv.kh * l->conv.kw > 65536 ? TARGET : 1;
     const long kh = l->conv.kh, kw = l->conv.kw, K = C * kh * kw, P = oh * ow;
     const double macs = (double)n * P * K * co;
     int m;
@@ -98,7 +103,8 @@ static long allowed(const hcnn_layer *l, const hcnn_ctx *ctx, const char *name)
             return nb * (vec_in + vec_out) * nty;
         if (strstr(name, "forward inverse") || strstr(name, "input-gradient transform"))
             return nb * vec_out * nty;
-        if (strstr(name, "forward transform") || strstr(name, "input-gradient scatter"))
+        if (strstr(name, "forward transform") || strstr(name, "input-gradient scatter") ||
+            strstr(name, "input-gradient seams"))
             return nb * vec_in * nty;
         /* the weight gradient by the im2col plan: below */
     }
@@ -106,6 +112,8 @@ static long allowed(const hcnn_layer *l, const hcnn_ctx *ctx, const char *name)
         return n * C;
     if (strstr(name, "layout"))
         return n * co;
+    if (strstr(name, "partial sums")) /* a k-split's partials: summed by rows */
+        return co;
     if (strstr(name, "forward GEMM"))
         return im2col_gemm_allowed(co, n * P, K);
     if (strstr(name, "weight-gradient GEMM"))
@@ -129,27 +137,53 @@ static long allowed(const hcnn_layer *l, const hcnn_ctx *ctx, const char *name)
  * other blocks; the scatter's bands are summed in their order) */
 static int shape_fixed(const char *name) { return strstr(name, "GEMM") != NULL; }
 
-static void check_layer(const hcnn_layer *l, const hcnn_ctx *ctx, int nt, int need_dx,
-                        int *checked)
+static void check_phases(const hcnn_layer *l, const hcnn_ctx *ctx, int nt, const hcnn_pieces *p,
+                         int *checked)
 {
-    if (!l->ops->pieces)
-        return;
-    hcnn_pieces pc;
-    l->ops->pieces(l, ctx, BATCH, nt, need_dx, &pc);
-    assert_true(pc.count > 0);
-    printf("  %-22s %3d threads:", l->name, nt);
-    for (int k = 0; k < pc.count; k++)
-        printf(" %ld", pc.phase[k].pieces);
-    printf("\n");
-    for (int k = 0; k < pc.count; k++) {
-        const char *name = pc.phase[k].name;
+    for (int k = 0; k < p->nphases; k++) {
+        const char *name = p->phase[k].name;
+        assert_non_null(name);
         const long want = at_most(shape_fixed(name) ? TARGET : nt, allowed(l, ctx, name));
-        if (pc.phase[k].pieces < want)
+        if (p->phase[k].pieces < want)
             fail_msg("%s at %d images, %d threads: the %s offers %ld pieces, the shape allows "
                      "%ld",
-                     l->name, BATCH, nt, name, pc.phase[k].pieces, want);
+                     l->name, BATCH, nt, name, p->phase[k].pieces, want);
         (*checked)++;
     }
+}
+
+/* the layer's passes (its children's, a residual block's), as the chain
+ * runs them: prev the layer before it in its chain */
+static void check_layer(const hcnn_layer *l, const hcnn_layer *prev, const hcnn_ctx *ctx, int nt,
+                        int need_dx, int *checked)
+{
+    if (l->kind == HCNN_BLOCK_RESIDUAL) {
+        for (int j = 0; j < l->nchildren; j++) {
+            const int first = j == 0 || j == l->nbody;
+            check_layer(&l->children[j], first ? NULL : &l->children[j - 1], ctx, nt,
+                        first ? need_dx : 1, checked);
+        }
+        return;
+    }
+    hcnn_conv_desc d;
+    hcnn_op op;
+    if (!hcnn_layer_op(l, prev, need_dx, &d, &op) ||
+        (op.kind != HCNN_OP_CONV && op.kind != HCNN_OP_BN))
+        return;
+    const hcnn_exec ex = {.max_chunk_floats = ctx->max_chunk_floats, .conv_algo = ctx->conv_algo,
+                          .weights_key = 1};
+    hcnn_pieces f, b;
+    ctx->be->pass_pieces(ctx->be, &op, &ex, BATCH, nt, &f, &b);
+    assert_true(f.nphases > 0 && b.nphases > 0);
+    printf("  %-22s %3d threads:", l->name, nt);
+    for (int k = 0; k < f.nphases; k++)
+        printf(" %ld", f.phase[k].pieces);
+    printf(" |");
+    for (int k = 0; k < b.nphases; k++)
+        printf(" %ld", b.phase[k].pieces);
+    printf("\n");
+    check_phases(l, ctx, nt, &f, checked);
+    check_phases(l, ctx, nt, &b, checked);
 }
 
 static void test_resnet18_batch_8(void **state)
@@ -173,11 +207,9 @@ static void test_resnet18_batch_8(void **state)
                         .training = 1,
                         .max_chunk_floats = (size_t)(cfg.im2col_mb * 1048576.0 / sizeof(float)),
                         .conv_algo = cfg.conv_algo};
-        for (int i = 0; i < net.nlayers; i++) {
-            check_layer(&net.layers[i], &ctx, counts[c], i > 0, &checked);
-            for (int j = 0; j < net.layers[i].nchildren; j++)
-                check_layer(&net.layers[i].children[j], &ctx, counts[c], 1, &checked);
-        }
+        for (int i = 0; i < net.nlayers; i++)
+            check_layer(&net.layers[i], i > 0 ? &net.layers[i - 1] : NULL, &ctx, counts[c], i > 0,
+                        &checked);
     }
     omp_set_num_threads(saved);
     printf("  %d phases checked\n", checked);

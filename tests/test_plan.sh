@@ -33,10 +33,36 @@ elif [ "$(awk -F, 'NR > 1 && $1 == "weak" && $2 == 8 && $18 == 1' "$WORK/p/plan.
 elif command -v "${GNUPLOT:-gnuplot}" >/dev/null 2>&1 && [ ! -s "$WORK/p/plan_weak.png" ]; then
     case_fail "no plan_weak.png"
 else case_ok; fi
-# strong scaling grows the global batch so that every thread has a sample
-case_begin plan_strong_batch_grown
-g=$(awk -F, 'NR > 1 && $1 == "strong" && $2 == 8 && $3 == "data" { print $7, $8 }' "$WORK/p/plan.csv")
-if [ "$g" = "512 64" ]; then case_ok; else case_fail "8 nodes x 64 threads: global batch, pass = '$g', want '512 64'"; fi
+# strong scaling keeps the global batch asked for (batch_size 32: 4 samples
+# a rank at 8 nodes of 64 threads; the plan once grew it to 512), and a
+# pass of fewer samples than threads says what pieces it offers them
+case_begin plan_strong_keeps_batch
+g=$(awk -F, 'NR > 1 && $1 == "strong" && $2 == 8 && $3 == "data" { print $7, $8, $21 }' "$WORK/p/plan.csv")
+if [ "$g" != "32 4 1" ]; then case_fail "8 nodes x 64 threads: global batch, pass, below_threads = '$g', want '32 4 1'"
+elif [ "$(awk -F, 'NR > 1 && $1 == "strong" && $7 != 32' "$WORK/p/plan.csv" | wc -l)" -ne 0 ]; then
+    case_fail "a strong-scaling row changed the global batch: $(awk -F, 'NR > 1 && $1 == "strong" && $7 != 32' "$WORK/p/plan.csv" | head -n 1)"
+elif ! grep -q '^strong     8 data .*(fewer samples than threads): 4 samples on 64 threads: GEMM layers. passes offer [0-9]*-[0-9]* pieces (slowest: .* pieces on [0-9.]* threads); [0-9]*% of the threads. time used' "$WORK/p.log"; then
+    case_fail "no pieces note: $(grep '^strong     8 data' "$WORK/p.log")"
+elif grep -q 'grown' "$WORK/p.log" "$WORK/p/plan.csv"; then case_fail "a batch grown: $(grep -h grown "$WORK/p.log" | head -n 1)"
+else case_ok; fi
+# the CSV's columns: the former ones in their order, new ones after them
+case_begin plan_csv_columns_kept
+head=$(head -n 1 "$WORK/p/plan.csv")
+old="scaling,nodes,layout,stages,replicas,microbatches,global_batch,pass_samples,images_per_s,step_ms,compute_ms,allreduce_ms,allreduce_total_ms,bubble_ms,p2p_ms,sync_ms,efficiency,best,threads,network,below_threads,note"
+if [ "$head" = "$old,fewest_pieces,thread_use" ] &&
+   awk -F, 'NR > 1 && (NF != 24 || !($23 >= 1) || !($24 > 0 && $24 <= 1)) { bad = 1 } END { exit bad }' "$WORK/p/plan.csv"; then case_ok
+else case_fail "header '$head' or a row without fewest_pieces >= 1 and 0 < thread_use <= 1: $(awk -F, 'NR > 1 && NF != 24' "$WORK/p/plan.csv" | head -n 1)"; fi
+# a layout that cannot run the global batch is left out, and said so
+case_begin plan_strong_unrunnable_said
+"$HCNN" plan --config "$HCNN_SRCDIR/configs/synthetic_small.yaml" --nodes 1,64 --stages 2 --scaling strong \
+    --steps 2 --no-plots -o "$WORK/u" >"$WORK/u.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ]; then case_fail "exit $rc: $(tail -n 3 "$WORK/u.log")"
+elif ! grep -q '^hcnn plan: strong scaling at 64 nodes, data: the global batch 32 gives a rank fewer than one sample a pass: not a layout for it' "$WORK/u.log" ||
+     ! grep -q '^hcnn plan: strong scaling at 64 nodes, pipeline_2x32: the global batch 32 gives a micro-batch fewer' "$WORK/u.log"; then
+    case_fail "$(grep 'strong scaling at 64' "$WORK/u.log")"
+elif [ "$(awk -F, 'NR > 1 && $2 == 64' "$WORK/u/plan.csv" | wc -l)" -ne 0 ]; then case_fail "rows at 64 nodes: $(awk -F, '$2 == 64' "$WORK/u/plan.csv")"
+else case_ok; fi
 
 # the gradient buckets' algorithm: hcnn sets libnbc's Rabenseifner unless
 # the environment chooses (the user's setting wins); the plan prices the same

@@ -140,31 +140,6 @@ static inline void hcnn_gemm_push(hcnn_gemm_list *g, int backward, int ta, int t
     (*cnt)++;
 }
 
-/* The pieces of a pass: its phases in the order they run (a phase waits
- * for the one before it), each with the number of pieces it offers the
- * threads at once.  A CPU backend cuts each phase into pieces fixed by the
- * layer's shape and the number of images (src/cpu/cpu.h, "Pieces"); a
- * device backend runs kernels and names no host pieces (count 0). */
-#define HCNN_PHASES_MAX 12
-typedef struct hcnn_pieces {
-    int count;
-    struct {
-        char name[32];
-        long pieces;
-    } phase[HCNN_PHASES_MAX];
-} hcnn_pieces;
-
-static inline void hcnn_pieces_push(hcnn_pieces *p, const char *name, long pieces)
-{
-    if (p->count >= HCNN_PHASES_MAX)
-        return;
-    size_t i = 0;
-    for (; name[i] && i + 1 < sizeof p->phase[0].name; i++)
-        p->phase[p->count].name[i] = name[i];
-    p->phase[p->count].name[i] = '\0';
-    p->phase[p->count++].pieces = pieces;
-}
-
 /* A timer over the work queued between its start and stop. */
 typedef struct hcnn_timer {
     double host_s;          /* the CPU's clock */
@@ -190,6 +165,77 @@ enum {
 
 /* Whole-network execution makes at most this many units of a pass. */
 #define HCNN_MAX_UNITS 64
+
+/* How a pass of one operation is cut for the threads (pass_pieces; hcnn
+ * plan prices a pass with fewer samples than threads from it).  A pass is
+ * phases run one after the other, each ending at a barrier (or the end of
+ * a parallel region); phase k offers `pieces` pieces, each run whole by
+ * one thread, which together cost `work` (the backend's own estimate, in
+ * multiply-add equivalents: only ratios between the phases of one layer's
+ * passes are meant), the largest of them `largest` (0: all equal), and
+ * runs `repeat` times (a chunk's phases, one chunk after another). */
+typedef struct hcnn_phase {
+    const char *name; /* what the phase does ("forward GEMMs", ...): a constant string */
+    long pieces;
+    double work;     /* of one repeat */
+    double largest;  /* of one piece; 0: work / pieces */
+    int repeat;
+} hcnn_phase;
+
+#define HCNN_MAX_PHASES 40
+
+typedef struct hcnn_pieces {
+    int nphases;
+    hcnn_phase phase[HCNN_MAX_PHASES];
+} hcnn_pieces;
+
+/* Appends a phase named `name` (a constant string; nothing for repeat < 1
+ * or work <= 0).  Past
+ * HCNN_MAX_PHASES (no pass of the CPU backend has half as many) the last
+ * phase absorbs its work, with the fewer of the two piece counts. */
+static inline void hcnn_pieces_push(hcnn_pieces *p, const char *name, long pieces, double work,
+                                    double largest, int repeat)
+{
+    if (repeat < 1 || !(work > 0.0))
+        return;
+    pieces = pieces < 1 ? 1 : pieces;
+    if (p->nphases == HCNN_MAX_PHASES) {
+        hcnn_phase *last = &p->phase[HCNN_MAX_PHASES - 1];
+        last->work = (last->work * last->repeat + work * repeat) / last->repeat;
+        last->pieces = last->pieces < pieces ? last->pieces : pieces;
+        last->largest = 0.0;
+        return;
+    }
+    hcnn_phase *ph = &p->phase[p->nphases++]; /* (no compound literal: C++ includes this) */
+    ph->name = name, ph->pieces = pieces, ph->work = work, ph->largest = largest;
+    ph->repeat = repeat;
+}
+
+/* The operation pass_pieces is asked about, with the sizes it needs (all
+ * per sample of the pass's n). */
+typedef enum {
+    HCNN_OP_CONV,        /* conv_fwd; conv_bwd: the weight gradient (and bias), and the
+                            input gradient when need_dx */
+    HCNN_OP_FC,          /* gemm of x [n][in] by w [out][in]^T and add_row_bias; backward:
+                            the weight gradient, row_sum_acc, the input gradient (need_dx) */
+    HCNN_OP_BN,          /* bn_fwd_train; bn_bwd: c channels of np floats */
+    HCNN_OP_POOL,        /* maxpool / avgpool, forward and backward: c planes of np floats in,
+                            out_np out */
+    HCNN_OP_ELEMENTWISE, /* one element-wise operation over c x np floats (relu_fwd, relu_bwd,
+                            add, add_acc, mul, dropout_fwd), the same each way */
+    HCNN_OP_COPY         /* copy of c x np floats, the same each way */
+} hcnn_op_kind;
+
+typedef struct hcnn_op {
+    hcnn_op_kind kind;
+    const hcnn_conv_desc *conv; /* HCNN_OP_CONV (its cache unused) */
+    int in, out;                /* HCNN_OP_FC: features */
+    int c, np, out_np;          /* the others: channels, floats a channel (POOL: in, out) */
+    int need_dx;                /* CONV, FC: the backward computes the input gradient */
+    int has_bias;               /* CONV, FC */
+    int gathered;               /* BN: its statistics gathered by the convolution before it
+                                   (hcnn_bn_stats): the forward reads x once */
+} hcnn_op;
 
 typedef struct hcnn_backend hcnn_backend;
 
@@ -322,12 +368,13 @@ struct hcnn_backend {
      * "name: details" with a name of no spaces (e.g. "winograd_f4: ...") */
     void (*conv_describe)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                           int n, char *buf, size_t cap);
-
-    /* The pieces of the convolution's training passes on n images for nt
-     * threads: the forward's phases, then the backward's (with the input
-     * gradient when need_dx). */
-    void (*conv_pieces)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
-                        int n, int nt, int need_dx, hcnn_pieces *p);
+    /* How the forward and the backward of op over n samples are cut for nt
+     * threads (hcnn_pieces above; ex: as the run would call it, its
+     * workspace unused), read from the plans the operations make: hcnn
+     * plan spreads a pass's measured work over the threads its pieces
+     * can keep busy.  A device backend runs a pass as one piece of work. */
+    void (*pass_pieces)(const hcnn_backend *be, const hcnn_op *op, const hcnn_exec *ex, int n,
+                        int nt, hcnn_pieces *fwd, hcnn_pieces *bwd);
 
     /* ---- fully connected helpers ---- */
     /* db[j] += sum over rows i of dy[i][j], dy is [n][m] */
@@ -389,10 +436,6 @@ struct hcnn_backend {
     void (*bn_bwd)(const hcnn_backend *be, const float *x, const float *dy, int n, int c, int np,
                    const float *gamma, const float *beta, const float *save_mean,
                    const float *save_invstd, int relu, float *dx, float *dgamma, float *dbeta);
-
-    /* The pieces of the training forward and the backward over n images of
-     * c channels of np pixels, for nt threads. */
-    void (*bn_pieces)(const hcnn_backend *be, int n, int c, int np, int nt, hcnn_pieces *p);
 
     /* ---- loss, optimiser, statistics ---- */
     /* softmax + cross-entropy on logits [n][k]: stats[HCNN_STAT_LOSS] += the

@@ -122,11 +122,6 @@ typedef struct hcnn_layer_ops {
     /* How the backend runs this layer for n samples: "name: details", the
      * name without spaces (NULL: nothing to say; the convolution's plan). */
     void (*describe)(const hcnn_layer *l, const hcnn_ctx *ctx, int n, char *buf, size_t cap);
-    /* The pieces each phase of its training passes over n samples offers
-     * nt threads (backend.h's hcnn_pieces; NULL: the layer's passes are
-     * element-wise or by planes, n x c pieces at most). */
-    void (*pieces)(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nt, int need_dx,
-                   hcnn_pieces *p);
 
     /* Each sample is computed on its own, from its own input and aux:
      * whole-network per-thread execution may split the batch between
@@ -229,6 +224,13 @@ size_t hcnn_layer_thread_workspace(const hcnn_layer *l, const hcnn_ctx *ctx, int
 /* The GEMMs of l and its children (children always compute their dx). */
 void hcnn_layer_gemms(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int unit, int need_dx,
                       hcnn_gemm_list *g);
+/* The backend operation a layer's training passes are (backend.h's
+ * hcnn_op, for pass_pieces): prev the layer before it in its chain (NULL:
+ * the first), need_dx whether its backward computes the input gradient; d
+ * the convolution's description op points at.  0: none of its own (a ReLU
+ * inside the layer before it, a residual block: its children). */
+int hcnn_layer_op(const hcnn_layer *l, const hcnn_layer *prev, int need_dx, hcnn_conv_desc *d,
+                  hcnn_op *op);
 
 /* ---- the chain runner (src/layers/chain.c) --------------------------------
  * A sequence of layers run one after another, each timed (ctx->prof_*) and

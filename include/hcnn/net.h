@@ -43,6 +43,9 @@ static inline int hcnn_tensor_is_variance(const hcnn_tensor_info *t)
  * allreduce of its own (grad_sync.h). */
 #define HCNN_GRAD_TAIL 4
 
+/* 128 MiB of im2col columns: a network's chunk_floats when the run sets none */
+#define HCNN_DEFAULT_CHUNK_FLOATS ((size_t)32 << 20)
+
 typedef struct hcnn_net {
     const hcnn_backend *be;
     int in_c, in_h, in_w, classes;
@@ -61,7 +64,7 @@ typedef struct hcnn_net {
 
     uint64_t model_hash;         /* hash of the architecture (checkpoint check), version 2 */
     uint64_t model_hash_v1;      /* the same as version 1 hashed it (older checkpoints) */
-    size_t chunk_floats;         /* cap on one im2col chunk (0: 128 MiB) */
+    size_t chunk_floats;         /* cap on one im2col chunk (0: HCNN_DEFAULT_CHUNK_FLOATS) */
     hcnn_conv_algo conv_algo;    /* how convolutions walk the mini-batch */
 } hcnn_net;
 

@@ -77,13 +77,42 @@ double hcnn_p2p_seconds(const hcnn_network *nw, double bytes);
 
 /* ---- compute ----------------------------------------------------------------- */
 
+/* How each block's passes divide among `threads` threads (hcnn_plan_cuts),
+ * from the backend's pass_pieces (include/hcnn/backend.h) of the
+ * operations its layers run, or the units of whole-network execution: for
+ * its GEMM layers and its other layers, forward and backward
+ * (HCNN_CUT_*), the share of their one-thread time the busiest thread
+ * spends (1 on one thread, 1/threads at best), and the phases (each ended
+ * by a barrier) they run. */
+enum { HCNN_CUT_GEMM_FWD, HCNN_CUT_GEMM_BWD, HCNN_CUT_OTHER_FWD, HCNN_CUT_OTHER_BWD, HCNN_CUTS };
+
+typedef struct hcnn_plan_cuts {
+    int n, threads;
+    int units;                 /* whole-network execution: units of the pass (0: block by block) */
+    double share[HCNN_MAX_BLOCKS][HCNN_CUTS];
+    int phases[HCNN_MAX_BLOCKS][HCNN_CUTS];
+    /* the GEMM layers' passes (convolutions, fully connected): the pieces
+     * of each one's costliest phase on `threads` threads, fewest and most
+     * (of the passes taking >= 1% of their time), and the slowest pass
+     * there, its costliest phase's pieces and the threads it keeps busy
+     * (its one-thread time over its time on `threads`) */
+    long fewest_pieces, most_pieces;
+    char narrowest[2 * HCNN_NAME_MAX + 16]; /* "layer4.0.conv2 backward" */
+    long narrowest_pieces;
+    double narrowest_threads;
+} hcnn_plan_cuts;
+
+/* The cuts of a pass of n samples on `threads` threads of net's backend,
+ * its convolutions run as net->conv_algo and net->chunk_floats say. */
+int hcnn_plan_cuts_make(const hcnn_net *net, int n, int threads, hcnn_plan_cuts *out);
+
 /* Per-block seconds of one training pass on n samples at the target thread
  * count, and the optimiser's seconds for all parameters. */
 typedef struct hcnn_pass_cost {
     int n;                        /* samples of the pass */
     double fwd[HCNN_MAX_BLOCKS], bwd[HCNN_MAX_BLOCKS];
     double opt_s;
-    int below_threads;            /* fewer samples than threads: priced optimistically */
+    int below_threads;            /* fewer samples than threads (priced from the pieces) */
     /* how each pass was priced (hcnn_price_pass) */
     double flops_fwd[HCNN_MAX_BLOCKS], flops_bwd[HCNN_MAX_BLOCKS]; /* GEMM layers' */
     double bytes_fwd[HCNN_MAX_BLOCKS], bytes_bwd[HCNN_MAX_BLOCKS]; /* the other layers' */
@@ -94,6 +123,12 @@ typedef struct hcnn_pass_cost {
     unsigned char bw_fwd[HCNN_MAX_BLOCKS], bw_bwd[HCNN_MAX_BLOCKS]; /* streams bandwidth-bound */
     int opt_bw;                   /* the optimiser bandwidth-bound */
     double footprint_bytes;       /* the step's activations: beyond the LLC, streams go to memory */
+    /* the passes' work (one thread's seconds on the node's core) over the
+     * threads' time in them: 1 when every thread works throughout */
+    double thread_use;
+    double barrier_s;             /* of the passes' time: their barriers at the target */
+    int phases;                   /* the passes' phases there (a barrier each) */
+    hcnn_plan_cuts cuts;          /* on the target's threads */
 } hcnn_pass_cost;
 
 /* Bytes the non-GEMM layers of block l stream per sample (reads and
@@ -104,30 +139,36 @@ typedef struct hcnn_pass_cost {
 void hcnn_block_stream_bytes(const hcnn_layer *l, double *fwd, double *bwd, double *kept);
 
 /* A measurement here: per-block seconds of a pass of n samples on
- * `threads` threads (hcnn_block_times), the part outside GEMM layers, and
- * this machine's FMA rate per core on those threads (GFLOP/s). */
+ * `threads` threads (hcnn_block_times), the part outside GEMM layers, this
+ * machine's FMA rate per core on those threads (GFLOP/s), and what one
+ * barrier of those threads costs here (seconds). */
 typedef struct hcnn_pass_measured {
     int n, threads;
     double fwd[HCNN_MAX_BLOCKS], bwd[HCNN_MAX_BLOCKS];
     double fwd_mem[HCNN_MAX_BLOCKS], bwd_mem[HCNN_MAX_BLOCKS];
     double opt_s;
     double core_gflops;
+    double barrier_s;
 } hcnn_pass_measured;
 
-/* The pass of n samples on `threads` threads of `node`, from m (a thread
- * there doing what a thread did here, n / threads samples: scale < 1 when
- * it has fewer than one, docs/plan.md).  Each block's pass is two terms:
- *   its GEMM layers' time here, at the FLOP rate they reached here
+/* The pass of m->n samples on `threads` threads of `node`, from m and the
+ * cuts of the same pass here (m->threads) and there (`threads`).  Each
+ * block's pass is two terms, its GEMM layers and its other layers: the
+ * time measured here less its barriers is the work, spread as the cuts
+ * here say (work = (time - phases x m->barrier_s) / share here); there it
+ * takes share there x work, plus phases x barrier_s:
+ *   the GEMM layers' work at the FLOP rate they reached here
  *   (gemm_peak_share of this machine's measured peak), scaled by the
  *   ratio of the two machines' per-core FMA peaks;
- *   its other layers' time here, or their bytes at the node's bandwidth
- *   on `threads` threads when the step's activations exceed the node's
- *   last-level cache and that takes longer (the pass is then
- *   bandwidth-bound).
+ *   the other layers' work as measured, or their bytes at the node's
+ *   bandwidth on `threads` threads when the step's activations exceed the
+ *   node's last-level cache and that takes longer (bandwidth-bound).
  * The optimiser streams 5 floats per parameter (read parameter, gradient,
- * velocity; write two): at least that at the node's bandwidth. */
-int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads, int n, double scale,
-                    const hcnn_pass_measured *m, hcnn_pass_cost *out);
+ * velocity; write two): at least that at the node's bandwidth, its time
+ * here otherwise spread over all threads. */
+int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads,
+                    const hcnn_pass_measured *m, const hcnn_plan_cuts *here,
+                    const hcnn_plan_cuts *there, double barrier_s, hcnn_pass_cost *out);
 
 /* How the gradients cross the ranks (what the step model prices beyond the
  * network): hcnn's three communication changes can each be left out, to

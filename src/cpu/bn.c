@@ -163,29 +163,6 @@ int hcnn_cpu_bn_pieces(int n, int c, int np, int nt)
     return bn_by_planes(blocks, nt) ? n * c : blocks;
 }
 
-/* The table's: the passes by planes (sums, each channel's total, squared
- * deviations, total, apply; the backward's sums, totals, dx) or by blocks
- * of channels, one piece a block for every pass. */
-void hcnn_cpu_bn_pieces_of(const hcnn_backend *be, int n, int c, int np, int nt, hcnn_pieces *p)
-{
-    (void)be;
-    p->count = 0;
-    const int cb = bn_block_channels(n, c, np), blocks = (c + cb - 1) / cb;
-    if (!bn_by_planes(blocks, nt)) {
-        hcnn_pieces_push(p, "forward by channel blocks", blocks);
-        hcnn_pieces_push(p, "backward by channel blocks", blocks);
-        return;
-    }
-    const long planes = (long)n * c;
-    hcnn_pieces_push(p, "forward sums", planes);
-    hcnn_pieces_push(p, "forward means", c);
-    hcnn_pieces_push(p, "forward deviations", planes);
-    hcnn_pieces_push(p, "forward variances", c);
-    hcnn_pieces_push(p, "forward apply", planes);
-    hcnn_pieces_push(p, "backward sums", planes);
-    hcnn_pieces_push(p, "backward totals", c);
-    hcnn_pieces_push(p, "backward dx", planes);
-}
 
 static int bn_planes_take(bn_planes *t, int n, int c, int blocks)
 {

@@ -143,8 +143,6 @@ void hcnn_cpu_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *l, const 
                          int n, int unit, int need_dx, hcnn_gemm_list *gl);
 void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
                             const hcnn_exec *ctx, int n, char *buf, size_t cap);
-void hcnn_cpu_conv_pieces(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
-                          int n, int nt, int need_dx, hcnn_pieces *out);
 int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
                       const float *x, const float *w, const float *b, float *y, int n);
 int hcnn_cpu_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,

@@ -149,10 +149,13 @@ int hcnn_cpu_threads(const hcnn_backend *be);
 /* gemm.c */
 void hcnn_cpu_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);
-/* the pieces hcnn_cpu_gemm cuts an m x n x k product into outside a
- * parallel region (output tiles or k chunks), for a target of `target`
- * (hcnn_cpu_gemm: HCNN_PIECES_MANY) */
-long hcnn_cpu_gemm_pieces(int m, int n, int k, int target);
+/* The pieces hcnn_cpu_gemm cuts an m x n x k product into when called
+ * outside a parallel region with at most `target` tiles (hcnn_cpu_gemm:
+ * HCNN_PIECES_MANY; a convolution's pass: hcnn_pieces_for): tiles of C,
+ * or k chunks; and *partial_rows: the pieces of the sum of the k chunks'
+ * partial products after them (0: none; 1: summed on one thread).
+ * pass_pieces (pieces.c) reads it. */
+int hcnn_cpu_gemm_pieces(int m, int n, int k, int target, int *partial_rows);
 /* im2col.c */
 void hcnn_cpu_im2col(const hcnn_backend *be, const hcnn_conv_geom *g, const float *x, int n, float *col);
 void hcnn_cpu_col2im(const hcnn_backend *be, const hcnn_conv_geom *g, const float *col, int n, int accumulate,
@@ -209,7 +212,9 @@ void hcnn_cpu_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, in
 /* the pieces a training batch-norm pass offers nt threads: blocks of
  * channels, or n x c planes when the blocks are too few (the same bits) */
 int hcnn_cpu_bn_pieces(int n, int c, int np, int nt);
-void hcnn_cpu_bn_pieces_of(const hcnn_backend *be, int n, int c, int np, int nt, hcnn_pieces *p);
+/* pieces.c: the table's pass_pieces */
+void hcnn_cpu_pass_pieces(const hcnn_backend *be, const hcnn_op *op, const hcnn_exec *ex, int n,
+                          int nt, hcnn_pieces *fwd, hcnn_pieces *bwd);
 /* loss.c */
 void hcnn_cpu_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
                            int n, int k, float grad_scale, float *dlogits, double *stats);

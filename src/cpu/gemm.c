@@ -86,12 +86,6 @@ static gemm_pieces pieces_of(int m, int n, int k, int max_pieces)
     return p;
 }
 
-long hcnn_cpu_gemm_pieces(int m, int n, int k, int target)
-{
-    const gemm_pieces p = pieces_of(m, n, k, target);
-    return p.nk > 1 ? p.nk : (long)((m + p.tm - 1) / p.tm) * ((n + p.tn - 1) / p.tn);
-}
-
 typedef struct gemm_args {
     int ta, tb, m, n, k;
     float alpha, beta;
@@ -221,4 +215,11 @@ void hcnn_cpu_gemm_mixed(hcnn_bf16 *bf, int target, int ta, int tb, int m, int n
     gemm_args g = {ta, tb, m, n, k, alpha, beta, a, b, a16, b16, lda, ldb, ldc, c, NULL,
                    {0, 0, 0}, bf, target};
     run(&g);
+}
+
+int hcnn_cpu_gemm_pieces(int m, int n, int k, int target, int *partial_rows)
+{
+    const gemm_pieces p = pieces_of(m, n, k, target);
+    *partial_rows = p.nk > 1 && (size_t)m * n >= 4096 ? m : p.nk > 1 ? 1 : 0;
+    return p.nk > 1 ? p.nk : ((m + p.tm - 1) / p.tm) * ((n + p.tn - 1) / p.tn);
 }

@@ -1048,6 +1048,7 @@ void hcnn_wino_pieces(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int 
     ph->dx[0] = ph->fwd[2];
     ph->dx[1] = blocks_items(&f, dx_blocks(&f, cols, target));
     ph->dx[2] = (long)nb * dx.cblocks * dx_bands(&f, nb, target);
+    ph->dx_seams = dx_bands(&f, nb, target) > 1 ? ph->dx[2] : 0;
     ph->dw[0] = ph->fwd[0] + ph->fwd[2];
     ph->dw[1] = blocks_items(&f, dw_blocks(&f, cols, target));
 }

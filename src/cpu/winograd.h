@@ -35,9 +35,10 @@ void hcnn_wino_gemms(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n
  * input gradient's: its scatter onto dx), forward and input gradient; the
  * weight gradient's transforms (x's and dy's) and GEMMs. */
 typedef struct hcnn_wino_phases {
-    int images;   /* in the first chunk */
-    long weights; /* the weights' transform, and the weight gradient's inverse */
+    int images;     /* in the first chunk */
+    long weights;   /* the weights' transform, and the weight gradient's inverse */
     long fwd[3], dx[3], dw[2];
+    long dx_seams;  /* the scatter's seams, added after it (0: one band, no such phase) */
 } hcnn_wino_phases;
 void hcnn_wino_pieces(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt,
                       hcnn_wino_phases *ph);

@@ -300,6 +300,18 @@ static int cuda_unit_images(const hcnn_backend *be, int n)
     return 0;
 }
 
+/* A device runs a pass as one piece of work: it takes one host thread,
+ * whatever the host's threads (hcnn plan prices host threads, and a pass
+ * on a GPU divides nothing among them) */
+static void cuda_pass_pieces(const hcnn_backend *be, const hcnn_op *op, const hcnn_exec *ex,
+                             int n, int nt, hcnn_pieces *fwd, hcnn_pieces *bwd)
+{
+    (void)be, (void)op, (void)ex, (void)n, (void)nt;
+    fwd->nphases = bwd->nphases = 0;
+    hcnn_pieces_push(fwd, "forward kernels", 1, 1.0, 0.0, 1);
+    hcnn_pieces_push(bwd, "backward kernels", 1, 1.0, 0.0, 1);
+}
+
 /* ---- the instance --------------------------------------------------------------- */
 
 static void cuda_destroy(hcnn_backend *be)
@@ -373,7 +385,7 @@ static const hcnn_backend cuda_backend = {
     .conv_workspace = hcnn_cuda_conv_workspace,
     .conv_gemms = hcnn_cuda_conv_gemms,
     .conv_describe = hcnn_cuda_conv_describe,
-    .conv_pieces = hcnn_cuda_conv_pieces,
+    .pass_pieces = cuda_pass_pieces,
     .row_sum_acc = hcnn_cuda_row_sum_acc,
     .add_row_bias = hcnn_cuda_add_row_bias,
     .relu_fwd = hcnn_cuda_relu_fwd,
@@ -390,7 +402,6 @@ static const hcnn_backend cuda_backend = {
     .bn_fwd_train = hcnn_cuda_bn_fwd_train,
     .bn_fwd_infer = hcnn_cuda_bn_fwd_infer,
     .bn_bwd = hcnn_cuda_bn_bwd,
-    .bn_pieces = hcnn_cuda_bn_pieces,
     .softmax_xent = hcnn_cuda_softmax_xent,
     .sgd_step = hcnn_cuda_sgd_step,
     .sum_sq = hcnn_cuda_sum_sq,

@@ -423,10 +423,3 @@ void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, i
                 (const float *)mdyx, dx);
     HCNN_CUDA_LAUNCHED();
 }
-
-/* A device runs a pass as kernels on its own cores: no host pieces. */
-void hcnn_cuda_bn_pieces(const hcnn_backend *be, int n, int c, int np, int nt, hcnn_pieces *p)
-{
-    (void)be, (void)n, (void)c, (void)np, (void)nt;
-    p->count = 0;
-}

@@ -370,11 +370,3 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
     else
         snprintf(buf, cap, "%s", im2col);
 }
-
-/* A device runs a pass as kernels on its own cores: no host pieces. */
-void hcnn_cuda_conv_pieces(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
-                           int n, int nt, int need_dx, hcnn_pieces *p)
-{
-    (void)be, (void)d, (void)ex, (void)n, (void)nt, (void)need_dx;
-    p->count = 0;
-}

@@ -97,9 +97,6 @@ size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
                                 const hcnn_exec *ex, int n);
 void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                           int n, int unit, int need_dx, hcnn_gemm_list *gl);
-void hcnn_cuda_conv_pieces(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
-                           int n, int nt, int need_dx, hcnn_pieces *p);
-void hcnn_cuda_bn_pieces(const hcnn_backend *be, int n, int c, int np, int nt, hcnn_pieces *p);
 void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                              const hcnn_exec *ex, int n, char *buf, size_t cap);
 /* conv_cudnn.cu: the convolution's passes through cuDNN where this build

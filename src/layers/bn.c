@@ -61,15 +61,6 @@ static void bn_backward_relu(hcnn_layer *l, const hcnn_ctx *ctx, const float *x,
     bn_backward_masked(l, ctx, x, aux, dy, 1, dx, n);
 }
 
-static void bn_pieces(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nt, int need_dx,
-                      hcnn_pieces *p)
-{
-    (void)need_dx;
-    p->count = 0;
-    if (ctx->be->bn_pieces)
-        ctx->be->bn_pieces(ctx->be, n, l->out_c, l->out_h * l->out_w, nt, p);
-}
-
 /* gamma 1, beta 0; running mean 0, running variance 1 */
 static void bn_init(const hcnn_layer *l, hcnn_init init, hcnn_rng *rng, float *w, float *b,
                     float *state)
@@ -87,6 +78,5 @@ const hcnn_layer_ops hcnn_layer_bn = {
     .backward = bn_backward,
     .forward_fused = bn_forward_fused,
     .backward_relu = bn_backward_relu,
-    .pieces = bn_pieces,
     .init = bn_init,
 };

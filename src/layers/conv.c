@@ -123,16 +123,6 @@ static void conv_describe(const hcnn_layer *l, const hcnn_ctx *ctx, int n, char 
     ctx->be->conv_describe(ctx->be, &d, &ex, n, buf, cap);
 }
 
-static void conv_pieces(const hcnn_layer *l, const hcnn_ctx *ctx, int n, int nt, int need_dx,
-                        hcnn_pieces *p)
-{
-    const hcnn_conv_desc d = desc_of(l);
-    const hcnn_exec ex = exec_of(ctx);
-    p->count = 0;
-    if (ctx->be->conv_pieces)
-        ctx->be->conv_pieces(ctx->be, &d, &ex, n, nt, need_dx, p);
-}
-
 static void conv_init(const hcnn_layer *l, hcnn_init init, hcnn_rng *rng, float *w, float *b,
                       float *state)
 {
@@ -160,6 +150,5 @@ const hcnn_layer_ops hcnn_layer_conv = {
     .thread_workspace = conv_thread_workspace,
     .gemms = conv_gemms,
     .describe = conv_describe,
-    .pieces = conv_pieces,
     .per_sample = 1,
 };

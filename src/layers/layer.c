@@ -135,3 +135,40 @@ void hcnn_init_weights(hcnn_init init, hcnn_rng *rng, size_t fan_in, size_t fan_
     for (size_t i = 0; i < nb; i++)
         b[i] = 0.0f;
 }
+
+int hcnn_layer_op(const hcnn_layer *l, const hcnn_layer *prev, int need_dx, hcnn_conv_desc *d,
+                  hcnn_op *op)
+{
+    memset(op, 0, sizeof *op);
+    op->c = l->out_c, op->np = l->out_h * l->out_w;
+    op->need_dx = need_dx, op->has_bias = l->has_bias;
+    switch (l->kind) {
+    case HCNN_BLOCK_CONV:
+        memset(d, 0, sizeof *d);
+        d->g = l->conv, d->out_c = l->out_c;
+        op->kind = HCNN_OP_CONV, op->conv = d;
+        return 1;
+    case HCNN_BLOCK_FC:
+        op->kind = HCNN_OP_FC, op->in = (int)hcnn_layer_in_size(l);
+        op->out = (int)hcnn_layer_out_size(l);
+        return 1;
+    case HCNN_BLOCK_BN: /* the chain pairs it with a convolution before it (chain.c) */
+        op->kind = HCNN_OP_BN, op->gathered = prev && prev->kind == HCNN_BLOCK_CONV;
+        return 1;
+    case HCNN_BLOCK_RELU:
+    case HCNN_BLOCK_LEAKY_RELU: /* inside the layer before it when that one fuses it */
+        if (l->ops->is_relu && prev && prev->ops->forward_fused)
+            return 0;
+        op->kind = HCNN_OP_ELEMENTWISE;
+        return 1;
+    case HCNN_BLOCK_DROPOUT: op->kind = HCNN_OP_ELEMENTWISE; return 1;
+    case HCNN_BLOCK_FLATTEN:
+        op->kind = HCNN_OP_COPY, op->c = (int)hcnn_layer_out_size(l), op->np = 1;
+        return 1;
+    case HCNN_BLOCK_RESIDUAL: return 0; /* its children, and its addition (element-wise) */
+    default: /* the pools */
+        op->kind = HCNN_OP_POOL, op->c = l->in_c, op->np = l->in_h * l->in_w;
+        op->out_np = l->out_h * l->out_w;
+        return 1;
+    }
+}

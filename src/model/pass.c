@@ -18,8 +18,6 @@
 #include "hcnn/common.h"
 #include "hcnn/net.h"
 
-#define HCNN_DEFAULT_CHUNK_FLOATS ((size_t)32 << 20) /* 128 MiB of im2col columns */
-
 /* ---- whole-network execution: when, and its units -------------------------- */
 
 /* The samples of a unit and the units of a pass of n: the backend's

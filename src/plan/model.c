@@ -492,18 +492,208 @@ static double block_flops(const hcnn_layer *l)
     return s;
 }
 
-int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads, int n, double scale,
-                    const hcnn_pass_measured *m, hcnn_pass_cost *c)
+/* ---- how a pass divides among threads (the backend's pieces) ------------------ */
+
+/* A phase of `pieces` pieces (work in all, the largest `largest`) on nt
+ * threads: each thread takes whole pieces, ceil(pieces / nt) of them at
+ * most, and none ends before the largest piece. */
+static double phase_time(const hcnn_phase *ph, int nt)
+{
+    const double rounds = (double)((ph->pieces + nt - 1) / nt);
+    const double spread = ph->work * rounds / (double)ph->pieces;
+    return ph->repeat * fmax(spread, ph->largest);
+}
+
+/* A GEMM layer's pass, for the table: its time on the cuts' threads (in
+ * the backend's work units: comparable between its layers), its one-thread
+ * work, and the pieces of its costliest phase. */
+typedef struct gemm_pass {
+    const hcnn_layer *layer;
+    int bwd;
+    double time, work;
+    long pieces;
+} gemm_pass;
+
+#define MAX_GEMM_PASSES 256
+
+/* What one block's layers add up to (hcnn_plan_cuts), and the GEMM
+ * layers' passes of the whole network. */
+typedef struct cut_acc {
+    double work[HCNN_CUTS], time[HCNN_CUTS];
+    int phases[HCNN_CUTS];
+    gemm_pass *passes;
+    int npasses;
+    int nt;
+} cut_acc;
+
+static void add_pieces(cut_acc *a, const hcnn_layer *l, int gemm, int bwd, const hcnn_pieces *p)
+{
+    const int g = (gemm ? HCNN_CUT_GEMM_FWD : HCNN_CUT_OTHER_FWD) + bwd;
+    double work = 0.0, time = 0.0, costliest = -1.0;
+    long pieces = 0;
+    for (int k = 0; k < p->nphases; k++) {
+        const hcnn_phase *ph = &p->phase[k];
+        const double t = phase_time(ph, a->nt);
+        work += ph->work * ph->repeat, time += t;
+        a->phases[g] += ph->repeat;
+        if (t > costliest)
+            costliest = t, pieces = ph->pieces;
+    }
+    a->work[g] += work, a->time[g] += time;
+    if (gemm && time > 0.0 && a->npasses < MAX_GEMM_PASSES)
+        a->passes[a->npasses++] = (gemm_pass){l, bwd, time, work, pieces};
+}
+
+/* The table's figures from the GEMM layers' passes: the slowest on the
+ * cuts' threads, and the range of pieces of those that take at least 1%
+ * of their time (a fully connected layer's tiny GEMM offers one piece) */
+static void slowest_pass(const gemm_pass *ps, int np, hcnn_plan_cuts *c)
+{
+    double total = 0.0;
+    const gemm_pass *slow = NULL;
+    for (int k = 0; k < np; k++) {
+        total += ps[k].time;
+        if (!slow || ps[k].time > slow->time)
+            slow = &ps[k];
+    }
+    if (!slow)
+        return;
+    for (int k = 0; k < np; k++) {
+        if (ps[k].time < 0.01 * total)
+            continue;
+        const long p = ps[k].pieces;
+        c->fewest_pieces = c->fewest_pieces && c->fewest_pieces < p ? c->fewest_pieces : p;
+        c->most_pieces = c->most_pieces > p ? c->most_pieces : p;
+    }
+    snprintf(c->narrowest, sizeof c->narrowest, "%s %s", slow->layer->name,
+             slow->bwd ? "backward" : "forward");
+    c->narrowest_pieces = slow->pieces;
+    c->narrowest_threads = slow->work / slow->time;
+}
+
+static void op_pieces(cut_acc *a, const hcnn_net *net, const hcnn_exec *ex, const hcnn_layer *l,
+                      const hcnn_op *op, int n, int gemm, int fwd_too)
+{
+    hcnn_pieces f, b;
+    net->be->pass_pieces(net->be, op, ex, n, a->nt, &f, &b);
+    if (fwd_too)
+        add_pieces(a, l, gemm, 0, &f);
+    add_pieces(a, l, gemm, 1, &b);
+}
+
+/* An element-wise pass over the layer's output (forward or backward) */
+static void elementwise(cut_acc *a, const hcnn_net *net, const hcnn_exec *ex, const hcnn_layer *l,
+                        int n, int bwd)
+{
+    const hcnn_op op = {.kind = HCNN_OP_ELEMENTWISE, .c = l->out_c, .np = l->out_h * l->out_w};
+    hcnn_pieces f, b;
+    net->be->pass_pieces(net->be, &op, ex, n, a->nt, &f, &b);
+    add_pieces(a, l, 0, bwd, &f);
+}
+
+/* The operations a layer's passes ask of the backend, as its type runs
+ * them (src/layers/): prev is the layer before it in its chain (a ReLU
+ * after a layer with forward_fused runs inside that layer's passes, as
+ * layer_stream counts its bytes), need_dx whether its backward computes
+ * the input gradient. */
+static void layer_cuts(cut_acc *a, const hcnn_net *net, const hcnn_exec *ex, const hcnn_layer *l,
+                       const hcnn_layer *prev, int need_dx, int n)
+{
+    if (l->kind == HCNN_BLOCK_RESIDUAL) { /* src/layers/residual.c */
+        for (int j = 0; j < l->nchildren; j++) {
+            const int first = j == 0 || j == l->nbody;
+            layer_cuts(a, net, ex, &l->children[j], first ? NULL : &l->children[j - 1],
+                       first ? need_dx : 1, n);
+        }
+        /* the addition and ReLU: in the body's last pass when it fuses them */
+        if (!(l->nbody && l->body[l->nbody - 1].ops->forward_fused)) {
+            elementwise(a, net, ex, l, n, 0);
+            elementwise(a, net, ex, l, n, 0);
+        }
+        elementwise(a, net, ex, l, n, 1); /* the ReLU's mask */
+        const int into_dx = l->nproj == 0 && l->nbody > 1 && l->body[0].ops->backward_acc;
+        const int direct = l->nproj > 0 && l->proj[0].ops->backward_acc;
+        if (need_dx && !into_dx && !direct) /* the shortcut's gradient added */
+            elementwise(a, net, ex, l, n, 1);
+        return;
+    }
+    hcnn_conv_desc d;
+    hcnn_op op;
+    if (hcnn_layer_op(l, prev, need_dx, &d, &op)) {
+        const int gemm = op.kind == HCNN_OP_CONV || op.kind == HCNN_OP_FC;
+        op_pieces(a, net, ex, l, &op, n, gemm, 1);
+    }
+}
+
+int hcnn_plan_cuts_make(const hcnn_net *net, int n, int threads, hcnn_plan_cuts *c)
 {
     const int L = net->nlayers;
+    if (n < 1 || threads < 1 || !net->be->pass_pieces)
+        return hcnn_error("plan: cannot cut a pass of %d samples for %d threads (backend %s: "
+                          "pass_pieces %s)",
+                          n, threads, net->be->name, net->be->pass_pieces ? "set" : "missing");
+    memset(c, 0, sizeof *c);
+    c->n = n, c->threads = threads;
+    const hcnn_ctx ctx = {.be = net->be, .conv_algo = net->conv_algo,
+                          .max_chunk_floats = net->chunk_floats ? net->chunk_floats
+                                                                : HCNN_DEFAULT_CHUNK_FLOATS};
+    const hcnn_exec ex = {.max_chunk_floats = ctx.max_chunk_floats, .conv_algo = ctx.conv_algo,
+                          .weights_key = 1};
+    const int unit = hcnn_net_unit_images(net, &ctx, 0, L, n);
+    c->units = unit > 0 ? (n + unit - 1) / unit : 0;
+    gemm_pass *passes = malloc(sizeof *passes * MAX_GEMM_PASSES);
+    if (!passes)
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the plan's list of passes");
+    int npasses = 0;
+    for (int i = 0; i < L; i++) {
+        cut_acc a = {.passes = passes, .npasses = npasses, .nt = threads};
+        /* (the top-level chain's layers priced alone: a fused ReLU as a pass of
+         * its own, a batch-norm as reading x for its statistics) */
+        layer_cuts(&a, net, &ex, &net->layers[i], NULL, i > 0, n);
+        npasses = a.npasses;
+        for (int g = 0; g < HCNN_CUTS; g++) {
+            c->share[i][g] = a.work[g] > 0.0 ? a.time[g] / a.work[g] : 1.0;
+            c->phases[i][g] = a.phases[g];
+        }
+        /* whole-network execution: each unit through every block on one
+         * thread, one parallel region a pass (src/model/pass.c) */
+        if (c->units)
+            for (int g = 0; g < HCNN_CUTS; g++) {
+                const int u = c->units;
+                c->share[i][g] = (double)((u + threads - 1) / threads) / u;
+                c->phases[i][g] = i == 0 && (g == HCNN_CUT_GEMM_FWD || g == HCNN_CUT_GEMM_BWD);
+            }
+    }
+    slowest_pass(passes, npasses, c);
+    free(passes);
+    if (c->units) {
+        c->fewest_pieces = c->most_pieces = c->narrowest_pieces = c->units;
+        snprintf(c->narrowest, sizeof c->narrowest, "every block (whole-network units)");
+        c->narrowest_threads = c->units < threads ? c->units : threads;
+    }
+    return HCNN_OK;
+}
+
+/* ---- compute on the node ------------------------------------------------------ */
+
+int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads,
+                    const hcnn_pass_measured *m, const hcnn_plan_cuts *here,
+                    const hcnn_plan_cuts *there, double barrier_s, hcnn_pass_cost *c)
+{
+    const int L = net->nlayers, n = m->n;
     if (threads < 1 || m->threads < 1 || m->n < 1 || !(m->core_gflops > 0))
         return hcnn_error("plan: cannot price a pass of %d samples on %d threads from %d on %d",
                           n, threads, m->n, m->threads);
+    if (here->n != n || there->n != n || here->threads != m->threads || there->threads != threads)
+        return hcnn_error("plan: the cuts of passes of %d and %d samples on %d and %d threads do "
+                          "not price the pass of %d samples measured on %d threads for %d",
+                          here->n, there->n, here->threads, there->threads, n, m->threads, threads);
     const double bw = hcnn_node_bandwidth_gbs(node, threads) * 1e9,
                  llc = node->llc_mib * 1024.0 * 1024.0,
                  core_ratio = m->core_gflops / (node->peak_gflops / node->cores);
     c->n = n;
     c->footprint_bytes = 0.0;
+    c->cuts = *there;
     double fb[HCNN_MAX_BLOCKS], bb[HCNN_MAX_BLOCKS];
     for (int i = 0; i < L; i++) {
         double kept;
@@ -513,6 +703,8 @@ int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads, int
     /* streams come from memory when the step's activations cannot stay in
      * the last-level cache (a node of unknown cache: always) */
     const int to_memory = !(llc > 0) || c->footprint_bytes > llc;
+    double work = 0.0, wall = 0.0;
+    c->barrier_s = 0.0, c->phases = 0;
     for (int i = 0; i < L; i++) {
         const double f = block_flops(&net->layers[i]);
         c->flops_fwd[i] = f * n;
@@ -524,14 +716,30 @@ int hcnn_price_pass(const hcnn_net *net, const hcnn_node *node, int threads, int
         c->gemm_peak_share[i] = gf + gb > 0 && f > 0
                                     ? (f * m->n * (i > 0 ? 3.0 : 2.0)) / ((gf + gb) * peak_here)
                                     : 0.0;
-        const double mf = m->fwd_mem[i] * scale, mb = m->bwd_mem[i] * scale;
+        /* each of the four terms: its work here (one thread's seconds),
+         * from the time less its barriers, over the share of it the
+         * busiest thread here spent; there, that share of the work (on
+         * the node's core), and its barriers */
+        const double measured[HCNN_CUTS] = {gf, gb, m->fwd_mem[i], m->bwd_mem[i]};
+        double t[HCNN_CUTS];
+        for (int g = 0; g < HCNN_CUTS; g++) {
+            const double w = fmax(0.0, measured[g] - here->phases[i][g] * m->barrier_s) /
+                             here->share[i][g];
+            const double node_w = w * (g <= HCNN_CUT_GEMM_BWD ? core_ratio : 1.0);
+            const double sync = there->phases[i][g] * barrier_s;
+            t[g] = node_w * there->share[i][g] + sync;
+            work += node_w, c->barrier_s += sync, c->phases += there->phases[i][g];
+        }
         const double df = to_memory ? c->bytes_fwd[i] / bw : 0.0,
                      db = to_memory ? c->bytes_bwd[i] / bw : 0.0;
-        c->bw_fwd[i] = df > mf, c->bw_bwd[i] = db > mb;
-        c->gemm_fwd[i] = gf * scale * core_ratio, c->gemm_bwd[i] = gb * scale * core_ratio;
-        c->fwd[i] = c->gemm_fwd[i] + fmax(mf, df);
-        c->bwd[i] = c->gemm_bwd[i] + fmax(mb, db);
+        c->bw_fwd[i] = df > t[HCNN_CUT_OTHER_FWD], c->bw_bwd[i] = db > t[HCNN_CUT_OTHER_BWD];
+        c->gemm_fwd[i] = t[HCNN_CUT_GEMM_FWD], c->gemm_bwd[i] = t[HCNN_CUT_GEMM_BWD];
+        c->fwd[i] = c->gemm_fwd[i] + fmax(t[HCNN_CUT_OTHER_FWD], df);
+        c->bwd[i] = c->gemm_bwd[i] + fmax(t[HCNN_CUT_OTHER_BWD], db);
+        wall += c->fwd[i] + c->bwd[i];
     }
+    c->thread_use = wall > 0.0 ? fmin(1.0, work / (wall * threads)) : 1.0;
+    c->below_threads = n < threads;
     /* the optimiser: spread over all threads, 20 bytes per parameter */
     const double opt_here = m->opt_s * m->threads / threads, opt_bytes = 20.0 * net->nparams / bw;
     c->opt_bw = opt_bytes > opt_here;

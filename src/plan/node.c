@@ -34,14 +34,22 @@
  *   epyc-7763  AMD EPYC 7763, Zen 3, 64 cores, base 2.45 GHz:
  *              64 x 2.45 x 32 = 5017.6 GFLOP/s; 8 channels DDR4-3200 =
  *              204.8 GB/s, 80%: 163.8 GB/s; one core 25 GB/s (assumption);
- *              L3 256 MiB (8 CCDs x 32 MiB). */
+ *              L3 256 MiB (8 CCDs x 32 MiB).
+ * Barrier: a parallel region's fork and join on the 64 cores, 5 us on both
+ * (an assumption, of the order 64 arrivals at libgomp's one shared counter
+ * cost when each moves its cache line between CCDs at ~80 ns; measured on
+ * the 2-core development VM: 1.0 us on 2 threads, 0.3 on 1, best of 7
+ * means of 2000 regions under load, 2026-11-28). */
+#define PRESET_BARRIER_US 5.0
 static const hcnn_node PRESETS[] = {
-    {"epyc-9554", 64, 6348.8, 368.6, 40.0, 256.0, 1,
+    {"epyc-9554", 64, 6348.8, 368.6, 40.0, 256.0, PRESET_BARRIER_US, 1,
      "AMD EPYC 9554 datasheet: 64 Zen 4 cores x 3.1 GHz x 32 FP32 FLOP/cycle; "
-     "12 ch DDR5-4800 = 460.8 GB/s, 80% as triad; 1 core 40 GB/s assumed; L3 256 MiB"},
-    {"epyc-7763", 64, 5017.6, 163.8, 25.0, 256.0, 1,
+     "12 ch DDR5-4800 = 460.8 GB/s, 80% as triad; 1 core 40 GB/s, barrier 5 us assumed; "
+     "L3 256 MiB"},
+    {"epyc-7763", 64, 5017.6, 163.8, 25.0, 256.0, PRESET_BARRIER_US, 1,
      "AMD EPYC 7763 datasheet: 64 Zen 3 cores x 2.45 GHz x 32 FP32 FLOP/cycle; "
-     "8 ch DDR4-3200 = 204.8 GB/s, 80% as triad; 1 core 25 GB/s assumed; L3 256 MiB"},
+     "8 ch DDR4-3200 = 204.8 GB/s, 80% as triad; 1 core 25 GB/s, barrier 5 us assumed; "
+     "L3 256 MiB"},
 };
 #define NPRESETS (sizeof PRESETS / sizeof PRESETS[0])
 
@@ -53,7 +61,7 @@ const char *hcnn_node_preset_names(void)
 /* ---- the node file ----------------------------------------------------------- */
 
 #define NODE_KEYS "name, cores, peak_gflops, bandwidth_gbs, core_bandwidth_gbs, llc_mib, " \
-                  "assumed, source"
+                  "barrier_us, assumed, source"
 
 /* val as a finite number, > 0 (or >= 0 with zero_ok); 0 when it is not one */
 static int parse_number(const char *val, int zero_ok, double *out)
@@ -103,7 +111,8 @@ static int node_file(const char *path, FILE *f, hcnn_node *node, int have[3], in
         const int known = !strcmp(key, "name") || !strcmp(key, "cores") ||
                           !strcmp(key, "peak_gflops") || !strcmp(key, "bandwidth_gbs") ||
                           !strcmp(key, "core_bandwidth_gbs") || !strcmp(key, "llc_mib") ||
-                          !strcmp(key, "assumed") || !strcmp(key, "source");
+                          !strcmp(key, "barrier_us") || !strcmp(key, "assumed") ||
+                          !strcmp(key, "source");
         if (!known)
             return hcnn_error("%s:%d: unknown key '%s' (" NODE_KEYS ")", path, lineno, key);
         if (!*val)
@@ -129,13 +138,18 @@ static int node_file(const char *path, FILE *f, hcnn_node *node, int have[3], in
                                   path, lineno, val);
             node->assumed = val[0] == '1';
         } else {
-            const int llc = !strcmp(key, "llc_mib");
+            const int llc = !strcmp(key, "llc_mib"), barrier = !strcmp(key, "barrier_us");
             double v;
-            if (!parse_number(val, llc, &v))
+            if (!parse_number(val, llc || barrier, &v))
                 return hcnn_error("%s:%d: %s: expected a %s number, got '%s'", path, lineno, key,
-                                  llc ? "non-negative (0: unknown)" : "positive", val);
+                                  llc       ? "non-negative (0: unknown)"
+                                  : barrier ? "non-negative"
+                                            : "positive",
+                                  val);
             if (llc)
                 node->llc_mib = v;
+            else if (barrier)
+                node->barrier_us = v;
             else if (!strcmp(key, "peak_gflops"))
                 node->peak_gflops = v, have[1] = 1;
             else if (!strcmp(key, "bandwidth_gbs"))
@@ -175,6 +189,7 @@ int hcnn_node_load(const char *spec, hcnn_node *node)
     snprintf(node->name, sizeof node->name, "%.63s", spec);
     snprintf(node->source, sizeof node->source, "file %.190s", spec);
     node->assumed = 1;
+    node->barrier_us = PRESET_BARRIER_US;
     int have[3] = {0, 0, 0}, core_bw_set = 0;
     const int rc = node_file(spec, f, node, have, &core_bw_set);
     fclose(f);
@@ -214,6 +229,44 @@ double hcnn_node_bandwidth_gbs(const hcnn_node *node, int threads)
 {
     const double drawn = capped_threads(node, threads) * node->core_bandwidth_gbs;
     return drawn < node->bandwidth_gbs ? drawn : node->bandwidth_gbs;
+}
+
+double hcnn_node_barrier_s(const hcnn_node *node, int threads)
+{
+    const int t = capped_threads(node, threads);
+    if (t < 2 || node->cores < 2)
+        return 0.0;
+    return node->barrier_us * 1e-6 * (t - 1) / (node->cores - 1);
+}
+
+/* ---- the barrier ------------------------------------------------------------------- */
+
+/* Means over BARRIER_REGIONS empty regions, the best of BARRIER_REPEATS: a
+ * shared machine's other load only ever adds to it. */
+#define BARRIER_REGIONS 2000
+#define BARRIER_REPEATS 7
+
+int hcnn_measure_barrier_us(int threads, double *us)
+{
+    if (threads < 1)
+        return hcnn_error_code(HCNN_EINVAL, "barrier benchmark: %d threads, expected >= 1",
+                               threads);
+    double best = 0.0;
+    volatile int sink = 0;
+    for (int r = 0; r < BARRIER_REPEATS; r++) {
+        const double t0 = omp_get_wtime();
+        for (int i = 0; i < BARRIER_REGIONS; i++) {
+#pragma omp parallel num_threads(threads)
+            {
+                if (omp_get_thread_num() == 0)
+                    sink = sink + 1;
+            }
+        }
+        const double mean = (omp_get_wtime() - t0) / BARRIER_REGIONS;
+        best = r == 0 || mean < best ? mean : best;
+    }
+    *us = best * 1e6;
+    return HCNN_OK;
 }
 
 /* ---- FMA throughput ---------------------------------------------------------------- */
@@ -514,6 +567,8 @@ int hcnn_node_measure(hcnn_node *node)
         rc = hcnn_measure_triad_gbs(node->cores, &node->bandwidth_gbs);
     if (!rc)
         rc = hcnn_measure_triad_gbs(1, &node->core_bandwidth_gbs);
+    if (!rc)
+        rc = hcnn_measure_barrier_us(node->cores, &node->barrier_us);
     if (rc)
         return rc;
     hcnn_llc_mib(&node->llc_mib);
@@ -521,7 +576,7 @@ int hcnn_node_measure(hcnn_node *node)
     char cpu[160];
     hcnn_cpu_model(cpu, sizeof cpu);
     snprintf(node->source, sizeof node->source,
-             "measured here: %.120s; FMA and STREAM triad on %d threads, LLC from sysfs", cpu,
+             "measured here: %.120s; FMA, STREAM triad and barrier on %d threads, LLC from sysfs", cpu,
              node->cores);
     return HCNN_OK;
 }
@@ -534,10 +589,10 @@ void hcnn_node_describe(const hcnn_node *node, char *buf, size_t cap)
     else
         snprintf(llc, sizeof llc, "LLC unknown");
     snprintf(buf, cap,
-             "%s: %d cores, %.1f GFLOP/s FP32 peak, %.1f GB/s memory (%.1f GB/s one core), %s; "
-             "%s",
+             "%s: %d cores, %.1f GFLOP/s FP32 peak, %.1f GB/s memory (%.1f GB/s one core), %s, "
+             "barrier %.2f us; %s",
              node->name, node->cores, node->peak_gflops, node->bandwidth_gbs,
-             node->core_bandwidth_gbs, llc,
+             node->core_bandwidth_gbs, llc, node->barrier_us,
              node->assumed ? "datasheet figures: an assumption"
              : strcmp(node->name, "here") ? "measured"
                                           : "measured here");

@@ -53,19 +53,15 @@ static int parse_list(const char *opt, const char *v, int *out, int *count, int 
     return HCNN_OK;
 }
 
-/* ---- compute: the thread model and the node --------------------------------- */
+/* ---- compute: the pass measured here, its pieces, the node ------------------- */
 
-/* The pass of n samples at the target's T threads, priced from a
- * measurement here with T_here threads.  hcnn gives each thread whole
- * images (src/cpu/conv_plan.c) with a single-threaded BLAS, so a thread
- * of the target with q = n / T images does the work of a thread here with
- * q images: measure q * T_here samples with T_here threads.  What a core
- * of the node does differently is the node model's (hcnn_price_pass):
- * GEMMs at the per-core FMA peaks' ratio, the other layers' streams at
- * the node's bandwidth shared by T threads once the step's activations
- * outgrow its last-level cache.  q < 1 (fewer images than threads): hcnn
- * then cuts images into row items; priced as one image per thread here
- * scaled by q, which is optimistic, and flagged. */
+/* The pass of n samples at the target's T threads, priced from the same
+ * pass measured here on T_here threads: the pieces the backend cuts it
+ * into (pass_pieces) are fixed by the shapes and n, so each block's work
+ * is what the measurement here did, and the threads there share it as
+ * those pieces allow (fewer samples than threads included: images are
+ * cut into row, channel and tile pieces).  What a core of the node does
+ * differently is the node model's (hcnn_price_pass). */
 static int pass_cost(const hcnn_config *cfg, const plan_opts *o, const hcnn_net *net,
                      cost_cache *cc, int n, const hcnn_pass_cost **out)
 {
@@ -74,13 +70,9 @@ static int pass_cost(const hcnn_config *cfg, const plan_opts *o, const hcnn_net 
             *out = &cc->c[i];
             return HCNN_OK;
         }
-    const int direct = o->threads == o->measure_threads;
-    const double q = (double)n / o->threads;
-    const int nm = direct ? n : (int)lround(fmax(q, 1.0) * o->measure_threads);
-    const double scale = direct || q >= 1.0 ? 1.0 : q;
     const hcnn_pass_measured *m = NULL;
     for (int i = 0; i < cc->nm; i++)
-        if (cc->m[i].n == nm)
+        if (cc->m[i].n == n)
             m = &cc->m[i];
     if (!m) {
         if (cc->nm == MAX_MEASURED || cc->nc == MAX_MEASURED)
@@ -99,28 +91,36 @@ static int pass_cost(const hcnn_config *cfg, const plan_opts *o, const hcnn_net 
          * thread on the other core) */
         if (mc->data_prefetch == HCNN_PREFETCH_AUTO && o->threads >= o->node.cores)
             mc->data_prefetch = HCNN_PREFETCH_OFF;
-        printf("hcnn plan: measuring passes of %d samples on %d thread%s (priced as %d samples "
-               "on %d threads of %s)\n",
-               nm, o->measure_threads, o->measure_threads > 1 ? "s" : "", n, o->threads,
+        printf("hcnn plan: measuring passes of %d samples on %d thread%s (priced on %d threads "
+               "of %s)\n",
+               n, o->measure_threads, o->measure_threads > 1 ? "s" : "", o->threads,
                o->node.name);
         fflush(stdout);
-        const int rc = hcnn_block_times(mc, nm, o->steps, w->fwd, w->bwd, w->fwd_mem, w->bwd_mem,
+        const int rc = hcnn_block_times(mc, n, o->steps, w->fwd, w->bwd, w->fwd_mem, w->bwd_mem,
                                         &w->opt_s);
         free(mc);
         if (rc)
             return rc;
-        w->n = nm;
+        w->n = n;
         w->threads = o->measure_threads;
         w->core_gflops = o->core_gflops;
+        w->barrier_s = o->barrier_here_s;
         m = w;
         cc->nm++;
     }
+    hcnn_plan_cuts *here = malloc(sizeof *here);
+    if (!here)
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the plan's cuts");
     hcnn_pass_cost *c = &cc->c[cc->nc];
     memset(c, 0, sizeof *c);
-    const int rc = hcnn_price_pass(net, &o->node, o->threads, n, scale, m, c);
+    int rc = hcnn_plan_cuts_make(net, n, o->measure_threads, here);
+    if (!rc)
+        rc = hcnn_plan_cuts_make(net, n, o->threads, &c->cuts);
+    if (!rc)
+        rc = hcnn_price_pass(net, &o->node, o->threads, m, here, &c->cuts, o->barrier_s, c);
+    free(here);
     if (rc)
         return rc;
-    c->below_threads = !direct && q < 1.0;
     cc->nc++;
     *out = c;
     return HCNN_OK;
@@ -128,39 +128,53 @@ static int pass_cost(const hcnn_config *cfg, const plan_opts *o, const hcnn_net 
 
 /* ---- layouts -------------------------------------------------------------- */
 
-static int round_up(int v, int k) { return (v + k - 1) / k * k; }
-
 /* The global batch and micro-batches of a layout.  Weak: each rank keeps
  * the per-rank batch b (a pipeline replica carries S b, in micro-batches of
- * b / M0: M = S M0).  Strong: the global batch G0, grown where a rank's
- * pass would have fewer samples than threads, to the smallest multiple of
- * the ranks (data) or of R M (pipeline) that gives each thread one. */
-static void layout_for(const plan_opts *o, int G0, int b, int weak, int N, int S, hcnn_layout *l,
-                       char *note, size_t cap)
+ * b / M0: M = S M0).  Strong: the global batch G as the user asked for it,
+ * whatever the ranks' share (hcnn has no gradient accumulation to make it
+ * larger): a pass carries ceil(G / (R M)) samples, the largest shard
+ * (hcnn_strategy's data parallelism gives the first ranks one more).
+ * Returns 0 when the layout cannot run G: fewer samples than ranks (data)
+ * or than micro-batches on a replica (pipeline), as hcnn train refuses. */
+static int layout_for(const plan_opts *o, int G, int b, int weak, int N, int S, hcnn_layout *l)
 {
     l->nodes = N, l->stages = S, l->replicas = N / S;
-    note[0] = '\0';
     if (weak) {
         l->microbatches = S > 1 ? S * o->microbatches : 1;
         l->global_batch = N * b;
         l->pass_samples = S > 1 ? b / o->microbatches : b;
-        return;
+        return 1;
     }
-    const int R = N / S, M = S > 1 ? o->microbatches : 1, parts = R * M;
-    int G = round_up(G0, parts);
-    if (G / parts < o->threads)
-        G = parts * o->threads;
-    if (G != G0)
-        snprintf(note, cap, "grown from %d to %d: %d passes of >= %d threads' samples", G0, G,
-                 parts, o->threads);
+    const int R = N / S, M = S > 1 ? o->microbatches : 1;
     l->microbatches = M;
     l->global_batch = G;
-    l->pass_samples = G / parts;
+    if (S == 1 ? G < N : G / R < M)
+        return 0;
+    const int shard = (G + R - 1) / R;
+    l->pass_samples = (shard + M - 1) / M;
+    return 1;
 }
 
+/* The row's note on a pass of fewer samples than threads: the pieces its
+ * GEMM layers' passes offer and the threads' time it uses (no commas: a
+ * column of plan.csv, which quotes nothing) */
+static void pieces_note(const hcnn_pass_cost *c, int threads, char *note, size_t cap)
+{
+    note[0] = '\0';
+    if (!c->below_threads)
+        return;
+    const hcnn_plan_cuts *k = &c->cuts;
+    snprintf(note, cap, "%d samples on %d threads: GEMM layers' passes offer %ld-%ld pieces "
+             "(slowest: %s %ld pieces on %.1f threads); %.0f%% of the threads' time used",
+             c->n, threads, k->fewest_pieces, k->most_pieces, k->narrowest, k->narrowest_pieces,
+             k->narrowest_threads, 100.0 * c->thread_use);
+}
+
+/* say: print the layouts that cannot run the global batch (once: the
+ * rows are filled again for the comparisons) */
 static int fill_rows(const hcnn_config *cfg, const plan_opts *o, const hcnn_net *net,
                      const hcnn_network *nw, const hcnn_comm_setup *cs, cost_cache *cc,
-                     plan_row *rows, int *nrows)
+                     plan_row *rows, int *nrows, int say)
 {
     const int b = o->batch > 0 ? o->batch : cfg->batch_size, G0 = cfg->batch_size;
     int n = 0;
@@ -182,9 +196,15 @@ static int fill_rows(const hcnn_config *cfg, const plan_opts *o, const hcnn_net 
                 plan_row *r = &rows[n];
                 memset(r, 0, sizeof *r);
                 r->weak = weak;
-                layout_for(o, G0, b, weak, N, cand[j], &r->lay, r->note, sizeof r->note);
-                if (r->lay.pass_samples < 1)
+                if (!layout_for(o, G0, b, weak, N, cand[j], &r->lay)) {
+                    char name[32];
+                    layout_name(&r->lay, name, sizeof name);
+                    if (say)
+                        printf("hcnn plan: strong scaling at %d nodes, %s: the global batch %d "
+                               "gives a %s fewer than one sample a pass: not a layout for it\n",
+                               N, name, G0, cand[j] == 1 ? "rank" : "micro-batch");
                     continue;
+                }
                 const hcnn_pass_cost *c = NULL;
                 int rc = pass_cost(cfg, o, net, cc, r->lay.pass_samples, &c);
                 if (!rc)
@@ -193,6 +213,9 @@ static int fill_rows(const hcnn_config *cfg, const plan_opts *o, const hcnn_net 
                 if (rc)
                     return rc;
                 r->below_threads = c->below_threads;
+                r->fewest_pieces = c->cuts.fewest_pieces;
+                r->thread_use = c->thread_use;
+                pieces_note(c, o->threads, r->note, sizeof r->note);
                 if (N == 1 && cand[j] == 1)
                     base = r->m.images_per_s;
                 n++;
@@ -242,6 +265,9 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
     hcnn_net net;
     if ((rc = hcnn_net_create(&net, &cfg->model, hcnn_backend_cpu(), cfg->path)))
         return rc;
+    /* its convolutions as a run of this configuration makes them (run.c) */
+    net.chunk_floats = (size_t)(cfg->im2col_mb * 1048576.0 / sizeof(float));
+    net.conv_algo = cfg->conv_algo;
     cost_cache *cc = calloc(1, sizeof *cc);
     plan_row *rows = calloc((size_t)2 * MAX_NODES * (MAX_STAGE_CHOICES + 1), sizeof *rows);
     int nrows = 0;
@@ -264,8 +290,9 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
            o->measure_threads, o->measure_threads > 1 ? "s" : "",
            o->host_cores > 0 ? ", all ranks on this one host" : "");
     printf("hcnn plan: node %s; this machine's FMA rate %.1f GFLOP/s per core on %d thread%s; "
-           "gradient sums %s%s%s\n",
+           "a phase's barrier %.2f us there on %d threads, %.2f us here; gradient sums %s%s%s\n",
            node, o->core_gflops, o->measure_threads, o->measure_threads > 1 ? "s" : "",
+           o->barrier_s * 1e6, o->threads, o->barrier_here_s * 1e6,
            o->comm.reserved_core ? "on a core reserved for the allreduce (allreduce_progress: "
                                    "thread), "
                                  : "",
@@ -273,7 +300,7 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
            "the agreement on the first bucket");
     fflush(stdout);
     if (!rc)
-        rc = fill_rows(cfg, o, &net, &nw, &o->comm, cc, rows, &nrows);
+        rc = fill_rows(cfg, o, &net, &nw, &o->comm, cc, rows, &nrows, 1);
     /* the same step as it was before hcnn's communication changes (the
      * agreement's own allreduce, one-core sums, MPI_Test progress), and with
      * the other allreduce_progress */
@@ -283,9 +310,9 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
     nw_test.iallreduce = iallreduce_env;
     nw_other.iallreduce = o->other.reserved_core ? -1 : iallreduce_env;
     if (!rc)
-        rc = fill_rows(cfg, o, &net, &nw_test, &was, cc, before, &nbefore);
+        rc = fill_rows(cfg, o, &net, &nw_test, &was, cc, before, &nbefore, 0);
     if (!rc)
-        rc = fill_rows(cfg, o, &net, &nw_other, &o->other, cc, other, &nother);
+        rc = fill_rows(cfg, o, &net, &nw_other, &o->other, cc, other, &nother, 0);
     if (!rc) {
         const hcnn_pass_cost *weak_pass = NULL;
         if (o->weak)
@@ -353,12 +380,13 @@ static const char *PLAN_USAGE =
     "pipeline bubble, point-to-point, the per-step agreement) and the scaling efficiency of\n"
     "data parallelism and of every pipeline layout S stages x N/S replicas, at each node count\n"
     "(one rank per node), for weak scaling (the per-rank batch held) and strong scaling (the\n"
-    "global batch, grown where a rank would get fewer samples than threads), and mark the\n"
-    "fastest layout per node count (*), and print the passes of one node's step and what\n"
-    "bounds each on its threads.  Compute: per-block forward/backward times measured on this\n"
-    "machine at each layout's per-thread share of samples, priced on the node (--node): GEMM\n"
-    "layers at the ratio of per-core FMA peaks, the other layers' streams at its memory\n"
-    "bandwidth when the step's activations outgrow its last-level cache; network: the allreduce\n"
+    "global batch held, fewer samples than threads included), and mark the fastest layout\n"
+    "per node count (*), and print the passes of one node's step and what bounds each on its\n"
+    "threads.  Compute: per-block forward/backward times of each layout's pass measured on\n"
+    "this machine, spread over the node's threads as the pieces the backend cuts the pass\n"
+    "into allow, plus a barrier per phase, priced on the node (--node): GEMM layers at the\n"
+    "ratio of per-core FMA peaks, the other layers' streams at its memory bandwidth when the\n"
+    "step's activations outgrow its last-level cache; network: the allreduce\n"
     "algorithm OpenMPI 4.1 picks (for the gradient buckets libnbc's, as\n"
     "OMPI_MCA_coll_libnbc_iallreduce_algorithm sets it: hcnn's default 3, Rabenseifner),\n"
     "priced alpha-beta-gamma.  docs/plan.md: model, assumptions, validation.\n"
@@ -372,7 +400,8 @@ static const char *PLAN_USAGE =
     "  --node NAME|FILE          the target node: epyc-9554 (default: AMD EPYC 9554, 64 cores,\n"
     "                            datasheet figures, an assumption), epyc-7763, here (this\n"
     "                            machine, measured), or a file of cores, peak_gflops,\n"
-    "                            bandwidth_gbs [, core_bandwidth_gbs, llc_mib, name, source]\n"
+    "                            bandwidth_gbs [, core_bandwidth_gbs, llc_mib, barrier_us,\n"
+    "                            name, source]\n"
     "  --threads T               threads per rank on the target nodes (default: the node's\n"
     "                            cores)\n"
     "  --measure-threads T       threads for the measurement here (default: min(T, cores))\n"
@@ -590,6 +619,18 @@ int hcnn_plan_main(int argc, char **argv)
         o.core_gflops = o.node.peak_gflops / o.node.cores;
     else if (!(rc = hcnn_measure_fma_gflops(o.measure_threads, &o.core_gflops)))
         o.core_gflops /= o.measure_threads;
+    /* a phase's barrier there, and here on the measurement's threads (the
+     * measured passes' time less theirs is their work) */
+    o.barrier_s = hcnn_node_barrier_s(&o.node, o.threads);
+    if (!strcmp(o.node.name, "here") || o.measure_threads < 2) {
+        o.barrier_here_s = !strcmp(o.node.name, "here")
+                               ? hcnn_node_barrier_s(&o.node, o.measure_threads)
+                               : 0.0;
+    } else if (!rc) {
+        double us = 0.0;
+        rc = hcnn_measure_barrier_us(o.measure_threads, &us);
+        o.barrier_here_s = us * 1e-6;
+    }
     /* the communication a run of this configuration does (grad_sync.c,
      * train.c, run.c), and the other allreduce_progress's */
     hcnn_comm_setup test = {.fold_agreement = 1}, thread = {.fold_agreement = 1, .reserved_core = 1};

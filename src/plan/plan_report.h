@@ -30,6 +30,8 @@ typedef struct plan_opts {
     const char *node_spec;
     hcnn_node node;       /* the target node (--node) */
     double core_gflops;   /* this machine's FMA rate per core, measure_threads running */
+    double barrier_here_s; /* one barrier of the measurement's threads here */
+    double barrier_s;     /* one barrier of the target's threads on the node */
     hcnn_comm_setup comm; /* how this configuration's gradients cross the ranks */
     hcnn_comm_setup other; /* the same with the other allreduce_progress */
 } plan_opts;
@@ -38,8 +40,10 @@ typedef struct plan_row {
     int weak;               /* 1 weak, 0 strong scaling */
     hcnn_layout lay;
     hcnn_step_model m;
-    int below_threads;
-    char note[128];         /* why the global batch differs from the asked one */
+    int below_threads;      /* fewer samples a pass than threads */
+    long fewest_pieces;     /* the fewest pieces a GEMM layer's pass offers (its costliest phase) */
+    double thread_use;      /* of the threads' time in the passes, the share they work */
+    char note[384];         /* a pass of fewer samples than threads: its pieces */
     double efficiency;
     int best;
 } plan_row;

@@ -22,7 +22,7 @@ void layout_name(const hcnn_layout *l, char *buf, size_t cap)
 #define CSV_HEADER                                                                                \
     "scaling,nodes,layout,stages,replicas,microbatches,global_batch,pass_samples,images_per_s,"   \
     "step_ms,compute_ms,allreduce_ms,allreduce_total_ms,bubble_ms,p2p_ms,sync_ms,efficiency,"    \
-    "best,threads,network,below_threads,note"
+    "best,threads,network,below_threads,note,fewest_pieces,thread_use"
 
 void print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_opts *o,
                        FILE *f, int csv)
@@ -40,20 +40,20 @@ void print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_
         const hcnn_step_model *m = &r->m;
         if (csv)
             fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%d,"
-                       "%s,%d,%s\n",
+                       "%s,%d,%s,%ld,%.3f\n",
                     r->weak ? "weak" : "strong", r->lay.nodes, name, r->lay.stages,
                     r->lay.replicas, r->lay.microbatches, r->lay.global_batch,
                     r->lay.pass_samples, m->images_per_s, m->step_s * 1e3, m->compute_s * 1e3,
                     m->allreduce_s * 1e3, m->allreduce_total_s * 1e3, m->bubble_s * 1e3,
                     m->p2p_s * 1e3, m->sync_s * 1e3, r->efficiency, r->best, o->threads,
-                    nw->name, r->below_threads, r->note);
+                    nw->name, r->below_threads, r->note, r->fewest_pieces, r->thread_use);
         else
             fprintf(f, "%-6s %5d %-15s %7d %6d %12.1f %9.3f %10.3f %12.3f %9.3f %8.3f %6.3f %s%s%s%s\n",
                     r->weak ? "weak" : "strong", r->lay.nodes, name, r->lay.global_batch,
                     r->lay.pass_samples, m->images_per_s, m->step_s * 1e3, m->compute_s * 1e3,
                     m->allreduce_s * 1e3, m->bubble_s * 1e3, m->p2p_s * 1e3, r->efficiency,
                     r->best ? "*" : "", r->below_threads ? " (fewer samples than threads)" : "",
-                    r->note[0] ? " batch " : "", r->note);
+                    r->note[0] ? ": " : "", r->note);
     }
 }
 
@@ -199,10 +199,12 @@ void print_passes(const hcnn_net *net, const hcnn_pass_cost *c, const plan_opts 
     if (!csv)
         fprintf(f,
                 "hcnn plan: streams bandwidth-bound on %d threads in %d of %d passes: %.1f%% of "
-                "the passes' time (all streams %.1f%%, GEMMs %.1f%%)\n",
+                "the passes' time (all streams %.1f%%, GEMMs %.1f%%); %d phases, their barriers "
+                "%.1f%%; the threads work %.0f%% of their time in the passes\n",
                 o->threads, nbw + c->opt_bw, 2 * net->nlayers + 1,
                 100.0 * (bw_s + (c->opt_bw ? c->opt_s : 0.0)) / total,
-                100.0 * (stream_s + c->opt_s) / total, 100.0 * (1.0 - (stream_s + c->opt_s) / total));
+                100.0 * (stream_s + c->opt_s) / total, 100.0 * (1.0 - (stream_s + c->opt_s) / total),
+                c->phases, 100.0 * c->barrier_s / total, 100.0 * c->thread_use);
 }
 
 /* The efficiency of the recommended layout at the largest node count, priced

@@ -411,26 +411,46 @@ static void chain_streams(const hcnn_layer *l, int count, int first_needs_dx, do
     }
 }
 
-/* A "# pieces" line per layer whose backend cuts its passes: each phase's
- * pieces for the run's threads, and the fewest (docs/performance.md,
- * "Pieces"). */
-static void pieces_row(void *arg, const hcnn_layer *l, int top, int need_dx)
+/* A "# pieces" line per convolution, fully connected and batch-norm layer:
+ * each phase of its forward and backward with the pieces it offers the
+ * run's threads (the backend's pass_pieces), and the fewest
+ * (docs/performance.md, "Pieces for many threads"). */
+static void print_phases(FILE *out, const char *pass, const hcnn_pieces *p, long *fewest)
 {
-    (void)top;
-    plan_job *j = arg;
-    if (!l->ops->pieces)
-        return;
-    hcnn_pieces pc;
-    l->ops->pieces(l, j->ctx, j->n, j->ctx->be->threads(j->ctx->be), need_dx, &pc);
-    if (!pc.count)
-        return;
-    long fewest = pc.phase[0].pieces;
-    fprintf(j->out, "# pieces %s:", l->name);
-    for (int k = 0; k < pc.count; k++) {
-        fprintf(j->out, "%s %s %ld", k ? "," : "", pc.phase[k].name, pc.phase[k].pieces);
-        fewest = pc.phase[k].pieces < fewest ? pc.phase[k].pieces : fewest;
+    for (int k = 0; k < p->nphases; k++) {
+        fprintf(out, "%s %s %ld", k ? "," : pass, p->phase[k].name ? p->phase[k].name : "phase",
+                p->phase[k].pieces);
+        *fewest = *fewest < 0 || p->phase[k].pieces < *fewest ? p->phase[k].pieces : *fewest;
     }
-    fprintf(j->out, " (fewest %ld)\n", fewest);
+}
+
+static void pieces_rows(FILE *out, const hcnn_ctx *ctx, const hcnn_layer *l,
+                        const hcnn_layer *prev, int need_dx, int n, int nt)
+{
+    if (l->kind == HCNN_BLOCK_RESIDUAL) {
+        for (int j = 0; j < l->nchildren; j++) {
+            const int first = j == 0 || j == l->nbody;
+            pieces_rows(out, ctx, &l->children[j], first ? NULL : &l->children[j - 1],
+                        first ? need_dx : 1, n, nt);
+        }
+        return;
+    }
+    hcnn_conv_desc d;
+    hcnn_op op;
+    if (!ctx->be->pass_pieces || !hcnn_layer_op(l, prev, need_dx, &d, &op) ||
+        (op.kind != HCNN_OP_CONV && op.kind != HCNN_OP_FC && op.kind != HCNN_OP_BN))
+        return;
+    const hcnn_exec ex = {.max_chunk_floats = ctx->max_chunk_floats, .conv_algo = ctx->conv_algo,
+                          .weights_key = 1};
+    hcnn_pieces f, b;
+    ctx->be->pass_pieces(ctx->be, &op, &ex, n, nt, &f, &b);
+    if (!f.nphases && !b.nphases)
+        return;
+    long fewest = -1;
+    fprintf(out, "# pieces %s:", l->name);
+    print_phases(out, " forward:", &f, &fewest);
+    print_phases(out, "; backward:", &b, &fewest);
+    fprintf(out, " (fewest %ld)\n", fewest);
 }
 
 double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn_ctx *ctx,
@@ -451,9 +471,11 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
     for_each_row(net, first, last, print_row, &j);
     plan_job pj = {.ctx = ctx, .n = n, .out = out};
     for_each_row(net, first, last, plan_row, &pj);
-    fprintf(out, "# pieces of each pass's phases at %d samples on %d threads\n", n,
-            ctx->be->threads(ctx->be));
-    for_each_row(net, first, last, pieces_row, &pj);
+    const int nt = ctx->be->threads(ctx->be);
+    fprintf(out, "# pieces of each pass's phases at %d samples on %d threads\n", n, nt);
+    for (int i = first; i < last; i++)
+        pieces_rows(out, ctx, &net->layers[i], i > first ? &net->layers[i - 1] : NULL, i > 0, n,
+                    nt);
     double streams[2] = {0.0, 0.0};
     chain_streams(net->layers + first, last - first, first > 0, streams);
     fprintf(out,

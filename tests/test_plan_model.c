@@ -1,0 +1,341 @@
+/* hcnn plan's per-pass pricing from the pieces a pass offers the threads
+ * (src/plan/model.c, the backends' pass_pieces): the model's structure and
+ * invariants on fixed, made-up measurements.  No duration is measured and
+ * no prediction is held against a run here (bench/validate_threads.sh does
+ * that). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/cpu/conv_plan.h" /* the CPU backend's own plans, against its pass_pieces */
+#include "hcnn/config.h"
+#include "hcnn/net.h"
+#include "hcnn/node.h"
+#include "hcnn/plan.h"
+
+/* ---- a network of a configuration, on a given backend ---------------------------- */
+
+typedef struct model {
+    hcnn_config cfg;
+    hcnn_net net;
+} model;
+
+static model *model_load(const char *config, const hcnn_backend *be)
+{
+    const char *src = getenv("HCNN_SRCDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", src && *src ? src : ".", config);
+    model *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    assert_int_equal(hcnn_config_load(&m->cfg, path, NULL, 0), 0);
+    assert_int_equal(hcnn_net_create(&m->net, &m->cfg.model, be, m->cfg.path), 0);
+    m->net.chunk_floats = (size_t)(m->cfg.im2col_mb * 1048576.0 / sizeof(float));
+    m->net.conv_algo = m->cfg.conv_algo;
+    return m;
+}
+
+static void model_free(model *m)
+{
+    hcnn_net_free(&m->net);
+    free(m);
+}
+
+/* ---- a backend whose every pass is one phase of `pieces` equal pieces --------------- */
+
+typedef struct fake_cut {
+    long pieces;
+    double largest; /* of the phase's work (0: pieces equal) */
+} fake_cut;
+
+static void fake_pass_pieces(const hcnn_backend *be, const hcnn_op *op, const hcnn_exec *ex,
+                             int n, int nt, hcnn_pieces *fwd, hcnn_pieces *bwd)
+{
+    (void)op, (void)ex, (void)nt;
+    const fake_cut *f = be->state;
+    fwd->nphases = bwd->nphases = 0;
+    hcnn_pieces_push(fwd, "forward", f->pieces, 1.0 * n, f->largest * n, 1);
+    hcnn_pieces_push(bwd, "backward", f->pieces, 2.0 * n, f->largest * 2.0 * n, 1);
+}
+
+/* A node whose core is this "machine's" (core_ratio 1) and whose memory
+ * never bounds a pass: the price is the pieces' arithmetic alone. */
+static const hcnn_node NODE = {.name = "test", .cores = 64, .peak_gflops = 64 * 100.0,
+                               .bandwidth_gbs = 1e9, .core_bandwidth_gbs = 1e9,
+                               .llc_mib = 1e9, .barrier_us = 0.0, .assumed = 1};
+
+static int has_gemm(const hcnn_layer *l)
+{
+    int g = hcnn_layer_is_gemm(l);
+    for (int j = 0; j < l->nchildren; j++)
+        g |= has_gemm(&l->children[j]);
+    return g;
+}
+
+/* made-up times of a pass of n samples measured on one thread: each block
+ * 1 ms forward and 2 ms backward x its index + 1, split between its GEMM
+ * layers (3/4 if it has any) and the others (what is left: all of a block
+ * without GEMM layers; a convolution alone has none) */
+static hcnn_pass_measured measured(const hcnn_net *net, int n, double *total)
+{
+    hcnn_pass_measured m;
+    memset(&m, 0, sizeof m);
+    m.n = n, m.threads = 1, m.core_gflops = 100.0;
+    *total = 0.0;
+    for (int i = 0; i < net->nlayers; i++) {
+        const hcnn_layer *l = &net->layers[i];
+        m.fwd[i] = 1e-3 * (i + 1), m.bwd[i] = 2e-3 * (i + 1);
+        const double other = hcnn_layer_is_gemm(l) ? 0.0 : has_gemm(l) ? 0.25 : 1.0;
+        m.fwd_mem[i] = other * m.fwd[i], m.bwd_mem[i] = other * m.bwd[i];
+        *total += m.fwd[i] + m.bwd[i];
+    }
+    return m;
+}
+
+static double pass_seconds(const hcnn_net *net, const hcnn_pass_cost *c)
+{
+    double s = 0.0;
+    for (int i = 0; i < net->nlayers; i++)
+        s += c->fwd[i] + c->bwd[i];
+    return s;
+}
+
+/* The priced passes of n samples on `threads` threads when every pass
+ * offers cut->pieces pieces */
+static double priced(hcnn_backend *be, model *m, fake_cut *cut, int n, int threads,
+                     double barrier_s, double *work, hcnn_pass_cost *c)
+{
+    be->state = cut;
+    hcnn_plan_cuts here, there;
+    assert_int_equal(hcnn_plan_cuts_make(&m->net, n, 1, &here), 0);
+    assert_int_equal(hcnn_plan_cuts_make(&m->net, n, threads, &there), 0);
+    const hcnn_pass_measured pm = measured(&m->net, n, work);
+    assert_int_equal(hcnn_price_pass(&m->net, &NODE, threads, &pm, &here, &there, barrier_s, c), 0);
+    return pass_seconds(&m->net, c);
+}
+
+static hcnn_backend *fake_backend(void)
+{
+    hcnn_backend *be = malloc(sizeof *be);
+    assert_non_null(be);
+    *be = *hcnn_backend_cpu();
+    be->pass_pieces = fake_pass_pieces;
+    return be;
+}
+
+/* 16 samples on 64 threads: a pass offering fewer pieces than threads is
+ * priced slower than one offering as many; the threads take whole pieces
+ * (72 pieces: two rounds, as slow as 36); 64 pieces or more spread the
+ * measured work over all threads; on the measurement's own thread count the
+ * price is the measurement. */
+static void test_fewer_pieces_priced_slower(void **state)
+{
+    (void)state;
+    hcnn_backend *be = fake_backend();
+    model *m = model_load("configs/synthetic_resnet.yaml", be);
+    hcnn_pass_cost *c = malloc(sizeof *c);
+    assert_non_null(c);
+    const long counts[] = {8, 16, 36, 64, 72, 256};
+    double t[6], work = 0.0;
+    for (int k = 0; k < 6; k++) {
+        fake_cut cut = {counts[k], 0.0};
+        t[k] = priced(be, m, &cut, 16, 64, 0.0, &work, c);
+        printf("  %3ld pieces: %.6f s (measured on one thread %.6f s)\n", counts[k], t[k], work);
+        assert_true(c->below_threads);
+    }
+    assert_true(t[0] > t[1] && t[1] > t[2] && t[2] > t[3]);
+    assert_true(fabs(t[0] / t[3] - 8.0) < 1e-9); /* 8 of 64 threads at work */
+    assert_true(fabs(t[4] / t[2] - 1.0) < 1e-9); /* 72 pieces take two rounds, as 36 do one */
+    assert_true(fabs(t[3] - work / 64) < 1e-12 * work);
+    assert_true(fabs(t[5] - t[3]) < 1e-12 * work);
+    fake_cut one = {64, 0.0};
+    assert_true(fabs(priced(be, m, &one, 16, 1, 0.0, &work, c) - work) < 1e-12 * work);
+    free(c);
+    model_free(m);
+    free(be);
+}
+
+/* A pass whose largest piece holds half its work takes at least that half,
+ * whatever the threads */
+static void test_largest_piece_bounds(void **state)
+{
+    (void)state;
+    hcnn_backend *be = fake_backend();
+    model *m = model_load("configs/synthetic_resnet.yaml", be);
+    hcnn_pass_cost *c = malloc(sizeof *c);
+    assert_non_null(c);
+    double work = 0.0;
+    fake_cut cut = {65, 0.5};
+    const double t64 = priced(be, m, &cut, 16, 64, 0.0, &work, c),
+                 t256 = priced(be, m, &cut, 16, 256, 0.0, &work, c);
+    assert_true(fabs(t64 - 0.5 * work) < 1e-12 * work);
+    assert_true(fabs(t256 - 0.5 * work) < 1e-12 * work);
+    free(c);
+    model_free(m);
+    free(be);
+}
+
+/* The pass of n samples is priced from that pass's own measurement: not
+ * from another n (the former model priced fewer samples than threads as
+ * one image a thread scaled by n / T) */
+static void test_priced_from_its_own_pass(void **state)
+{
+    (void)state;
+    hcnn_backend *be = fake_backend();
+    model *m = model_load("configs/synthetic_resnet.yaml", be);
+    fake_cut cut = {64, 0.0};
+    be->state = &cut;
+    hcnn_plan_cuts here, there;
+    assert_int_equal(hcnn_plan_cuts_make(&m->net, 16, 1, &here), 0);
+    assert_int_equal(hcnn_plan_cuts_make(&m->net, 16, 64, &there), 0);
+    double work;
+    hcnn_pass_measured one_image = measured(&m->net, 1, &work);
+    hcnn_pass_cost *c = malloc(sizeof *c);
+    assert_non_null(c);
+    assert_int_not_equal(
+        hcnn_price_pass(&m->net, &NODE, 64, &one_image, &here, &there, 0.0, c), 0);
+    free(c);
+    model_free(m);
+    free(be);
+}
+
+/* Each phase's barrier there is added once per phase; the barriers here
+ * are taken out of the measured time before it is spread */
+static void test_barriers_counted(void **state)
+{
+    (void)state;
+    hcnn_backend *be = fake_backend();
+    model *m = model_load("configs/synthetic_resnet.yaml", be);
+    hcnn_pass_cost *c = malloc(sizeof *c);
+    assert_non_null(c);
+    fake_cut cut = {64, 0.0};
+    double work;
+    const double plain = priced(be, m, &cut, 16, 64, 0.0, &work, c);
+    const double with = priced(be, m, &cut, 16, 64, 1e-6, &work, c);
+    int phases = 0;
+    for (int i = 0; i < m->net.nlayers; i++)
+        for (int g = 0; g < HCNN_CUTS; g++)
+            phases += c->cuts.phases[i][g];
+    assert_true(phases > 0);
+    assert_true(fabs(with - plain - phases * 1e-6) < 1e-12 * work);
+    assert_true(fabs(c->barrier_s - phases * 1e-6) < 1e-15 * phases);
+    free(c);
+    model_free(m);
+    free(be);
+}
+
+/* ---- the CPU backend's pass_pieces: the counts its kernels use -------------------- */
+
+static int has_phase(const hcnn_pieces *p, long pieces)
+{
+    for (int k = 0; k < p->nphases; k++)
+        if (p->phase[k].pieces == pieces)
+            return 1;
+    return 0;
+}
+
+static void check_conv(const hcnn_backend *be, const hcnn_layer *l, const hcnn_exec *ex, int n,
+                       int nt, int need_dx)
+{
+    const hcnn_conv_desc d = {.g = l->conv, .out_c = l->out_c};
+    const hcnn_op op = {.kind = HCNN_OP_CONV, .conv = &d, .need_dx = need_dx,
+                        .has_bias = l->has_bias};
+    hcnn_pieces f, b;
+    be->pass_pieces(be, &op, ex, n, nt, &f, &b);
+    hcnn_conv_plan p;
+    hcnn_exec big = *ex;
+    big.ws_floats = (size_t)-1;
+    hcnn_conv_plan_make(&d, &big, n, 0, &p);
+    if (p.wino) {
+        hcnn_wino_phases ph;
+        hcnn_wino_pieces(&d, &big, p.wino, n, nt, &ph);
+        if (!has_phase(&f, ph.fwd[0]) || !has_phase(&f, ph.fwd[1]) || !has_phase(&f, ph.fwd[2]))
+            fail_msg("%s, %d images, %d threads: forward phases lack Winograd's %ld/%ld/%ld",
+                     l->name, n, nt, ph.fwd[0], ph.fwd[1], ph.fwd[2]);
+        if (p.wino_dw && !has_phase(&b, ph.dw[1]))
+            fail_msg("%s: no weight-gradient GEMM phase of %ld pieces", l->name, ph.dw[1]);
+        if (need_dx && !has_phase(&b, ph.dx[1]))
+            fail_msg("%s: no input-gradient GEMM phase of %ld pieces", l->name, ph.dx[1]);
+    } else if (p.per_thread) {
+        if (!has_phase(&f, p.nitems) || !has_phase(&b, p.nchunks + (need_dx ? p.ndx : 0)))
+            fail_msg("%s, %d images: per-thread items %d, chunks %d + input-gradient items %d "
+                     "not among the phases",
+                     l->name, n, p.nitems, p.nchunks, p.ndx);
+    } else {
+        int partial;
+        const int gemm = hcnn_cpu_gemm_pieces(l->out_c, p.group * hcnn_conv_p(&d),
+                                              hcnn_conv_k(&d), hcnn_pieces_for(n), &partial);
+        if (p.group > 1 && !has_phase(&f, gemm))
+            fail_msg("%s, %d images: the batched GEMM's %d pieces not among the phases",
+                     l->name, n, gemm);
+    }
+}
+
+static void conv_layers(const hcnn_backend *be, const hcnn_layer *l, const hcnn_exec *ex, int n,
+                        int need_dx, int *seen)
+{
+    if (l->kind == HCNN_BLOCK_CONV) {
+        static const int nts[] = {2, 64};
+        for (int t = 0; t < 2; t++)
+            check_conv(be, l, ex, n, nts[t], need_dx);
+        (*seen)++;
+    }
+    for (int j = 0; j < l->nchildren; j++)
+        conv_layers(be, &l->children[j], ex, n, 1, seen);
+}
+
+static void test_cpu_pieces_are_its_plans(void **state)
+{
+    (void)state;
+    model *m = model_load("configs/cifar_resnet18.yaml", hcnn_backend_cpu());
+    const hcnn_exec ex = {.max_chunk_floats = m->net.chunk_floats, .conv_algo = m->net.conv_algo,
+                          .weights_key = 1};
+    static const int ns[] = {1, 2, 8, 16, 64};
+    for (int k = 0; k < 5; k++) {
+        int seen = 0;
+        for (int i = 0; i < m->net.nlayers; i++)
+            conv_layers(m->net.be, &m->net.layers[i], &ex, ns[k], i > 0, &seen);
+        assert_int_equal(seen, 20); /* ResNet-18's convolutions */
+    }
+    model_free(m);
+}
+
+/* Whole-network execution: every block's passes are the units' (one unit a
+ * thread), LeNet-5 at 256 samples on 16 threads among them */
+static void test_units_cut_whole_passes(void **state)
+{
+    (void)state;
+    model *m = model_load("configs/mnist_lenet.yaml", hcnn_backend_cpu());
+    const int n = 256, threads = 16, unit = m->net.be->unit_images(m->net.be, n);
+    assert_true(unit > 0);
+    const int units = (n + unit - 1) / unit;
+    hcnn_plan_cuts c;
+    assert_int_equal(hcnn_plan_cuts_make(&m->net, n, threads, &c), 0);
+    assert_int_equal(c.units, units);
+    const double share = (double)((units + threads - 1) / threads) / units;
+    printf("  LeNet-5, %d samples: %d units of %d; %d threads do %.3f of the work each\n", n,
+           units, unit, threads, share);
+    for (int i = 0; i < m->net.nlayers; i++)
+        for (int g = 0; g < HCNN_CUTS; g++)
+            assert_true(fabs(c.share[i][g] - share) < 1e-15);
+    model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fewer_pieces_priced_slower),
+        cmocka_unit_test(test_largest_piece_bounds),
+        cmocka_unit_test(test_priced_from_its_own_pass),
+        cmocka_unit_test(test_barriers_counted),
+        cmocka_unit_test(test_cpu_pieces_are_its_plans),
+        cmocka_unit_test(test_units_cut_whole_passes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
