@@ -126,6 +126,9 @@ void hcnn_bf16_widen(const float *x, size_t n, float *y)
     widen_loop(x, n, y);
 }
 
+#ifdef HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+
 /* rows x cols of x (row stride ld) rounded into y, packed (row stride cols) */
 static void round_rows(const float *x, int rows, int cols, int ld, uint16_t *y)
 {
@@ -133,8 +136,6 @@ static void round_rows(const float *x, int rows, int cols, int ld, uint16_t *y)
         hcnn_bf16_round(x + (size_t)r * ld, (size_t)cols, y + (size_t)r * cols);
 }
 
-#ifdef HAVE_ONEDNN
-#include <oneapi/dnnl/dnnl.h>
 
 /* One shape's primitive on one thread. */
 typedef struct bf16_prim {

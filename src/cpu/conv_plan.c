@@ -392,7 +392,15 @@ size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
     const size_t batched = (size_t)chunk * hcnn_conv_ws_per_sample(l) +
                            (bf16 ? hcnn_conv_batched_bf16_floats(l, chunk) : 0);
     const int nt = ctx->in_unit ? 1 : hcnn_cpu_threads(NULL);
-    const size_t per_thread = hcnn_conv_per_thread_ws(l, ctx, capacity, nt, bf16);
+    /* the per-thread plan of a call on fewer images may take more: its
+     * smaller groups give more partial sums of the weights' gradient (a
+     * pass's remainder, an evaluation's last batch); a workspace short of
+     * it would switch that call to the batched plan, other bits */
+    size_t per_thread = 0;
+    for (int n = 1; n <= capacity; n++) {
+        const size_t need = hcnn_conv_per_thread_ws(l, ctx, n, nt, bf16);
+        per_thread = need > per_thread ? need : per_thread;
+    }
     const size_t wino = wino_ws_most(l, ctx, capacity, nt);
     const size_t most = per_thread > batched ? per_thread : batched;
     return wino > most ? wino : most;

@@ -111,18 +111,32 @@ static size_t weights_floats(const wino_shape *s)
  * the chunks the call needs (8 images under a cap of 7 go as 4 + 4, not
  * 7 + 1: a one-image chunk's phases offer the threads a seventh of the
  * pieces). */
-static int chunk_images(const wino_shape *s, const hcnn_exec *ctx, int n)
+static size_t chunk_cap(const wino_shape *s, const hcnn_exec *ctx)
 {
     size_t cap = WINO_CHUNK_FLOATS > weights_floats(s) ? WINO_CHUNK_FLOATS : weights_floats(s);
     cap = cap < ctx->max_chunk_floats ? cap : ctx->max_chunk_floats;
-    size_t nc = cap / tile_floats(s);
-    nc = nc < 1 ? 1 : nc;
+    const size_t nc = cap / tile_floats(s);
+    return nc < 1 ? 1 : nc;
+}
+
+static int chunk_images(const wino_shape *s, const hcnn_exec *ctx, int n)
+{
+    const size_t nc = chunk_cap(s, ctx);
     if (n <= 0)
         return 1;
     if ((size_t)n <= nc)
         return n;
     const size_t chunks = ((size_t)n + nc - 1) / nc;
     return (int)(((size_t)n + chunks - 1) / chunks);
+}
+
+/* The largest chunk of any call on up to n images.  Not chunk_images(n):
+ * evened out, 64 images under a cap of 40 go as 32 + 32, but a call on 40
+ * takes them in one chunk. */
+static int chunk_images_most(const wino_shape *s, const hcnn_exec *ctx, int n)
+{
+    const size_t nc = chunk_cap(s, ctx);
+    return n <= 0 ? 1 : (size_t)n < nc ? n : (int)nc;
 }
 
 /* The input gradient's seams: the a - m input rows a band of tile rows
@@ -885,7 +899,7 @@ size_t hcnn_wino_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n,
     if (!m)
         return 0;
     const wino_shape f = forward_shape(l, m);
-    return call_floats(&f, chunk_images(&f, ctx, n), nt);
+    return call_floats(&f, chunk_images_most(&f, ctx, n), nt);
 }
 
 /* ---- the transformed weights a step keeps --------------------------------- */
@@ -960,7 +974,9 @@ static int run(wino_job *j, const hcnn_conv_desc *l, int weights,
     j->nc = chunk_images(&j->s, j->ctx, j->n);
     job_layout(j);
     if (call_floats(&j->s, j->nc, nt) > j->ctx->ws_floats)
-        return hcnn_error("Winograd convolution: workspace of %zu floats, %zu needed",
+        return hcnn_error("Winograd convolution F(%dx%d) of %d x %d x %d -> %d channels on %d "
+                          "images: workspace of %zu floats, %zu needed",
+                          j->s.m, j->s.m, j->s.cin, j->s.h, j->s.w, j->s.cout, j->n,
                           j->ctx->ws_floats, call_floats(&j->s, j->nc, nt));
     if (weights) {
         const int rc = prepare_weights(j, l);

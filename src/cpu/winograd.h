@@ -10,8 +10,8 @@
 
 /* Whether Winograd can run the layer at all: 3x3, stride 1, padding <= 2. */
 int hcnn_wino_applies(const hcnn_conv_desc *l);
-/* Workspace floats of its calls on n images with nt threads (the largest
- * of the forward's and the input gradient's). */
+/* Workspace floats that cover every call on up to n images with nt threads
+ * (the forward's, the input gradient's and the weights' gradient's). */
 size_t hcnn_wino_ws(const hcnn_conv_desc *l, const hcnn_exec *ctx, int m, int n, int nt);
 /* y = conv(x) + b over n images.  bf (precision bf16, bf16.h): the GEMMs'
  * inputs (the transformed tiles and weights) rounded to bfloat16; NULL:
