@@ -414,57 +414,60 @@ static void test_pieces_at_batch_8(void **state)
  * call on every n <= capacity (a pass's remainder, an evaluation's last
  * batch), with the same bits as a workspace sized for n: the plan never
  * changes for want of room.  The chunk cap splits capacity unevenly on
- * purpose: 12 images under a cap of 5 go as 4 + 4 + 4, a call on 5 as one
- * chunk of 5 (F(4x4) here: a cap of 8, 6 + 6 against 8). */
+ * purpose: on 128 channels of 4x4, F(2x2) takes 16384 floats an image, so
+ * 12 images under a cap of 5 go as 4 + 4 + 4 and a call on 5 as one chunk
+ * of 5 (F(4x4): 9216 an image, a cap of 8, 6 + 6 against 8); there the
+ * Winograd workspace is the largest (per-thread plans need 64 pixels).  On
+ * 32 channels of 8x8 the per-thread plan's is. */
 static void test_workspace_for_fewer_images(void **state)
 {
     (void)state;
     enum { CAPACITY = 12 };
-    const shape s0 = {CAPACITY, 32, 8, 8, 32, 1};
+    const shape shapes_ws[] = {{CAPACITY, 128, 4, 4, 128, 1}, {CAPACITY, 32, 8, 8, 32, 1}};
     const hcnn_conv_algo algos[] = {HCNN_CONV_WINOGRAD_F2, HCNN_CONV_WINOGRAD_F4, HCNN_CONV_AUTO,
                                     HCNN_CONV_PER_THREAD};
-    uint64_t seed = 91;
-    const size_t nx1 = (size_t)s0.c * s0.h * s0.w, nw = (size_t)s0.oc * s0.c * 9;
-    const size_t ny1 = (size_t)s0.oc * out_size(&s0, s0.h) * out_size(&s0, s0.w);
-    float *x = random_floats(nx1 * CAPACITY, -1, 1, &seed), *w = random_floats(nw, -1, 1, &seed);
-    float *dy = random_floats(ny1 * CAPACITY, -1, 1, &seed);
-    float *got[3], *want[3];
-    const size_t sizes[3] = {ny1 * CAPACITY, nx1 * CAPACITY, nw};
-    for (int p = 0; p < 3; p++) {
-        got[p] = malloc(sizes[p] * sizeof(float)), want[p] = malloc(sizes[p] * sizeof(float));
-        assert_true(got[p] && want[p]);
-    }
-    for (size_t a = 0; a < sizeof algos / sizeof *algos; a++)
-        for (int n = 1; n <= CAPACITY; n++) {
-            shape s = s0;
-            s.n = n;
-            conv_run big, exact;
-            s.n = CAPACITY;
-            run_init(&big, &s, algos[a]);
-            s.n = n;
-            run_init(&exact, &s, algos[a]);
-            /* a 32-channel 8x8 chunk: 16384 floats a F(2x2) image, 9216 a F(4x4) one */
-            const size_t chunk = 5 * 16384;
-            free(big.ex.ws), free(exact.ex.ws);
-            big.ex.max_chunk_floats = exact.ex.max_chunk_floats = chunk;
-            big.ex.ws_floats = big.be->conv_workspace(big.be, &big.d, &big.ex, CAPACITY);
-            exact.ex.ws_floats = exact.be->conv_workspace(exact.be, &exact.d, &exact.ex, n);
-            big.ex.ws = malloc(big.ex.ws_floats * sizeof(float));
-            exact.ex.ws = malloc(exact.ex.ws_floats * sizeof(float));
-            assert_true(big.ex.ws && exact.ex.ws);
-            run_all(&big, &s, x, w, dy, got[0], got[1], got[2]);
-            run_all(&exact, &s, x, w, dy, want[0], want[1], want[2]);
-            const size_t used[3] = {ny1 * n, nx1 * n, nw};
-            for (int p = 0; p < 3; p++)
-                if (memcmp(got[p], want[p], used[p] * sizeof(float)))
-                    fail_msg("conv_algo %d, %d of up to %d images: result %d differs from a "
-                             "workspace sized for %d",
-                             (int)algos[a], n, CAPACITY, p, n);
-            free(big.ex.ws), free(exact.ex.ws);
+    const size_t chunk = 5 * 16384;
+    for (size_t k = 0; k < sizeof shapes_ws / sizeof *shapes_ws; k++) {
+        const shape *s0 = &shapes_ws[k];
+        uint64_t seed = 91 + k;
+        const size_t nx1 = (size_t)s0->c * s0->h * s0->w, nw = (size_t)s0->oc * s0->c * 9;
+        const size_t ny1 = (size_t)s0->oc * out_size(s0, s0->h) * out_size(s0, s0->w);
+        float *x = random_floats(nx1 * CAPACITY, -1, 1, &seed);
+        float *w = random_floats(nw, -1, 1, &seed), *dy = random_floats(ny1 * CAPACITY, -1, 1, &seed);
+        float *got[3], *want[3];
+        const size_t sizes[3] = {ny1 * CAPACITY, nx1 * CAPACITY, nw};
+        for (int p = 0; p < 3; p++) {
+            got[p] = malloc(sizes[p] * sizeof(float)), want[p] = malloc(sizes[p] * sizeof(float));
+            assert_true(got[p] && want[p]);
         }
-    for (int p = 0; p < 3; p++)
-        free(got[p]), free(want[p]);
-    free(x), free(w), free(dy);
+        for (size_t a = 0; a < sizeof algos / sizeof *algos; a++)
+            for (int n = 1; n <= CAPACITY; n++) {
+                shape s = *s0;
+                s.n = n;
+                conv_run big, exact;
+                run_init(&big, &s, algos[a]);
+                run_init(&exact, &s, algos[a]);
+                free(big.ex.ws), free(exact.ex.ws);
+                big.ex.max_chunk_floats = exact.ex.max_chunk_floats = chunk;
+                big.ex.ws_floats = big.be->conv_workspace(big.be, &big.d, &big.ex, CAPACITY);
+                exact.ex.ws_floats = exact.be->conv_workspace(exact.be, &exact.d, &exact.ex, n);
+                big.ex.ws = malloc(big.ex.ws_floats * sizeof(float));
+                exact.ex.ws = malloc(exact.ex.ws_floats * sizeof(float));
+                assert_true(big.ex.ws && exact.ex.ws);
+                run_all(&big, &s, x, w, dy, got[0], got[1], got[2]);
+                run_all(&exact, &s, x, w, dy, want[0], want[1], want[2]);
+                const size_t used[3] = {ny1 * n, nx1 * n, nw};
+                for (int p = 0; p < 3; p++)
+                    if (memcmp(got[p], want[p], used[p] * sizeof(float)))
+                        fail_msg("%d channels of %dx%d, conv_algo %d, %d of up to %d images: "
+                                 "result %d differs from a workspace sized for %d",
+                                 s.c, s.h, s.w, (int)algos[a], n, CAPACITY, p, n);
+                free(big.ex.ws), free(exact.ex.ws);
+            }
+        for (int p = 0; p < 3; p++)
+            free(got[p]), free(want[p]);
+        free(x), free(w), free(dy);
+    }
 }
 
 int main(void)
