@@ -19,7 +19,10 @@
 # anything: R >= 0.97.  The machine is shared: run nothing else meanwhile.
 #
 # Environment: THREADS (speed: default 2), ROUNDS, BATCHES, MODELS (default
-# "lenet resnet18"), KERNELS (speed: blas_kernels, default env), STEPS
+# "lenet resnet18"), KERNELS (speed: blas_kernels, default env), A_SET and
+# B_SET (speed: "key=value ..." set on A's and on B's runs only, e.g. one
+# binary against itself: B_SET="precision=bf16" bench/compare_builds.sh
+# speed ./hcnn ./hcnn), STEPS
 # (same: default 6 for LeNet-5, 3 for ResNet-18), MPIRUN (default: mpirun
 # as root, bounded).
 set -uo pipefail
@@ -91,6 +94,12 @@ fi
 rounds=${ROUNDS:-7}
 threads=${THREADS:-2}
 kernels=${KERNELS:-env}
+sets() { # "k=v k2=v2" -> --set k=v --set k2=v2
+    local kv
+    for kv in $1; do printf '%s\n' --set "$kv"; done
+}
+mapfile -t a_set < <(sets "${A_SET:-}")
+mapfile -t b_set < <(sets "${B_SET:-}")
 rate() { # bin model-args...: images/s of one hcnn bench
     local bin=$1
     shift
@@ -98,15 +107,15 @@ rate() { # bin model-args...: images/s of one hcnn bench
         --warmup 2 --repeats 3 --steps 3 2>/dev/null | sed -n 's/^images_per_s=//p' | tail -n 1
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $threads threads, blas_kernels $kernels, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $threads threads, blas_kernels $kernels, A_SET '${A_SET:-}', B_SET '${B_SET:-}', load $(cut -d' ' -f1-3 /proc/loadavg)"
 for model in ${MODELS:-lenet resnet18}; do
     for batch in ${BATCHES:-64}; do
         if [ "$model" = lenet ]; then args=(--config "$here/configs/mnist_lenet.yaml" --set batch_size="$batch")
         else args=(--config "$here/configs/cifar_resnet18.yaml" --set batch_size="$batch"); fi
         ratios=() as=() bs=()
         for r in $(seq 1 "$rounds"); do
-            if [ $((r % 2)) -eq 1 ]; then a=$(rate "$A" "${args[@]}"); b=$(rate "$B" "${args[@]}")
-            else b=$(rate "$B" "${args[@]}"); a=$(rate "$A" "${args[@]}"); fi
+            if [ $((r % 2)) -eq 1 ]; then a=$(rate "$A" "${args[@]}" "${a_set[@]}"); b=$(rate "$B" "${args[@]}" "${b_set[@]}")
+            else b=$(rate "$B" "${args[@]}" "${b_set[@]}"); a=$(rate "$A" "${args[@]}" "${a_set[@]}"); fi
             q=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.4f", b / a; else print "nan" }')
             echo "round=$r model=$model batch=$batch a_images_per_s=${a:-none} b_images_per_s=${b:-none} ratio=$q"
             ratios+=("$q") as+=("${a:-0}") bs+=("${b:-0}")
