@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The structure the code promises (include, call and symbol boundaries),
 # checked on the built objects: a boundary a change crosses fails here.
-# - winograd.o uses nothing defined in conv_plan.o: the convolution plan
+# - winograd.o and winograd_plan.o (how a Winograd call is cut) use nothing
+#   defined in conv_plan.o: the convolution plan
 #   holds the whole Winograd choice and hands winograd.c its tile; the two
 #   once called each other (the choice split between them, recomputed at 13
 #   call sites).
@@ -12,14 +13,19 @@ defined() { nm --defined-only -g "$1" 2>/dev/null | awk '{print $3}' | sort -u; 
 undefined() { nm -u "$1" 2>/dev/null | awk '{print $2}' | sort -u; }
 
 case_begin winograd_uses_nothing_of_conv_plan
-W="$HCNN_BUILDDIR/src/cpu/winograd.o" P="$HCNN_BUILDDIR/src/cpu/conv_plan.o"
+P="$HCNN_BUILDDIR/src/cpu/conv_plan.o"
+objs=("$HCNN_BUILDDIR/src/cpu/winograd.o" "$HCNN_BUILDDIR/src/cpu/winograd_plan.o")
 if ! command -v nm >/dev/null; then
     case_skip "nm not found (Debian package binutils)"
-elif [ ! -f "$W" ] || [ ! -f "$P" ]; then
-    case_fail "objects not found: $W $P"
+elif [ ! -f "${objs[0]}" ] || [ ! -f "${objs[1]}" ] || [ ! -f "$P" ]; then
+    case_fail "objects not found: ${objs[*]} $P"
 else
-    both=$(comm -12 <(undefined "$W") <(defined "$P") | tr '\n' ' ')
-    if [ -z "$both" ]; then case_ok; else case_fail "winograd.o uses conv_plan.o's $both"; fi
+    used=""
+    for W in "${objs[@]}"; do
+        both=$(comm -12 <(undefined "$W") <(defined "$P") | tr '\n' ' ')
+        [ -z "$both" ] || used="$used $(basename "$W") uses conv_plan.o's $both;"
+    done
+    if [ -z "$used" ]; then case_ok; else case_fail "$used"; fi
 fi
 
 finish
