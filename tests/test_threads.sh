@@ -59,6 +59,15 @@ across() {
 across lenet_b64 "$LENET" "${SYN[@]}" batch_size=64 max_steps=4
 across lenet_b8 "$LENET" "${SYN[@]}" batch_size=8 max_steps=6
 across lenet_batched_b8 "$LENET" "${SYN[@]}" batch_size=8 max_steps=6 conv_algo=batched
+# OMP_NUM_THREADS as a list (4,4: libgomp makes nested regions active): the
+# layers' regions inside the whole-network units still run one thread each
+# (the CPU backend holds OpenMP to one active level), the same bits
+case_begin lenet_b64_omp_num_threads_list
+OMP_NUM_THREADS=4,4 timeout 300 "$HCNN" train --config "$LENET" -q --set csv= --set threads=0 \
+    --set blas_kernels=env --set checkpoint_dir="$WORK/lenet_list" --set dataset=synthetic \
+    --set synthetic_train=300 --set synthetic_test=32 --set batch_size=64 --set max_steps=4 \
+    >"$WORK/lenet_list.log" 2>&1
+identical lenet_b64-1 lenet_list
 # the small residual network: batch-norm couples the samples, so blocks
 # run one after another, convolutions on per-thread items (12x12 planes)
 # or batched (6x6)

@@ -220,10 +220,17 @@ const hcnn_backend *hcnn_backend_cpu(void)
 }
 
 /* The instance: the table in memory of its own with its state (the
- * precision; FP32 to start), the BLAS held to one thread per call. */
+ * precision; FP32 to start), the BLAS held to one thread per call, and
+ * OpenMP to one active level: the layers' regions inside a unit of
+ * whole-network execution, or inside any other region, run on the thread
+ * that meets them, as the plans assume (hcnn_cpu_threads is 1 there and
+ * their workspace slices are one thread's).  A list in OMP_NUM_THREADS
+ * ("4,4") or OMP_MAX_ACTIVE_LEVELS would otherwise make them teams of
+ * their own: LeNet-5 trained another model (tests/test_threads.sh). */
 int hcnn_backend_cpu_create(hcnn_backend **be)
 {
     hcnn_blas_single_threaded();
+    omp_set_max_active_levels(1);
     *be = hcnn_alloc(sizeof **be, "CPU backend");
     if (!*be)
         return HCNN_ENOMEM;
