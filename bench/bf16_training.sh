@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Does precision bf16 harm training (issue 38)?  ResNet-18 on Fashion-MNIST,
 # 300 steps at batch 64 (5 epochs of 3840 images), SEEDS seeds in each
-# precision (conv_algo auto in both: FP32 takes Winograd on its 3x3 layers,
-# bf16 the im2col plans); each bf16 run's final train loss, test loss and
+# precision (conv_algo auto in both: Winograd F(4x4) on the 3x3 layers of
+# >= 32 channels whose pass has >= 32 tiles, F(2x2) below, the im2col plans
+# for the rest; in bf16 their GEMMs' inputs rounded); each bf16 run's final
+# train loss, test loss and
 # test accuracy must lie inside the FP32 runs' range widened by its width
 # (bench/train_compare.sh does the work; its exit status is the strict
 # range's, this script's the widened one's, the issue's criterion).

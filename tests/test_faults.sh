@@ -398,7 +398,8 @@ for split in train t10k; do
     { printf '\x00\x00\x08\x03\x00\x00\x02\x00\x00\x00\x00\x0c\x00\x00\x00\x0c'; head -c 73728 /dev/urandom; } >"$WORK/vanish/$split-images-idx3-ubyte"
     { printf '\x00\x00\x08\x01\x00\x00\x02\x00'; head -c 512 /dev/urandom | od -An -v -tu1 | tr -s ' ' '\n' | grep . | awk '{printf "%c", $1 % 4}'; } >"$WORK/vanish/$split-labels-idx1-ubyte"
 done
-launch vanish 2 --set strategy=data --set dataset=mnist --set data_dir="$WORK/vanish" --set epochs=400 \
+# (a loaded machine took over 60 s for the 400 epochs: SIGTERM mid-run)
+LIMIT=180 launch vanish 2 --set strategy=data --set dataset=mnist --set data_dir="$WORK/vanish" --set epochs=400 \
     --set model.classes=10 --set model.blocks.7.out=10 &
 job=$!
 for _ in $(seq 1 200); do grep -q '^epoch=1 ' "$WORK/vanish.log" 2>/dev/null && break; sleep 0.05; done
