@@ -136,7 +136,6 @@ static void round_rows(const float *x, int rows, int cols, int ld, uint16_t *y)
         hcnn_bf16_round(x + (size_t)r * ld, (size_t)cols, y + (size_t)r * cols);
 }
 
-
 /* One shape's primitive on one thread. */
 typedef struct bf16_prim {
     int ta, tb, m, n, k, lda, ldb, ldc;

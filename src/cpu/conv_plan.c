@@ -397,7 +397,7 @@ size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
      * target changes at 32 images, so nothing makes its workspace the
      * smaller (ResNet-18's and LeNet-5's layers: none larger, measured); a
      * workspace short of it would switch that call to the batched plan,
-     * other bits.  The most over every n, as Winograd's (winograd.c). */
+     * other bits.  The most over every n, as Winograd's (winograd_plan.c). */
     size_t per_thread = 0;
     for (int n = 1; n <= capacity; n++) {
         const size_t need = hcnn_conv_per_thread_ws(l, ctx, n, nt, bf16);
