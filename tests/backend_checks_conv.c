@@ -677,7 +677,10 @@ static int offers_bf16(hcnn_backend *be)
 static int conv_bf16_cases(const hcnn_backend *be, char *why, size_t cap)
 {
     char what[256];
-    static const size_t execs[] = {0, 3}; /* auto; chunks of 3000 floats, workspace for n+2 */
+    /* per-thread; batched, chunks of 3000 floats, workspace for n+2.  Not
+     * auto: the CPU's keeps FP32 on products where bf16 loses, all of
+     * these small cases (conv_plan.c; tests/test_layers.c) */
+    static const size_t execs[] = {4, 3};
     for (size_t c = 0; c < NCONV; c++) {
         const int mark = arena_mark();
         conv_env e;

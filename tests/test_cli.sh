@@ -157,6 +157,34 @@ else
     bf16_refused bf16_refused_rebuild_check "$HCNN" train "${BF16[@]}" --check
 fi
 
+# precision bf16 under conv_algo auto: LeNet-5's convolutions, whose
+# products bf16 loses on, keep FP32, and the run header and hcnn bench's
+# "# plan" lines say so; conv_algo per_thread rounds them and says nothing
+# (conv_plan.c, hcnn_conv_bf16; the bits: tests/test_layers.c)
+case_begin bf16_auto_keeps_fp32_said
+bf16_state
+LENET_CFG="$HCNN_SRCDIR/configs/mnist_lenet.yaml"
+if [ "$BF16_STATE" = run ]; then
+    "$HCNN" bench --config "$LENET_CFG" --set precision=bf16 --warmup 0 --steps 1 --repeats 1 \
+        >"$WORK/kept.out" 2>&1
+    rc=$?
+    "$HCNN" bench --config "$LENET_CFG" --set precision=bf16 --set conv_algo=per_thread \
+        --warmup 0 --steps 1 --repeats 1 >"$WORK/kept_pt.out" 2>&1
+    rc_pt=$?
+    if [ $rc -eq 0 ] && [ $rc_pt -eq 0 ] &&
+        grep -q '^hcnn: convolution plans (layers of the model): .*; 2 kept in FP32 (' "$WORK/kept.out" &&
+        [ "$(grep -c '^# plan conv[12]: .*; kept in FP32 (conv_algo auto: bf16 loses' "$WORK/kept.out")" -eq 2 ] &&
+        ! grep -q 'kept in FP32' "$WORK/kept_pt.out"; then
+        case_ok
+    else
+        case_fail "exit $rc / $rc_pt: $(grep -E 'convolution plans|^# plan' "$WORK/kept.out" "$WORK/kept_pt.out")"
+    fi
+elif [ "$BF16_STATE" = fail ]; then
+    case_fail "this CPU shows bf16 instructions, yet: $BF16_WHY"
+else
+    case_skip "precision bf16 does not run here: $BF16_WHY"
+fi
+
 # --version names oneDNN (its version and ISA, or how to build with it) and
 # the precisions this CPU runs; capped below bf16, bf16 is not among them
 case_begin version_names_onednn_and_precisions

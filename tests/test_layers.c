@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include "hcnn/common.h"
+#include "hcnn/onednn.h"
 #include "../src/cpu/conv_plan.h" /* the CPU backend's plan: its own tests below */
 #include "../src/core/hd.h"        /* the shared index math: the divider below */
 #include "hcnn/net.h"
@@ -527,6 +528,88 @@ static void test_conv_shifted_choice(void **state)
         if (hcnn_conv_shifted(&d) != q[7])
             fail_msg("case %zu: shifted %d, expected %d", i, hcnn_conv_shifted(&d), q[7]);
         model_free(&m);
+    }
+}
+
+/* One conv_fwd of n images through the backend table under precision
+ * prec and conv_algo algo; its output (malloc'ed) and describe line. */
+static float *conv_fwd_in(hcnn_precision prec, hcnn_conv_algo algo, const int *q, int n,
+                          char *how, size_t cap)
+{
+    hcnn_block_spec b = blk(HCNN_BLOCK_CONV, q[3], q[4], q[4], q[5], q[5], q[6], q[6]);
+    model m;
+    model_make(&m, &b, 1, q[0], q[1], q[2], n);
+    hcnn_backend *be = NULL; /* an instance: the shared table computes in FP32 only */
+    assert_int_equal(hcnn_backend_create("cpu", 0, &be), HCNN_OK);
+    assert_int_equal(be->set_precision(be, prec), HCNN_OK);
+    const hcnn_layer *l = &m.net.layers[0];
+    const hcnn_conv_desc d = {.g = l->conv, .out_c = l->out_c};
+    hcnn_exec ex = {.conv_algo = algo, .max_chunk_floats = (size_t)1 << 24};
+    ex.ws_floats = be->conv_workspace(be, &d, &ex, n);
+    ex.ws = malloc(sizeof(float) * (ex.ws_floats ? ex.ws_floats : 1));
+    const size_t nx = (size_t)n * q[0] * q[1] * q[2], ny = (size_t)n * l->out_c * l->out_h * l->out_w;
+    const size_t nw = (size_t)l->out_c * q[0] * q[4] * q[4];
+    float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * nw);
+    float *bias = calloc((size_t)l->out_c, sizeof(float)), *y = malloc(sizeof(float) * ny);
+    assert_non_null(ex.ws), assert_non_null(x), assert_non_null(w), assert_non_null(bias);
+    assert_non_null(y);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = (float)((i * 7919u) % 1013u) / 1013.0f - 0.5f;
+    for (size_t i = 0; i < nw; i++)
+        w[i] = (float)((i * 104729u) % 997u) / 997.0f - 0.5f;
+    assert_int_equal(be->conv_fwd(be, &d, &ex, x, w, bias, y, n), HCNN_OK);
+    be->conv_describe(be, &d, &ex, n, how, cap);
+    hcnn_backend_destroy(be);
+    free(ex.ws), free(x), free(w), free(bias);
+    model_free(&m);
+    return y;
+}
+
+/* precision bf16 under conv_algo auto (conv_plan.c, hcnn_conv_bf16): a
+ * layer whose products bf16 loses on (LeNet-5's conv1 and conv2) keeps
+ * FP32, gives FP32's bits and says so in its describe line; conv_algo
+ * per_thread rounds the same layer (other bits, nothing said); and on
+ * any layer the line and the bits agree (ResNet-18's layer3 shape: bf16
+ * where oneDNN multiplies, FP32 where this CPU's bf16 loses). */
+static void test_bf16_auto_keeps_fp32(void **state)
+{
+    (void)state;
+    char why[256];
+    if (!hcnn_cpu_bf16_supported(why, sizeof why))
+        skip();
+    static const int shapes[][7] = {
+        /* c, h, w, co, k, s, p; small: bf16 loses on it everywhere */
+        {1, 28, 28, 6, 5, 1, 2},  /* LeNet-5's conv1: 6 x 784 x 25 */
+        {6, 14, 14, 16, 5, 1, 0}, /* conv2: 16 x 100 x 150 */
+        {128, 8, 8, 256, 3, 1, 1}, /* ResNet-18's layer3: 256 x 64 x 1152 */
+    };
+    const int n = 4;
+    for (int i = 0; i < 3; i++) {
+        const int *q = shapes[i], small = i < 2;
+        char how32[384], how16[384], howpt[384];
+        const size_t ny = (size_t)n * q[3] * ((q[1] + 2 * q[6] - q[4]) / q[5] + 1) *
+                          ((q[2] + 2 * q[6] - q[4]) / q[5] + 1);
+        float *y32 = conv_fwd_in(HCNN_PRECISION_FP32, HCNN_CONV_AUTO, q, n, how32, sizeof how32);
+        float *y16 = conv_fwd_in(HCNN_PRECISION_BF16, HCNN_CONV_AUTO, q, n, how16, sizeof how16);
+        const int kept = strstr(how16, HCNN_DESCRIBE_FP32_KEPT) != NULL;
+        const int same = !memcmp(y32, y16, sizeof(float) * ny);
+        if (small && !kept)
+            fail_msg("shape %d: bf16 under auto does not keep FP32: \"%s\"", i, how16);
+        if (kept != same)
+            fail_msg("shape %d: describe says %s FP32, the bits %s FP32's: \"%s\"", i,
+                     kept ? "kept in" : "not", same ? "are" : "differ from", how16);
+        if (strstr(how32, HCNN_DESCRIBE_FP32_KEPT))
+            fail_msg("shape %d: an FP32 run says \"%s\"", i, how32);
+        if (small) {
+            float *ypt = conv_fwd_in(HCNN_PRECISION_BF16, HCNN_CONV_PER_THREAD, q, n, howpt,
+                                     sizeof howpt);
+            float *ypt32 = conv_fwd_in(HCNN_PRECISION_FP32, HCNN_CONV_PER_THREAD, q, n, how32,
+                                       sizeof how32);
+            if (strstr(howpt, HCNN_DESCRIBE_FP32_KEPT) || !memcmp(ypt, ypt32, sizeof(float) * ny))
+                fail_msg("shape %d: conv_algo per_thread in bf16 did not round: \"%s\"", i, howpt);
+            free(ypt), free(ypt32);
+        }
+        free(y32), free(y16);
     }
 }
 
@@ -1483,6 +1566,7 @@ int main(void)
         cmocka_unit_test(test_conv_backward_chunked),
         cmocka_unit_test(test_conv_algorithms),
         cmocka_unit_test(test_conv_shifted_choice),
+        cmocka_unit_test(test_bf16_auto_keeps_fp32),
         cmocka_unit_test(test_whole_net_per_thread),
         cmocka_unit_test(test_im2col_adjoint),
         cmocka_unit_test(test_transpose),

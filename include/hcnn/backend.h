@@ -124,6 +124,10 @@ typedef struct hcnn_gemm_shape {
     int per_thread;
 } hcnn_gemm_shape;
 
+/* what a convolution's describe line says of a layer that keeps FP32 under
+ * a lower precision (conv_describe) */
+#define HCNN_DESCRIBE_FP32_KEPT "kept in FP32"
+
 typedef struct hcnn_gemm_list {
     hcnn_gemm_shape *fwd, *bwd;
     int nfwd, nbwd;
@@ -365,7 +369,9 @@ struct hcnn_backend {
     void (*conv_gemms)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                        int n, int unit, int need_dx, hcnn_gemm_list *gl);
     /* One line: how it runs this convolution (run header, profile), as
-     * "name: details" with a name of no spaces (e.g. "winograd_f4: ...") */
+     * "name: details" with a name of no spaces (e.g. "winograd_f4: ...");
+     * a layer computed in FP32 although the run's precision is lower says
+     * HCNN_DESCRIBE_FP32_KEPT in its details (the run header counts them) */
     void (*conv_describe)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                           int n, char *buf, size_t cap);
     /* How the forward and the backward of op over n samples are cut for nt

@@ -423,7 +423,7 @@ static void forward_chunk16(hcnn_bf16 *bf, int target, const hcnn_conv_desc *l,
 int hcnn_cpu_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx,
                       const float *x, const float *w, const float *b, float *y, int n)
 {
-    hcnn_bf16 *bf = hcnn_cpu_bf16_of(be);
+    hcnn_bf16 *bf = hcnn_conv_bf16(be, l, ctx);
     hcnn_conv_plan p;
     hcnn_conv_plan_make(l, ctx, n, bf != NULL, &p);
     if (p.wino) {
@@ -550,7 +550,7 @@ static int backward(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_
                     const float *x, const float *w, const float *dy, float *dw, float *db,
                     float *dx, int dx_acc, int n)
 {
-    hcnn_bf16 *bf = hcnn_cpu_bf16_of(be);
+    hcnn_bf16 *bf = hcnn_conv_bf16(be, l, ctx);
     hcnn_conv_plan p;
     hcnn_conv_plan_make(l, ctx, n, bf != NULL, &p);
     if (!p.wino) {

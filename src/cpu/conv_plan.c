@@ -5,6 +5,7 @@
  * ("Convolutions"); the reason is repeated in a line where the choice is
  * made. */
 #include <stdio.h>
+#include <string.h>
 
 #include "bf16.h"
 #include "conv_plan.h"
@@ -337,6 +338,32 @@ size_t hcnn_conv_batched_bf16_floats(const hcnn_conv_desc *l, int group)
            hcnn_round_up16((co * K + 1) / 2);
 }
 
+/* ---- the precision ---------------------------------------------------------- */
+
+/* precision bf16 under conv_algo auto: a layer whose one-image product
+ * (Cout x P x K) oneDNN's matmul does not take (bf16.c's rule; on a CPU
+ * where it loses, none), or takes at under 2^20 multiply-adds, keeps FP32:
+ * there bf16 only adds the rounding and loses FP32's shifted windows.  One
+ * thread, the Xeon with AMX, oneDNN 2.6.3 bf16 against OpenBLAS sgemm
+ * (bench/onednn_gemm's shapes): LeNet-5's conv1 6 x 576 x 25 0.69x, conv2
+ * 16 x 64 x 150 1.00x; ResNet-18's layer3 256 x 64 x 2304 4.4x.  LeNet-5
+ * at batch 64, 2 threads, hcnn bench: conv1 0.52 -> 0.96 ms, conv2 1.04 ->
+ * 1.40 ms a step in bf16, the step 0.73x FP32's; with this rule 0.996x
+ * (batch 256 1.047x; docs/performance.md, "bf16 on the CPU").  Another
+ * conv_algo rounds every layer's products, as asked.  Shape only: the
+ * same on every batch and thread count. */
+#define BF16_LAYER_MIN_MACS (1 << 20)
+
+hcnn_bf16 *hcnn_conv_bf16(const hcnn_backend *be, const hcnn_conv_desc *l, const hcnn_exec *ctx)
+{
+    hcnn_bf16 *bf = hcnn_cpu_bf16_of(be);
+    if (!bf || ctx->conv_algo != HCNN_CONV_AUTO)
+        return bf;
+    const int m = l->out_c, n = hcnn_conv_p(l), k = hcnn_conv_k(l);
+    const int wins = hcnn_bf16_by_onednn(bf, m, n, k) && (double)m * n * k >= BF16_LAYER_MIN_MACS;
+    return wins ? bf : NULL;
+}
+
 /* ---- the plan --------------------------------------------------------------- */
 
 void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int bf16,
@@ -387,7 +414,7 @@ hcnn_conv_geom hcnn_conv_row_block(const hcnn_conv_desc *l, int oy0, int rows)
 size_t hcnn_cpu_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *l,
                                const hcnn_exec *ctx, int capacity)
 {
-    const int bf16 = hcnn_cpu_bf16_of(be) != NULL;
+    const int bf16 = hcnn_conv_bf16(be, l, ctx) != NULL;
     const int chunk = batched_chunk(l, ctx, capacity, bf16);
     const size_t batched = (size_t)chunk * hcnn_conv_ws_per_sample(l) +
                            (bf16 ? hcnn_conv_batched_bf16_floats(l, chunk) : 0);
@@ -418,7 +445,7 @@ void hcnn_cpu_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *l, const 
     hcnn_exec c = *ctx;
     c.in_unit = unit > 0; /* each thread runs its own units alone */
     const int nimg = unit > 0 ? unit : n;
-    hcnn_conv_plan_make(l, &c, nimg, hcnn_cpu_bf16_of(be) != NULL, &p);
+    hcnn_conv_plan_make(l, &c, nimg, hcnn_conv_bf16(be, l, ctx) != NULL, &p);
     const int K = hcnn_conv_k(l), P = hcnn_conv_p(l), co = l->out_c, C = l->g.c;
     const int taps = l->g.kh * l->g.kw, ow = l->g.ow, oh = l->g.oh;
     const int Wp = hcnn_conv_padded_w(l), per = p.per_thread || unit > 0;
@@ -462,7 +489,8 @@ void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
                             const hcnn_exec *ctx, int n, char *buf, size_t cap)
 {
     hcnn_conv_plan p;
-    hcnn_conv_plan_make(l, ctx, n, hcnn_cpu_bf16_of(be) != NULL, &p);
+    const int fp32_kept = hcnn_cpu_bf16_of(be) && !hcnn_conv_bf16(be, l, ctx);
+    hcnn_conv_plan_make(l, ctx, n, hcnn_conv_bf16(be, l, ctx) != NULL, &p);
     if (p.wino)
         hcnn_wino_describe(l, ctx, p.wino, n, p.wino_dw, buf, cap);
     else if (!p.per_thread)
@@ -474,4 +502,8 @@ void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
         snprintf(buf, cap, "per_thread: im2col + GEMM on groups of %d images (%d items, %d "
                  "weight partials)",
                  p.group, p.nitems, p.nchunks);
+    const size_t len = strlen(buf);
+    if (fp32_kept && len < cap)
+        snprintf(buf + len, cap - len, "; " HCNN_DESCRIBE_FP32_KEPT " (conv_algo auto: bf16 loses "
+                 "on its %d x %d x %d products)", l->out_c, hcnn_conv_p(l), hcnn_conv_k(l));
 }

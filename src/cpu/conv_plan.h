@@ -54,7 +54,14 @@ typedef struct hcnn_conv_plan {
     int nchunks;       /* weight-gradient partial sums, each of consecutive items */
 } hcnn_conv_plan;
 
-/* The plan of n images (bf16: the backend computes in bf16, bf16.c). */
+/* The bf16 state layer l's products use: the backend's (hcnn_cpu_bf16_of),
+ * or NULL where the layer keeps FP32 (precision bf16 under conv_algo auto,
+ * on products where bf16 loses: conv_plan.c).  Every plan, workspace and
+ * piece count of the layer takes its bf16 from here. */
+struct hcnn_bf16 *hcnn_conv_bf16(const hcnn_backend *be, const hcnn_conv_desc *l,
+                                 const hcnn_exec *ctx);
+
+/* The plan of n images (bf16: the layer computes in bf16: hcnn_conv_bf16). */
 void hcnn_conv_plan_make(const hcnn_conv_desc *l, const hcnn_exec *ctx, int n, int bf16,
                          hcnn_conv_plan *p);
 /* Workspace floats of the per-thread path for n images on nt threads (0:

@@ -311,7 +311,8 @@ static void bn_pieces(int n, int c, int np, int nt, int gathered, hcnn_pieces *f
 void hcnn_cpu_pass_pieces(const hcnn_backend *be, const hcnn_op *op, const hcnn_exec *ex, int n,
                           int nt, hcnn_pieces *fwd, hcnn_pieces *bwd)
 {
-    const int bf16 = hcnn_cpu_bf16_of(be) != NULL;
+    const int bf16 = op->kind == HCNN_OP_CONV ? hcnn_conv_bf16(be, op->conv, ex) != NULL
+                                              : hcnn_cpu_bf16_of(be) != NULL;
     fwd->nphases = bwd->nphases = 0;
     n = n < 1 ? 1 : n;
     nt = nt < 1 ? 1 : nt;

@@ -329,6 +329,7 @@ typedef struct plan_job {
     FILE *out;
     char names[16][32];
     int counts[16], nnames;
+    int fp32_kept; /* layers that keep FP32 under a lower precision */
 } plan_job;
 
 static void plan_row(void *arg, const hcnn_layer *l, int top, int need_dx)
@@ -348,6 +349,7 @@ static void plan_row(void *arg, const hcnn_layer *l, int top, int need_dx)
         snprintf(j->names[j->nnames++], sizeof j->names[0], "%s", name);
     if (k < j->nnames)
         j->counts[k]++;
+    j->fp32_kept += strstr(how, HCNN_DESCRIBE_FP32_KEPT) != NULL;
 }
 
 const char *hcnn_profile_plans(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last,
@@ -364,6 +366,9 @@ const char *hcnn_profile_plans(const hcnn_net *net, const hcnn_ctx *ctx, int fir
     }
     if (!j.nnames)
         snprintf(buf, cap, "none");
+    if (j.fp32_kept && off < cap)
+        snprintf(buf + off, cap - off, "; %d " HCNN_DESCRIBE_FP32_KEPT " (their products lose "
+                 "in the run's precision: hcnn bench's \"# plan\" lines)", j.fp32_kept);
     return buf;
 }
 

@@ -34,7 +34,7 @@ void report_compute_setup(const hcnn_run *r)
            r->loader.thread_started ? "background thread" : "by the training threads");
     /* each layer's plan: hcnn bench's table and its "# plan" lines */
     const hcnn_strategy *s = &r->strat;
-    char plans[256];
+    char plans[384];
     printf("hcnn: convolution plans (layers of %s): %s\n",
            r->comm->size > 1 ? "rank 0's blocks" : "the model",
            hcnn_profile_plans(&r->net, &s->scratch.ctx, s->first, s->last, s->pass_samples, plans,
