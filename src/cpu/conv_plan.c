@@ -489,8 +489,9 @@ void hcnn_cpu_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *l,
                             const hcnn_exec *ctx, int n, char *buf, size_t cap)
 {
     hcnn_conv_plan p;
-    const int fp32_kept = hcnn_cpu_bf16_of(be) && !hcnn_conv_bf16(be, l, ctx);
-    hcnn_conv_plan_make(l, ctx, n, hcnn_conv_bf16(be, l, ctx) != NULL, &p);
+    const int bf16 = hcnn_conv_bf16(be, l, ctx) != NULL;
+    const int fp32_kept = hcnn_cpu_bf16_of(be) && !bf16;
+    hcnn_conv_plan_make(l, ctx, n, bf16, &p);
     if (p.wino)
         hcnn_wino_describe(l, ctx, p.wino, n, p.wino_dw, buf, cap);
     else if (!p.per_thread)
