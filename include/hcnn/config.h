@@ -30,6 +30,11 @@ typedef enum hcnn_pipe_schedule { HCNN_PIPE_GPIPE = 0, HCNN_PIPE_1F1B } hcnn_pip
  * MPI_Test from the compute thread between layers and GEMM chunks, or a
  * communication thread doing blocking allreduces. */
 typedef enum hcnn_allreduce_progress { HCNN_PROGRESS_TEST = 0, HCNN_PROGRESS_THREAD } hcnn_allreduce_progress;
+/* Who applies the optimiser step to a parameter: every rank holding it
+ * (none), or one of the ranks that hold it, each a slice, the gradients
+ * reduce-scattered and the parameters all-gathered (ranks: ZeRO stage 1,
+ * src/parallel/grad_sync.c). */
+typedef enum hcnn_optimizer_sharding { HCNN_SHARDING_NONE = 0, HCNN_SHARDING_RANKS } hcnn_optimizer_sharding;
 
 /* Background batch assembly: auto = only when a core is left over by the
  * training threads (see src/data/loader.c). */
@@ -88,6 +93,7 @@ typedef struct hcnn_config {
     hcnn_strategy_kind strategy;   /* serial | data | pipeline */
     double bucket_mb;              /* data: gradient allreduce bucket size (MiB) */
     hcnn_allreduce_progress allreduce_progress;
+    hcnn_optimizer_sharding optimizer_sharding; /* data, pipeline replicas: none | ranks */
     int stages;                    /* pipeline: S stages (world size = replicas x S) */
     int microbatches;              /* pipeline: M micro-batches per replica shard */
     hcnn_pipe_schedule pipeline_schedule;
@@ -135,6 +141,7 @@ const char *hcnn_schedule_name(hcnn_schedule s);
 const char *hcnn_init_name(hcnn_init i);
 const char *hcnn_strategy_name(hcnn_strategy_kind s);
 const char *hcnn_progress_name(hcnn_allreduce_progress p);
+const char *hcnn_sharding_name(hcnn_optimizer_sharding s);
 const char *hcnn_conv_algo_name(hcnn_conv_algo a);
 const char *hcnn_prefetch_name(hcnn_prefetch p);
 const char *hcnn_nonfinite_name(hcnn_nonfinite v);

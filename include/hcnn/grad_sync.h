@@ -32,7 +32,23 @@
  * under way), the host copies come back to the device in finish, and poll
  * does nothing between the points (no host code runs there in a replay):
  * with progress by MPI_Test, the buckets move at each bucket's start and in
- * finish. */
+ * finish.
+ *
+ * Sharded optimiser (optimizer_sharding: ranks, ZeRO stage 1): bucket k is
+ * cut into `size` contiguous pieces, piece r of rank r (counts, displs).
+ * The bucket's allreduce becomes a reduce-scatter (MPI_Ireduce_scatter,
+ * same progress, same sum op) into `shard`, this rank's pieces of the
+ * summed gradients one after another; hcnn_grad_sync_step then updates
+ * this rank's piece of each bucket (parameters and momentum at their
+ * place in the whole buffers), from the network's first blocks to its
+ * last, and all-gathers each bucket's parameters (MPI_Iallgatherv, in
+ * place) as soon as its piece is updated, the next pieces' update
+ * running meanwhile.  The same volume as one allreduce; the optimiser's
+ * sweep on 1/size of the parameters.  The momentum outside this rank's
+ * pieces is stale: hcnn_grad_sync_gather_momentum makes it whole for a
+ * checkpoint.  The agreement's tail is not carried (a reduce-scatter would
+ * leave it on one rank): the trainer agrees by its own small allreduce and
+ * sums the norms' pieces (hcnn_grad_sync_norms). */
 #ifndef HCNN_GRAD_SYNC_H
 #define HCNN_GRAD_SYNC_H
 
@@ -43,6 +59,7 @@
 #include "hcnn/comm.h"
 #include "hcnn/config.h"
 #include "hcnn/net.h"
+#include "hcnn/optim.h"
 
 /* Sums of fewer floats stay on one core (grad_sync.c; hcnn plan prices it) */
 #define HCNN_TEAM_SUM_MIN 16384
@@ -72,6 +89,21 @@ typedef struct hcnn_grad_sync {
     void *agree_arg;
     hcnn_comm_cut *cut;    /* the step's graphs, or NULL (above) */
 
+    /* optimizer_sharding: ranks (above); all zero otherwise */
+    int sharded;
+    int rank;
+    int *counts, *displs;  /* [nbuckets * size]: rank r's piece of bucket k */
+    size_t *shard_off;     /* [nbuckets]: where this rank's piece of bucket k lies in shard */
+    float *shard;          /* backend memory: this rank's pieces of the summed gradients */
+    size_t shard_n;
+    hcnn_mpi_buf shard_buf; /* shard, as MPI reaches it */
+    hcnn_mpi_buf param_buf; /* the network's parameters, as MPI reaches them */
+    MPI_Request *gather_req; /* [nbuckets] */
+    int gathers_started, gathers_completed; /* this step's, buckets nbuckets - 1 down */
+    hcnn_sgd *opt;         /* the step's, for the communication points */
+    float step_lr;
+    double *step_stats;
+
     /* communication thread (HCNN_PROGRESS_THREAD) */
     pthread_t thread;
     pthread_mutex_t mu;
@@ -96,7 +128,8 @@ int hcnn_grad_buckets(const hcnn_net *net, int first, int last, double bucket_mb
                       hcnn_bucket *buckets);
 
 int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int first, int last,
-                        double bucket_mb, hcnn_allreduce_progress mode);
+                        double bucket_mb, hcnn_allreduce_progress mode,
+                        hcnn_optimizer_sharding sharding);
 void hcnn_grad_sync_free(hcnn_grad_sync *gs);
 
 /* Per step: begin (before backward), block_done after backward of each
@@ -108,6 +141,25 @@ void hcnn_grad_sync_begin(hcnn_grad_sync *gs);
 int hcnn_grad_sync_block_done(void *gs, int block);
 void hcnn_grad_sync_poll(void *gs);
 int hcnn_grad_sync_finish(hcnn_grad_sync *gs);
+
+/* Sharded (above): SGD on this rank's piece of every bucket, after finish,
+ * then the parameters all-gathered, all waited for before it returns (the
+ * next forward reads them).  stats as hcnn_sgd_step's: this rank's pieces'
+ * sums of squares. */
+int hcnn_grad_sync_step(hcnn_grad_sync *gs, hcnn_sgd *opt, float lr, double *stats);
+/* Sharded: stats[HCNN_STAT_SUMSQ] += the sum of squares of this rank's
+ * pieces of the summed gradients (stats: backend memory); with params,
+ * stats[HCNN_STAT_WSQ] and [VSQ] += those of its pieces of params and
+ * momentum. */
+void hcnn_grad_sync_piece_sums(const hcnn_grad_sync *gs, const float *params,
+                               const float *momentum, double *stats);
+/* Sharded: sums[0..n) of each rank's pieces (host doubles) replaced by
+ * their sum over the ranks, taken in rank order (the same bits on every
+ * rank).  Collective. */
+void hcnn_grad_sync_norms(const hcnn_grad_sync *gs, double *sums, int n);
+/* Sharded: the momentum made whole on every rank (blocking all-gathers;
+ * a checkpoint's).  Collective; HCNN_ENOMEM when staging has no room. */
+int hcnn_grad_sync_gather_momentum(hcnn_grad_sync *gs, float *momentum);
 
 /* Median time of `reps` blocking allreduces of all buckets (the cost that
  * overlap hides); overwrites the gradients, so call it between steps. */

@@ -25,6 +25,7 @@ static const char *const init_names[] = {"he", "xavier"};
 static const char *const strategy_names[] = {"serial", "data", "pipeline"};
 static const char *const pipe_schedule_names[] = {"gpipe", "1f1b"};
 static const char *const progress_names[] = {"test", "thread"};
+static const char *const sharding_names[] = {"none", "ranks"};
 static const char *const nonfinite_names[] = {"abort", "skip"};
 static const char *const on_error_names[] = {"stop", "continue"};
 static const char *const conv_algo_names[] = {"auto",     "batched",     "per_thread",
@@ -48,6 +49,7 @@ ENUM_NAME(hcnn_schedule_name, hcnn_schedule, schedule_names)
 ENUM_NAME(hcnn_init_name, hcnn_init, init_names)
 ENUM_NAME(hcnn_strategy_name, hcnn_strategy_kind, strategy_names)
 ENUM_NAME(hcnn_progress_name, hcnn_allreduce_progress, progress_names)
+ENUM_NAME(hcnn_sharding_name, hcnn_optimizer_sharding, sharding_names)
 ENUM_NAME(hcnn_prefetch_name, hcnn_prefetch, prefetch_names)
 ENUM_NAME(hcnn_conv_algo_name, hcnn_conv_algo, conv_algo_names)
 ENUM_NAME(hcnn_device_name, hcnn_device, device_names)
@@ -407,6 +409,11 @@ static void set_progress(hcnn_config *c, int v)
 {
     c->allreduce_progress = (hcnn_allreduce_progress)v;
 }
+static int get_sharding(const hcnn_config *c) { return (int)c->optimizer_sharding; }
+static void set_sharding(hcnn_config *c, int v)
+{
+    c->optimizer_sharding = (hcnn_optimizer_sharding)v;
+}
 
 #define FIELD(f) offsetof(hcnn_config, f)
 #define FSIZE(f) sizeof(((hcnn_config *)0)->f)
@@ -473,6 +480,7 @@ const keydef cfg_top_keys[] = {
     K_ENUM("strategy", strategy_names, get_strategy, set_strategy),
     K_NUM("bucket_mb", bucket_mb, 0.0, 1, HCNN_MAX_MB, 0),
     K_ENUM("allreduce_progress", progress_names, get_progress, set_progress),
+    K_ENUM("optimizer_sharding", sharding_names, get_sharding, set_sharding),
     K_INTR("stages", stages, 1, HCNN_MAX_BLOCKS),
     K_INT("microbatches", microbatches, 1),
     K_ENUM("pipeline_schedule", pipe_schedule_names, get_pipe_schedule, set_pipe_schedule),

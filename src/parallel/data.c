@@ -66,7 +66,7 @@ static int data_init(hcnn_strategy *s, int need_train)
         return HCNN_OK;
     d->sync_ready = 1; /* freed whole even when set-up fails half-way */
     rc = hcnn_grad_sync_init(&d->sync, s->comm->world, net, 0, net->nlayers, cfg->bucket_mb,
-                             cfg->allreduce_progress);
+                             cfg->allreduce_progress, cfg->optimizer_sharding);
     if (rc)
         return rc;
     s->sync = &d->sync;
@@ -122,10 +122,12 @@ static int data_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n,
     return rc;
 }
 
-/* every rank holds the whole model already */
+/* every rank holds the whole model already, but for the momentum outside
+ * its pieces when the optimiser is sharded */
 static int data_gather(hcnn_strategy *s, float *momentum)
 {
-    (void)s, (void)momentum;
+    if (s->sync && s->sync->sharded && momentum)
+        return hcnn_grad_sync_gather_momentum(s->sync, momentum);
     return HCNN_OK;
 }
 
@@ -133,6 +135,10 @@ static void data_report_header(const hcnn_strategy *s, FILE *out)
 {
     if (s->sync)
         hcnn_grad_sync_print(s->sync, s->cfg->bucket_mb, s->allreduce_s, out);
+    else if (s->cfg->optimizer_sharding != HCNN_SHARDING_NONE)
+        fprintf(out, "hcnn: optimizer_sharding: %s: one rank, nothing to shard (the whole "
+                     "optimiser step here)\n",
+                hcnn_sharding_name(s->cfg->optimizer_sharding));
 }
 
 static int data_report_epoch(hcnn_strategy *s, double epoch_s, FILE *out)

@@ -63,16 +63,56 @@ static float *bucket_ptr(const hcnn_grad_sync *gs, const hcnn_bucket *b)
     return (gs->buf.host ? gs->buf.host : gs->buf.dev) + b->off;
 }
 
-/* Bucket b's allreduce, blocking (the communication thread, calibration).
- * staged: its floats are already where MPI reads them, and go back to the
- * device in finish (a step cut for graphs: grad_sync.h). */
-static void allreduce_bucket(hcnn_grad_sync *gs, const hcnn_bucket *b, int staged)
+/* Rank r's piece of bucket k, in floats from the bucket's start */
+static int piece_count(const hcnn_grad_sync *gs, int k, int r) { return gs->counts[k * gs->size + r]; }
+static int *piece_counts(const hcnn_grad_sync *gs, int k) { return gs->counts + k * gs->size; }
+static int *piece_displs(const hcnn_grad_sync *gs, int k) { return gs->displs + k * gs->size; }
+
+/* After bucket k's sum completed: what came back to the host goes to the
+ * device (its whole range, or this rank's piece when sharded). */
+static void bucket_done(hcnn_grad_sync *gs, int k)
 {
-    float *p = staged ? bucket_ptr(gs, b) : hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
-    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, MPI_SUM, gs->comm));
-    if (!staged)
+    const hcnn_bucket *b = &gs->buckets[k];
+    if (gs->sharded)
+        hcnn_mpi_recv_done(&gs->shard_buf, gs->shard_off[k], (size_t)piece_count(gs, k, gs->rank));
+    else
         hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
 }
+
+/* Bucket k's sum started (req != NULL) or run to completion (blocking),
+ * from p, where MPI reads its floats: an allreduce in place, or the
+ * reduce-scatter into this rank's piece of shard. */
+static void sum_bucket(hcnn_grad_sync *gs, int k, float *p, MPI_Request *req)
+{
+    const hcnn_bucket *b = &gs->buckets[k];
+    if (gs->sharded) {
+        float *piece = hcnn_mpi_recv_ptr(&gs->shard_buf, gs->shard_off[k]);
+        if (req)
+            HCNN_MPI(MPI_Ireduce_scatter(p, piece, piece_counts(gs, k), MPI_FLOAT, gs->sum,
+                                         gs->comm, req));
+        else
+            HCNN_MPI(MPI_Reduce_scatter(p, piece, piece_counts(gs, k), MPI_FLOAT, MPI_SUM,
+                                        gs->comm));
+    } else if (req) {
+        HCNN_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, gs->sum, gs->comm, req));
+    } else {
+        HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, MPI_SUM, gs->comm));
+    }
+}
+
+/* Bucket k's sum, blocking (the communication thread, calibration).
+ * staged: its floats are already where MPI reads them, and go back to the
+ * device in finish (a step cut for graphs: grad_sync.h). */
+static void allreduce_bucket(hcnn_grad_sync *gs, int k, int staged)
+{
+    const hcnn_bucket *b = &gs->buckets[k];
+    float *p = staged ? bucket_ptr(gs, b) : hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
+    sum_bucket(gs, k, p, NULL);
+    if (!staged)
+        bucket_done(gs, k);
+}
+
+static void gather_bucket(hcnn_grad_sync *gs, hcnn_mpi_buf *m, int k, MPI_Request *req);
 
 static void *comm_thread(void *arg)
 {
@@ -83,10 +123,10 @@ static void *comm_thread(void *arg)
             pthread_cond_wait(&gs->cv, &gs->mu);
         if (gs->stop)
             break;
-        hcnn_bucket *b = &gs->buckets[gs->completed];
+        const int k = gs->completed;
         const int staged = gs->cut != NULL;
         pthread_mutex_unlock(&gs->mu);
-        allreduce_bucket(gs, b, staged);
+        allreduce_bucket(gs, k, staged);
         pthread_mutex_lock(&gs->mu);
         gs->completed++;
         pthread_cond_broadcast(&gs->cv);
@@ -123,13 +163,54 @@ int hcnn_grad_buckets(const hcnn_net *net, int first, int last, double bucket_mb
     return open ? n + 1 : n;
 }
 
+/* Sharded: bucket k cut into pieces of whole 64-byte lines (but the last),
+ * rank r's the r-th; this rank's pieces one after another in shard. */
+static int shard_init(hcnn_grad_sync *gs, hcnn_net *net, hcnn_mpi_use use)
+{
+    const int R = gs->size, K = gs->nbuckets;
+    gs->counts = hcnn_calloc(sizeof *gs->counts * (size_t)K * (size_t)R, "sharded buckets");
+    gs->displs = hcnn_calloc(sizeof *gs->displs * (size_t)K * (size_t)R, "sharded buckets");
+    gs->shard_off = hcnn_calloc(sizeof *gs->shard_off * (size_t)K, "sharded buckets");
+    gs->gather_req = hcnn_calloc(sizeof *gs->gather_req * (size_t)K, "parameter all-gathers");
+    if (!gs->counts || !gs->displs || !gs->shard_off || !gs->gather_req)
+        return HCNN_ENOMEM;
+    gs->shard_n = 0;
+    for (int k = 0; k < K; k++) {
+        const size_t c = gs->buckets[k].count;
+        for (int r = 0; r < R; r++) {
+            size_t lo = (c * (size_t)r / (size_t)R + 15) / 16 * 16;
+            size_t hi = (c * (size_t)(r + 1) / (size_t)R + 15) / 16 * 16;
+            lo = lo < c ? lo : c, hi = hi < c ? hi : c;
+            gs->displs[k * R + r] = (int)lo;
+            gs->counts[k * R + r] = (int)(hi - lo);
+        }
+        gs->shard_off[k] = gs->shard_n;
+        gs->shard_n += (size_t)gs->counts[k * R + gs->rank];
+        gs->gather_req[k] = MPI_REQUEST_NULL;
+    }
+    gs->shard = net->be->alloc(net->be, sizeof(float) * (gs->shard_n + 1),
+                               "this rank's pieces of the summed gradients");
+    if (!gs->shard)
+        return HCNN_ENOMEM;
+    net->be->fill(net->be, gs->shard, gs->shard_n + 1, 0.0f);
+    if (hcnn_mpi_buf_init(&gs->shard_buf, net->be, gs->shard, gs->shard_n + 1, use,
+                          "sharded gradient staging") ||
+        hcnn_mpi_buf_init(&gs->param_buf, net->be, net->params, net->nparams, use,
+                          "parameter staging for the all-gathers"))
+        return HCNN_ENOMEM;
+    return HCNN_OK;
+}
+
 int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int first, int last,
-                        double bucket_mb, hcnn_allreduce_progress mode)
+                        double bucket_mb, hcnn_allreduce_progress mode,
+                        hcnn_optimizer_sharding sharding)
 {
     memset(gs, 0, sizeof *gs);
     gs->comm = comm;
     HCNN_MPI(MPI_Comm_size(comm, &gs->size));
+    HCNN_MPI(MPI_Comm_rank(comm, &gs->rank));
     gs->mode = mode;
+    gs->sharded = sharding == HCNN_SHARDING_RANKS && gs->size > 1;
     /* buckets reduced by MPI_Iallreduce stay staged on a device (comm.h) */
     const hcnn_mpi_use use =
         mode == HCNN_PROGRESS_TEST ? HCNN_MPI_NONBLOCKING_COLLECTIVE : HCNN_MPI_P2P_OR_BLOCKING;
@@ -141,8 +222,9 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
     if (!gs->buckets)
         return HCNN_ENOMEM;
     gs->nbuckets = hcnn_grad_buckets(net, first, last, bucket_mb, gs->buckets);
-    /* the first bucket ends the gradients: it carries the agreement's tail */
-    if (gs->nbuckets > 0 && gs->buckets[0].off + gs->buckets[0].count == net->nparams) {
+    /* the first bucket ends the gradients: it carries the agreement's tail
+     * (not when sharded: grad_sync.h) */
+    if (!gs->sharded && gs->nbuckets > 0 && gs->buckets[0].off + gs->buckets[0].count == net->nparams) {
         gs->tail_off = net->nparams;
         gs->buckets[0].count += HCNN_GRAD_TAIL;
     }
@@ -153,6 +235,8 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
                               gs->buckets[k].count);
     for (int k = 0; k < gs->nbuckets; k++)
         gs->buckets[k].req = MPI_REQUEST_NULL;
+    if (gs->sharded && shard_init(gs, net, use))
+        return HCNN_ENOMEM;
     gs->sum = MPI_SUM;
     const char *sum = getenv("HCNN_GRAD_SUM");
     if (mode == HCNN_PROGRESS_TEST && !(sum && !strcmp(sum, "mpi"))) {
@@ -180,10 +264,19 @@ void hcnn_grad_sync_free(hcnn_grad_sync *gs)
         pthread_cond_destroy(&gs->cv);
         pthread_mutex_destroy(&gs->mu);
     }
+    const hcnn_backend *be = gs->buf.be;
     if (gs->team_sum)
         HCNN_MPI(MPI_Op_free(&gs->sum));
     hcnn_free(gs->buckets);
     hcnn_mpi_buf_free(&gs->buf);
+    hcnn_free(gs->counts);
+    hcnn_free(gs->displs);
+    hcnn_free(gs->shard_off);
+    hcnn_free(gs->gather_req);
+    hcnn_mpi_buf_free(&gs->shard_buf);
+    hcnn_mpi_buf_free(&gs->param_buf);
+    if (gs->shard)
+        be->free(be, gs->shard);
     memset(gs, 0, sizeof *gs);
 }
 
@@ -205,7 +298,7 @@ static void test_buckets(hcnn_grad_sync *gs)
         if (!done)
             return;
         if (!gs->cut)
-            hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
+            bucket_done(gs, gs->completed);
         gs->completed++;
     }
 }
@@ -239,7 +332,7 @@ static int start_bucket(void *arg, int k)
     }
     if (!p)
         p = hcnn_mpi_send_ptr(&gs->buf, b->off, b->count);
-    HCNN_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, gs->sum, gs->comm, &b->req));
+    sum_bucket(gs, k, p, &b->req);
     gs->started++;
     if (gs->cut) /* no poll runs until the next point */
         test_buckets(gs);
@@ -290,13 +383,13 @@ static int finish_buckets(void *arg, int unused)
                                gs->nbuckets);
             HCNN_MPI(MPI_Wait(&b->req, MPI_STATUS_IGNORE));
             if (!gs->cut)
-                hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
+                bucket_done(gs, gs->completed);
         }
         hcnn_watch_context(NULL);
     }
     if (gs->cut)
         for (int k = 0; k < gs->nbuckets; k++)
-            hcnn_mpi_recv_done(&gs->buf, gs->buckets[k].off, gs->buckets[k].count);
+            bucket_done(gs, k);
     gs->wait_s += hcnn_now() - t0;
     gs->steps++;
     return HCNN_OK;
@@ -305,6 +398,153 @@ static int finish_buckets(void *arg, int unused)
 int hcnn_grad_sync_finish(hcnn_grad_sync *gs)
 {
     return hcnn_comm_point(gs->cut, finish_buckets, gs, 0);
+}
+
+/* ---- sharded: the update of this rank's pieces, the all-gathers ---------------------------- */
+
+/* Bucket k of m all-gathered in place: started (req), or blocking. */
+static void gather_bucket(hcnn_grad_sync *gs, hcnn_mpi_buf *m, int k, MPI_Request *req)
+{
+    const hcnn_bucket *b = &gs->buckets[k];
+    float *p = hcnn_mpi_send_ptr(m, b->off, b->count);
+    if (req)
+        HCNN_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, piece_counts(gs, k),
+                                 piece_displs(gs, k), MPI_FLOAT, gs->comm, req));
+    else {
+        HCNN_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, piece_counts(gs, k),
+                                piece_displs(gs, k), MPI_FLOAT, gs->comm));
+        hcnn_mpi_recv_done(m, b->off, b->count);
+    }
+}
+
+/* Bucket k's all-gather, the i-th of the step: a communication point.
+ * The first layers' bucket first (the next forward needs it first). */
+static int start_gather(void *arg, int i)
+{
+    hcnn_grad_sync *gs = arg;
+    const int k = gs->nbuckets - 1 - i;
+    if (i == 0) /* a replayed step runs only the points (graphs.c) */
+        gs->gathers_started = gs->gathers_completed = 0;
+    if (gs->mode == HCNN_PROGRESS_THREAD) /* blocking, in finish_gathers */
+        return HCNN_OK;
+    gather_bucket(gs, &gs->param_buf, k, &gs->gather_req[k]);
+    gs->gathers_started++;
+    return HCNN_OK;
+}
+
+static void test_gathers(hcnn_grad_sync *gs)
+{
+    while (gs->gathers_completed < gs->gathers_started) {
+        const int k = gs->nbuckets - 1 - gs->gathers_completed;
+        int done = 0;
+        HCNN_MPI(MPI_Test(&gs->gather_req[k], &done, MPI_STATUS_IGNORE));
+        if (!done)
+            return;
+        if (!gs->cut)
+            hcnn_mpi_recv_done(&gs->param_buf, gs->buckets[k].off, gs->buckets[k].count);
+        gs->gathers_completed++;
+    }
+}
+
+/* All the all-gathers waited for: a communication point. */
+static int finish_gathers(void *arg, int unused)
+{
+    (void)unused;
+    hcnn_grad_sync *gs = arg;
+    const double t0 = hcnn_now();
+    for (int i = 0; i < gs->nbuckets; i++) {
+        const int k = gs->nbuckets - 1 - i;
+        const hcnn_bucket *b = &gs->buckets[k];
+        hcnn_watch_context("parameter all-gather of bucket %d of %d", i + 1, gs->nbuckets);
+        if (gs->mode == HCNN_PROGRESS_THREAD) {
+            gather_bucket(gs, &gs->param_buf, k, NULL);
+            continue;
+        }
+        if (i >= gs->gathers_completed) {
+            HCNN_MPI(MPI_Wait(&gs->gather_req[k], MPI_STATUS_IGNORE));
+            if (!gs->cut)
+                hcnn_mpi_recv_done(&gs->param_buf, b->off, b->count);
+        }
+        if (gs->cut) /* in a cut step, everything comes back here */
+            hcnn_mpi_recv_done(&gs->param_buf, b->off, b->count);
+    }
+    hcnn_watch_context(NULL);
+    gs->gathers_completed = gs->nbuckets;
+    gs->wait_s += hcnn_now() - t0;
+    return HCNN_OK;
+}
+
+int hcnn_grad_sync_step(hcnn_grad_sync *gs, hcnn_sgd *opt, float lr, double *stats)
+{
+    const hcnn_backend *be = gs->buf.be;
+    float *params = gs->param_buf.dev;
+    if (stats)
+        be->zero(be, stats + HCNN_STAT_WSQ, sizeof(double) * 2);
+    for (int i = 0; i < gs->nbuckets; i++) {
+        const int k = gs->nbuckets - 1 - i;
+        const size_t off = gs->buckets[k].off + (size_t)piece_displs(gs, k)[gs->rank];
+        const size_t n = (size_t)piece_count(gs, k, gs->rank);
+        if (n)
+            be->sgd_step(be, params + off, gs->shard + gs->shard_off[k], opt->velocity + off, n,
+                         lr, opt->momentum, opt->weight_decay, opt->nesterov, stats);
+        int rc = hcnn_comm_point(gs->cut, start_gather, gs, i);
+        if (rc)
+            return rc;
+        if (gs->mode == HCNN_PROGRESS_TEST && !gs->cut)
+            test_gathers(gs);
+    }
+    return hcnn_comm_point(gs->cut, finish_gathers, gs, 0);
+}
+
+void hcnn_grad_sync_piece_sums(const hcnn_grad_sync *gs, const float *params,
+                               const float *momentum, double *stats)
+{
+    const hcnn_backend *be = gs->buf.be;
+    be->sum_sq(be, gs->shard, gs->shard_n, stats);
+    if (!params)
+        return;
+    for (int i = 0; i < gs->nbuckets; i++) {
+        const int k = gs->nbuckets - 1 - i;
+        const size_t off = gs->buckets[k].off + (size_t)piece_displs(gs, k)[gs->rank];
+        const size_t n = (size_t)piece_count(gs, k, gs->rank);
+        be->sum_sq(be, params + off, n, stats + (HCNN_STAT_WSQ - HCNN_STAT_SUMSQ));
+        be->sum_sq(be, momentum + off, n, stats + (HCNN_STAT_VSQ - HCNN_STAT_SUMSQ));
+    }
+}
+
+void hcnn_grad_sync_norms(const hcnn_grad_sync *gs, double *sums, int n)
+{
+    double all[512]; /* 64 ranks of 8 sums without an allocation */
+    double *each = n * gs->size <= (int)(sizeof all / sizeof *all)
+                       ? all
+                       : hcnn_calloc(sizeof(double) * (size_t)n * (size_t)gs->size, "norms");
+    if (!each)
+        hcnn_fatal_at(__FILE__, __LINE__, "no memory for the ranks' sums of squares");
+    hcnn_watch_context("the sums of squares of the sharded optimiser's pieces");
+    HCNN_MPI(MPI_Allgather(sums, n, MPI_DOUBLE, each, n, MPI_DOUBLE, gs->comm));
+    hcnn_watch_context(NULL);
+    for (int i = 0; i < n; i++) {
+        double t = 0.0;
+        for (int r = 0; r < gs->size; r++)
+            t += each[r * n + i];
+        sums[i] = t;
+    }
+    if (each != all)
+        hcnn_free(each);
+}
+
+int hcnn_grad_sync_gather_momentum(hcnn_grad_sync *gs, float *momentum)
+{
+    hcnn_mpi_buf m;
+    if (hcnn_mpi_buf_init(&m, gs->buf.be, momentum, gs->buf.n, HCNN_MPI_P2P_OR_BLOCKING,
+                          "momentum staging for a checkpoint"))
+        return HCNN_ENOMEM;
+    hcnn_watch_context("the sharded momentum gathered for a checkpoint");
+    for (int k = 0; k < gs->nbuckets; k++)
+        gather_bucket(gs, &m, k, NULL);
+    hcnn_watch_context(NULL);
+    hcnn_mpi_buf_free(&m);
+    return HCNN_OK;
 }
 
 double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
@@ -317,8 +557,11 @@ double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
     for (int r = 0; r < reps; r++) {
         HCNN_MPI(MPI_Barrier(gs->comm));
         const double t0 = hcnn_now();
-        for (int k = 0; k < gs->nbuckets; k++)
-            allreduce_bucket(gs, &gs->buckets[k], 0);
+        for (int k = 0; k < gs->nbuckets; k++) {
+            allreduce_bucket(gs, k, 0);
+            if (gs->sharded) /* the all-gather, into the gradients (not the parameters) */
+                gather_bucket(gs, &gs->buf, k, NULL);
+        }
         t[r] = hcnn_now() - t0;
     }
     return hcnn_median(t, reps);
@@ -327,13 +570,25 @@ double hcnn_grad_sync_calibrate(hcnn_grad_sync *gs, int reps)
 void hcnn_grad_sync_print(const hcnn_grad_sync *gs, double bucket_mb, double allreduce_s, FILE *out)
 {
     const char *alg = getenv(HCNN_IALLREDUCE_ENV); /* as MPI_Init read it */
+    const int test = gs->mode == HCNN_PROGRESS_TEST;
     fprintf(out,
-            "hcnn: gradient allreduce: %d bucket%s of <= %g MiB, progress by %s%s%s%s; "
-            "blocking allreduce of all gradients: %.4f s\n",
-            gs->nbuckets, gs->nbuckets == 1 ? "" : "s", bucket_mb,
-            gs->mode == HCNN_PROGRESS_TEST ? "MPI_Test polling, MPI_Iallreduce"
-                                           : "a communication thread, MPI_Allreduce",
-            gs->mode == HCNN_PROGRESS_TEST && alg ? " with " HCNN_IALLREDUCE_ENV "=" : "",
-            gs->mode == HCNN_PROGRESS_TEST && alg ? alg : "",
-            gs->team_sum ? "; sums by the OpenMP team outside parallel regions" : "", allreduce_s);
+            "hcnn: gradient %s: %d bucket%s of <= %g MiB, progress by %s%s%s%s; "
+            "blocking %s of all gradients: %.4f s\n",
+            gs->sharded ? "reduce-scatter" : "allreduce", gs->nbuckets,
+            gs->nbuckets == 1 ? "" : "s", bucket_mb,
+            test ? (gs->sharded ? "MPI_Test polling, MPI_Ireduce_scatter"
+                                : "MPI_Test polling, MPI_Iallreduce")
+                 : (gs->sharded ? "a communication thread, MPI_Reduce_scatter"
+                                : "a communication thread, MPI_Allreduce"),
+            test && alg && !gs->sharded ? " with " HCNN_IALLREDUCE_ENV "=" : "",
+            test && alg && !gs->sharded ? alg : "",
+            gs->team_sum ? "; sums by the OpenMP team outside parallel regions" : "",
+            gs->sharded ? "reduce-scatter and all-gather" : "allreduce", allreduce_s);
+    if (gs->sharded)
+        fprintf(out,
+                "hcnn: optimizer_sharding: ranks: each of %d ranks updates its piece of every "
+                "bucket (%zu parameters here), the parameters all-gathered after (%s)\n",
+                gs->size, gs->shard_n,
+                test ? "MPI_Iallgatherv, the first blocks' bucket first"
+                     : "MPI_Allgatherv on the compute thread");
 }

@@ -266,7 +266,7 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
     if (p->R > 1) {
         p->sync_ready = 1; /* freed whole even when set-up fails half-way */
         rc = hcnn_grad_sync_init(&p->sync, p->stage_comm, net, p->first, p->last, cfg->bucket_mb,
-                                 cfg->allreduce_progress);
+                                 cfg->allreduce_progress, cfg->optimizer_sharding);
         if (rc)
             return rc;
     }
@@ -431,6 +431,11 @@ static int pipe_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n,
 
 static int pipe_gather(hcnn_strategy *s, float *momentum)
 {
+    if (s->sync && s->sync->sharded && momentum) { /* replica 0 sends it whole */
+        const int rc = hcnn_grad_sync_gather_momentum(s->sync, momentum);
+        if (rc)
+            return rc;
+    }
     return hcnn_pipe_gather(s->impl, s->net, momentum);
 }
 
@@ -439,6 +444,10 @@ static void pipe_report_header(const hcnn_strategy *s, FILE *out)
     hcnn_pipe_print_layout(s->impl, s->net, s->cfg->npartition != 0, out);
     if (s->sync)
         hcnn_grad_sync_print(s->sync, s->cfg->bucket_mb, s->allreduce_s, out);
+    else if (s->cfg->optimizer_sharding != HCNN_SHARDING_NONE)
+        fprintf(out, "hcnn: optimizer_sharding: %s: one replica of each stage, nothing to "
+                     "shard\n",
+                hcnn_sharding_name(s->cfg->optimizer_sharding));
 }
 
 static int pipe_report_epoch(hcnn_strategy *s, double epoch_s, FILE *out)

@@ -31,6 +31,14 @@ int hcnn_strategy_check(const hcnn_config *cfg, const hcnn_comm *comm)
                        cfg->path, comm->size);
         return HCNN_EINVAL;
     }
+    if (cfg->strategy == HCNN_STRATEGY_SERIAL && cfg->optimizer_sharding != HCNN_SHARDING_NONE) {
+        if (root)
+            hcnn_error("%s: optimizer_sharding '%s' shards the optimiser step over the ranks "
+                       "holding the same parameters (strategy 'data', or a pipeline's "
+                       "replicas); strategy 'serial' has one rank (use optimizer_sharding: none)",
+                       cfg->path, hcnn_sharding_name(cfg->optimizer_sharding));
+        return HCNN_EINVAL;
+    }
     const int rc = hcnn_strategy_ops_for(cfg->strategy)->check(cfg, comm);
     if (rc)
         return rc;

@@ -75,6 +75,12 @@ void graphs_setup(hcnn_run *r)
                  r->strat.ops->name);
     else if (has_dropout(r->net.layers, r->net.nlayers))
         snprintf(step_off, sizeof step_off, "dropout masks change every step");
+    if (step_off[0] && r->strat.sync && r->strat.sync->sharded) {
+        /* the sharded optimiser step's all-gathers are points of a cut step */
+        g->on = 0;
+        snprintf(g->why, sizeof g->why, "off (%s; optimizer_sharding: ranks)", step_off);
+        return;
+    }
     if (step_off[0]) {
         snprintf(g->why, sizeof g->why,
                  "the optimiser step captured and replayed (%s); the step runs directly (%s)", lr,

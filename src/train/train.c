@@ -51,10 +51,24 @@ static void state_sum_sq(hcnn_run *r)
                       r->stats + (HCNN_STAT_STATE_SUMSQ - HCNN_STAT_SUMSQ));
 }
 
+/* The optimiser sharded over this rank's replicas (grad_sync.h) */
+static hcnn_grad_sync *sharded_sync(const hcnn_run *r)
+{
+    return r->strat.sync && r->strat.sync->sharded ? r->strat.sync : NULL;
+}
+
 static int step_results(hcnn_run *r, size_t off, size_t count, double *loss, int *correct,
                         double st[HCNN_STATS])
 {
-    r->be->sum_sq(r->be, r->net.grads + off, count, r->stats);
+    hcnn_grad_sync *shard = sharded_sync(r);
+    if (shard) { /* each rank its pieces: summed over the ranks below */
+        if (!r->kept.have_norms)
+            r->be->zero(r->be, r->stats + HCNN_STAT_WSQ, sizeof(double) * 2);
+        hcnn_grad_sync_piece_sums(shard, r->kept.have_norms ? NULL : r->net.params,
+                                  r->opt.velocity, r->stats);
+        r->kept.have_norms = 1;
+    } else
+        r->be->sum_sq(r->be, r->net.grads + off, count, r->stats);
     if (!r->kept.have_norms) { /* the first step: the norms no update has summed yet */
         r->be->zero(r->be, r->stats + HCNN_STAT_WSQ, sizeof(double) * 2);
         r->be->sum_sq(r->be, r->net.params + off, count,
@@ -66,6 +80,11 @@ static int step_results(hcnn_run *r, size_t off, size_t count, double *loss, int
     if (!r->strat.sync || !r->strat.sync->agree_fill) /* else agree_fill took it */
         state_sum_sq(r);
     r->be->download(r->be, st, r->stats, sizeof(double) * HCNN_STATS);
+    if (shard) { /* the norms over the ranks' pieces, in rank order */
+        double sums[3] = {st[HCNN_STAT_SUMSQ], st[HCNN_STAT_WSQ], st[HCNN_STAT_VSQ]};
+        hcnn_grad_sync_norms(shard, sums, 3);
+        st[HCNN_STAT_SUMSQ] = sums[0], st[HCNN_STAT_WSQ] = sums[1], st[HCNN_STAT_VSQ] = sums[2];
+    }
     *loss = st[HCNN_STAT_LOSS];
     *correct = (int)st[HCNN_STAT_CORRECT];
     if (r->comm->rank == r->fail_rank && r->step == r->fail_step && !r->fail_collective)
@@ -259,6 +278,9 @@ typedef struct sgd_work {
 static int sgd_segment(hcnn_run *r, void *arg)
 {
     const sgd_work *w = arg;
+    hcnn_grad_sync *shard = sharded_sync(r);
+    if (shard)
+        return hcnn_grad_sync_step(shard, &r->opt, w->lr, r->stats);
     hcnn_sgd_step(&r->opt, r->be, r->net.params, r->net.grads, w->off, w->count, w->lr, r->stats);
     return HCNN_OK;
 }
@@ -424,10 +446,14 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     const double o0 = hcnn_now();
     HCNN_MARKER_START(ctx, "optimizer", 2);
     sgd_work sw = {.off = off, .count = count, .lr = lr};
-    graphs_run(r, 1, NULL, NULL, 0, 0, lr, sgd_segment, &sw);
-    r->kept.have_norms = 1; /* the next step reads this update's sums of squares */
-    r->grads_zero = 1;      /* the update zeroed the gradients of this rank's blocks: all it has */
+    rc = graphs_run(r, 1, NULL, NULL, 0, 0, lr, sgd_segment, &sw);
     HCNN_MARKER_STOP(ctx, "optimizer", 2);
+    if (rc)
+        return rc;
+    r->kept.have_norms = 1; /* the next step reads this update's sums of squares */
+    /* the update zeroed the gradients of this rank's blocks: all it has
+     * (sharded: it read and zeroed the summed pieces, not the gradients) */
+    r->grads_zero = !sharded_sync(r);
     if (r->profiling)
         r->prof.opt_s += hcnn_now() - o0;
     /* samples are counted where their loss is (a pipeline's last stage) */
