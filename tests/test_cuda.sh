@@ -218,6 +218,29 @@ case_begin pipeline_2x2_on_cuda
 mpi_train lenet_pipe 4 strategy=pipeline stages=2 microbatches=2
 close lenet_cuda lenet_pipe 1e-4
 
+# optimizer_sharding: ranks on the device (grad_sync.h: the reduce-scatter
+# and the all-gathers through pinned host buffers, the update and the norms
+# by the backend's sgd_step and sum_sq on each rank's pieces): the bits of
+# the unsharded run, on 2 and 3 ranks (3: one rank folded into another),
+# and with the step and the optimiser step captured in CUDA graphs, cut at
+# the all-gathers, the bits of the same run without graphs
+case_begin sharded_optimizer_on_cuda
+bad=""
+if mpi_train lenet_sh2 2 strategy=data optimizer_sharding=ranks &&
+    mpi_train lenet_un3 3 strategy=data bucket_mb=0.01 &&
+    mpi_train lenet_sh3 3 strategy=data bucket_mb=0.01 optimizer_sharding=ranks &&
+    mpi_train lenet_sh3_nograph 3 strategy=data bucket_mb=0.01 optimizer_sharding=ranks cuda_graphs=off; then
+    for pair in data:sh2 un3:sh3 sh3_nograph:sh3; do
+        a=${pair%%:*} b=${pair#*:}
+        "$HCNN" diff "$WORK/lenet_$a/final.hcnn" "$WORK/lenet_$b/final.hcnn" --tol 0 \
+            >"$WORK/sh_$b.diff" 2>&1 || bad="$bad $a-$b: $(tail -n 1 "$WORK/sh_$b.diff")"
+        echo "# $a vs $b: $(tail -n 1 "$WORK/sh_$b.diff")"
+    done
+    grep -q '^hcnn: optimizer_sharding: ranks: 2 of the 3 ranks' "$WORK/lenet_sh3.log" ||
+        bad="$bad header: $(grep -m1 'sharding' "$WORK/lenet_sh3.log")"
+else bad="runs: $(tail -n 2 "$WORK/lenet_sh2.log" "$WORK/lenet_sh3.log" | tr '\n' ' ')"; fi
+if [ -z "$bad" ]; then case_ok; else case_fail "$bad"; fi
+
 # MPI on device memory in place (a CUDA-aware MPI, include/hcnn/comm.h)
 # against the staged path: the same bits.  Here MPI reports no CUDA
 # support; on the emulation, whose device memory is host memory, the test

@@ -25,7 +25,7 @@ for np in 2 3 4; do
     train "none$np" "$np" && train "ranks$np" "$np" optimizer_sharding=ranks
     if [ ! -f "$WORK/none$np/final.hcnn" ] || [ ! -f "$WORK/ranks$np/final.hcnn" ]; then
         case_fail "no checkpoint: $(tail -n 2 "$WORK/none$np.log" "$WORK/ranks$np.log")"
-    elif ! grep -q "^hcnn: optimizer_sharding: ranks: each of $np ranks" "$WORK/ranks$np.log"; then
+    elif ! grep -q "^hcnn: optimizer_sharding: ranks: [0-9]* of the $np ranks each update" "$WORK/ranks$np.log"; then
         case_fail "not sharded: $(grep -h 'gradient\|sharding' "$WORK/ranks$np.log")"
     elif "$HCNN" diff "$WORK/none$np/final.hcnn" "$WORK/ranks$np/final.hcnn" >"$WORK/d$np"; then
         echo "# $(tail -n 1 "$WORK/d$np")"

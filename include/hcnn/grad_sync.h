@@ -35,16 +35,18 @@
  * finish.
  *
  * Sharded optimiser (optimizer_sharding: ranks, ZeRO stage 1): bucket k is
- * cut into `size` contiguous pieces, piece r of rank r (counts, displs).
- * The bucket's allreduce becomes a reduce-scatter (MPI_Ireduce_scatter,
- * same progress, same sum op) into `shard`, this rank's pieces of the
- * summed gradients one after another; hcnn_grad_sync_step then updates
- * this rank's piece of each bucket (parameters and momentum at their
- * place in the whole buffers), from the network's first blocks to its
- * last, and all-gathers each bucket's parameters (MPI_Iallgatherv, in
- * place) as soon as its piece is updated, the next pieces' update
- * running meanwhile.  The same volume as one allreduce; the optimiser's
- * sweep on 1/size of the parameters.  The momentum outside this rank's
+ * cut into pieces, one a rank (counts, displs; none on the ranks a rank
+ * count that is not a power of two folds away: reduce_scatter.h).  The
+ * bucket's allreduce becomes hcnn's own reduce-scatter (reduce_scatter.h:
+ * the same summation tree as the default allreduce, so the same bits; the
+ * same progress, by MPI_Test between blocks or on the communication
+ * thread), which leaves this rank's piece summed in place in the
+ * gradients; hcnn_grad_sync_step then updates this rank's piece of each
+ * bucket (parameters and momentum at their place in the whole buffers),
+ * from the network's first blocks to its last, and all-gathers each
+ * bucket's parameters (MPI_Iallgatherv, in place) as soon as its piece is
+ * updated, the next pieces' update running meanwhile.  The same volume as
+ * one allreduce; the optimiser's sweep on 1/size of the parameters.  The momentum outside this rank's
  * pieces is stale: hcnn_grad_sync_gather_momentum makes it whole for a
  * checkpoint.  The agreement's tail is not carried (a reduce-scatter would
  * leave it on one rank): the trainer agrees by its own small allreduce and
@@ -68,6 +70,7 @@ typedef struct hcnn_bucket {
     size_t off, count;     /* range of the gradient buffer */
     int lowest_block;      /* ready once backward has finished this block */
     MPI_Request req;
+    float *base;           /* sharded: its floats where MPI reads them, this step */
 } hcnn_bucket;
 
 /* Writes the agreement's HCNN_GRAD_TAIL values (host floats) for this step. */
@@ -93,10 +96,9 @@ typedef struct hcnn_grad_sync {
     int sharded;
     int rank;
     int *counts, *displs;  /* [nbuckets * size]: rank r's piece of bucket k */
-    size_t *shard_off;     /* [nbuckets]: where this rank's piece of bucket k lies in shard */
-    float *shard;          /* backend memory: this rank's pieces of the summed gradients */
-    size_t shard_n;
-    hcnn_mpi_buf shard_buf; /* shard, as MPI reaches it */
+    size_t shard_n;        /* this rank's pieces' floats */
+    struct hcnn_rs *rs;    /* the reduce-scatter (src/parallel/reduce_scatter.h) */
+    int rs_begun;          /* the bucket `completed` has begun it */
     hcnn_mpi_buf param_buf; /* the network's parameters, as MPI reaches them */
     MPI_Request *gather_req; /* [nbuckets] */
     int gathers_started, gathers_completed; /* this step's, buckets nbuckets - 1 down */

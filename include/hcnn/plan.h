@@ -183,6 +183,10 @@ typedef struct hcnn_comm_setup {
     double llc_bytes;
     int reserved_core;     /* allreduce_progress: thread: the allreduce on a core of its
                               own, threads - 1 computing, nothing stalled */
+    int sharded;           /* optimizer_sharding: ranks: each bucket reduce-scattered, the
+                              optimiser on 1/P of the parameters, the parameters
+                              all-gathered after it, the norms' pieces gathered, the
+                              agreement its own allreduce (grad_sync.h) */
 } hcnn_comm_setup;
 
 /* ---- a layout and its step ------------------------------------------------- */
@@ -205,7 +209,11 @@ typedef struct hcnn_step_model {
     double allreduce_total_s; /* all buckets' allreduce time, hidden or not */
     double bubble_s;       /* pipeline fill and drain, and waiting on slower stages */
     double p2p_s;          /* activations and their gradients between stages */
-    double sync_s;         /* the per-step agreement allreduce (3 ints) */
+    double sync_s;         /* the per-step agreement allreduce (3 ints); sharded: and the
+                              gathered sums of squares (3 doubles a rank) */
+    double gather_s;       /* sharded: the parameters' all-gathers after the optimiser
+                              (in allreduce_s and allreduce_total_s too) */
+    double opt_s;          /* the optimiser step of this rank (the busiest stage's) */
     double images_per_s;
     int bounds[HCNN_MAX_BLOCKS + 1]; /* stage partition */
     int nbuckets;

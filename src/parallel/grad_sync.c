@@ -9,6 +9,7 @@
 
 #include "hcnn/common.h"
 #include "hcnn/grad_sync.h"
+#include "reduce_scatter.h"
 
 /* b += a on the CPU's widest vectors: hcnn builds without -march, and
  * OpenMPI's own MPI_SUM runs AVX-512 (plain SSE2 here summed 29 GB/s in
@@ -35,12 +36,8 @@ static void sum_range(const float *restrict a, float *restrict b, int lo, int hi
  * waking the team (a fork-join of 64 threads costs a few microseconds, the
  * time one core takes to sum 64 KiB).  HCNN_GRAD_SUM=mpi takes MPI_SUM
  * instead (for comparisons). */
-static void team_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+static void sum_into(const float *a, float *b, int n)
 {
-    (void)type;
-    const float *a = in;
-    float *b = inout;
-    const int n = *len;
     if (n < HCNN_TEAM_SUM_MIN || omp_in_parallel() || omp_get_max_threads() == 1) {
         sum_range(a, b, 0, n);
         return;
@@ -53,6 +50,12 @@ static void team_sum(void *in, void *inout, int *len, MPI_Datatype *type)
         const int lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
         sum_range(a, b, lo, hi);
     }
+}
+
+static void team_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    sum_into(in, inout, *len);
 }
 
 void hcnn_grad_sum_op(MPI_Op *op) { HCNN_MPI(MPI_Op_create(team_sum, 1, op)); }
@@ -68,31 +71,35 @@ static int piece_count(const hcnn_grad_sync *gs, int k, int r) { return gs->coun
 static int *piece_counts(const hcnn_grad_sync *gs, int k) { return gs->counts + k * gs->size; }
 static int *piece_displs(const hcnn_grad_sync *gs, int k) { return gs->displs + k * gs->size; }
 
+/* Where this rank's piece of bucket k starts in the gradients */
+static size_t piece_off(const hcnn_grad_sync *gs, int k)
+{
+    return gs->buckets[k].off + (size_t)piece_displs(gs, k)[gs->rank];
+}
+
 /* After bucket k's sum completed: what came back to the host goes to the
  * device (its whole range, or this rank's piece when sharded). */
 static void bucket_done(hcnn_grad_sync *gs, int k)
 {
     const hcnn_bucket *b = &gs->buckets[k];
     if (gs->sharded)
-        hcnn_mpi_recv_done(&gs->shard_buf, gs->shard_off[k], (size_t)piece_count(gs, k, gs->rank));
+        hcnn_mpi_recv_done(&gs->buf, piece_off(gs, k), (size_t)piece_count(gs, k, gs->rank));
     else
         hcnn_mpi_recv_done(&gs->buf, b->off, b->count);
 }
 
 /* Bucket k's sum started (req != NULL) or run to completion (blocking),
- * from p, where MPI reads its floats: an allreduce in place, or the
- * reduce-scatter into this rank's piece of shard. */
+ * from p, where MPI reads its floats: an allreduce in place, or, sharded,
+ * the reduce-scatter (started by test_sharded, one bucket after another). */
 static void sum_bucket(hcnn_grad_sync *gs, int k, float *p, MPI_Request *req)
 {
     const hcnn_bucket *b = &gs->buckets[k];
     if (gs->sharded) {
-        float *piece = hcnn_mpi_recv_ptr(&gs->shard_buf, gs->shard_off[k]);
-        if (req)
-            HCNN_MPI(MPI_Ireduce_scatter(p, piece, piece_counts(gs, k), MPI_FLOAT, gs->sum,
-                                         gs->comm, req));
-        else
-            HCNN_MPI(MPI_Reduce_scatter(p, piece, piece_counts(gs, k), MPI_FLOAT, MPI_SUM,
-                                        gs->comm));
+        gs->buckets[k].base = p;
+        if (!req) {
+            hcnn_rs_begin(gs->rs, p, b->count);
+            hcnn_rs_advance(gs->rs, 1);
+        }
     } else if (req) {
         HCNN_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, (int)b->count, MPI_FLOAT, gs->sum, gs->comm, req));
     } else {
@@ -163,39 +170,28 @@ int hcnn_grad_buckets(const hcnn_net *net, int first, int last, double bucket_mb
     return open ? n + 1 : n;
 }
 
-/* Sharded: bucket k cut into pieces of whole 64-byte lines (but the last),
- * rank r's the r-th; this rank's pieces one after another in shard. */
+/* Sharded: the reduce-scatter, each rank's piece of every bucket */
 static int shard_init(hcnn_grad_sync *gs, hcnn_net *net, hcnn_mpi_use use)
 {
     const int R = gs->size, K = gs->nbuckets;
     gs->counts = hcnn_calloc(sizeof *gs->counts * (size_t)K * (size_t)R, "sharded buckets");
     gs->displs = hcnn_calloc(sizeof *gs->displs * (size_t)K * (size_t)R, "sharded buckets");
-    gs->shard_off = hcnn_calloc(sizeof *gs->shard_off * (size_t)K, "sharded buckets");
     gs->gather_req = hcnn_calloc(sizeof *gs->gather_req * (size_t)K, "parameter all-gathers");
-    if (!gs->counts || !gs->displs || !gs->shard_off || !gs->gather_req)
+    gs->rs = hcnn_calloc(sizeof *gs->rs, "the reduce-scatter");
+    if (!gs->counts || !gs->displs || !gs->gather_req || !gs->rs)
+        return HCNN_ENOMEM;
+    size_t largest = 0;
+    for (int k = 0; k < K; k++)
+        largest = gs->buckets[k].count > largest ? gs->buckets[k].count : largest;
+    if (hcnn_rs_init(gs->rs, gs->comm, largest, sum_into))
         return HCNN_ENOMEM;
     gs->shard_n = 0;
     for (int k = 0; k < K; k++) {
-        const size_t c = gs->buckets[k].count;
-        for (int r = 0; r < R; r++) {
-            size_t lo = (c * (size_t)r / (size_t)R + 15) / 16 * 16;
-            size_t hi = (c * (size_t)(r + 1) / (size_t)R + 15) / 16 * 16;
-            lo = lo < c ? lo : c, hi = hi < c ? hi : c;
-            gs->displs[k * R + r] = (int)lo;
-            gs->counts[k * R + r] = (int)(hi - lo);
-        }
-        gs->shard_off[k] = gs->shard_n;
+        hcnn_rs_pieces(gs->rs, gs->buckets[k].count, gs->counts + k * R, gs->displs + k * R);
         gs->shard_n += (size_t)gs->counts[k * R + gs->rank];
         gs->gather_req[k] = MPI_REQUEST_NULL;
     }
-    gs->shard = net->be->alloc(net->be, sizeof(float) * (gs->shard_n + 1),
-                               "this rank's pieces of the summed gradients");
-    if (!gs->shard)
-        return HCNN_ENOMEM;
-    net->be->fill(net->be, gs->shard, gs->shard_n + 1, 0.0f);
-    if (hcnn_mpi_buf_init(&gs->shard_buf, net->be, gs->shard, gs->shard_n + 1, use,
-                          "sharded gradient staging") ||
-        hcnn_mpi_buf_init(&gs->param_buf, net->be, net->params, net->nparams, use,
+    if (hcnn_mpi_buf_init(&gs->param_buf, net->be, net->params, net->nparams, use,
                           "parameter staging for the all-gathers"))
         return HCNN_ENOMEM;
     return HCNN_OK;
@@ -212,8 +208,10 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
     gs->mode = mode;
     gs->sharded = sharding == HCNN_SHARDING_RANKS && gs->size > 1;
     /* buckets reduced by MPI_Iallreduce stay staged on a device (comm.h) */
-    const hcnn_mpi_use use =
-        mode == HCNN_PROGRESS_TEST ? HCNN_MPI_NONBLOCKING_COLLECTIVE : HCNN_MPI_P2P_OR_BLOCKING;
+    /* sharded: the reduce-scatter adds on the host (reduce_scatter.h) */
+    const hcnn_mpi_use use = mode == HCNN_PROGRESS_TEST || gs->sharded
+                                 ? HCNN_MPI_NONBLOCKING_COLLECTIVE
+                                 : HCNN_MPI_P2P_OR_BLOCKING;
     if (hcnn_mpi_buf_init(&gs->buf, net->be, net->grads, net->nparams + HCNN_GRAD_TAIL, use,
                           "gradient staging"))
         return HCNN_ENOMEM;
@@ -264,19 +262,17 @@ void hcnn_grad_sync_free(hcnn_grad_sync *gs)
         pthread_cond_destroy(&gs->cv);
         pthread_mutex_destroy(&gs->mu);
     }
-    const hcnn_backend *be = gs->buf.be;
     if (gs->team_sum)
         HCNN_MPI(MPI_Op_free(&gs->sum));
     hcnn_free(gs->buckets);
     hcnn_mpi_buf_free(&gs->buf);
     hcnn_free(gs->counts);
     hcnn_free(gs->displs);
-    hcnn_free(gs->shard_off);
     hcnn_free(gs->gather_req);
-    hcnn_mpi_buf_free(&gs->shard_buf);
+    if (gs->rs)
+        hcnn_rs_free(gs->rs);
+    hcnn_free(gs->rs);
     hcnn_mpi_buf_free(&gs->param_buf);
-    if (gs->shard)
-        be->free(be, gs->shard);
     memset(gs, 0, sizeof *gs);
 }
 
@@ -284,6 +280,31 @@ void hcnn_grad_sync_begin(hcnn_grad_sync *gs)
 {
     gs->started = 0;
     gs->completed = 0;
+    gs->rs_begun = 0;
+}
+
+/* Sharded: the started buckets' reduce-scatters, one after another (each
+ * begun when the one before has ended), advanced or, blocking, run to
+ * their end; a completed bucket's piece comes back to the device here, or
+ * in finish in a step cut for graphs. */
+static void test_sharded(hcnn_grad_sync *gs, int blocking)
+{
+    while (gs->completed < gs->started) {
+        hcnn_bucket *b = &gs->buckets[gs->completed];
+        if (!gs->rs_begun) {
+            hcnn_rs_begin(gs->rs, b->base, b->count);
+            gs->rs_begun = 1;
+        }
+        if (blocking)
+            hcnn_watch_context("gradient reduce-scatter bucket %d of %d", gs->completed + 1,
+                               gs->nbuckets);
+        if (!hcnn_rs_advance(gs->rs, blocking))
+            return;
+        gs->rs_begun = 0;
+        if (!gs->cut)
+            bucket_done(gs, gs->completed);
+        gs->completed++;
+    }
 }
 
 /* MPI_Test on the oldest running buckets, in order (testing the oldest
@@ -291,6 +312,10 @@ void hcnn_grad_sync_begin(hcnn_grad_sync *gs)
  * comes back to the device here, or in finish in a step cut for graphs. */
 static void test_buckets(hcnn_grad_sync *gs)
 {
+    if (gs->sharded) {
+        test_sharded(gs, 0);
+        return;
+    }
     while (gs->completed < gs->started) {
         hcnn_bucket *b = &gs->buckets[gs->completed];
         int done = 0;
@@ -376,6 +401,9 @@ static int finish_buckets(void *arg, int unused)
         while (gs->completed < gs->nbuckets)
             pthread_cond_wait(&gs->cv, &gs->mu);
         pthread_mutex_unlock(&gs->mu);
+    } else if (gs->sharded) {
+        test_sharded(gs, 1);
+        hcnn_watch_context(NULL);
     } else {
         for (; gs->completed < gs->nbuckets; gs->completed++) {
             hcnn_bucket *b = &gs->buckets[gs->completed];
@@ -482,11 +510,10 @@ int hcnn_grad_sync_step(hcnn_grad_sync *gs, hcnn_sgd *opt, float lr, double *sta
         be->zero(be, stats + HCNN_STAT_WSQ, sizeof(double) * 2);
     for (int i = 0; i < gs->nbuckets; i++) {
         const int k = gs->nbuckets - 1 - i;
-        const size_t off = gs->buckets[k].off + (size_t)piece_displs(gs, k)[gs->rank];
-        const size_t n = (size_t)piece_count(gs, k, gs->rank);
+        const size_t off = piece_off(gs, k), n = (size_t)piece_count(gs, k, gs->rank);
         if (n)
-            be->sgd_step(be, params + off, gs->shard + gs->shard_off[k], opt->velocity + off, n,
-                         lr, opt->momentum, opt->weight_decay, opt->nesterov, stats);
+            be->sgd_step(be, params + off, gs->buf.dev + off, opt->velocity + off, n, lr,
+                         opt->momentum, opt->weight_decay, opt->nesterov, stats);
         int rc = hcnn_comm_point(gs->cut, start_gather, gs, i);
         if (rc)
             return rc;
@@ -500,13 +527,12 @@ void hcnn_grad_sync_piece_sums(const hcnn_grad_sync *gs, const float *params,
                                const float *momentum, double *stats)
 {
     const hcnn_backend *be = gs->buf.be;
-    be->sum_sq(be, gs->shard, gs->shard_n, stats);
-    if (!params)
-        return;
     for (int i = 0; i < gs->nbuckets; i++) {
         const int k = gs->nbuckets - 1 - i;
-        const size_t off = gs->buckets[k].off + (size_t)piece_displs(gs, k)[gs->rank];
-        const size_t n = (size_t)piece_count(gs, k, gs->rank);
+        const size_t off = piece_off(gs, k), n = (size_t)piece_count(gs, k, gs->rank);
+        be->sum_sq(be, gs->buf.dev + off, n, stats);
+        if (!params)
+            continue;
         be->sum_sq(be, params + off, n, stats + (HCNN_STAT_WSQ - HCNN_STAT_SUMSQ));
         be->sum_sq(be, momentum + off, n, stats + (HCNN_STAT_VSQ - HCNN_STAT_SUMSQ));
     }
@@ -576,19 +602,27 @@ void hcnn_grad_sync_print(const hcnn_grad_sync *gs, double bucket_mb, double all
             "blocking %s of all gradients: %.4f s\n",
             gs->sharded ? "reduce-scatter" : "allreduce", gs->nbuckets,
             gs->nbuckets == 1 ? "" : "s", bucket_mb,
-            test ? (gs->sharded ? "MPI_Test polling, MPI_Ireduce_scatter"
+            test ? (gs->sharded ? "MPI_Test polling, hcnn's recursive halving"
                                 : "MPI_Test polling, MPI_Iallreduce")
-                 : (gs->sharded ? "a communication thread, MPI_Reduce_scatter"
+                 : (gs->sharded ? "a communication thread, hcnn's recursive halving"
                                 : "a communication thread, MPI_Allreduce"),
             test && alg && !gs->sharded ? " with " HCNN_IALLREDUCE_ENV "=" : "",
             test && alg && !gs->sharded ? alg : "",
             gs->team_sum ? "; sums by the OpenMP team outside parallel regions" : "",
             gs->sharded ? "reduce-scatter and all-gather" : "allreduce", allreduce_s);
-    if (gs->sharded)
-        fprintf(out,
-                "hcnn: optimizer_sharding: ranks: each of %d ranks updates its piece of every "
-                "bucket (%zu parameters here), the parameters all-gathered after (%s)\n",
-                gs->size, gs->shard_n,
-                test ? "MPI_Iallgatherv, the first blocks' bucket first"
-                     : "MPI_Allgatherv on the compute thread");
+    if (!gs->sharded)
+        return;
+    const int holders = gs->rs->pof2, folded = gs->size - holders;
+    fprintf(out,
+            "hcnn: optimizer_sharding: ranks: %d of the %d ranks each update a piece of every "
+            "bucket (%zu parameters on this rank), the parameters all-gathered after (%s)",
+            holders, gs->size, gs->shard_n,
+            test ? "MPI_Iallgatherv, the first blocks' bucket first"
+                 : "MPI_Allgatherv on the compute thread");
+    if (folded)
+        fprintf(out, "; %d rank%s (odd, below rank %d) add%s %s gradients into the even one "
+                     "before and hold%s no piece: %d is not a power of two",
+                folded, folded > 1 ? "s" : "", 2 * folded, folded > 1 ? "" : "s",
+                folded > 1 ? "their" : "its", folded > 1 ? "" : "s", gs->size);
+    fputc('\n', out);
 }

@@ -248,6 +248,31 @@ static double algo_time(const hcnn_network *nw, hcnn_allreduce_algo a, double n,
     }
 }
 
+/* The sharded optimiser's collectives (grad_sync.h), n bytes on p ranks.
+ * Its reduce-scatter (src/parallel/reduce_scatter.h): the first half of
+ * Rabenseifner's allreduce, on the polling thread or the communication
+ * thread alike: when p is not a power of two, the fold (a whole bucket sent
+ * and added: alpha + n beta + n gamma), then log2 p' halvings of n/2,
+ * n/4 ... n/p' bytes each (alpha + that beta + its sum).  Its all-gather:
+ * libnbc's MPI_Iallgatherv is linear, tuned's a ring: both
+ * (p-1) (alpha + n/p beta). */
+static double reduce_scatter_time(const hcnn_network *nw, double n, int p,
+                                  const hcnn_comm_setup *team)
+{
+    if (p <= 1)
+        return 0.0;
+    const int pp = largest_pow2_upto(p);
+    double t = pp == p ? 0.0 : nw->alpha_s + n * nw->beta_s + sum_seconds(nw, team, n);
+    for (double chunk = n / 2.0; pp > 1 && chunk >= n / pp; chunk /= 2.0)
+        t += nw->alpha_s + chunk * nw->beta_s + sum_seconds(nw, team, chunk);
+    return t;
+}
+
+static double allgather_time(const hcnn_network *nw, double n, int p)
+{
+    return p <= 1 ? 0.0 : (p - 1) * (nw->alpha_s + n / p * nw->beta_s);
+}
+
 static double algo_seconds(const hcnn_network *nw, hcnn_allreduce_algo a, double n, int p)
 {
     return algo_time(nw, a, n, p, NULL);
@@ -308,8 +333,9 @@ double hcnn_p2p_seconds(const hcnn_network *nw, double bytes)
 static double bucket_timeline(const hcnn_net *net, int first, int last, const double *bwd,
                               double stretch, double bucket_mb, const hcnn_network *nw,
                               const hcnn_comm_setup *cs, int p, int shared_memory, double *total,
-                              int *nbuckets)
+                              int *nbuckets, double *gathers)
 {
+    *gathers = 0.0;
     hcnn_bucket buckets[HCNN_MAX_BLOCKS];
     const int nb = hcnn_grad_buckets(net, first, last, bucket_mb, buckets);
     *nbuckets = nb;
@@ -330,15 +356,23 @@ static double bucket_timeline(const hcnn_net *net, int first, int last, const do
         /* the team sums only what runs outside backward's parallel regions:
          * priced as all of it (the part inside is in delay below) */
         const hcnn_allreduce_algo a = hcnn_iallreduce_choice(bytes, p, nw->iallreduce);
-        const double t = algo_time(nw, a, bytes, p, cs->reserved_core ? NULL : cs),
+        const double t = cs->sharded ? reduce_scatter_time(nw, bytes, p,
+                                                           cs->reserved_core ? NULL : cs)
+                                     : algo_time(nw, a, bytes, p, cs->reserved_core ? NULL : cs),
                      start = fmax(end, ready);
         /* on a reserved core the reductions stall no computing thread */
         if (start < backward + delay && !cs->reserved_core)
-            delay += hcnn_iallreduce_seconds(on_cpu, bytes, p);
+            delay += cs->sharded ? reduce_scatter_time(on_cpu, bytes, p, NULL)
+                                 : hcnn_iallreduce_seconds(on_cpu, bytes, p);
         *total += t;
         end = start + t;
+        /* sharded: the bucket's parameters all-gathered after the update,
+         * which is short beside them: exposed */
+        if (cs->sharded)
+            *gathers += allgather_time(nw, bytes, p);
     }
-    return delay + fmax(0.0, end - (backward + delay));
+    *total += *gathers;
+    return delay + fmax(0.0, end - (backward + delay)) + *gathers;
 }
 
 static double params_share(const hcnn_net *net, int first, int last)
@@ -366,16 +400,27 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
      * thread's share of the samples grows by threads / (threads - 1)) */
     if (cs->reserved_core && threads > 1 && R > 1)
         contended *= (double)threads / (threads - 1);
-    /* data parallel: the agreement's floats ride on the first bucket */
-    m->sync_s = S == 1 && cs->fold_agreement ? 0.0 : hcnn_allreduce_seconds(nw, 3 * sizeof(int), N);
+    /* data parallel: the agreement's floats ride on the first bucket, but
+     * when sharded (a reduce-scatter leaves them on one rank); sharded, the
+     * ranks' sums of squares are gathered too (an allgather of 3 doubles a
+     * rank: the allreduce of that many bytes prices its latencies) */
+    const int P = S == 1 ? N : R; /* the ranks that hold the same parameters */
+    const int sharded = cs->sharded && P > 1;
+    m->sync_s = S == 1 && cs->fold_agreement && !sharded
+                    ? 0.0
+                    : hcnn_allreduce_seconds(nw, 3 * sizeof(int), N);
+    if (sharded)
+        m->sync_s += hcnn_allreduce_seconds(nw, 3.0 * sizeof(double) * P, P);
     if (S == 1) {
         const double stretch = fmax(1.0, load) * contended;
         double F = 0.0, B = 0.0;
         for (int i = 0; i < L; i++)
             F += cost->fwd[i] * stretch, B += cost->bwd[i] * stretch;
-        m->compute_s = F + B + cost->opt_s * stretch;
+        m->opt_s = cost->opt_s * stretch / (sharded ? N : 1);
+        m->compute_s = F + B + m->opt_s;
         m->allreduce_s = bucket_timeline(net, 0, L, cost->bwd, stretch, bucket_mb, nw, cs, N,
-                                         host_cores > 0, &m->allreduce_total_s, &m->nbuckets);
+                                         host_cores > 0, &m->allreduce_total_s, &m->nbuckets,
+                                         &m->gather_s);
         m->bounds[0] = 0, m->bounds[1] = L;
         m->step_s = m->compute_s + m->allreduce_s + m->sync_s;
     } else {
@@ -402,7 +447,8 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
                                                               hcnn_layer_out_size(out) *
                                                               sizeof(float))
                              : 0.0;
-            opt[s] = cost->opt_s * contended * params_share(net, m->bounds[s], m->bounds[s + 1]);
+            opt[s] = cost->opt_s * contended * params_share(net, m->bounds[s], m->bounds[s + 1]) /
+                     (sharded ? R : 1);
             if (f[s] + b[s] > slowest)
                 slowest = f[s] + b[s], star = s;
             fill += f[s] + b[s] + x[s];
@@ -416,20 +462,22 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
          * then its replicas' allreduce (what it adds) and its optimiser */
         double end = 0.0;
         for (int s = 0; s < S; s++) {
-            double total;
+            double total, gathers;
             int nb;
             const double added = bucket_timeline(net, m->bounds[s], m->bounds[s + 1], bw, 1.0,
                                                  bucket_mb, nw, cs, R, host_cores > 0, &total,
-                                                 &nb);
+                                                 &nb, &gathers);
             double done = pipe;
             for (int j = 0; j < s; j++)
                 done -= b[j];
             if (done + added + opt[s] > end) {
                 end = done + added + opt[s];
                 m->allreduce_s = added, m->allreduce_total_s = total, m->nbuckets = nb;
+                m->gather_s = gathers;
             }
         }
         m->compute_s = M * (f[star] + b[star]) + opt[star];
+        m->opt_s = opt[star];
         m->p2p_s = 0.0;
         for (int s = 0; s < S; s++)
             m->p2p_s += x[s];

@@ -275,7 +275,8 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
         rc = hcnn_error_code(HCNN_ENOMEM, "cannot allocate the plan");
     plan_row *before = calloc((size_t)2 * MAX_NODES * (MAX_STAGE_CHOICES + 1), sizeof *before);
     plan_row *other = calloc((size_t)2 * MAX_NODES * (MAX_STAGE_CHOICES + 1), sizeof *other);
-    if (!before || !other)
+    plan_row *flipped = calloc((size_t)2 * MAX_NODES * (MAX_STAGE_CHOICES + 1), sizeof *flipped);
+    if (!before || !other || !flipped)
         rc = hcnn_error_code(HCNN_ENOMEM, "cannot allocate the plan");
     char cpu[256] = "unknown", node[512];
     hcnn_cpu_model(cpu, sizeof cpu);
@@ -313,6 +314,12 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
         rc = fill_rows(cfg, o, &net, &nw_test, &was, cc, before, &nbefore, 0);
     if (!rc)
         rc = fill_rows(cfg, o, &net, &nw_other, &o->other, cc, other, &nother, 0);
+    /* and with the other optimizer_sharding */
+    hcnn_comm_setup flip = o->comm;
+    flip.sharded = !flip.sharded;
+    int nflipped = 0;
+    if (!rc)
+        rc = fill_rows(cfg, o, &net, &nw, &flip, cc, flipped, &nflipped, 0);
     if (!rc) {
         const hcnn_pass_cost *weak_pass = NULL;
         if (o->weak)
@@ -326,6 +333,8 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
                 if (nbefore == nrows && nother == nrows)
                     print_comm_changes(rows, before, other, nrows, weak, o->comm.reserved_core,
                                        stdout);
+                if (nflipped == nrows)
+                    print_sharding(rows, flipped, nrows, weak, o->comm.sharded, stdout);
             }
         if (!rc && weak_pass && o->out[0]) {
             char path[HCNN_FILE_PATH_MAX + 32];
@@ -366,6 +375,7 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
     free(rows);
     free(before);
     free(other);
+    free(flipped);
     free(cc);
     hcnn_net_free(&net);
     return rc;
@@ -645,6 +655,7 @@ int hcnn_plan_main(int argc, char **argv)
     const int threaded = cfg->allreduce_progress == HCNN_PROGRESS_THREAD;
     o.comm = threaded ? thread : test;
     o.other = threaded ? test : thread;
+    o.comm.sharded = o.other.sharded = cfg->optimizer_sharding == HCNN_SHARDING_RANKS;
     if (!rc)
         rc = plan_run(cfg, &o);
     hcnn_comm_finalize(&comm);

@@ -64,5 +64,10 @@ void print_passes(const hcnn_net *net, const hcnn_pass_cost *c, const plan_opts 
  * now, and with the other allreduce_progress. */
 void print_comm_changes(const plan_row *now, const plan_row *before, const plan_row *other, int n,
                         int weak, int thread_now, FILE *f);
+/* The recommended layout at the most nodes with optimizer_sharding none
+ * and ranks (now: the configuration's, flipped: the other), and which of
+ * the two the plan recommends there. */
+void print_sharding(const plan_row *now, const plan_row *flipped, int n, int weak,
+                    int sharded_now, FILE *f);
 
 #endif

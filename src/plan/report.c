@@ -209,6 +209,32 @@ void print_passes(const hcnn_net *net, const hcnn_pass_cost *c, const plan_opts 
 
 /* The efficiency of the recommended layout at the largest node count, priced
  * as the step was before hcnn's communication changes and as it is now. */
+void print_sharding(const plan_row *now, const plan_row *flipped, int n, int weak,
+                    int sharded_now, FILE *f)
+{
+    const plan_row *best = NULL;
+    for (int i = 0; i < n; i++)
+        if (now[i].weak == weak && now[i].best && (!best || now[i].lay.nodes > best->lay.nodes))
+            best = &now[i];
+    if (!best || best->lay.nodes < 2)
+        return;
+    const plan_row *alt = &flipped[best - now];
+    const plan_row *none = sharded_now ? alt : best, *ranks = sharded_now ? best : alt;
+    char name[32];
+    layout_name(&best->lay, name, sizeof name);
+    fprintf(f,
+            "hcnn plan: %s scaling at %d nodes, %s: optimizer_sharding: none %.1f images/s "
+            "(optimiser %.3f ms, exposed allreduce %.3f ms, agreement %.3f ms); ranks %.1f "
+            "images/s (optimiser %.3f ms, exposed reduce-scatter and all-gathers %.3f ms, of "
+            "which all-gathers %.3f ms, agreement and norms %.3f ms): recommended "
+            "optimizer_sharding: %s\n",
+            weak ? "weak" : "strong", best->lay.nodes, name, none->m.images_per_s,
+            none->m.opt_s * 1e3, none->m.allreduce_s * 1e3, none->m.sync_s * 1e3,
+            ranks->m.images_per_s, ranks->m.opt_s * 1e3, ranks->m.allreduce_s * 1e3,
+            ranks->m.gather_s * 1e3, ranks->m.sync_s * 1e3,
+            ranks->m.images_per_s > none->m.images_per_s ? "ranks" : "none");
+}
+
 void print_comm_changes(const plan_row *now, const plan_row *before,
                                const plan_row *other, int n, int weak, int thread_now, FILE *f)
 {

@@ -443,19 +443,22 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
         keep_take(r, off, count, epoch, first, st);
     else
         r->kept.valid = 0;
-    const double o0 = hcnn_now();
+    const double o0 = hcnn_now(), g0 = s->sync ? s->sync->wait_s : 0.0;
     HCNN_MARKER_START(ctx, "optimizer", 2);
     sgd_work sw = {.off = off, .count = count, .lr = lr};
     rc = graphs_run(r, 1, NULL, NULL, 0, 0, lr, sgd_segment, &sw);
     HCNN_MARKER_STOP(ctx, "optimizer", 2);
+    /* a sharded step's all-gathers: communication, not the optimiser's */
+    const double gathers = s->sync ? s->sync->wait_s - g0 : 0.0;
+    st->comm_wait_s += gathers;
+    if (r->profiling)
+        r->prof.opt_s += hcnn_now() - o0 - gathers;
     if (rc)
         return rc;
     r->kept.have_norms = 1; /* the next step reads this update's sums of squares */
     /* the update zeroed the gradients of this rank's blocks: all it has
      * (sharded: it read and zeroed the summed pieces, not the gradients) */
     r->grads_zero = !sharded_sync(r);
-    if (r->profiling)
-        r->prof.opt_s += hcnn_now() - o0;
     /* samples are counted where their loss is (a pipeline's last stage) */
     const int counted = s->counts_loss ? n : 0;
     st->loss_sum += loss;
