@@ -33,6 +33,12 @@ elif [ "$(awk -F, 'NR > 1 && $1 == "weak" && $2 == 8 && $18 == 1' "$WORK/p/plan.
 elif command -v "${GNUPLOT:-gnuplot}" >/dev/null 2>&1 && [ ! -s "$WORK/p/plan_weak.png" ]; then
     case_fail "no plan_weak.png"
 else case_ok; fi
+# the sharded optimiser priced beside the configuration's (none): both
+# rates, the optimiser's time divided, and the recommendation
+case_begin plan_prices_optimizer_sharding
+line=$(grep '^hcnn plan: weak scaling at 8 nodes, [a-z_0-9x]*: optimizer_sharding: none' "$WORK/p.log")
+if echo "$line" | grep -Eq 'none [0-9.]+ images/s \(optimiser [0-9.]+ ms.*; ranks [0-9.]+ images/s \(optimiser [0-9.]+ ms, exposed reduce-scatter and all-gathers [0-9.]+ ms, of which all-gathers [0-9.]+ ms.*recommended optimizer_sharding: (none|ranks)$'; then case_ok
+else case_fail "no sharding line: ${line:-$(grep -m2 'sharding' "$WORK/p.log")}"; fi
 # strong scaling keeps the global batch asked for (batch_size 32: 4 samples
 # a rank at 8 nodes of 64 threads; the plan once grew it to 512), and a
 # pass of fewer samples than threads says what pieces it offers them

@@ -327,6 +327,58 @@ static void test_units_cut_whole_passes(void **state)
     model_free(m);
 }
 
+/* optimizer_sharding: ranks in the step model (model.c): the optimiser on
+ * 1/P of the parameters, the agreement no longer on the first bucket, the
+ * all-gathers waited for in the next forward (MPI_Test progress) or after
+ * the update (the communication thread, a pipeline's replicas), and
+ * nothing changed on one rank */
+static void test_sharded_step_priced(void **state)
+{
+    (void)state;
+    hcnn_backend *be = fake_backend();
+    model *m = model_load("configs/synthetic_resnet.yaml", be);
+    hcnn_pass_cost *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    for (int i = 0; i < m->net.nlayers; i++)
+        c->fwd[i] = c->bwd[i] = 1e-3;
+    c->opt_s = 8e-3;
+    const hcnn_network nw = {.alpha_s = 2e-6, .beta_s = 1.0 / 20e9, .gamma_s = 1.0 / 8e9,
+                             .p2p_alpha_s = 2e-6, .contention = 1.0, .iallreduce = 3};
+    hcnn_comm_setup test = {.fold_agreement = 1}, test_sh = test;
+    test_sh.sharded = 1;
+    hcnn_comm_setup thread_sh = test_sh;
+    thread_sh.reserved_core = 1;
+    hcnn_step_model none, ranks, ranks_thread, one_none, one_ranks, p_none, p_ranks;
+    const hcnn_layout data4 = {.nodes = 4, .stages = 1, .replicas = 4, .microbatches = 1,
+                               .global_batch = 64, .pass_samples = 16};
+    const hcnn_layout data1 = {.nodes = 1, .stages = 1, .replicas = 1, .microbatches = 1,
+                               .global_batch = 16, .pass_samples = 16};
+    const hcnn_layout pipe = {.nodes = 4, .stages = 2, .replicas = 2, .microbatches = 2,
+                              .global_batch = 64, .pass_samples = 16};
+    /* a bucket of every block (bucket_mb tiny): the gathers' order matters */
+    const double mb = 1e-9;
+    assert_int_equal(hcnn_plan_step(&m->net, &data4, c, &nw, &test, mb, 64, 0, &none), 0);
+    assert_int_equal(hcnn_plan_step(&m->net, &data4, c, &nw, &test_sh, mb, 64, 0, &ranks), 0);
+    assert_int_equal(hcnn_plan_step(&m->net, &data4, c, &nw, &thread_sh, mb, 64, 0, &ranks_thread),
+                     0);
+    assert_int_equal(hcnn_plan_step(&m->net, &data1, c, &nw, &test, mb, 64, 0, &one_none), 0);
+    assert_int_equal(hcnn_plan_step(&m->net, &data1, c, &nw, &test_sh, mb, 64, 0, &one_ranks), 0);
+    assert_int_equal(hcnn_plan_step(&m->net, &pipe, c, &nw, &test, mb, 64, 0, &p_none), 0);
+    assert_int_equal(hcnn_plan_step(&m->net, &pipe, c, &nw, &test_sh, mb, 64, 0, &p_ranks), 0);
+    assert_true(fabs(ranks.opt_s - none.opt_s / 4) < 1e-12);
+    assert_true(ranks.sync_s > 0.0 && none.sync_s == 0.0); /* not folded; the norms */
+    assert_true(ranks.gather_s > 0.0 && ranks.gather_s <= ranks_thread.gather_s);
+    assert_true(ranks.gather_s <= ranks.allreduce_s && ranks.allreduce_s <= ranks.allreduce_total_s);
+    /* the forward reaches the last bucket after the earlier blocks' time */
+    assert_true(ranks.gather_s < ranks_thread.gather_s);
+    assert_true(one_ranks.step_s == one_none.step_s && one_ranks.gather_s == 0.0);
+    assert_true(fabs(p_ranks.opt_s - p_none.opt_s / 2) < 1e-12);
+    assert_true(p_ranks.gather_s > 0.0);
+    free(c);
+    model_free(m);
+    free(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_barriers_counted),
         cmocka_unit_test(test_cpu_pieces_are_its_plans),
         cmocka_unit_test(test_units_cut_whole_passes),
+        cmocka_unit_test(test_sharded_step_priced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,15 +11,18 @@ CFG="$HCNN_SRCDIR/configs/mnist_lenet.yaml"
 mpi_setup
 export HCNN_FAIL_AT="" # set per case; mpirun -x needs it to exist
 
-# train NAME RANKS key=value...: LeNet-5 on synthetic images, 20 steps of
-# 12 samples (6, 4, 3 or 2-3 each), checkpoint in $WORK/NAME; RANKS 0: serial
-train() {
+# lenet NAME RANKS [--resume latest] -- key=value...: LeNet-5 on synthetic
+# images, 20 steps of 12 samples (6, 4, 3 or 2-3 each), checkpoint in
+# $WORK/NAME, log in $WORK/NAME.log; RANKS 0: serial
+lenet() {
     local name=$1 np=$2 kv
     shift 2
     local args=(train --config "$CFG" -q --set csv= --set dataset=synthetic
                 --set synthetic_train=400 --set synthetic_test=16 --set eval_batch_size=16
                 --set batch_size=12 --set max_steps=20 --set bucket_mb=0.05
                 --set checkpoint_dir="$WORK/$name")
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+    shift
     for kv in "$@"; do args+=(--set "$kv"); done
     if [ "$np" -eq 0 ]; then
         timeout 120 "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
@@ -27,6 +30,9 @@ train() {
         "${MPIRUN[@]}" -np "$np" -x HCNN_FAIL_AT "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
     fi
 }
+train() { local name=$1 np=$2; shift 2; lenet "$name" "$np" -- "$@"; }
+# resume NAME RANKS key=value...: on to step 20 from NAME's checkpoint
+resume() { local name=$1 np=$2; shift 2; lenet "$name" "$np" --resume latest -- "$@"; }
 
 # identical A B [TOL]: final checkpoints of runs A and B, momentum included
 identical() {
@@ -76,21 +82,6 @@ case_begin thread_np3_within_summation_order
 train tnone3 3 strategy=data allreduce_progress=thread &&
     train tranks3 3 strategy=data allreduce_progress=thread optimizer_sharding=ranks
 identical tnone3 tranks3 1e-5
-
-# checkpoints stay whole: a sharded run's checkpoint at step 10 is the
-# unsharded one, so it resumes unsharded on 2 ranks as that one does
-# resume NAME RANKS key=value...: on to step 20 from NAME's checkpoint
-resume() {
-    local name=$1 np=$2 kv
-    shift 2
-    local args=(train --config "$CFG" -q --set csv= --set dataset=synthetic
-                --set synthetic_train=400 --set synthetic_test=16 --set eval_batch_size=16
-                --set batch_size=12 --set max_steps=20 --set bucket_mb=0.05
-                --set checkpoint_dir="$WORK/$name" --resume latest)
-    for kv in "$@"; do args+=(--set "$kv"); done
-    if [ "$np" -eq 0 ]; then timeout 120 "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
-    else "${MPIRUN[@]}" -np "$np" "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1; fi
-}
 
 # checkpoints stay whole: a sharded run's checkpoint at step 10 is the
 # unsharded one, so it resumes unsharded on 2 ranks as that one does

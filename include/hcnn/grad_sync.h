@@ -45,8 +45,14 @@
  * bucket (parameters and momentum at their place in the whole buffers),
  * from the network's first blocks to its last, and all-gathers each
  * bucket's parameters (MPI_Iallgatherv, in place) as soon as its piece is
- * updated, the next pieces' update running meanwhile.  The same volume as
- * one allreduce; the optimiser's sweep on 1/size of the parameters.  The momentum outside this rank's
+ * updated, the next pieces' update running meanwhile.  With
+ * gather_in_forward (data parallelism, MPI_Test progress, a step not cut
+ * for graphs) they are left running: the next forward waits for each
+ * bucket just before its first block (hcnn_grad_sync_gathers_ready, the
+ * context's before_block), polls progress them between, and whoever reads
+ * the parameters outside a step settles them first
+ * (hcnn_grad_sync_settle).  The same volume as one allreduce; the
+ * optimiser's sweep on 1/size of the parameters.  The momentum outside this rank's
  * pieces is stale: hcnn_grad_sync_gather_momentum makes it whole for a
  * checkpoint.  The agreement's tail is not carried (a reduce-scatter would
  * leave it on one rank): the trainer agrees by its own small allreduce and
@@ -102,6 +108,8 @@ typedef struct hcnn_grad_sync {
     hcnn_mpi_buf param_buf; /* the network's parameters, as MPI reaches them */
     MPI_Request *gather_req; /* [nbuckets] */
     int gathers_started, gathers_completed; /* this step's, buckets nbuckets - 1 down */
+    int gather_in_forward; /* the caller waits for them in the next forward (below) */
+    int gathers_pending;   /* all-gathers left to the next forward */
     hcnn_sgd *opt;         /* the step's, for the communication points */
     float step_lr;
     double *step_stats;
@@ -159,6 +167,11 @@ void hcnn_grad_sync_piece_sums(const hcnn_grad_sync *gs, const float *params,
  * their sum over the ranks, taken in rank order (the same bits on every
  * rank).  Collective. */
 void hcnn_grad_sync_norms(const hcnn_grad_sync *gs, double *sums, int n);
+/* Sharded, gather_in_forward: wait for the all-gathers of the buckets that
+ * hold blocks <= block (takes the hcnn_grad_sync as void *: the context's
+ * before_block as it is); settle: all of them.  No-ops when none is left. */
+int hcnn_grad_sync_gathers_ready(void *gs, int block);
+void hcnn_grad_sync_settle(hcnn_grad_sync *gs);
 /* Sharded: the momentum made whole on every rank (blocking all-gathers;
  * a checkpoint's).  Collective; HCNN_ENOMEM when staging has no room. */
 int hcnn_grad_sync_gather_momentum(hcnn_grad_sync *gs, float *momentum);

@@ -58,6 +58,12 @@ typedef struct hcnn_ctx {
      * (chain.c) for such a pair only, NULL otherwise. */
     hcnn_bn_stats *bn_stats_table;
     hcnn_bn_stats *bn_stats;
+    /* called by the network's forward (pass.c) before block `block` runs,
+     * with the last block before a whole-network pass: a sharded
+     * optimiser's all-gathers bring that block's parameters (grad_sync.h);
+     * NULL: nothing to wait for.  Not seen by the layers. */
+    int (*before_block)(void *arg, int block);
+    void *before_block_arg;
 } hcnn_ctx;
 
 static inline void hcnn_ctx_poll(const hcnn_ctx *ctx)

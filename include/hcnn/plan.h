@@ -211,8 +211,10 @@ typedef struct hcnn_step_model {
     double p2p_s;          /* activations and their gradients between stages */
     double sync_s;         /* the per-step agreement allreduce (3 ints); sharded: and the
                               gathered sums of squares (3 doubles a rank) */
-    double gather_s;       /* sharded: the parameters' all-gathers after the optimiser
-                              (in allreduce_s and allreduce_total_s too) */
+    double gather_s;       /* sharded: what the parameters' all-gathers add to the step
+                              (in allreduce_s; all of them in allreduce_total_s): data
+                              parallelism with MPI_Test progress, the next forward's
+                              waits; else all of them, after the update */
     double opt_s;          /* the optimiser step of this rank (the busiest stage's) */
     double images_per_s;
     int bounds[HCNN_MAX_BLOCKS + 1]; /* stage partition */

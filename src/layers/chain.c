@@ -53,8 +53,14 @@ int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx_in, co
         epi->done = 0;
     hcnn_ctx pair = *ctx_in; /* with bn_stats for a convolution and its batch-norm */
     pair.bn_stats = NULL;
+    pair.before_block = NULL; /* the top chain's blocks only (a residual's body is not one) */
     for (int j = 0; j < count; j++) {
         hcnn_layer *l = &layers[j];
+        if (ctx_in->before_block) {
+            const int rc = ctx_in->before_block(ctx_in->before_block_arg, j);
+            if (rc)
+                return rc;
+        }
         if (gathers_stats(layers, j, count, ctx_in)) {
             pair.bn_stats = ctx_in->bn_stats_table;
             pair.bn_stats->bands = 0;

@@ -195,13 +195,30 @@ static void block_bufs(const hcnn_acts *acts, const hcnn_layer *layers, int i0, 
 }
 
 /* Forward of blocks [acts->first, acts->last) on samples [i0, i1) of x. */
+/* The chain's layer j is block first + j (the context's before_block). */
+typedef struct before_block_call {
+    int (*fn)(void *arg, int block);
+    void *arg;
+    int first;
+} before_block_call;
+
+static int chain_before(void *arg, int j)
+{
+    const before_block_call *c = arg;
+    return c->fn(c->arg, c->first + j);
+}
+
 static int forward_range(const hcnn_net *net, hcnn_layer *layers, const hcnn_ctx *ctx,
                          hcnn_acts *acts, const float *x, int i0, int i1)
 {
     float *y[HCNN_MAX_BLOCKS], *aux[HCNN_MAX_BLOCKS];
     block_bufs(acts, layers, i0, y, aux);
     const float *in = x + (size_t)i0 * hcnn_layer_in_size(&net->layers[acts->first]);
-    return hcnn_chain_forward(layers + acts->first, acts->last - acts->first, ctx, in, y, aux,
+    hcnn_ctx c = *ctx;
+    before_block_call call = {ctx->before_block, ctx->before_block_arg, acts->first};
+    if (ctx->before_block)
+        c.before_block = chain_before, c.before_block_arg = &call;
+    return hcnn_chain_forward(layers + acts->first, acts->last - acts->first, &c, in, y, aux,
                               i1 - i0, NULL);
 }
 
@@ -265,6 +282,7 @@ static int run_unit(net_job *j, int u, int t)
     c.ws_floats = j->slice;
     c.in_unit = 1;
     c.first_sample += (uint64_t)i0; /* dropout masks follow the sample */
+    c.before_block = NULL;           /* waited for before the units start */
     if (t != 0)
         c.poll = NULL, c.prof_fwd = c.prof_bwd = NULL;
     if (!j->s)
@@ -292,18 +310,24 @@ static void unit_thread(void *arg, int t, int nt)
 /* Runs the units of j->n samples, if blocks [acts->first, acts->last) take
  * whole-network execution (and, backward, s is set up for it): 1 and *rc,
  * else 0. */
-static int run_units(hcnn_net *net, net_job *j, int *rc)
+/* Whether the pass runs as whole-network units */
+static int units_wanted(const hcnn_net *net, const net_job *j)
 {
     const hcnn_acts *a = j->acts;
-    const int nt = net->be->threads(net->be);
     if (!whole_net_eligible(net, j->ctx->conv_algo, a->first, a->last) || !units_of(net, j->n))
         return 0;
     if (j->s && (!j->s->ulayers || j->s->first != a->first || j->s->last != a->last ||
                  units_of(net, j->n) > j->s->units))
         return 0;
-    j->units = units_of(net, j->n), j->unit_images = unit_images(net, j->n);
-    if (j->units > HCNN_MAX_UNITS)
+    return units_of(net, j->n) <= HCNN_MAX_UNITS;
+}
+
+static int run_units(hcnn_net *net, net_job *j, int *rc)
+{
+    const int nt = net->be->threads(net->be);
+    if (!units_wanted(net, j))
         return 0;
+    j->units = units_of(net, j->n), j->unit_images = unit_images(net, j->n);
     j->slice = (j->ctx->ws_floats / (size_t)nt) & ~(size_t)15;
     net->be->parallel(net->be, unit_thread, j);
     *rc = HCNN_OK;
@@ -319,6 +343,10 @@ int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const 
                           acts->capacity);
     net_job j = {.net = net, .ctx = ctx, .acts = acts, .x = x, .n = n};
     int rc;
+    /* whole-network units run every block at once: all parameters first */
+    if (ctx->before_block && units_wanted(net, &j) &&
+        (rc = ctx->before_block(ctx->before_block_arg, acts->last - 1)))
+        return rc;
     if (run_units(net, &j, &rc))
         return rc;
     return forward_range(net, net->layers, ctx, acts, x, 0, n);

@@ -75,6 +75,11 @@ static int data_init(hcnn_strategy *s, int need_train)
         s->scratch.ctx.poll = hcnn_grad_sync_poll;
         s->scratch.ctx.poll_arg = &d->sync;
     }
+    if (d->sync.sharded) { /* the parameters' all-gathers end in the next forward */
+        d->sync.gather_in_forward = 1;
+        s->scratch.ctx.before_block = hcnn_grad_sync_gathers_ready;
+        s->scratch.ctx.before_block_arg = &d->sync;
+    }
     return HCNN_OK;
 }
 
@@ -94,8 +99,10 @@ static int data_step(hcnn_strategy *s, const float *x, const int32_t *y, int n, 
         net->be->softmax_xent(net->be, hcnn_acts_output(&d->acts), y, n, net->classes,
                               1.0f / (float)gn, d->dlogits, stats);
     }
-    if (s->sync)
+    if (s->sync) {
+        hcnn_grad_sync_settle(s->sync); /* a rank without samples ran no forward */
         hcnn_grad_sync_begin(s->sync);
+    }
     if (n > 0 && (rc = hcnn_net_backward(net, &s->scratch, &d->acts, x, d->dlogits, NULL, n,
                                          s->sync ? hcnn_grad_sync_block_done : NULL,
                                          s->sync)))
@@ -115,6 +122,8 @@ static int data_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n,
     ctx.training = 0;
     ctx.weights_key = 0; /* not the weights of the last step's calls */
     ctx.poll = NULL;
+    ctx.before_block = NULL;
+    hcnn_grad_sync_settle(s->sync); /* the last update's parameters */
     const int rc = hcnn_net_forward(s->net, &ctx, &d->acts, x, n);
     if (!rc)
         s->net->be->softmax_xent(s->net->be, hcnn_acts_output(&d->acts), y, n, s->net->classes,
@@ -126,6 +135,7 @@ static int data_infer(hcnn_strategy *s, const float *x, const int32_t *y, int n,
  * its pieces when the optimiser is sharded */
 static int data_gather(hcnn_strategy *s, float *momentum)
 {
+    hcnn_grad_sync_settle(s->sync);
     if (s->sync && s->sync->sharded && momentum)
         return hcnn_grad_sync_gather_momentum(s->sync, momentum);
     return HCNN_OK;

@@ -52,6 +52,10 @@ static void sum_into(const float *a, float *b, int n)
     }
 }
 
+/* the communication thread's: one core (a team started there would
+ * oversubscribe the cores the compute team is on) */
+static void sum_one_core(const float *a, float *b, int n) { sum_range(a, b, 0, n); }
+
 static void team_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 {
     (void)type;
@@ -183,7 +187,8 @@ static int shard_init(hcnn_grad_sync *gs, hcnn_net *net, hcnn_mpi_use use)
     size_t largest = 0;
     for (int k = 0; k < K; k++)
         largest = gs->buckets[k].count > largest ? gs->buckets[k].count : largest;
-    if (hcnn_rs_init(gs->rs, gs->comm, largest, sum_into))
+    if (hcnn_rs_init(gs->rs, gs->comm, largest,
+                     gs->mode == HCNN_PROGRESS_THREAD ? sum_one_core : sum_into))
         return HCNN_ENOMEM;
     gs->shard_n = 0;
     for (int k = 0; k < K; k++) {
@@ -253,6 +258,8 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
 
 void hcnn_grad_sync_free(hcnn_grad_sync *gs)
 {
+    if (gs->gathers_pending) /* the last update's (a benchmark's last step) */
+        hcnn_grad_sync_settle(gs);
     if (gs->thread_started) {
         pthread_mutex_lock(&gs->mu);
         gs->stop = 1;
@@ -364,11 +371,18 @@ static int start_bucket(void *arg, int k)
     return HCNN_OK;
 }
 
+static void test_gathers(hcnn_grad_sync *gs);
+
 void hcnn_grad_sync_poll(void *arg)
 {
     hcnn_grad_sync *gs = arg;
     if (gs->mode != HCNN_PROGRESS_TEST || gs->cut)
         return;
+    if (gs->gathers_pending) { /* the last update's, during forward */
+        test_gathers(gs);
+        if (gs->gathers_completed == gs->nbuckets)
+            gs->gathers_pending = 0;
+    }
     test_buckets(gs);
 }
 
@@ -520,7 +534,41 @@ int hcnn_grad_sync_step(hcnn_grad_sync *gs, hcnn_sgd *opt, float lr, double *sta
         if (gs->mode == HCNN_PROGRESS_TEST && !gs->cut)
             test_gathers(gs);
     }
+    if (gs->gather_in_forward && !gs->cut && gs->mode == HCNN_PROGRESS_TEST) {
+        gs->gathers_pending = 1; /* the next forward waits for each (grad_sync.h) */
+        return HCNN_OK;
+    }
     return hcnn_comm_point(gs->cut, finish_gathers, gs, 0);
+}
+
+int hcnn_grad_sync_gathers_ready(void *arg, int block)
+{
+    hcnn_grad_sync *gs = arg;
+    if (!gs->gathers_pending)
+        return HCNN_OK;
+    const double t0 = hcnn_now();
+    while (gs->gathers_completed < gs->nbuckets) {
+        const int k = gs->nbuckets - 1 - gs->gathers_completed;
+        const hcnn_bucket *b = &gs->buckets[k];
+        if (b->lowest_block > block)
+            break;
+        hcnn_watch_context("parameter all-gather of bucket %d of %d", gs->gathers_completed + 1,
+                           gs->nbuckets);
+        HCNN_MPI(MPI_Wait(&gs->gather_req[k], MPI_STATUS_IGNORE));
+        hcnn_watch_context(NULL);
+        hcnn_mpi_recv_done(&gs->param_buf, b->off, b->count);
+        gs->gathers_completed++;
+    }
+    if (gs->gathers_completed == gs->nbuckets)
+        gs->gathers_pending = 0;
+    gs->wait_s += hcnn_now() - t0;
+    return HCNN_OK;
+}
+
+void hcnn_grad_sync_settle(hcnn_grad_sync *gs)
+{
+    if (gs)
+        hcnn_grad_sync_gathers_ready(gs, INT_MAX);
 }
 
 void hcnn_grad_sync_piece_sums(const hcnn_grad_sync *gs, const float *params,

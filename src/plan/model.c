@@ -366,13 +366,33 @@ static double bucket_timeline(const hcnn_net *net, int first, int last, const do
                                  : hcnn_iallreduce_seconds(on_cpu, bytes, p);
         *total += t;
         end = start + t;
-        /* sharded: the bucket's parameters all-gathered after the update,
-         * which is short beside them: exposed */
+        /* sharded: the bucket's parameters all-gathered after the update */
         if (cs->sharded)
             *gathers += allgather_time(nw, bytes, p);
     }
     *total += *gathers;
-    return delay + fmax(0.0, end - (backward + delay)) + *gathers;
+    return delay + fmax(0.0, end - (backward + delay));
+}
+
+/* Sharded data parallelism with MPI_Test progress: the all-gathers, the
+ * first blocks' bucket first, one after another from the update's end,
+ * overlap the next forward, which waits for each bucket just before its
+ * first block (grad_sync.h); what the forward waits: the largest lag of a
+ * bucket's arrival behind the forward's arrival at its first block. */
+static double gathers_exposed(const hcnn_net *net, const double *fwd, double stretch,
+                              double bucket_mb, const hcnn_network *nw, int p)
+{
+    hcnn_bucket buckets[HCNN_MAX_BLOCKS];
+    const int nb = hcnn_grad_buckets(net, 0, net->nlayers, bucket_mb, buckets);
+    double arrived = 0.0, lag = 0.0;
+    for (int k = nb - 1; k >= 0; k--) {
+        arrived += allgather_time(nw, (double)buckets[k].count * sizeof(float), p);
+        double reached = 0.0; /* the forward's time to the bucket's first block */
+        for (int i = 0; i < buckets[k].lowest_block; i++)
+            reached += fwd[i] * stretch;
+        lag = fmax(lag, arrived - reached);
+    }
+    return lag;
 }
 
 static double params_share(const hcnn_net *net, int first, int last)
@@ -421,6 +441,11 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
         m->allreduce_s = bucket_timeline(net, 0, L, cost->bwd, stretch, bucket_mb, nw, cs, N,
                                          host_cores > 0, &m->allreduce_total_s, &m->nbuckets,
                                          &m->gather_s);
+        /* the all-gathers: waited in the next forward with MPI_Test
+         * progress, after the update on the communication thread */
+        if (sharded && !cs->reserved_core)
+            m->gather_s = gathers_exposed(net, cost->fwd, stretch, bucket_mb, nw, N);
+        m->allreduce_s += m->gather_s;
         m->bounds[0] = 0, m->bounds[1] = L;
         m->step_s = m->compute_s + m->allreduce_s + m->sync_s;
     } else {
@@ -464,12 +489,13 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
         for (int s = 0; s < S; s++) {
             double total, gathers;
             int nb;
-            const double added = bucket_timeline(net, m->bounds[s], m->bounds[s + 1], bw, 1.0,
-                                                 bucket_mb, nw, cs, R, host_cores > 0, &total,
-                                                 &nb, &gathers);
+            double added = bucket_timeline(net, m->bounds[s], m->bounds[s + 1], bw, 1.0,
+                                           bucket_mb, nw, cs, R, host_cores > 0, &total, &nb,
+                                           &gathers);
             double done = pipe;
             for (int j = 0; j < s; j++)
                 done -= b[j];
+            added += gathers; /* a pipeline waits for them after the update */
             if (done + added + opt[s] > end) {
                 end = done + added + opt[s];
                 m->allreduce_s = added, m->allreduce_total_s = total, m->nbuckets = nb;

@@ -207,16 +207,21 @@ void print_passes(const hcnn_net *net, const hcnn_pass_cost *c, const plan_opts 
                 c->phases, 100.0 * c->barrier_s / total, 100.0 * c->thread_use);
 }
 
-/* The efficiency of the recommended layout at the largest node count, priced
- * as the step was before hcnn's communication changes and as it is now. */
-void print_sharding(const plan_row *now, const plan_row *flipped, int n, int weak,
-                    int sharded_now, FILE *f)
+/* The recommended layout at the largest node count (NULL: none, or one node) */
+static const plan_row *best_at_most_nodes(const plan_row *rows, int n, int weak)
 {
     const plan_row *best = NULL;
     for (int i = 0; i < n; i++)
-        if (now[i].weak == weak && now[i].best && (!best || now[i].lay.nodes > best->lay.nodes))
-            best = &now[i];
-    if (!best || best->lay.nodes < 2)
+        if (rows[i].weak == weak && rows[i].best && (!best || rows[i].lay.nodes > best->lay.nodes))
+            best = &rows[i];
+    return best && best->lay.nodes >= 2 ? best : NULL;
+}
+
+void print_sharding(const plan_row *now, const plan_row *flipped, int n, int weak,
+                    int sharded_now, FILE *f)
+{
+    const plan_row *best = best_at_most_nodes(now, n, weak);
+    if (!best)
         return;
     const plan_row *alt = &flipped[best - now];
     const plan_row *none = sharded_now ? alt : best, *ranks = sharded_now ? best : alt;
@@ -235,14 +240,13 @@ void print_sharding(const plan_row *now, const plan_row *flipped, int n, int wea
             ranks->m.images_per_s > none->m.images_per_s ? "ranks" : "none");
 }
 
+/* The efficiency of the recommended layout at the largest node count, priced
+ * as the step was before hcnn's communication changes and as it is now. */
 void print_comm_changes(const plan_row *now, const plan_row *before,
                                const plan_row *other, int n, int weak, int thread_now, FILE *f)
 {
-    const plan_row *best = NULL;
-    for (int i = 0; i < n; i++)
-        if (now[i].weak == weak && now[i].best && (!best || now[i].lay.nodes > best->lay.nodes))
-            best = &now[i];
-    if (!best || best->lay.nodes < 2)
+    const plan_row *best = best_at_most_nodes(now, n, weak);
+    if (!best)
         return;
     const plan_row *was = &before[best - now], *alt = &other[best - now];
     char name[32];

@@ -533,6 +533,9 @@ static int train_epoch(hcnn_run *r, int epoch, int first_batch, long steps_per_e
         }
     }
     *batches_done = batch;
+    /* a sharded optimiser's last all-gathers: evaluation and checkpoints
+     * read the parameters */
+    hcnn_grad_sync_settle(r->strat.sync);
     if (r->tty && run_is_root(r)) /* end the in-place progress line */
         printf("\r%*s\r", 100, "");
     st->train_s = hcnn_now() - t0;
