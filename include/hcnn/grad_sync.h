@@ -52,9 +52,9 @@
  * context's before_block), polls progress them between, and whoever reads
  * the parameters outside a step settles them first
  * (hcnn_grad_sync_settle).  The same volume as one allreduce; the
- * optimiser's sweep on 1/size of the parameters.  The momentum outside this rank's
- * pieces is stale: hcnn_grad_sync_gather_momentum makes it whole for a
- * checkpoint.  The agreement's tail is not carried (a reduce-scatter would
+ * optimiser's sweep on 1/size of the parameters.  The momentum outside this
+ * rank's pieces is stale: hcnn_grad_sync_gather_momentum makes it whole for
+ * a checkpoint.  The agreement's tail is not carried (a reduce-scatter would
  * leave it on one rank): the trainer agrees by its own small allreduce and
  * sums the norms' pieces (hcnn_grad_sync_norms). */
 #ifndef HCNN_GRAD_SYNC_H
@@ -110,9 +110,6 @@ typedef struct hcnn_grad_sync {
     int gathers_started, gathers_completed; /* this step's, buckets nbuckets - 1 down */
     int gather_in_forward; /* the caller waits for them in the next forward (below) */
     int gathers_pending;   /* all-gathers left to the next forward */
-    hcnn_sgd *opt;         /* the step's, for the communication points */
-    float step_lr;
-    double *step_stats;
 
     /* communication thread (HCNN_PROGRESS_THREAD) */
     pthread_t thread;
@@ -153,9 +150,9 @@ void hcnn_grad_sync_poll(void *gs);
 int hcnn_grad_sync_finish(hcnn_grad_sync *gs);
 
 /* Sharded (above): SGD on this rank's piece of every bucket, after finish,
- * then the parameters all-gathered, all waited for before it returns (the
- * next forward reads them).  stats as hcnn_sgd_step's: this rank's pieces'
- * sums of squares. */
+ * each bucket's parameters all-gathered as soon as its piece is updated,
+ * waited for before it returns, or with gather_in_forward by the next
+ * forward.  stats as hcnn_sgd_step's: this rank's pieces' sums of squares. */
 int hcnn_grad_sync_step(hcnn_grad_sync *gs, hcnn_sgd *opt, float lr, double *stats);
 /* Sharded: stats[HCNN_STAT_SUMSQ] += the sum of squares of this rank's
  * pieces of the summed gradients (stats: backend memory); with params,
