@@ -610,7 +610,7 @@ void hcnn_grad_sync_norms(const hcnn_grad_sync *gs, double *sums, int n)
 int hcnn_grad_sync_gather_momentum(hcnn_grad_sync *gs, float *momentum)
 {
     hcnn_mpi_buf m;
-    if (hcnn_mpi_buf_init(&m, gs->buf.be, momentum, gs->buf.n, HCNN_MPI_P2P_OR_BLOCKING,
+    if (hcnn_mpi_buf_init(&m, gs->buf.be, momentum, gs->param_buf.n, HCNN_MPI_P2P_OR_BLOCKING,
                           "momentum staging for a checkpoint"))
         return HCNN_ENOMEM;
     hcnn_watch_context("the sharded momentum gathered for a checkpoint");
