@@ -211,6 +211,19 @@ mpi_train() { # name ranks sets...
     "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS=1 "${MPI_ENV[@]}" "$HCNN" "${args[@]}" >"$WORK/$name.log" 2>&1
 }
 MPI_ENV=()
+# same_bits WHAT A:B...: runs lenet_A and lenet_B end with the same
+# checkpoint bits (hcnn diff --tol 0), a line each; the pairs that differ
+# are added to $bad
+same_bits() {
+    local what=$1 pair a b
+    shift
+    for pair in "$@"; do
+        a=${pair%%:*} b=${pair#*:}
+        "$HCNN" diff "$WORK/lenet_$a/final.hcnn" "$WORK/lenet_$b/final.hcnn" --tol 0 \
+            >"$WORK/bits_$a-$b.diff" 2>&1 || bad="$bad $a-$b: $(tail -n 1 "$WORK/bits_$a-$b.diff")"
+        echo "# $a vs $b ($what): $(tail -n 1 "$WORK/bits_$a-$b.diff")"
+    done
+}
 case_begin data_2_ranks_on_cuda
 mpi_train lenet_data 2 strategy=data
 close lenet_cuda lenet_data 1e-4
@@ -230,12 +243,7 @@ if mpi_train lenet_sh2 2 strategy=data optimizer_sharding=ranks &&
     mpi_train lenet_un3 3 strategy=data bucket_mb=0.01 &&
     mpi_train lenet_sh3 3 strategy=data bucket_mb=0.01 optimizer_sharding=ranks &&
     mpi_train lenet_sh3_nograph 3 strategy=data bucket_mb=0.01 optimizer_sharding=ranks cuda_graphs=off; then
-    for pair in data:sh2 un3:sh3 sh3_nograph:sh3; do
-        a=${pair%%:*} b=${pair#*:}
-        "$HCNN" diff "$WORK/lenet_$a/final.hcnn" "$WORK/lenet_$b/final.hcnn" --tol 0 \
-            >"$WORK/sh_$b.diff" 2>&1 || bad="$bad $a-$b: $(tail -n 1 "$WORK/sh_$b.diff")"
-        echo "# $a vs $b: $(tail -n 1 "$WORK/sh_$b.diff")"
-    done
+    same_bits "unsharded vs sharded; graphs off vs on" data:sh2 un3:sh3 sh3_nograph:sh3
     grep -q '^hcnn: optimizer_sharding: ranks: 2 of the 3 ranks' "$WORK/lenet_sh3.log" ||
         bad="$bad header: $(grep -m1 'sharding' "$WORK/lenet_sh3.log")"
 else bad="runs: $(tail -n 2 "$WORK/lenet_sh2.log" "$WORK/lenet_sh3.log" | tr '\n' ' ')"; fi
@@ -270,12 +278,7 @@ elif ! grep -q '^hcnn: MPI on cuda memory: through pinned host buffers (mpi_devi
 else
     bad=""
     # pairs: in place, staged (lenet_data: data_2_ranks_on_cuda, progress test)
-    for pair in data_direct:data_staged data_direct_test:data pipe_direct:pipe_staged; do
-        a=${pair%%:*} b=${pair#*:}
-        "$HCNN" diff "$WORK/lenet_$a/final.hcnn" "$WORK/lenet_$b/final.hcnn" --tol 0 \
-            >"$WORK/direct_$a.diff" 2>&1 || bad="$bad $a: $(tail -n 1 "$WORK/direct_$a.diff")"
-        echo "# $a vs $b (in place vs staged): $(tail -n 1 "$WORK/direct_$a.diff")"
-    done
+    same_bits "in place vs staged" data_direct:data_staged data_direct_test:data pipe_direct:pipe_staged
     if [ -z "$bad" ]; then case_ok; else case_fail "in place and staged differ:$bad"; fi
 fi
 
@@ -309,12 +312,7 @@ GPIPE=(strategy=pipeline stages=2 microbatches=4 pipeline_schedule=gpipe synthet
 if mpi_train lenet_pipe_nograph 4 strategy=pipeline stages=2 microbatches=2 cuda_graphs=off &&
     MPI_ENV=(-x HCNN_MPI_ASSUME_DEVICE_AWARE=1) &&
     mpi_train lenet_gpipe 2 "${GPIPE[@]}" && mpi_train lenet_gpipe_nograph 2 "${GPIPE[@]}" cuda_graphs=off; then
-    for pair in pipe:pipe_nograph gpipe:gpipe_nograph; do
-        a=${pair%%:*} b=${pair#*:}
-        "$HCNN" diff "$WORK/lenet_$a/final.hcnn" "$WORK/lenet_$b/final.hcnn" --tol 0 \
-            >"$WORK/pg_$a.diff" 2>&1 || bad="$bad $a: $(tail -n 1 "$WORK/pg_$a.diff")"
-        echo "# $a, graphs vs none: $(tail -n 1 "$WORK/pg_$a.diff")"
-    done
+    same_bits "graphs vs none" pipe:pipe_nograph gpipe:gpipe_nograph
 else bad="$bad pipeline: $(tail -n 2 "$WORK/lenet_pipe_nograph.log" "$WORK/lenet_gpipe.log" "$WORK/lenet_gpipe_nograph.log" | tr '\n' ' ')"; fi
 MPI_ENV=()
 if ! grep -q '^hcnn: CUDA graphs: the step and the optimiser step captured.*the step cut at its MPI calls (3 gradient buckets)' "$WORK/lenet_dg_test.log"; then
