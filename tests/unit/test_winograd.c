@@ -28,7 +28,7 @@
 #include "hcnn/blas.h"
 #include "hcnn/common.h"
 
-#include "../src/cpu/winograd.h" /* the pieces of its phases: their own test below */
+#include "../../src/cpu/winograd.h" /* the pieces of its phases: their own test below */
 
 /* 4x the worst errors observed over every shape, range and pass below
  * (Intel Xeon, OpenBLAS 0.3.21 SkylakeX kernels: F(2x2,3x3) 4.9e-7, the
@@ -351,7 +351,7 @@ static void test_one_weight_transform_a_step(void **state)
  * channels and vectors of 16 input channels.  Before the pieces, a GEMM
  * phase offered 16-72 pieces here, the input gradient's scatter 32 for 64
  * channels, the weights' transforms one an output channel.
- * (tests/test_pieces.c checks every pass of ResNet-18 the same way.) */
+ * (tests/unit/test_pieces.c checks every pass of ResNet-18 the same way.) */
 static long at_least(long want, long allowed) { return want < allowed ? want : allowed; }
 
 static long blocks_allowed(long m, long n, long k)

@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/train/run.h"
+#include "../../src/train/run.h"
 #include "hcnn/common.h"
 
 #define MAX_ITEMS 1024  /* of one step */

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/cpu/conv_plan.h" /* the CPU backend's own plans, against its pass_pieces */
+#include "../../src/cpu/conv_plan.h" /* the CPU backend's own plans, against its pass_pieces */
 #include "hcnn/config.h"
 #include "hcnn/net.h"
 #include "hcnn/node.h"

@@ -18,8 +18,8 @@
 
 #include "hcnn/common.h"
 #include "hcnn/onednn.h"
-#include "../src/cpu/conv_plan.h" /* the CPU backend's plan: its own tests below */
-#include "../src/core/hd.h"        /* the shared index math: the divider below */
+#include "../../src/cpu/conv_plan.h" /* the CPU backend's plan: its own tests below */
+#include "../../src/core/hd.h"        /* the shared index math: the divider below */
 #include "hcnn/net.h"
 #include "hcnn/optim.h"
 

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/blas/internal.h"
+#include "../../src/blas/internal.h"
 #include "hcnn/common.h"
 
 enum { PRESCOTT, HASWELL, SKYLAKEX, COOPERLAKE, NCAND };
