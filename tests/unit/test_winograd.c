@@ -1,4 +1,7 @@
-/* Winograd convolutions (conv_algo winograd_f2 / winograd_f4) against this
+/* Unit test of src/cpu/winograd.c and winograd_plan.c: includes the
+ * private header src/cpu/winograd.h (the pieces of its phases).
+ *
+ * Winograd convolutions (conv_algo winograd_f2 / winograd_f4) against this
  * test's own float64 direct convolution, written here and not taken from
  * src/: the forward, the input gradient and the weight gradient, on
  * several shapes (sizes that the tiles do not divide, no padding, padding
