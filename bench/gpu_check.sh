@@ -2,7 +2,7 @@
 # The GPU checks of one session on a GPU machine, from the source tree's
 # root there, with a bundle of scripts/gpu-bundle.sh (a --with-cuda build
 # made elsewhere, with the libraries the machine lacks):
-#   tests   tests/test_cuda.sh under each convolution choice (HCNN_CUDA_CONV
+#   tests   tests/integration/test_cuda.sh under each convolution choice (HCNN_CUDA_CONV
 #           unset, cudnn, im2col; side by side), and the conformance suite's
 #           whole log
 #   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile),
@@ -86,19 +86,19 @@ grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" && modes="auto cu
 
 if [[ " $SECTIONS " == *" tests "* ]]; then
     stamp "the conformance suite on cuda"
-    HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 5 120 "$HCNN_BUILDDIR/tests/test_backend" \
+    HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 5 120 "$HCNN_BUILDDIR/tests/conformance/test_backend" \
         > "$O/conformance.log" 2>&1
     echo "exit $?"
-    stamp "tests/test_cuda.sh under each convolution choice, side by side: $modes"
+    stamp "tests/integration/test_cuda.sh under each convolution choice, side by side: $modes"
     pids=()
     for m in $modes; do
-        HCNN_CUDA_CONV=$m timeout -k 5 300 bash tests/test_cuda.sh > "$O/test_cuda_$m.log" 2>&1 &
+        HCNN_CUDA_CONV=$m timeout -k 5 300 bash tests/integration/test_cuda.sh > "$O/test_cuda_$m.log" 2>&1 &
         pids+=($!)
     done
     i=0
     for m in $modes; do
         wait "${pids[$i]}"
-        echo "--- HCNN_CUDA_CONV=$m: tests/test_cuda.sh exit $?"
+        echo "--- HCNN_CUDA_CONV=$m: tests/integration/test_cuda.sh exit $?"
         grep -E '^\[  (FAILED|PASSED)|^# |FAIL' "$O/test_cuda_$m.log" | head -n 40
         i=$((i + 1))
     done

@@ -2,7 +2,7 @@
 # Packs a CUDA build of hcnn, made on this Debian machine, for a GPU machine
 # that has the NVIDIA driver and CUDA toolkit but not Debian's OpenMPI,
 # OpenBLAS or libyaml (a bare GPU node image, a vendor's container): the
-# program and tests/test_backend of each build directory given, the shared
+# program and tests/conformance/test_backend of each build directory given, the shared
 # libraries they and Open MPI's components need that are not the C
 # runtime's or CUDA's, Open MPI's and PMIx's component, help and
 # configuration trees, and MNIST if fetched.  bench/gpu_check.sh unpacks it
@@ -27,14 +27,14 @@ trap 'rm -rf "$tmp"' EXIT
 M=/usr/lib/x86_64-linux-gnu
 i=0
 for b in "$@"; do
-    for f in hcnn tests/test_backend config.h; do
+    for f in hcnn tests/conformance/test_backend config.h; do
         [ -f "$b/$f" ] || { echo "gpu-bundle.sh: $b/$f missing (make && make check TESTS= in $b)" >&2; exit 1; }
     done
     grep -q '^#define HCNN_HAVE_CUDA 1' "$b/config.h" && ! grep -q 'HCNN_CUDA_EMULATION 1' "$b/config.h" ||
         { echo "gpu-bundle.sh: $b is not a --with-cuda build" >&2; exit 1; }
     d=$tmp/build$([ $i = 0 ] || echo $i)
-    mkdir -p "$d/tests"
-    cp "$b/hcnn" "$b/config.h" "$d/" && cp "$b/tests/test_backend" "$d/tests/"
+    mkdir -p "$d/tests/conformance"
+    cp "$b/hcnn" "$b/config.h" "$d/" && cp "$b/tests/conformance/test_backend" "$d/tests/conformance/"
     if [ -f "$b/bench/kernel_share.so" ]; then # CUPTI's kernel times (bench/gpu_check.sh kernels)
         mkdir -p "$d/bench" && cp "$b/bench/kernel_share.so" "$d/bench/"
     fi
@@ -51,7 +51,7 @@ mkdir -p "$tmp/root/usr/bin" "$tmp/lib"
 cp /usr/bin/orterun /usr/bin/orted "$tmp/root/usr/bin/"
 ln -s orterun "$tmp/root/usr/bin/mpirun"
 # every library those load, but the C runtime's and CUDA's
-objs=("$tmp"/build*/hcnn "$tmp"/build*/tests/test_backend /usr/bin/orterun /usr/bin/orted)
+objs=("$tmp"/build*/hcnn "$tmp"/build*/tests/conformance/test_backend /usr/bin/orterun /usr/bin/orted)
 while IFS= read -r f; do objs+=("$f"); done < <(find $M/openmpi $M/pmix2 -name '*.so*' -type f)
 for o in "${objs[@]}"; do ldd "$o" 2>/dev/null || true; done | awk '/=>/ && $3 ~ /^\// { print $1, $3 }' |
     sort -u | grep -v -E '^(libc|libm|libdl|libpthread|librt|ld-linux|libstdc\+\+|libgcc_s|libcublasLt|libcublas|libcudart|libcudnn[a-z_]*|libcuda)[.-]' |

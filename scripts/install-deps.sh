@@ -17,7 +17,7 @@ PACKAGES=(
     valgrind                                                          # make check-valgrind (CI)
     gnuplot-nox                                                       # results/ plots
     likwid                                                            # ./configure --with-likwid
-    slurm-wlm munge                                                   # tests/test_slurm_real.sh (a real one-host Slurm)
+    slurm-wlm munge                                                   # tests/integration/test_slurm_real.sh (a real one-host Slurm)
     dataset-fashion-mnist                                             # Fashion-MNIST
     curl ca-certificates                                              # data mirrors
 )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real one-host Slurm for trying the job scripts of slurm/ (and for
-# tests/test_slurm_real.sh): Debian's slurm-wlm (22.05) and munge.
+# tests/integration/test_slurm_real.sh): Debian's slurm-wlm (22.05) and munge.
 #
 #   scripts/slurm-local.sh start [--mpi-default pmix|none]
 #   scripts/slurm-local.sh status

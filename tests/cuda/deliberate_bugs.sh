@@ -20,7 +20,7 @@ mkdir -p "$work/clean"
 (cd "$src" && git ls-files -z 2>/dev/null | xargs -0 tar cf - 2>/dev/null || tar cf - --exclude=.git .) |
     (cd "$work/clean" && tar xf -)
 (cd "$work/clean" && autoreconf -fi >/dev/null 2>&1 && ./configure --enable-cuda-emulation >/dev/null &&
-    make -j"$jobs" >/dev/null && make -j"$jobs" tests/test_backend >/dev/null) || {
+    make -j"$jobs" >/dev/null && make -j"$jobs" tests/conformance/test_backend >/dev/null) || {
     echo "the clean copy does not build"
     echo "0 passed, 1 failed"
     exit 1
@@ -30,7 +30,7 @@ mkdir -p "$work/clean"
 # 20 steps on cuda against the CPU (1e-4)
 checks() { # dir: 0 when every check passes
     local d=$1
-    (cd "$d" && HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 10 900 ./tests/test_backend) >"$d.conf.log" 2>&1 || return 1
+    (cd "$d" && HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 10 900 ./tests/conformance/test_backend) >"$d.conf.log" 2>&1 || return 1
     local l=(--config "$d/configs/mnist_lenet.yaml" -q --set dataset=synthetic --set synthetic_train=640
              --set synthetic_test=64 --set batch_size=32 --set csv= --set blas_kernels=env --set epochs=1
              --set max_steps=20)
@@ -71,7 +71,7 @@ bug() {
         return
     fi
     touch "$d/$file"
-    if ! (cd "$d" && make -j"$jobs" >/dev/null 2>&1 && make -j"$jobs" tests/test_backend >/dev/null 2>&1); then
+    if ! (cd "$d" && make -j"$jobs" >/dev/null 2>&1 && make -j"$jobs" tests/conformance/test_backend >/dev/null 2>&1); then
         echo "$name: does not build"
         failed=$((failed + 1))
     elif checks "$d"; then

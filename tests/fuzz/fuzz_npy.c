@@ -1,4 +1,5 @@
-/* Fuzz target: NumPy .npy reading (src/io/npy.c, hcnn_npy_read).
+/* Fuzz target: NumPy .npy reading (src/io/npy.c, hcnn_npy_read); a test of
+ * that module alone, hence its private header src/io/npy.h.
  *
  * Input: a shape prefix, then the file.  Byte 0 % 5 is the expected ndim,
  * the next ndim bytes each give a dimension (byte % 40 + 1; at most

@@ -5,7 +5,7 @@
 # ranks and for a pipeline's replicas, checkpoints that stay whole (a
 # sharded run resumes unsharded, on another rank count, in another
 # strategy, and the reverse), the non-finite checks on slices, and the
-# key's refusal and notes.  ResNet-18: tests/test_sharding_resnet18.sh.
+# key's refusal and notes.  ResNet-18: tests/integration/test_sharding_resnet18.sh.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 CFG="$HCNN_SRCDIR/configs/mnist_lenet.yaml"
 mpi_setup

@@ -90,7 +90,7 @@ else
         case_ok
     else case_fail "exit $rc, --check exit $crc: $(cat "$WORK/cuda.err")"; fi
 fi
-# tf32 is no CPU's (bf16 on the CPU: tests/test_cli.sh)
+# tf32 is no CPU's (bf16 on the CPU: tests/integration/test_cli.sh)
 expect_fail precision_needs_cuda "precision: tf32 needs device: cuda \(the CPU has no TF32" \
     "$HCNN" train --config "$SMALL" -q --set precision=tf32
 expect_fail device_unknown "device.*expected one of.*cpu.*cuda" "$HCNN" train --config "$SMALL" -q --set device=tpu

@@ -1,4 +1,4 @@
-/* The backend conformance suite's references (tests/test_backend.c): slow,
+/* The backend conformance suite's references (tests/conformance/test_backend.c): slow,
  * obvious host loops in double precision, written from the contracts in
  * include/hcnn/backend.h and nothing else (no code or header of src/).
  * Every reference returns the operation's mathematical result; what an

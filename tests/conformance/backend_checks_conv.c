@@ -130,7 +130,7 @@ static const conv_exec_case conv_execs[] = {
 
 /* The tolerance of a call: Winograd's where the backend says it takes
  * Winograd for this layer (conv_describe; its transforms round more than a
- * direct sum, F(4x4,3x3) most: tests/test_winograd.c), else TOL_CONV. */
+ * direct sum, F(4x4,3x3) most: tests/unit/test_winograd.c), else TOL_CONV. */
 static double conv_tol(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex, int n)
 {
     char how[256] = "";
@@ -679,7 +679,7 @@ static int conv_bf16_cases(const hcnn_backend *be, char *why, size_t cap)
     char what[256];
     /* per-thread; batched, chunks of 3000 floats, workspace for n+2.  Not
      * auto: the CPU's keeps FP32 on products where bf16 loses, all of
-     * these small cases (conv_plan.c; tests/test_layers.c) */
+     * these small cases (conv_plan.c; tests/unit/test_layers.c) */
     static const size_t execs[] = {4, 3};
     for (size_t c = 0; c < NCONV; c++) {
         const int mark = arena_mark();

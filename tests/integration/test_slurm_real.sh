@@ -7,7 +7,7 @@
 # the jobs read -- slurm/, configs/, scripts/hcnn-mpirun, results/sweep.sh and
 # plot.sh, and the program as ./hcnn -- in a directory that user owns.  Every
 # job is sized for one node on the sbatch command line and trains the tiny
-# synthetic config for seconds; every wait is bounded.  tests/test_slurm.sh
+# synthetic config for seconds; every wait is bounded.  tests/integration/test_slurm.sh
 # covers the same scripts under stand-ins; this test shows that Slurm itself
 # runs them: srun steps with PMIx, OpenMPI's mpirun inside an allocation,
 # Slurm's signals, requeue and cancellation.
@@ -25,7 +25,7 @@
 # the packages (apt-get install slurm-wlm munge), or when the daemons do not
 # come up, the whole test is one skipped case saying why -- a failed case
 # with HCNN_REQUIRE_REAL_SLURM=1 (CI).  About 1-2 minutes on 2 cores.  By hand:
-#   HCNN=/path/to/hcnn HCNN_SRCDIR=. bash tests/test_slurm_real.sh
+#   HCNN=/path/to/hcnn HCNN_SRCDIR=. bash tests/integration/test_slurm_real.sh
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 
 SRC=$(cd "$HCNN_SRCDIR" && pwd)
@@ -97,7 +97,7 @@ echo "max_steps: 0" >>"$TREE/configs/preempt.yaml"
 # a stand-in for a CUDA build: the CPU program behind a --version naming CUDA
 cat >"$TREE/hcnn-cuda" <<EOF
 #!/usr/bin/env bash
-if [ "\${1:-}" = --version ]; then "$TREE/hcnn" --version | grep -v '^CUDA:'; echo "CUDA: runtime 13.0, cuBLAS 13.1.0, cuDNN none (stand-in for tests/test_slurm_real.sh)"; exit 0; fi
+if [ "\${1:-}" = --version ]; then "$TREE/hcnn" --version | grep -v '^CUDA:'; echo "CUDA: runtime 13.0, cuBLAS 13.1.0, cuDNN none (stand-in for tests/integration/test_slurm_real.sh)"; exit 0; fi
 exec "$TREE/hcnn" "\$@"
 EOF
 chmod +x "$TREE/hcnn-cuda"

@@ -1,4 +1,7 @@
-/* The CUDA graphs' programs (src/train/graphs.c) against a backend that
+/* Unit test of src/train/graphs.c: includes the private header
+ * src/train/run.h (hcnn_run, graphs_setup, graphs_run).
+ *
+ * The CUDA graphs' programs (src/train/graphs.c) against a backend that
  * records: whatever graphs.c does (count, capture, replay, evict, drop,
  * fail), each step must run the same device work and the same host
  * functions in the same order as the step run directly, and no host
@@ -16,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/train/run.h"
+#include "../../src/train/run.h"
 #include "hcnn/common.h"
 
 #define MAX_ITEMS 1024  /* of one step */

@@ -160,7 +160,7 @@ fi
 # precision bf16 under conv_algo auto: LeNet-5's convolutions, whose
 # products bf16 loses on, keep FP32, and the run header and hcnn bench's
 # "# plan" lines say so; conv_algo per_thread rounds them and says nothing
-# (conv_plan.c, hcnn_conv_bf16; the bits: tests/test_layers.c)
+# (conv_plan.c, hcnn_conv_bf16; the bits: tests/unit/test_layers.c)
 case_begin bf16_auto_keeps_fp32_said
 bf16_state
 LENET_CFG="$HCNN_SRCDIR/configs/mnist_lenet.yaml"

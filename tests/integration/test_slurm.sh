@@ -2,7 +2,7 @@
 # The batch jobs of slurm/ under a faked Slurm: each job script runs as Slurm
 # runs it -- a copy from a spool directory, the SLURM_* variables of a
 # 2-node allocation (one rank per node, 1 CPU per task), started outside the
-# submit directory -- with tests/fake-slurm/ first on PATH: srun (starts the
+# submit directory -- with tests/integration/fake-slurm/ first on PATH: srun (starts the
 # tasks with mpirun, passes TERM/USR1/INT on, returns their status),
 # scontrol (records requeues), likwid-perfctr (records its arguments, runs
 # the command) and nvidia-smi (FAKE_GPUS GPUs).  The submit directory is a
@@ -24,12 +24,12 @@
 #
 # Needs hcnn's `--version`, `train --check` and `train --resume auto`, and
 # sweep.sh's --repeats/--scaling/--out.  About 50 s on 2 cores.  By hand:
-#   HCNN=/path/to/hcnn HCNN_SRCDIR=. bash tests/test_slurm.sh
+#   HCNN=/path/to/hcnn HCNN_SRCDIR=. bash tests/integration/test_slurm.sh
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 
 SRC=$(cd "$HCNN_SRCDIR" && pwd)
 HCNN=$(cd "$(dirname "$HCNN")" && pwd)/$(basename "$HCNN")
-FAKE=$SRC/tests/fake-slurm
+FAKE=$SRC/tests/integration/fake-slurm
 HOST=$(hostname)
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export XDG_CACHE_HOME=$WORK/cache # hcnn's BLAS kernel table, not in $HOME
@@ -71,7 +71,7 @@ minpath() {
 # names CUDA; each training rank records its rank and CUDA_VISIBLE_DEVICES
 cat >"$WORK/bin/hcnn-cuda" <<EOF
 #!/usr/bin/env bash
-if [ "\${1:-}" = --version ]; then "$HCNN" --version | grep -v '^CUDA:'; echo "CUDA: runtime 13.0, cuBLAS 13.1.0, cuDNN none (stand-in for tests/test_slurm.sh)"; exit 0; fi
+if [ "\${1:-}" = --version ]; then "$HCNN" --version | grep -v '^CUDA:'; echo "CUDA: runtime 13.0, cuBLAS 13.1.0, cuDNN none (stand-in for tests/integration/test_slurm.sh)"; exit 0; fi
 case " \$* " in *" --check "*) ;; *" train "*) echo "rank=\${OMPI_COMM_WORLD_RANK:-?} cuda_visible_devices=\${CUDA_VISIBLE_DEVICES:-unset}" >>"$WORK/gpu-ranks.txt" ;; esac
 exec "$HCNN" "\$@"
 EOF
@@ -138,7 +138,7 @@ kill_tree() { # SIG PID: PID and everything below it
 # fake srun nor its machinery (its timeout and mpirun stand for slurmstepd,
 # which Slurm does not signal): only the tasks it started.  (srun itself
 # would end its tasks with SIGKILL on a TERM; the real-Slurm test,
-# tests/test_slurm_real.sh, shows that scancel leaves it alone.)
+# tests/integration/test_slurm_real.sh, shows that scancel leaves it alone.)
 scancel_tree() {
     local c t m
     if [[ "$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" == *"$FAKE/srun "* ]]; then

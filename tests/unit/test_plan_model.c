@@ -2,7 +2,8 @@
  * (src/plan/model.c, the backends' pass_pieces): the model's structure and
  * invariants on fixed, made-up measurements.  No duration is measured and
  * no prediction is held against a run here (bench/validate_threads.sh does
- * that). */
+ * that).  Through include/hcnn/ only: the CPU backend's pass_pieces against
+ * its own plans is tests/unit/test_cpu.c's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/cpu/conv_plan.h" /* the CPU backend's own plans, against its pass_pieces */
 #include "hcnn/config.h"
 #include "hcnn/net.h"
 #include "hcnn/node.h"
@@ -230,82 +230,6 @@ static void test_barriers_counted(void **state)
     free(be);
 }
 
-/* ---- the CPU backend's pass_pieces: the counts its kernels use -------------------- */
-
-static int has_phase(const hcnn_pieces *p, long pieces)
-{
-    for (int k = 0; k < p->nphases; k++)
-        if (p->phase[k].pieces == pieces)
-            return 1;
-    return 0;
-}
-
-static void check_conv(const hcnn_backend *be, const hcnn_layer *l, const hcnn_exec *ex, int n,
-                       int nt, int need_dx)
-{
-    const hcnn_conv_desc d = {.g = l->conv, .out_c = l->out_c};
-    const hcnn_op op = {.kind = HCNN_OP_CONV, .conv = &d, .need_dx = need_dx,
-                        .has_bias = l->has_bias};
-    hcnn_pieces f, b;
-    be->pass_pieces(be, &op, ex, n, nt, &f, &b);
-    hcnn_conv_plan p;
-    hcnn_exec big = *ex;
-    big.ws_floats = (size_t)-1;
-    hcnn_conv_plan_make(&d, &big, n, 0, &p);
-    if (p.wino) {
-        hcnn_wino_phases ph;
-        hcnn_wino_pieces(&d, &big, p.wino, n, nt, &ph);
-        if (!has_phase(&f, ph.fwd[0]) || !has_phase(&f, ph.fwd[1]) || !has_phase(&f, ph.fwd[2]))
-            fail_msg("%s, %d images, %d threads: forward phases lack Winograd's %ld/%ld/%ld",
-                     l->name, n, nt, ph.fwd[0], ph.fwd[1], ph.fwd[2]);
-        if (p.wino_dw && !has_phase(&b, ph.dw[1]))
-            fail_msg("%s: no weight-gradient GEMM phase of %ld pieces", l->name, ph.dw[1]);
-        if (need_dx && !has_phase(&b, ph.dx[1]))
-            fail_msg("%s: no input-gradient GEMM phase of %ld pieces", l->name, ph.dx[1]);
-    } else if (p.per_thread) {
-        if (!has_phase(&f, p.nitems) || !has_phase(&b, p.nchunks + (need_dx ? p.ndx : 0)))
-            fail_msg("%s, %d images: per-thread items %d, chunks %d + input-gradient items %d "
-                     "not among the phases",
-                     l->name, n, p.nitems, p.nchunks, p.ndx);
-    } else {
-        int partial;
-        const int gemm = hcnn_cpu_gemm_pieces(l->out_c, p.group * hcnn_conv_p(&d),
-                                              hcnn_conv_k(&d), hcnn_pieces_for(n), &partial);
-        if (p.group > 1 && !has_phase(&f, gemm))
-            fail_msg("%s, %d images: the batched GEMM's %d pieces not among the phases",
-                     l->name, n, gemm);
-    }
-}
-
-static void conv_layers(const hcnn_backend *be, const hcnn_layer *l, const hcnn_exec *ex, int n,
-                        int need_dx, int *seen)
-{
-    if (l->kind == HCNN_BLOCK_CONV) {
-        static const int nts[] = {2, 64};
-        for (int t = 0; t < 2; t++)
-            check_conv(be, l, ex, n, nts[t], need_dx);
-        (*seen)++;
-    }
-    for (int j = 0; j < l->nchildren; j++)
-        conv_layers(be, &l->children[j], ex, n, 1, seen);
-}
-
-static void test_cpu_pieces_are_its_plans(void **state)
-{
-    (void)state;
-    model *m = model_load("configs/cifar_resnet18.yaml", hcnn_backend_cpu());
-    const hcnn_exec ex = {.max_chunk_floats = m->net.chunk_floats, .conv_algo = m->net.conv_algo,
-                          .weights_key = 1};
-    static const int ns[] = {1, 2, 8, 16, 64};
-    for (int k = 0; k < 5; k++) {
-        int seen = 0;
-        for (int i = 0; i < m->net.nlayers; i++)
-            conv_layers(m->net.be, &m->net.layers[i], &ex, ns[k], i > 0, &seen);
-        assert_int_equal(seen, 20); /* ResNet-18's convolutions */
-    }
-    model_free(m);
-}
-
 /* Whole-network execution: every block's passes are the units' (one unit a
  * thread), LeNet-5 at 256 samples on 16 threads among them */
 static void test_units_cut_whole_passes(void **state)
@@ -386,7 +310,6 @@ int main(void)
         cmocka_unit_test(test_largest_piece_bounds),
         cmocka_unit_test(test_priced_from_its_own_pass),
         cmocka_unit_test(test_barriers_counted),
-        cmocka_unit_test(test_cpu_pieces_are_its_plans),
         cmocka_unit_test(test_units_cut_whole_passes),
         cmocka_unit_test(test_sharded_step_priced),
     };

@@ -3,7 +3,7 @@
 # of <= 25 MiB, batch-norm, projection shortcuts): byte-identical
 # checkpoints, momentum included, to the unsharded step after 20 steps at
 # 2, 3 and 4 ranks.  The sanitizer stage leaves it out (Makefile.am,
-# HEAVY_TESTS): the same code runs there under tests/test_sharding.sh.
+# HEAVY_TESTS): the same code runs there under tests/integration/test_sharding.sh.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 CFG="$HCNN_SRCDIR/configs/cifar_resnet18.yaml"
 mpi_setup

@@ -1,4 +1,7 @@
-/* blas_kernels: auto's rule (src/blas/measure.c, blas_choose): a candidate
+/* Unit test of src/blas/measure.c: includes the private header
+ * src/blas/internal.h (blas_choose, its rounds and margin).
+ *
+ * blas_kernels: auto's rule (src/blas/measure.c, blas_choose): a candidate
  * beats another only when faster by more than BLAS_KEEP_MARGIN in every
  * round both ran; the baseline stays unless beaten, else the first
  * unbeaten candidate in the fixed order.  Checked on round times made up to
@@ -15,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/blas/internal.h"
+#include "../../src/blas/internal.h"
 #include "hcnn/common.h"
 
 enum { PRESCOTT, HASWELL, SKYLAKEX, COOPERLAKE, NCAND };

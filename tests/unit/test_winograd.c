@@ -1,4 +1,7 @@
-/* Winograd convolutions (conv_algo winograd_f2 / winograd_f4) against this
+/* Unit test of src/cpu/winograd.c and winograd_plan.c: includes the
+ * private header src/cpu/winograd.h (the pieces of its phases).
+ *
+ * Winograd convolutions (conv_algo winograd_f2 / winograd_f4) against this
  * test's own float64 direct convolution, written here and not taken from
  * src/: the forward, the input gradient and the weight gradient, on
  * several shapes (sizes that the tiles do not divide, no padding, padding
@@ -28,7 +31,7 @@
 #include "hcnn/blas.h"
 #include "hcnn/common.h"
 
-#include "../src/cpu/winograd.h" /* the pieces of its phases: their own test below */
+#include "../../src/cpu/winograd.h" /* the pieces of its phases: their own test below */
 
 /* 4x the worst errors observed over every shape, range and pass below
  * (Intel Xeon, OpenBLAS 0.3.21 SkylakeX kernels: F(2x2,3x3) 4.9e-7, the
@@ -351,7 +354,7 @@ static void test_one_weight_transform_a_step(void **state)
  * channels and vectors of 16 input channels.  Before the pieces, a GEMM
  * phase offered 16-72 pieces here, the input gradient's scatter 32 for 64
  * channels, the weights' transforms one an output channel.
- * (tests/test_pieces.c checks every pass of ResNet-18 the same way.) */
+ * (tests/unit/test_pieces.c checks every pass of ResNet-18 the same way.) */
 static long at_least(long want, long allowed) { return want < allowed ? want : allowed; }
 
 static long blocks_allowed(long m, long n, long k)

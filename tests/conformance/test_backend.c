@@ -1,13 +1,13 @@
 /* The backend conformance suite: every operation of the backend table
  * (include/hcnn/backend.h) against a slow, obvious host reference
- * (tests/backend_ref.c, double precision, nothing from src/), on seeded
+ * (tests/conformance/backend_ref.c, double precision, nothing from src/), on seeded
  * random inputs and several shapes each, for every backend of the build
  * (hcnn_backend_names()) or those named in HCNN_CONFORMANCE_BACKENDS
  * (comma-separated).  A backend that cannot be created here (the CUDA one
  * without a GPU) has its cases SKIPPED, with the reason.
  *
- * The checks (tests/backend_checks_*.c, one function per operation; their
- * harness and tolerances: tests/backend_check.h) reach tensors only through
+ * The checks (tests/conformance/backend_checks_*.c, one function per operation; their
+ * harness and tolerances: tests/conformance/backend_check.h) reach tensors only through
  * be->upload and be->download (cpu-devmem's pointers fault when
  * dereferenced); an output an operation overwrites is NaN before it, so that
  * an element it forgets shows; one it accumulates into holds known values.

@@ -3,7 +3,7 @@
 # configured --with-cuda on a GPU node) or the emulation (--enable-cuda-
 # emulation: the same sources on the CPU).  Skipped (exit 77, saying why) in
 # a build without the CUDA backend, or where it finds no usable GPU.
-#   - the conformance suite on `cuda` (tests/test_backend);
+#   - the conformance suite on `cuda` (tests/conformance/test_backend);
 #   - LeNet-5 (MNIST's shape, 20 steps) and ResNet-18 (CIFAR-10's shape,
 #     synthetic, 1 step: see below why not 3) agree with device: cpu within
 #     1e-4 (hcnn diff; ResNet-18 on a GPU: within what the CPU's own
@@ -79,7 +79,7 @@ for mode in $CONV_MODES; do
         choice=(HCNN_CUDA_CONV="$mode")
     fi
     env "${choice[@]}" HCNN_CONFORMANCE_BACKENDS=cuda "${T[@]}" \
-        "$HCNN_BUILDDIR/tests/test_backend" >"$WORK/conf.log" 2>&1
+        "$HCNN_BUILDDIR/tests/conformance/test_backend" >"$WORK/conf.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ] && ! grep -q 'SKIPPED' "$WORK/conf.log"; then
         grep -E '^# .*max' "$WORK/conf.log" | head -n 40

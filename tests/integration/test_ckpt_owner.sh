@@ -302,7 +302,7 @@ expect_fail model_hash_covers_negative_slope "differs from the configured model"
     --set model.blocks.1.type=leaky_relu --set model.blocks.1.negative_slope=0.2
 case_begin checkpoint_of_version_1_still_loads
 mkdir -p "$WORK/v1"
-cp "$HCNN_SRCDIR/tests/data/ckpt-v1-small-s7.hcnn" "$WORK/v1/ckpt-s0000000007.hcnn"
+cp "$HCNN_SRCDIR/tests/integration/data/ckpt-v1-small-s7.hcnn" "$WORK/v1/ckpt-s0000000007.hcnn"
 "${T[@]}" "$HCNN" eval --config "$CFG" --set blas_kernels=env --checkpoint "$WORK/v1/ckpt-s0000000007.hcnn" >"$WORK/v1e.log" 2>&1
 erc=$?
 "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$WORK/v1" --set epochs=1 --resume auto >"$WORK/v1.log" 2>&1

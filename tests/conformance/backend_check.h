@@ -1,9 +1,9 @@
-/* The backend conformance suite's harness (tests/backend_check.c) and its
- * checks (tests/backend_checks_conv.c: gemm and convolution;
- * tests/backend_checks_ops.c: memory, element-wise, dropout, pooling;
- * tests/backend_checks_train.c: batch-norm, loss, optimiser, statistics,
+/* The backend conformance suite's harness (tests/conformance/backend_check.c) and its
+ * checks (tests/conformance/backend_checks_conv.c: gemm and convolution;
+ * tests/conformance/backend_checks_ops.c: memory, element-wise, dropout, pooling;
+ * tests/conformance/backend_checks_train.c: batch-norm, loss, optimiser, statistics,
  * threads, units, timers), run by
- * tests/test_backend.c.
+ * tests/conformance/test_backend.c.
  *
  * A check is a function returning 1 when a backend's operation meets its
  * contract in include/hcnn/backend.h, else 0 with the reason in why.  It
@@ -13,7 +13,7 @@
  * compares one with its reference and checks its guard.  Everything a check
  * allocates is freed when it returns (arena_mark/arena_pop free earlier); an
  * allocation that fails ends the check, failed.  The references are in
- * tests/backend_ref.c; nothing here comes from src/. */
+ * tests/conformance/backend_ref.c; nothing here comes from src/. */
 #ifndef HCNN_TEST_BACKEND_CHECK_H
 #define HCNN_TEST_BACKEND_CHECK_H
 
@@ -39,7 +39,7 @@
 /* the same dot products (up to 12800 terms: a weight gradient over a batch), ordered
  * by the backend's algorithm (im2col + GEMM, shifted windows, partial sums, cuDNN) */
 #define TOL_CONV 1e-5
-/* Winograd's bounds (tests/test_winograd.c: 4x the worst error observed) */
+/* Winograd's bounds (tests/unit/test_winograd.c: 4x the worst error observed) */
 #define TOL_WINOGRAD_F2 2.0e-6
 #define TOL_WINOGRAD_F4 3.8e-5
 /* row sums of up to 257 float32 terms in any order: ~sqrt(n) u ~ 4e-7; 10x that */

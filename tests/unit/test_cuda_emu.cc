@@ -1,4 +1,7 @@
-/* The CUDA emulation (src/cuda/emu/) against what CUDA documents: launches
+/* Unit test of the CUDA emulation, src/cuda/emu/: includes the private
+ * header src/cuda/compat.h (Makefile.am puts src/cuda on its include path).
+ *
+ * The CUDA emulation (src/cuda/emu/) against what CUDA documents: launches
  * and their built-ins, barriers and __shared__ memory, device memory, the
  * streams' queues, events, graph capture, cuBLAS.  The file is real CUDA
  * too: it compiles with nvcc (see src/cuda/emu/emu.h for both commands),
