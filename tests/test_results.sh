@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# The results tooling on canned per-epoch CSV files: results/plot.sh computes
+# The results tooling on canned per-epoch CSV files: scripts/plot.sh computes
 # the speed-up table (baselines, strong and weak scaling, median epoch time,
 # columns found by name, repeats of a point grouped to median/min/max with the
 # spread flag, provenance and points files), draws the PNGs when gnuplot is
 # there (no accuracy plot when test_acc is constant), and refuses a CSV that
-# lacks a column; results/sweep.sh --dry-run plans the runs of a sweep (repeats,
+# lacks a column; scripts/sweep.sh --dry-run plans the runs of a sweep (repeats,
 # grown or fixed strong batches, weak pipelines, the per-job directory, the
 # refusal of a directory with a table); and one tiny real sweep (1 and 2
 # ranks, 2 repeats, 1 epoch: about 15 s on 2 cores) checks the table's
 # provenance columns and the plots.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
-PLOT="$HCNN_SRCDIR/results/plot.sh"
-SWEEP="$HCNN_SRCDIR/results/sweep.sh"
+PLOT="$HCNN_SRCDIR/scripts/plot.sh"
+SWEEP="$HCNN_SRCDIR/scripts/sweep.sh"
 HEADER=run_id,git_commit,timestamp,strategy,ranks,stages,replicas,threads,batch_size,microbatches,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,epoch_time_s,eval_time_s,compute_s,compute_s_min,compute_s_max,comm_wait_s,comm_wait_s_min,comm_wait_s_max,data_wait_s,data_wait_s_min,data_wait_s_max,bubble_s,bubble_s_min,bubble_s_max,allreduce_hidden,peak_rss_mb
 
 # row RUN_ID STRATEGY RANKS STAGES REPLICAS BATCH EPOCH TRAIN_LOSS TEST_LOSS TEST_ACC IMAGES_PER_S EPOCH_TIME_S

@@ -2,10 +2,10 @@
 # Speed-up table and plots of a scaling sweep, from the per-epoch CSV files
 # that `hcnn train --set csv=PATH` writes (one file per run, one row per epoch).
 #
-#   results/plot.sh [-o OUTDIR] [--table FILE] [--warmup K] [--provenance FILE]
+#   scripts/plot.sh [-o OUTDIR] [--table FILE] [--warmup K] [--provenance FILE]
 #                   [--points FILE] [--no-plots] CSV...
 #
-# Writes (OUTDIR defaults to the directory of this script, results/):
+# Writes (OUTDIR defaults to results/ of the source tree this script is in):
 #   OUTDIR/metrics/speedup_table.csv (or --table FILE)  one row per point:
 #       run_id,strategy,ranks,stages,replicas,threads,batch_size,epochs,
 #       time_per_epoch_s,images_per_s,speedup,efficiency,scaling,
@@ -33,7 +33,7 @@
 #
 # Points and repeats: the CSVs whose run_id, or else whose file name (without
 # .csv), ends in _r<K> are the repeats of one point, named without that suffix
-# (results/sweep.sh names its runs data_n4_strong_r1, data_n4_strong_r2, ...:
+# (scripts/sweep.sh names its runs data_n4_strong_r1, data_n4_strong_r2, ...:
 # point data_n4_strong); the repeats of a point must agree on strategy, ranks,
 # stages, replicas, threads and batch_size.  Any other CSV is a point of its
 # own with one sample, named by its run_id.  The table's run_id is the point's
@@ -42,7 +42,7 @@
 # Per sample (CSV): T = median of epoch_time_s over its epochs (robust to one
 #           slow epoch), X = mean of images_per_s; with --warmup K both leave
 #           out the first K epochs of a run that has more than K
-#           (results/sweep.sh passes --warmup 1 when its runs have 2+ epochs).
+#           (scripts/sweep.sh passes --warmup 1 when its runs have 2+ epochs).
 # Per point: images_per_s = median of X over its samples, with _min and _max;
 #           time_per_epoch_s likewise from T; spread = (max - min) / median of
 #           images_per_s, noisy = 1 when spread > 0.20 (else 0; a point with
@@ -65,7 +65,7 @@
 #   XN_max / X1.  No baseline: speedup and efficiency empty.
 #
 # Provenance (--provenance FILE, default provenance.txt beside the first CSV
-# or in its parent directory, as results/sweep.sh writes it): key=value lines,
+# or in its parent directory, as scripts/sweep.sh writes it): key=value lines,
 # '#' comments.  Read: git_commit, cpu_model, blas, mpi_library and
 # run.<CSV name without .csv>.blas (the kernels of that run, from its log).
 # The table's git_commit is the CSVs' git_commit column (else the file's);
@@ -86,12 +86,12 @@ prog=plot.sh
 die() { echo "$prog: error: $*" >&2; exit 1; }
 usage() {
     cat <<EOF
-usage: results/plot.sh [-o OUTDIR] [--table FILE] [--warmup K] [--provenance FILE]
+usage: scripts/plot.sh [-o OUTDIR] [--table FILE] [--warmup K] [--provenance FILE]
                        [--points FILE] [--no-plots] CSV...
 Writes OUTDIR/metrics/speedup_table.csv and OUTDIR/plots/{speedup,efficiency,loss,accuracy}.png
 from the per-epoch CSV files of hcnn runs (one file per run; files named or
 with run_id ending in _r1, _r2, ... are repeats of one point).
-  -o, --out OUTDIR  output directory (default: $script_dir)
+  -o, --out OUTDIR  output directory (default: $default_out)
   --table FILE      the speed-up table's path (default OUTDIR/metrics/speedup_table.csv)
   --warmup K        leave the first K epochs of each run (if it has more) out of
                     time_per_epoch_s and images_per_s (default 0)
@@ -106,7 +106,9 @@ EOF
 }
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
-outdir=$script_dir
+# the tool lives in scripts/, its data in results/ beside it
+default_out=$(dirname "$script_dir")/results
+outdir=$default_out
 table=""
 plots=1
 warmup=0
