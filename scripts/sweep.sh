@@ -437,6 +437,9 @@ write_provenance() {
         echo "# the provenance of the sweep in $out (scripts/sweep.sh); key=value, read by scripts/plot.sh"
         echo "git_commit=$git_commit"
         echo "cpu_model=$cpu_model"
+        # the CPUs of this machine (the plots name the machine by both: one
+        # model string can be a 2-core VM or a 16-core host)
+        echo "cpus=$(nproc --all 2>/dev/null || echo unknown)"
         echo "blas=${blas:-$blas_version}"
         echo "blas_version=$blas_version"
         echo "mpi_library=$mpi_library"
