@@ -20,9 +20,16 @@
 #           CPU_MODELS, CPU_ROUNDS: validate_threads.sh's MODELS and ROUNDS,
 #           default the two models, one round)
 #
-#   bench/gpu_check.sh BUNDLE.tar.xz [OUTDIR] [SECTIONS]   (default: tests kernels bench cpu)
+#   bench/gpu_check.sh BUNDLE.tar.xz [OUTDIR] [SECTIONS]
+#   (OUTDIR "" or none: the run's own folder under results/gpu/, below;
+#   SECTIONS default: tests kernels bench cpu)
 #
-# Writes session.log and one log per run to OUTDIR (default ./gpu-check).
+# Writes session.log (session-2.log, ... when OUTDIR has one) and one log per
+# run to OUTDIR, relative to the source tree's root.  Without OUTDIR: a new
+# folder results/gpu/DATE-GPU-COMMIT (UTC date, the GPU's model, the build's
+# commit from the bundle, else the tree's; -2, -3... when it exists), and a
+# line for it in results/gpu/INDEX, finished with the headline results (the
+# tests passed, the ratios to PyTorch, the kernel share) when the run ends.
 # PyTorch runs with the machine's own python3 and libraries (PYTHON, else
 # python3 on PATH).  Docs: docs/gpu-nodes.md, "The GPU test machine".
 # Exit status: 0 done (read the logs: failed tests are reported there), 1 the
@@ -30,24 +37,52 @@
 set -u
 [ $# -ge 1 ] && [ -f "$1" ] || { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 bundle=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-O=${2:-gpu-check}
+O=${2:-}
 SECTIONS=${3:-tests kernels bench cpu}
 cd "$(dirname "$0")/.." || exit 1
 R=$PWD
-mkdir -p "$O"
+B=$(mktemp -d)
+tar -xJf "$bundle" -C "$B" || { echo "gpu_check.sh: $bundle does not unpack"; exit 1; }
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+index="" run=""
+if [ -z "$O" ]; then
+    # the run's folder: DATE-GPU-COMMIT, e.g. 2026-11-27-h100-1b717f3
+    # ("NVIDIA H100 80GB HBM3" -> h100: the model's first word with a digit)
+    g=$(echo "${gpu:-nogpu}" | tr '[:upper:]' '[:lower:]' | sed -E 's/\b(nvidia|tesla|geforce|quadro)\b//g' |
+        awk '{ s = ""; for (i = 1; i <= NF; i++) { t = $i; sub(/-.*/, "", t); s = s (s == "" ? "" : "-") t; if (t ~ /[0-9]/) break } print s }' |
+        tr -cd 'a-z0-9-')
+    commit=""
+    [ -f "$B/build/hcnn_git.h" ] && commit=$(sed -n 's/^#define HCNN_GIT_COMMIT "\(.*\)"$/\1/p' "$B/build/hcnn_git.h")
+    [ -n "$commit" ] || commit=$(git -C "$R" rev-parse --short=7 HEAD 2>/dev/null)
+    case $commit in
+    "" | unknown) commit=unknown ;;
+    *-dirty) commit=${commit:0:7}-dirty ;;
+    *) commit=${commit:0:7} ;;
+    esac
+    run=$(date -u +%F)-${g:-gpu}-$commit
+    base=$run n=2
+    while [ -e "results/gpu/$run" ]; do run=$base-$n; n=$((n + 1)); done
+    O=results/gpu/$run index=$R/results/gpu/INDEX
+fi
+mkdir -p "$O" || exit 1
 O=$(cd "$O" && pwd)
-exec > >(tee "$O/session.log") 2>&1
+log=$O/session.log n=2
+while [ -e "$log" ]; do log=$O/session-$n.log; n=$((n + 1)); done
+if [ -n "$index" ]; then
+    # the line is finished at the end; a run cut off leaves it saying so
+    echo "$run | $(date -u +%F) | ${gpu:-no GPU} | $commit | bench/gpu_check.sh $SECTIONS | unfinished: see ${log##*/}" >>"$index"
+fi
+exec > >(tee "$log") 2>&1
 t0=$(date +%s)
 stamp() { echo "=== $(($(date +%s) - t0))s: $*"; }
 
 stamp "the machine"
+echo "logs: $O"
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.max.sm --format=csv
 lscpu | grep -E 'Model name|^CPU\(s\)|Thread\(s\)|Socket|L3' | cut -c1-200
 ldd --version | head -n 1
 PY=${PYTHON:-python3}
 "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())' 2>&1
-B=$(mktemp -d)
-tar -xJf "$bundle" -C "$B" || { echo "gpu_check.sh: $bundle does not unpack"; exit 1; }
 # Open MPI and PMIx from the bundle: their compiled-in paths where the
 # machine has none (Open MPI reads OPAL_PREFIX; PMIx's help files do not
 # move with it), the components through the environment
@@ -166,3 +201,30 @@ if [[ " $SECTIONS " == *" cpu "* ]]; then
 fi
 stamp "done"
 rm -rf "$B"
+if [ -n "$index" ]; then
+    # the headline: tests passed per convolution choice, conformance, the
+    # ratios to PyTorch (medians), ResNet-18's kernel share, the CPU sweep
+    hl=""
+    add() { if [ -n "$1" ]; then hl+="${hl:+; }$1"; fi; }
+    for f in "$O"/test_cuda_*.log; do
+        [ -f "$f" ] || continue
+        m=${f##*/test_cuda_} m=${m%.log}
+        add "$(awk -v m="$m" '/^\[  PASSED  \] [0-9]+ test/ { p = $4 } /^\[  FAILED  \] [0-9]+ test/ { f = $4 }
+            END { if (p + f > 0) printf "test_cuda %s %d of %d", m, p, p + f; else printf "test_cuda %s: no result", m }' "$f")"
+    done
+    [ -f "$O/conformance.log" ] && add "conformance $(grep -oE '^\[  PASSED  \] [0-9]+' "$O/conformance.log" | awk '{ print $4 " passed" }' | tail -n 1)"
+    [ -f "$O/compare.log" ] && add "$(awk '/^=== .*compare.sh/ { for (i = 1; i < NF; i++) { if ($i == "--model") m = $(i + 1); if ($i == "--batch") b = $(i + 1); if ($i == "--precision") p = $(i + 1) } }
+        /^hcnn_median=/ { r = $3; sub(/ratio=/, "", r); s = s (s == "" ? "vs PyTorch: " : ", ") m " b" b " " p " " r "x" }
+        END { print s }' "$O/compare.log")"
+    for f in "$O"/kernels_resnet_b128_auto.log "$O"/kernels_resnet_b128_im2col.log; do
+        if [ -f "$f" ]; then
+            add "$(grep -oE 'kernel_share=[0-9.]+' "$f" | head -n 1 | sed "s/=/ ${f##*kernels_} /; s/\.log//")"
+            break
+        fi
+    done
+    [ -f "$O/validate_threads.log" ] && add "validate_threads: $(grep -E '[0-9]+ passed' "$O/validate_threads.log" | tail -n 1)"
+    awk -v run="$run" -v hl="${hl:-no results} (${log##*/})" '
+        index($0, run " | ") == 1 && / \| unfinished: see [^ ]*$/ { sub(/unfinished: see [^ ]*$/, ""); $0 = $0 hl }
+        { print }' "$index" >"$index.tmp" && mv "$index.tmp" "$index"
+    echo "gpu_check.sh: logs in $O; results/gpu/INDEX: $(grep "^$run " "$index")"
+fi

@@ -35,6 +35,8 @@ for b in "$@"; do
     d=$tmp/build$([ $i = 0 ] || echo $i)
     mkdir -p "$d/tests/conformance"
     cp "$b/hcnn" "$b/config.h" "$d/" && cp "$b/tests/conformance/test_backend" "$d/tests/conformance/"
+    # the build's commit, for the name of bench/gpu_check.sh's log folder
+    if [ -f "$b/hcnn_git.h" ]; then cp "$b/hcnn_git.h" "$d/"; fi
     if [ -f "$b/bench/kernel_share.so" ]; then # CUPTI's kernel times (bench/gpu_check.sh kernels)
         mkdir -p "$d/bench" && cp "$b/bench/kernel_share.so" "$d/bench/"
     fi

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# The results tooling on canned per-epoch CSV files: results/plot.sh computes
+# The results tooling on canned per-epoch CSV files: scripts/plot.sh computes
 # the speed-up table (baselines, strong and weak scaling, median epoch time,
 # columns found by name, repeats of a point grouped to median/min/max with the
 # spread flag, provenance and points files), draws the PNGs when gnuplot is
 # there (no accuracy plot when test_acc is constant), and refuses a CSV that
-# lacks a column; results/sweep.sh --dry-run plans the runs of a sweep (repeats,
+# lacks a column; scripts/sweep.sh --dry-run plans the runs of a sweep (repeats,
 # grown or fixed strong batches, weak pipelines, the per-job directory, the
 # refusal of a directory with a table); and one tiny real sweep (1 and 2
 # ranks, 2 repeats, 1 epoch: about 15 s on 2 cores) checks the table's
 # provenance columns and the plots.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
-PLOT="$HCNN_SRCDIR/results/plot.sh"
-SWEEP="$HCNN_SRCDIR/results/sweep.sh"
+PLOT="$HCNN_SRCDIR/scripts/plot.sh"
+SWEEP="$HCNN_SRCDIR/scripts/sweep.sh"
 HEADER=run_id,git_commit,timestamp,strategy,ranks,stages,replicas,threads,batch_size,microbatches,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,epoch_time_s,eval_time_s,compute_s,compute_s_min,compute_s_max,comm_wait_s,comm_wait_s_min,comm_wait_s_max,data_wait_s,data_wait_s_min,data_wait_s_max,bubble_s,bubble_s_min,bubble_s_max,allreduce_hidden,peak_rss_mb
 
 # row RUN_ID STRATEGY RANKS STAGES REPLICAS BATCH EPOCH TRAIN_LOSS TEST_LOSS TEST_ACC IMAGES_PER_S EPOCH_TIME_S
@@ -225,6 +225,52 @@ if command -v "$gp" >/dev/null 2>&1 && "$gp" -e 'set terminal pngcairo' >/dev/nu
        grep -q 'label 100 "commit abc1234   CPU: Test CPU 9000; 64 cores   BLAS: OpenBLAS 0.3.21 kernels: Haswell | OpenBLAS 0.3.21 kernels: Zen   MPI: Open MPI v4.1.4"' "$WORK/last.gp" &&
        ! grep -q accuracy "$WORK/last.gp"; then case_ok
     else case_fail "$(cat "$WORK/last.gp")"; fi
+    # the machine in every title: the provenance's cpu_model (and cpus)
+    case_begin plot_titles_name_machine
+    if [ "$(grep -c 'set title "[^"]*measured on Test CPU 9000; 64 cores' "$WORK/last.gp")" -eq 3 ]; then case_ok
+    else case_fail "$(grep 'set title' "$WORK/last.gp")"; fi
+    # beside the sweep: hcnn bench logs (measured, their machine from the
+    # session.log beside them) and hcnn plan's projection (dashed, marked)
+    B=$WORK/bench
+    mkdir -p "$B/cpu" "$WORK/plan/net-a"
+    printf 'Model name:    Test Xeon\nCPU(s):        16\n' >"$B/session.log"
+    for x in 1:40 4:150 16:300; do
+        { echo "hcnn bench: model resnet18, strategy serial on 1 rank x ${x%:*} threads, global batch 64, 1 warm-up steps"
+          echo "repeat=1 images_per_s=1.0 step_ms=1"; echo "images_per_s=${x#*:}"; } >"$B/cpu/t${x%:*}.log"
+    done
+    {
+        echo "scaling,nodes,layout,stages,replicas,images_per_s,best,network"
+        echo "strong,1,data,1,1,100,1,ib-hdr"
+        echo "strong,2,data,1,2,190,1,ib-hdr"
+        echo "strong,2,pipeline_2x1,2,1,150,0,ib-hdr"
+        echo "strong,32,data,1,32,2400,1,ib-hdr"
+        echo "weak,1,data,1,1,100,1,ib-hdr"
+        echo "weak,32,data,1,32,3100,1,ib-hdr"
+    } >"$WORK/plan/net-a/plan.csv"
+    printf 'hcnn plan: model resnet18 (11.17 M parameters), per-rank batch 128 (weak), global batch 128 (strong), network ib-hdr\nhcnn plan: node epyc-9554: 64 cores, 6348.8 GFLOP/s\n' >"$WORK/plan/net-a.txt"
+    # (a gnuplot that keeps its script's directory: the data files too)
+    # shellcheck disable=SC2016
+    printf '#!/bin/sh\nif [ -f "$1" ]; then rm -rf "%s/lastdir"; cp -r "$(dirname "$1")" "%s/lastdir"; cp "$1" "%s/last.gp"; fi\nexec "%s" "$@"\n' \
+        "$WORK" "$WORK" "$WORK" "$(command -v "$gp")" >"$WORK/gpwrap2"
+    chmod +x "$WORK/gpwrap2"
+    case_begin plot_measured_and_projected_labelled
+    if GNUPLOT=$WORK/gpwrap2 "$PLOT" -o "$WORK/mp" --machine "2-core test VM" --bench "$B/cpu/t1.log" --bench "$B/cpu/t4.log" \
+           --bench "$B/cpu/t16.log" --plan "$WORK/plan/net-a/plan.csv" --plan-scaling strong "$C"/data_n*.csv >"$WORK/mp.log" 2>&1 &&
+       png_ok "$WORK/mp/plots/speedup.png" && png_ok "$WORK/mp/plots/efficiency.png" &&
+       grep -q 'set title "Speed-up vs N, measured (solid) and projected by hcnn plan (dashed, not measured)" . "\\n" . "S = XN/X1 (images/s); the sweep: N MPI ranks, 1 thread per rank' "$WORK/last.gp" &&
+       grep -q 'with yerrorlines title "measured, 2-core test VM: data, strong scaling"' "$WORK/last.gp" &&
+       grep -q 'with linespoints title "measured, Test Xeon, 16 CPUs: hcnn bench resnet18, batch 64, 1 rank x N threads" lw 2 [^,]* dt 1 ' "$WORK/last.gp" &&
+       grep -q 'with linespoints title "projected (hcnn plan): resnet18, strong scaling, global batch 128, N nodes epyc-9554 (64 cores), ib-hdr" lw 2 [^,]* dt 2 ' "$WORK/last.gp" &&
+       ! grep -q 'weak scaling, batch 128 per node' "$WORK/last.gp" &&
+       grep -q 'set xrange \[0.8:32 \* 1.25\]' "$WORK/last.gp"; then
+        # the speed-ups: the plan's recommended layout over its 1-node rate,
+        # the bench logs' images/s over the 1-thread one
+        got=$(awk '{ printf "%s %s; ", $1, $2 }' "$WORK/lastdir/plan1_strong.dat" "$WORK/lastdir/bench1.dat")
+        if [ "$got" = "1 1; 2 1.9; 32 24; 1 1; 4 3.75; 16 7.5; " ]; then case_ok
+        else case_fail "speed-ups: $got"; fi
+    else case_fail "$(cat "$WORK/mp.log"; grep -E 'title|xrange' "$WORK/last.gp")"; fi
+    expect_fail plan_not_a_plan_csv "--plan $C/data_n1.csv: no column" \
+        "$PLOT" -o "$WORK/mp2" --plan "$C/data_n1.csv" "$C/data_n1.csv"
     case_begin accuracy_drawn_otherwise
     if ! grep -q 'not drawn' "$WORK/plot.log" && png_ok "$OUT/plots/accuracy.png"; then case_ok
     else case_fail "$(cat "$WORK/plot.log")"; fi
@@ -234,7 +280,8 @@ if command -v "$gp" >/dev/null 2>&1 && "$gp" -e 'set terminal pngcairo' >/dev/nu
     else case_fail "$(cat "$WORK/one.log")"; fi
 else
     for p in plots_written png_speedup png_efficiency png_loss png_accuracy accuracy_skipped_constant \
-        plot_bars_marks_provenance accuracy_drawn_otherwise plots_single_run_single_epoch; do
+        plot_bars_marks_provenance plot_titles_name_machine plot_measured_and_projected_labelled \
+        plan_not_a_plan_csv accuracy_drawn_otherwise plots_single_run_single_epoch; do
         case_begin "$p"
         case_skip "gnuplot with the pngcairo terminal is not installed (apt-get install gnuplot-nox)"
     done

@@ -7,7 +7,7 @@
 # scontrol (records requeues), likwid-perfctr (records its arguments, runs
 # the command) and nvidia-smi (FAKE_GPUS GPUs).  The submit directory is a
 # copy of what the jobs read (slurm/, configs/, scripts/hcnn-mpirun,
-# results/sweep.sh and plot.sh) in a temporary directory: nothing is written
+# scripts/sweep.sh and plot.sh) in a temporary directory: nothing is written
 # into the source tree.
 #
 # Cases: every start check of every job ends it with one line naming what is
@@ -49,7 +49,7 @@ TREE=$WORK/tree
 mkdir -p "$TREE/scripts" "$TREE/results" "$WORK/spool" "$WORK/bin"
 cp -r "$SRC/slurm" "$SRC/configs" "$TREE/"
 cp "$SRC/scripts/hcnn-mpirun" "$TREE/scripts/"
-cp "$SRC/results/sweep.sh" "$SRC/results/plot.sh" "$TREE/results/"
+cp "$SRC/scripts/sweep.sh" "$SRC/scripts/plot.sh" "$TREE/scripts/"
 for f in "$SRC"/slurm/*.sbatch; do cp "$f" "$WORK/spool/$(basename "$f" .sbatch)"; done
 : >"$WORK/plainfile" # a path under it cannot be created, not even by root
 
@@ -446,7 +446,7 @@ scaled() {
         case_fail "exit $rc"; show "$name"; return
     elif [ -z "$table" ]; then
         case_fail "no speedup_table.csv in $out"; show "$name"; return
-    elif ! grep -qF -- "results/sweep.sh $(printf '%q ' --scaling "$want" --ranks "1 2" --threads 1 --repeats 1)" "$WORK/$name.out"; then
+    elif ! grep -qF -- "scripts/sweep.sh $(printf '%q ' --scaling "$want" --ranks "1 2" --threads 1 --repeats 1)" "$WORK/$name.out"; then
         case_fail "sweep not called with --scaling '$want' --ranks '1 2' --threads 1 --repeats 1"; show "$name"; return
     elif [ -e "$SRC/results/$JOBID" ]; then
         case_fail "wrote into the source tree: $SRC/results/$JOBID"; return

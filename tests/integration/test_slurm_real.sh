@@ -4,7 +4,7 @@
 # end (also on a failure): one node (this host, its CPUs), jobs submitted
 # with sbatch by an ordinary user (HCNN_SLURM_USER, default hcnnslurm,
 # created with useradd when missing and removed again) from a copy of what
-# the jobs read -- slurm/, configs/, scripts/hcnn-mpirun, results/sweep.sh and
+# the jobs read -- slurm/, configs/, scripts/hcnn-mpirun, scripts/sweep.sh and
 # plot.sh, and the program as ./hcnn -- in a directory that user owns.  Every
 # job is sized for one node on the sbatch command line and trains the tiny
 # synthetic config for seconds; every wait is bounded.  tests/integration/test_slurm.sh
@@ -88,7 +88,7 @@ TREE=$WORK/tree
 mkdir -p "$TREE/scripts" "$TREE/results" "$TREE/runs"
 cp -r "$SRC/slurm" "$SRC/configs" "$TREE/"
 cp "$SRC/scripts/hcnn-mpirun" "$TREE/scripts/"
-cp "$SRC/results/sweep.sh" "$SRC/results/plot.sh" "$TREE/results/"
+cp "$SRC/scripts/sweep.sh" "$SRC/scripts/plot.sh" "$TREE/scripts/"
 cp "$HCNN" "$TREE/hcnn"
 # the preemption case's config: trains until stopped; the test sets its
 # max_steps after the first run's checkpoint, for the requeued run to finish

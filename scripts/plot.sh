@@ -2,10 +2,11 @@
 # Speed-up table and plots of a scaling sweep, from the per-epoch CSV files
 # that `hcnn train --set csv=PATH` writes (one file per run, one row per epoch).
 #
-#   results/plot.sh [-o OUTDIR] [--table FILE] [--warmup K] [--provenance FILE]
-#                   [--points FILE] [--no-plots] CSV...
+#   scripts/plot.sh [-o OUTDIR] [--table FILE] [--warmup K] [--provenance FILE]
+#                   [--points FILE] [--machine TEXT] [--bench LOG]... [--bench-machine TEXT]
+#                   [--plan CSV]... [--plan-scaling strong|weak|both] [--no-plots] CSV...
 #
-# Writes (OUTDIR defaults to the directory of this script, results/):
+# Writes (OUTDIR defaults to results/ of the source tree this script is in):
 #   OUTDIR/metrics/speedup_table.csv (or --table FILE)  one row per point:
 #       run_id,strategy,ranks,stages,replicas,threads,batch_size,epochs,
 #       time_per_epoch_s,images_per_s,speedup,efficiency,scaling,
@@ -21,8 +22,28 @@
 #                                drawn (and an older one removed) when test_acc
 #                                has the same value in every row of every CSV,
 #                                as on synthetic data: one line says so
-# Every plot's title names the threads per rank; a line at its foot names the
-# git commit, CPU model, BLAS library and kernels, and MPI library.
+# Every plot's title names the machine the CSVs were measured on and the
+# threads per rank; a line at its foot names the git commit, CPU model, BLAS
+# library and kernels, and MPI library.
+#
+# The machine (--machine TEXT): else "CPU model, N CPUs" from the provenance's
+# cpu_model and cpus (one model string can be a 2-core VM or a 16-core host).
+# Beside the sweep, speedup.png and efficiency.png can carry (each line of the
+# key saying what it is and where it comes from; not in the table):
+#   --bench LOG     measured: an `hcnn bench` log (repeatable), one point of
+#                   N = ranks x threads; the logs of one model, strategy and
+#                   global batch make a line, from its N = 1 point (its
+#                   images/s: the log's last images_per_s= line, the median).
+#                   Their machine: --bench-machine TEXT, else "Model name, N
+#                   CPUs" of the lscpu lines in a session.log (bench/gpu_check.sh's)
+#                   beside the first log or one directory up.
+#   --plan CSV      projected: the plan.csv of `hcnn plan` (repeatable), per
+#                   scaling mode (--plan-scaling, default both) the recommended
+#                   layout's (best = 1) images/s at N nodes over that at 1 node,
+#                   dashed, labelled "projected (hcnn plan)" with the model, the
+#                   node and the network (from the plan's printed header in
+#                   CSV's directory name + .txt, where there is one).
+#   With either, the sweep's lines are labelled "measured, MACHINE: ...".
 #
 # Columns are found by name in each file's header; unknown columns are
 # ignored.  Needed: run_id strategy ranks stages replicas threads batch_size
@@ -33,7 +54,7 @@
 #
 # Points and repeats: the CSVs whose run_id, or else whose file name (without
 # .csv), ends in _r<K> are the repeats of one point, named without that suffix
-# (results/sweep.sh names its runs data_n4_strong_r1, data_n4_strong_r2, ...:
+# (scripts/sweep.sh names its runs data_n4_strong_r1, data_n4_strong_r2, ...:
 # point data_n4_strong); the repeats of a point must agree on strategy, ranks,
 # stages, replicas, threads and batch_size.  Any other CSV is a point of its
 # own with one sample, named by its run_id.  The table's run_id is the point's
@@ -42,7 +63,7 @@
 # Per sample (CSV): T = median of epoch_time_s over its epochs (robust to one
 #           slow epoch), X = mean of images_per_s; with --warmup K both leave
 #           out the first K epochs of a run that has more than K
-#           (results/sweep.sh passes --warmup 1 when its runs have 2+ epochs).
+#           (scripts/sweep.sh passes --warmup 1 when its runs have 2+ epochs).
 # Per point: images_per_s = median of X over its samples, with _min and _max;
 #           time_per_epoch_s likewise from T; spread = (max - min) / median of
 #           images_per_s, noisy = 1 when spread > 0.20 (else 0; a point with
@@ -65,7 +86,7 @@
 #   XN_max / X1.  No baseline: speedup and efficiency empty.
 #
 # Provenance (--provenance FILE, default provenance.txt beside the first CSV
-# or in its parent directory, as results/sweep.sh writes it): key=value lines,
+# or in its parent directory, as scripts/sweep.sh writes it): key=value lines,
 # '#' comments.  Read: git_commit, cpu_model, blas, mpi_library and
 # run.<CSV name without .csv>.blas (the kernels of that run, from its log).
 # The table's git_commit is the CSVs' git_commit column (else the file's);
@@ -86,12 +107,13 @@ prog=plot.sh
 die() { echo "$prog: error: $*" >&2; exit 1; }
 usage() {
     cat <<EOF
-usage: results/plot.sh [-o OUTDIR] [--table FILE] [--warmup K] [--provenance FILE]
-                       [--points FILE] [--no-plots] CSV...
+usage: scripts/plot.sh [-o OUTDIR] [--table FILE] [--warmup K] [--provenance FILE]
+                       [--points FILE] [--machine TEXT] [--bench LOG]... [--bench-machine TEXT]
+                       [--plan CSV]... [--plan-scaling strong|weak|both] [--no-plots] CSV...
 Writes OUTDIR/metrics/speedup_table.csv and OUTDIR/plots/{speedup,efficiency,loss,accuracy}.png
 from the per-epoch CSV files of hcnn runs (one file per run; files named or
 with run_id ending in _r1, _r2, ... are repeats of one point).
-  -o, --out OUTDIR  output directory (default: $script_dir)
+  -o, --out OUTDIR  output directory (default: $default_out)
   --table FILE      the speed-up table's path (default OUTDIR/metrics/speedup_table.csv)
   --warmup K        leave the first K epochs of each run (if it has more) out of
                     time_per_epoch_s and images_per_s (default 0)
@@ -99,6 +121,15 @@ with run_id ending in _r1, _r2, ... are repeats of one point).
                     (default: provenance.txt beside the first CSV or one directory up)
   --points FILE     the sweep's points.tsv: declared scaling and batch_note
                     (default: points.tsv, found like provenance.txt)
+  --machine TEXT    the machine the CSVs were measured on, for the plots
+                    (default: cpu_model and cpus of the provenance)
+  --bench LOG       add an hcnn bench log's point to the speed-up plots,
+                    measured (repeatable; a line per model, strategy and batch)
+  --bench-machine TEXT  the machine of the bench logs (default: from a
+                    session.log beside them or one directory up)
+  --plan CSV        add hcnn plan's projection (its plan.csv) to the speed-up
+                    plots, dashed, marked "projected (hcnn plan)" (repeatable)
+  --plan-scaling strong|weak|both  the plan's scaling modes drawn (default both)
   --no-plots        write only the table (no gnuplot needed)
   -h, --help        this help
 (the header of $0 explains every column and formula)
@@ -106,7 +137,9 @@ EOF
 }
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
-outdir=$script_dir
+# the tool lives in scripts/, its data in results/ beside it
+default_out=$(dirname "$script_dir")/results
+outdir=$default_out
 table=""
 plots=1
 warmup=0
@@ -114,6 +147,11 @@ prov=""
 prov_given=0
 points=""
 points_given=0
+machine=""
+bench_logs=()
+bench_machine=""
+plan_csvs=()
+plan_scaling=both
 files=()
 needarg() { [ $# -ge 2 ] || { echo "$prog: error: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -124,6 +162,16 @@ while [ $# -gt 0 ]; do
     --provenance) needarg "$@"; prov=$2; prov_given=1; shift 2 ;;
     --points) needarg "$@"; points=$2; points_given=1; shift 2 ;;
     --no-plots) plots=0; shift ;;
+    --machine) needarg "$@"; machine=$2; shift 2 ;;
+    --bench) needarg "$@"; bench_logs+=("$2"); shift 2 ;;
+    --bench-machine) needarg "$@"; bench_machine=$2; shift 2 ;;
+    --plan) needarg "$@"; plan_csvs+=("$2"); shift 2 ;;
+    --plan-scaling)
+        needarg "$@"
+        case "$2" in strong | weak | both) plan_scaling=$2 ;;
+        *) echo "$prog: error: --plan-scaling is strong, weak or both, not '$2'" >&2; exit 2 ;;
+        esac
+        shift 2 ;;
     --warmup)
         if [ $# -lt 2 ] || ! [[ "$2" =~ ^[0-9]+$ ]]; then
             echo "$prog: error: --warmup needs a number of epochs" >&2; exit 2
@@ -143,6 +191,9 @@ fi
 for f in "${files[@]}"; do
     if [ ! -f "$f" ] || [ ! -r "$f" ]; then die "$f: no such readable file"; fi
     [ -s "$f" ] || die "$f: empty file (no header)"
+done
+for f in ${bench_logs[@]+"${bench_logs[@]}"} ${plan_csvs[@]+"${plan_csvs[@]}"}; do
+    [ -r "$f" ] || die "$f: no such readable file (--bench or --plan)"
 done
 [ -n "$table" ] || table=$outdir/metrics/speedup_table.csv
 # provenance.txt and points.tsv: given, or beside the first CSV, or one directory up
@@ -491,6 +542,12 @@ END {
     # the provenance line: the MPI library up to its first ";" (its version)
     m1 = mpi; sub(/;.*/, "", m1)
     printf "commit %s   CPU: %s   BLAS: %s   MPI: %s\n", allgit, cpu, allblas, m1 > (tmp "/footer")
+    # the machine of the runs, for the titles: the CPU model and how many
+    ncpu = ("cpus" in pv) ? clean(pv["cpus"]) : "unknown"
+    print cpu (ncpu ~ /^[0-9]+$/ ? ", " ncpu " CPUs" : "") > (tmp "/machine")
+    # the config of the sweep (its model), for its lines beside other lines
+    cf = ("config" in pv) ? pv["config"] : ""; sub(/.*\//, "", cf)
+    print cf > (tmp "/config")
 }
 ' "${files[@]}" || exit 1
 
@@ -517,11 +574,16 @@ group_plot() { # IDEAL COLUMN: a plot command: the ideal curve, one line per
     # group (the median, error bars from min to max, each group's points a
     # little to the side so that the bars do not hide each other), then circles
     # on the points with spread > 0.20
-    local plot="plot $1" i=0 dat label c=$2 ng x noisy="" ntitle='title "spread > 20% (max - min over median)"'
+    # (a line of --bench or --plan: its points, no bars; projected: dashed)
+    local plot="plot $1" i=0 dat label kind c=$2 ng x noisy="" ntitle='title "spread > 20% (max - min over median)"'
     [ -s "$tmp/groups.tsv" ] || { echo "$plot"; return; }
     ng=$(wc -l <"$tmp/groups.tsv")
-    while IFS=$'\t' read -r dat label; do
+    while IFS=$'\t' read -r dat label kind; do
         x="(\$1 * 2 ** (0.03 * ($i - ($ng - 1) / 2.0)))"
+        case "$kind" in
+        projected) plot+=", $(gq "$dat") using 1:$c with linespoints title $(gq "$label") $(style $i 2 7)"; i=$((i + 1)); continue ;;
+        measured) plot+=", $(gq "$dat") using 1:$c with linespoints title $(gq "$label") $(style $i)"; i=$((i + 1)); continue ;;
+        esac
         plot+=", $(gq "$dat") using $x:$c:$((c + 1)):$((c + 2)) with yerrorlines title $(gq "$label") $(style $i)"
         if awk '$8 == 1 { f = 1 } END { exit !f }' "$dat"; then
             noisy+=", $(gq "$dat") using $x:(\$8 > 0 ? \$$c : NaN) with points pt 6 ps 3.5 lw 2 lc rgb \"black\" $ntitle"
@@ -536,7 +598,136 @@ style() { # INDEX (0-based) [DASHTYPE [POINTTYPE]] -> gnuplot line style options
     printf 'lw 2 lc rgb "%s" dt %d pt %d ps 1.3' "${colors[i % 10]}" "$dt" "$pt"
 }
 
+[ -n "$machine" ] || machine=$(cat "$tmp/machine")
+[ "$machine" != unknown ] || machine="an unknown machine"
+
+# ---- measured points of hcnn bench logs, projected ones of hcnn plan ------------
+# Each a data file of the speed-up lines' format (N S S_lo S_hi E E_lo E_hi
+# noisy) with its label and kind in $tmp/extra.tsv.
+: >"$tmp/extra.tsv"
+if [ ${#bench_logs[@]} -gt 0 ]; then
+    if [ -z "$bench_machine" ]; then
+        # bench/gpu_check.sh's session.log: lscpu's Model name and CPU(s) lines
+        d=$(dirname "${bench_logs[0]}")
+        for sl in "$d/session.log" "$(dirname "$d")/session.log"; do
+            if [ -f "$sl" ]; then
+                bench_machine=$(awk -F: '/^Model name:/ && m == "" { m = $2; gsub(/^[ \t]+|[ \t]+$/, "", m) }
+                    /^CPU\(s\):/ && c == "" { c = $2; gsub(/[ \t]/, "", c) }
+                    END { if (m != "") print m (c != "" ? ", " c " CPUs" : "") }' "$sl")
+                break
+            fi
+        done
+    fi
+    awk -v tmp="$tmp" -v prog="$prog" -v mach="${bench_machine:-an unknown machine}" '
+    # "hcnn bench: model M, strategy S on R rank(s) x T threads, global batch B, ..."
+    /^hcnn bench: model / {
+        h = $0; sub(/^hcnn bench: model /, "", h)
+        model[FILENAME] = h; sub(/,.*/, "", model[FILENAME])
+        x = h; sub(/.*strategy /, "", x); strat[FILENAME] = x; sub(/ .*/, "", strat[FILENAME])
+        x = h; sub(/.* on /, "", x); ranks[FILENAME] = x + 0
+        x = h; sub(/.* rank[s]? x /, "", x); thr[FILENAME] = x + 0
+        x = h; sub(/.*global batch /, "", x); batch[FILENAME] = x + 0
+    }
+    /^images_per_s=[0-9.]+/ { x = $0; sub(/^images_per_s=/, "", x); ips[FILENAME] = x + 0 }
+    FNR == 1 { files[++nf] = FILENAME }
+    END {
+        for (fi = 1; fi <= nf; fi++) {
+            f = files[fi]
+            if (!(f in model) || !(f in ips) || ranks[f] < 1 || thr[f] < 1) {
+                printf "%s: warning: %s: no hcnn bench header or images_per_s= line; left out\n", prog, f > "/dev/stderr"; continue
+            }
+            k = model[f] " | " strat[f] " | " batch[f]
+            if (!(k in gi)) { gi[k] = ++ng; gk[ng] = k; gm[ng] = model[f]; gs[ng] = strat[f]; gb[ng] = batch[f]; np[ng] = 0; r1[ng] = 1 }
+            g = gi[k]; N = ranks[f] * thr[f]
+            pn[g, ++np[g]] = N; px[g, np[g]] = ips[f]
+            if (ranks[f] != 1) r1[g] = 0
+            if (N == 1) base[g] = ips[f]
+        }
+        for (g = 1; g <= ng; g++) {
+            if (!(g in base) || base[g] <= 0) {
+                printf "%s: warning: --bench: no 1-thread point of %s batch %d: its line left out\n", prog, gm[g], gb[g] > "/dev/stderr"; continue
+            }
+            for (i = 2; i <= np[g]; i++) {       # N ascending
+                n = pn[g, i]; x = px[g, i]
+                for (j = i - 1; j >= 1 && pn[g, j] > n; j--) { pn[g, j + 1] = pn[g, j]; px[g, j + 1] = px[g, j] }
+                pn[g, j + 1] = n; px[g, j + 1] = x
+            }
+            dat = tmp "/bench" g ".dat"
+            for (i = 1; i <= np[g]; i++) {
+                sp = px[g, i] / base[g]; n = pn[g, i]
+                printf "%d %.6g %.6g %.6g %.6g %.6g %.6g 0\n", n, sp, sp, sp, sp / n, sp / n, sp / n > dat
+            }
+            close(dat)
+            how = r1[g] ? "1 rank x N threads" : "N = ranks x threads"
+            printf "%s\tmeasured, %s: hcnn bench %s, batch %d, %s\tmeasured\n", dat, mach, gm[g], gb[g], how >> (tmp "/extra.tsv")
+        }
+    }' "${bench_logs[@]}" || die "--bench: the logs could not be read"
+fi
+i=0
+for pc in ${plan_csvs[@]+"${plan_csvs[@]}"}; do
+    i=$((i + 1))
+    # the plan's header (hcnn plan prints it; results/plan keeps it as DIR.txt)
+    txt=${pc%/*}.txt
+    [ "$txt" != "$pc" ] && [ -f "$txt" ] || txt=/dev/null
+    awk -v tmp="$tmp" -v prog="$prog" -v i="$i" -v want="$plan_scaling" -v txt="$txt" -v pc="$pc" -F, '
+    BEGIN {
+        while ((getline line < txt) > 0) {
+            if (line ~ /^hcnn plan: model / && model == "") {
+                model = line; sub(/^hcnn plan: model /, "", model); sub(/ .*/, "", model)
+                if (line ~ /per-rank batch [0-9]+/) { wb = line; sub(/.*per-rank batch /, "", wb); wb += 0 }
+                if (line ~ /global batch [0-9]+ \(strong\)/) { sb = line; sub(/.*global batch /, "", sb); sb += 0 }
+            }
+            if (line ~ /^hcnn plan: node [^:]+: [0-9]+ cores/ && node == "") {
+                node = line; sub(/^hcnn plan: node /, "", node)
+                c = node; sub(/^[^:]+: /, "", c); sub(/ cores.*/, "", c)
+                sub(/:.*/, "", node); node = node " (" c " cores)"
+            }
+        }
+    }
+    NR == 1 { for (k = 1; k <= NF; k++) col[$k] = k
+              split("scaling nodes images_per_s best", need, " ")
+              for (k in need) if (!(need[k] in col)) { printf "%s: error: --plan %s: no column %s (not an hcnn plan CSV)\n", prog, pc, need[k] > "/dev/stderr"; bad = 1; exit 1 }
+              next }
+    $(col["best"]) == 1 && (want == "both" || $(col["scaling"]) == want) {
+        sc = $(col["scaling"]); n = $(col["nodes"]) + 0
+        if (!(sc in seen)) { seen[sc] = 1; order[++ns] = sc }
+        x[sc, n] = $(col["images_per_s"]) + 0; if (!((sc, n) in have)) { have[sc, n] = 1; nl[sc, ++cnt[sc]] = n }
+        if ("network" in col) net = $(col["network"])
+    }
+    END {
+        if (bad) exit 1
+        for (s = 1; s <= ns; s++) {
+            sc = order[s]
+            if (!((sc, 1) in x) || x[sc, 1] <= 0) { printf "%s: warning: --plan %s: no 1-node point of %s scaling: left out\n", prog, pc, sc > "/dev/stderr"; continue }
+            m = cnt[sc]
+            for (a = 2; a <= m; a++) { v = nl[sc, a]; for (b = a - 1; b >= 1 && nl[sc, b] > v; b--) nl[sc, b + 1] = nl[sc, b]; nl[sc, b + 1] = v }
+            dat = tmp "/plan" i "_" sc ".dat"
+            for (a = 1; a <= m; a++) {
+                n = nl[sc, a]; sp = x[sc, n] / x[sc, 1]
+                printf "%d %.6g %.6g %.6g %.6g %.6g %.6g 0\n", n, sp, sp, sp, sp / n, sp / n, sp / n > dat
+            }
+            close(dat)
+            what = (model != "" ? model : "the model") ", " sc " scaling"
+            if (sc == "strong" && sb) what = what ", global batch " sb
+            if (sc == "weak" && wb) what = what ", batch " wb " per node"
+            printf "%s\tprojected (hcnn plan): %s, N nodes%s%s\tprojected\n", dat, what,
+                (node != "" ? " " node : ""), (net != "" ? ", " net : "") >> (tmp "/extra.tsv")
+        }
+    }' "$pc" || die "--plan $pc: not read (message above)"
+done
+# the sweep's lines say their machine when other lines are beside them
+nextra=$(wc -l <"$tmp/extra.tsv")
+if [ "$nextra" -gt 0 ] && [ -s "$tmp/groups.tsv" ]; then
+    cf=$(cat "$tmp/config")
+    awk -F'\t' -v m="$machine" -v cf="${cf:+, $cf}" 'BEGIN { OFS = "\t" } { $2 = "measured, " m ": " $2 cf; print }' "$tmp/groups.tsv" >"$tmp/groups.tmp" &&
+        mv "$tmp/groups.tmp" "$tmp/groups.tsv"
+fi
+cat "$tmp/extra.tsv" >>"$tmp/groups.tsv"
+has_plan=0
+if grep -q $'\tprojected$' "$tmp/extra.tsv"; then has_plan=1; fi
+
 maxranks=$(cat "$tmp/maxranks")
+maxranks=$(awk -F'\t' -v m="$maxranks" '{ while ((getline l < $1) > 0) { split(l, f, " "); if (f[1] + 0 > m) m = f[1] + 0 } close($1) } END { print m }' "$tmp/extra.tsv")
 maxepoch=$(awk -F'\t' 'BEGIN { m = 1 } $3 > m { m = $3 } END { print m }' "$tmp/runs.tsv")
 threads=$(cat "$tmp/threads")
 footer=$(cat "$tmp/footer")
@@ -545,43 +736,68 @@ if [ -f "$tmp/multi" ]; then repeats_note=" (the first repeat of each point)"; f
 draw_acc=1
 if [ -f "$tmp/acc_const" ]; then draw_acc=0; fi
 term="set terminal pngcairo size 1200,760 noenhanced font \"sans,12\""
+# the titles of the scaling plots: the machine always; beside --bench or
+# --plan lines, what is measured and what projected, and the key below
+sp_title="Speed-up vs ranks, measured on $machine, $threads"
+sp_sub="S = XN/X1 (images/s, median of the repeats; bars: min to max)"
+ef_title="Parallel efficiency vs ranks, measured on $machine, $threads"
+ef_sub="E = S/N = XN/(N X1) (median of the repeats; bars: min to max)"
+xlabel="MPI ranks N"
+key="set key outside right top Left reverse spacing 1.2"
+if [ "$nextra" -gt 0 ]; then
+    what="measured (solid)"
+    if [ "$has_plan" -eq 1 ]; then what+=" and projected by hcnn plan (dashed, not measured)"; fi
+    sp_title="Speed-up vs N, $what"
+    sp_sub="S = XN/X1 (images/s); the sweep: N MPI ranks, $threads, bars: min to max of its repeats"
+    ef_title="Parallel efficiency vs N, $what"
+    ef_sub="E = S/N; the sweep: N MPI ranks, $threads, bars: min to max of its repeats"
+    xlabel="N: MPI ranks, threads or nodes, as each line says"
+    # the labels are long: the key in the empty top left of the log-log plot,
+    # over the grid, with headroom above the highest point
+    key="set key inside left top Left reverse opaque box spacing 1.2 font \"sans,11\""
+    term="set terminal pngcairo size 1200,860 noenhanced font \"sans,12\""
+fi
 
 gp=$tmp/plots.gp
 {
     echo "$term"
     echo 'set grid'
-    echo 'set key outside right top Left reverse spacing 1.2'
+    echo "$key"
     echo 'set datafile separator whitespace'
     echo 'set bmargin 6'
     echo "set label 100 $(gq "$footer") at screen 0.01, screen 0.02 left font \"sans,9\""
     # speed-up and efficiency vs ranks, log2 rank axis
     echo 'set logscale x 2'
     echo "set xrange [0.8:$maxranks * 1.25]"
-    echo 'set xlabel "MPI ranks N"'
+    echo "set xlabel $(gq "$xlabel")"
     echo "set output $(gq "$outdir/plots/speedup.png")"
     # (gnuplot turns the \n of a double-quoted string into a line break)
     # shellcheck disable=SC2028
-    echo "set title $(gq "Speed-up vs ranks, $threads") . \"\\nS = XN/X1 (images/s, median of the repeats; bars: min to max)\""
+    echo "set title $(gq "$sp_title") . \"\\n\" . $(gq "$sp_sub")"
     echo 'set ylabel "speed-up S"'
     echo 'set logscale y 2'
     echo 'set yrange [*:*]'
+    if [ "$nextra" -gt 0 ]; then echo "set yrange [0.5:$maxranks * 8]"; fi
     group_plot 'x title "ideal (S = N)" lw 2 dt 2 lc rgb "black"' 2
     echo 'unset logscale y'
     echo "set output $(gq "$outdir/plots/efficiency.png")"
     # shellcheck disable=SC2028
-    echo "set title $(gq "Parallel efficiency vs ranks, $threads") . \"\\nE = S/N = XN/(N X1) (median of the repeats; bars: min to max)\""
+    echo "set title $(gq "$ef_title") . \"\\n\" . $(gq "$ef_sub")"
     echo 'set ylabel "efficiency E"'
     echo 'set yrange [0:*]'
+    if [ "$nextra" -gt 0 ]; then echo 'set yrange [0:2]'; fi
     group_plot '1 title "ideal (E = 1)" lw 2 dt 2 lc rgb "black"' 5
     # loss and accuracy vs epoch
     echo 'unset logscale x'
+    echo 'set terminal pngcairo size 1200,760 noenhanced font "sans,12"'
+    echo 'set key outside right top Left reverse spacing 1.2'
     echo 'set offsets graph 0, graph 0, graph 0.05, 0'   # no points on the top frame
     echo "set xrange [0.5:$maxepoch + 0.5]"
     if [ "$maxepoch" -le 20 ]; then echo 'set xtics 1'; fi
     echo 'set xlabel "epoch"'
     echo "set output $(gq "$outdir/plots/loss.png")"
     # shellcheck disable=SC2028
-    echo "set title $(gq "Loss vs epoch, $threads$repeats_note") . \"\\nsolid: train loss, dashed: test loss\""
+    echo "set title $(gq "Loss vs epoch, measured on $machine") . \"\\n\" . $(gq "solid: train loss, dashed: test loss, $threads$repeats_note")"
     echo 'set ylabel "cross-entropy loss"'
     echo 'set yrange [0:*]'
     plot="plot"
@@ -596,7 +812,7 @@ gp=$tmp/plots.gp
     echo "$plot"
     if [ "$draw_acc" -eq 1 ]; then
         echo "set output $(gq "$outdir/plots/accuracy.png")"
-        echo "set title $(gq "Test accuracy vs epoch, $threads$repeats_note")"
+        echo "set title $(gq "Test accuracy vs epoch, measured on $machine") . \"\\n\" . $(gq "$threads$repeats_note")"
         echo 'set ylabel "test accuracy (%)"'
         echo 'set yrange [*:*]'
         echo 'set offsets graph 0, graph 0, graph 0.05, graph 0.05'

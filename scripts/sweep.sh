@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A scaling sweep of hcnn: runs every strategy at every rank count, each point
-# several times, one CSV per run, then results/plot.sh on all of them
+# several times, one CSV per run, then scripts/plot.sh on all of them
 # (speed-up table and plots).  Runs on one machine as it is, and on a cluster
 # from slurm/scaling.sbatch (--mpirun "srun ...").
 #
-#   results/sweep.sh [--ranks "1 2 4"] [--strategies "serial data pipeline"]
+#   scripts/sweep.sh [--ranks "1 2 4"] [--strategies "serial data pipeline"]
 #                    [--scaling "strong weak"] [--repeats N] [--strong-batch grow|fixed]
 #                    [--config FILE] [--epochs N] [--threads T] [--batch B]
 #                    [--stages "N 2"] [--microbatches M] [--weak "data pipeline"]
@@ -42,7 +42,7 @@
 # x 64 threads"); with --strong-batch fixed every strong point runs B and the
 # note names the idle threads ("per-rank share 4 < 64 threads: idle threads").
 # Speed-up and efficiency compare images/s with the point's 1-rank baseline
-# (results/plot.sh explains it).
+# (scripts/plot.sh explains it).
 #
 # Repeats: every point runs --repeats N times (default 3), as the runs
 # <point>_r1 .. <point>_rN, one round of all points after the other (a slow
@@ -63,7 +63,7 @@
 #                             hcnn, host, started (UTC), the sweep's command,
 #                             run.<run>.blas per run
 #   DIR/points.tsv            per point: scaling, B, global batch, batch_note
-#   DIR/speedup_table.csv     results/plot.sh's table, one row per point
+#   DIR/speedup_table.csv     scripts/plot.sh's table, one row per point
 #   DIR/plots/*.png           speedup, efficiency, loss (and accuracy, unless
 #                             test_acc is the same in every row)
 # --results RDIR writes the table as RDIR/metrics/speedup_table.csv and the
@@ -73,7 +73,7 @@
 # git_commit, blas and mpi_library come from `hcnn --version` ("unknown" when it
 # lacks the line), cpu_model from lscpu's "Model name" (else /proc/cpuinfo), on
 # the machine that runs sweep.sh.  --no-plot runs only the runs (no table, no
-# plots); they can be made later with results/plot.sh -o DIR --table
+# plots); they can be made later with scripts/plot.sh -o DIR --table
 # DIR/speedup_table.csv DIR/runs/*.csv (it finds DIR/provenance.txt and
 # DIR/points.tsv by itself).
 #
@@ -108,7 +108,7 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 srcdir=$(dirname "$script_dir")
 cmdline="$0$(printf ' %q' "$@")"
 
-usage() { sed -n '/^#   results\/sweep.sh/,/^#$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; echo "(the header of $0 explains every option)"; }
+usage() { sed -n '/^#   scripts\/sweep.sh/,/^#$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; echo "(the header of $0 explains every option)"; }
 bad() { echo "$prog: error: $*" >&2; exit 2; }
 
 ranks_list="1 2 4"
@@ -216,9 +216,9 @@ B=$batch T=$threads M0=$microbatches
 if [ -z "$out" ]; then
     if [ -n "${SLURM_JOB_ID:-}" ]; then
         [[ "$SLURM_JOB_ID" =~ ^[A-Za-z0-9._-]+$ ]] || bad "SLURM_JOB_ID '$SLURM_JOB_ID' cannot name a directory; pass --out DIR"
-        out=$script_dir/$SLURM_JOB_ID
+        out=$srcdir/results/$SLURM_JOB_ID
     else
-        out=$script_dir/$(date -u +%Y%m%dT%H%M%SZ)
+        out=$srcdir/results/$(date -u +%Y%m%dT%H%M%SZ)
     fi
 fi
 out=${out%/}
@@ -434,9 +434,12 @@ write_provenance() {
         case " | $blas | " in *" | $b | "*) ;; *) blas=${blas:+$blas | }$b ;; esac
     done
     {
-        echo "# the provenance of the sweep in $out (results/sweep.sh); key=value, read by results/plot.sh"
+        echo "# the provenance of the sweep in $out (scripts/sweep.sh); key=value, read by scripts/plot.sh"
         echo "git_commit=$git_commit"
         echo "cpu_model=$cpu_model"
+        # the CPUs of this machine (the plots name the machine by both: one
+        # model string can be a 2-core VM or a 16-core host)
+        echo "cpus=$(nproc --all 2>/dev/null || echo unknown)"
         echo "blas=${blas:-$blas_version}"
         echo "blas_version=$blas_version"
         echo "mpi_library=$mpi_library"
@@ -512,7 +515,7 @@ if [ "$plot" -eq 1 ] && [ ${#csvs[@]} -gt 0 ]; then
     plot_args=(--warmup "$warmup" --provenance "$out/provenance.txt" --points "$out/points.tsv")
     if [ -n "$results" ]; then plot_args+=(-o "$results")
     else plot_args+=(-o "$out" --table "$table"); fi
-    echo "$prog: results/plot.sh ${plot_args[*]} on ${#csvs[@]} CSV file(s)"
+    echo "$prog: scripts/plot.sh ${plot_args[*]} on ${#csvs[@]} CSV file(s)"
     if ! "$script_dir/plot.sh" "${plot_args[@]}" "${csvs[@]}"; then
         plot_ok=0
         echo "$prog: plotting FAILED (message above); the CSV files are in $out/runs"
