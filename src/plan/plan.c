@@ -469,8 +469,7 @@ int hcnn_plan_main(const hcnn_plan_args *a, char **argv)
     /* the communication a run of this configuration does (grad_sync.c,
      * train.c, run.c), and the other allreduce_progress's */
     hcnn_comm_setup test = {.fold_agreement = 1}, thread = {.fold_agreement = 1, .reserved_core = 1};
-    const char *sum = getenv("HCNN_GRAD_SUM");
-    if (!(sum && !strcmp(sum, "mpi"))) {
+    if (!hcnn_grad_sum_mpi()) {
         test.team_threads = o.threads;
         test.team_min_bytes = HCNN_TEAM_SUM_MIN * sizeof(float);
         /* read two floats, write one */
