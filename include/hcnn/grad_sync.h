@@ -127,6 +127,10 @@ typedef struct hcnn_grad_sync {
  * team's when MPI calls it outside a parallel region on at least
  * HCNN_TEAM_SUM_MIN floats.  The caller frees it with MPI_Op_free. */
 void hcnn_grad_sum_op(MPI_Op *op);
+/* 1 when the environment asks the allreduce to sum with MPI_SUM on one core
+ * instead of that operation (HCNN_GRAD_SUM=mpi, a diagnostic:
+ * include/hcnn/env.h); the one place it is read. */
+int hcnn_grad_sum_mpi(void);
 
 /* The buckets of blocks [first, last) (buckets: room for last - first):
  * about bucket_mb MiB of whole blocks each, from the last block backwards;

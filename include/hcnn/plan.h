@@ -233,8 +233,32 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
  * no host contention measured.  Returns HCNN_OK or an error code. */
 int hcnn_plan_calibrate(const char *path, const hcnn_config *cfg);
 
-/* hcnn plan [options] (src/plan/plan.c): argv[1] is "plan"; returns the
- * exit status. */
-int hcnn_plan_main(int argc, char **argv);
+#define HCNN_PLAN_MAX_NODES 16        /* node counts in one plan (--nodes) */
+#define HCNN_PLAN_MAX_STAGE_CHOICES 8 /* pipeline stage counts (--stages) */
+
+/* hcnn plan's command line, parsed (src/cli/plan.c; what each option does:
+ * hcnn plan --help).  0 or NULL: the option's default, which plan.c
+ * derives from the configuration or the node where --help says so. */
+typedef struct hcnn_plan_args {
+    const char *config;            /* --config; NULL: only --calibrate-network */
+    const char *const *sets;       /* --set KEY=VALUE, in order */
+    int nset;
+    int nodes[HCNN_PLAN_MAX_NODES], nnodes;                /* --nodes */
+    int stages[HCNN_PLAN_MAX_STAGE_CHOICES], nstages;      /* --stages */
+    const char *network;           /* --network NAME|FILE */
+    const char *node_spec;         /* --node NAME|FILE */
+    int threads, measure_threads;  /* --threads, --measure-threads */
+    int microbatches, batch;       /* --microbatches, --batch */
+    int host_cores, steps;         /* --host-cores, --steps */
+    int weak, strong;              /* --scaling */
+    const char *out;               /* --out DIR; "": plan-<model> */
+    int no_plots;                  /* --no-plots */
+    const char *calibrate;         /* --calibrate-network FILE */
+} hcnn_plan_args;
+
+/* hcnn plan with its parsed options (src/plan/plan.c); argv is the
+ * process's, re-executed when the BLAS kernels the configuration wants are
+ * not the loaded ones (include/hcnn/blas.h).  Returns the exit status. */
+int hcnn_plan_main(const hcnn_plan_args *args, char **argv);
 
 #endif

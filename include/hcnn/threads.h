@@ -28,9 +28,8 @@ int hcnn_threads_resolve(const hcnn_config *cfg, int *threads, char *how, size_t
  * -1 for any other.  Only string work: the preinit (src/cli/preinit.c)
  * calls it before libc's allocator is asked for anything. */
 long hcnn_threads_env_value(const char *value);
-/* The name under which hcnn's preinit hides an OMP_NUM_THREADS value it
- * refuses from libgomp and OpenBLAS (same length as OMP_NUM_THREADS) */
-#define HCNN_BAD_OMP_NT "HCNN_BAD_OMP_NT"
+/* (the name under which hcnn's preinit hides an OMP_NUM_THREADS value it
+ * refuses: HCNN_ENV_BAD_OMP_NT, include/hcnn/env.h) */
 
 /* 1 when hcnn_threads_resolve would succeed (no message), else 0 */
 int hcnn_threads_ok(const hcnn_config *cfg);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "hcnn/common.h"
+#include "hcnn/env.h"
 #include "hcnn/files.h"
 #include "internal.h"
 
@@ -196,7 +197,8 @@ static int run_child(const char *exe, const char *cfg_file, const blas_run *run,
     int k = 0;
     for (int i = 0; i < nenv; i++)
         if (strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) &&
-            strncmp(environ[i], "OMP_NUM_THREADS=", 16) && strncmp(environ[i], "HCNN_BLAS_", 10))
+            strncmp(environ[i], "OMP_NUM_THREADS=", 16) &&
+            strncmp(environ[i], HCNN_ENV_BLAS_PREFIX, sizeof HCNN_ENV_BLAS_PREFIX - 1))
             env[k++] = environ[i];
     env[k++] = threads;
     if (asked[0])

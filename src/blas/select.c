@@ -10,13 +10,15 @@
 #include <unistd.h>
 
 #include "hcnn/common.h"
+#include "hcnn/env.h"
 #include "hcnn/files.h"
 #include "hcnn/threads.h"
 #include "internal.h"
 
-#define NOTE_ENV "HCNN_BLAS_NOTE"   /* why these kernels (header) */
-#define WANT_ENV "HCNN_BLAS_WANT"   /* the kernels the re-execution asked for */
-#define ORIG_ENV "HCNN_BLAS_ORIGINAL_CORETYPE" /* the environment's, before ours */
+/* the hand-over to the re-executed program (include/hcnn/env.h) */
+#define NOTE_ENV HCNN_ENV_BLAS_NOTE /* why these kernels (header) */
+#define WANT_ENV HCNN_ENV_BLAS_WANT /* the kernels the re-execution asked for */
+#define ORIG_ENV HCNN_ENV_BLAS_ORIGINAL_CORETYPE /* the environment's, before ours */
 
 int hcnn_blas_env_world(void)
 {

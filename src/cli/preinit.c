@@ -35,6 +35,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "hcnn/env.h"
 #include "hcnn/threads.h"
 
 static void hide_refused_thread_count(char **envp)
@@ -44,7 +45,7 @@ static void hide_refused_thread_count(char **envp)
         if (strncmp(*e, name, sizeof name - 1))
             continue;
         if (hcnn_threads_env_value(*e + sizeof name - 1) < 0 || !(*e)[sizeof name - 1])
-            memcpy(*e, HCNN_BAD_OMP_NT "=", sizeof name - 1);
+            memcpy(*e, HCNN_ENV_BAD_OMP_NT "=", sizeof name - 1);
     }
 }
 

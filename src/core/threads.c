@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "hcnn/common.h"
+#include "hcnn/env.h"
 #include "hcnn/threads.h"
 
 /* a small non-negative integer from a sysfs file, -1 if unreadable */
@@ -81,7 +82,7 @@ long hcnn_threads_env_value(const char *value)
  * the preinit hid when it refused it), 0 unset or empty, -1 refused */
 static long env_threads(const char **env)
 {
-    const char *hidden = getenv(HCNN_BAD_OMP_NT);
+    const char *hidden = getenv(HCNN_ENV_BAD_OMP_NT);
     *env = hidden ? hidden : getenv("OMP_NUM_THREADS");
     return *env ? hcnn_threads_env_value(*env) : 0;
 }

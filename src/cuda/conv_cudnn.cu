@@ -24,6 +24,7 @@
 
 #include "config.h"
 #include "cuda.h"
+#include "hcnn/env.h"
 
 #if HCNN_HAVE_CUDNN && !defined(HCNN_CUDA_EMULATION)
 #include <cudnn.h>
@@ -75,7 +76,7 @@ static void plan_free(hcnn_cudnn_conv *p)
 int hcnn_cudnn_create(hcnn_backend *be)
 {
     hcnn_cuda *cu = cuda_of(be);
-    const char *env = getenv("HCNN_CUDA_CONV");
+    const char *env = getenv(HCNN_ENV_CUDA_CONV);
     if (env && strcmp(env, "im2col") == 0)
         return HCNN_OK; /* cu->dnn stays NULL: the im2col path everywhere */
     if (env && *env && strcmp(env, "cudnn") != 0 && strcmp(env, "auto") != 0)
@@ -384,7 +385,7 @@ void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, const char *im2col, char
 int hcnn_cudnn_create(hcnn_backend *be)
 {
     (void)be;
-    const char *env = getenv("HCNN_CUDA_CONV");
+    const char *env = getenv(HCNN_ENV_CUDA_CONV);
     if (env && strcmp(env, "cudnn") == 0)
         return hcnn_error_code(HCNN_EINVAL, "HCNN_CUDA_CONV=cudnn: this build has no cuDNN "
                                             "(configure found none, or --without-cudnn)");

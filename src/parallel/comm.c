@@ -6,6 +6,7 @@
 
 #include "hcnn/comm.h"
 #include "hcnn/common.h"
+#include "hcnn/env.h"
 
 #include <string.h>
 
@@ -118,7 +119,7 @@ int hcnn_mpi_device_aware(const hcnn_backend *be, char *why, size_t cap)
         snprintf(why, cap, "host memory: MPI uses it in place");
         return 1;
     }
-    const char *assume = getenv("HCNN_MPI_ASSUME_DEVICE_AWARE");
+    const char *assume = getenv(HCNN_ENV_MPI_ASSUME_DEVICE_AWARE);
     if (assume && strcmp(assume, "1") == 0 && be->emulated) {
         snprintf(why, cap, "HCNN_MPI_ASSUME_DEVICE_AWARE=1 on the emulated device (a test)");
         return 1;

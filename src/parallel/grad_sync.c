@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "hcnn/common.h"
+#include "hcnn/env.h"
 #include "hcnn/grad_sync.h"
 #include "reduce_scatter.h"
 
@@ -36,6 +37,12 @@ static void sum_range(const float *restrict a, float *restrict b, int lo, int hi
  * waking the team (a fork-join of 64 threads costs a few microseconds, the
  * time one core takes to sum 64 KiB).  HCNN_GRAD_SUM=mpi takes MPI_SUM
  * instead (for comparisons). */
+int hcnn_grad_sum_mpi(void)
+{
+    const char *sum = getenv(HCNN_ENV_GRAD_SUM);
+    return sum && !strcmp(sum, "mpi");
+}
+
 static void sum_into(const float *a, float *b, int n)
 {
     if (n < HCNN_TEAM_SUM_MIN || omp_in_parallel() || omp_get_max_threads() == 1) {
@@ -241,8 +248,7 @@ int hcnn_grad_sync_init(hcnn_grad_sync *gs, MPI_Comm comm, hcnn_net *net, int fi
     if (gs->sharded && shard_init(gs, net, use))
         return HCNN_ENOMEM;
     gs->sum = MPI_SUM;
-    const char *sum = getenv("HCNN_GRAD_SUM");
-    if (mode == HCNN_PROGRESS_TEST && !(sum && !strcmp(sum, "mpi"))) {
+    if (mode == HCNN_PROGRESS_TEST && !hcnn_grad_sum_mpi()) {
         hcnn_grad_sum_op(&gs->sum);
         gs->team_sum = 1;
     }

@@ -1,7 +1,8 @@
 /* hcnn plan: measure this machine's per-block compute at the per-thread
  * share each layout implies, price it on the node (--node) and every layout
  * at every node count (src/plan/model.c), and hand the rows to the output
- * (src/plan/report.c) and --calibrate-network to src/plan/calibrate.c. */
+ * (src/plan/report.c) and --calibrate-network to src/plan/calibrate.c; its
+ * options come parsed from src/cli/plan.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <mpi.h>
@@ -29,29 +30,6 @@ typedef struct cost_cache {
     hcnn_pass_cost c[MAX_MEASURED];
     int nc;
 } cost_cache;
-
-static int parse_list(const char *opt, const char *v, int *out, int *count, int cap, int lo,
-                      int hi)
-{
-    int n = 0;
-    const char *p = v;
-    while (*p) {
-        char *end;
-        const long k = strtol(p, &end, 10);
-        if (end == p || k < lo || k > hi || (*end && *end != ','))
-            return hcnn_error_code(HCNN_EINVAL, "%s '%s': expected a comma-separated list of "
-                                                "integers in %d..%d",
-                                   opt, v, lo, hi);
-        if (n == cap)
-            return hcnn_error_code(HCNN_EINVAL, "%s '%s': at most %d values", opt, v, cap);
-        out[n++] = (int)k;
-        p = *end ? end + 1 : end;
-    }
-    if (!n)
-        return hcnn_error_code(HCNN_EINVAL, "%s: empty list", opt);
-    *count = n;
-    return HCNN_OK;
-}
 
 /* ---- compute: the pass measured here, its pieces, the node ------------------- */
 
@@ -381,179 +359,26 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
     return rc;
 }
 
-static const char *PLAN_USAGE =
-    "usage: hcnn plan --config FILE [--nodes 1,2,4,8,16,32] [--network ib-hdr|eth-25g|FILE]\n"
-    "                 [--node epyc-9554|epyc-7763|here|FILE] [--threads T] [options]\n"
-    "       mpirun -np 2 --map-by node hcnn plan --calibrate-network FILE [--config FILE]\n"
-    "\n"
-    "Project images/s, the time per step and its terms (compute, exposed gradient allreduce,\n"
-    "pipeline bubble, point-to-point, the per-step agreement) and the scaling efficiency of\n"
-    "data parallelism and of every pipeline layout S stages x N/S replicas, at each node count\n"
-    "(one rank per node), for weak scaling (the per-rank batch held) and strong scaling (the\n"
-    "global batch held, fewer samples than threads included), and mark the fastest layout\n"
-    "per node count (*), and print the passes of one node's step and what bounds each on its\n"
-    "threads.  Compute: per-block forward/backward times of each layout's pass measured on\n"
-    "this machine, spread over the node's threads as the pieces the backend cuts the pass\n"
-    "into allow, plus a barrier per phase, priced on the node (--node): GEMM layers at the\n"
-    "ratio of per-core FMA peaks, the other layers' streams at its memory bandwidth when the\n"
-    "step's activations outgrow its last-level cache; network: the allreduce\n"
-    "algorithm OpenMPI 4.1 picks (for the gradient buckets libnbc's, as\n"
-    "OMPI_MCA_coll_libnbc_iallreduce_algorithm sets it: hcnn's default 3, Rabenseifner),\n"
-    "priced alpha-beta-gamma.  docs/plan.md: model, assumptions, validation.\n"
-    "\n"
-    "options:\n"
-    "  -c, --config FILE         run configuration (its model, batch_size, bucket_mb)\n"
-    "  -s, --set KEY=VALUE       override a key (repeatable)\n"
-    "  --nodes LIST              node counts (default 1,2,4,8,16,32)\n"
-    "  --network NAME|FILE       ib-hdr (default), eth-25g, or a file of alpha_us,\n"
-    "                            bandwidth_gbs, reduce_gbs [, p2p_alpha_us, name]\n"
-    "  --node NAME|FILE          the target node: epyc-9554 (default: AMD EPYC 9554, 64 cores,\n"
-    "                            datasheet figures, an assumption), epyc-7763, here (this\n"
-    "                            machine, measured), or a file of cores, peak_gflops,\n"
-    "                            bandwidth_gbs [, core_bandwidth_gbs, llc_mib, barrier_us,\n"
-    "                            name, source]\n"
-    "  --threads T               threads per rank on the target nodes (default: the node's\n"
-    "                            cores)\n"
-    "  --measure-threads T       threads for the measurement here (default: min(T, cores))\n"
-    "  --stages LIST             pipeline stage counts to consider (default 2,4,8)\n"
-    "  --microbatches M          micro-batches per replica (strong), per stage (weak:\n"
-    "                            M = S x this); default the config's microbatches, or 4\n"
-    "  --batch B                 per-rank batch of weak scaling (default batch_size)\n"
-    "  --scaling weak|strong|both   (default both)\n"
-    "  --host-cores C            validation: every rank on this one host of C cores\n"
-    "  --steps K                 timed steps per measurement (default 5)\n"
-    "  -o, --out DIR             write DIR/plan.csv, DIR/plan_passes.csv and DIR/plan_*.png\n"
-    "                            (default plan-<model>)\n"
-    "  --no-plots                table and CSV only\n"
-    "  --calibrate-network FILE  under mpirun: measure latency and bandwidth between ranks\n"
-    "                            0 and 1 and the reduction rate, write them as a --network FILE;\n"
-    "                            with --config also the host contention (a pass of the model\n"
-    "                            on 1 thread, all ranks at once vs rank 0 alone: --host-cores)\n"
-    "  -h, --help                this help\n";
-
-int hcnn_plan_main(int argc, char **argv)
+int hcnn_plan_main(const hcnn_plan_args *a, char **argv)
 {
-    plan_opts o = {.network = "ib-hdr", .threads = 0, .steps = 5, .weak = 1, .strong = 1,
-                   .gnuplot = "gnuplot", .node_spec = HCNN_NODE_DEFAULT};
-    const char *config = NULL, *sets[256];
-    int nset = 0, noplots = 0, nodes_given = 0, stages_given = 0;
+    if (!a->config) /* --calibrate-network alone */
+        return hcnn_plan_calibrate(a->calibrate, NULL) == HCNN_OK ? 0 : 1;
+    plan_opts o = {.network = a->network, .threads = a->threads,
+                   .measure_threads = a->measure_threads, .host_cores = a->host_cores,
+                   .microbatches = a->microbatches, .batch = a->batch, .steps = a->steps,
+                   .weak = a->weak, .strong = a->strong, .out = a->out,
+                   .calibrate = a->calibrate, .gnuplot = "gnuplot", .node_spec = a->node_spec,
+                   .nnodes = a->nnodes, .nstages = a->nstages};
+    memcpy(o.nodes, a->nodes, sizeof o.nodes);
+    memcpy(o.stages, a->stages, sizeof o.stages);
     char outbuf[HCNN_FILE_PATH_MAX];
-    o.out = "";
     const char *env = getenv("GNUPLOT");
     if (env && *env)
         o.gnuplot = env;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED()                                                                                    \
-    do {                                                                                          \
-        if (!v || !v[0]) { /* empty: an unset variable in a job script */                         \
-            fprintf(stderr, "hcnn: option %s %s\n\n%s", a,                                        \
-                    v ? "is empty (an unset variable in a job script?)" : "needs a value",        \
-                    PLAN_USAGE);                                                                  \
-            return 2;                                                                             \
-        }                                                                                         \
-        i++;                                                                                      \
-    } while (0)
-        int rc = HCNN_OK;
-        char *end;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(PLAN_USAGE, stdout);
-            return 0;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
-            NEED();
-            if (config) {
-                fprintf(stderr, "hcnn: option --config given twice ('%s', then '%s'): give it "
-                                "once\n", config, v);
-                return 2;
-            }
-            config = v;
-        } else if (!strcmp(a, "-s") || !strcmp(a, "--set")) {
-            NEED();
-            if (nset == 256) {
-                fprintf(stderr, "hcnn: at most 256 --set options\n");
-                return 2;
-            }
-            sets[nset++] = v;
-        } else if (!strcmp(a, "--nodes")) {
-            NEED();
-            rc = parse_list(a, v, o.nodes, &o.nnodes, MAX_NODES, 1, 65536);
-            nodes_given = 1;
-        } else if (!strcmp(a, "--stages")) {
-            NEED();
-            rc = parse_list(a, v, o.stages, &o.nstages, MAX_STAGE_CHOICES, 2, HCNN_MAX_BLOCKS);
-            stages_given = 1;
-        } else if (!strcmp(a, "--network")) {
-            NEED();
-            o.network = v;
-        } else if (!strcmp(a, "--node")) {
-            NEED();
-            o.node_spec = v;
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "--measure-threads") ||
-                   !strcmp(a, "--microbatches") || !strcmp(a, "--batch") ||
-                   !strcmp(a, "--host-cores") || !strcmp(a, "--steps")) {
-            NEED();
-            const long k = strtol(v, &end, 10);
-            const long hi = !strcmp(a, "--steps") ? 64 : !strcmp(a, "--batch") ? (1 << 24) : 1024;
-            if (*v == '\0' || *end != '\0' || k < 1 || k > hi) {
-                fprintf(stderr, "hcnn: %s: expected an integer in 1..%ld, got '%s'\n", a, hi, v);
-                return 2;
-            }
-            if (!strcmp(a, "--threads"))
-                o.threads = (int)k;
-            else if (!strcmp(a, "--measure-threads"))
-                o.measure_threads = (int)k;
-            else if (!strcmp(a, "--microbatches"))
-                o.microbatches = (int)k;
-            else if (!strcmp(a, "--batch"))
-                o.batch = (int)k;
-            else if (!strcmp(a, "--host-cores"))
-                o.host_cores = (int)k;
-            else
-                o.steps = (int)k;
-        } else if (!strcmp(a, "--scaling")) {
-            NEED();
-            o.weak = !strcmp(v, "weak") || !strcmp(v, "both");
-            o.strong = !strcmp(v, "strong") || !strcmp(v, "both");
-            if (!o.weak && !o.strong) {
-                fprintf(stderr, "hcnn: --scaling: expected weak, strong or both, got '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            NEED();
-            o.out = v;
-        } else if (!strcmp(a, "--no-plots")) {
-            noplots = 1;
-        } else if (!strcmp(a, "--calibrate-network")) {
-            NEED();
-            o.calibrate = v;
-        } else {
-            fprintf(stderr, "hcnn: unknown option '%s' for plan\n\n%s", a, PLAN_USAGE);
-            return 2;
-        }
-#undef NEED
-        if (rc)
-            return 2;
-    }
-    if (o.calibrate && !config)
-        return hcnn_plan_calibrate(o.calibrate, NULL) == HCNN_OK ? 0 : 1;
-    if (!config) {
-        fprintf(stderr, "hcnn: missing --config FILE\n\n%s", PLAN_USAGE);
-        return 2;
-    }
-    if (!nodes_given) {
-        const int def[] = {1, 2, 4, 8, 16, 32};
-        memcpy(o.nodes, def, sizeof def);
-        o.nnodes = 6;
-    }
-    if (!stages_given) {
-        o.stages[0] = 2, o.stages[1] = 4, o.stages[2] = 8;
-        o.nstages = 3;
-    }
     hcnn_config *cfg = malloc(sizeof *cfg);
     if (!cfg)
         return 1;
-    int rc = hcnn_config_load(cfg, config, sets, nset);
+    int rc = hcnn_config_load(cfg, a->config, a->sets, a->nset);
     if (rc) {
         free(cfg);
         return 2;
@@ -583,7 +408,7 @@ int hcnn_plan_main(int argc, char **argv)
         snprintf(outbuf, sizeof outbuf, "plan-%s", cfg->model.name);
         o.out = outbuf;
     }
-    if (noplots)
+    if (a->no_plots)
         o.gnuplot = "cat >/dev/null";
     if (o.calibrate) /* a pass with one thread per rank: the host's cores shared by its ranks */
         o.measure_threads = 1;
@@ -644,8 +469,7 @@ int hcnn_plan_main(int argc, char **argv)
     /* the communication a run of this configuration does (grad_sync.c,
      * train.c, run.c), and the other allreduce_progress's */
     hcnn_comm_setup test = {.fold_agreement = 1}, thread = {.fold_agreement = 1, .reserved_core = 1};
-    const char *sum = getenv("HCNN_GRAD_SUM");
-    if (!(sum && !strcmp(sum, "mpi"))) {
+    if (!hcnn_grad_sum_mpi()) {
         test.team_threads = o.threads;
         test.team_min_bytes = HCNN_TEAM_SUM_MIN * sizeof(float);
         /* read two floats, write one */

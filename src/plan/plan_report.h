@@ -9,8 +9,8 @@
 #include "hcnn/node.h"
 #include "hcnn/plan.h"
 
-#define MAX_NODES 16
-#define MAX_STAGE_CHOICES 8
+#define MAX_NODES HCNN_PLAN_MAX_NODES
+#define MAX_STAGE_CHOICES HCNN_PLAN_MAX_STAGE_CHOICES
 #define MAX_MEASURED 64
 
 typedef struct plan_opts {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hcnn/ckpt_dir.h"
+#include "hcnn/ckpt_lock.h"
 #include "hcnn/common.h"
 #include "hcnn/data.h"
 #include "hcnn/files.h"

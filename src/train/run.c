@@ -10,6 +10,7 @@
 
 #include "hcnn/common.h"
 #include "hcnn/blas.h"
+#include "hcnn/env.h"
 #include "hcnn/files.h"
 #include "hcnn/threads.h"
 #include "run.h"
@@ -110,7 +111,7 @@ static void read_fault_hook(hcnn_run *r)
 {
     r->fail_rank = r->fail_step = -1;
     r->fail_collective = 0;
-    const char *f = getenv("HCNN_FAIL_AT");
+    const char *f = getenv(HCNN_ENV_FAIL_AT);
     char kind[16] = "";
     const int got = f ? sscanf(f, "%ld:%ld:%15s", &r->fail_rank, &r->fail_step, kind) : 0;
     if (got < 2 || (got == 3 && strcmp(kind, "collective")))
@@ -132,7 +133,7 @@ static int grad_replicas(const hcnn_config *cfg, const hcnn_comm *comm)
  * touch, tests/test_seam.sh and tests/test_backend.c). */
 static int run_backend(hcnn_run *r)
 {
-    const char *test = getenv("HCNN_BACKEND");
+    const char *test = getenv(HCNN_ENV_BACKEND);
     const char *name = test && *test ? test : hcnn_device_name(r->cfg->device);
     int rc = hcnn_backend_create(name, r->comm->local_rank, &r->own_be);
     r->be = r->own_be;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "hcnn/ckpt_dir.h"
+#include "hcnn/ckpt_lock.h"
 #include "hcnn/ckpt_writer.h"
 #include "hcnn/data.h"
 #include "hcnn/net.h"
@@ -102,7 +103,7 @@ typedef struct hcnn_run {
     long step;               /* optimiser steps taken */
     long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
     int fail_collective;       /* ... a stray barrier instead of a non-finite loss */
-    hcnn_ckpt_lock lock;      /* rank 0: checkpoint_dir is this run's (include/hcnn/ckpt_dir.h) */
+    hcnn_ckpt_lock lock;      /* rank 0: checkpoint_dir is this run's (include/hcnn/ckpt_lock.h) */
     hcnn_ckpt_writer writer;  /* rank 0, when checkpoint_dir is set (from before the first step) */
     int writer_ready;
     char run_id[HCNN_RUN_ID_MAX];     /* this run's line of checkpoints (also the CSV's run_id) */

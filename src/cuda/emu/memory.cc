@@ -7,6 +7,7 @@
  * reading what no kernel wrote, or what was freed, shows.  A copy's kind is
  * checked against where its pointers are, which finds swapped copies. */
 #include "emu_internal.h"
+#include "hcnn/env.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -44,7 +45,7 @@ std::map<const char *, size_t> &host_blocks() {
 }
 
 size_t arena_mib() {
-    const char *env = getenv("HCNN_EMU_DEVICE_MB");
+    const char *env = getenv(HCNN_ENV_EMU_DEVICE_MB);
     if (!env || !*env)
         return 4096;
     char *end;
