@@ -459,6 +459,9 @@ static int before_mpi(const cli *c, char **argv, int writes_checkpoints)
 
 int main(int argc, char **argv)
 {
+    /* the library's fatal errors end the job here: the rank's message, then
+     * MPI_Abort of every rank, or exit with the error's code */
+    hcnn_set_fatal_hook(hcnn_mpi_fatal_hook, NULL);
     block_stop_signals(argc > 1 && !strcmp(argv[1], "train"));
     /* a file-size limit (ulimit -f, a Slurm job's) makes a write fail with
      * EFBIG and be reported, instead of killing the process mid-checkpoint */
@@ -573,7 +576,7 @@ int main(int argc, char **argv)
         return 1;
     hcnn_config *cfg = malloc(sizeof *cfg);
     if (!cfg)
-        HCNN_ABORT(&comm, HCNN_ENOMEM, "cannot allocate the configuration");
+        HCNN_FATAL(HCNN_ENOMEM, "cannot allocate the configuration");
     rc = load_config(cfg, &c, &comm);
     if (!rc)
         rc = hcnn_check_layout(cfg, &comm);
@@ -584,7 +587,7 @@ int main(int argc, char **argv)
     }
     HCNN_MARKER_INIT();
     if ((rc = hcnn_watchdog_start(&comm, cfg->stall_timeout_s, cfg->checkpoint_dir)) != HCNN_OK)
-        HCNN_ABORT(&comm, rc, "cannot start the stall watchdog");
+        HCNN_FATAL(rc, "cannot start the stall watchdog");
     if (!strcmp(cmd, "train")) {
         if (!c.quiet && comm.rank == 0) {
             printf("# configuration (%s, after overrides)\n", c.config);
@@ -608,8 +611,8 @@ int main(int argc, char **argv)
     }
     /* a failure on one rank may leave the others in a collective: end the job */
     if (rc && comm.size > 1)
-        HCNN_ABORT(&comm, exit_status(rc), "this rank failed (error code %d, cause above); "
-                                           "ending all ranks",
+        HCNN_FATAL(exit_status(rc), "this rank failed (error code %d, cause above); "
+                                    "ending all ranks",
                    rc);
     hcnn_comm_finalize(&comm);
     return exit_status(rc);
