@@ -146,7 +146,15 @@ END {
     }' | sort -u >"$tmp/includes"
 
 # ---- the call graph -------------------------------------------------------------
-(cd "$builddir" && find src -name '*.o' 2>/dev/null | sort) >"$tmp/objects"
+# the objects of sources that exist (not one left behind by a moved file)
+(cd "$builddir" && find src -name '*.o' 2>/dev/null | sort) | while read -r o; do
+    for ext in c cu cc; do
+        if [ -f "$srcdir/${o%.o}.$ext" ]; then
+            echo "$o"
+            break
+        fi
+    done
+done >"$tmp/objects"
 if [ ! -s "$tmp/objects" ]; then
     echo "deps.sh: no objects under $builddir/src: build first (make), or name the build directory" >&2
     exit 2
