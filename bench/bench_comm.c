@@ -110,6 +110,7 @@ static int bench_agree(int rounds)
 int main(int argc, char **argv)
 {
     int provided;
+    hcnn_set_fatal_hook(hcnn_mpi_fatal_hook, NULL); /* as hcnn's program does */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     int rounds = 15, rc = 2;
     const char *what = argc > 1 ? argv[1] : "";

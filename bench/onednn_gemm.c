@@ -31,7 +31,7 @@
 #include "hcnn/blas.h"
 #include "hcnn/onednn.h"
 
-#include "../src/cpu/cblas_decl.h"
+#include "../src/blas/cblas_decl.h"
 
 #ifdef HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>

@@ -1,9 +1,10 @@
 /* MPI context of a run and the one abort path.
  *
  * Every MPI or I/O failure that cannot be handled locally ends the whole
- * job through hcnn_abort_at (modelled on HPL's HPL_pabort): it prints the
- * rank, source file, line and cause, then calls MPI_Abort so that no rank
- * is left waiting in a collective. */
+ * job through the abort path (hcnn_fatal_at, HCNN_FATAL: include/hcnn/common.h;
+ * modelled on HPL's HPL_pabort): with hcnn_mpi_fatal_hook installed, it
+ * prints the rank, source file, line and cause, then calls MPI_Abort so
+ * that no rank is left waiting in a collective. */
 #ifndef HCNN_COMM_H
 #define HCNN_COMM_H
 
@@ -44,14 +45,17 @@ typedef struct hcnn_comm {
 int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv);
 void hcnn_comm_finalize(hcnn_comm *c);
 
-/* c may be NULL: the rank is then asked of MPI_COMM_WORLD. */
-HCNN_NORETURN void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code,
-                             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-#define HCNN_ABORT(comm, code, ...) hcnn_abort_at((comm), __FILE__, __LINE__, (code), __VA_ARGS__)
+/* The hook that ends an MPI job (include/hcnn/common.h, hcnn_set_fatal_hook;
+ * src/cli/main.c installs it): prints "hcnn: rank R of S: fatal at
+ * FILE:LINE: MESSAGE" (rank 0 of 1 when MPI is not running), then, MPI
+ * running, MPI_Abort(MPI_COMM_WORLD, code) on more than one rank, else
+ * MPI_Finalize; then exit(code).  arg: unused (NULL). */
+HCNN_NORETURN void hcnn_mpi_fatal_hook(void *arg, const char *file, int line, int code,
+                                       const char *msg);
 
 /* The one check of every MPI call: a failure ends the whole job through the
- * abort path, naming the call, its error string, this rank, file and line
- * (exit status 1, a run-time failure).  MPI_COMM_WORLD's handler is
+ * abort path (hcnn_fatal_at, src/parallel/abort.c), naming the call, its
+ * error string, this rank, file and line (exit status 1, a run-time failure).  MPI_COMM_WORLD's handler is
  * MPI_ERRORS_RETURN, so a failed call returns here instead of killing the
  * process without a word.  The stall watchdog marks the call while it runs
  * (include/hcnn/watchdog.h). */

@@ -39,11 +39,31 @@ enum hcnn_status {
                           step, a failed checkpoint write), reported once by rank 0 */
 };
 
-/* The abort path for code that knows no communicator (the CUDA backend):
- * prints the rank, file, line and cause and ends the whole job
- * (hcnn_abort_at, src/parallel/comm.c). */
+/* ---- the abort path (src/core/fatal.c) ----------------------------------
+ * For what cannot be handled where it happens (a failed MPI call, a CUDA
+ * error, a buffer a kernel cannot allocate inside a parallel region): one
+ * message naming the file, line and cause, then the process ends.  How it
+ * ends is the program's choice, not the library's: the program installs a
+ * hook, which gets the file, line, exit code (never 0) and message, prints
+ * it and ends the process (src/cli/main.c installs hcnn_mpi_fatal_hook,
+ * include/hcnn/comm.h: the rank's message, then MPI_Abort of the job or
+ * exit with the code).  Without a hook, or if the hook returns, the library
+ * prints "hcnn: fatal at FILE:LINE: MESSAGE" on stderr and calls abort()
+ * (SIGABRT: no atexit handlers, a core dump where enabled); these functions
+ * never return. */
+typedef void (*hcnn_fatal_hook)(void *arg, const char *file, int line, int code, const char *msg);
+/* Installs fn (NULL: none) and the argument it is called with.  The hook is
+ * process-wide, an exception to "no global state" like the stall watchdog's
+ * marks: a fatal error can happen in any layer, on any thread, with no run
+ * at hand.  Install it once at the start, before other threads run. */
+void hcnn_set_fatal_hook(hcnn_fatal_hook fn, void *arg);
+/* exit code 1 (a run-time failure) */
 HCNN_NORETURN void hcnn_fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* the exit code given (0 is taken as 1) */
+HCNN_NORETURN void hcnn_fatal_code_at(const char *file, int line, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define HCNN_FATAL(code, ...) hcnn_fatal_code_at(__FILE__, __LINE__, (code), __VA_ARGS__)
 
 /* Print "hcnn: error: <message>" on stderr.  Returns HCNN_EINVAL so that
  * validation code can write `return hcnn_error(...)`. */

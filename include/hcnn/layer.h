@@ -142,7 +142,7 @@ typedef struct hcnn_layer_ops {
 HCNN_BLOCK_TYPES(HCNN_LAYER_OPS_DECL_)
 #undef HCNN_LAYER_OPS_DECL_
 
-/* The operations of a block type (NULL for an unknown kind). */
+/* The operations of a block type (NULL for an unknown kind; registry.c). */
 const hcnn_layer_ops *hcnn_layer_ops_of(hcnn_block_kind kind);
 
 struct hcnn_layer {
@@ -206,10 +206,16 @@ static inline size_t hcnn_layer_aux_size(const hcnn_layer *l, int n)
     return l->aux_per_sample * (size_t)n + l->aux_fixed;
 }
 
-/* Shape inference from the spec through the type's setup; errors (e.g. a
- * kernel larger than the padded input) name the block. */
+/* Shape inference from the spec through the type's setup, found in the
+ * table (registry.c); errors (e.g. a kernel larger than the padded input)
+ * name the block. */
 int hcnn_layer_setup(hcnn_layer *l, const hcnn_block_spec *spec, int in_c, int in_h, int in_w,
                      const char *cfg_path, int index);
+/* The same with the type's operations given (ops NULL: an unknown kind):
+ * for a block made of blocks of known types (residual.c), which thus does
+ * not reach back into the table that holds it (layer.c). */
+int hcnn_layer_setup_as(hcnn_layer *l, const hcnn_layer_ops *ops, const hcnn_block_spec *spec,
+                        int in_c, int in_h, int in_w, const char *cfg_path, int index);
 /* Free what setup allocated (the children). */
 void hcnn_layer_free(hcnn_layer *l);
 

@@ -156,4 +156,26 @@ int hcnn_net_unit_images(const hcnn_net *net, const hcnn_ctx *ctx, int first, in
 /* Largest per-sample activation (input or output) of blocks [first, last). */
 size_t hcnn_net_max_act(const hcnn_net *net, int first, int last);
 
+/* ---- the GEMMs of a pass (src/model/gemms.c) ---------------------------- */
+
+/* Median of reps (<= 5) timings of the GEMM list g[0, ng) on be, on scratch
+ * buffers, each run of per-thread shapes issued by all threads at once as
+ * the layer does (also the per-block profile's raw-GEMM reference). */
+double hcnn_time_gemms(const hcnn_backend *be, const hcnn_gemm_shape *g, int ng, int reps);
+
+/* The GEMMs of one training pass (forward and backward) of blocks [first,
+ * last) on n samples, as the layers issue them, merged by shape: calls
+ * counts those of the busiest thread (all threads run theirs at once), hash
+ * identifies the list (shapes and counts).  reps > 0: every shape timed
+ * (hcnn_time_gemms, median of reps <= 5), seconds = sum of calls x time:
+ * the BLAS kernels' measurement (src/blas/). */
+typedef struct hcnn_pass_gemms {
+    int shapes;
+    double calls, flops, seconds;
+    uint64_t hash;
+} hcnn_pass_gemms;
+
+int hcnn_net_pass_gemms(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n,
+                        int reps, hcnn_pass_gemms *out);
+
 #endif

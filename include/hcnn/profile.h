@@ -7,7 +7,6 @@
 #ifndef HCNN_PROFILE_H
 #define HCNN_PROFILE_H
 
-#include <stdint.h>
 #include <stdio.h>
 
 #include "hcnn/net.h"
@@ -52,20 +51,5 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
  * backend's plans ("winograd_f4 13, per_thread 4, batched 3"; "none"). */
 const char *hcnn_profile_plans(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last,
                                int n, char *buf, size_t cap);
-
-/* The GEMMs of one training pass (forward and backward) of blocks [first,
- * last) on n samples, as the layers issue them, merged by shape: calls
- * counts those of the busiest thread (all threads run theirs at once), hash
- * identifies the list (shapes and counts).  reps > 0: every shape timed as
- * the profile does (median of reps <= 5), seconds = sum of calls x time:
- * the BLAS kernels' measurement (src/blas/). */
-typedef struct hcnn_pass_gemms {
-    int shapes;
-    double calls, flops, seconds;
-    uint64_t hash;
-} hcnn_pass_gemms;
-
-int hcnn_profile_pass_gemms(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n,
-                            int reps, hcnn_pass_gemms *out);
 
 #endif

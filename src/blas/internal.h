@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 #include "hcnn/blas.h"
-#include "hcnn/profile.h"
+#include "hcnn/net.h" /* hcnn_pass_gemms */
 
 /* ---- library.c ---------------------------------------------------------- */
 /* "OpenBLAS 0.3.21", "BLIS 0.9.0", "CBLAS" */

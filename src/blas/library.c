@@ -26,7 +26,7 @@
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
-#include "../cpu/cblas_decl.h"
+#include "cblas_decl.h"
 #include "hcnn/common.h"
 #include "internal.h"
 

@@ -1,12 +1,11 @@
 /* The model's GEMMs, as the layers issue them for one training pass on a
- * rank (hcnn_profile_pass_gemms): listed for the measurement's key, and
+ * rank (hcnn_net_pass_gemms): listed for the measurement's key, and
  * timed in each child process under the kernels it loaded. */
 #include <stdio.h>
 #include <string.h>
 
 #include "hcnn/common.h"
 #include "hcnn/net.h"
-#include "hcnn/profile.h"
 #include "hcnn/strategy.h"
 #include "hcnn/threads.h"
 #include "internal.h"
@@ -29,7 +28,7 @@ int blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *s
     rc = hcnn_net_capacity_ok(&net, 0, net.nlayers, n) ? hcnn_scratch_alloc(&s, &net, 0, net.nlayers, n)
                                                         : HCNN_EINVAL;
     if (!rc) {
-        rc = hcnn_profile_pass_gemms(&net, &s.ctx, 0, net.nlayers, n, reps, out);
+        rc = hcnn_net_pass_gemms(&net, &s.ctx, 0, net.nlayers, n, reps, out);
         hcnn_scratch_free(&s);
     }
     hcnn_net_free(&net);

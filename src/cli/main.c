@@ -30,6 +30,9 @@ static void block_stop_signals(int block)
 
 int main(int argc, char **argv)
 {
+    /* the library's fatal errors end the job here: the rank's message, then
+     * MPI_Abort of every rank, or exit with the error's code */
+    hcnn_set_fatal_hook(hcnn_mpi_fatal_hook, NULL);
     const hcnn_cli_command *command = argc > 1 ? hcnn_cli_find(argv[1]) : NULL;
     block_stop_signals(command && command->stop_signals);
     /* a file-size limit (ulimit -f, a Slurm job's) makes a write fail with

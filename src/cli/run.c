@@ -149,7 +149,7 @@ static int run_under_mpi(int argc, char **argv, const run_args *c, int writes_ch
         return 1;
     hcnn_config *cfg = malloc(sizeof *cfg);
     if (!cfg)
-        HCNN_ABORT(&comm, HCNN_ENOMEM, "cannot allocate the configuration");
+        HCNN_FATAL(HCNN_ENOMEM, "cannot allocate the configuration");
     rc = load_config(cfg, c, &comm);
     if (!rc)
         rc = hcnn_check_layout(cfg, &comm);
@@ -160,7 +160,7 @@ static int run_under_mpi(int argc, char **argv, const run_args *c, int writes_ch
     }
     HCNN_MARKER_INIT();
     if ((rc = hcnn_watchdog_start(&comm, cfg->stall_timeout_s, cfg->checkpoint_dir)) != HCNN_OK)
-        HCNN_ABORT(&comm, rc, "cannot start the stall watchdog");
+        HCNN_FATAL(rc, "cannot start the stall watchdog");
     rc = run(cfg, &comm, c);
     free(cfg);
     hcnn_watchdog_stop();
@@ -171,7 +171,7 @@ static int run_under_mpi(int argc, char **argv, const run_args *c, int writes_ch
     }
     /* a failure on one rank may leave the others in a collective: end the job */
     if (rc && comm.size > 1)
-        HCNN_ABORT(&comm, hcnn_cli_exit_status(rc),
+        HCNN_FATAL(hcnn_cli_exit_status(rc),
                    "this rank failed (error code %d, cause above); ending all ranks", rc);
     hcnn_comm_finalize(&comm);
     return hcnn_cli_exit_status(rc);

@@ -1,5 +1,6 @@
 /* The CPU backend's table (include/hcnn/backend.h): host memory, OpenMP
- * threads, and the operations of the files beside this one. */
+ * threads, and the operations of the files beside this one (what they ask
+ * of the instance, its threads and precision: instance.c). */
 #include <stdio.h>
 
 #include "bf16.h"
@@ -7,22 +8,6 @@
 #include "cpu.h"
 #include "hcnn/blas.h"
 #include "hcnn/onednn.h"
-
-/* Inside the region every OpenMP loop of this backend runs on the calling
- * thread alone (nested regions are inactive) and the OpenMP OpenBLAS runs
- * single-threaded. */
-void hcnn_cpu_parallel(const hcnn_backend *be, void (*fn)(void *arg, int t, int nt), void *arg)
-{
-    (void)be;
-#pragma omp parallel
-    fn(arg, omp_get_thread_num(), omp_get_num_threads());
-}
-
-int hcnn_cpu_threads(const hcnn_backend *be)
-{
-    (void)be;
-    return omp_in_parallel() ? 1 : omp_get_max_threads();
-}
 
 /* Whole-network execution (src/model/pass.c): units of n / 8 samples, but
  * of 16 to 32 unless that makes more than HCNN_MAX_UNITS of them (enough
@@ -102,12 +87,6 @@ int hcnn_cpu_precision_check(hcnn_precision p, char *why, size_t cap)
     return HCNN_EINVAL;
 }
 
-hcnn_precision hcnn_cpu_precision(const hcnn_backend *be)
-{
-    const hcnn_cpu_state *s = be ? be->state : NULL;
-    return s ? s->precision : HCNN_PRECISION_FP32;
-}
-
 static int cpu_set_precision(hcnn_backend *be, hcnn_precision p)
 {
     char why[1024];
@@ -129,12 +108,6 @@ static int cpu_set_precision(hcnn_backend *be, hcnn_precision p)
     }
     s->precision = p;
     return HCNN_OK;
-}
-
-hcnn_bf16 *hcnn_cpu_bf16_of(const hcnn_backend *be)
-{
-    const hcnn_cpu_state *s = be ? be->state : NULL;
-    return s && s->precision == HCNN_PRECISION_BF16 ? s->bf16 : NULL;
 }
 
 static void cpu_describe(const hcnn_backend *be, char *buf, size_t cap)

@@ -58,7 +58,7 @@ void hcnn_cpu_gemm_mixed(hcnn_bf16 *bf, int target, int ta, int tb, int m, int n
                          const uint16_t *b16, int ldb, float beta, float *c, int ldc);
 
 /* The backend's bf16 state when it computes in bf16, else NULL (FP32;
- * also for NULL, the backend's own internal calls) */
+ * also for NULL, the backend's own internal calls; instance.c) */
 hcnn_bf16 *hcnn_cpu_bf16_of(const hcnn_backend *be);
 
 #endif

@@ -133,7 +133,8 @@ typedef struct hcnn_cpu_state {
     struct hcnn_bf16 *bf16;
 } hcnn_cpu_state;
 
-/* be's precision: HCNN_PRECISION_FP32 for NULL or a table without state */
+/* be's precision: HCNN_PRECISION_FP32 for NULL or a table without state
+ * (instance.c) */
 hcnn_precision hcnn_cpu_precision(const hcnn_backend *be);
 
 /* The operations of the table (backend.c), by file; each is documented
@@ -143,7 +144,7 @@ hcnn_precision hcnn_cpu_precision(const hcnn_backend *be);
  * inside the backend). */
 /* backend.c */
 void hcnn_cpu_destroy(hcnn_backend *be);
-/* backend.c */
+/* instance.c */
 void hcnn_cpu_parallel(const hcnn_backend *be, void (*fn)(void *arg, int t, int nt), void *arg);
 int hcnn_cpu_threads(const hcnn_backend *be);
 /* gemm.c */

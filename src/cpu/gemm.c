@@ -20,7 +20,7 @@
 #include <stdlib.h>
 
 #include "bf16.h"
-#include "cblas_decl.h"
+#include "../blas/cblas_decl.h" /* the BLAS library src/blas/ loads */
 #include "cpu.h"
 #include "hcnn/blas.h"
 

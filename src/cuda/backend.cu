@@ -1,7 +1,8 @@
 /* The CUDA backend's table (include/hcnn/backend.h): the instance (its
  * device, stream and cuBLAS handle), device memory, the ordering of work on
  * the stream, the timer pair, and the operations of the files beside this
- * one. */
+ * one (what they ask of the instance, its failures, scratch and buffers:
+ * instance.cu). */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,43 +17,7 @@
 #define SCRATCH_DOUBLES ((size_t)1 << 20)
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
-const char *hcnn_cublas_status(cublasStatus_t s)
-{
-    switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialised";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS could not allocate memory";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid value was passed to cuBLAS";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "the GPU lacks a feature cuBLAS needs";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "a cuBLAS kernel failed to execute";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported by cuBLAS";
-    default: return "cuBLAS error";
-    }
-}
-
-void hcnn_cuda_fail(const char *call, const char *file, int line, const char *cause)
-{
-    hcnn_fatal_at(file, line, "%s failed: %s", call, cause);
-}
-
 /* ---- memory ------------------------------------------------------------------- */
-
-/* Out of memory says how much was asked and how much is free. */
-static void *cuda_alloc(const hcnn_backend *be, size_t bytes, const char *what)
-{
-    (void)be;
-    void *p = NULL;
-    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
-    if (e == cudaSuccess)
-        return p;
-    (void)cudaGetLastError(); /* the failed allocation is reported here */
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    hcnn_error("cannot allocate %.1f MB of GPU memory for %s: %.1f MB of %.1f MB free (%s)",
-               (double)bytes / 1e6, what ? what : "a buffer", (double)free_b / 1e6,
-               (double)total_b / 1e6, cudaGetErrorString(e));
-    return NULL;
-}
 
 static void cuda_free(const hcnn_backend *be, void *p)
 {
@@ -205,16 +170,6 @@ static int cuda_graph_launch(const hcnn_backend *be, int slot)
     return 1;
 }
 
-/* every graph forgotten: memory they use moved */
-static void drop_graphs(hcnn_cuda *cu)
-{
-    for (int i = 0; i < HCNN_GRAPH_SLOTS; i++)
-        if (cu->graphs[i]) {
-            HCNN_CUDA(cudaGraphExecDestroy(cu->graphs[i]));
-            cu->graphs[i] = NULL;
-        }
-}
-
 static void cuda_zero(const hcnn_backend *be, void *p, size_t bytes)
 {
     HCNN_CUDA(cudaMemsetAsync(p, 0, bytes, cuda_of(be)->stream));
@@ -224,15 +179,6 @@ static void cuda_copy(const hcnn_backend *be, float *dst, const float *src, size
 {
     HCNN_CUDA(cudaMemcpyAsync(dst, src, n * sizeof *dst, cudaMemcpyDeviceToDevice,
                               cuda_of(be)->stream));
-}
-
-double *hcnn_cuda_scratch(const hcnn_backend *be, size_t n)
-{
-    hcnn_cuda *cu = cuda_of(be);
-    if (n > cu->scratch_doubles)
-        hcnn_cuda_fail("hcnn_cuda_scratch", __FILE__, __LINE__,
-                       "a reduction asked for more partial sums than the scratch holds");
-    return cu->scratch;
 }
 
 static const char *precision_text(hcnn_precision p)
@@ -262,21 +208,6 @@ static int cuda_set_precision(hcnn_backend *be, hcnn_precision p)
                                                          : CUBLAS_PEDANTIC_MATH;
     HCNN_CUBLAS(cublasSetMathMode(cu->blas, mode));
     return HCNN_OK;
-}
-
-__nv_bfloat16 *hcnn_cuda_bf16_buffer(const hcnn_backend *be, size_t n)
-{
-    hcnn_cuda *cu = cuda_of(be);
-    if (n <= cu->bf16_elems)
-        return cu->bf16;
-    if (cu->bf16)
-        HCNN_CUDA(cudaFree(cu->bf16)); /* waits for the work that used it */
-    drop_graphs(cu); /* they read and write the old buffer */
-    cu->bf16 = (__nv_bfloat16 *)cuda_alloc(be, n * sizeof *cu->bf16, "bf16 GEMM inputs");
-    if (!cu->bf16)
-        hcnn_cuda_fail("hcnn_cuda_bf16_buffer", __FILE__, __LINE__, "out of GPU memory");
-    cu->bf16_elems = n;
-    return cu->bf16;
 }
 
 /* ---- threads: one host thread drives the device ---------------------------------- */
@@ -358,7 +289,7 @@ static const hcnn_backend cuda_backend = {
     .unit_images = cuda_unit_images,
     .set_precision = cuda_set_precision,
     .describe = cuda_describe,
-    .alloc = cuda_alloc,
+    .alloc = hcnn_cuda_alloc,
     .free = cuda_free,
     .alloc_host = cuda_alloc_host,
     .free_host = cuda_free_host,
@@ -439,14 +370,14 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
     HCNN_CUBLAS(cublasSetStream(cu->blas, cu->stream));
     /* FP32 as the CPU computes it: no TF32 tensor cores unless asked */
     HCNN_CUBLAS(cublasSetMathMode(cu->blas, CUBLAS_PEDANTIC_MATH));
-    cu->scratch = (double *)cuda_alloc(be, sizeof(double) * SCRATCH_DOUBLES, "reduction scratch");
+    cu->scratch = (double *)hcnn_cuda_alloc(be, sizeof(double) * SCRATCH_DOUBLES, "reduction scratch");
     if (!cu->scratch) {
         cuda_destroy(be);
         return HCNN_ENOMEM;
     }
     cu->scratch_doubles = SCRATCH_DOUBLES;
     /* the learning rate of a captured optimiser step (sgd_replay_lr) */
-    cu->lr_dev = (float *)cuda_alloc(be, sizeof(float), "the learning rate");
+    cu->lr_dev = (float *)hcnn_cuda_alloc(be, sizeof(float), "the learning rate");
     cu->lr_host = (float *)cuda_alloc_host(be, sizeof(float), "the learning rate");
     if (!cu->lr_dev || !cu->lr_host) {
         cuda_destroy(be);
@@ -455,7 +386,7 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
     /* cuBLAS's workspace given, not left to cuBLAS: it would otherwise
      * allocate inside a graph capture (32 MiB: what NVIDIA advises for
      * Hopper) */
-    cu->blas_ws = cuda_alloc(be, BLAS_WORKSPACE_BYTES, "cuBLAS workspace");
+    cu->blas_ws = hcnn_cuda_alloc(be, BLAS_WORKSPACE_BYTES, "cuBLAS workspace");
     if (!cu->blas_ws) {
         cuda_destroy(be);
         return HCNN_ENOMEM;

@@ -50,8 +50,13 @@ typedef struct hcnn_cuda {
 
 static inline hcnn_cuda *cuda_of(const hcnn_backend *be) { return (hcnn_cuda *)be->state; }
 
-/* Ends the job through the abort path (include/hcnn/comm.h) naming the call,
- * the file and line and CUDA's or cuBLAS's cause. */
+/* cudaMalloc; out of memory: NULL after a message saying how much was
+ * asked and how much is free (the table's alloc) */
+void *hcnn_cuda_alloc(const hcnn_backend *be, size_t bytes, const char *what);
+
+/* Ends the job through the abort path (hcnn_fatal_at, include/hcnn/common.h)
+ * naming the call, the file and line and CUDA's or cuBLAS's cause
+ * (instance.cu, as are the functions below that the table does not hold). */
 [[noreturn]] void hcnn_cuda_fail(const char *call, const char *file, int line, const char *cause);
 #define HCNN_CUDA(call)                                                                             \
     do {                                                                                            \

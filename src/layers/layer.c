@@ -1,20 +1,14 @@
-/* The table of block types and what every layer shares: set-up through the
- * type's shape inference, dispatch of the passes, workspace and GEMM lists
- * over a layer and its children (contract in include/hcnn/layer.h). */
+/* What every layer shares: set-up through the type's shape inference,
+ * dispatch of the passes, workspace and GEMM lists over a layer and its
+ * children, initial weights (contract in include/hcnn/layer.h).  The table
+ * of block types, above every type, is registry.c: the types call this
+ * file, and a block made of others (residual.c) sets its children up with
+ * their types' operations, so nothing here reaches the types. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "hcnn/layer.h"
-
-#define HCNN_LAYER_ENTRY_(e, type, prefix) [HCNN_BLOCK_##e] = &hcnn_layer_##type,
-static const hcnn_layer_ops *const layer_types[HCNN_BLOCK_KIND_COUNT] = {
-    HCNN_BLOCK_TYPES(HCNN_LAYER_ENTRY_)};
-
-const hcnn_layer_ops *hcnn_layer_ops_of(hcnn_block_kind kind)
-{
-    return (int)kind >= 0 && kind < HCNN_BLOCK_KIND_COUNT ? layer_types[kind] : NULL;
-}
 
 /* Per-sample sizes that the kernels index with int (GEMM dimensions, one
  * image's columns): at most HCNN_MAX_SAMPLE_FLOATS each, checked here, so
@@ -41,8 +35,8 @@ static int check_sample_sizes(const hcnn_layer *l, const char *cfg_path, int ind
     return HCNN_OK;
 }
 
-int hcnn_layer_setup(hcnn_layer *l, const hcnn_block_spec *spec, int in_c, int in_h, int in_w,
-                     const char *cfg_path, int index)
+int hcnn_layer_setup_as(hcnn_layer *l, const hcnn_layer_ops *ops, const hcnn_block_spec *spec,
+                        int in_c, int in_h, int in_w, const char *cfg_path, int index)
 {
     /* keep the name given by the caller (net.c derives defaults) */
     char name[sizeof l->name];
@@ -50,7 +44,7 @@ int hcnn_layer_setup(hcnn_layer *l, const hcnn_block_spec *spec, int in_c, int i
     memset(l, 0, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
     l->kind = spec->kind;
-    l->ops = hcnn_layer_ops_of(spec->kind);
+    l->ops = ops;
     if (!l->ops)
         return hcnn_error("%s: block %d: unknown block kind %d", cfg_path, index, (int)spec->kind);
     l->spec = *spec;

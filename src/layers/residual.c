@@ -80,9 +80,15 @@ static int residual_setup(hcnn_layer *l, const char *cfg_path, int index)
     cs[5].sh = sh, cs[5].sw = sw;
     child_spec(&cs[6], HCNN_BLOCK_BN, out, 0, 0, 0);
 
+    /* the children's types, named here rather than looked up in the table
+     * (which holds this block: src/layers/registry.c) */
+    static const hcnn_layer_ops *const ops[MAX_CHILDREN] = {
+        &hcnn_layer_conv, &hcnn_layer_bn, &hcnn_layer_relu, &hcnn_layer_conv,
+        &hcnn_layer_bn,   &hcnn_layer_conv, &hcnn_layer_bn};
+
     int c = l->in_c, h = l->in_h, w = l->in_w;
     for (int j = 0; j < l->nbody; j++) {
-        int rc = hcnn_layer_setup(&l->body[j], &cs[j], c, h, w, cfg_path, index);
+        int rc = hcnn_layer_setup_as(&l->body[j], ops[j], &cs[j], c, h, w, cfg_path, index);
         if (!rc)
             rc = child_name(&l->body[j], l, suffix[j]);
         if (rc)
@@ -91,10 +97,11 @@ static int residual_setup(hcnn_layer *l, const char *cfg_path, int index)
     }
     l->out_c = c, l->out_h = h, l->out_w = w;
     if (proj) {
-        int rc = hcnn_layer_setup(&l->proj[0], &cs[5], l->in_c, l->in_h, l->in_w, cfg_path, index);
+        int rc = hcnn_layer_setup_as(&l->proj[0], ops[5], &cs[5], l->in_c, l->in_h, l->in_w,
+                                     cfg_path, index);
         if (!rc)
-            rc = hcnn_layer_setup(&l->proj[1], &cs[6], out, l->proj[0].out_h, l->proj[0].out_w,
-                                  cfg_path, index);
+            rc = hcnn_layer_setup_as(&l->proj[1], ops[6], &cs[6], out, l->proj[0].out_h,
+                                     l->proj[0].out_w, cfg_path, index);
         if (!rc)
             rc = child_name(&l->proj[0], l, suffix[5]);
         if (!rc)

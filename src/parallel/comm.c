@@ -1,4 +1,5 @@
-/* MPI start-up and the job-wide abort path. */
+/* MPI start-up and MPI on backend memory (the job-wide abort path:
+ * abort.c). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdarg.h>
 #include <stdio.h>
@@ -66,49 +67,6 @@ void hcnn_comm_finalize(hcnn_comm *c)
     if (c->initialized)
         HCNN_MPI(MPI_Finalize());
     c->initialized = 0;
-}
-
-void hcnn_abort_at(const hcnn_comm *c, const char *file, int line, int code, const char *fmt, ...)
-{
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    int init = 0, fin = 0, rank = c ? c->rank : 0, size = c ? c->size : 1;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (!c && init && !fin) {
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
-    }
-    fprintf(stderr, "hcnn: rank %d of %d: fatal at %s:%d: %s\n", rank, size, file, line, msg);
-    fflush(stderr);
-    fflush(stdout);
-    if (init && !fin && size > 1)
-        MPI_Abort(c ? c->world : MPI_COMM_WORLD, code ? code : 1);
-    if (init && !fin)
-        MPI_Finalize();
-    exit(code ? code : 1);
-}
-
-void hcnn_fatal_at(const char *file, int line, const char *fmt, ...)
-{
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    hcnn_abort_at(NULL, file, line, 1, "%s", msg);
-}
-
-void hcnn_mpi_fail(const char *file, int line, const char *call, int rc)
-{
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
-        snprintf(msg, sizeof msg, "MPI error code %d", rc);
-    hcnn_abort_at(NULL, file, line, 1, "%s failed: %s", call, msg);
 }
 
 /* ---- MPI on backend memory ---------------------------------------------- */

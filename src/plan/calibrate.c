@@ -106,7 +106,7 @@ int hcnn_plan_calibrate(const char *path, const hcnn_config *cfg)
     char *buf = hcnn_calloc((size_t)big, "calibration buffer");
     float *a = hcnn_calloc((size_t)big, "calibration buffer"), *b = hcnn_calloc((size_t)big, "calibration buffer");
     if (!buf || !a || !b)
-        HCNN_ABORT(&comm, HCNN_ENOMEM, "cannot allocate the calibration buffers");
+        HCNN_FATAL(HCNN_ENOMEM, "cannot allocate the calibration buffers");
     const double lat = pingpong(comm.world, comm.rank, buf, 8, 40);
     const double t_big = pingpong(comm.world, comm.rank, buf, big, 9);
     /* one core summing floats, as OpenMPI's reduction does */

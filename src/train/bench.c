@@ -37,6 +37,8 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
     hcnn_run r;
     int rc = run_setup(&r, cfg, comm, 1);
     if (!rc)
+        rc = hcnn_train_prepare(&r);
+    if (!rc)
         rc = profile_enable(&r);
     double rate[64];
     int nrate = 0;
@@ -150,6 +152,8 @@ int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, d
     const hcnn_comm self = {.rank = 0, .size = 1, .world = MPI_COMM_SELF};
     hcnn_run r;
     int rc = run_setup(&r, cfg, &self, 1);
+    if (!rc)
+        rc = hcnn_train_prepare(&r);
     if (!rc)
         rc = profile_enable(&r);
     const int nl = rc ? 0 : r.net.nlayers;

@@ -8,18 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <math.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "hcnn/ckpt_dir.h"
 #include "hcnn/ckpt_lock.h"
 #include "hcnn/common.h"
-#include "hcnn/data.h"
 #include "hcnn/files.h"
-#include "hcnn/threads.h"
 #include "run.h"
 
 /* A checkpoint directory that cannot be written is found before training,
@@ -81,123 +76,23 @@ static int find_resume(const hcnn_config *cfg, const hcnn_run_ident *want, const
     return hcnn_ckpt_pick_resume(cfg->checkpoint_dir, want, !automatic, path, cap);
 }
 
-/* The file-size limit (ulimit -f, or a Slurm job's): a write past it kills
- * the process with SIGXFSZ, or with the signal ignored (main) fails with
- * EFBIG.  Under it MPI's start-up failed in PMIx's shared-memory store
- * (Open MPI 4.1: its messages only, SIGXFSZ forwarded, below 4 MiB here),
- * and a checkpoint larger than it could never be written.  Refused before
- * MPI starts, in one message, with what the run needs. */
-#define MPI_START_FILE_BYTES ((uint64_t)16 << 20) /* failed at 1 MiB, ran at 4 (2 ranks) */
-
-int hcnn_check_file_size_limit(const hcnn_config *cfg, int writes_checkpoints)
+int hcnn_check_resume(const hcnn_config *cfg, const char *resume, long train_samples,
+                      char *path, size_t cap, hcnn_ckpt_meta *meta)
 {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-        return HCNN_OK;
-    uint64_t ckpt = 0;
-    if (writes_checkpoints && cfg->checkpoint_dir[0]) {
-        hcnn_net net;
-        if (hcnn_net_create(&net, &cfg->model, hcnn_backend_cpu(), cfg->path) == HCNN_OK) {
-            ckpt = hcnn_ckpt_file_bytes(&net, 1);
-            hcnn_net_free(&net);
-        }
-    }
-    const uint64_t need = ckpt > MPI_START_FILE_BYTES ? ckpt : MPI_START_FILE_BYTES;
-    const uint64_t limit = (uint64_t)rl.rlim_cur;
-    if (limit >= need)
-        return HCNN_OK;
-    const double mib = 1048576.0;
-    char what[HCNN_PATH_MAX + 256];
-    if (ckpt > MPI_START_FILE_BYTES)
-        snprintf(what, sizeof what, "a checkpoint of model '%.64s' takes %.1f MiB (checkpoint_dir "
-                                    "in %s)",
-                 cfg->model.name, (double)ckpt / mib, cfg->path);
-    else
-        snprintf(what, sizeof what, "MPI's start-up writes shared-memory files of several MiB "
-                                    "(Open MPI's PMIx failed under 4 MiB)");
-    return hcnn_error_code(HCNN_EIO,
-                           "the file-size limit (ulimit -f) is %.2f MiB: %s; raise it to at "
-                           "least %.0f MiB (ulimit -f %llu, in KiB) or to unlimited",
-                           (double)limit / mib, what, ceil((double)need / mib),
-                           (unsigned long long)((need + 1023) / 1024));
-}
-
-/* hcnn train --check: what a job needs before it asks for nodes, without
- * training: the data sets read and checked against the model, the
- * checkpoint directory writable and not held by a live run, the checkpoint
- * to resume present, whole and this run's, the CSV a regular file (if it
- * exists) in a writable directory.
- * Serial, no MPI peers needed. */
-int hcnn_train_check(const hcnn_config *cfg, const char *resume)
-{
-    int threads; /* the count the run would start, refused as the run refuses it */
-    int rc = hcnn_threads_resolve(cfg, &threads, NULL, 0);
-    if (!rc)
-        rc = hcnn_check_precision(cfg); /* this node's CPU, as the run checks it */
-    if (!rc)
-        rc = hcnn_check_file_size_limit(cfg, 1);
+    hcnn_net net; /* the model's hash, to match the checkpoint to this run */
+    int rc = hcnn_net_create(&net, &cfg->model, hcnn_backend_cpu(), cfg->path);
     if (rc)
         return rc;
-    hcnn_dataset train = {0}, test = {0};
-    rc = hcnn_dataset_open(cfg, &train, &test);
-    const long ntrain = train.n, ntest = test.n;
-    hcnn_dataset_free(&train);
-    hcnn_dataset_free(&test);
-    if (rc)
-        return rc;
-    if ((rc = run_check_checkpoint_dir(cfg)))
-        return rc;
-    if (cfg->checkpoint_dir[0] && (rc = hcnn_ckpt_lock_probe(cfg->checkpoint_dir)))
-        return rc;
-    if ((rc = report_csv_check(cfg)))
-        return rc;
-    if (cfg->csv[0]) {
-        char dir[HCNN_FILE_PATH_MAX];
-        snprintf(dir, sizeof dir, "%s", cfg->csv);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        else
-            snprintf(dir, sizeof dir, ".");
-        char what[HCNN_PATH_MAX + 64];
-        snprintf(what, sizeof what, "the directory of key csv in %s", cfg->path);
-        if (slash && (rc = hcnn_mkdir_p_for(dir, what)))
-            return rc;
-        struct stat sb;
-        errno = 0;
-        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0)
-            return hcnn_error_code(HCNN_EIO, "csv '%s' (%s): '%s' is not a writable directory%s%s",
-                                   cfg->csv, cfg->path, dir, errno ? ": " : "",
-                                   errno ? strerror(errno) : "");
+    const hcnn_run_ident want = run_ident(cfg, &net, train_samples);
+    rc = find_resume(cfg, &want, resume, path, cap);
+    hcnn_ckpt_file ck = {0};
+    if (!rc && path[0] && !(rc = hcnn_ckpt_read(path, &ck))) { /* magic, version, CRCs */
+        *meta = ck.meta;
+        hcnn_ckpt_close(&ck);
+        rc = hcnn_ckpt_check_ident(path, meta, &want);
     }
-    char path[HCNN_FILE_PATH_MAX + 48] = "";
-    hcnn_ckpt_meta meta = {0};
-    if (resume) { /* the model's hash, to match the checkpoint to this run */
-        hcnn_net net;
-        if ((rc = hcnn_net_create(&net, &cfg->model, hcnn_backend_cpu(), cfg->path)))
-            return rc;
-        const hcnn_run_ident want = run_ident(cfg, &net, ntrain);
-        rc = find_resume(cfg, &want, resume, path, sizeof path);
-        hcnn_ckpt_file ck = {0};
-        if (!rc && path[0] && !(rc = hcnn_ckpt_read(path, &ck))) { /* magic, version, CRCs */
-            meta = ck.meta;
-            hcnn_ckpt_close(&ck);
-            rc = hcnn_ckpt_check_ident(path, &meta, &want);
-        }
-        hcnn_net_free(&net);
-        if (rc)
-            return rc;
-    }
-    printf("hcnn: check: ok (%s: %ld training and %ld test samples of %s; checkpoint_dir %s; %s)\n",
-           cfg->path, ntrain, ntest, cfg->dataset,
-           cfg->checkpoint_dir[0] ? cfg->checkpoint_dir : "none (no checkpoints)",
-           path[0] ? "resumes from the checkpoint" : resume ? "no checkpoint yet: a new run"
-                                                           : "a new run");
-    if (path[0])
-        printf("hcnn: check: resume from %s: epoch %ld, batch %ld, step %ld (run %s)\n", path,
-               meta.epoch + 1, meta.batch, meta.step,
-               meta.run_id[0] ? meta.run_id : "written before run ids");
-    return HCNN_OK;
+    hcnn_net_free(&net);
+    return rc;
 }
 
 int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st, int final,

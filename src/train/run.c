@@ -15,69 +15,6 @@
 #include "hcnn/threads.h"
 #include "run.h"
 
-/* Every rank runs the same BLAS kernels (blas_kernels: each rank applied
- * it before MPI started, from its node's measurement or cache): kernels
- * give different bits, and one slow node's choice would hold the job. */
-static int check_blas_kernels(const hcnn_config *cfg, const hcnn_comm *comm)
-{
-    enum { LEN = 32 };
-    char mine[LEN] = {0};
-    snprintf(mine, LEN, "%s", hcnn_blas_kernels());
-    if (comm->size == 1)
-        return HCNN_OK;
-    char *all = malloc((size_t)LEN * (size_t)comm->size);
-    if (!all)
-        return hcnn_error("cannot allocate the ranks' BLAS kernel names");
-    HCNN_MPI(MPI_Allgather(mine, LEN, MPI_CHAR, all, LEN, MPI_CHAR, comm->world));
-    int other = -1;
-    for (int r = 1; r < comm->size && other < 0; r++)
-        if (strncmp(all, all + (size_t)r * LEN, LEN))
-            other = r;
-    if (other >= 0 && comm->rank == 0)
-        hcnn_error("%s: the ranks run different BLAS kernels (rank 0: %s, rank %d: %s; "
-                   "blas_kernels: %s): %s; set blas_kernels to one of them",
-                   cfg->path, all, other, all + (size_t)other * LEN, cfg->blas_kernels,
-                   !strcmp(cfg->blas_kernels, "auto")
-                       ? "their nodes measured differently, each into its own cache (run hcnn "
-                         "tune once with XDG_CACHE_HOME on a file system all nodes share)"
-                       : "their environments' OPENBLAS_CORETYPE differ");
-    free(all);
-    return other >= 0 ? HCNN_EINVAL : HCNN_OK;
-}
-
-/* The thread count each rank would start (its own OMP_NUM_THREADS when
- * threads is 0): refused on every rank when one rank's is, said once by
- * the first such rank. */
-static int check_threads(const hcnn_config *cfg, const hcnn_comm *comm)
-{
-    int first_bad = hcnn_threads_ok(cfg) ? comm->size : comm->rank;
-    if (comm->size > 1)
-        HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, comm->world));
-    if (first_bad == comm->size)
-        return HCNN_OK;
-    int threads;
-    if (first_bad == comm->rank)
-        (void)hcnn_threads_resolve(cfg, &threads, NULL, 0); /* its message */
-    return HCNN_EINVAL;
-}
-
-int hcnn_check_precision(const hcnn_config *cfg)
-{
-    char why[1024];
-    if (cfg->device != HCNN_DEVICE_CPU ||
-        hcnn_cpu_precision_check(cfg->precision, why, sizeof why) == HCNN_OK)
-        return HCNN_OK; /* a GPU's precision: its backend's set_precision */
-    return hcnn_error("%s: precision: %s", cfg->path, why);
-}
-
-int hcnn_check_layout(const hcnn_config *cfg, const hcnn_comm *comm)
-{
-    int rc = check_threads(cfg, comm);
-    if (!rc)
-        rc = hcnn_strategy_check(cfg, comm);
-    return rc ? rc : check_blas_kernels(cfg, comm);
-}
-
 void run_free(hcnn_run *r)
 {
     hcnn_profile_free(&r->prof); /* also paused (profile_pause) */
@@ -265,27 +202,7 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
             return rc;
     }
     r->strat_ready = 1; /* freed whole even when set-up fails half-way */
-    if ((rc = hcnn_strategy_init(&r->strat, cfg, comm, &r->net, need_train)) || !need_train)
-        return rc;
-    if ((rc = hcnn_sgd_init(&r->opt, r->be, r->net.nparams, cfg)))
-        return rc;
-    train_fold_agreement(r);
-    graphs_setup(r);
-    r->perm = hcnn_alloc(sizeof *r->perm * (size_t)r->train.n, "epoch permutation");
-    if (!r->perm)
-        return HCNN_ENOMEM;
-    const int augment = cfg->augment >= 0 ? cfg->augment : r->train.augment_default;
-    /* a background thread only helps when a core is left for it */
-    const int prefetch =
-        cfg->data_prefetch == HCNN_PREFETCH_ON ||
-        (cfg->data_prefetch == HCNN_PREFETCH_AUTO &&
-         omp_get_max_threads() + r->reserved_core < omp_get_num_procs());
-    rc = hcnn_loader_init(&r->loader, r->be, &r->train, cfg->batch_size, r->strat.group, r->strat.ngroups,
-                          augment, cfg->seed, prefetch ? 1 : 0);
-    if (rc)
-        return rc;
-    r->loader_ready = 1;
-    return HCNN_OK;
+    return hcnn_strategy_init(&r->strat, cfg, comm, &r->net, need_train);
 }
 
 int run_average_bn_state(hcnn_run *r)

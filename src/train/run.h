@@ -1,10 +1,11 @@
 /* Inside the trainer (src/train/): what a run owns, one struct passed down,
  * and the functions its files share.
  *   run.c      set-up and release, evaluation, the replicas' agreement, the
- *              per-block profile
+ *              per-block profile (train.c: what a training run adds)
  *   train.c    the epoch loop: batches, steps, the optimiser, signals
  *   report.c   the run header, progress, epoch lines and CSV metrics
  *   resume.c   checkpoints written and resumed
+ *   check.c    the checks before a run (train --check, before MPI, the layout)
  *   bench.c    hcnn bench and hcnn plan's block times
  * How the ranks share a step is the strategy's (include/hcnn/strategy.h). */
 #ifndef HCNN_TRAIN_RUN_H
@@ -152,8 +153,9 @@ int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, in
                int (*seg)(hcnn_run *r, void *arg), void *arg);
 
 /* run.c */
-/* Data sets, model, strategy, optimiser, loader; on error run_free
- * releases what was set up. */
+/* Backend, data sets, model, strategy (for training when need_train); on
+ * error run_free releases what was set up.  A run that trains then calls
+ * hcnn_train_prepare (train.c). */
 int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train);
 void run_free(hcnn_run *r);
 /* Batch-norm running statistics averaged over the replicas (each saw its
@@ -197,6 +199,12 @@ int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats
 int run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed);
 /* Rank 0, before training: checkpoint_dir created and writable. */
 int run_check_checkpoint_dir(const hcnn_config *cfg);
+/* train --check (check.c): the checkpoint `resume` names (a file, "latest"
+ * or "auto") for this configuration's model and train_samples, found as
+ * run_open_checkpoints finds it, read whole and checked to be this run's:
+ * its path in path ("" when "auto" found none) and its META in meta. */
+int hcnn_check_resume(const hcnn_config *cfg, const char *resume, long train_samples,
+                      char *path, size_t cap, hcnn_ckpt_meta *meta);
 
 /* run.c: the per-block profile */
 int profile_enable(hcnn_run *r);
@@ -208,11 +216,13 @@ void profile_sample_reference(hcnn_run *r);
 double profile_print(hcnn_run *r);
 
 /* train.c */
+/* After run_setup(need_train 1): the optimiser, the step's agreement (data
+ * parallel on several ranks: on the first gradient bucket, grad_sync.h,
+ * instead of an allreduce of its own), CUDA graphs (graphs_setup), the
+ * epoch permutation and the loader; on error run_free releases them. */
+int hcnn_train_prepare(hcnn_run *r);
 /* Take the next batch of the epoch and train on it: 1 after a step, 0 at
  * the end of the epoch, -code on error. */
 int train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st);
-/* Data parallel on several ranks: the step's agreement rides on the first
- * gradient bucket (grad_sync.h) instead of an allreduce of its own. */
-void train_fold_agreement(hcnn_run *r);
 
 #endif

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -126,13 +127,38 @@ static void agree_fill(void *arg, float *tail)
     tail[TAIL_BAD_LOSS] = agreed[AGREE_BAD_RANK] != 0;
 }
 
-void train_fold_agreement(hcnn_run *r)
+static void train_fold_agreement(hcnn_run *r)
 {
     hcnn_grad_sync *gs = r->strat.sync;
     if (r->cfg->strategy == HCNN_STRATEGY_DATA && gs && gs->tail_off && r->comm->size > 1) {
         gs->agree_fill = agree_fill;
         gs->agree_arg = r;
     }
+}
+
+int hcnn_train_prepare(hcnn_run *r)
+{
+    const hcnn_config *cfg = r->cfg;
+    int rc = hcnn_sgd_init(&r->opt, r->be, r->net.nparams, cfg);
+    if (rc)
+        return rc;
+    train_fold_agreement(r);
+    graphs_setup(r);
+    r->perm = hcnn_alloc(sizeof *r->perm * (size_t)r->train.n, "epoch permutation");
+    if (!r->perm)
+        return HCNN_ENOMEM;
+    const int augment = cfg->augment >= 0 ? cfg->augment : r->train.augment_default;
+    /* a background thread only helps when a core is left for it */
+    const int prefetch =
+        cfg->data_prefetch == HCNN_PREFETCH_ON ||
+        (cfg->data_prefetch == HCNN_PREFETCH_AUTO &&
+         omp_get_max_threads() + r->reserved_core < omp_get_num_procs());
+    rc = hcnn_loader_init(&r->loader, r->be, &r->train, cfg->batch_size, r->strat.group, r->strat.ngroups,
+                          augment, cfg->seed, prefetch ? 1 : 0);
+    if (rc)
+        return rc;
+    r->loader_ready = 1;
+    return HCNN_OK;
 }
 
 static int step_agree(hcnn_run *r, int finite, int agreed[AGREE_N])
@@ -549,6 +575,8 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
     hcnn_run r;
     const char *resume = opts ? opts->resume : NULL;
     int rc = run_setup(&r, cfg, comm, 1);
+    if (!rc)
+        rc = hcnn_train_prepare(&r);
     if (!rc && opts && opts->profile)
         rc = profile_enable(&r);
     if (!rc && r.net.nstate > 0 &&

@@ -6,6 +6,9 @@
 #   holds the whole Winograd choice and hands winograd.c its tile; the two
 #   once called each other (the choice split between them, recomputed at 13
 #   call sites).
+# - no loop between the files of src/: neither in the include graph nor in
+#   the call graph of the built objects (scripts/deps.sh prints both and
+#   each loop with the symbols that close it).
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 
 # defined SYMBOLS of OBJ; undefined ones of OBJ
@@ -26,6 +29,21 @@ else
         [ -z "$both" ] || used="$used $(basename "$W") uses conv_plan.o's $both;"
     done
     if [ -z "$used" ]; then case_ok; else case_fail "$used"; fi
+fi
+
+case_begin no_loops_between_files
+if ! command -v nm >/dev/null; then
+    case_skip "nm not found (Debian package binutils)"
+else
+    HCNN_SRCDIR="$HCNN_SRCDIR" bash "$HCNN_SRCDIR/scripts/deps.sh" --loops "$HCNN_BUILDDIR" \
+        >"$WORK/deps" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then
+        case_ok
+    else
+        case_fail "scripts/deps.sh exit $rc:"
+        sed 's/^/#   /' "$WORK/deps"
+    fi
 fi
 
 finish

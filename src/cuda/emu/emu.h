@@ -11,7 +11,7 @@
  * Build (the emulation's own test; from the top of the tree):
  *   g++ -std=c++17 -O2 -Wall -Wextra -Werror -DHCNN_CUDA_EMULATION -Isrc/cuda -Iinclude \
  *       tests/test_cuda_emu.cc src/cuda/emu/cublas.cc src/cuda/emu/launch.cc \
- *       src/cuda/emu/memory.cc src/cuda/emu/runtime.cc src/cuda/emu/stream.cc \
+ *       src/cuda/emu/memory.cc src/cuda/emu/errors.cc src/cuda/emu/runtime.cc src/cuda/emu/stream.cc \
  *       -L/usr/lib/x86_64-linux-gnu/openblas-openmp \
  *       -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -fopenmp \
  *       -o /tmp/test_cuda_emu && /tmp/test_cuda_emu
