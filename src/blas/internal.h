@@ -79,11 +79,6 @@ int blas_table_key(const blas_run *run, blas_table *t);
 /* Measure every candidate in child processes and choose.  HCNN_STOPPED
  * (after blas_stopped's line) when SIGTERM or SIGUSR1 comes meanwhile. */
 int blas_measure(const blas_run *run, blas_table *t);
-/* A pending SIGTERM or SIGUSR1 taken, else 0.  `train` blocks them (they
- * wait for the trainer), so the measurement before MPI asks for them
- * itself: between and during its children, and while it waits on the
- * cache's lock. */
-int blas_take_stop_signal(void);
 /* One line: the signal came before training, nothing to checkpoint.
  * Returns HCNN_STOPPED (exit status 75). */
 int blas_stopped(int sig);

@@ -111,7 +111,11 @@ static void add_candidate(blas_table *t, const char *asked, const char *source)
 
 /* ---- one child ------------------------------------------------------------ */
 
-int blas_take_stop_signal(void)
+/* A pending SIGTERM or SIGUSR1 taken, else 0.  `train` blocks them (they
+ * wait for the trainer), so the measurement before MPI asks for them
+ * itself: between and during its children (cache.c waits for its lock in
+ * slices of sigtimedwait of its own). */
+static int blas_take_stop_signal(void)
 {
     sigset_t set;
     sigemptyset(&set);

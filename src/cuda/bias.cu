@@ -5,7 +5,7 @@
 #include "cuda.h"
 
 /* db[j] += sum over rows i of dy[i][j], rows in order */
-__global__ void row_sum_kernel(const float *dy, int n, int m, float *db)
+static __global__ void row_sum_kernel(const float *dy, int n, int m, float *db)
 {
     const size_t j = HCNN_CUDA_INDEX();
     if (j >= (size_t)m)
@@ -16,7 +16,7 @@ __global__ void row_sum_kernel(const float *dy, int n, int m, float *db)
     db[j] += s;
 }
 
-__global__ void add_row_bias_kernel(float *y, const float *b, size_t total, int m)
+static __global__ void add_row_bias_kernel(float *y, const float *b, size_t total, int m)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k < total)
@@ -24,7 +24,8 @@ __global__ void add_row_bias_kernel(float *y, const float *b, size_t total, int 
 }
 
 /* y[i][c][p] += bias[c] */
-__global__ void add_channel_bias_kernel(float *y, const float *bias, size_t total, int c, int np)
+static __global__ void add_channel_bias_kernel(float *y, const float *bias, size_t total, int c,
+                                               int np)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k < total)

@@ -26,8 +26,8 @@
  * (l == LANES) the tail's, in order; f is x (mode 0) or (x - m)^2 with m
  * the channel's mean[ch] (mode 1) or the plane's own mean[2 q] (mode 2: a
  * gathered statistics' table). */
-__global__ void plane_slots_kernel(const float *x, size_t planes, int c, int np, int mode,
-                                   const float *mean, float *part)
+static __global__ void plane_slots_kernel(const float *x, size_t planes, int c, int np, int mode,
+                                          const float *mean, float *part)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= planes * SLOTS)
@@ -52,7 +52,7 @@ __global__ void plane_slots_kernel(const float *x, size_t planes, int c, int np,
 }
 
 /* tot[q] = plane q's lanes and tail added up in the CPU's order */
-__global__ void plane_total_kernel(const float *part, size_t planes, float *tot)
+static __global__ void plane_total_kernel(const float *part, size_t planes, float *tot)
 {
     const size_t q = HCNN_CUDA_INDEX();
     if (q >= planes)
@@ -63,7 +63,7 @@ __global__ void plane_total_kernel(const float *part, size_t planes, float *tot)
 
 /* acc[ch] += the totals of the channel's planes in a piece of nb images,
  * images in order (continuing the previous pieces' sum) */
-__global__ void channel_acc_kernel(const float *tot, int nb, int c, double *acc)
+static __global__ void channel_acc_kernel(const float *tot, int nb, int c, double *acc)
 {
     const size_t ch = HCNN_CUDA_INDEX();
     if (ch >= (size_t)c)
@@ -75,7 +75,7 @@ __global__ void channel_acc_kernel(const float *tot, int nb, int c, double *acc)
 }
 
 /* mean (as a float, what the deviations and the backward use) */
-__global__ void bn_mean_kernel(const double *sum, int c, double cnt, float *save_mean)
+static __global__ void bn_mean_kernel(const double *sum, int c, double cnt, float *save_mean)
 {
     const size_t ch = HCNN_CUDA_INDEX();
     if (ch < (size_t)c)
@@ -84,9 +84,9 @@ __global__ void bn_mean_kernel(const double *sum, int c, double cnt, float *save
 
 /* variance, inverse std, running statistics (PyTorch's: the unbiased
  * variance in running_var) */
-__global__ void bn_var_kernel(const double *sum, const double *ss, int c, double cnt, float eps,
-                              float momentum, float *save_invstd, float *running_mean,
-                              float *running_var)
+static __global__ void bn_var_kernel(const double *sum, const double *ss, int c, double cnt,
+                                     float eps, float momentum, float *save_invstd,
+                                     float *running_mean, float *running_var)
 {
     const size_t ch = HCNN_CUDA_INDEX();
     if (ch >= (size_t)c)
@@ -99,9 +99,9 @@ __global__ void bn_var_kernel(const double *sum, const double *ss, int c, double
 }
 
 /* y = act(x * a + b + add), a, b from the saved statistics (training) */
-__global__ void bn_apply_kernel(const float *x, size_t total, int c, int np, const float *gamma,
-                                const float *beta, const float *mean, const float *invstd,
-                                const float *add, int relu, float *y)
+static __global__ void bn_apply_kernel(const float *x, size_t total, int c, int np,
+                                       const float *gamma, const float *beta, const float *mean,
+                                       const float *invstd, const float *add, int relu, float *y)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -113,9 +113,10 @@ __global__ void bn_apply_kernel(const float *x, size_t total, int c, int np, con
 }
 
 /* the same from the running statistics (inference) */
-__global__ void bn_infer_kernel(const float *x, size_t total, int c, int np, const float *gamma,
-                                const float *beta, float eps, const float *rmean,
-                                const float *rvar, const float *add, int relu, float *y)
+static __global__ void bn_infer_kernel(const float *x, size_t total, int c, int np,
+                                       const float *gamma, const float *beta, float eps,
+                                       const float *rmean, const float *rvar, const float *add,
+                                       int relu, float *y)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -128,9 +129,10 @@ __global__ void bn_infer_kernel(const float *x, size_t total, int c, int np, con
 
 /* The backward's two sums per slot: g and g * (x - m) * is, g through the
  * fused ReLU's mask */
-__global__ void bwd_slots_kernel(const float *x, const float *dy, size_t planes, int c, int np,
-                                 const float *gamma, const float *beta, const float *mean,
-                                 const float *invstd, int relu, float *part)
+static __global__ void bwd_slots_kernel(const float *x, const float *dy, size_t planes, int c,
+                                        int np, const float *gamma, const float *beta,
+                                        const float *mean, const float *invstd, int relu,
+                                        float *part)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= planes * SLOTS)
@@ -153,8 +155,8 @@ __global__ void bwd_slots_kernel(const float *x, const float *dy, size_t planes,
 }
 
 /* dbeta, dgamma accumulated; the means of the two sums for dx */
-__global__ void bwd_channel_kernel(const double *sdy, const double *sdyx, int c, double cnt,
-                                   float *dgamma, float *dbeta, float *mdy, float *mdyx)
+static __global__ void bwd_channel_kernel(const double *sdy, const double *sdyx, int c, double cnt,
+                                          float *dgamma, float *dbeta, float *mdy, float *mdyx)
 {
     const size_t ch = HCNN_CUDA_INDEX();
     if (ch >= (size_t)c)
@@ -165,10 +167,10 @@ __global__ void bwd_channel_kernel(const double *sdy, const double *sdyx, int c,
     mdyx[ch] = (float)(sdyx[ch] / cnt);
 }
 
-__global__ void bwd_dx_kernel(const float *x, const float *dy, size_t total, int c, int np,
-                              const float *gamma, const float *beta, const float *mean,
-                              const float *invstd, int relu, const float *mdy, const float *mdyx,
-                              float *dx)
+static __global__ void bwd_dx_kernel(const float *x, const float *dy, size_t total, int c, int np,
+                                     const float *gamma, const float *beta, const float *mean,
+                                     const float *invstd, int relu, const float *mdy,
+                                     const float *mdyx, float *dx)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -236,7 +238,8 @@ static void channel_sums(const hcnn_backend *be, const float *x, int n, int c, i
 
 /* table[2 q + at] = plane q's total (at 1: its sum of squared deviations),
  * or (at 0) its mean: the total over np as a float (the CPU's division) */
-__global__ void plane_stat_kernel(const float *tot, size_t planes, int np, int at, float *table)
+static __global__ void plane_stat_kernel(const float *tot, size_t planes, int np, int at,
+                                         float *table)
 {
     const size_t q = HCNN_CUDA_INDEX();
     if (q < planes)
@@ -278,9 +281,10 @@ void hcnn_cuda_bn_gather(const hcnn_backend *be, const float *y, int n, int c, i
 
 /* A channel's statistics from the gathered bands, in the CPU's order and
  * arithmetic (src/cpu/bn.c, bn_fwd_train_gathered and bn_channel_finish) */
-__global__ void bn_gathered_kernel(const float *part, int n, int c, int np, int bands,
-                                   int band_px, float eps, float momentum, float *save_mean,
-                                   float *save_invstd, float *running_mean, float *running_var)
+static __global__ void bn_gathered_kernel(const float *part, int n, int c, int np, int bands,
+                                          int band_px, float eps, float momentum, float *save_mean,
+                                          float *save_invstd, float *running_mean,
+                                          float *running_var)
 {
     const size_t ch = HCNN_CUDA_INDEX();
     if (ch >= (size_t)c)
@@ -306,7 +310,7 @@ __global__ void bn_gathered_kernel(const float *part, int n, int c, int np, int 
     running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
 }
 
-__global__ void channel_add_kernel(const double *acc, int c, float *db)
+static __global__ void channel_add_kernel(const double *acc, int c, float *db)
 {
     const size_t ch = HCNN_CUDA_INDEX();
     if (ch < (size_t)c)

@@ -59,8 +59,8 @@ typedef struct plane_divs {
 static hcnn_hd_divider div_of(int d) { return hcnn_hd_divider_of((uint32_t)d); }
 
 /* col[r][i*P + oy*ow + ox], r = (ci*kh + ki)*kw + kj, from x[i][ci][iy][ix] */
-__global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const float *x, unsigned total,
-                              float *col, __nv_bfloat16 *colb)
+static __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const float *x,
+                                     unsigned total, float *col, __nv_bfloat16 *colb)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -82,8 +82,8 @@ __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const float *x, u
 }
 
 /* dx[i][ci][iy][ix] (+)= the columns that read it, taps in order */
-__global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const float *col, int nb,
-                              unsigned total, int acc, float *dx)
+static __global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const float *col, int nb,
+                                     unsigned total, int acc, float *dx)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -117,8 +117,8 @@ __global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const float *col,
 }
 
 /* y[i][co][p] = Y[co][i*P + p] + bias[co] (bias may be NULL) */
-__global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, plane_divs v, int nb,
-                                   unsigned total, float *y)
+static __global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, plane_divs v, int nb,
+                                          unsigned total, float *y)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -130,8 +130,8 @@ __global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, plane_divs
 }
 
 /* dY[co][i*P + p] = dy[i][co][p] (dYb: as bfloat16 instead) */
-__global__ void nchw_to_cnp_kernel(const float *dy, plane_divs v, int nb, unsigned total,
-                                   float *dY, __nv_bfloat16 *dYb)
+static __global__ void nchw_to_cnp_kernel(const float *dy, plane_divs v, int nb, unsigned total,
+                                          float *dY, __nv_bfloat16 *dYb)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)

@@ -4,49 +4,50 @@
  * backend).  One thread per element. */
 #include "cuda.h"
 
-__global__ void fill_kernel(float *x, size_t n, float v)
+static __global__ void fill_kernel(float *x, size_t n, float v)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < n)
         x[i] = v;
 }
 
-__global__ void relu_fwd_kernel(const float *x, float *y, size_t n, float slope)
+static __global__ void relu_fwd_kernel(const float *x, float *y, size_t n, float slope)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < n)
         y[i] = slope == 0.0f ? hcnn_hd_relu(x[i]) : hcnn_hd_leaky(x[i], slope);
 }
 
-__global__ void relu_bwd_kernel(const float *y, const float *dy, float *dx, size_t n, float slope)
+static __global__ void relu_bwd_kernel(const float *y, const float *dy, float *dx, size_t n,
+                                       float slope)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < n)
         dx[i] = slope == 0.0f ? hcnn_hd_relu_grad(y[i], dy[i]) : hcnn_hd_leaky_grad(y[i], dy[i], slope);
 }
 
-__global__ void add_kernel(const float *a, const float *b, float *y, size_t n)
+static __global__ void add_kernel(const float *a, const float *b, float *y, size_t n)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < n)
         y[i] = a[i] + b[i];
 }
 
-__global__ void add_acc_kernel(const float *a, float *y, size_t n)
+static __global__ void add_acc_kernel(const float *a, float *y, size_t n)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < n)
         y[i] += a[i];
 }
 
-__global__ void scale_kernel(float *x, size_t n, float a)
+static __global__ void scale_kernel(float *x, size_t n, float a)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < n)
         x[i] *= a;
 }
 
-__global__ void mul_kernel(const float *a, const float *b, float *y, size_t n)
+static __global__ void mul_kernel(const float *a, const float *b, float *y, size_t n)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < n)
@@ -54,9 +55,10 @@ __global__ void mul_kernel(const float *a, const float *b, float *y, size_t n)
 }
 
 /* element e of sample i: its mask from the sample's key and e */
-__global__ void dropout_kernel(const float *x, float *y, float *mask, size_t total,
-                               size_t per_sample, uint64_t threshold, float scale, uint64_t seed,
-                               uint64_t step, uint64_t first_sample, uint64_t layer_id)
+static __global__ void dropout_kernel(const float *x, float *y, float *mask, size_t total,
+                                      size_t per_sample, uint64_t threshold, float scale,
+                                      uint64_t seed, uint64_t step, uint64_t first_sample,
+                                      uint64_t layer_id)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)

@@ -8,7 +8,7 @@
 
 /* total floats of an operand (its rows with their leading dimension)
  * rounded to bfloat16, in the same layout */
-__global__ void to_bf16_kernel(const float *x, size_t total, __nv_bfloat16 *y)
+static __global__ void to_bf16_kernel(const float *x, size_t total, __nv_bfloat16 *y)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < total)

@@ -5,8 +5,8 @@
  * the statistics once per step. */
 #include "cuda.h"
 
-__global__ void xent_kernel(const float *logits, const int32_t *labels, int n, int k,
-                            float grad_scale, float *dlogits, double *loss, double *correct)
+static __global__ void xent_kernel(const float *logits, const int32_t *labels, int n, int k,
+                                   float grad_scale, float *dlogits, double *loss, double *correct)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i >= (size_t)n)
@@ -18,7 +18,8 @@ __global__ void xent_kernel(const float *logits, const int32_t *labels, int n, i
 }
 
 /* stats += the samples' sums, in order (one thread: n is a batch) */
-__global__ void xent_total_kernel(const double *loss, const double *correct, int n, double *stats)
+static __global__ void xent_total_kernel(const double *loss, const double *correct, int n,
+                                         double *stats)
 {
     if (HCNN_CUDA_INDEX() != 0)
         return;

@@ -17,8 +17,8 @@
 #define SUMSQ_FAN 64
 
 /* lr_dev: the rate in device memory (a captured step), else lr */
-__global__ void sgd_kernel(float *w, float *g, float *v, size_t n, const float *lr_dev,
-                           float lr, float mu, float wd, int nesterov)
+static __global__ void sgd_kernel(float *w, float *g, float *v, size_t n, const float *lr_dev,
+                                  float lr, float mu, float wd, int nesterov)
 {
     const size_t i = HCNN_CUDA_INDEX();
     if (i < n) {
@@ -29,8 +29,8 @@ __global__ void sgd_kernel(float *w, float *g, float *v, size_t n, const float *
 
 /* part[c] = the sum over i = c, c + chunks, ... below n, in order, of x[i]^2
  * (the first level: x given) or of xd[i] (a later one: the sums below) */
-__global__ void sumsq_level_kernel(const float *x, const double *xd, size_t n, size_t chunks,
-                                   double *part)
+static __global__ void sumsq_level_kernel(const float *x, const double *xd, size_t n, size_t chunks,
+                                          double *part)
 {
     const size_t c = HCNN_CUDA_INDEX();
     if (c >= chunks)
@@ -46,7 +46,7 @@ __global__ void sumsq_level_kernel(const float *x, const double *xd, size_t n, s
 }
 
 /* *total += the last level's sums (at most SUMSQ_FAN), in order */
-__global__ void sumsq_total_kernel(const double *part, size_t chunks, double *total)
+static __global__ void sumsq_total_kernel(const double *part, size_t chunks, double *total)
 {
     if (HCNN_CUDA_INDEX() != 0)
         return;

@@ -6,8 +6,8 @@
 #include "cuda.h"
 
 /* output k = ((i * c + ch) * oh + oy) * ow + ox */
-__global__ void maxpool_fwd_kernel(hcnn_pool_geom g, const float *x, size_t total, float *y,
-                                   int32_t *argmax)
+static __global__ void maxpool_fwd_kernel(hcnn_pool_geom g, const float *x, size_t total, float *y,
+                                          int32_t *argmax)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -37,8 +37,8 @@ __global__ void maxpool_fwd_kernel(hcnn_pool_geom g, const float *x, size_t tota
 }
 
 /* input element k = ((i * c + ch) * h + iy) * w + ix */
-__global__ void maxpool_bwd_kernel(hcnn_pool_geom g, const float *dy, const int32_t *argmax,
-                                   size_t total, float *dx)
+static __global__ void maxpool_bwd_kernel(hcnn_pool_geom g, const float *dy, const int32_t *argmax,
+                                          size_t total, float *dx)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -60,7 +60,7 @@ __global__ void maxpool_bwd_kernel(hcnn_pool_geom g, const float *dy, const int3
 }
 
 /* padding counted in the divisor (PyTorch's default) */
-__global__ void avgpool_fwd_kernel(hcnn_pool_geom g, const float *x, size_t total, float *y)
+static __global__ void avgpool_fwd_kernel(hcnn_pool_geom g, const float *x, size_t total, float *y)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -83,7 +83,8 @@ __global__ void avgpool_fwd_kernel(hcnn_pool_geom g, const float *x, size_t tota
     y[k] = s * inv;
 }
 
-__global__ void avgpool_bwd_kernel(hcnn_pool_geom g, const float *dy, size_t total, float *dx)
+static __global__ void avgpool_bwd_kernel(hcnn_pool_geom g, const float *dy, size_t total,
+                                          float *dx)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)

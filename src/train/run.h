@@ -183,9 +183,6 @@ int report_reduce_epoch(hcnn_run *r, epoch_stats *st);
  * checkpoint and exit status 1. */
 int report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
 
-/* train.c: the release of r->kept's buffers (allocated when first needed) */
-void train_keep_free(hcnn_run *r);
-
 /* resume.c */
 /* A checkpoint of the current state (collective; rank 0 writes it in the
  * background; wait: until it is on disk). */

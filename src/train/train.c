@@ -379,7 +379,8 @@ static void keep_take(hcnn_run *r, size_t off, size_t count, int epoch, int firs
     k->trained = st->trained;
 }
 
-void train_keep_free(hcnn_run *r)
+/* The release of r->kept's buffers (allocated when first needed). */
+static void train_keep_free(hcnn_run *r)
 {
     kept_state *k = &r->kept;
     if (k->params)

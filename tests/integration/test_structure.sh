@@ -9,6 +9,10 @@
 # - no loop between the files of src/: neither in the include graph nor in
 #   the call graph of the built objects (scripts/deps.sh prints both and
 #   each loop with the symbols that close it).
+# - every external symbol libhcnn.a defines begins with hcnn_ (a library's
+#   names stay in its own namespace: a program or a Python module linking
+#   it meets no unprefixed name of ours), but for the CUDA API that the
+#   emulation stands in for and the C++ the compiler emits on its own.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 
 # defined SYMBOLS of OBJ; undefined ones of OBJ
@@ -45,5 +49,76 @@ else
         sed 's/^/#   /' "$WORK/deps"
     fi
 fi
+
+# SCOPE: the outermost scope of the C++ mangled name $1 (_Z...): "std" for
+# the standard library's, else the first identifier (the namespace, class or
+# function), "?" when not understood.  _ZN8hcnn_emu5drainE...: hcnn_emu;
+# _Z10add_kernelPKf...: add_kernel; _ZTVSt23_Sp_counted...: std.
+cxx_scope() {
+    local s=${1#_Z}
+    while :; do
+        case $s in
+            T[ISVT]*|GV*|GR*) s=${s:2} ;; # typeinfo, its name, vtable, VTT; guard, temporary
+            [ZNLrVK]*) s=${s:1} ;;        # local entity, nested name, internal, cv-qualifiers
+            *) break ;;
+        esac
+    done
+    case $s in
+        S[tabiosd]*) SCOPE=std ;; # std:: and its abbreviations (Sa: std::allocator, ...)
+        [0-9]*)
+            local len=${s%%[!0-9]*}
+            SCOPE=${s:${#len}:$len}
+            ;;
+        *) SCOPE="?" ;;
+    esac
+}
+
+# What may be defined without hcnn_:
+# - the CUDA runtime and cuBLAS API that the emulation (configure
+#   --enable-cuda-emulation) defines: C names cuda*, cublas*, __cuda*, and
+#   CUDA's C++ names dim3 (its inline constructor), __syncthreads and
+#   __float2bfloat16;
+# - C++ vague linkage of the standard library: weak (W, V) or unique (u)
+#   definitions in std:: or __gnu_cxx:: (template instances, typeinfo and
+#   vtables that every C++ object using them emits and the linker merges),
+#   and the C++ runtime's DW.ref.__gxx_personality_v0.
+# Our own C++ counts by its outermost scope: hcnn_emu::drain (namespace
+# hcnn_emu) and hcnn_cuda_add(...) pass; a kernel add_kernel(...) does not
+# (the kernels are static: each is launched from its own file).
+case_begin archive_symbols_prefixed
+A="$HCNN_BUILDDIR/libhcnn.a"
+if ! command -v nm >/dev/null; then
+    case_skip "nm not found (Debian package binutils)"
+elif [ ! -f "$A" ]; then
+    case_fail "archive not found: $A"
+else
+    bad=() n=0
+    while read -r type name; do
+        n=$((n + 1))
+        case $name in
+            hcnn_* | cuda* | cublas* | __cuda* | DW.ref.__gxx_personality_v0) continue ;;
+            _Z*)
+                cxx_scope "$name"
+                case $SCOPE in
+                    hcnn_* | dim3 | __syncthreads | __float2bfloat16) continue ;;
+                    std | __gnu_cxx) [[ $type == [WVu] ]] && continue ;;
+                esac
+                ;;
+        esac
+        bad+=("$name")
+    done < <(nm -g --defined-only "$A" 2>/dev/null | awk 'NF == 3 {print $2, $3}' | sort -u -k2)
+    if [ "$n" -eq 0 ]; then
+        case_fail "nm lists no defined external symbol in $A"
+    elif [ ${#bad[@]} -eq 0 ]; then
+        case_ok
+    else
+        for b in "${bad[@]:0:30}"; do
+            echo "#   $b$([[ $b == _Z* ]] && command -v c++filt >/dev/null && echo " ($(c++filt "$b"))")"
+        done
+        case_fail "${#bad[@]} of the $n external symbols of libhcnn.a do not begin with hcnn_" \
+            "($([ ${#bad[@]} -gt 30 ] && echo "the first 30 " )above): name them hcnn_..., or make them static"
+    fi
+fi
+
 
 finish
