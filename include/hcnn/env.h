@@ -18,36 +18,36 @@
 /* "rank:step": that rank's step gives a non-finite loss, to test that one
  * failing rank ends the job; "rank:step:collective": it enters a barrier no
  * other rank enters, to test the stall watchdog (src/train/run.c;
- * tests/test_faults.sh, test_data_parallel.sh, test_pipeline.sh,
+ * tests/integration/test_faults.sh, test_data_parallel.sh, test_pipeline.sh,
  * test_sharding.sh). */
 #define HCNN_ENV_FAIL_AT "HCNN_FAIL_AT"
 
 /* A backend's name that replaces the configuration's `device` (e.g.
  * cpu-devmem: the CPU backend behind memory the host cannot touch, so the
  * device-memory seams run without a GPU; src/train/run.c, src/cpu/devmem.c;
- * tests/test_seam.sh). */
+ * tests/integration/test_seam.sh). */
 #define HCNN_ENV_BACKEND "HCNN_BACKEND"
 
 /* "1": the emulated CUDA device's memory is taken as MPI-ready (in place),
  * standing in for a CUDA-aware MPI library's answer; ignored on a real
- * device (src/parallel/comm.c; tests/test_cuda.sh). */
+ * device (src/parallel/comm.c; tests/integration/test_cuda.sh). */
 #define HCNN_ENV_MPI_ASSUME_DEVICE_AWARE "HCNN_MPI_ASSUME_DEVICE_AWARE"
 
 /* The CUDA emulation's device memory in MiB, 1 to 16777216 (default 4096;
- * src/cuda/emu/memory.cc; tests/test_cuda.sh, tests/test_cuda_emu.cc). */
+ * src/cuda/emu/memory.cc; tests/integration/test_cuda.sh, tests/unit/test_cuda_emu.cc). */
 #define HCNN_ENV_EMU_DEVICE_MB "HCNN_EMU_DEVICE_MB"
 
 /* ---- diagnostics: compare two code paths of the same result ------------- */
 
 /* CUDA convolutions: auto (default: cuDNN for the passes it was measured
  * faster on), cudnn (every pass it has an algorithm for) or im2col (none);
- * src/cuda/conv_cudnn.cu; tests/test_cuda.sh, bench/gpu_check.sh. */
+ * src/cuda/conv_cudnn.cu; tests/integration/test_cuda.sh, bench/gpu_check.sh. */
 #define HCNN_ENV_CUDA_CONV "HCNN_CUDA_CONV"
 
 /* "mpi": the gradient allreduce sums with MPI_SUM on one core instead of
  * hcnn's sum over the OpenMP team (allreduce_progress: test), and hcnn plan
  * prices it so; read by hcnn_grad_sum_mpi (src/parallel/grad_sync.c) only;
- * tests/test_plan.sh. */
+ * tests/integration/test_plan.sh. */
 #define HCNN_ENV_GRAD_SUM "HCNN_GRAD_SUM"
 
 /* ---- internal hand-overs (hcnn sets and reads them itself) -------------- */

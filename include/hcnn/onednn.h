@@ -9,7 +9,7 @@
  *
  * oneDNN reads ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) once, at its first
  * query: AVX512_CORE or AVX2 caps what it dispatches, which is how a CPU
- * without bf16 is imitated (tests/test_cli.sh).
+ * without bf16 is imitated (tests/integration/test_cli.sh).
  *
  * Every function here works in a build without oneDNN too (HAVE_ONEDNN
  * unset), where it says so; none keeps state of its own. */

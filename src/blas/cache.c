@@ -24,7 +24,7 @@
 #define CACHE_MAGIC "hcnn-blas-kernels"
 #define CACHE_VERSION 1
 
-int blas_cache_dir(char *buf, int cap, char *why, size_t why_cap)
+int hcnn_blas_cache_dir(char *buf, int cap, char *why, size_t why_cap)
 {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int n;
@@ -43,7 +43,7 @@ int blas_cache_dir(char *buf, int cap, char *why, size_t why_cap)
 
 /* Waits for the lock in slices, taking a stop signal meanwhile: another
  * process's measurement may last minutes. */
-int blas_cache_lock(const char *dir, int *stop)
+int hcnn_blas_cache_lock(const char *dir, int *stop)
 {
     *stop = 0;
     char path[HCNN_FILE_PATH_MAX];
@@ -73,7 +73,7 @@ int blas_cache_lock(const char *dir, int *stop)
     return -1;
 }
 
-void blas_cache_unlock(int fd)
+void hcnn_blas_cache_unlock(int fd)
 {
     if (fd >= 0)
         close(fd); /* releases the lock */
@@ -100,7 +100,7 @@ static int field(const char *line, const char *word, char *out, size_t cap)
     return 1;
 }
 
-int blas_cache_read(const char *dir, blas_table *t)
+int hcnn_blas_cache_read(const char *dir, blas_table *t)
 {
     cache_path(dir, t);
     /* not blocking on what is not a regular file (a FIFO in the cache
@@ -157,7 +157,7 @@ int blas_cache_read(const char *dir, blas_table *t)
     return ok;
 }
 
-int blas_cache_write(const char *dir, blas_table *t, char *why, size_t why_cap)
+int hcnn_blas_cache_write(const char *dir, blas_table *t, char *why, size_t why_cap)
 {
     cache_path(dir, t);
     char buf[8192];

@@ -16,15 +16,15 @@
 
 /* ---- library.c ---------------------------------------------------------- */
 /* "OpenBLAS 0.3.21", "BLIS 0.9.0", "CBLAS" */
-const char *blas_library_name(char *buf, int cap);
+const char *hcnn_blas_library_name(char *buf, int cap);
 /* The kernels the library runs now: OpenBLAS's core type, BLIS's
  * architecture, "" for a generic CBLAS. */
-const char *blas_loaded_kernels(void);
+const char *hcnn_blas_loaded_kernels(void);
 /* What identifies the library build for the cache: its file and
  * configuration (without the kernels now loaded). */
-const char *blas_library_build(char *buf, int cap);
+const char *hcnn_blas_library_build(char *buf, int cap);
 /* Whether kernels can be chosen (OpenBLAS: OPENBLAS_CORETYPE at load). */
-int blas_kernels_selectable(void);
+int hcnn_blas_kernels_selectable(void);
 
 /* ---- measure.c ------------------------------------------------------------- */
 #define BLAS_MAX_CANDIDATES 12
@@ -61,7 +61,7 @@ typedef struct blas_table {
  * seconds of candidate i in round r, rounds[i] how many it ran: the
  * baseline if none beats it, else the first that none beats, else the
  * fastest median (measure.c). */
-int blas_choose(const blas_table *t, double times[][BLAS_ROUNDS], const int *rounds);
+int hcnn_blas_choose_measured(const blas_table *t, double times[][BLAS_ROUNDS], const int *rounds);
 
 /* The measurement's threads: 1, whatever the run's (select.c). */
 #define BLAS_MEASURE_THREADS 1
@@ -75,35 +75,35 @@ typedef struct blas_run {
 } blas_run;
 
 /* The key and the model's description (builds the model to list its GEMMs). */
-int blas_table_key(const blas_run *run, blas_table *t);
+int hcnn_blas_table_key(const blas_run *run, blas_table *t);
 /* Measure every candidate in child processes and choose.  HCNN_STOPPED
- * (after blas_stopped's line) when SIGTERM or SIGUSR1 comes meanwhile. */
-int blas_measure(const blas_run *run, blas_table *t);
+ * (after hcnn_blas_stopped's line) when SIGTERM or SIGUSR1 comes meanwhile. */
+int hcnn_blas_measure(const blas_run *run, blas_table *t);
 /* One line: the signal came before training, nothing to checkpoint.
  * Returns HCNN_STOPPED (exit status 75). */
-int blas_stopped(int sig);
+int hcnn_blas_stopped(int sig);
 /* The table, for hcnn tune. */
-void blas_table_print(const blas_table *t, FILE *out);
+void hcnn_blas_table_print(const blas_table *t, FILE *out);
 /* "Cooperlake (auto: 1.52x faster than Haswell from OPENBLAS_CORETYPE; ...)" */
-void blas_table_note(const blas_table *t, int cached, char *buf, int cap);
+void hcnn_blas_table_note(const blas_table *t, int cached, char *buf, int cap);
 
 /* ---- probe.c ------------------------------------------------------------- */
 /* The model's GEMMs for a pass on a rank of the run (reps 0: listed only,
  * else each shape timed, median of reps); *samples: the pass's samples. */
-int blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *samples);
+int hcnn_blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *samples);
 
 /* ---- cache.c ------------------------------------------------------------- */
 /* The cache directory ($XDG_CACHE_HOME/hcnn, else ~/.cache/hcnn), created;
  * HCNN_EIO with the reason in why (no message: the run does without). */
-int blas_cache_dir(char *buf, int cap, char *why, size_t why_cap);
-/* An exclusive lock on the cache directory, held until blas_cache_unlock:
+int hcnn_blas_cache_dir(char *buf, int cap, char *why, size_t why_cap);
+/* An exclusive lock on the cache directory, held until hcnn_blas_cache_unlock:
  * ranks on a node wait while one measures.  Returns the descriptor or -1
  * (no lock; *stop: the stop signal that ended the wait, else 0). */
-int blas_cache_lock(const char *dir, int *stop);
-void blas_cache_unlock(int fd);
+int hcnn_blas_cache_lock(const char *dir, int *stop);
+void hcnn_blas_cache_unlock(int fd);
 /* The file of t->key in dir (t->cache_path); read: 1 found and filled, 0
  * not there or stale; write: HCNN_OK or HCNN_EIO. */
-int blas_cache_read(const char *dir, blas_table *t);
-int blas_cache_write(const char *dir, blas_table *t, char *why, size_t why_cap);
+int hcnn_blas_cache_read(const char *dir, blas_table *t);
+int hcnn_blas_cache_write(const char *dir, blas_table *t, char *why, size_t why_cap);
 
 #endif

@@ -61,8 +61,8 @@ void mkl_set_num_threads(int n);
  * operand ends at the end of a mapping faults.  Seen in hcnn: the weight
  * gradient of a 16-channel 6x6 convolution over 11 images (m 16, n 144,
  * k 396), its dY the last floats of the workspace, killed a pipeline rank
- * in about one run in eight (tests/test_seam.sh, cpu-devmem); and
- * tests/test_blas_bounds.c faults at once with an operand ending at a
+ * in about one run in eight (tests/integration/test_seam.sh, cpu-devmem); and
+ * tests/unit/test_blas_bounds.c faults at once with an operand ending at a
  * guard page.  Before 1.0, hcnn replaces the context's small-matrix
  * handler for GEMM with one that declines, so every GEMM takes BLIS's
  * packed path, whose packing reads within bounds.  Declared here, not
@@ -107,7 +107,7 @@ void hcnn_blas_single_threaded(void)
     omp_set_num_threads(omp_threads);
 }
 
-const char *blas_library_name(char *buf, int cap)
+const char *hcnn_blas_library_name(char *buf, int cap)
 {
 #if defined(HCNN_BLAS_OPENBLAS)
     /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ...": its first two words */
@@ -127,7 +127,7 @@ const char *blas_library_name(char *buf, int cap)
     return buf;
 }
 
-const char *blas_loaded_kernels(void)
+const char *hcnn_blas_loaded_kernels(void)
 {
 #if defined(HCNN_BLAS_OPENBLAS)
     return openblas_get_corename();
@@ -138,7 +138,7 @@ const char *blas_loaded_kernels(void)
 #endif
 }
 
-int blas_kernels_selectable(void)
+int hcnn_blas_kernels_selectable(void)
 {
 #if defined(HCNN_BLAS_OPENBLAS)
     return 1;
@@ -147,12 +147,12 @@ int blas_kernels_selectable(void)
 #endif
 }
 
-const char *blas_library_build(char *buf, int cap)
+const char *hcnn_blas_library_build(char *buf, int cap)
 {
     Dl_info info;
     const char *file = dladdr((void *)cblas_sgemm, &info) && info.dli_fname ? info.dli_fname : "?";
     char name[128];
-    blas_library_name(name, sizeof name);
+    hcnn_blas_library_name(name, sizeof name);
 #if defined(HCNN_BLAS_OPENBLAS)
     /* its configuration string names the core loaded now: left out */
     const char *cfg = openblas_get_config(), *core = openblas_get_corename();
@@ -304,7 +304,7 @@ int hcnn_blas_take_buffers(int threads)
                                    "it in use: OpenBLAS needs %.0f MiB more for its buffers (128 "
                                    "MiB for each of %d threads) and, when it cannot have them, "
                                    "waits forever; raise the limit to at least %.0f MiB, or run "
-                                   "fewer threads (README: Faults, memory limits)",
+                                   "fewer threads (docs/checkpoints.md: Faults, memory limits)",
                                    limit, used, (double)need / 1048576.0, threads,
                                    used + (double)need / 1048576.0 + 64.0);
         }

@@ -37,7 +37,7 @@ extern char **environ;
 #define CHILD_TIMEOUT_S 300
 /* how long a stop signal may wait while a child runs */
 #define POLL_SLICE_MS 50
-/* Which kernels win (blas_choose()): one candidate beats another when it was
+/* Which kernels win (hcnn_blas_choose_measured()): one candidate beats another when it was
  * faster by more than BLAS_KEEP_MARGIN in every round both ran (rounds are
  * adjacent in time, so a load that comes and goes slows both alike); the
  * choice is the kernels that would load anyway if nothing beats them, else
@@ -126,7 +126,7 @@ static int blas_take_stop_signal(void)
     return got > 0 ? got : 0;
 }
 
-int blas_stopped(int sig)
+int hcnn_blas_stopped(int sig)
 {
     fprintf(stderr, "hcnn: %s received during the BLAS kernel measurement: stopping before "
                     "training (no checkpoint needed: nothing trained)\n",
@@ -284,7 +284,7 @@ static int beats(const double *ta, int na, const double *tb, int nb)
  * first candidate that none beats (candidates in their fixed order), else
  * (beaten all round, which rounds in rotated order make unlikely) the
  * fastest median. */
-int blas_choose(const blas_table *t, double times[][BLAS_ROUNDS], const int *rounds)
+int hcnn_blas_choose_measured(const blas_table *t, double times[][BLAS_ROUNDS], const int *rounds)
 {
     int first_unbeaten = -1, fastest = -1;
     for (int i = 0; i < t->n; i++) {
@@ -305,7 +305,7 @@ int blas_choose(const blas_table *t, double times[][BLAS_ROUNDS], const int *rou
 
 /* ---- the measurement ---------------------------------------------------------- */
 
-int blas_measure(const blas_run *run, blas_table *t)
+int hcnn_blas_measure(const blas_run *run, blas_table *t)
 {
     const double t0 = hcnn_now();
     /* the child reads the configuration as it stands after overrides */
@@ -372,7 +372,7 @@ int blas_measure(const blas_run *run, blas_table *t)
                                       &hash, c->failure, sizeof c->failure, &stop);
             if (got == -2) { /* nothing measured is kept: no cache file */
                 unlink(cfg_file);
-                return blas_stopped(stop);
+                return hcnn_blas_stopped(stop);
             }
             if (got) {
                 alive[i] = 0;
@@ -427,7 +427,7 @@ int blas_measure(const blas_run *run, blas_table *t)
     if (t->n == 0 || t->c[t->baseline].seconds <= 0)
         return hcnn_error("BLAS kernels: the measurement failed (%s)",
                           t->n ? t->c[0].failure : "no candidate");
-    t->choice = blas_choose(t, kept, kept_rounds);
+    t->choice = hcnn_blas_choose_measured(t, kept, kept_rounds);
     t->measure_s = hcnn_now() - t0;
     return HCNN_OK;
 }
@@ -470,7 +470,7 @@ void hcnn_cpu_model(char *buf, size_t cap)
         snprintf(buf, cap, "%s (implementer %s part %s)", name, impl, part);
 }
 
-int blas_table_key(const blas_run *run, blas_table *t)
+int hcnn_blas_table_key(const blas_run *run, blas_table *t)
 {
     hcnn_pass_gemms g;
     int n;
@@ -478,13 +478,13 @@ int blas_table_key(const blas_run *run, blas_table *t)
      * per-thread items depend on the thread count) */
     const int saved = omp_get_max_threads();
     omp_set_num_threads(run->threads);
-    const int rc = blas_model_gemms(run, 0, &g, &n);
+    const int rc = hcnn_blas_model_gemms(run, 0, &g, &n);
     omp_set_num_threads(saved);
     if (rc)
         return rc;
     char cpu[256], build[512];
     hcnn_cpu_model(cpu, sizeof cpu);
-    blas_library_build(build, sizeof build);
+    hcnn_blas_library_build(build, sizeof build);
     snprintf(t->model, sizeof t->model, "%s, %d samples a pass, %d GEMM shapes",
              run->cfg->model.name, n, g.shapes);
     snprintf(t->key, sizeof t->key, "cpu=%s; blas=%s; threads=%d; OPENBLAS_CORETYPE=%s; gemms=%016llx",
@@ -495,7 +495,7 @@ int blas_table_key(const blas_run *run, blas_table *t)
 
 /* ---- in words -------------------------------------------------------------- */
 
-void blas_table_print(const blas_table *t, FILE *out)
+void hcnn_blas_table_print(const blas_table *t, FILE *out)
 {
     const double base = t->c[t->baseline].seconds;
     fprintf(out, "# BLAS kernels for %s\n# %s\n", t->model, t->key);
@@ -515,7 +515,7 @@ void blas_table_print(const blas_table *t, FILE *out)
             t->cache_note[0] ? t->cache_note : t->cache_path);
 }
 
-void blas_table_note(const blas_table *t, int cached, char *buf, int cap)
+void hcnn_blas_table_note(const blas_table *t, int cached, char *buf, int cap)
 {
     const blas_candidate *b = &t->c[t->baseline], *c = &t->c[t->choice];
     const char *why = !strcmp(b->source, "from OPENBLAS_CORETYPE") ? "from OPENBLAS_CORETYPE"

@@ -12,7 +12,7 @@
 
 /* Builds the network (parameters left zero: a GEMM's time does not depend
  * on them) and its scratch for a pass, lists (reps 0) or times its GEMMs. */
-int blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *samples)
+int hcnn_blas_model_gemms(const blas_run *run, int reps, hcnn_pass_gemms *out, int *samples)
 {
     const hcnn_config *cfg = run->cfg;
     hcnn_net net;
@@ -45,10 +45,10 @@ int hcnn_blas_probe(const hcnn_config *cfg, int world)
     if (hcnn_blas_take_buffers(run.threads)) /* under ulimit -v: a message, not a hang */
         return HCNN_ENOMEM;
     /* three timings of every shape, the median of each */
-    const int rc = blas_model_gemms(&run, 3, &g, &n);
+    const int rc = hcnn_blas_model_gemms(&run, 3, &g, &n);
     if (rc)
         return rc;
-    printf("probe kernels=%s seconds=%.6f shapes=%d hash=%016llx\n", blas_loaded_kernels(),
+    printf("probe kernels=%s seconds=%.6f shapes=%d hash=%016llx\n", hcnn_blas_loaded_kernels(),
            g.seconds, g.shapes, (unsigned long long)g.hash);
     return fflush(stdout) == 0 ? HCNN_OK : HCNN_EIO;
 }

@@ -31,17 +31,17 @@ int hcnn_blas_env_world(void)
     return 1;
 }
 
-const char *hcnn_blas_kernels(void) { return blas_loaded_kernels(); }
+const char *hcnn_blas_kernels(void) { return hcnn_blas_loaded_kernels(); }
 
-int hcnn_blas_selectable(void) { return blas_kernels_selectable(); }
+int hcnn_blas_selectable(void) { return hcnn_blas_kernels_selectable(); }
 
 const char *hcnn_blas_describe(char *buf, int cap)
 {
     char lib[128];
-    blas_library_name(lib, sizeof lib);
+    hcnn_blas_library_name(lib, sizeof lib);
     const char *note = getenv(NOTE_ENV);
-    const char *k = blas_loaded_kernels();
-    if (!blas_kernels_selectable())
+    const char *k = hcnn_blas_loaded_kernels();
+    if (!hcnn_blas_kernels_selectable())
         snprintf(buf, (size_t)cap, "%s%s%s kernels", lib, k[0] ? ", " : "", k[0] ? k : "its own");
     else if (note && note[0])
         snprintf(buf, (size_t)cap, "%s kernels: %s", lib, note);
@@ -76,31 +76,31 @@ void hcnn_blas_reexec(char **argv)
     execv("/proc/self/exe", argv);
     char line[512];
     snprintf(line, sizeof line, "%s (wanted %s, but re-executing hcnn failed)",
-             blas_loaded_kernels(), want ? want : "?");
+             hcnn_blas_loaded_kernels(), want ? want : "?");
     setenv(NOTE_ENV, line, 1);
     unsetenv(WANT_ENV);
     hcnn_warn("BLAS kernels: cannot re-execute /proc/self/exe to load %s; running with %s",
-              want ? want : "?", blas_loaded_kernels());
+              want ? want : "?", hcnn_blas_loaded_kernels());
 }
 
 /* The table for this run: from the cache or measured (and cached), the
  * ranks of a node waiting on the cache's lock while one measures. */
 static int auto_table(const blas_run *run, blas_table *t, int remeasure, int *cached)
 {
-    int rc = blas_table_key(run, t);
+    int rc = hcnn_blas_table_key(run, t);
     if (rc)
         return rc;
     char dir[HCNN_FILE_PATH_MAX], why[sizeof t->cache_note - 64];
-    const int have_dir = blas_cache_dir(dir, sizeof dir, why, sizeof why) == HCNN_OK;
+    const int have_dir = hcnn_blas_cache_dir(dir, sizeof dir, why, sizeof why) == HCNN_OK;
     int stop = 0;
-    const int lock = have_dir ? blas_cache_lock(dir, &stop) : -1;
+    const int lock = have_dir ? hcnn_blas_cache_lock(dir, &stop) : -1;
     if (stop)
-        return blas_stopped(stop);
-    *cached = !remeasure && have_dir && blas_cache_read(dir, t);
+        return hcnn_blas_stopped(stop);
+    *cached = !remeasure && have_dir && hcnn_blas_cache_read(dir, t);
     t->cache_note[0] = '\0';
     if (!*cached) {
-        rc = blas_measure(run, t);
-        if (!rc && (!have_dir || blas_cache_write(dir, t, why, sizeof why))) {
+        rc = hcnn_blas_measure(run, t);
+        if (!rc && (!have_dir || hcnn_blas_cache_write(dir, t, why, sizeof why))) {
             /* the run goes on with what it measured: a warning, said in the header too */
             snprintf(t->cache_note, sizeof t->cache_note, "not cached: %s", why);
             hcnn_warn("BLAS kernels: the table is not cached (%s); the next run measures again "
@@ -108,7 +108,7 @@ static int auto_table(const blas_run *run, blas_table *t, int remeasure, int *ca
                       why);
         }
     }
-    blas_cache_unlock(lock);
+    hcnn_blas_cache_unlock(lock);
     return rc;
 }
 
@@ -146,29 +146,29 @@ int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
     const char *mode = cfg->blas_kernels;
     const char *want = getenv(WANT_ENV);
     if (want) { /* the re-executed program */
-        if (strcasecmp(blas_loaded_kernels(), want))
+        if (strcasecmp(hcnn_blas_loaded_kernels(), want))
             return hcnn_error_code(HCNN_EINVAL,
                                    "%s: blas_kernels: OpenBLAS has no kernels '%s' (it loaded %s "
                                    "instead; hcnn tune --config lists those this CPU runs)",
-                                   cfg->path, want, blas_loaded_kernels());
+                                   cfg->path, want, hcnn_blas_loaded_kernels());
         return HCNN_OK;
     }
     if (getenv(NOTE_ENV))
         return HCNN_OK;
     const int is_auto = !strcmp(mode, "auto"), is_env = !strcmp(mode, "env");
-    if (!blas_kernels_selectable()) {
+    if (!hcnn_blas_kernels_selectable()) {
         if (is_auto || is_env)
             return HCNN_OK;
         char lib[128];
         return hcnn_error_code(HCNN_EINVAL,
                                "%s: blas_kernels: '%s' names OpenBLAS kernels, but this hcnn "
                                "uses %s (configure --with-blas): expected auto or env",
-                               cfg->path, mode, blas_library_name(lib, sizeof lib));
+                               cfg->path, mode, hcnn_blas_library_name(lib, sizeof lib));
     }
     char note[1024];
     if (is_env) {
         const char *env = getenv("OPENBLAS_CORETYPE");
-        snprintf(note, sizeof note, "%s (env: %s%s)", blas_loaded_kernels(),
+        snprintf(note, sizeof note, "%s (env: %s%s)", hcnn_blas_loaded_kernels(),
                  env && env[0] ? "OPENBLAS_CORETYPE=" : "OpenBLAS's own choice",
                  env && env[0] ? env : "");
         setenv(NOTE_ENV, note, 1);
@@ -181,7 +181,7 @@ int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
                                    "kernel type such as SkylakeX",
                                    cfg->path);
         snprintf(note, sizeof note, "%s (blas_kernels: %s)", mode, mode);
-        if (!strcasecmp(blas_loaded_kernels(), mode)) {
+        if (!strcasecmp(hcnn_blas_loaded_kernels(), mode)) {
             setenv(NOTE_ENV, note, 1);
             return HCNN_OK;
         }
@@ -197,17 +197,18 @@ int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
         return rc;
     }
     if (rc) { /* no measurement: the kernels loaded, and why */
-        snprintf(note, sizeof note, "%s (auto: not measured, see above)", blas_loaded_kernels());
+        snprintf(note, sizeof note, "%s (auto: not measured, see above)",
+                 hcnn_blas_loaded_kernels());
         setenv(NOTE_ENV, note, 1);
         free(t);
         return HCNN_OK;
     }
-    blas_table_note(t, cached, note, sizeof note);
+    hcnn_blas_table_note(t, cached, note, sizeof note);
     const blas_candidate *c = &t->c[t->choice];
     char chosen[BLAS_NAME_MAX];
     snprintf(chosen, sizeof chosen, "%s", c->asked[0] ? c->asked : c->name);
     free(t);
-    if (!strcasecmp(blas_loaded_kernels(), chosen)) {
+    if (!strcasecmp(hcnn_blas_loaded_kernels(), chosen)) {
         setenv(NOTE_ENV, note, 1);
         return HCNN_OK;
     }
@@ -216,17 +217,17 @@ int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
 
 int hcnn_blas_tune(const hcnn_config *cfg, int world, FILE *out)
 {
-    if (!blas_kernels_selectable()) {
+    if (!hcnn_blas_kernels_selectable()) {
         char lib[128];
         fprintf(out, "# %s: its kernels are its own choice (blas_kernels applies to OpenBLAS)\n",
-                blas_library_name(lib, sizeof lib));
+                hcnn_blas_library_name(lib, sizeof lib));
         return HCNN_OK;
     }
     blas_table *t = NULL;
     int cached;
     const int rc = run_table(cfg, world, 1, &t, &cached);
     if (!rc)
-        blas_table_print(t, out);
+        hcnn_blas_table_print(t, out);
     free(t);
     return rc;
 }

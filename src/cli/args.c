@@ -10,10 +10,8 @@ int hcnn_cli_usage_error(const hcnn_cli_command *cmd, const char *fmt, const cha
     fprintf(stderr, "hcnn: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n\n");
-    if (cmd)
+    if (cmd) /* without one, the caller prints the usage (src/cli/main.c) */
         fputs(cmd->help, stderr);
-    else
-        hcnn_cli_print_usage(stderr);
     return 2;
 }
 

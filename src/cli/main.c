@@ -28,6 +28,16 @@ static void block_stop_signals(int block)
     pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }
 
+/* A command line without a known command: the message, then hcnn's usage
+ * (args.c prints a command's own help; the table's usage is printed here,
+ * which keeps args.c below commands.c). */
+static int top_usage_error(const char *fmt, const char *arg)
+{
+    hcnn_cli_usage_error(NULL, fmt, arg);
+    hcnn_cli_print_usage(stderr);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     /* the library's fatal errors end the job here: the rank's message, then
@@ -39,7 +49,7 @@ int main(int argc, char **argv)
      * EFBIG and be reported, instead of killing the process mid-checkpoint */
     signal(SIGXFSZ, SIG_IGN);
     if (argc < 2)
-        return hcnn_cli_usage_error(NULL, "%s", "missing command");
+        return top_usage_error("%s", "missing command");
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         hcnn_cli_print_usage(stdout);
@@ -70,6 +80,6 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!command)
-        return hcnn_cli_usage_error(NULL, "unknown command '%s'", cmd);
+        return top_usage_error("unknown command '%s'", cmd);
     return command->main(argc, argv, command);
 }

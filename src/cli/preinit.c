@@ -103,7 +103,7 @@ static void check_address_space(char **envp)
                            "of it mapped before start-up: OpenBLAS maps %lu MiB for each of its "
                            "%lu threads (OMP_NUM_THREADS, at most the cores) when it loads, and "
                            "when it cannot it waits forever; hcnn needs a limit of at least %lu "
-                           "MiB to start, and %lu MiB more for each thread to train (README: "
+                           "MiB to start, and %lu MiB more for each thread to train (docs/checkpoints.md: "
                            "Faults, memory limits)\n",
                            limit, used, OPENBLAS_BUFFER_MIB, threads,
                            used + (unsigned long)(need >> 20), OPENBLAS_BUFFER_MIB);

@@ -44,13 +44,13 @@ typedef struct node {
 #define LINE_SET 0     /* the node came from a --set override */
 #define LINE_NONE (-1) /* no useful line (e.g. a missing top-level key) */
 
-int cfg_oom(void);
-void cfg_node_free(node *n);
-node *cfg_node_new(node_type type, int line);
-node *cfg_scalar_new(const char *text, size_t len, int line);
+int hcnn_cfg_oom(void);
+void hcnn_cfg_node_free(node *n);
+node *hcnn_cfg_node_new(node_type type, int line);
+node *hcnn_cfg_scalar_new(const char *text, size_t len, int line);
 /* Append an item; takes ownership of key and val only on success. */
-int cfg_node_push(node *parent, char *key, int line, node *val);
-entry *cfg_node_find(const node *map, const char *key);
+int hcnn_cfg_node_push(node *parent, char *key, int line, node *val);
+entry *hcnn_cfg_node_find(const node *map, const char *key);
 
 /* Dotted key paths for messages ("model.blocks.3.kernel") */
 typedef struct pathbuf {
@@ -58,25 +58,25 @@ typedef struct pathbuf {
     size_t len;
 } pathbuf;
 /* Append ".comp" (or "comp" at the root); returns the length to restore. */
-size_t cfg_path_push(pathbuf *p, const char *comp);
-size_t cfg_path_push_index(pathbuf *p, size_t i);
-void cfg_path_pop(pathbuf *p, size_t old);
+size_t hcnn_cfg_path_push(pathbuf *p, const char *comp);
+size_t hcnn_cfg_path_push_index(pathbuf *p, size_t i);
+void hcnn_cfg_path_pop(pathbuf *p, size_t old);
 
 /* "<file>:<line>: msg", "<file> (from --set): msg" or "<file>: msg". */
-int cfg_fail_at(const char *file, int line, const char *fmt, ...)
+int hcnn_cfg_fail_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* What was found, for "got ...": a quoted, truncated, printable scalar. */
-void cfg_describe(const node *n, char *buf, size_t size);
+void hcnn_cfg_describe(const node *n, char *buf, size_t size);
 
-int cfg_parse_file(const char *path, node **root);
+int hcnn_cfg_parse_file(const char *path, node **root);
 /* An override's value ("0.1", "[1, 28, 28]", "{type: relu}"); an empty
  * value is a null scalar.  All nodes get line LINE_SET. */
-int cfg_parse_value(const char *file, const char *set, const char *key, const char *text,
-                    node **out);
+int hcnn_cfg_parse_value(const char *file, const char *set, const char *key, const char *text,
+                         node **out);
 
 /* ---- overrides (override.c) ------------------------------------------------ */
 
-int cfg_apply_override(node **root, const char *file, const char *set);
+int hcnn_cfg_apply_override(node **root, const char *file, const char *set);
 
 /* ---- typed getters (values.c) ---------------------------------------------- */
 
@@ -91,31 +91,33 @@ typedef struct range {
     int lo_open, hi_open;
 } range;
 
-int cfg_fail_value(const ictx *c, const node *n, const char *expected);
-int cfg_is_scalar(const node *n);
-int cfg_parse_bool(const char *s, int *out);
+int hcnn_cfg_fail_value(const ictx *c, const node *n, const char *expected);
+int hcnn_cfg_is_scalar(const node *n);
+int hcnn_cfg_parse_bool(const char *s, int *out);
 /* Integer in [lo, hi]; type_max is the field type's maximum (for the message). */
-int cfg_get_ll(const ictx *c, const node *n, long long lo, long long hi, long long type_max,
-               long long *out);
-int cfg_get_int(const ictx *c, const node *n, int lo, int *out);
+int hcnn_cfg_get_ll(const ictx *c, const node *n, long long lo, long long hi, long long type_max,
+                    long long *out);
+int hcnn_cfg_get_int(const ictx *c, const node *n, int lo, int *out);
 /* Integer in [lo, hi]. */
-int cfg_get_int_range(const ictx *c, const node *n, int lo, int hi, int *out);
-int cfg_get_u64(const ictx *c, const node *n, uint64_t *out);
-int cfg_get_num(const ictx *c, const node *n, range r, double *out);
-/* As cfg_get_num, for a double that the optimiser uses in single precision:
+int hcnn_cfg_get_int_range(const ictx *c, const node *n, int lo, int hi, int *out);
+int hcnn_cfg_get_u64(const ictx *c, const node *n, uint64_t *out);
+int hcnn_cfg_get_num(const ictx *c, const node *n, range r, double *out);
+/* As hcnn_cfg_get_num, for a double that the optimiser uses in single precision:
  * a nonzero value must be a normal float (lr: 1e-320 would become 0). */
-int cfg_get_num_single(const ictx *c, const node *n, range r, double *out);
+int hcnn_cfg_get_num_single(const ictx *c, const node *n, range r, double *out);
 /* Single-precision fields: the range is checked after rounding to float. */
-int cfg_get_float(const ictx *c, const node *n, range r, float *out);
-int cfg_get_bool(const ictx *c, const node *n, int *out);
-int cfg_get_str(const ictx *c, const node *n, char *buf, size_t size);
-int cfg_get_choice(const ictx *c, const node *n, const char *const *names, int count, int *out);
+int hcnn_cfg_get_float(const ictx *c, const node *n, range r, float *out);
+int hcnn_cfg_get_bool(const ictx *c, const node *n, int *out);
+int hcnn_cfg_get_str(const ictx *c, const node *n, char *buf, size_t size);
+int hcnn_cfg_get_choice(const ictx *c, const node *n, const char *const *names, int count,
+                        int *out);
 /* A scalar integer in [lo, HCNN_MAX_DIM] into *out; 0 if it is not one. */
-int cfg_pair_item(const node *n, int lo, int *out);
+int hcnn_cfg_pair_item(const node *n, int lo, int *out);
 /* kernel / stride / pad: "k" or "[kh, kw]", each in [lo, HCNN_MAX_DIM]. */
-int cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w);
+int hcnn_cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w);
 /* Names become tensor-name prefixes: [A-Za-z0-9_.] and extra_chars. */
-int cfg_get_name(const ictx *c, const node *n, char *buf, size_t size, const char *extra_chars);
+int hcnn_cfg_get_name(const ictx *c, const node *n, char *buf, size_t size,
+                      const char *extra_chars);
 
 /* ---- the schema (schema.c), read by the writer ----------------------------- */
 
@@ -139,10 +141,10 @@ typedef struct block_type {
     hcnn_block_spec defaults;
 } block_type;
 
-extern const block_key cfg_block_keys[];
-extern const int cfg_nblock_keys;
-extern const block_type cfg_block_types[HCNN_BLOCK_KIND_COUNT];
-extern const char *const cfg_shortcut_names[3];
+extern const block_key hcnn_cfg_block_keys[];
+extern const int hcnn_cfg_nblock_keys;
+extern const block_type hcnn_cfg_block_types[HCNN_BLOCK_KIND_COUNT];
+extern const char *const hcnn_cfg_shortcut_names[3];
 
 typedef enum ktype {
     KT_MODEL, KT_INT, KT_LONG, KT_U64, KT_NUM, KT_BOOL, KT_STR, KT_NAME, KT_CHOICE, KT_ENUM,
@@ -166,9 +168,9 @@ typedef struct keydef {
     int required;
 } keydef;
 
-extern const keydef cfg_top_keys[];
-extern const int cfg_ntop_keys;
+extern const keydef hcnn_cfg_top_keys[];
+extern const int hcnn_cfg_ntop_keys;
 
-const char *cfg_enum_name(const char *const *names, int n, int v);
+const char *hcnn_cfg_enum_name(const char *const *names, int n, int v);
 
 #endif

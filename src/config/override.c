@@ -35,20 +35,20 @@ static int parse_index(const char *s, size_t *out)
 static int scalar_to_block_map(node *n)
 {
     char *type_key = strdup("type");
-    node *type_val = cfg_scalar_new(n->str, strlen(n->str), n->line);
+    node *type_val = hcnn_cfg_scalar_new(n->str, strlen(n->str), n->line);
     if (!type_key || !type_val) {
         free(type_key);
-        cfg_node_free(type_val);
-        return cfg_oom();
+        hcnn_cfg_node_free(type_val);
+        return hcnn_cfg_oom();
     }
     n->type = NODE_MAP;
     free(n->str);
     n->str = NULL;
     n->is_null = 0;
-    int rc = cfg_node_push(n, type_key, n->line, type_val);
+    int rc = hcnn_cfg_node_push(n, type_key, n->line, type_val);
     if (rc) {
         free(type_key);
-        cfg_node_free(type_val);
+        hcnn_cfg_node_free(type_val);
     }
     return rc;
 }
@@ -57,17 +57,17 @@ static int scalar_to_block_map(node *n)
  * old value or appending a new key; *slot_out becomes val. */
 static int graft_map(node *map, const char *key, node *val, node **slot_out)
 {
-    entry *e = cfg_node_find(map, key);
+    entry *e = hcnn_cfg_node_find(map, key);
     if (e) {
-        cfg_node_free(e->val);
+        hcnn_cfg_node_free(e->val);
         e->val = val;
         *slot_out = val;
         return HCNN_OK;
     }
     char *k = strdup(key);
     if (!k)
-        return cfg_oom();
-    int rc = cfg_node_push(map, k, LINE_SET, val);
+        return hcnn_cfg_oom();
+    int rc = hcnn_cfg_node_push(map, k, LINE_SET, val);
     if (rc)
         free(k);
     else
@@ -85,8 +85,8 @@ typedef struct override {
 /* Walk/extend the tree along o->comps and put val at the end. */
 static int graft(node **root, const override *o, node *val)
 {
-    if (!*root && !(*root = cfg_node_new(NODE_MAP, LINE_SET)))
-        return cfg_oom();
+    if (!*root && !(*root = hcnn_cfg_node_new(NODE_MAP, LINE_SET)))
+        return hcnn_cfg_oom();
     node *cur = *root;
     pathbuf where; /* the components walked so far, for messages */
     memset(&where, 0, sizeof where);
@@ -94,7 +94,7 @@ static int graft(node **root, const override *o, node *val)
         const char *comp = o->comps[i];
         int last = i == o->ncomps - 1;
         if (i > 0)
-            cfg_path_push(&where, o->comps[i - 1]);
+            hcnn_cfg_path_push(&where, o->comps[i - 1]);
         if (cur->type == NODE_SCALAR && i == 3 && !strcmp(o->comps[0], "model") &&
             !strcmp(o->comps[1], "blocks")) {
             int rc = scalar_to_block_map(cur);
@@ -104,16 +104,16 @@ static int graft(node **root, const override *o, node *val)
         /* what goes at this component: the value, or a new mapping to descend into */
         node *fresh = last ? val : NULL;
         if (cur->type == NODE_MAP) {
-            entry *e = cfg_node_find(cur, comp);
+            entry *e = hcnn_cfg_node_find(cur, comp);
             if (e && !last) {
                 cur = e->val;
                 continue;
             }
-            if (!fresh && !(fresh = cfg_node_new(NODE_MAP, LINE_SET)))
-                return cfg_oom();
+            if (!fresh && !(fresh = hcnn_cfg_node_new(NODE_MAP, LINE_SET)))
+                return hcnn_cfg_oom();
             int rc = graft_map(cur, comp, fresh, &cur);
             if (rc && !last)
-                cfg_node_free(fresh);
+                hcnn_cfg_node_free(fresh);
             if (rc)
                 return rc;
         } else if (cur->type == NODE_SEQ) {
@@ -132,16 +132,16 @@ static int graft(node **root, const override *o, node *val)
                 continue;
             }
             if (idx < cur->n) { /* last component: replace the item */
-                cfg_node_free(cur->items[idx].val);
+                hcnn_cfg_node_free(cur->items[idx].val);
                 cur->items[idx].val = val;
                 return HCNN_OK;
             }
             /* idx == n: append the value, or a new mapping to descend into */
-            if (!fresh && !(fresh = cfg_node_new(NODE_MAP, LINE_SET)))
-                return cfg_oom();
-            int rc = cfg_node_push(cur, NULL, LINE_SET, fresh);
+            if (!fresh && !(fresh = hcnn_cfg_node_new(NODE_MAP, LINE_SET)))
+                return hcnn_cfg_oom();
+            int rc = hcnn_cfg_node_push(cur, NULL, LINE_SET, fresh);
             if (rc && !last)
-                cfg_node_free(fresh);
+                hcnn_cfg_node_free(fresh);
             if (rc)
                 return rc;
             cur = fresh;
@@ -153,7 +153,7 @@ static int graft(node **root, const override *o, node *val)
     return HCNN_OK;
 }
 
-int cfg_apply_override(node **root, const char *file, const char *set)
+int hcnn_cfg_apply_override(node **root, const char *file, const char *set)
 {
     const char *eq = set ? strchr(set, '=') : NULL;
     if (!eq || eq == set)
@@ -166,7 +166,7 @@ int cfg_apply_override(node **root, const char *file, const char *set)
     o.text = set;
     char *key = strndup(set, (size_t)(eq - set));
     if (!key)
-        return cfg_oom();
+        return hcnn_cfg_oom();
     int rc = HCNN_OK;
     /* split "a.b.0.c" in place; empty components ("a..b", ".a", "a.") are errors */
     for (char *s = key;;) {
@@ -188,13 +188,13 @@ int cfg_apply_override(node **root, const char *file, const char *set)
     if (!rc) {
         char *fullkey = strndup(set, (size_t)(eq - set));
         if (!fullkey)
-            rc = cfg_oom();
+            rc = hcnn_cfg_oom();
         else
-            rc = cfg_parse_value(file, set, fullkey, eq + 1, &val);
+            rc = hcnn_cfg_parse_value(file, set, fullkey, eq + 1, &val);
         free(fullkey);
     }
     if (!rc && (rc = graft(root, &o, val)) != HCNN_OK)
-        cfg_node_free(val);
+        hcnn_cfg_node_free(val);
     free(key);
     return rc;
 }

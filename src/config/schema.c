@@ -1,9 +1,9 @@
 /* The schema of a run configuration: every key, its type, range and
  * default, for the model's blocks and the top level; and stage 3 of
  * reading, the tree interpreted into hcnn_config (see internal.h).  A new
- * block type is a row of cfg_block_types; a new block key a row of
- * cfg_block_keys and a field of hcnn_block_spec (include/hcnn/model_spec.h);
- * a new top-level key a row of cfg_top_keys and a field of hcnn_config. */
+ * block type is a row of hcnn_cfg_block_types; a new block key a row of
+ * hcnn_cfg_block_keys and a field of hcnn_block_spec (include/hcnn/model_spec.h);
+ * a new top-level key a row of hcnn_cfg_top_keys and a field of hcnn_config. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
 #include <limits.h>
@@ -36,15 +36,15 @@ static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
 static const char *const mpi_device_memory_names[] = {"auto", "staged"};
 static const char *const cuda_graphs_names[] = {"auto", "off"};
 static const char *const dataset_names[] = {"mnist", "fashion_mnist", "cifar10", "synthetic"};
-const char *const cfg_shortcut_names[3] = {"auto", "identity", "projection"};
+const char *const hcnn_cfg_shortcut_names[3] = {"auto", "identity", "projection"};
 
-const char *cfg_enum_name(const char *const *names, int n, int v)
+const char *hcnn_cfg_enum_name(const char *const *names, int n, int v)
 {
     return (v >= 0 && v < n) ? names[v] : "unknown";
 }
 
 #define ENUM_NAME(fn, type, names)                                                             \
-    const char *fn(type v) { return cfg_enum_name(names, COUNT(names), (int)v); }
+    const char *fn(type v) { return hcnn_cfg_enum_name(names, COUNT(names), (int)v); }
 ENUM_NAME(hcnn_schedule_name, hcnn_schedule, schedule_names)
 ENUM_NAME(hcnn_init_name, hcnn_init, init_names)
 ENUM_NAME(hcnn_strategy_name, hcnn_strategy_kind, strategy_names)
@@ -114,13 +114,13 @@ void hcnn_config_defaults(hcnn_config *cfg)
  * ==================================================================== */
 
 /* The keys a block may have, in the order the writer emits them; a type
- * accepts those of its row of cfg_block_types (type and name always). */
+ * accepts those of its row of hcnn_cfg_block_types (type and name always). */
 /* clang-format off */
 enum { BK_TYPE, BK_NAME, BK_OUT, BK_KERNEL, BK_STRIDE, BK_PAD, BK_BIAS, BK_EPS, BK_MOMENTUM,
        BK_P, BK_SHORTCUT, BK_NEGATIVE_SLOPE };
 /* clang-format on */
 #define BLOCK_FIELD(f) offsetof(hcnn_block_spec, f)
-const block_key cfg_block_keys[] = {
+const block_key hcnn_cfg_block_keys[] = {
     [BK_TYPE] = {"type", BKT_TYPE, 0, 0, {0}},
     [BK_NAME] = {"name", BKT_NAME, BLOCK_FIELD(name), 0, {0}},
     [BK_OUT] = {"out", BKT_INT, BLOCK_FIELD(out), 1, {0}},
@@ -135,7 +135,7 @@ const block_key cfg_block_keys[] = {
     [BK_NEGATIVE_SLOPE] = {"negative_slope", BKT_FLOAT, BLOCK_FIELD(negative_slope), 0,
                            {0.0, 1.0, 0, 1}},
 };
-const int cfg_nblock_keys = COUNT(cfg_block_keys);
+const int hcnn_cfg_nblock_keys = COUNT(hcnn_cfg_block_keys);
 
 /* Each block type: the keys it accepts, those it requires, and its defaults
  * (a residual block's batch norms take the bn defaults; not configurable). */
@@ -144,7 +144,7 @@ const int cfg_nblock_keys = COUNT(cfg_block_keys);
 #define BN_EPS 1e-5f
 #define BN_MOMENTUM 0.1f
 /* clang-format off */
-const block_type cfg_block_types[HCNN_BLOCK_KIND_COUNT] = {
+const block_type hcnn_cfg_block_types[HCNN_BLOCK_KIND_COUNT] = {
     [HCNN_BLOCK_CONV] = {K(BK_OUT) | WINDOW | K(BK_BIAS), K(BK_OUT), 0,
                          {.kh = 3, .kw = 3, .sh = 1, .sw = 1, .bias = 1}},
     [HCNN_BLOCK_BN] = {K(BK_EPS) | K(BK_MOMENTUM), 0, 0, {.eps = BN_EPS, .momentum = BN_MOMENTUM}},
@@ -164,7 +164,7 @@ const block_type cfg_block_types[HCNN_BLOCK_KIND_COUNT] = {
 
 static unsigned accepted_keys(hcnn_block_kind kind)
 {
-    return K(BK_TYPE) | K(BK_NAME) | cfg_block_types[kind].keys;
+    return K(BK_TYPE) | K(BK_NAME) | hcnn_cfg_block_types[kind].keys;
 }
 
 static int apply_block_key(const ictx *c, const block_key *k, const node *n, hcnn_block_spec *b)
@@ -173,17 +173,17 @@ static int apply_block_key(const ictx *c, const block_key *k, const node *n, hcn
     int *ints = (int *)(void *)field, v = 0;
     switch (k->type) {
     case BKT_NAME:
-        return cfg_get_name(c, n, field, sizeof b->name, "");
+        return hcnn_cfg_get_name(c, n, field, sizeof b->name, "");
     case BKT_INT:
-        return cfg_get_int_range(c, n, k->lo, HCNN_MAX_DIM, ints);
+        return hcnn_cfg_get_int_range(c, n, k->lo, HCNN_MAX_DIM, ints);
     case BKT_PAIR:
-        return cfg_get_pair(c, n, k->lo, &ints[0], &ints[1]);
+        return hcnn_cfg_get_pair(c, n, k->lo, &ints[0], &ints[1]);
     case BKT_BOOL:
-        return cfg_get_bool(c, n, ints);
+        return hcnn_cfg_get_bool(c, n, ints);
     case BKT_FLOAT:
-        return cfg_get_float(c, n, k->r, (float *)(void *)field);
+        return hcnn_cfg_get_float(c, n, k->r, (float *)(void *)field);
     case BKT_SHORTCUT:
-        if (cfg_get_choice(c, n, cfg_shortcut_names, COUNT(cfg_shortcut_names), &v))
+        if (hcnn_cfg_get_choice(c, n, hcnn_cfg_shortcut_names, COUNT(hcnn_cfg_shortcut_names), &v))
             return HCNN_EINVAL;
         b->shortcut = (hcnn_shortcut)v;
         return HCNN_OK;
@@ -197,23 +197,25 @@ static int unknown_block_key(const ictx *c, const entry *e, hcnn_block_kind kind
     char valid[160];
     size_t o = 0;
     valid[0] = '\0';
-    for (int k = 0; k < cfg_nblock_keys && o < sizeof valid; k++)
+    for (int k = 0; k < hcnn_cfg_nblock_keys && o < sizeof valid; k++)
         if (accepted_keys(kind) & K(k))
             o += (size_t)snprintf(valid + o, sizeof valid - o, "%s%s", o ? ", " : "",
-                                  cfg_block_keys[k].name);
-    return cfg_fail_at(c->file, e->line, "unknown key '%s' for block type '%s' (valid keys: %s)",
-                       c->path.s, hcnn_block_kind_name(kind), valid);
+                                  hcnn_cfg_block_keys[k].name);
+    return hcnn_cfg_fail_at(c->file, e->line,
+                            "unknown key '%s' for block type '%s' (valid keys: %s)", c->path.s,
+                            hcnn_block_kind_name(kind), valid);
 }
 
 /* Checks that need the whole block: required keys, window defaults and
  * limits. */
 static int finish_block(ictx *c, const node *n, hcnn_block_spec *b, unsigned seen)
 {
-    const block_type *t = &cfg_block_types[b->kind];
-    for (int k = 0; k < cfg_nblock_keys; k++)
+    const block_type *t = &hcnn_cfg_block_types[b->kind];
+    for (int k = 0; k < hcnn_cfg_nblock_keys; k++)
         if ((t->required & K(k)) && !(seen & K(k)))
-            return cfg_fail_at(c->file, n->line, "missing required key '%s.%s' for block type '%s'",
-                               c->path.s, cfg_block_keys[k].name, hcnn_block_kind_name(b->kind));
+            return hcnn_cfg_fail_at(c->file, n->line,
+                                    "missing required key '%s.%s' for block type '%s'", c->path.s,
+                                    hcnn_cfg_block_keys[k].name, hcnn_block_kind_name(b->kind));
     if (!t->window)
         return HCNN_OK;
     if (!(seen & K(BK_STRIDE))) {
@@ -222,12 +224,13 @@ static int finish_block(ictx *c, const node *n, hcnn_block_spec *b, unsigned see
     }
     if (b->ph > b->kh / 2 || b->pw > b->kw / 2) {
         /* seen has BK_PAD here (pad defaults to 0), so n is a mapping with a pad entry */
-        const entry *e = cfg_node_find(n, "pad");
-        size_t old = cfg_path_push(&c->path, "pad");
-        int rc = cfg_fail_at(c->file, e->val->line,
+        const entry *e = hcnn_cfg_node_find(n, "pad");
+        size_t old = hcnn_cfg_path_push(&c->path, "pad");
+        int rc =
+            hcnn_cfg_fail_at(c->file, e->val->line,
                              "%s: expected at most half the kernel (kernel [%d, %d]), got [%d, %d]",
                              c->path.s, b->kh, b->kw, b->ph, b->pw);
-        cfg_path_pop(&c->path, old);
+        hcnn_cfg_path_pop(&c->path, old);
         return rc;
     }
     return HCNN_OK;
@@ -235,8 +238,8 @@ static int finish_block(ictx *c, const node *n, hcnn_block_spec *b, unsigned see
 
 static int find_block_key(const char *key)
 {
-    for (int k = 0; k < cfg_nblock_keys; k++)
-        if (!strcmp(key, cfg_block_keys[k].name))
+    for (int k = 0; k < hcnn_cfg_nblock_keys; k++)
+        if (!strcmp(key, hcnn_cfg_block_keys[k].name))
             return k;
     return -1;
 }
@@ -246,36 +249,36 @@ static int interpret_block(ictx *c, const node *n, hcnn_block_spec *b)
 {
     const node *type_node = n;
     if (n && n->type == NODE_MAP) {
-        const entry *e = cfg_node_find(n, "type");
+        const entry *e = hcnn_cfg_node_find(n, "type");
         if (!e)
-            return cfg_fail_at(c->file, n->line, "missing required key '%s.type'", c->path.s);
+            return hcnn_cfg_fail_at(c->file, n->line, "missing required key '%s.type'", c->path.s);
         type_node = e->val;
-    } else if (!cfg_is_scalar(n)) {
-        return cfg_fail_value(c, n, "a block (a type name or a mapping with 'type')");
+    } else if (!hcnn_cfg_is_scalar(n)) {
+        return hcnn_cfg_fail_value(c, n, "a block (a type name or a mapping with 'type')");
     }
-    size_t old = n->type == NODE_MAP ? cfg_path_push(&c->path, "type") : c->path.len;
+    size_t old = n->type == NODE_MAP ? hcnn_cfg_path_push(&c->path, "type") : c->path.len;
     int kind = 0;
     const char *types[HCNN_BLOCK_KIND_COUNT];
     for (int k = 0; k < HCNN_BLOCK_KIND_COUNT; k++)
         types[k] = hcnn_block_kind_name((hcnn_block_kind)k);
-    int rc = cfg_get_choice(c, type_node, types, HCNN_BLOCK_KIND_COUNT, &kind);
-    cfg_path_pop(&c->path, old);
+    int rc = hcnn_cfg_get_choice(c, type_node, types, HCNN_BLOCK_KIND_COUNT, &kind);
+    hcnn_cfg_path_pop(&c->path, old);
     if (rc)
         return rc;
     /* memcpy, padding included: loaded configurations compare equal byte for byte */
-    memcpy(b, &cfg_block_types[kind].defaults, sizeof *b);
+    memcpy(b, &hcnn_cfg_block_types[kind].defaults, sizeof *b);
     b->kind = (hcnn_block_kind)kind;
 
     unsigned seen = 0;
     for (size_t i = 0; n->type == NODE_MAP && i < n->n; i++) {
         const entry *e = &n->items[i];
         int k = find_block_key(e->key);
-        old = cfg_path_push(&c->path, e->key);
+        old = hcnn_cfg_path_push(&c->path, e->key);
         if (k < 0 || !(accepted_keys((hcnn_block_kind)kind) & K(k)))
             rc = unknown_block_key(c, e, (hcnn_block_kind)kind);
         else
-            rc = apply_block_key(c, &cfg_block_keys[k], e->val, b);
-        cfg_path_pop(&c->path, old);
+            rc = apply_block_key(c, &hcnn_cfg_block_keys[k], e->val, b);
+        hcnn_cfg_path_pop(&c->path, old);
         if (rc)
             return rc;
         seen |= K(k);
@@ -292,11 +295,11 @@ static int check_block_names(ictx *c, const node *seq, const hcnn_model_spec *m)
         for (int j = 0; j < i; j++) {
             if (strcmp(m->blocks[i].name, m->blocks[j].name) != 0)
                 continue;
-            size_t old = cfg_path_push_index(&c->path, (size_t)i);
-            int rc = cfg_fail_at(c->file, seq->items[i].val->line,
-                                 "%s.name: duplicate block name '%s' (also used by block %d)",
-                                 c->path.s, m->blocks[i].name, j);
-            cfg_path_pop(&c->path, old);
+            size_t old = hcnn_cfg_path_push_index(&c->path, (size_t)i);
+            int rc = hcnn_cfg_fail_at(c->file, seq->items[i].val->line,
+                                      "%s.name: duplicate block name '%s' (also used by block %d)",
+                                      c->path.s, m->blocks[i].name, j);
+            hcnn_cfg_path_pop(&c->path, old);
             return rc;
         }
     }
@@ -306,16 +309,16 @@ static int check_block_names(ictx *c, const node *seq, const hcnn_model_spec *m)
 static int interpret_blocks(ictx *c, const node *n, hcnn_model_spec *m)
 {
     if (!n || n->type != NODE_SEQ || n->n == 0)
-        return cfg_fail_value(c, n, "a non-empty sequence of blocks");
+        return hcnn_cfg_fail_value(c, n, "a non-empty sequence of blocks");
     if (n->n > HCNN_MAX_BLOCKS) {
         char expected[64];
         snprintf(expected, sizeof expected, "at most %d blocks", HCNN_MAX_BLOCKS);
-        return cfg_fail_value(c, n, expected);
+        return hcnn_cfg_fail_value(c, n, expected);
     }
     for (size_t i = 0; i < n->n; i++) {
-        size_t old = cfg_path_push_index(&c->path, i);
+        size_t old = hcnn_cfg_path_push_index(&c->path, i);
         int rc = interpret_block(c, n->items[i].val, &m->blocks[i]);
-        cfg_path_pop(&c->path, old);
+        hcnn_cfg_path_pop(&c->path, old);
         if (rc)
             return rc;
     }
@@ -327,11 +330,11 @@ static int get_input_shape(const ictx *c, const node *n, hcnn_model_spec *m)
 {
     int *dims[3] = {&m->in_c, &m->in_h, &m->in_w};
     if (!n || n->type != NODE_SEQ || n->n != 3)
-        return cfg_fail_value(c, n, "[c, h, w] (three positive integers)");
+        return hcnn_cfg_fail_value(c, n, "[c, h, w] (three positive integers)");
     for (size_t i = 0; i < 3; i++)
-        if (!cfg_pair_item(n->items[i].val, 1, dims[i]))
-            return cfg_fail_value(c, n->items[i].val,
-                                  "[c, h, w] (three positive integers, each at most 1048576)");
+        if (!hcnn_cfg_pair_item(n->items[i].val, 1, dims[i]))
+            return hcnn_cfg_fail_value(c, n->items[i].val,
+                                       "[c, h, w] (three positive integers, each at most 1048576)");
     return HCNN_OK;
 }
 
@@ -339,32 +342,32 @@ static int interpret_model(ictx *c, const node *n, hcnn_model_spec *m)
 {
     static const char *const required[] = {"input", "classes", "blocks"};
     if (!n || n->type != NODE_MAP)
-        return cfg_fail_value(c, n, "a mapping with input, classes and blocks");
+        return hcnn_cfg_fail_value(c, n, "a mapping with input, classes and blocks");
     memset(m, 0, sizeof *m);
     for (size_t i = 0; i < n->n; i++) {
         const entry *e = &n->items[i];
-        size_t old = cfg_path_push(&c->path, e->key);
+        size_t old = hcnn_cfg_path_push(&c->path, e->key);
         int rc;
         if (!strcmp(e->key, "name"))
-            rc = cfg_get_name(c, e->val, m->name, sizeof m->name, "-");
+            rc = hcnn_cfg_get_name(c, e->val, m->name, sizeof m->name, "-");
         else if (!strcmp(e->key, "input"))
             rc = get_input_shape(c, e->val, m);
         else if (!strcmp(e->key, "classes"))
-            rc = cfg_get_int_range(c, e->val, 2, HCNN_MAX_DIM, &m->classes);
+            rc = hcnn_cfg_get_int_range(c, e->val, 2, HCNN_MAX_DIM, &m->classes);
         else if (!strcmp(e->key, "blocks"))
             rc = interpret_blocks(c, e->val, m);
         else
-            rc = cfg_fail_at(c->file, e->line,
-                             "unknown key '%s' (valid keys: name, input, classes, blocks)",
-                             c->path.s);
-        cfg_path_pop(&c->path, old);
+            rc = hcnn_cfg_fail_at(c->file, e->line,
+                                  "unknown key '%s' (valid keys: name, input, classes, blocks)",
+                                  c->path.s);
+        hcnn_cfg_path_pop(&c->path, old);
         if (rc)
             return rc;
     }
     for (int i = 0; i < COUNT(required); i++)
-        if (!cfg_node_find(n, required[i]))
-            return cfg_fail_at(c->file, n->line, "missing required key '%s.%s'", c->path.s,
-                               required[i]);
+        if (!hcnn_cfg_node_find(n, required[i]))
+            return hcnn_cfg_fail_at(c->file, n->line, "missing required key '%s.%s'", c->path.s,
+                                    required[i]);
     if (!m->name[0])
         snprintf(m->name, sizeof m->name, "model");
     return HCNN_OK;
@@ -450,7 +453,7 @@ static void set_sharding(hcnn_config *c, int v)
         .name = n, .type = KT_ENUM, .names = list, .nnames = COUNT(list), .get = g, .set = s       \
     }
 
-const keydef cfg_top_keys[] = {
+const keydef hcnn_cfg_top_keys[] = {
     {.name = "model", .type = KT_MODEL, .required = 1},
     {.name = "dataset",
      .type = KT_CHOICE,
@@ -510,14 +513,14 @@ const keydef cfg_top_keys[] = {
     K_ENUM("checkpoint_on_error", on_error_names, get_on_error, set_on_error),
     K_NUM("stall_timeout_s", stall_timeout_s, 0.0, 0, 1e9, 0),
 };
-const int cfg_ntop_keys = COUNT(cfg_top_keys);
-#define NKEYS cfg_ntop_keys
+const int hcnn_cfg_ntop_keys = COUNT(hcnn_cfg_top_keys);
+#define NKEYS hcnn_cfg_ntop_keys
 
 static const keydef *find_top_key(const char *name)
 {
     for (int i = 0; i < NKEYS; i++)
-        if (!strcmp(cfg_top_keys[i].name, name))
-            return &cfg_top_keys[i];
+        if (!strcmp(hcnn_cfg_top_keys[i].name, name))
+            return &hcnn_cfg_top_keys[i];
     return NULL;
 }
 
@@ -530,52 +533,53 @@ static int apply_top_key(ictx *c, const keydef *d, const node *n, hcnn_config *c
     case KT_MODEL:
         return interpret_model(c, n, &cfg->model);
     case KT_INT:
-        return cfg_get_int_range(c, n, d->lo, d->hi ? (int)d->hi : INT_MAX, (int *)(void *)field);
+        return hcnn_cfg_get_int_range(c, n, d->lo, d->hi ? (int)d->hi : INT_MAX,
+                                      (int *)(void *)field);
     case KT_LONG:
-        if ((rc = cfg_get_ll(c, n, d->lo, d->hi ? d->hi : LONG_MAX, LONG_MAX, &v)) == HCNN_OK)
+        if ((rc = hcnn_cfg_get_ll(c, n, d->lo, d->hi ? d->hi : LONG_MAX, LONG_MAX, &v)) == HCNN_OK)
             *(long *)(void *)field = (long)v;
         return rc;
     case KT_U64:
-        return cfg_get_u64(c, n, (uint64_t *)(void *)field);
+        return hcnn_cfg_get_u64(c, n, (uint64_t *)(void *)field);
     case KT_NUM:
         if (d->single)
-            return cfg_get_num_single(c, n, d->r, (double *)(void *)field);
-        return cfg_get_num(c, n, d->r, (double *)(void *)field);
+            return hcnn_cfg_get_num_single(c, n, d->r, (double *)(void *)field);
+        return hcnn_cfg_get_num(c, n, d->r, (double *)(void *)field);
     case KT_BOOL:
-        return cfg_get_bool(c, n, (int *)(void *)field);
+        return hcnn_cfg_get_bool(c, n, (int *)(void *)field);
     case KT_STR:
-        return cfg_get_str(c, n, field, d->size);
+        return hcnn_cfg_get_str(c, n, field, d->size);
     case KT_NAME:
-        return cfg_get_name(c, n, field, d->size, "");
+        return hcnn_cfg_get_name(c, n, field, d->size, "");
     case KT_CHOICE:
-        if ((rc = cfg_get_choice(c, n, d->names, d->nnames, &i)) == HCNN_OK) {
+        if ((rc = hcnn_cfg_get_choice(c, n, d->names, d->nnames, &i)) == HCNN_OK) {
             memset(field, 0, d->size);
             memcpy(field, d->names[i], strlen(d->names[i]));
         }
         return rc;
     case KT_ENUM:
-        if ((rc = cfg_get_choice(c, n, d->names, d->nnames, &i)) == HCNN_OK)
+        if ((rc = hcnn_cfg_get_choice(c, n, d->names, d->nnames, &i)) == HCNN_OK)
             d->set(cfg, i);
         return rc;
     case KT_AUGMENT:
-        if (cfg_is_scalar(n) && !strcmp(n->str, "default")) {
+        if (hcnn_cfg_is_scalar(n) && !strcmp(n->str, "default")) {
             cfg->augment = -1;
             return HCNN_OK;
         }
-        if (cfg_is_scalar(n) && cfg_parse_bool(n->str, &cfg->augment))
+        if (hcnn_cfg_is_scalar(n) && hcnn_cfg_parse_bool(n->str, &cfg->augment))
             return HCNN_OK;
-        return cfg_fail_value(c, n, "a boolean or 'default'");
+        return hcnn_cfg_fail_value(c, n, "a boolean or 'default'");
     case KT_PARTITION:
         /* [] (automatic) or the first block of each stage: non-negative
          * integers; their order is checked against the model at start */
         if (!n || n->type != NODE_SEQ || n->n > HCNN_MAX_BLOCKS)
-            return cfg_fail_value(c, n,
-                                  "a list of block indices, e.g. [0, 5] (or [] for automatic)");
+            return hcnn_cfg_fail_value(
+                c, n, "a list of block indices, e.g. [0, 5] (or [] for automatic)");
         cfg->npartition = 0;
         for (size_t k = 0; k < n->n; k++) {
-            size_t old = cfg_path_push_index(&c->path, k);
-            rc = cfg_get_int(c, n->items[k].val, 0, &cfg->partition[cfg->npartition++]);
-            cfg_path_pop(&c->path, old);
+            size_t old = hcnn_cfg_path_push_index(&c->path, k);
+            rc = hcnn_cfg_get_int(c, n->items[k].val, 0, &cfg->partition[cfg->npartition++]);
+            hcnn_cfg_path_pop(&c->path, old);
             if (rc)
                 return rc;
         }
@@ -592,27 +596,27 @@ static int interpret(ictx *c, const node *root, hcnn_config *cfg)
         root = NULL; /* an empty document */
     if (root && root->type != NODE_MAP) {
         char got[112];
-        cfg_describe(root, got, sizeof got);
-        return cfg_fail_at(c->file, root->line,
-                           "expected a mapping of keys at the top level, got %s", got);
+        hcnn_cfg_describe(root, got, sizeof got);
+        return hcnn_cfg_fail_at(c->file, root->line,
+                                "expected a mapping of keys at the top level, got %s", got);
     }
     for (size_t i = 0; root && i < root->n; i++) {
         const entry *e = &root->items[i];
         const keydef *d = find_top_key(e->key);
         if (!d)
-            return cfg_fail_at(c->file, e->line, "unknown key '%s' (see docs/config-reference.md)",
-                               e->key);
-        seen[d - cfg_top_keys] = 1;
-        size_t old = cfg_path_push(&c->path, e->key);
+            return hcnn_cfg_fail_at(c->file, e->line,
+                                    "unknown key '%s' (see docs/config-reference.md)", e->key);
+        seen[d - hcnn_cfg_top_keys] = 1;
+        size_t old = hcnn_cfg_path_push(&c->path, e->key);
         int rc = apply_top_key(c, d, e->val, cfg);
-        cfg_path_pop(&c->path, old);
+        hcnn_cfg_path_pop(&c->path, old);
         if (rc)
             return rc;
     }
     for (int i = 0; i < NKEYS; i++)
-        if (cfg_top_keys[i].required && !seen[i])
-            return cfg_fail_at(c->file, LINE_NONE, "missing required key '%s'",
-                               cfg_top_keys[i].name);
+        if (hcnn_cfg_top_keys[i].required && !seen[i])
+            return hcnn_cfg_fail_at(c->file, LINE_NONE, "missing required key '%s'",
+                                    hcnn_cfg_top_keys[i].name);
     if (!cfg->data_dir[0])
         snprintf(cfg->data_dir, sizeof cfg->data_dir, "data/%s", cfg->dataset);
     return HCNN_OK;
@@ -631,9 +635,9 @@ int hcnn_config_load(hcnn_config *cfg, const char *path, const char *const *sets
                           len, HCNN_PATH_MAX - 1, path);
 
     node *root = NULL;
-    int rc = cfg_parse_file(path, &root);
+    int rc = hcnn_cfg_parse_file(path, &root);
     for (int i = 0; rc == HCNN_OK && i < nset; i++)
-        rc = cfg_apply_override(&root, path, sets[i]);
+        rc = hcnn_cfg_apply_override(&root, path, sets[i]);
     if (rc == HCNN_OK) {
         ictx c;
         memset(&c, 0, sizeof c);
@@ -650,10 +654,10 @@ int hcnn_config_load(hcnn_config *cfg, const char *path, const char *const *sets
 #if !HCNN_HAVE_CUDA
     if (rc == HCNN_OK && cfg->device == HCNN_DEVICE_CUDA)
         rc = hcnn_error("%s: device: cuda: this hcnn was built without CUDA; rebuild it with "
-                        "./configure --with-cuda (README: GPU nodes), or set device: cpu",
+                        "./configure --with-cuda (docs/gpu-nodes.md), or set device: cpu",
                         path);
 #endif
-    cfg_node_free(root);
+    hcnn_cfg_node_free(root);
     if (rc != HCNN_OK) {
         /* no half-filled configuration: defaults plus the path */
         hcnn_config_defaults(cfg);

@@ -21,25 +21,25 @@
 
 #define MAX_DEPTH 64 /* nesting limit: keeps the recursion bounded */
 
-int cfg_oom(void)
+int hcnn_cfg_oom(void)
 {
     return hcnn_error_code(HCNN_ENOMEM, "out of memory while reading the configuration");
 }
 
-void cfg_node_free(node *n)
+void hcnn_cfg_node_free(node *n)
 {
     if (!n)
         return;
     for (size_t i = 0; i < n->n; i++) {
         free(n->items[i].key);
-        cfg_node_free(n->items[i].val);
+        hcnn_cfg_node_free(n->items[i].val);
     }
     free(n->items);
     free(n->str);
     free(n);
 }
 
-node *cfg_node_new(node_type type, int line)
+node *hcnn_cfg_node_new(node_type type, int line)
 {
     node *n = calloc(1, sizeof *n);
     if (n) {
@@ -49,9 +49,9 @@ node *cfg_node_new(node_type type, int line)
     return n;
 }
 
-node *cfg_scalar_new(const char *text, size_t len, int line)
+node *hcnn_cfg_scalar_new(const char *text, size_t len, int line)
 {
-    node *n = cfg_node_new(NODE_SCALAR, line);
+    node *n = hcnn_cfg_node_new(NODE_SCALAR, line);
     if (!n)
         return NULL;
     n->str = malloc(len + 1);
@@ -65,13 +65,13 @@ node *cfg_scalar_new(const char *text, size_t len, int line)
 }
 
 /* Append an item; takes ownership of key and val only on success. */
-int cfg_node_push(node *parent, char *key, int line, node *val)
+int hcnn_cfg_node_push(node *parent, char *key, int line, node *val)
 {
     if (parent->n == parent->cap) {
         size_t cap = parent->cap ? 2 * parent->cap : 8;
         entry *items = realloc(parent->items, cap * sizeof *items);
         if (!items)
-            return cfg_oom();
+            return hcnn_cfg_oom();
         parent->items = items;
         parent->cap = cap;
     }
@@ -82,7 +82,7 @@ int cfg_node_push(node *parent, char *key, int line, node *val)
     return HCNN_OK;
 }
 
-entry *cfg_node_find(const node *map, const char *key)
+entry *hcnn_cfg_node_find(const node *map, const char *key)
 {
     for (size_t i = 0; i < map->n; i++)
         if (strcmp(map->items[i].key, key) == 0)
@@ -95,7 +95,7 @@ entry *cfg_node_find(const node *map, const char *key)
  * ==================================================================== */
 
 /* Append ".comp" (or "comp" at the root); returns the length to restore. */
-size_t cfg_path_push(pathbuf *p, const char *comp)
+size_t hcnn_cfg_path_push(pathbuf *p, const char *comp)
 {
     size_t old = p->len;
     int w = snprintf(p->s + old, sizeof p->s - old, "%s%s", old ? "." : "", comp);
@@ -103,14 +103,14 @@ size_t cfg_path_push(pathbuf *p, const char *comp)
     return old;
 }
 
-size_t cfg_path_push_index(pathbuf *p, size_t i)
+size_t hcnn_cfg_path_push_index(pathbuf *p, size_t i)
 {
     char buf[32];
     snprintf(buf, sizeof buf, "%zu", i);
-    return cfg_path_push(p, buf);
+    return hcnn_cfg_path_push(p, buf);
 }
 
-void cfg_path_pop(pathbuf *p, size_t old)
+void hcnn_cfg_path_pop(pathbuf *p, size_t old)
 {
     p->len = old;
     p->s[old] = '\0';
@@ -121,7 +121,7 @@ void cfg_path_pop(pathbuf *p, size_t old)
  * ==================================================================== */
 
 /* "<file>:<line>: msg", "<file> (from --set): msg" or "<file>: msg". */
-int cfg_fail_at(const char *file, int line, const char *fmt, ...)
+int hcnn_cfg_fail_at(const char *file, int line, const char *fmt, ...)
 {
     char msg[1536];
     va_list ap;
@@ -136,7 +136,7 @@ int cfg_fail_at(const char *file, int line, const char *fmt, ...)
 }
 
 /* What was found, for "got ...": a quoted, truncated, printable scalar. */
-void cfg_describe(const node *n, char *buf, size_t size)
+void hcnn_cfg_describe(const node *n, char *buf, size_t size)
 {
     if (!n) {
         snprintf(buf, size, "nothing");
@@ -178,7 +178,7 @@ static int yaml_failure(builder *b)
     const yaml_parser_t *p = &b->parser;
     const char *problem = p->problem ? p->problem : "unknown error";
     if (p->error == YAML_MEMORY_ERROR)
-        return cfg_oom();
+        return hcnn_cfg_oom();
     if (b->set)
         return hcnn_error("%s: --set '%s': invalid YAML value: %s", b->file, b->set, problem);
     if (p->error == YAML_READER_ERROR) {
@@ -209,11 +209,11 @@ static int build_scalar(builder *b, const yaml_event_t *ev, node **out)
     const char *text = (const char *)ev->data.scalar.value;
     size_t len = ev->data.scalar.length;
     if (memchr(text, '\0', len))
-        return cfg_fail_at(b->file, node_line(b, ev),
-                           "%s: a NUL character is not allowed in a value", b->path.s);
-    node *n = cfg_scalar_new(text, len, node_line(b, ev));
+        return hcnn_cfg_fail_at(b->file, node_line(b, ev),
+                                "%s: a NUL character is not allowed in a value", b->path.s);
+    node *n = hcnn_cfg_scalar_new(text, len, node_line(b, ev));
     if (!n)
-        return cfg_oom();
+        return hcnn_cfg_oom();
     /* a plain (unquoted) empty value, ~ or null is YAML's null */
     n->is_null = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
                  (len == 0 || !strcmp(n->str, "~") || !strcmp(n->str, "null") ||
@@ -233,12 +233,12 @@ static int build_sequence(builder *b, node *seq, int depth)
             yaml_event_delete(&ev);
             return HCNN_OK;
         }
-        size_t old = cfg_path_push_index(&b->path, i);
+        size_t old = hcnn_cfg_path_push_index(&b->path, i);
         node *child = NULL;
         rc = build_node(b, &ev, depth + 1, &child);
-        cfg_path_pop(&b->path, old);
-        if (!rc && (rc = cfg_node_push(seq, NULL, child->line, child)) != HCNN_OK)
-            cfg_node_free(child);
+        hcnn_cfg_path_pop(&b->path, old);
+        if (!rc && (rc = hcnn_cfg_node_push(seq, NULL, child->line, child)) != HCNN_OK)
+            hcnn_cfg_node_free(child);
         if (rc)
             return rc;
     }
@@ -277,7 +277,7 @@ static int key_index_reserve(key_index *ix, const node *map)
     size_t cap = ix->cap ? 2 * ix->cap : 64;
     size_t *slot = calloc(cap, sizeof *slot);
     if (!slot)
-        return cfg_oom();
+        return hcnn_cfg_oom();
     free(ix->slot);
     ix->slot = slot;
     ix->cap = cap;
@@ -310,32 +310,32 @@ static int build_mapping_items(builder *b, node *map, int depth, key_index *ix)
         int line = node_line(b, &ev);
         if (ev.type != YAML_SCALAR_EVENT) {
             yaml_event_delete(&ev);
-            return cfg_fail_at(b->file, line, "%s: mapping keys must be plain strings",
-                               b->path.len ? b->path.s : "(top level)");
+            return hcnn_cfg_fail_at(b->file, line, "%s: mapping keys must be plain strings",
+                                    b->path.len ? b->path.s : "(top level)");
         }
         char *key = strdup((const char *)ev.data.scalar.value);
         yaml_event_delete(&ev);
         if (!key)
-            return cfg_oom();
-        size_t old = cfg_path_push(&b->path, key);
+            return hcnn_cfg_oom();
+        size_t old = hcnn_cfg_path_push(&b->path, key);
         if ((rc = key_index_reserve(ix, map)) != HCNN_OK) {
-            cfg_path_pop(&b->path, old);
+            hcnn_cfg_path_pop(&b->path, old);
             free(key);
             return rc;
         }
         size_t *slot = key_index_slot(ix, map, key);
         if (*slot) {
-            rc = cfg_fail_at(b->file, line, "%s: duplicate key '%s'", b->path.s, key);
-            cfg_path_pop(&b->path, old);
+            rc = hcnn_cfg_fail_at(b->file, line, "%s: duplicate key '%s'", b->path.s, key);
+            hcnn_cfg_path_pop(&b->path, old);
             free(key);
             return rc;
         }
         node *val = NULL;
         if ((rc = next_event(b, &ev)) == HCNN_OK)
             rc = build_node(b, &ev, depth + 1, &val);
-        cfg_path_pop(&b->path, old);
-        if (!rc && (rc = cfg_node_push(map, key, line, val)) != HCNN_OK)
-            cfg_node_free(val);
+        hcnn_cfg_path_pop(&b->path, old);
+        if (!rc && (rc = hcnn_cfg_node_push(map, key, line, val)) != HCNN_OK)
+            hcnn_cfg_node_free(val);
         if (rc) {
             free(key);
             return rc;
@@ -358,20 +358,20 @@ static int build_node(builder *b, yaml_event_t *ev, int depth, node **out)
     }
     yaml_event_delete(ev);
     if (depth > MAX_DEPTH)
-        return cfg_fail_at(b->file, line, "%s: nested more than %d levels deep", b->path.s,
-                           MAX_DEPTH);
+        return hcnn_cfg_fail_at(b->file, line, "%s: nested more than %d levels deep", b->path.s,
+                                MAX_DEPTH);
     if (type == YAML_ALIAS_EVENT)
-        return cfg_fail_at(b->file, line, "%s: YAML aliases (*name) are not supported",
-                           b->path.len ? b->path.s : "value");
+        return hcnn_cfg_fail_at(b->file, line, "%s: YAML aliases (*name) are not supported",
+                                b->path.len ? b->path.s : "value");
     if (type != YAML_SEQUENCE_START_EVENT && type != YAML_MAPPING_START_EVENT)
-        return cfg_fail_at(b->file, line, "unexpected YAML structure");
-    node *n = cfg_node_new(type == YAML_SEQUENCE_START_EVENT ? NODE_SEQ : NODE_MAP, line);
+        return hcnn_cfg_fail_at(b->file, line, "unexpected YAML structure");
+    node *n = hcnn_cfg_node_new(type == YAML_SEQUENCE_START_EVENT ? NODE_SEQ : NODE_MAP, line);
     if (!n)
-        return cfg_oom();
+        return hcnn_cfg_oom();
     rc = type == YAML_SEQUENCE_START_EVENT ? build_sequence(b, n, depth)
                                            : build_mapping(b, n, depth);
     if (rc) {
-        cfg_node_free(n);
+        hcnn_cfg_node_free(n);
         return rc;
     }
     *out = n;
@@ -392,7 +392,7 @@ static int build_document(builder *b, node **root)
         if (type == YAML_DOCUMENT_START_EVENT && ndocs++ > 0) {
             int line = node_line(b, &ev);
             yaml_event_delete(&ev);
-            return cfg_fail_at(b->file, line, "only one YAML document is allowed");
+            return hcnn_cfg_fail_at(b->file, line, "only one YAML document is allowed");
         }
         if (type == YAML_SCALAR_EVENT || type == YAML_SEQUENCE_START_EVENT ||
             type == YAML_MAPPING_START_EVENT || type == YAML_ALIAS_EVENT) {
@@ -409,7 +409,7 @@ static int build_document(builder *b, node **root)
 /* A config that cannot be opened, or that is not a regular file (a
  * directory; a FIFO would block the run forever), is a configuration error
  * (HCNN_EINVAL: exit status 2, as the README promises). */
-int cfg_parse_file(const char *path, node **root)
+int hcnn_cfg_parse_file(const char *path, node **root)
 {
     builder b;
     memset(&b, 0, sizeof b);
@@ -421,18 +421,18 @@ int cfg_parse_file(const char *path, node **root)
         return rc;
     if (!(b.fp = fdopen(fd, "rb"))) {
         close(fd);
-        return cfg_oom();
+        return hcnn_cfg_oom();
     }
     if (!yaml_parser_initialize(&b.parser)) {
         fclose(b.fp);
-        return cfg_oom();
+        return hcnn_cfg_oom();
     }
     yaml_parser_set_input_file(&b.parser, b.fp);
     rc = build_document(&b, root);
     yaml_parser_delete(&b.parser);
     fclose(b.fp);
     if (rc) {
-        cfg_node_free(*root);
+        hcnn_cfg_node_free(*root);
         *root = NULL;
     }
     return rc;
@@ -440,28 +440,28 @@ int cfg_parse_file(const char *path, node **root)
 
 /* Parse an override's value ("0.1", "[1, 28, 28]", "{type: relu}"); an
  * empty value is a null scalar.  All nodes get line LINE_SET. */
-int cfg_parse_value(const char *file, const char *set, const char *key, const char *text,
-                    node **out)
+int hcnn_cfg_parse_value(const char *file, const char *set, const char *key, const char *text,
+                         node **out)
 {
     builder b;
     memset(&b, 0, sizeof b);
     b.file = file;
     b.set = set;
-    cfg_path_push(&b.path, key);
+    hcnn_cfg_path_push(&b.path, key);
     *out = NULL;
     if (!yaml_parser_initialize(&b.parser))
-        return cfg_oom();
+        return hcnn_cfg_oom();
     yaml_parser_set_input_string(&b.parser, (const unsigned char *)text, strlen(text));
     int rc = build_document(&b, out);
     yaml_parser_delete(&b.parser);
     if (rc) {
-        cfg_node_free(*out);
+        hcnn_cfg_node_free(*out);
         *out = NULL;
         return rc;
     }
     if (!*out) {
-        if (!(*out = cfg_scalar_new("", 0, LINE_SET)))
-            return cfg_oom();
+        if (!(*out = hcnn_cfg_scalar_new("", 0, LINE_SET)))
+            return hcnn_cfg_oom();
         (*out)->is_null = 1;
     }
     return HCNN_OK;

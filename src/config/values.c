@@ -19,15 +19,15 @@
  * Stage 3: interpretation (typed getters)
  * ==================================================================== */
 
-int cfg_fail_value(const ictx *c, const node *n, const char *expected)
+int hcnn_cfg_fail_value(const ictx *c, const node *n, const char *expected)
 {
     char got[112];
-    cfg_describe(n, got, sizeof got);
-    return cfg_fail_at(c->file, n ? n->line : LINE_NONE, "%s: expected %s, got %s", c->path.s,
-                       expected, got);
+    hcnn_cfg_describe(n, got, sizeof got);
+    return hcnn_cfg_fail_at(c->file, n ? n->line : LINE_NONE, "%s: expected %s, got %s", c->path.s,
+                            expected, got);
 }
 
-int cfg_is_scalar(const node *n) { return n && n->type == NODE_SCALAR && !n->is_null; }
+int hcnn_cfg_is_scalar(const node *n) { return n && n->type == NODE_SCALAR && !n->is_null; }
 
 /* Decimal integer with optional sign; no spaces, trailing text or overflow. */
 static int cfg_parse_ll(const char *s, long long *out)
@@ -74,40 +74,40 @@ static void int_expectation(char *buf, size_t size, long long lo, long long hi, 
 }
 
 /* Integer in [lo, hi]; type_max is the field type's maximum (for the message). */
-int cfg_get_ll(const ictx *c, const node *n, long long lo, long long hi, long long type_max,
-               long long *out)
+int hcnn_cfg_get_ll(const ictx *c, const node *n, long long lo, long long hi, long long type_max,
+                    long long *out)
 {
     long long v = 0;
-    int parsed = cfg_is_scalar(n) && cfg_parse_ll(n->str, &v);
+    int parsed = hcnn_cfg_is_scalar(n) && cfg_parse_ll(n->str, &v);
     if (!parsed || v < lo || v > hi) {
         /* strtoll overflow also means "too big" unless the text is negative */
-        int too_big = parsed ? v > hi : cfg_is_scalar(n) && all_digits(n->str);
+        int too_big = parsed ? v > hi : hcnn_cfg_is_scalar(n) && all_digits(n->str);
         char expected[96];
         int_expectation(expected, sizeof expected, lo, hi, type_max, too_big);
-        return cfg_fail_value(c, n, expected);
+        return hcnn_cfg_fail_value(c, n, expected);
     }
     *out = v;
     return HCNN_OK;
 }
 
-int cfg_get_int(const ictx *c, const node *n, int lo, int *out)
+int hcnn_cfg_get_int(const ictx *c, const node *n, int lo, int *out)
 {
-    return cfg_get_int_range(c, n, lo, INT_MAX, out);
+    return hcnn_cfg_get_int_range(c, n, lo, INT_MAX, out);
 }
 
-int cfg_get_int_range(const ictx *c, const node *n, int lo, int hi, int *out)
+int hcnn_cfg_get_int_range(const ictx *c, const node *n, int lo, int hi, int *out)
 {
     long long v = 0;
-    int rc = cfg_get_ll(c, n, lo, hi, INT_MAX, &v);
+    int rc = hcnn_cfg_get_ll(c, n, lo, hi, INT_MAX, &v);
     if (!rc)
         *out = (int)v;
     return rc;
 }
 
-int cfg_get_u64(const ictx *c, const node *n, uint64_t *out)
+int hcnn_cfg_get_u64(const ictx *c, const node *n, uint64_t *out)
 {
     /* strtoull would silently wrap "-1", so only digits (after an optional '+') */
-    if (cfg_is_scalar(n) && isdigit((unsigned char)n->str[n->str[0] == '+'])) {
+    if (hcnn_cfg_is_scalar(n) && isdigit((unsigned char)n->str[n->str[0] == '+'])) {
         errno = 0;
         char *end;
         unsigned long long v = strtoull(n->str, &end, 10);
@@ -116,7 +116,7 @@ int cfg_get_u64(const ictx *c, const node *n, uint64_t *out)
             return HCNN_OK;
         }
     }
-    return cfg_fail_value(c, n, "a non-negative integer (at most 18446744073709551615)");
+    return hcnn_cfg_fail_value(c, n, "a non-negative integer (at most 18446744073709551615)");
 }
 
 static int in_range(double v, range r)
@@ -133,22 +133,22 @@ static void num_expectation(char *buf, size_t size, range r)
                  r.hi_open ? ')' : ']');
 }
 
-int cfg_get_num(const ictx *c, const node *n, range r, double *out)
+int hcnn_cfg_get_num(const ictx *c, const node *n, range r, double *out)
 {
     double v;
-    if (cfg_is_scalar(n) && parse_num(n->str, &v) && in_range(v, r)) {
+    if (hcnn_cfg_is_scalar(n) && parse_num(n->str, &v) && in_range(v, r)) {
         *out = v;
         return HCNN_OK;
     }
     char expected[96];
     num_expectation(expected, sizeof expected, r);
-    return cfg_fail_value(c, n, expected);
+    return hcnn_cfg_fail_value(c, n, expected);
 }
 
-int cfg_get_num_single(const ictx *c, const node *n, range r, double *out)
+int hcnn_cfg_get_num_single(const ictx *c, const node *n, range r, double *out)
 {
     double v = 0.0;
-    int rc = cfg_get_num(c, n, r, &v);
+    int rc = hcnn_cfg_get_num(c, n, r, &v);
     if (rc)
         return rc;
     if (v != 0.0 && (fabs(v) < FLT_MIN || fabs(v) > FLT_MAX)) {
@@ -157,7 +157,7 @@ int cfg_get_num_single(const ictx *c, const node *n, range r, double *out)
         snprintf(expected + strlen(expected), sizeof expected - strlen(expected),
                  " that single precision can hold (%s%g to %g in magnitude)",
                  r.lo == 0.0 && !r.lo_open ? "0 or " : "", (double)FLT_MIN, (double)FLT_MAX);
-        return cfg_fail_value(c, n, expected);
+        return hcnn_cfg_fail_value(c, n, expected);
     }
     *out = v;
     return HCNN_OK;
@@ -165,10 +165,10 @@ int cfg_get_num_single(const ictx *c, const node *n, range r, double *out)
 
 /* Single-precision fields: the range is checked after rounding to float,
  * so that e.g. eps: 1e-50 (0 as a float) is rejected. */
-int cfg_get_float(const ictx *c, const node *n, range r, float *out)
+int hcnn_cfg_get_float(const ictx *c, const node *n, range r, float *out)
 {
     double v;
-    if (cfg_is_scalar(n) && parse_num(n->str, &v)) {
+    if (hcnn_cfg_is_scalar(n) && parse_num(n->str, &v)) {
         float f = (float)v;
         if (isfinite(f) && in_range((double)f, r)) {
             *out = f;
@@ -177,10 +177,10 @@ int cfg_get_float(const ictx *c, const node *n, range r, float *out)
     }
     char expected[96];
     num_expectation(expected, sizeof expected, r);
-    return cfg_fail_value(c, n, expected);
+    return hcnn_cfg_fail_value(c, n, expected);
 }
 
-int cfg_parse_bool(const char *s, int *out)
+int hcnn_cfg_parse_bool(const char *s, int *out)
 {
     static const char *const yes[] = {"true", "yes", "on", "1"};
     static const char *const no[] = {"false", "no", "off", "0"};
@@ -197,34 +197,34 @@ int cfg_parse_bool(const char *s, int *out)
     return 0;
 }
 
-int cfg_get_bool(const ictx *c, const node *n, int *out)
+int hcnn_cfg_get_bool(const ictx *c, const node *n, int *out)
 {
-    if (cfg_is_scalar(n) && cfg_parse_bool(n->str, out))
+    if (hcnn_cfg_is_scalar(n) && hcnn_cfg_parse_bool(n->str, out))
         return HCNN_OK;
-    return cfg_fail_value(c, n, "a boolean (true/false, yes/no, on/off, 1/0)");
+    return hcnn_cfg_fail_value(c, n, "a boolean (true/false, yes/no, on/off, 1/0)");
 }
 
 /* Any scalar is a string (null: empty); unused bytes are zeroed so that
  * loaded configurations compare equal byte for byte. */
-int cfg_get_str(const ictx *c, const node *n, char *buf, size_t size)
+int hcnn_cfg_get_str(const ictx *c, const node *n, char *buf, size_t size)
 {
     if (!n || n->type != NODE_SCALAR)
-        return cfg_fail_value(c, n, "a string");
+        return hcnn_cfg_fail_value(c, n, "a string");
     const char *s = n->is_null ? "" : n->str;
     size_t len = strlen(s);
     if (len >= size) {
         char expected[64];
         snprintf(expected, sizeof expected, "a string of at most %zu characters", size - 1);
-        return cfg_fail_value(c, n, expected);
+        return hcnn_cfg_fail_value(c, n, expected);
     }
     memset(buf, 0, size);
     memcpy(buf, s, len);
     return HCNN_OK;
 }
 
-int cfg_get_choice(const ictx *c, const node *n, const char *const *names, int count, int *out)
+int hcnn_cfg_get_choice(const ictx *c, const node *n, const char *const *names, int count, int *out)
 {
-    if (cfg_is_scalar(n))
+    if (hcnn_cfg_is_scalar(n))
         for (int i = 0; i < count; i++)
             if (!strcmp(n->str, names[i])) {
                 *out = i;
@@ -234,13 +234,13 @@ int cfg_get_choice(const ictx *c, const node *n, const char *const *names, int c
     size_t o = (size_t)snprintf(expected, sizeof expected, "one of: ");
     for (int i = 0; i < count && o < sizeof expected; i++)
         o += (size_t)snprintf(expected + o, sizeof expected - o, "%s%s", i ? ", " : "", names[i]);
-    return cfg_fail_value(c, n, expected);
+    return hcnn_cfg_fail_value(c, n, expected);
 }
 
-int cfg_pair_item(const node *n, int lo, int *out)
+int hcnn_cfg_pair_item(const node *n, int lo, int *out)
 {
     long long v;
-    if (!cfg_is_scalar(n) || !cfg_parse_ll(n->str, &v) || v < lo || v > HCNN_MAX_DIM)
+    if (!hcnn_cfg_is_scalar(n) || !cfg_parse_ll(n->str, &v) || v < lo || v > HCNN_MAX_DIM)
         return 0;
     *out = (int)v;
     return 1;
@@ -250,30 +250,30 @@ int cfg_pair_item(const node *n, int lo, int *out)
 static int pair_fail(const ictx *c, const node *n, int lo)
 {
     long long v;
-    int too_big = cfg_is_scalar(n) && cfg_parse_ll(n->str, &v) && v > HCNN_MAX_DIM;
+    int too_big = hcnn_cfg_is_scalar(n) && cfg_parse_ll(n->str, &v) && v > HCNN_MAX_DIM;
     char limit[40] = "", expected[96];
     if (too_big)
         snprintf(limit, sizeof limit, " of at most %d", HCNN_MAX_DIM);
     snprintf(expected, sizeof expected, "a %s integer%s or [h, w]",
              lo > 0 ? "positive" : "non-negative", limit);
-    return cfg_fail_value(c, n, expected);
+    return hcnn_cfg_fail_value(c, n, expected);
 }
 
-int cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w)
+int hcnn_cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w)
 {
     if (n && n->type == NODE_SEQ && n->n == 2) {
         /* name the offending element rather than "a sequence" */
         for (size_t i = 0; i < 2; i++) {
             int v;
-            if (!cfg_pair_item(n->items[i].val, lo, &v))
+            if (!hcnn_cfg_pair_item(n->items[i].val, lo, &v))
                 return pair_fail(c, n->items[i].val, lo);
         }
-        cfg_pair_item(n->items[0].val, lo, h);
-        cfg_pair_item(n->items[1].val, lo, w);
+        hcnn_cfg_pair_item(n->items[0].val, lo, h);
+        hcnn_cfg_pair_item(n->items[1].val, lo, w);
         return HCNN_OK;
     }
     int v;
-    if (!cfg_pair_item(n, lo, &v))
+    if (!hcnn_cfg_pair_item(n, lo, &v))
         return pair_fail(c, n, lo);
     *h = *w = v;
     return HCNN_OK;
@@ -281,19 +281,19 @@ int cfg_get_pair(const ictx *c, const node *n, int lo, int *h, int *w)
 
 /* Names become tensor-name prefixes ("layer1.0.conv1.weight"), so they are
  * restricted to characters that are safe in names and file names. */
-int cfg_get_name(const ictx *c, const node *n, char *buf, size_t size, const char *extra_chars)
+int hcnn_cfg_get_name(const ictx *c, const node *n, char *buf, size_t size, const char *extra_chars)
 {
     char expected[96];
     snprintf(expected, sizeof expected, "a name of at most %zu characters from [A-Za-z0-9_.%s]",
              size - 1, extra_chars);
     if (!n || n->type != NODE_SCALAR)
-        return cfg_fail_value(c, n, expected);
+        return hcnn_cfg_fail_value(c, n, expected);
     const char *s = n->is_null ? "" : n->str;
     if (strlen(s) >= size)
-        return cfg_fail_value(c, n, expected);
+        return hcnn_cfg_fail_value(c, n, expected);
     for (const char *p = s; *p; p++)
         if (!isalnum((unsigned char)*p) && *p != '_' && *p != '.' && !strchr(extra_chars, *p))
-            return cfg_fail_value(c, n, expected);
+            return hcnn_cfg_fail_value(c, n, expected);
     memset(buf, 0, size);
     memcpy(buf, s, strlen(s));
     return HCNN_OK;

@@ -88,7 +88,9 @@ static void write_block_key(FILE *f, const hcnn_block_spec *b, const block_key *
         write_float(f, *(const float *)(const void *)field);
         break;
     case BKT_SHORTCUT:
-        fputs(cfg_enum_name(cfg_shortcut_names, COUNT(cfg_shortcut_names), (int)b->shortcut), f);
+        fputs(hcnn_cfg_enum_name(hcnn_cfg_shortcut_names, COUNT(hcnn_cfg_shortcut_names),
+                                 (int)b->shortcut),
+              f);
         break;
     default:
         break;
@@ -98,17 +100,17 @@ static void write_block_key(FILE *f, const hcnn_block_spec *b, const block_key *
 static void write_block(FILE *f, const hcnn_block_spec *b)
 {
     const int known = (int)b->kind >= 0 && b->kind < HCNN_BLOCK_KIND_COUNT;
-    const unsigned mask = known ? cfg_block_types[b->kind].keys : 0;
+    const unsigned mask = known ? hcnn_cfg_block_types[b->kind].keys : 0;
     fprintf(f, "    - {type: %s", hcnn_block_kind_name(b->kind));
     if (b->name[0]) {
         fputs(", name: ", f);
         write_string(f, b->name);
     }
-    for (int k = 0; k < cfg_nblock_keys; k++) {
+    for (int k = 0; k < hcnn_cfg_nblock_keys; k++) {
         if (!(mask & (1u << k)))
             continue;
-        fprintf(f, ", %s: ", cfg_block_keys[k].name);
-        write_block_key(f, b, &cfg_block_keys[k]);
+        fprintf(f, ", %s: ", hcnn_cfg_block_keys[k].name);
+        write_block_key(f, b, &hcnn_cfg_block_keys[k]);
     }
     fputs("}\n", f);
 }
@@ -157,7 +159,7 @@ static void write_top_key(FILE *f, const hcnn_config *cfg, const keydef *d)
         write_string(f, field);
         break;
     case KT_ENUM:
-        fputs(cfg_enum_name(d->names, d->nnames, d->get(cfg)), f);
+        fputs(hcnn_cfg_enum_name(d->names, d->nnames, d->get(cfg)), f);
         break;
     case KT_AUGMENT:
         fputs(cfg->augment < 0 ? "default" : cfg->augment ? "true" : "false", f);
@@ -186,8 +188,8 @@ void hcnn_config_print(const hcnn_config *cfg, void *file)
         fputc(')', f);
     }
     fputc('\n', f);
-    for (int i = 0; i < cfg_ntop_keys; i++)
-        write_top_key(f, cfg, &cfg_top_keys[i]);
+    for (int i = 0; i < hcnn_cfg_ntop_keys; i++)
+        write_top_key(f, cfg, &hcnn_cfg_top_keys[i]);
 }
 
 /* Written whole through the atomic-file helper: the configuration beside a

@@ -31,7 +31,7 @@ int hcnn_backend_create(const char *name, int device, hcnn_backend **be)
         return hcnn_backend_cuda_create(device, be);
 #else
         return hcnn_error("device: cuda: this hcnn was built without CUDA; rebuild it with "
-                          "./configure --with-cuda (README: GPU nodes)");
+                          "./configure --with-cuda (docs/gpu-nodes.md)");
 #endif
     }
     return hcnn_error("backend '%s': unknown (this build has %s)", name, hcnn_backend_names());

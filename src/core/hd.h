@@ -5,7 +5,7 @@
  * SGD update, so that the two backends cannot drift apart.  Valid C11 and
  * CUDA C++ alike (host-and-device functions under nvcc; plain static
  * inline functions for the CPU's C and the emulation's C++).  The
- * conformance suite's references (tests/test_backend.c) do not use them:
+ * conformance suite's references (tests/conformance/test_backend.c) do not use them:
  * an error here cannot hide in a reference. */
 #ifndef HCNN_HD_H
 #define HCNN_HD_H

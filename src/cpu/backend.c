@@ -199,7 +199,7 @@ const hcnn_backend *hcnn_backend_cpu(void)
  * that meets them, as the plans assume (hcnn_cpu_threads is 1 there and
  * their workspace slices are one thread's).  A list in OMP_NUM_THREADS
  * ("4,4") or OMP_MAX_ACTIVE_LEVELS would otherwise make them teams of
- * their own: LeNet-5 trained another model (tests/test_threads.sh). */
+ * their own: LeNet-5 trained another model (tests/integration/test_threads.sh). */
 int hcnn_backend_cpu_create(hcnn_backend **be)
 {
     hcnn_blas_single_threaded();

@@ -6,8 +6,8 @@
  * host_memory is 0, so callers must use upload, download and the MPI
  * staging; host code that reads or writes a tensor behind the backend's
  * back faults at once instead of working by accident.  The results are
- * the CPU backend's, bit for bit (tests/test_seam.sh); the conformance
- * suite (tests/test_backend.c) runs on it too.  Selected with
+ * the CPU backend's, bit for bit (tests/integration/test_seam.sh); the conformance
+ * suite (tests/conformance/test_backend.c) runs on it too.  Selected with
  * HCNN_BACKEND=cpu-devmem (a test's way in; users choose `device`). */
 #include <stdlib.h>
 #include <string.h>

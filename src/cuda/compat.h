@@ -11,7 +11,7 @@
  * stream>>>; under the emulation the kernel function itself runs for every
  * block and thread the launch asks for, queued on the stream in order.
  * Kernels are static (`static __global__`): each is launched from its own
- * file only, and libhcnn.a exports hcnn_ names only (tests/test_structure.sh). */
+ * file only, and libhcnn.a exports hcnn_ names only (tests/integration/test_structure.sh). */
 #ifndef HCNN_CUDA_COMPAT_H
 #define HCNN_CUDA_COMPAT_H
 

@@ -326,7 +326,7 @@ double hcnn_p2p_seconds(const hcnn_network *nw, double bytes)
  * (shared_memory) the transfer is CPU work too: OpenMPI's vader transport
  * copies the bytes inside those MPI_Test calls, so the whole bucket's time
  * lengthens backward (on 2 ranks of a 2-core VM the 2-rank data point of
- * tests/test_plan.sh was predicted 11-15% fast when only the reduction was
+ * tests/integration/test_plan.sh was predicted 11-15% fast when only the reduction was
  * charged; see docs/plan.md).  Returns the time the
  * allreduce adds to the step: that lengthening plus what ends after the
  * (lengthened) backward; *total: all buckets' time. */

@@ -176,7 +176,7 @@ static int fill_rows(const hcnn_config *cfg, const plan_opts *o, const hcnn_net 
                 r->weak = weak;
                 if (!layout_for(o, G0, b, weak, N, cand[j], &r->lay)) {
                     char name[32];
-                    layout_name(&r->lay, name, sizeof name);
+                    hcnn_plan_layout_name(&r->lay, name, sizeof name);
                     if (say)
                         printf("hcnn plan: strong scaling at %d nodes, %s: the global batch %d "
                                "gives a %s fewer than one sample a pass: not a layout for it\n",
@@ -302,17 +302,17 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
         const hcnn_pass_cost *weak_pass = NULL;
         if (o->weak)
             rc = pass_cost(cfg, o, &net, cc, b, &weak_pass);
-        print_rows(rows, nrows, &nw, o, stdout, 0);
+        hcnn_plan_print_rows(rows, nrows, &nw, o, stdout, 0);
         if (weak_pass)
-            print_passes(&net, weak_pass, o, stdout, 0);
+            hcnn_plan_print_passes(&net, weak_pass, o, stdout, 0);
         for (int weak = 1; weak >= 0; weak--)
             if (weak ? o->weak : o->strong) {
-                print_verdict(rows, nrows, weak, 0.90, stdout);
+                hcnn_plan_print_verdict(rows, nrows, weak, 0.90, stdout);
                 if (nbefore == nrows && nother == nrows)
-                    print_comm_changes(rows, before, other, nrows, weak, o->comm.reserved_core,
-                                       stdout);
+                    hcnn_plan_print_comm_changes(rows, before, other, nrows, weak,
+                                                 o->comm.reserved_core, stdout);
                 if (nflipped == nrows)
-                    print_sharding(rows, flipped, nrows, weak, o->comm.sharded, stdout);
+                    hcnn_plan_print_sharding(rows, flipped, nrows, weak, o->comm.sharded, stdout);
             }
         if (!rc && weak_pass && o->out[0]) {
             char path[HCNN_FILE_PATH_MAX + 32];
@@ -322,7 +322,7 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
             if (!rc && !f)
                 rc = hcnn_error_code(HCNN_EIO, "cannot write %s", path);
             if (f) {
-                print_passes(&net, weak_pass, o, f, 1);
+                hcnn_plan_print_passes(&net, weak_pass, o, f, 1);
                 if (fclose(f) != 0)
                     rc = hcnn_error_code(HCNN_EIO, "cannot write %s", path);
             }
@@ -336,7 +336,7 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
         if (!rc && !f)
             rc = hcnn_error_code(HCNN_EIO, "cannot write %s", path);
         if (f) {
-            print_rows(rows, nrows, &nw, o, f, 1);
+            hcnn_plan_print_rows(rows, nrows, &nw, o, f, 1);
             if (fclose(f) != 0)
                 rc = hcnn_error_code(HCNN_EIO, "cannot write %s", path);
         }
@@ -345,7 +345,7 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
             snprintf(title, sizeof title, "hcnn plan: %s on %s, compute from %s x %d threads",
                      cfg->model.name, nw.name, cpu, o->measure_threads);
             int plots = 0;
-            rc = write_plots(o, o->out, title, &plots);
+            rc = hcnn_plan_write_plots(o, o->out, title, &plots);
             printf("hcnn plan: table in %s%s\n", path,
                    plots ? ", plots plan_*.png beside it" : " (no plots: gnuplot failed)");
         }

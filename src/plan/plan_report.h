@@ -49,25 +49,25 @@ typedef struct plan_row {
 } plan_row;
 
 /* "data" or "pipeline_SxR" */
-void layout_name(const hcnn_layout *l, char *buf, size_t cap);
+void hcnn_plan_layout_name(const hcnn_layout *l, char *buf, size_t cap);
 /* The table (csv: plan.csv's rows under its header). */
-void print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_opts *o, FILE *f,
-                int csv);
+void hcnn_plan_print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_opts *o,
+                          FILE *f, int csv);
 /* What keeps the recommended layout at the largest node count from ideal. */
-void print_verdict(const plan_row *rows, int n, int weak, double goal, FILE *f);
+void hcnn_plan_print_verdict(const plan_row *rows, int n, int weak, double goal, FILE *f);
 /* plan_*.png through gnuplot (none, with a warning, when it fails). */
-int write_plots(const plan_opts *o, const char *dir, const char *title, int *written);
+int hcnn_plan_write_plots(const plan_opts *o, const char *dir, const char *title, int *written);
 /* The passes of one node's step (csv: plan_passes.csv). */
-void print_passes(const hcnn_net *net, const hcnn_pass_cost *c, const plan_opts *o, FILE *f,
-                  int csv);
+void hcnn_plan_print_passes(const hcnn_net *net, const hcnn_pass_cost *c, const plan_opts *o,
+                            FILE *f, int csv);
 /* The recommended layout's efficiency before hcnn's communication changes,
  * now, and with the other allreduce_progress. */
-void print_comm_changes(const plan_row *now, const plan_row *before, const plan_row *other, int n,
-                        int weak, int thread_now, FILE *f);
+void hcnn_plan_print_comm_changes(const plan_row *now, const plan_row *before,
+                                  const plan_row *other, int n, int weak, int thread_now, FILE *f);
 /* The recommended layout at the most nodes with optimizer_sharding none
  * and ranks (now: the configuration's, flipped: the other), and which of
  * the two the plan recommends there. */
-void print_sharding(const plan_row *now, const plan_row *flipped, int n, int weak,
-                    int sharded_now, FILE *f);
+void hcnn_plan_print_sharding(const plan_row *now, const plan_row *flipped, int n, int weak,
+                              int sharded_now, FILE *f);
 
 #endif

@@ -9,7 +9,7 @@
 #include "hcnn/common.h"
 #include "plan_report.h"
 
-void layout_name(const hcnn_layout *l, char *buf, size_t cap)
+void hcnn_plan_layout_name(const hcnn_layout *l, char *buf, size_t cap)
 {
     if (l->stages == 1)
         snprintf(buf, cap, "data");
@@ -24,8 +24,8 @@ void layout_name(const hcnn_layout *l, char *buf, size_t cap)
     "step_ms,compute_ms,allreduce_ms,allreduce_total_ms,bubble_ms,p2p_ms,sync_ms,efficiency,"    \
     "best,threads,network,below_threads,note,fewest_pieces,thread_use"
 
-void print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_opts *o,
-                       FILE *f, int csv)
+void hcnn_plan_print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_opts *o,
+                          FILE *f, int csv)
 {
     if (csv)
         fprintf(f, "%s\n", CSV_HEADER);
@@ -36,7 +36,7 @@ void print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_
     for (int i = 0; i < n; i++) {
         const plan_row *r = &rows[i];
         char name[32];
-        layout_name(&r->lay, name, sizeof name);
+        hcnn_plan_layout_name(&r->lay, name, sizeof name);
         const hcnn_step_model *m = &r->m;
         if (csv)
             fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%d,"
@@ -59,7 +59,7 @@ void print_rows(const plan_row *rows, int n, const hcnn_network *nw, const plan_
 
 /* What keeps the recommended layout at the largest node count from ideal
  * scaling: the largest of the step's terms beyond the 1-node compute. */
-void print_verdict(const plan_row *rows, int n, int weak, double goal, FILE *f)
+void hcnn_plan_print_verdict(const plan_row *rows, int n, int weak, double goal, FILE *f)
 {
     const plan_row *best = NULL, *base = NULL;
     for (int i = 0; i < n; i++) {
@@ -73,7 +73,7 @@ void print_verdict(const plan_row *rows, int n, int weak, double goal, FILE *f)
     if (!best || !base)
         return;
     char name[32];
-    layout_name(&best->lay, name, sizeof name);
+    hcnn_plan_layout_name(&best->lay, name, sizeof name);
     const hcnn_step_model *m = &best->m;
     /* the ideal step: 1-node time per image x this rank's images */
     const double ideal = base->m.step_s / base->lay.global_batch * best->lay.global_batch /
@@ -96,7 +96,7 @@ void print_verdict(const plan_row *rows, int n, int weak, double goal, FILE *f)
             m->step_s * 1e3);
 }
 
-int write_plots(const plan_opts *o, const char *dir, const char *title, int *written)
+int hcnn_plan_write_plots(const plan_opts *o, const char *dir, const char *title, int *written)
 {
     *written = 0;
     FILE *gp = popen(o->gnuplot, "w");
@@ -156,8 +156,8 @@ int write_plots(const plan_opts *o, const char *dir, const char *title, int *wri
 #define PASSES_HEADER                                                                             \
     "block,name,pass,ms,gemm_ms,stream_ms,gflop,gemm_peak_share_here,stream_mbytes,streams"
 
-void print_passes(const hcnn_net *net, const hcnn_pass_cost *c, const plan_opts *o,
-                         FILE *f, int csv)
+void hcnn_plan_print_passes(const hcnn_net *net, const hcnn_pass_cost *c, const plan_opts *o,
+                            FILE *f, int csv)
 {
     if (csv)
         fprintf(f, "%s\n", PASSES_HEADER);
@@ -217,8 +217,8 @@ static const plan_row *best_at_most_nodes(const plan_row *rows, int n, int weak)
     return best && best->lay.nodes >= 2 ? best : NULL;
 }
 
-void print_sharding(const plan_row *now, const plan_row *flipped, int n, int weak,
-                    int sharded_now, FILE *f)
+void hcnn_plan_print_sharding(const plan_row *now, const plan_row *flipped, int n, int weak,
+                              int sharded_now, FILE *f)
 {
     const plan_row *best = best_at_most_nodes(now, n, weak);
     if (!best)
@@ -226,7 +226,7 @@ void print_sharding(const plan_row *now, const plan_row *flipped, int n, int wea
     const plan_row *alt = &flipped[best - now];
     const plan_row *none = sharded_now ? alt : best, *ranks = sharded_now ? best : alt;
     char name[32];
-    layout_name(&best->lay, name, sizeof name);
+    hcnn_plan_layout_name(&best->lay, name, sizeof name);
     fprintf(f,
             "hcnn plan: %s scaling at %d nodes, %s: optimizer_sharding: none %.1f images/s "
             "(optimiser %.3f ms, exposed allreduce %.3f ms, agreement %.3f ms); ranks %.1f "
@@ -242,15 +242,15 @@ void print_sharding(const plan_row *now, const plan_row *flipped, int n, int wea
 
 /* The efficiency of the recommended layout at the largest node count, priced
  * as the step was before hcnn's communication changes and as it is now. */
-void print_comm_changes(const plan_row *now, const plan_row *before,
-                               const plan_row *other, int n, int weak, int thread_now, FILE *f)
+void hcnn_plan_print_comm_changes(const plan_row *now, const plan_row *before,
+                                  const plan_row *other, int n, int weak, int thread_now, FILE *f)
 {
     const plan_row *best = best_at_most_nodes(now, n, weak);
     if (!best)
         return;
     const plan_row *was = &before[best - now], *alt = &other[best - now];
     char name[32];
-    layout_name(&best->lay, name, sizeof name);
+    hcnn_plan_layout_name(&best->lay, name, sizeof name);
     fprintf(f,
             "hcnn plan: %s scaling at %d nodes, %s: efficiency %.3f before hcnn's communication "
             "changes (agreement allreduce %.3f ms, exposed allreduce %.3f ms), %.3f now "

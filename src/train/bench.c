@@ -35,11 +35,11 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
     cfg->max_steps = 0;
     cfg->csv[0] = cfg->checkpoint_dir[0] = '\0';
     hcnn_run r;
-    int rc = run_setup(&r, cfg, comm, 1);
+    int rc = hcnn_run_setup(&r, cfg, comm, 1);
     if (!rc)
         rc = hcnn_train_prepare(&r);
     if (!rc)
-        rc = profile_enable(&r);
+        rc = hcnn_run_profile_enable(&r);
     double rate[64];
     int nrate = 0;
     if (!rc) {
@@ -54,7 +54,7 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
                    cfg->model.name, hcnn_strategy_name(cfg->strategy), comm->size,
                    comm->size > 1 ? "s" : "", r.threads, cfg->batch_size, warmup, repeats, steps,
                    hcnn_blas_describe(blas, sizeof blas));
-            report_compute_setup(&r);
+            hcnn_report_compute_setup(&r);
             fflush(stdout);
         }
         /* CUDA graphs replay whole steps, and the per-block timers wait for
@@ -62,9 +62,9 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
          * timers, and the table comes from `steps` more steps with them */
         const int graphs = r.graphs.on;
         if (graphs)
-            profile_pause(&r);
+            hcnn_run_profile_pause(&r);
         for (int i = 0; i < warmup && !rc; i++)
-            rc = train_next_step(&r, 0, spe, &st) < 0 ? HCNN_EINVAL : HCNN_OK;
+            rc = hcnn_train_next_step(&r, 0, spe, &st) < 0 ? HCNN_EINVAL : HCNN_OK;
         hcnn_profile_reset(&r.prof);
         for (int k = 0; k < repeats && !rc && nrate < 64; k++) {
             if (comm->size > 1)
@@ -74,7 +74,7 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
                 r.be->trace_region(r.be, 1);
             const double t0 = hcnn_now();
             for (int i = 0; i < steps && !rc; i++) {
-                int got = train_next_step(&r, 0, spe, &st);
+                int got = hcnn_train_next_step(&r, 0, spe, &st);
                 rc = got < 0 ? -got : got == 0 ? hcnn_error("bench: ran out of batches") : HCNN_OK;
             }
             double el = hcnn_now() - t0;
@@ -88,12 +88,12 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
                        el / steps * 1e3);
                 fflush(stdout);
             }
-            profile_sample_reference(&r); /* alternately with the timed steps */
+            hcnn_run_profile_sample_reference(&r); /* alternately with the timed steps */
         }
         if (graphs && !rc) {
-            profile_resume(&r);
+            hcnn_run_profile_resume(&r);
             for (int i = 0; i < steps && !rc; i++) {
-                int got = train_next_step(&r, 0, spe, &st);
+                int got = hcnn_train_next_step(&r, 0, spe, &st);
                 rc = got < 0 ? -got : got == 0 ? hcnn_error("bench: ran out of batches") : HCNN_OK;
             }
             if (run_is_root(&r))
@@ -103,14 +103,14 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
         }
     }
     if (!rc) {
-        const double share = profile_print(&r);
+        const double share = hcnn_run_profile_print(&r);
         const double median = hcnn_median(rate, nrate);
         if (run_is_root(&r)) {
             printf("gemm_share=%.3f\n", share);
             printf("images_per_s=%.1f\n", median);
         }
     }
-    run_free(&r);
+    hcnn_run_free(&r);
     free(cfg);
     return rc;
 }
@@ -151,11 +151,11 @@ int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, d
     /* a process of its own: whatever launched hcnn plan, the measurement is serial */
     const hcnn_comm self = {.rank = 0, .size = 1, .world = MPI_COMM_SELF};
     hcnn_run r;
-    int rc = run_setup(&r, cfg, &self, 1);
+    int rc = hcnn_run_setup(&r, cfg, &self, 1);
     if (!rc)
         rc = hcnn_train_prepare(&r);
     if (!rc)
-        rc = profile_enable(&r);
+        rc = hcnn_run_profile_enable(&r);
     const int nl = rc ? 0 : r.net.nlayers;
     const int cols = 4 * nl + 1; /* fwd, bwd, fwd outside GEMMs, bwd outside, the rest */
     double *v = rc ? NULL : hcnn_calloc(sizeof(double) * (size_t)cols * MAX_STEPS, "block times");
@@ -169,7 +169,7 @@ int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, d
         for (int i = 0; i < WARMUP + steps && !rc; i++) {
             hcnn_profile_reset(&r.prof);
             const double t0 = hcnn_now();
-            const int got = train_next_step(&r, 0, spe, &st);
+            const int got = hcnn_train_next_step(&r, 0, spe, &st);
             const double el = hcnn_now() - t0;
             rc = got < 0 ? -got : got == 0 ? hcnn_error("block times: ran out of batches") : 0;
             if (rc || i < WARMUP)
@@ -208,7 +208,7 @@ int hcnn_block_times(const hcnn_config *cfg_in, int n, int steps, double *fwd, d
         }
     }
     free(v);
-    run_free(&r);
+    hcnn_run_free(&r);
     free(cfg);
     return rc;
 }

@@ -148,11 +148,11 @@ int hcnn_train_check(const hcnn_config *cfg, const char *resume)
     hcnn_dataset_free(&test);
     if (rc)
         return rc;
-    if ((rc = run_check_checkpoint_dir(cfg)))
+    if ((rc = hcnn_run_check_checkpoint_dir(cfg)))
         return rc;
     if (cfg->checkpoint_dir[0] && (rc = hcnn_ckpt_lock_probe(cfg->checkpoint_dir)))
         return rc;
-    if ((rc = report_csv_check(cfg)))
+    if ((rc = hcnn_report_csv_check(cfg)))
         return rc;
     if (cfg->csv[0]) {
         char dir[HCNN_FILE_PATH_MAX];

@@ -49,7 +49,7 @@ static int has_dropout(const hcnn_layer *l, int n)
 
 static int graph_point(hcnn_comm_cut *cut, hcnn_comm_fn fn, void *arg, int i);
 
-void graphs_setup(hcnn_run *r)
+void hcnn_graphs_setup(hcnn_run *r)
 {
     step_graphs *g = &r->graphs;
     memset(g, 0, sizeof *g);
@@ -287,8 +287,8 @@ static int capture(hcnn_run *r, step_graph *p, int (*seg)(hcnn_run *r, void *arg
     return HCNN_OK;
 }
 
-int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, int gn, float lr,
-               int (*seg)(hcnn_run *r, void *arg), void *arg)
+int hcnn_graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, int gn, float lr,
+                    int (*seg)(hcnn_run *r, void *arg), void *arg)
 {
     step_graphs *g = &r->graphs;
     if (!g->on || r->profiling || (segment == 0 && !g->step_on))

@@ -18,7 +18,7 @@
 #include "hcnn/files.h"
 #include "run.h"
 
-void report_compute_setup(const hcnn_run *r)
+void hcnn_report_compute_setup(const hcnn_run *r)
 {
     const hcnn_config *cfg = r->cfg;
     /* conv_algo and im2col_mb are the CPU backend's; a device's algorithms
@@ -43,7 +43,7 @@ void report_compute_setup(const hcnn_run *r)
         printf("hcnn: CUDA graphs: %s\n", r->graphs.why);
 }
 
-void report_header(const hcnn_run *r)
+void hcnn_report_header(const hcnn_run *r)
 {
     if (!run_is_root(r))
         return;
@@ -64,14 +64,14 @@ void report_header(const hcnn_run *r)
     printf("hcnn: device: %s\n", where);
     if (r->comm->size > 1)
         fputs(r->mpi_note, stdout); /* empty for host memory */
-    report_compute_setup(r);
+    hcnn_report_compute_setup(r);
     fputs(r->ckpt_note, stdout); /* where the checkpoints go, or that there are none */
     r->strat.ops->report_header(&r->strat, stdout);
     fflush(stdout);
 }
 
-void report_progress(const hcnn_run *r, int epoch, int batch, int nbatches, const epoch_stats *st,
-                     double t0, double *last_print)
+void hcnn_report_progress(const hcnn_run *r, int epoch, int batch, int nbatches,
+                          const epoch_stats *st, double t0, double *last_print)
 {
     if (!run_is_root(r))
         return;
@@ -112,7 +112,7 @@ static int csv_refused(const hcnn_config *cfg, mode_t mode)
  * is refused before the run trains (as root, csv=/dev/stdout used to
  * replace /dev/stdout with a plain file).  A path that does not exist yet
  * is created later; other faults are reported by that creation. */
-int report_csv_check(const hcnn_config *cfg)
+int hcnn_report_csv_check(const hcnn_config *cfg)
 {
     struct stat st;
     if (!cfg->csv[0] || stat(cfg->csv, &st) != 0 || S_ISREG(st.st_mode))
@@ -228,13 +228,13 @@ static int csv_write_config(const hcnn_config *cfg)
  * a link and its target gets the rows; what is not a regular file is
  * refused before anything is written beside it.  A new run starts the file
  * with its header; a resumed run appends to the file it continues. */
-int report_csv_open(hcnn_run *r, int append)
+int hcnn_report_csv_open(hcnn_run *r, int append)
 {
     const hcnn_config *cfg = r->cfg;
     if (!cfg->csv[0] || !run_is_root(r))
         return HCNN_OK;
     int fd = -1;
-    int rc = report_csv_check(cfg);
+    int rc = hcnn_report_csv_check(cfg);
     char what[HCNN_PATH_MAX + 64];
     snprintf(what, sizeof what, "the directory of key csv in %s", cfg->path);
     if (!rc)
@@ -256,7 +256,7 @@ int report_csv_open(hcnn_run *r, int append)
     return rc;
 }
 
-int report_reduce_epoch(hcnn_run *r, epoch_stats *st)
+int hcnn_report_reduce_epoch(hcnn_run *r, epoch_stats *st)
 {
     double sums[4] = {st->loss_sum, st->correct, st->seen, st->trained};
     double t[4] = {st->compute_s, st->comm_wait_s, st->data_wait_s, st->bubble_s};
@@ -308,7 +308,7 @@ static int csv_row(hcnn_run *r, int epoch, const epoch_stats *st, double ips, do
     return bad ? (errno ? errno : EIO) : 0;
 }
 
-int report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
+int hcnn_report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
 {
     int failed = 0; /* errno of the row's write on rank 0 */
     if (run_is_root(r)) {

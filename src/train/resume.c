@@ -20,7 +20,7 @@
 /* A checkpoint directory that cannot be written is found before training,
  * not at the first checkpoint (checkpoint_dir=/dev/null/ck used to lose
  * the whole run): create it, write, sync and remove a file.  Rank 0's. */
-int run_check_checkpoint_dir(const hcnn_config *cfg)
+int hcnn_run_check_checkpoint_dir(const hcnn_config *cfg)
 {
     const char *dir = cfg->checkpoint_dir;
     if (!dir[0])
@@ -95,13 +95,13 @@ int hcnn_check_resume(const hcnn_config *cfg, const char *resume, long train_sam
     return rc;
 }
 
-int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st, int final,
-                    int wait)
+int hcnn_run_save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st,
+                             int final, int wait)
 {
     const hcnn_config *cfg = r->cfg;
     if (!cfg->checkpoint_dir[0])
         return HCNN_OK;
-    int rc = run_average_bn_state(r);
+    int rc = hcnn_run_average_bn_state(r);
     if (!rc)
         rc = r->strat.ops->gather(&r->strat, r->opt.velocity);
     if (rc || !run_is_root(r))
@@ -251,7 +251,7 @@ static int open_line(hcnn_run *r, const char *path, const hcnn_ckpt_meta *meta)
 /* The checkpoint directory taken (rank 0), the checkpoint to resume found
  * and loaded (every rank: it holds the whole model, whatever layout wrote
  * it), the line this run writes opened (rank 0).  Collective. */
-int run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed)
+int hcnn_run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed)
 {
     const hcnn_config *cfg = r->cfg;
     char path[HCNN_FILE_PATH_MAX + 48] = "";
@@ -260,7 +260,7 @@ int run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, 
     memset(meta, 0, sizeof *meta);
     const hcnn_run_ident want = run_ident(cfg, &r->net, r->train.n);
     if (run_is_root(r)) {
-        rc = run_check_checkpoint_dir(cfg);
+        rc = hcnn_run_check_checkpoint_dir(cfg);
         /* the lock before anything in the directory is read */
         if (!rc && cfg->checkpoint_dir[0]) {
             char provisional[HCNN_RUN_ID_MAX];

@@ -15,9 +15,9 @@
 #include "hcnn/threads.h"
 #include "run.h"
 
-void run_free(hcnn_run *r)
+void hcnn_run_free(hcnn_run *r)
 {
-    hcnn_profile_free(&r->prof); /* also paused (profile_pause) */
+    hcnn_profile_free(&r->prof); /* also paused (hcnn_run_profile_pause) */
     if (r->writer_ready)
         hcnn_ckpt_writer_free(&r->writer);
     hcnn_ckpt_lock_release(&r->lock); /* after the last write */
@@ -39,7 +39,7 @@ void run_free(hcnn_run *r)
     hcnn_backend_destroy(r->own_be); /* last: everything above was its memory */
 }
 
-/* Test switches, for tests/test_faults.sh: HCNN_FAIL_AT=rank:step makes
+/* Test switches, for tests/integration/test_faults.sh: HCNN_FAIL_AT=rank:step makes
  * that rank fail at that step (a non-finite loss), to test that one
  * failing rank ends the whole job; HCNN_FAIL_AT=rank:step:collective makes
  * it enter a barrier the other ranks never enter, so that the stall
@@ -67,7 +67,7 @@ static int grad_replicas(const hcnn_config *cfg, const hcnn_comm *comm)
 /* The backend the configuration's `device` names, on a GPU node the GPU of
  * this rank's place among its node's ranks; HCNN_BACKEND overrides it for
  * the tests (cpu-devmem: the CPU backend behind memory the host cannot
- * touch, tests/test_seam.sh and tests/test_backend.c). */
+ * touch, tests/integration/test_seam.sh and tests/conformance/test_backend.c). */
 static int run_backend(hcnn_run *r)
 {
     const char *test = getenv(HCNN_ENV_BACKEND);
@@ -153,7 +153,7 @@ static int check_data_identity(const hcnn_run *r)
     return differ ? HCNN_EAGREED : HCNN_OK;
 }
 
-int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train)
+int hcnn_run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train)
 {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
@@ -205,7 +205,7 @@ int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int ne
     return hcnn_strategy_init(&r->strat, cfg, comm, &r->net, need_train);
 }
 
-int run_average_bn_state(hcnn_run *r)
+int hcnn_run_average_bn_state(hcnn_run *r)
 {
     size_t off, count;
     hcnn_net_state_range(&r->net, r->strat.first, r->strat.last, &off, &count);
@@ -216,7 +216,7 @@ int run_average_bn_state(hcnn_run *r)
     return rc;
 }
 
-int run_evaluate(hcnn_run *r, double *loss, double *acc)
+int hcnn_run_evaluate(hcnn_run *r, double *loss, double *acc)
 {
     const hcnn_dataset *ds = &r->test;
     int lo, hi;
@@ -271,7 +271,7 @@ static int crc_floats(const hcnn_backend *be, const float *buf, size_t n, uint32
 
 /* After training every replica must hold the same parameters and
  * statistics; a mismatch means a bug or a non-deterministic reduction. */
-int run_check_replicas(hcnn_run *r)
+int hcnn_run_check_replicas(hcnn_run *r)
 {
     if (r->strat.ngroups == 1)
         return HCNN_OK;
@@ -300,14 +300,14 @@ int run_check_replicas(hcnn_run *r)
 int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *checkpoint)
 {
     hcnn_run r;
-    int rc = run_setup(&r, cfg, comm, 0);
+    int rc = hcnn_run_setup(&r, cfg, comm, 0);
     hcnn_ckpt_meta meta;
     if (!rc)
         rc = hcnn_ckpt_load(checkpoint, &r.net, NULL, &meta);
     double loss = 0.0, acc = 0.0;
     const double t0 = hcnn_now();
     if (!rc)
-        rc = run_evaluate(&r, &loss, &acc);
+        rc = hcnn_run_evaluate(&r, &loss, &acc);
     if (!rc && run_is_root(&r))
         printf("checkpoint=%s epoch=%ld step=%ld test_samples=%d test_loss=%.4f test_acc=%.4f "
                "eval_time_s=%.3f\n",
@@ -321,13 +321,13 @@ int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *che
                        checkpoint, loss);
         rc = HCNN_EAGREED;
     }
-    run_free(&r);
+    hcnn_run_free(&r);
     return rc;
 }
 
 /* ---- the per-block profile of a run (train --profile, bench) ---------------- */
 
-int profile_enable(hcnn_run *r)
+int hcnn_run_profile_enable(hcnn_run *r)
 {
     int rc = hcnn_profile_init(&r->prof, r->net.nids);
     r->profiling = 1;
@@ -336,21 +336,21 @@ int profile_enable(hcnn_run *r)
     return rc;
 }
 
-/* the per-block timers off and on again (profile_enable's), the samples kept */
-void profile_pause(hcnn_run *r)
+/* the per-block timers off and on again (hcnn_run_profile_enable's), the samples kept */
+void hcnn_run_profile_pause(hcnn_run *r)
 {
     r->profiling = 0;
     r->strat.scratch.ctx.prof_fwd = r->strat.scratch.ctx.prof_bwd = NULL;
 }
 
-void profile_resume(hcnn_run *r)
+void hcnn_run_profile_resume(hcnn_run *r)
 {
     r->profiling = 1;
     r->strat.scratch.ctx.prof_fwd = r->prof.fwd;
     r->strat.scratch.ctx.prof_bwd = r->prof.bwd;
 }
 
-void profile_sample_reference(hcnn_run *r)
+void hcnn_run_profile_sample_reference(hcnn_run *r)
 {
     if (!run_is_root(r))
         return;
@@ -360,7 +360,7 @@ void profile_sample_reference(hcnn_run *r)
 }
 
 /* Rank 0's table: its blocks, its shard (or micro-batch) size. */
-double profile_print(hcnn_run *r)
+double hcnn_run_profile_print(hcnn_run *r)
 {
     if (!run_is_root(r))
         return 0.0;

@@ -142,84 +142,84 @@ static inline int run_is_root(const hcnn_run *r) { return r->comm->rank == 0; }
 /* Whether the step's work can be captured (cuda_graphs, the backend, the
  * strategy's communication points, no dropout): r->graphs.on, .step_on
  * and .why; over ranks, gives the strategy its cut (r->strat.cut). */
-void graphs_setup(hcnn_run *r);
+void hcnn_graphs_setup(hcnn_run *r);
 /* Runs seg(r, arg) as segment `segment` of key (x, y, n, gn, lr): directly
  * the first time the key is seen or when graphs are off or a profile is
  * taken, captured and launched the second time, replayed after.  seg only
  * queues work (nothing in it waits for the device) and must give the same
  * work for the same key.  Returns seg's result (captured: its result
  * during the capture). */
-int graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, int gn, float lr,
-               int (*seg)(hcnn_run *r, void *arg), void *arg);
+int hcnn_graphs_run(hcnn_run *r, int segment, const void *x, const void *y, int n, int gn, float lr,
+                    int (*seg)(hcnn_run *r, void *arg), void *arg);
 
 /* run.c */
 /* Backend, data sets, model, strategy (for training when need_train); on
- * error run_free releases what was set up.  A run that trains then calls
+ * error hcnn_run_free releases what was set up.  A run that trains then calls
  * hcnn_train_prepare (train.c). */
-int run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train);
-void run_free(hcnn_run *r);
+int hcnn_run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, int need_train);
+void hcnn_run_free(hcnn_run *r);
 /* Batch-norm running statistics averaged over the replicas (each saw its
  * own shard); collective. */
-int run_average_bn_state(hcnn_run *r);
+int hcnn_run_average_bn_state(hcnn_run *r);
 /* Loss and accuracy on the test set, in inference mode, sharded over the
  * replicas; collective. */
-int run_evaluate(hcnn_run *r, double *loss, double *acc);
+int hcnn_run_evaluate(hcnn_run *r, double *loss, double *acc);
 /* Every replica holds the same parameters and statistics; collective. */
-int run_check_replicas(hcnn_run *r);
+int hcnn_run_check_replicas(hcnn_run *r);
 
 /* report.c */
-void report_header(const hcnn_run *r);
-void report_compute_setup(const hcnn_run *r);
-void report_progress(const hcnn_run *r, int epoch, int batch, int nbatches,
-                     const epoch_stats *st, double t0, double *last_print);
-int report_csv_open(hcnn_run *r, int append);
+void hcnn_report_header(const hcnn_run *r);
+void hcnn_report_compute_setup(const hcnn_run *r);
+void hcnn_report_progress(const hcnn_run *r, int epoch, int batch, int nbatches,
+                          const epoch_stats *st, double t0, double *last_print);
+int hcnn_report_csv_open(hcnn_run *r, int append);
 /* The csv, if it exists, is a regular file or a link to one (also train --check). */
-int report_csv_check(const hcnn_config *cfg);
+int hcnn_report_csv_check(const hcnn_config *cfg);
 /* Sums over ranks of the epoch's counts, min / mean / max of its times */
-int report_reduce_epoch(hcnn_run *r, epoch_stats *st);
+int hcnn_report_reduce_epoch(hcnn_run *r, epoch_stats *st);
 /* The epoch's line and csv row (rank 0), then whether the row was written
  * agreed by every rank (collective): a failed write (a full disk) sets
  * r->csv_failed on every rank after one message, and the run stops with a
  * checkpoint and exit status 1. */
-int report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
+int hcnn_report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
 
 /* resume.c */
 /* A checkpoint of the current state (collective; rank 0 writes it in the
  * background; wait: until it is on disk). */
-int save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st, int final,
-                    int wait);
+int hcnn_run_save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st,
+                             int final, int wait);
 /* Before the first step (collective): rank 0 takes checkpoint_dir
  * (created, writable, locked), the checkpoint `resume` names (a file,
  * "latest" or "auto"; NULL: none) is found and loaded on every rank
  * (*resumed = 0 when "auto" found none: a new run), and rank 0 opens the
  * line the run writes and the checkpoint writer. */
-int run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed);
+int hcnn_run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *meta, int *resumed);
 /* Rank 0, before training: checkpoint_dir created and writable. */
-int run_check_checkpoint_dir(const hcnn_config *cfg);
+int hcnn_run_check_checkpoint_dir(const hcnn_config *cfg);
 /* train --check (check.c): the checkpoint `resume` names (a file, "latest"
  * or "auto") for this configuration's model and train_samples, found as
- * run_open_checkpoints finds it, read whole and checked to be this run's:
+ * hcnn_run_open_checkpoints finds it, read whole and checked to be this run's:
  * its path in path ("" when "auto" found none) and its META in meta. */
 int hcnn_check_resume(const hcnn_config *cfg, const char *resume, long train_samples,
                       char *path, size_t cap, hcnn_ckpt_meta *meta);
 
 /* run.c: the per-block profile */
-int profile_enable(hcnn_run *r);
-void profile_pause(hcnn_run *r);
-void profile_resume(hcnn_run *r);
+int hcnn_run_profile_enable(hcnn_run *r);
+void hcnn_run_profile_pause(hcnn_run *r);
+void hcnn_run_profile_resume(hcnn_run *r);
 /* One sample of rank 0's raw-GEMM reference (between timed repeats). */
-void profile_sample_reference(hcnn_run *r);
+void hcnn_run_profile_sample_reference(hcnn_run *r);
 /* Rank 0's table; returns the GEMM share of the step. */
-double profile_print(hcnn_run *r);
+double hcnn_run_profile_print(hcnn_run *r);
 
 /* train.c */
-/* After run_setup(need_train 1): the optimiser, the step's agreement (data
+/* After hcnn_run_setup(need_train 1): the optimiser, the step's agreement (data
  * parallel on several ranks: on the first gradient bucket, grad_sync.h,
- * instead of an allreduce of its own), CUDA graphs (graphs_setup), the
- * epoch permutation and the loader; on error run_free releases them. */
+ * instead of an allreduce of its own), CUDA graphs (hcnn_graphs_setup), the
+ * epoch permutation and the loader; on error hcnn_run_free releases them. */
 int hcnn_train_prepare(hcnn_run *r);
 /* Take the next batch of the epoch and train on it: 1 after a step, 0 at
  * the end of the epoch, -code on error. */
-int train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st);
+int hcnn_train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st);
 
 #endif

@@ -143,7 +143,7 @@ int hcnn_train_prepare(hcnn_run *r)
     if (rc)
         return rc;
     train_fold_agreement(r);
-    graphs_setup(r);
+    hcnn_graphs_setup(r);
     r->perm = hcnn_alloc(sizeof *r->perm * (size_t)r->train.n, "epoch permutation");
     if (!r->perm)
         return HCNN_ENOMEM;
@@ -451,7 +451,7 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     ctx->first_sample = (uint64_t)epoch * (uint64_t)r->train.n + (uint64_t)first;
     const double w0 = s->sync ? s->sync->wait_s : 0.0;
     step_work work = {.x = x, .y = y, .n = n, .gn = gn};
-    int rc = graphs_run(r, 0, x, y, n, gn, 0.0f, step_segment, &work);
+    int rc = hcnn_graphs_run(r, 0, x, y, n, gn, 0.0f, step_segment, &work);
     if (s->sync)
         st->comm_wait_s += s->sync->wait_s - w0;
     if (rc)
@@ -473,7 +473,7 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
     const double o0 = hcnn_now(), g0 = s->sync ? s->sync->wait_s : 0.0;
     HCNN_MARKER_START(ctx, "optimizer", 2);
     sgd_work sw = {.off = off, .count = count, .lr = lr};
-    rc = graphs_run(r, 1, NULL, NULL, 0, 0, lr, sgd_segment, &sw);
+    rc = hcnn_graphs_run(r, 1, NULL, NULL, 0, 0, lr, sgd_segment, &sw);
     HCNN_MARKER_STOP(ctx, "optimizer", 2);
     /* a sharded step's all-gathers: communication, not the optimiser's */
     const double gathers = s->sync ? s->sync->wait_s - g0 : 0.0;
@@ -501,7 +501,7 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
  * write one checkpoint together. */
 static int stop_requested(const hcnn_run *r) { return r->stop_signal != 0 || r->stop_error != 0; }
 
-int train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st)
+int hcnn_train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_stats *st)
 {
     float *x;
     int32_t *y;
@@ -543,13 +543,13 @@ static int train_epoch(hcnn_run *r, int epoch, int first_batch, long steps_per_e
     double last_print = t0;
     int batch = first_batch;
     for (;;) {
-        int rc = train_next_step(r, epoch, steps_per_epoch, st);
+        int rc = hcnn_train_next_step(r, epoch, steps_per_epoch, st);
         if (rc < 0)
             return -rc;
         if (rc == 0)
             break;
         batch++;
-        report_progress(r, epoch, batch, r->loader.nbatches, st, t0, &last_print);
+        hcnn_report_progress(r, epoch, batch, r->loader.nbatches, st, t0, &last_print);
         if (cfg->max_steps > 0 && r->step >= cfg->max_steps) {
             *stop = 1;
             break;
@@ -575,27 +575,27 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
 {
     hcnn_run r;
     const char *resume = opts ? opts->resume : NULL;
-    int rc = run_setup(&r, cfg, comm, 1);
+    int rc = hcnn_run_setup(&r, cfg, comm, 1);
     if (!rc)
         rc = hcnn_train_prepare(&r);
     if (!rc && opts && opts->profile)
-        rc = profile_enable(&r);
+        rc = hcnn_run_profile_enable(&r);
     if (!rc && r.net.nstate > 0 &&
         !(r.state_before = r.be->alloc(r.be, sizeof(float) * r.net.nstate, "statistics before a step")))
         rc = HCNN_ENOMEM;
     hcnn_ckpt_meta start = {0};
     int resumed = 0;
     if (!rc)
-        rc = run_open_checkpoints(&r, resume, &start, &resumed);
+        rc = hcnn_run_open_checkpoints(&r, resume, &start, &resumed);
     if (!rc)
-        rc = report_csv_open(&r, resumed);
+        rc = hcnn_report_csv_open(&r, resumed);
     if (rc) {
         train_keep_free(&r);
-        run_free(&r);
+        hcnn_run_free(&r);
         return rc;
     }
     const long steps_per_epoch = (r.train.n + cfg->batch_size - 1) / cfg->batch_size;
-    report_header(&r);
+    hcnn_report_header(&r);
     int stop = 0, done = 0;
     long epoch = start.epoch;
     int first_batch = (int)start.batch;
@@ -617,19 +617,19 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
              * compared below, and the checkpoint must hold one model
              * (without this, data-parallel batch-norm models stopped by
              * Slurm's USR1 failed "replicas diverged" with no checkpoint) */
-            rc = run_average_bn_state(&r);
+            rc = hcnn_run_average_bn_state(&r);
             break;
         }
-        rc = report_reduce_epoch(&r, &st);
+        rc = hcnn_report_reduce_epoch(&r, &st);
         const double te = hcnn_now();
         if (!rc)
-            rc = run_average_bn_state(&r);
+            rc = hcnn_run_average_bn_state(&r);
         if (!rc)
-            rc = run_evaluate(&r, &st.test_loss, &st.test_acc);
+            rc = hcnn_run_evaluate(&r, &st.test_loss, &st.test_acc);
         st.eval_s = hcnn_now() - te;
         if (rc)
             break;
-        if ((rc = report_epoch(&r, (int)epoch, &st)) ||
+        if ((rc = hcnn_report_epoch(&r, (int)epoch, &st)) ||
             (rc = r.strat.ops->report_epoch(&r.strat, st.train_s, stdout)))
             break;
         const int complete = done >= (int)steps_per_epoch;
@@ -639,14 +639,14 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
         }
         if (!stop && complete && epoch + 1 < cfg->epochs && cfg->checkpoint_every > 0 &&
             (epoch + 1) % cfg->checkpoint_every == 0)
-            rc = save_checkpoint(&r, epoch + 1, 0, &st, 0, 0);
+            rc = hcnn_run_save_checkpoint(&r, epoch + 1, 0, &st, 0, 0);
         if (stop && !complete)
             break; /* max_steps inside the epoch: the checkpoint records the position */
     }
     if (!rc)
-        rc = run_check_replicas(&r);
+        rc = hcnn_run_check_replicas(&r);
     if (!rc && r.profiling)
-        profile_print(&r);
+        hcnn_run_profile_print(&r);
     /* the final checkpoint (also after max_steps, a signal or a non-finite
      * step: the last good state, keep_restore); not after a failed write */
     if (!rc && r.stop_error != HCNN_EIO) {
@@ -659,13 +659,13 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
             HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, comm->world));
             st.loss_sum = sums[0], st.correct = sums[1], st.seen = sums[2];
         }
-        rc = save_checkpoint(&r, epoch, inside ? done : 0, &st, 1, 1);
+        rc = hcnn_run_save_checkpoint(&r, epoch, inside ? done : 0, &st, 1, 1);
     }
     if (!rc && (r.stop_error || r.csv_failed))
         rc = HCNN_EAGREED;
     if (!rc && r.stop_signal)
         rc = HCNN_STOPPED;
     train_keep_free(&r);
-    run_free(&r);
+    hcnn_run_free(&r);
     return rc;
 }

@@ -94,7 +94,7 @@ expect_fail bad_name_chars "blas_kernels.*expected a name" \
 # blas_kernels: auto (the default) makes one choice per CPU, library build
 # and model, measured on one thread: runs at 1, 2 and 17 threads share one
 # table and write byte-identical checkpoints.  (Whether a fresh measurement
-# makes the same choice depends on timings: not a test, see README, "Which
+# makes the same choice depends on timings: not a test, see docs/performance.md, "Which
 # OpenBLAS kernels".)
 case_begin auto_same_choice_any_thread_count
 rm -rf "$XDG_CACHE_HOME"

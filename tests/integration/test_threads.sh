@@ -7,7 +7,7 @@
 # LeNet-5 and a small residual network (batch-norm, projection shortcut,
 # dropout), batches above and below the thread count, every conv_algo,
 # and ResNet-18 at 4 images a rank; then data and pipeline parallelism at 1
-# and 17 threads a rank.  Why it holds: README "Determinism".  The BLAS
+# and 17 threads a rank.  Why it holds: docs/strategies.md, "Determinism".  The BLAS
 # kernels are the environment's (blas_kernels: env): auto measures per
 # thread count and could pick different ones.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"

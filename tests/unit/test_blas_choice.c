@@ -1,7 +1,7 @@
 /* Unit test of src/blas/measure.c: includes the private header
- * src/blas/internal.h (blas_choose, its rounds and margin).
+ * src/blas/internal.h (hcnn_blas_choose_measured, its rounds and margin).
  *
- * blas_kernels: auto's rule (src/blas/measure.c, blas_choose): a candidate
+ * blas_kernels: auto's rule (src/blas/measure.c, hcnn_blas_choose_measured): a candidate
  * beats another only when faster by more than BLAS_KEEP_MARGIN in every
  * round both ran; the baseline stays unless beaten, else the first
  * unbeaten candidate in the fixed order.  Checked on round times made up to
@@ -70,7 +70,7 @@ static void equal_kernels_same_choice(void **state)
         rounds_of(times, rounds, speed, load, sx, cl);
         blas_table t;
         table(&t, times, rounds);
-        const int choice = blas_choose(&t, times, rounds);
+        const int choice = hcnn_blas_choose_measured(&t, times, rounds);
         if (pattern == (1u << BLAS_ROUNDS) - 1) /* SkylakeX behind in every round */
             assert_int_equal(choice, COOPERLAKE);
         else if (pattern == 0) /* SkylakeX ahead in every round */
@@ -99,7 +99,7 @@ static void consistent_lead_wins(void **state)
     rounds_of(times, rounds, speed, load, flat, flat);
     blas_table t;
     table(&t, times, rounds);
-    assert_int_equal(blas_choose(&t, times, rounds), COOPERLAKE);
+    assert_int_equal(hcnn_blas_choose_measured(&t, times, rounds), COOPERLAKE);
 }
 
 /* nothing beats the baseline by more than the margin in every round: it
@@ -119,7 +119,7 @@ static void baseline_stays_unless_beaten(void **state)
     blas_table t;
     table(&t, times, rounds);
     assert_true(t.c[SKYLAKEX].seconds < t.c[PRESCOTT].seconds);
-    assert_int_equal(blas_choose(&t, times, rounds), PRESCOTT);
+    assert_int_equal(hcnn_blas_choose_measured(&t, times, rounds), PRESCOTT);
 }
 
 int main(void)

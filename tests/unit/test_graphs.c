@@ -1,5 +1,5 @@
 /* Unit test of src/train/graphs.c: includes the private header
- * src/train/run.h (hcnn_run, graphs_setup, graphs_run).
+ * src/train/run.h (hcnn_run, hcnn_graphs_setup, hcnn_graphs_run).
  *
  * The CUDA graphs' programs (src/train/graphs.c) against a backend that
  * records: whatever graphs.c does (count, capture, replay, evict, drop,
@@ -124,7 +124,7 @@ static void setup(fixture *f, int ranks)
     f->r.comm = &f->comm;
     f->r.strat.cuts_at_comm = 1;
     f->r.strat.sync = ranks > 1 ? &f->gs : NULL;
-    graphs_setup(&f->r);
+    hcnn_graphs_setup(&f->r);
 }
 
 /* A step of `key` with `points` communication points: work items
@@ -164,13 +164,14 @@ static int step_seg(hcnn_run *r, void *arg)
 /* distinct loader buffers: their addresses are the key */
 static int buffers[64];
 
-/* Runs one step of key through graphs_run; checks that the timeline it
+/* Runs one step of key through hcnn_graphs_run; checks that the timeline it
  * added is the direct step's. */
 static void run_step(fixture *f, int key, int points)
 {
     step_arg a = {.f = f, .key = key, .points = points};
     const int t0 = f->dev.nt;
-    const int rc = graphs_run(&f->r, 0, &buffers[key], &buffers[key], 8, 16, 0.0f, step_seg, &a);
+    const int rc =
+        hcnn_graphs_run(&f->r, 0, &buffers[key], &buffers[key], 8, 16, 0.0f, step_seg, &a);
     assert_int_equal(rc, HCNN_OK);
     int want[MAX_ITEMS], nw = 0;
     for (int p = 0; p <= points; p++) {
@@ -237,7 +238,7 @@ static void test_uncut_strategy_captures_the_optimiser_only(void **state)
     f.r.strat.cuts_at_comm = 0;
     f.r.strat.ops = &ops;
     f.r.strat.cut = NULL;
-    graphs_setup(&f.r);
+    hcnn_graphs_setup(&f.r);
     assert_true(f.r.graphs.on);
     assert_false(f.r.graphs.step_on);
     assert_null(f.r.strat.cut);
@@ -245,7 +246,8 @@ static void test_uncut_strategy_captures_the_optimiser_only(void **state)
     for (int s = 0; s < 4; s++) {
         run_step(&f, 0, 2);
         const int t0 = f.dev.nt;
-        assert_int_equal(graphs_run(&f.r, 1, NULL, NULL, 0, 0, 0.1f, opt_seg, &f.dev), HCNN_OK);
+        assert_int_equal(hcnn_graphs_run(&f.r, 1, NULL, NULL, 0, 0, 0.1f, opt_seg, &f.dev),
+                         HCNN_OK);
         assert_int_equal(f.dev.nt - t0, 1);
         assert_int_equal(f.dev.timeline[t0], 7);
     }
@@ -405,7 +407,7 @@ static void test_failed_piece_after_a_point_is_an_error(void **state)
     step_arg a = {.f = &f, .key = 0, .points = 2};
     const int t0 = f.dev.nt;
     assert_int_not_equal(
-        graphs_run(&f.r, 0, &buffers[0], &buffers[0], 8, 16, 0.0f, step_seg, &a), HCNN_OK);
+        hcnn_graphs_run(&f.r, 0, &buffers[0], &buffers[0], 8, 16, 0.0f, step_seg, &a), HCNN_OK);
     const int want[] = {0, 1, FN_ID + 0};
     assert_int_equal(f.dev.nt - t0, 3);
     assert_memory_equal(f.dev.timeline + t0, want, sizeof want);

@@ -10,14 +10,14 @@
  *
  * Build (the emulation's own test; from the top of the tree):
  *   g++ -std=c++17 -O2 -Wall -Wextra -Werror -DHCNN_CUDA_EMULATION -Isrc/cuda -Iinclude \
- *       tests/test_cuda_emu.cc src/cuda/emu/cublas.cc src/cuda/emu/launch.cc \
+ *       tests/unit/test_cuda_emu.cc src/cuda/emu/cublas.cc src/cuda/emu/launch.cc \
  *       src/cuda/emu/memory.cc src/cuda/emu/errors.cc src/cuda/emu/runtime.cc src/cuda/emu/stream.cc \
  *       -L/usr/lib/x86_64-linux-gnu/openblas-openmp \
  *       -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -fopenmp \
  *       -o /tmp/test_cuda_emu && /tmp/test_cuda_emu
  * The same test source is real CUDA (it compiles, nothing runs without a GPU):
  *   /usr/local/cuda/bin/nvcc -arch=sm_90 -std=c++17 -Isrc/cuda -x cu \
- *       -c tests/test_cuda_emu.cc -o /tmp/test_cuda_emu.o
+ *       -c tests/unit/test_cuda_emu.cc -o /tmp/test_cuda_emu.o
  * -DHCNN_EMU_UCONTEXT builds the barrier fibres on ucontext instead of the
  * x86-64 context switch (the only choice on other machines and under
  * AddressSanitizer, which follows swapcontext but not a hand-made switch).
