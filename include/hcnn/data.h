@@ -46,7 +46,7 @@ int hcnn_synthetic_make_split(hcnn_dataset *ds, int n, int c, int h, int w, int 
                               int split);
 
 /* Open the train and test sets named by cfg->dataset in cfg->data_dir
- * (file names: see README), apply train_limit/test_limit, and check the
+ * (file names: docs/running.md, "Data sets"), apply train_limit/test_limit, and check the
  * shape and class count against cfg->model. */
 int hcnn_dataset_open(const hcnn_config *cfg, hcnn_dataset *train, hcnn_dataset *test);
 

@@ -165,7 +165,7 @@ static const char HELP_EXPORT[] =
     "Write every parameter and batch-norm statistic of CKPT as DIR/<name>.npy (NumPy 1.0,\n"
     "float32, C order), named as PyTorch's state_dict keys (conv1.weight [out,in,kh,kw],\n"
     "layer1.0.bn1.running_mean, ...), plus <bn>.num_batches_tracked.npy (int64) for each\n"
-    "batch-norm layer and DIR/manifest.txt (name dtype shape per line).  See README.md.\n";
+    "batch-norm layer and DIR/manifest.txt (name dtype shape per line).  See docs/checkpoints.md.\n";
 
 static const char HELP_IMPORT[] =
     "usage: hcnn import DIR --config FILE -o CKPT [--set key=value ...]\n"

@@ -408,7 +408,7 @@ static int build_document(builder *b, node **root)
 
 /* A config that cannot be opened, or that is not a regular file (a
  * directory; a FIFO would block the run forever), is a configuration error
- * (HCNN_EINVAL: exit status 2, as the README promises). */
+ * (HCNN_EINVAL: exit status 2, as docs/running.md, "Exit status", promises). */
 int hcnn_cfg_parse_file(const char *path, node **root)
 {
     builder b;

@@ -15,7 +15,7 @@
  * activations directly and no layout change runs; a block of output rows
  * is a block of Y's columns, a block of input channels a block of dcol's
  * rows.  Shifted windows (one image, stride 1, wide planes): with W_t =
- * W[:, :, ki, kj] and the input zero-padded (src/layers/conv_plan.h),
+ * W[:, :, ki, kj] and the input zero-padded (src/cpu/conv_plan.h),
  *   Yext                      = sum over taps of W_t xpad[:, off_t : off_t + N]
  *   dxpad[:, off_t : off_t + N] += W_t^T dYext  (dYext: dy, junk columns zero)
  * and the weight gradient keeps the columns.

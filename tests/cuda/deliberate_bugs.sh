@@ -92,6 +92,6 @@ bug transposed_cublas_operand src/cuda/gemm.cu \
 # a download that does not wait for the stream: a synchronous cudaMemcpy on
 # the legacy default stream, which a non-blocking stream's work does not precede
 bug download_without_sync src/cuda/backend.cu \
-    '/static void cuda_download(/,/^}/{s/cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(be)->stream)/cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)/;/cudaStreamSynchronize/d}'
+    '/static void cuda_download(/,/^}/{s/cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s)/cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)/;/cudaStreamSynchronize/d}'
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
