@@ -82,6 +82,8 @@ cxx_scope() {
 #   definitions in std:: or __gnu_cxx:: (template instances, typeinfo and
 #   vtables that every C++ object using them emits and the linker merges),
 #   and the C++ runtime's DW.ref.__gxx_personality_v0.
+# - AddressSanitizer's ODR indicators (__odr_asan.NAME, configure
+#   --enable-sanitizers), one for each external global: judged by NAME.
 # Our own C++ counts by its outermost scope: hcnn_emu::drain (namespace
 # hcnn_emu) and hcnn_cuda_add(...) pass; a kernel add_kernel(...) does not
 # (the kernels are static: each is launched from its own file).
@@ -95,6 +97,9 @@ else
     bad=() n=0
     while read -r type name; do
         n=$((n + 1))
+        # --enable-sanitizers: AddressSanitizer's ODR indicator of each
+        # external global (__odr_asan.NAME) is judged by the global's name
+        name=${name#__odr_asan.}
         case $name in
             hcnn_* | cuda* | cublas* | __cuda* | DW.ref.__gxx_personality_v0) continue ;;
             _Z*)
