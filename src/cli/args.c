@@ -15,6 +15,17 @@ int hcnn_cli_usage_error(const hcnn_cli_command *cmd, const char *fmt, const cha
     return 2;
 }
 
+int hcnn_cli_is_help(const char *a)
+{
+    return !strcmp(a, "-h") || !strcmp(a, "--help");
+}
+
+int hcnn_cli_help(const hcnn_cli_command *cmd)
+{
+    fputs(cmd->help, stdout);
+    return 0;
+}
+
 const char *hcnn_cli_opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt)
 {
     const char *a = argv[*i];

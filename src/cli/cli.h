@@ -35,6 +35,10 @@ void hcnn_cli_print_usage(FILE *f);
 /* "hcnn: <fmt with arg>", a blank line and cmd's help (NULL: `hcnn
  * --help`) on stderr; returns 2, the exit status of a bad command line. */
 int hcnn_cli_usage_error(const hcnn_cli_command *cmd, const char *fmt, const char *arg);
+/* Whether a asks for a command's help: -h or --help. */
+int hcnn_cli_is_help(const char *a);
+/* cmd's --help text on stdout; returns 0, the exit status of --help. */
+int hcnn_cli_help(const hcnn_cli_command *cmd);
 /* Whether a is the option lng or shrt (NULL: none), alone or as lng=VALUE. */
 int hcnn_cli_is_opt(const char *a, const char *lng, const char *shrt);
 /* The value of "--opt VALUE", "-o VALUE" or "--opt=VALUE" at argv[*i]

@@ -32,7 +32,7 @@ int hcnn_cli_diff(int argc, char **argv, const hcnn_cli_command *self)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (hcnn_cli_is_help(a)) {
             help = 1;
         } else if (hcnn_cli_is_opt(a, "--tol", "-t")) {
             const char *v = hcnn_cli_opt_value(argc, argv, &i, "--tol", "-t");
@@ -52,10 +52,8 @@ int hcnn_cli_diff(int argc, char **argv, const hcnn_cli_command *self)
         if (rc)
             return rc;
     }
-    if (help) {
-        fputs(self->help, stdout);
-        return 0;
-    }
+    if (help)
+        return hcnn_cli_help(self);
     if (nfiles != 2)
         return hcnn_cli_usage_error(self, "%s", "diff needs two checkpoint files");
     return hcnn_diff_main(files[0], files[1], tol, model_only);
@@ -68,7 +66,7 @@ int hcnn_cli_export(int argc, char **argv, const hcnn_cli_command *self)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+        if (hcnn_cli_is_help(a))
             help = 1;
         else if (a[0] != '-')
             rc = take_file(a, files, &nfiles, 2, self);
@@ -77,10 +75,8 @@ int hcnn_cli_export(int argc, char **argv, const hcnn_cli_command *self)
         if (rc)
             return rc;
     }
-    if (help) {
-        fputs(self->help, stdout);
-        return 0;
-    }
+    if (help)
+        return hcnn_cli_help(self);
     if (nfiles != 2)
         return hcnn_cli_usage_error(self, "%s", "export needs a checkpoint and a directory");
     const int rc = hcnn_export_npy(files[0], files[1]);
@@ -96,7 +92,7 @@ int hcnn_cli_import(int argc, char **argv, const hcnn_cli_command *self)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+        if (hcnn_cli_is_help(a))
             help = 1;
         else if (hcnn_cli_is_opt(a, "--config", "-c"))
             rc = hcnn_cli_take_once(argc, argv, &i, "--config", "-c", &config, "a file name",
@@ -113,10 +109,8 @@ int hcnn_cli_import(int argc, char **argv, const hcnn_cli_command *self)
         if (rc)
             return rc;
     }
-    if (help) {
-        fputs(self->help, stdout);
-        return 0;
-    }
+    if (help)
+        return hcnn_cli_help(self);
     if (ndir != 1 || !config || !output)
         return hcnn_cli_usage_error(self, "%s", "import needs DIR, --config FILE and -o CKPT");
     hcnn_config *cfg = malloc(sizeof *cfg);

@@ -61,10 +61,8 @@ int hcnn_cli_plan(int argc, char **argv, const hcnn_cli_command *self)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *slot;
         long hi;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(self->help, stdout);
-            return 0;
-        }
+        if (hcnn_cli_is_help(a))
+            return hcnn_cli_help(self);
         if (!strcmp(a, "--no-plots")) {
             o.no_plots = 1;
             continue;

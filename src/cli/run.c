@@ -37,7 +37,7 @@ typedef int (*run_fn)(const hcnn_config *cfg, const hcnn_comm *comm, const run_a
 static int shared_option(int argc, char **argv, int *i, run_args *c, const hcnn_cli_command *self)
 {
     const char *a = argv[*i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    if (hcnn_cli_is_help(a)) {
         c->help = 1;
         return 0;
     }
@@ -213,10 +213,8 @@ int hcnn_cli_train(int argc, char **argv, const hcnn_cli_command *self)
             return hcnn_cli_usage_error(self, "unknown option '%s'", a);
         }
     }
-    if (c.help) {
-        fputs(self->help, stdout);
-        return 0;
-    }
+    if (c.help)
+        return hcnn_cli_help(self);
     if (!c.config)
         return hcnn_cli_usage_error(self, "%s", "missing --config FILE");
     if (c.check) { /* on the batch node before the launch: no MPI */
@@ -256,10 +254,8 @@ int hcnn_cli_eval(int argc, char **argv, const hcnn_cli_command *self)
             return hcnn_cli_usage_error(self, "unknown option '%s'", a);
         }
     }
-    if (c.help) {
-        fputs(self->help, stdout);
-        return 0;
-    }
+    if (c.help)
+        return hcnn_cli_help(self);
     if (!c.config)
         return hcnn_cli_usage_error(self, "%s", "missing --config FILE");
     if (!c.checkpoint)
@@ -312,10 +308,8 @@ int hcnn_cli_bench(int argc, char **argv, const hcnn_cli_command *self)
         if (rc)
             return rc;
     }
-    if (c.help) {
-        fputs(self->help, stdout);
-        return 0;
-    }
+    if (c.help)
+        return hcnn_cli_help(self);
     if (!c.config)
         return hcnn_cli_usage_error(self, "%s", "missing --config FILE");
     return run_under_mpi(argc, argv, &c, 0, bench_run);

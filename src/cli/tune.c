@@ -16,7 +16,7 @@ int hcnn_cli_tune(int argc, char **argv, const hcnn_cli_command *self)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (hcnn_cli_is_help(a)) {
             help = 1;
         } else if (!strcmp(a, "--probe")) {
             probe = 1;
@@ -41,10 +41,8 @@ int hcnn_cli_tune(int argc, char **argv, const hcnn_cli_command *self)
         if (rc)
             return rc;
     }
-    if (help) {
-        fputs(self->help, stdout);
-        return 0;
-    }
+    if (help)
+        return hcnn_cli_help(self);
     if (!config)
         return hcnn_cli_usage_error(self, "%s", "missing --config FILE");
     hcnn_config *cfg = malloc(sizeof *cfg);

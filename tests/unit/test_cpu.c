@@ -21,6 +21,7 @@
 #include "hcnn/common.h"
 #include "hcnn/config.h"
 #include "hcnn/net.h"
+#include "net_fixture.h"
 #include "hcnn/plan.h"
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -36,32 +37,6 @@ static void fill_random(float *x, size_t n, unsigned seed, float lo, float hi)
 static int close_enough(double a, double b, double atol, double rtol)
 {
     return fabs(a - b) <= atol + rtol * fmax(fabs(a), fabs(b));
-}
-
-/* a network of a configuration of the tree, on a given backend */
-typedef struct model {
-    hcnn_config cfg;
-    hcnn_net net;
-} model;
-
-static model *model_load(const char *config, const hcnn_backend *be)
-{
-    const char *src = getenv("HCNN_SRCDIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", src && *src ? src : ".", config);
-    model *m = calloc(1, sizeof *m);
-    assert_non_null(m);
-    assert_int_equal(hcnn_config_load(&m->cfg, path, NULL, 0), 0);
-    assert_int_equal(hcnn_net_create(&m->net, &m->cfg.model, be, m->cfg.path), 0);
-    m->net.chunk_floats = (size_t)(m->cfg.im2col_mb * 1048576.0 / sizeof(float));
-    m->net.conv_algo = m->cfg.conv_algo;
-    return m;
-}
-
-static void model_free(model *m)
-{
-    hcnn_net_free(&m->net);
-    free(m);
 }
 
 /* ---- the convolution's plans (conv_plan.c) ------------------------------- */
