@@ -35,6 +35,12 @@
  * line when SIGTERM or SIGUSR1 (blocked by main) came during the
  * measurement: its child killed, nothing cached, nothing trained. */
 int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec);
+/* The same in a process that cannot re-execute itself (a library client,
+ * include/hcnn/hcnn.h): nothing to do when the program chose already; auto
+ * and env run the kernels loaded (no measurement: it needs the hcnn
+ * program); a name must be the loaded kernels, else HCNN_EINVAL after one
+ * message naming OPENBLAS_CORETYPE. */
+int hcnn_blas_choose_in_process(const hcnn_config *cfg);
 /* execv of argv with the chosen kernels; returns only if that fails (the
  * run then goes on with the kernels loaded, and says so). */
 void hcnn_blas_reexec(char **argv);

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hcnn/hcnn.h" /* the status codes and the fatal hook are public */
+
 /* Hot loops get an AVX-512 and an AVX2 clone besides the baseline x86-64
  * one (we build for any x86-64 node); the dynamic loader picks the best for
  * the CPU (GCC function multiversioning). */
@@ -26,18 +28,6 @@
 #define HCNN_NORETURN _Noreturn
 #endif
 
-enum hcnn_status {
-    HCNN_OK = 0,
-    HCNN_EINVAL = 1,   /* bad argument, config value or command line */
-    HCNN_ENOMEM = 2,   /* allocation failed */
-    HCNN_EIO = 3,      /* file cannot be opened, read or written */
-    HCNN_EFORMAT = 4,  /* file has a wrong magic, size or content */
-    HCNN_ENUMERIC = 5, /* NaN or Inf during training */
-    HCNN_EMPI = 6,     /* an MPI call failed or another rank failed */
-    HCNN_STOPPED = 7,  /* stopped by SIGTERM/SIGUSR1 after writing a checkpoint */
-    HCNN_EAGREED = 8   /* every rank stopped on one error they agreed on (a non-finite
-                          step, a failed checkpoint write), reported once by rank 0 */
-};
 
 /* ---- the abort path (src/core/fatal.c) ----------------------------------
  * For what cannot be handled where it happens (a failed MPI call, a CUDA
@@ -51,12 +41,7 @@ enum hcnn_status {
  * prints "hcnn: fatal at FILE:LINE: MESSAGE" on stderr and calls abort()
  * (SIGABRT: no atexit handlers, a core dump where enabled); these functions
  * never return. */
-typedef void (*hcnn_fatal_hook)(void *arg, const char *file, int line, int code, const char *msg);
-/* Installs fn (NULL: none) and the argument it is called with.  The hook is
- * process-wide, an exception to "no global state" like the stall watchdog's
- * marks: a fatal error can happen in any layer, on any thread, with no run
- * at hand.  Install it once at the start, before other threads run. */
-void hcnn_set_fatal_hook(hcnn_fatal_hook fn, void *arg);
+/* hcnn_fatal_hook, hcnn_set_fatal_hook: include/hcnn/hcnn.h (the public API) */
 /* exit code 1 (a run-time failure) */
 HCNN_NORETURN void hcnn_fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -71,6 +56,9 @@ int hcnn_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Same, but returns the given code. */
 int hcnn_error_code(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void hcnn_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Each error's message is also kept for hcnn_last_error (hcnn.h); an API
+ * call begins by forgetting this thread's (src/api/). */
+void hcnn_errors_begin_call(void);
 
 /* 64-byte aligned allocation for tensors; prints "cannot allocate <bytes>
  * for <what>" and returns NULL on failure.  Free with hcnn_free. */

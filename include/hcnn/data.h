@@ -134,6 +134,13 @@ void hcnn_loader_begin_epoch_at(hcnn_loader *ld, const uint32_t *perm, int nsamp
 int hcnn_loader_next(hcnn_loader *ld, float **x, int32_t **y, int *n, int *global_n,
                      int *first, double *wait_s);
 void hcnn_loader_free(hcnn_loader *ld);
+/* The bytes of each of its image and label buffers. */
+void hcnn_loader_buffer_bytes(const hcnn_loader *ld, size_t *x_bytes, size_t *y_bytes);
+/* The batch just handed out (its images at x) stays the caller's: the
+ * loader goes on with fresh_x and fresh_y in its place (as large as its
+ * buffers, from hcnn_alloc, or the backend's alloc_host when it has one),
+ * and frees those instead.  No copy: the C API's batches (src/api/). */
+int hcnn_loader_keep(hcnn_loader *ld, const float *x, float *fresh_x, int32_t *fresh_y);
 
 /* Local shard [lo, hi) of a global batch of nb samples for rank r of R. */
 static inline void hcnn_shard(int nb, int r, int R, int *lo, int *hi)

@@ -41,4 +41,21 @@ int hcnn_export_npy(const char *ckpt_path, const char *dir);
  * one message naming the file. */
 int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckpt);
 
+/* The same from arrays in memory (hcnn.h's hcnn_checkpoint_write): the
+ * model's tensors by name, float32 or float64, exactly their shapes,
+ * finite; *.num_batches_tracked accepted and ignored; another name, a
+ * name given twice or a tensor missing is an error. */
+int hcnn_import_arrays(const hcnn_array *arrays, int n, const hcnn_config *cfg,
+                       const char *out_ckpt);
+
+/* What hcnn export checks of a checkpoint read (hcnn_ckpt_read) before it
+ * writes anything: tensor names usable as file names, none twice, no
+ * negative dimension; HCNN_EFORMAT after one message naming path. */
+struct hcnn_ckpt_file;
+int hcnn_export_check(const struct hcnn_ckpt_file *f, const char *path);
+/* 1 when tensor k ends the statistics of a batch-norm layer (one with a
+ * running_mean): prefix gets the layer's name, and PyTorch's state_dict
+ * has <prefix>.num_batches_tracked right after it. */
+int hcnn_export_ends_bn_layer(const struct hcnn_ckpt_file *f, int k, char *prefix, size_t cap);
+
 #endif

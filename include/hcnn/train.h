@@ -18,6 +18,15 @@ typedef struct hcnn_run_opts {
     const char *resume;  /* train: checkpoint file, "latest", "auto" or NULL */
     int profile;         /* print the per-block profile table */
     int warmup, repeats, steps; /* bench: untimed steps, timed repeats of `steps` steps */
+    /* the C API's (include/hcnn/hcnn.h, hcnn_train_options): */
+    int quiet;           /* train: no header, progress or epoch lines on stdout */
+    hcnn_progress_fn progress; /* train: after each step and each epoch (NULL: none) */
+    void *progress_arg;
+    /* train: set (any thread, a signal handler) to stop as SIGTERM would;
+     * a progress callback's non-zero return sets it too (NULL: none) */
+    volatile int *stop_request;
+    double images_per_s; /* bench: out, the median global rate */
+    double test_loss, test_acc; /* evaluate: out */
 } hcnn_run_opts;
 
 /* Returns HCNN_STOPPED after SIGTERM/SIGUSR1 (checkpoint written). */
@@ -56,10 +65,11 @@ int hcnn_block_times(const hcnn_config *cfg, int n, int steps, double *fwd, doub
 /* Training throughput on synthetic data of the model's input shape: warm-up
  * steps, then timed repeats; rank 0 prints each repeat, the profile and the
  * GEMM share, and last "images_per_s=<median>" (global rate). */
-int hcnn_bench(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opts *opts);
+int hcnn_bench(const hcnn_config *cfg, const hcnn_comm *comm, hcnn_run_opts *opts);
 
 /* Evaluate a checkpoint on the configured test set (sharded over ranks);
  * rank 0 prints "test_loss=... test_acc=..." */
-int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *checkpoint);
+int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *checkpoint,
+                  hcnn_run_opts *opts);
 
 #endif

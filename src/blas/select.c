@@ -231,3 +231,31 @@ int hcnn_blas_tune(const hcnn_config *cfg, int world, FILE *out)
     free(t);
     return rc;
 }
+
+int hcnn_blas_choose_in_process(const hcnn_config *cfg)
+{
+    if (getenv(WANT_ENV) || getenv(NOTE_ENV))
+        return HCNN_OK; /* the program chose them before it started (hcnn_blas_choose) */
+    const char *mode = cfg->blas_kernels;
+    if (!strcmp(mode, "auto") || !strcmp(mode, "env"))
+        return HCNN_OK;
+    if (!hcnn_blas_kernels_selectable()) {
+        char lib[128];
+        return hcnn_error_code(HCNN_EINVAL,
+                               "%s: blas_kernels: '%s' names OpenBLAS kernels, but this hcnn "
+                               "uses %s (configure --with-blas): expected auto or env",
+                               cfg->path, mode, hcnn_blas_library_name(lib, sizeof lib));
+    }
+    if (!mode[0])
+        return hcnn_error_code(HCNN_EINVAL,
+                               "%s: blas_kernels is empty: expected auto, env or an OpenBLAS "
+                               "kernel type such as SkylakeX",
+                               cfg->path);
+    if (!strcasecmp(hcnn_blas_loaded_kernels(), mode))
+        return HCNN_OK;
+    return hcnn_error_code(HCNN_EINVAL,
+                           "%s: blas_kernels: %s, but this process loaded OpenBLAS's %s kernels, "
+                           "and a library cannot re-execute its process as the hcnn program "
+                           "does: start it with OPENBLAS_CORETYPE=%s (or use blas_kernels: env)",
+                           cfg->path, mode, hcnn_blas_loaded_kernels(), mode);
+}

@@ -28,9 +28,9 @@ typedef struct run_args {
     int help;
 } run_args;
 
-/* What runs between MPI's start and its end: hcnn_train, hcnn_evaluate or
- * hcnn_bench with the command line's options. */
-typedef int (*run_fn)(const hcnn_config *cfg, const hcnn_comm *comm, const run_args *c);
+/* What runs on the session: hcnn_session_train, _evaluate or _bench
+ * with the command line's options (the C API, include/hcnn/hcnn.h). */
+typedef int (*run_fn)(hcnn_session *s, const run_args *c);
 
 /* -h, --config and --set, which all three take: -1 when a is none of them,
  * else 0 or the exit status of a usage error. */
@@ -47,22 +47,6 @@ static int shared_option(int argc, char **argv, int *i, run_args *c, const hcnn_
     if (hcnn_cli_is_opt(a, "--set", "-s"))
         return hcnn_cli_take_set(argc, argv, i, c->sets, &c->nset, self);
     return -1;
-}
-
-/* Rank 0 reads and validates the configuration and broadcasts it (the
- * struct is plain data), so every rank runs exactly the same configuration
- * and a bad file is reported once.  Returns HCNN_OK or the error code. */
-static int load_config(hcnn_config *cfg, const run_args *c, const hcnn_comm *comm)
-{
-    int rc = HCNN_OK;
-    if (comm->rank == 0)
-        rc = hcnn_config_load(cfg, c->config, c->sets, c->nset);
-    if (comm->size > 1) {
-        HCNN_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, comm->world));
-        if (!rc)
-            HCNN_MPI(MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, comm->world));
-    }
-    return rc;
 }
 
 /* The rank the MPI launcher gives this process (before MPI_Init), or 0. */
@@ -135,59 +119,50 @@ static int before_mpi(const run_args *c, char **argv, int writes_checkpoints)
     return rc;
 }
 
-/* The part the three share: the checks before MPI, MPI, the configuration
- * on every rank, the stall watchdog, then `run`; returns the exit status. */
-static int run_under_mpi(int argc, char **argv, const run_args *c, int writes_checkpoints,
-                         run_fn run)
+/* The part the three share: the checks before MPI, the session (the
+ * configuration, said once: by the launcher's rank 0), then `run`, which
+ * starts MPI; returns the exit status. */
+static int run_session(char **argv, const run_args *c, int writes_checkpoints, run_fn run)
 {
     int rc = before_mpi(c, argv, writes_checkpoints);
     if (rc)
         return hcnn_cli_exit_status(rc);
-
-    hcnn_comm comm;
-    if (hcnn_comm_init(&comm, &argc, &argv))
-        return 1;
-    hcnn_config *cfg = malloc(sizeof *cfg);
-    if (!cfg)
-        HCNN_FATAL(HCNN_ENOMEM, "cannot allocate the configuration");
-    rc = load_config(cfg, c, &comm);
-    if (!rc)
-        rc = hcnn_check_layout(cfg, &comm);
-    if (rc) { /* every rank knows: a clean exit, reported once by rank 0 */
-        free(cfg);
-        hcnn_comm_finalize(&comm);
+    hcnn_session *s = NULL;
+    const int saved = mute_stderr(launcher_rank() != 0);
+    rc = hcnn_session_open(&s, c->config, c->sets, c->nset);
+    unmute_stderr(saved);
+    if (rc) /* every rank read the same file: each exits, rank 0 said why */
         return rc == HCNN_EIO ? 1 : 2;
-    }
-    HCNN_MARKER_INIT();
-    if ((rc = hcnn_watchdog_start(&comm, cfg->stall_timeout_s, cfg->checkpoint_dir)) != HCNN_OK)
-        HCNN_FATAL(rc, "cannot start the stall watchdog");
-    rc = run(cfg, &comm, c);
-    free(cfg);
-    hcnn_watchdog_stop();
-    HCNN_MARKER_CLOSE();
-    if (rc == HCNN_STOPPED || rc == HCNN_EAGREED) { /* every rank stopped together */
-        hcnn_comm_finalize(&comm);
-        return rc == HCNN_STOPPED ? 75 : 1;
-    }
-    /* a failure on one rank may leave the others in a collective: end the job */
-    if (rc && comm.size > 1)
-        HCNN_FATAL(hcnn_cli_exit_status(rc),
-                   "this rank failed (error code %d, cause above); ending all ranks", rc);
-    hcnn_comm_finalize(&comm);
-    return hcnn_cli_exit_status(rc);
+    rc = run(s, c);
+    hcnn_session_close(s);
+    hcnn_finalize();
+    /* every rank stopped together on these; any other failure of a rank
+     * in a job of several ended the job inside the call (the fatal path) */
+    return rc == HCNN_EAGREED ? 1 : hcnn_cli_exit_status(rc);
 }
 
 /* ---- train --------------------------------------------------------------- */
 
-static int train_run(const hcnn_config *cfg, const hcnn_comm *comm, const run_args *c)
+/* the configuration printed first: rank 0's, which every rank runs */
+static int print_config(hcnn_session *s, const run_args *c)
 {
-    if (!c->quiet && comm->rank == 0) {
-        printf("# configuration (%s, after overrides)\n", c->config);
-        hcnn_config_print(cfg, stdout);
-        fflush(stdout);
-    }
-    hcnn_run_opts o = {.resume = c->resume, .profile = c->profile};
-    return hcnn_train(cfg, comm, &o);
+    const size_t len = hcnn_session_config_text(s, NULL, 0);
+    char *text = malloc(len + 1);
+    if (!text)
+        return HCNN_ENOMEM;
+    hcnn_session_config_text(s, text, len + 1);
+    printf("# configuration (%s, after overrides)\n%s", c->config, text);
+    fflush(stdout);
+    free(text);
+    return HCNN_OK;
+}
+
+static int train_run(hcnn_session *s, const run_args *c)
+{
+    if (!c->quiet && launcher_rank() == 0 && print_config(s, c))
+        return HCNN_ENOMEM;
+    hcnn_train_options o = {.resume = c->resume, .profile = c->profile};
+    return hcnn_session_train(s, &o);
 }
 
 int hcnn_cli_train(int argc, char **argv, const hcnn_cli_command *self)
@@ -227,14 +202,14 @@ int hcnn_cli_train(int argc, char **argv, const hcnn_cli_command *self)
         free(cfg);
         return hcnn_cli_exit_status(rc);
     }
-    return run_under_mpi(argc, argv, &c, 1, train_run);
+    return run_session(argv, &c, 1, train_run);
 }
 
 /* ---- eval ---------------------------------------------------------------- */
 
-static int eval_run(const hcnn_config *cfg, const hcnn_comm *comm, const run_args *c)
+static int eval_run(hcnn_session *s, const run_args *c)
 {
-    return hcnn_evaluate(cfg, comm, c->checkpoint);
+    return hcnn_session_evaluate(s, c->checkpoint, 0, NULL, NULL);
 }
 
 int hcnn_cli_eval(int argc, char **argv, const hcnn_cli_command *self)
@@ -260,15 +235,14 @@ int hcnn_cli_eval(int argc, char **argv, const hcnn_cli_command *self)
         return hcnn_cli_usage_error(self, "%s", "missing --config FILE");
     if (!c.checkpoint)
         return hcnn_cli_usage_error(self, "%s", "missing --checkpoint FILE");
-    return run_under_mpi(argc, argv, &c, 0, eval_run);
+    return run_session(argv, &c, 0, eval_run);
 }
 
 /* ---- bench --------------------------------------------------------------- */
 
-static int bench_run(const hcnn_config *cfg, const hcnn_comm *comm, const run_args *c)
+static int bench_run(hcnn_session *s, const run_args *c)
 {
-    hcnn_run_opts o = {.profile = 1, .warmup = c->warmup, .repeats = c->repeats, .steps = c->steps};
-    return hcnn_bench(cfg, comm, &o);
+    return hcnn_session_bench(s, c->warmup, c->repeats, c->steps, 1, NULL);
 }
 
 /* --warmup, --repeats or --steps at argv[*i] into *slot: an integer in
@@ -312,5 +286,5 @@ int hcnn_cli_bench(int argc, char **argv, const hcnn_cli_command *self)
         return hcnn_cli_help(self);
     if (!c.config)
         return hcnn_cli_usage_error(self, "%s", "missing --config FILE");
-    return run_under_mpi(argc, argv, &c, 0, bench_run);
+    return run_session(argv, &c, 0, bench_run);
 }

@@ -3,6 +3,7 @@
 #include "hcnn/common.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,12 +12,72 @@
 
 #include "hd.h"
 
+/* The messages of errors, kept for hcnn_last_error (include/hcnn/hcnn.h):
+ * the calling thread's since its last API call began, and the newest of any
+ * thread (a worker's), numbered so that a call can tell one raised during
+ * it.  Process-wide like the fatal hook: an error may be raised in any
+ * layer, on any thread, with no run at hand. */
+#define LAST_ERROR_CAP 4096
+static _Thread_local char thread_errors[LAST_ERROR_CAP];
+static _Thread_local unsigned long thread_errors_since;
+static struct {
+    pthread_mutex_t mu;
+    char newest[LAST_ERROR_CAP];
+    unsigned long count; /* errors raised in the process */
+    int quiet;           /* hcnn_set_error_output(0) */
+} errors = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void keep_error(const char *msg)
+{
+    size_t len = strlen(thread_errors);
+    if (len && len + 1 < LAST_ERROR_CAP)
+        thread_errors[len++] = '\n';
+    if (len + 1 < LAST_ERROR_CAP)
+        snprintf(thread_errors + len, LAST_ERROR_CAP - len, "%s", msg);
+    pthread_mutex_lock(&errors.mu);
+    snprintf(errors.newest, sizeof errors.newest, "%s", msg);
+    errors.count++;
+    pthread_mutex_unlock(&errors.mu);
+}
+
+void hcnn_errors_begin_call(void)
+{
+    thread_errors[0] = '\0';
+    pthread_mutex_lock(&errors.mu);
+    thread_errors_since = errors.count;
+    pthread_mutex_unlock(&errors.mu);
+}
+
+const char *hcnn_last_error(void)
+{
+    pthread_mutex_lock(&errors.mu);
+    if (!thread_errors[0] && errors.count != thread_errors_since) /* a worker's */
+        snprintf(thread_errors, sizeof thread_errors, "%s", errors.newest);
+    pthread_mutex_unlock(&errors.mu);
+    return thread_errors;
+}
+
+void hcnn_set_error_output(int print)
+{
+    pthread_mutex_lock(&errors.mu);
+    errors.quiet = !print;
+    pthread_mutex_unlock(&errors.mu);
+}
+
 /* Under mpirun with several ranks, messages name the rank; the launcher's
- * environment says which (read, never stored, so no global state). */
+ * environment says which (read, never stored). */
 static void vreport(const char *kind, const char *fmt, va_list ap)
 {
     char buf[2048];
     vsnprintf(buf, sizeof buf, fmt, ap);
+    const int is_error = !strcmp(kind, "error");
+    if (is_error)
+        keep_error(buf);
+    pthread_mutex_lock(&errors.mu);
+    const int quiet = errors.quiet && is_error;
+    pthread_mutex_unlock(&errors.mu);
+    if (quiet)
+        return;
     const char *rank = getenv("OMPI_COMM_WORLD_RANK");
     const char *size = getenv("OMPI_COMM_WORLD_SIZE");
     if (!rank)

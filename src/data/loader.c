@@ -83,6 +83,13 @@ static void batch_free(const hcnn_loader *ld, void *p)
         hcnn_free(p);
 }
 
+static size_t buffer_samples(const hcnn_loader *ld)
+{
+    /* every shard of a batch of <= batch samples has <= ceil(batch/R) */
+    size_t cap = (size_t)(ld->batch / ld->nranks + (ld->batch % ld->nranks != 0));
+    return cap ? cap : 1;
+}
+
 int hcnn_loader_init(hcnn_loader *ld, const hcnn_backend *be, const hcnn_dataset *ds, int batch,
                      int rank, int nranks, int augment, uint64_t seed, int prefetch_threads)
 {
@@ -100,11 +107,8 @@ int hcnn_loader_init(hcnn_loader *ld, const hcnn_backend *be, const hcnn_dataset
     ld->prefetch_threads = prefetch_threads > 0 ? prefetch_threads : 0;
     ld->want = -1;
 
-    /* every shard of a batch of <= batch samples has <= ceil(batch/R) */
-    size_t cap = (size_t)(batch / nranks + (batch % nranks != 0));
+    size_t cap = buffer_samples(ld);
     size_t chw = (size_t)ds->c * ds->h * ds->w;
-    if (cap == 0)
-        cap = 1;
     if (chw != 0 && cap > SIZE_MAX / sizeof(float) / chw)
         return hcnn_error_code(HCNN_EINVAL, "loader: batch %d of %zu values per sample is too large", batch, chw);
     int code = HCNN_ENOMEM; /* hcnn_alloc has printed the message */
@@ -212,6 +216,25 @@ int hcnn_loader_next(hcnn_loader *ld, float **x, int32_t **y, int *n, int *globa
     if (wait_s)
         *wait_s = hcnn_now() - t0;
     return 1;
+}
+
+
+void hcnn_loader_buffer_bytes(const hcnn_loader *ld, size_t *x_bytes, size_t *y_bytes)
+{
+    *x_bytes = buffer_samples(ld) * ld->ds->c * ld->ds->h * ld->ds->w * sizeof(float);
+    *y_bytes = buffer_samples(ld) * sizeof(int32_t);
+}
+
+int hcnn_loader_keep(hcnn_loader *ld, const float *x, float *fresh_x, int32_t *fresh_y)
+{
+    pthread_mutex_lock(&ld->mu);
+    int buf = ld->x[0] == x ? 0 : ld->x[1] == x ? 1 : -1;
+    if (buf >= 0) { /* the worker fills only the other buffer (hcnn_loader_next) */
+        ld->x[buf] = fresh_x;
+        ld->y[buf] = fresh_y;
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return buf >= 0 ? HCNN_OK : hcnn_error("loader: %p is not the batch handed out last", (const void *)x);
 }
 
 void hcnn_loader_free(hcnn_loader *ld)

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -105,7 +106,7 @@ static void manifest_line(tbuf *b, const char *name, const char *dtype, int ndim
  * (a layer that has a running_mean), write the layer prefix to prefix and
  * return 1: num_batches_tracked goes right after it, where PyTorch's
  * state_dict has it (weight, bias, running_mean, running_var, num_...). */
-static int ends_bn_layer(const hcnn_ckpt_file *f, int k, char *prefix, size_t cap)
+int hcnn_export_ends_bn_layer(const hcnn_ckpt_file *f, int k, char *prefix, size_t cap)
 {
     const char *name = f->tensors[k].name;
     const char *dot = strrchr(name, '.');
@@ -127,6 +128,37 @@ static int ends_bn_layer(const hcnn_ckpt_file *f, int k, char *prefix, size_t ca
     return has_mean;
 }
 
+int hcnn_export_check(const hcnn_ckpt_file *f, const char *path)
+{
+    int rc = HCNN_OK;
+    for (int k = 0; k < f->ntensors; k++) {
+        const hcnn_ckpt_tensor *t = &f->tensors[k];
+        if (t->role != ROLE_PARAM && t->role != ROLE_STATE)
+            continue;
+        if (!safe_name(t->name)) {
+            rc = hcnn_error_code(HCNN_EFORMAT,
+                                 "%s: tensor name '%s' cannot be used as a file name "
+                                 "(expected [A-Za-z0-9_.-], not starting with '.')",
+                                 path, t->name);
+            return rc;
+        }
+        for (int j = 0; j < k; j++)
+            if ((f->tensors[j].role == ROLE_PARAM || f->tensors[j].role == ROLE_STATE) &&
+                !strcmp(f->tensors[j].name, t->name)) {
+                rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s appears twice", path,
+                                     t->name);
+                return rc;
+            }
+        for (int d = 0; d < t->ndim; d++)
+            if (t->dims[d] < 0) {
+                rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s has a negative dimension",
+                                     path, t->name);
+                return rc;
+            }
+    }
+    return HCNN_OK;
+}
+
 int hcnn_export_npy(const char *ckpt_path, const char *dir)
 {
     hcnn_ckpt_file f;
@@ -137,31 +169,8 @@ int hcnn_export_npy(const char *ckpt_path, const char *dir)
     char path[PATHBUF], prefix[HCNN_TENSOR_NAME_MAX];
 
     /* validate every name first, so a bad checkpoint writes nothing */
-    for (int k = 0; k < f.ntensors; k++) {
-        const hcnn_ckpt_tensor *t = &f.tensors[k];
-        if (t->role != ROLE_PARAM && t->role != ROLE_STATE)
-            continue;
-        if (!safe_name(t->name)) {
-            rc = hcnn_error_code(HCNN_EFORMAT,
-                                 "%s: tensor name '%s' cannot be used as a file name "
-                                 "(expected [A-Za-z0-9_.-], not starting with '.')",
-                                 ckpt_path, t->name);
-            goto out;
-        }
-        for (int j = 0; j < k; j++)
-            if ((f.tensors[j].role == ROLE_PARAM || f.tensors[j].role == ROLE_STATE) &&
-                !strcmp(f.tensors[j].name, t->name)) {
-                rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s appears twice", ckpt_path,
-                                     t->name);
-                goto out;
-            }
-        for (int d = 0; d < t->ndim; d++)
-            if (t->dims[d] < 0) {
-                rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s has a negative dimension",
-                                     ckpt_path, t->name);
-                goto out;
-            }
-    }
+    if ((rc = hcnn_export_check(&f, ckpt_path)))
+        goto out;
     if ((rc = hcnn_mkdir_p_for(dir, "hcnn export's output directory")))
         goto out;
     const int64_t step = f.meta.step;
@@ -173,7 +182,7 @@ int hcnn_export_npy(const char *ckpt_path, const char *dir)
             (rc = hcnn_npy_write(path, HCNN_NPY_F32, t->ndim, t->dims, t->data, t->count)))
             goto out;
         manifest_line(&manifest, t->name, "float32", t->ndim, t->dims);
-        if (ends_bn_layer(&f, k, prefix, sizeof prefix)) {
+        if (hcnn_export_ends_bn_layer(&f, k, prefix, sizeof prefix)) {
             if ((rc = join_path(path, dir, prefix, ".num_batches_tracked.npy")) ||
                 (rc = hcnn_npy_write(path, HCNN_NPY_I64, 0, NULL, &step, 1)))
                 goto out;
@@ -235,14 +244,26 @@ static int check_entries(const char *dir, const hcnn_net *net, const char *cfg_p
                            dir, first, cfg_path, more);
 }
 
-int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckpt)
+/* Where an import's tensors come from: fill dst with tensor t (its count
+ * of floats), checked as hcnn_npy_read checks a file (shape, dtype, finite
+ * values), or fail after one message; owner names the model in messages. */
+typedef int (*import_fill_fn)(void *arg, const hcnn_tensor_info *t, const char *owner,
+                              float *dst, char *where, size_t where_cap);
+
+/* hcnn import's core, whatever the source: every tensor of cfg's model
+ * filled (where: the file or name it came from, for messages), running
+ * variances >= 0, then the checkpoint written (epoch 0,
+ * step 0, zero momentum, cfg's seed); nothing written unless all is valid. */
+static int import_model(const hcnn_config *cfg, const char *out_ckpt,
+                        int (*check)(void *arg, const hcnn_net *net), import_fill_fn fill,
+                        void *arg)
 {
     hcnn_net net;
     int rc = hcnn_net_create(&net, &cfg->model, hcnn_backend_cpu(), cfg->path);
     if (rc)
         return rc;
     float *params = NULL;
-    char owner[HCNN_PATH_MAX + 32], path[PATHBUF];
+    char owner[HCNN_PATH_MAX + 32];
     snprintf(owner, sizeof owner, "the model configured in %s", cfg->path);
     for (int i = 0; i < net.ntensors; i++)
         if (!safe_name(net.tensors[i].name)) { /* config names are [A-Za-z0-9_.] already */
@@ -250,7 +271,7 @@ int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckp
                                  cfg->path, net.tensors[i].name);
             goto out;
         }
-    if ((rc = check_entries(dir, &net, cfg->path)))
+    if ((rc = check(arg, &net)))
         goto out;
     /* host buffers laid out like the network's; a fresh optimiser: zero
      * momentum, so training can start from the checkpoint */
@@ -262,16 +283,16 @@ int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckp
     float *momentum = params + net.nparams, *state = momentum + net.nparams;
     for (int i = 0; i < net.ntensors; i++) {
         const hcnn_tensor_info *t = &net.tensors[i];
-        if ((rc = join_path(path, dir, t->name, ".npy")) ||
-            (rc = hcnn_npy_read(path, t->name, owner, t->ndim, t->dims, t->count,
-                                (t->is_state ? state : params) + t->offset)))
+        char where[PATHBUF];
+        if ((rc = fill(arg, t, owner, (t->is_state ? state : params) + t->offset, where,
+                       sizeof where)))
             goto out;
         for (size_t k = 0; hcnn_tensor_is_variance(t) && k < t->count; k++)
             if (state[t->offset + k] < 0.0f) { /* found by tests/fuzz/fuzz_import */
                 rc = hcnn_error_code(HCNN_EFORMAT,
                                      "%s: element %zu of %s is %g (expected a running variance "
                                      ">= 0)",
-                                     path, k, t->name, (double)state[t->offset + k]);
+                                     where, k, t->name, (double)state[t->offset + k]);
                 goto out;
             }
     }
@@ -284,4 +305,119 @@ out:
     hcnn_free(params);
     hcnn_net_free(&net);
     return rc;
+}
+
+/* ---- from a directory of .npy files (hcnn import) ---- */
+typedef struct npy_source {
+    const char *dir, *cfg_path;
+} npy_source;
+
+static int npy_check(void *arg, const hcnn_net *net)
+{
+    const npy_source *src = arg;
+    return check_entries(src->dir, net, src->cfg_path);
+}
+
+static int npy_fill(void *arg, const hcnn_tensor_info *t, const char *owner, float *dst,
+                    char *where, size_t where_cap)
+{
+    const npy_source *src = arg;
+    (void)where_cap; /* PATHBUF */
+    int rc = join_path(where, src->dir, t->name, ".npy");
+    return rc ? rc : hcnn_npy_read(where, t->name, owner, t->ndim, t->dims, t->count, dst);
+}
+
+int hcnn_import_npy(const char *dir, const hcnn_config *cfg, const char *out_ckpt)
+{
+    npy_source src = {dir, cfg->path};
+    return import_model(cfg, out_ckpt, npy_check, npy_fill, &src);
+}
+
+/* ---- from arrays in memory (the C API's hcnn_checkpoint_write) ---- */
+typedef struct array_source {
+    const hcnn_array *a;
+    int n;
+    const char *cfg_path;
+} array_source;
+
+static int is_batches_tracked(const char *name)
+{
+    const size_t len = strlen(name);
+    return ends_with(name, len, ".num_batches_tracked");
+}
+
+static int arrays_check(void *arg, const hcnn_net *net)
+{
+    const array_source *src = arg;
+    for (int i = 0; i < src->n; i++) {
+        const char *name = src->a[i].name;
+        if (!name)
+            return hcnn_error("array %d has no name", i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(src->a[j].name, name))
+                return hcnn_error("tensor %s is given twice (arrays %d and %d)", name, j, i);
+        if (is_batches_tracked(name))
+            continue;
+        if (!hcnn_net_find_tensor(net, name, strlen(name), -1))
+            return hcnn_error_code(HCNN_EFORMAT,
+                                   "tensor %s is not part of the model configured in %s", name,
+                                   src->cfg_path);
+    }
+    return HCNN_OK;
+}
+
+static int arrays_fill(void *arg, const hcnn_tensor_info *t, const char *owner, float *dst,
+                       char *where, size_t where_cap)
+{
+    const array_source *src = arg;
+    snprintf(where, where_cap, "%s", t->name);
+    const hcnn_array *a = NULL;
+    for (int i = 0; i < src->n && !a; i++)
+        if (!strcmp(src->a[i].name, t->name))
+            a = &src->a[i];
+    if (!a)
+        return hcnn_error_code(HCNN_EINVAL, "tensor %s of %s is missing", t->name, owner);
+    char found[128] = "(", want[128] = "(";
+    int same = a->ndim == t->ndim;
+    for (int d = 0; d < a->ndim && d < 4; d++) {
+        snprintf(found + strlen(found), sizeof found - strlen(found), "%s%lld", d ? ", " : "",
+                 (long long)a->dims[d]);
+        same = same && a->dims[d] == t->dims[d];
+    }
+    for (int d = 0; d < t->ndim; d++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", d ? ", " : "",
+                 t->dims[d]);
+    strcat(found, a->ndim == 1 ? ",)" : ")");
+    strcat(want, t->ndim == 1 ? ",)" : ")");
+    if (a->ndim < 0 || a->ndim > 4 || !same)
+        return hcnn_error_code(HCNN_EFORMAT, "%s: shape %s found, %s expects %s for %s", t->name,
+                               found, owner, want, t->name);
+    if (a->dtype != HCNN_DTYPE_F32 && a->dtype != HCNN_DTYPE_F64)
+        return hcnn_error_code(HCNN_EFORMAT, "%s: dtype %s (expected float32 or float64)",
+                               t->name, a->dtype == HCNN_DTYPE_I64 ? "int64" : "unknown");
+    if (t->count && !a->data)
+        return hcnn_error("%s: no data", t->name);
+    for (size_t k = 0; k < t->count; k++) {
+        const double v = a->dtype == HCNN_DTYPE_F32 ? (double)((const float *)a->data)[k]
+                                                     : ((const double *)a->data)[k];
+        if (!isfinite(v))
+            return hcnn_error_code(HCNN_EFORMAT,
+                                   "%s: element %zu of %s is %g (expected finite values)", t->name,
+                                   k, t->name, v);
+        dst[k] = (float)v;
+        if (!isfinite(dst[k]))
+            return hcnn_error_code(HCNN_EFORMAT, "%s: element %zu (%g) is outside the float32 range",
+                                   t->name, k, v);
+    }
+    return HCNN_OK;
+}
+
+int hcnn_import_arrays(const hcnn_array *arrays, int n, const hcnn_config *cfg,
+                       const char *out_ckpt)
+{
+    if (n < 0 || (n > 0 && !arrays))
+        return hcnn_error("%d arrays at %p (expected n >= 0 and that many)", n,
+                          (const void *)arrays);
+    array_source src = {arrays, n, cfg->path};
+    return import_model(cfg, out_ckpt, arrays_check, arrays_fill, &src);
 }

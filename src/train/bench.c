@@ -9,7 +9,7 @@
 #include "hcnn/common.h"
 #include "run.h"
 
-int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_opts *opts)
+int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, hcnn_run_opts *opts)
 {
     const int warmup = opts->warmup, repeats = opts->repeats, steps = opts->steps;
     hcnn_config *cfg = malloc(sizeof *cfg);
@@ -105,6 +105,7 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, const hcnn_run_
     if (!rc) {
         const double share = hcnn_run_profile_print(&r);
         const double median = hcnn_median(rate, nrate);
+        opts->images_per_s = median;
         if (run_is_root(&r)) {
             printf("gemm_share=%.3f\n", share);
             printf("images_per_s=%.1f\n", median);

@@ -45,7 +45,7 @@ void hcnn_report_compute_setup(const hcnn_run *r)
 
 void hcnn_report_header(const hcnn_run *r)
 {
-    if (!run_is_root(r))
+    if (!run_is_root(r) || r->quiet)
         return;
     const hcnn_config *cfg = r->cfg;
     char blas[256];
@@ -73,7 +73,7 @@ void hcnn_report_header(const hcnn_run *r)
 void hcnn_report_progress(const hcnn_run *r, int epoch, int batch, int nbatches,
                           const epoch_stats *st, double t0, double *last_print)
 {
-    if (!run_is_root(r))
+    if (!run_is_root(r) || r->quiet)
         return;
     const double now = hcnn_now();
     const int by_steps = !r->tty && r->cfg->progress_every > 0;
@@ -321,17 +321,19 @@ int hcnn_report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
             hidden = 1.0 - (st->comm_wait_s / st->steps) / r->strat.allreduce_s;
             hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
         }
-        printf("epoch=%d step=%ld train_loss=%.4f train_acc=%.4f test_loss=%.4f test_acc=%.4f "
+        if (!r->quiet)
+            printf("epoch=%d step=%ld train_loss=%.4f train_acc=%.4f test_loss=%.4f test_acc=%.4f "
                "images_per_s=%.1f epoch_time_s=%.3f data_wait_s=%.3f eval_time_s=%.3f",
                epoch + 1, r->step, tl, ta, st->test_loss, st->test_acc, ips, st->train_s,
                st->data_wait_s, st->eval_s);
-        if (r->comm->size > 1)
+        if (r->comm->size > 1 && !r->quiet)
             printf(" compute_s=%.3f comm_wait_s=%.3f comm_wait_share=%.3f allreduce_s=%.4f "
                    "allreduce_hidden=%.3f",
                    st->compute_s, st->comm_wait_s,
                    st->train_s > 0 ? st->comm_wait_s / st->train_s : 0.0, r->strat.allreduce_s,
                    hidden);
-        printf("\n");
+        if (!r->quiet)
+            printf("\n");
         fflush(stdout);
         if (r->csv)
             failed = csv_row(r, epoch, st, ips, tl, ta, hidden);
@@ -354,4 +356,45 @@ int hcnn_report_epoch(hcnn_run *r, int epoch, const epoch_stats *st)
                    r->cfg->csv, r->cfg->path, epoch + 1, strerror(failed), epoch + 1, epoch + 1);
     r->csv_failed = 1;
     return HCNN_OK;
+}
+
+static int tell_caller(hcnn_run *r, const hcnn_progress *p)
+{
+    const hcnn_run_opts *o = r->opts;
+    if (!o || !o->progress)
+        return 0;
+    const int stop = o->progress(o->progress_arg, p);
+    if (stop && o->stop_request)
+        *o->stop_request = 1;
+    return stop;
+}
+
+void hcnn_report_step_to_caller(hcnn_run *r, int epoch, int batch, int nbatches,
+                                const epoch_stats *st, double t0)
+{
+    if (!r->opts || !r->opts->progress)
+        return;
+    const double el = hcnn_now() - t0;
+    hcnn_progress p = {.kind = HCNN_PROGRESS_STEP, .epoch = epoch + 1, .epochs = r->cfg->epochs,
+                       .batch = batch, .batches = nbatches, .step = r->step, .lr = st->lr,
+                       .train_loss = st->seen ? st->loss_sum / st->seen : 0.0,
+                       .train_acc = st->seen ? st->correct / st->seen : 0.0,
+                       .images_per_s = el > 0 ? st->seen * r->comm->size / el : 0.0};
+    tell_caller(r, &p);
+}
+
+void hcnn_report_epoch_to_caller(hcnn_run *r, int epoch, int nbatches, const epoch_stats *st)
+{
+    if (!r->opts || !r->opts->progress)
+        return;
+    /* the figures of the epoch line and CSV row (hcnn_report_epoch) */
+    hcnn_progress p = {.kind = HCNN_PROGRESS_EPOCH, .epoch = epoch + 1, .epochs = r->cfg->epochs,
+                       .batch = nbatches, .batches = nbatches, .step = r->step, .lr = st->lr,
+                       .train_loss = st->seen ? st->loss_sum / st->seen : 0.0,
+                       .train_acc = st->seen ? st->correct / st->seen : 0.0,
+                       .test_loss = st->test_loss, .test_acc = st->test_acc,
+                       .images_per_s = st->train_s > 0 ? st->trained / st->train_s : 0.0,
+                       .epoch_time_s = st->train_s, .data_wait_s = st->data_wait_s,
+                       .eval_time_s = st->eval_s};
+    tell_caller(r, &p);
 }

@@ -297,7 +297,8 @@ int hcnn_run_check_replicas(hcnn_run *r)
     return HCNN_OK;
 }
 
-int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *checkpoint)
+int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *checkpoint,
+                  hcnn_run_opts *opts)
 {
     hcnn_run r;
     int rc = hcnn_run_setup(&r, cfg, comm, 0);
@@ -308,7 +309,9 @@ int hcnn_evaluate(const hcnn_config *cfg, const hcnn_comm *comm, const char *che
     const double t0 = hcnn_now();
     if (!rc)
         rc = hcnn_run_evaluate(&r, &loss, &acc);
-    if (!rc && run_is_root(&r))
+    if (!rc && opts)
+        opts->test_loss = loss, opts->test_acc = acc;
+    if (!rc && run_is_root(&r) && !(opts && opts->quiet))
         printf("checkpoint=%s epoch=%ld step=%ld test_samples=%d test_loss=%.4f test_acc=%.4f "
                "eval_time_s=%.3f\n",
                checkpoint, meta.epoch, meta.step, r.test.n, loss, acc, hcnn_now() - t0);

@@ -101,6 +101,8 @@ typedef struct hcnn_run {
     int grads_zero;          /* the last optimiser step left the gradients zero (train.c) */
     kept_state kept;         /* training only (train.c) */
     int tty;
+    const hcnn_run_opts *opts; /* train: the caller's (quiet, progress, stop request); NULL: none */
+    int quiet;                 /* train: nothing on stdout (report.c) */
     long step;               /* optimiser steps taken */
     long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
     int fail_collective;       /* ... a stray barrier instead of a non-finite loss */
@@ -182,6 +184,12 @@ int hcnn_report_reduce_epoch(hcnn_run *r, epoch_stats *st);
  * r->csv_failed on every rank after one message, and the run stops with a
  * checkpoint and exit status 1. */
 int hcnn_report_epoch(hcnn_run *r, int epoch, const epoch_stats *st);
+/* The caller's progress callback (hcnn_run_opts), on every rank: after a
+ * step (the running figures of this rank's shard), after an epoch's line
+ * (its figures, global); a non-zero return is a stop request. */
+void hcnn_report_step_to_caller(hcnn_run *r, int epoch, int batch, int nbatches,
+                                const epoch_stats *st, double t0);
+void hcnn_report_epoch_to_caller(hcnn_run *r, int epoch, int nbatches, const epoch_stats *st);
 
 /* resume.c */
 /* A checkpoint of the current state (collective; rank 0 writes it in the

@@ -24,8 +24,12 @@
  * size - rank), a stop signal, a failed checkpoint write (rank 0's writer). */
 enum { AGREE_BAD_RANK, AGREE_SIGNAL, AGREE_CKPT_FAILED, AGREE_N };
 
-static int take_stop_signal(void)
+/* A pending SIGTERM or SIGUSR1 taken, or SIGTERM for the caller's stop
+ * request (include/hcnn/hcnn.h), else 0. */
+static int take_stop_signal(const hcnn_run *r)
 {
+    if (r->opts && r->opts->stop_request && *r->opts->stop_request)
+        return SIGTERM;
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -97,7 +101,7 @@ static int step_results(hcnn_run *r, size_t off, size_t count, double *loss, int
 static void agree_local(hcnn_run *r, int finite, int agreed[AGREE_N])
 {
     agreed[AGREE_BAD_RANK] = finite ? 0 : r->comm->size - r->comm->rank;
-    agreed[AGREE_SIGNAL] = take_stop_signal();
+    agreed[AGREE_SIGNAL] = take_stop_signal(r);
     agreed[AGREE_CKPT_FAILED] = r->writer_ready && hcnn_ckpt_writer_failed(&r->writer) != HCNN_OK;
 }
 
@@ -550,6 +554,7 @@ static int train_epoch(hcnn_run *r, int epoch, int first_batch, long steps_per_e
             break;
         batch++;
         hcnn_report_progress(r, epoch, batch, r->loader.nbatches, st, t0, &last_print);
+        hcnn_report_step_to_caller(r, epoch, batch, r->loader.nbatches, st, t0);
         if (cfg->max_steps > 0 && r->step >= cfg->max_steps) {
             *stop = 1;
             break;
@@ -576,6 +581,9 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
     hcnn_run r;
     const char *resume = opts ? opts->resume : NULL;
     int rc = hcnn_run_setup(&r, cfg, comm, 1);
+    r.opts = opts;
+    r.quiet = opts && opts->quiet;
+    r.tty &= !r.quiet;
     if (!rc)
         rc = hcnn_train_prepare(&r);
     if (!rc && opts && opts->profile)
@@ -630,8 +638,9 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
         if (rc)
             break;
         if ((rc = hcnn_report_epoch(&r, (int)epoch, &st)) ||
-            (rc = r.strat.ops->report_epoch(&r.strat, st.train_s, stdout)))
+            (!r.quiet && (rc = r.strat.ops->report_epoch(&r.strat, st.train_s, stdout))))
             break;
+        hcnn_report_epoch_to_caller(&r, (int)epoch, (int)steps_per_epoch, &st);
         const int complete = done >= (int)steps_per_epoch;
         if (r.csv_failed) { /* every rank: the checkpoint of where it stands, then exit 1 */
             epoch += complete; /* else stopped inside it (max_steps): the position is kept */
