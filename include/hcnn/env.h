@@ -50,6 +50,12 @@
  * tests/integration/test_plan.sh. */
 #define HCNN_ENV_GRAD_SUM "HCNN_GRAD_SUM"
 
+/* A file each rank of `hcnn train` appends one line to per batch it
+ * trains on ("epoch=E first=F n=N images_crc32=X labels_crc32=Y"; with
+ * several ranks FILE.RANK): the C API's loader is checked against it
+ * (src/train/train.c; tests/python/test_loader.py). */
+#define HCNN_ENV_TRACE_BATCHES "HCNN_TRACE_BATCHES"
+
 /* ---- internal hand-overs (hcnn sets and reads them itself) -------------- */
 
 /* blas_kernels (src/blas/select.c): the program re-executes itself once

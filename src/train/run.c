@@ -18,6 +18,8 @@
 void hcnn_run_free(hcnn_run *r)
 {
     hcnn_profile_free(&r->prof); /* also paused (hcnn_run_profile_pause) */
+    if (r->trace_batches)
+        fclose(r->trace_batches);
     if (r->writer_ready)
         hcnn_ckpt_writer_free(&r->writer);
     hcnn_ckpt_lock_release(&r->lock); /* after the last write */

@@ -103,6 +103,7 @@ typedef struct hcnn_run {
     int tty;
     const hcnn_run_opts *opts; /* train: the caller's (quiet, progress, stop request); NULL: none */
     int quiet;                 /* train: nothing on stdout (report.c) */
+    FILE *trace_batches;       /* HCNN_TRACE_BATCHES (include/hcnn/env.h), NULL: off */
     long step;               /* optimiser steps taken */
     long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
     int fail_collective;       /* ... a stray barrier instead of a non-finite loss */

@@ -11,9 +11,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <stdlib.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "hcnn/common.h"
+#include "hcnn/env.h"
 #include "hcnn/files.h"
 #include "hcnn/markers.h"
 #include "run.h"
@@ -162,6 +165,14 @@ int hcnn_train_prepare(hcnn_run *r)
     if (rc)
         return rc;
     r->loader_ready = 1;
+    const char *trace = getenv(HCNN_ENV_TRACE_BATCHES);
+    if (trace && trace[0]) {
+        char path[HCNN_PATH_MAX + 16];
+        snprintf(path, sizeof path, r->comm->size > 1 ? "%s.%d" : "%s", trace, r->comm->rank);
+        if (!(r->trace_batches = fopen(path, "a")))
+            return hcnn_error_code(HCNN_EIO, "cannot open %s=%s: %s", HCNN_ENV_TRACE_BATCHES, path,
+                                   strerror(errno));
+    }
     return HCNN_OK;
 }
 
@@ -517,6 +528,10 @@ int hcnn_train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_sta
     HCNN_MARKER_STOP(&r->strat.scratch.ctx, "data_wait", 2);
     if (!more)
         return 0;
+    if (r->trace_batches) /* the batch as trained on: its CRC32s (hcnn.h's batches give the same) */
+        fprintf(r->trace_batches, "epoch=%d first=%d n=%d images_crc32=%08lx labels_crc32=%08lx\n",
+                epoch, first, n, crc32(0, (const Bytef *)x, (uInt)(sizeof *x * (size_t)n * r->train.c * r->train.h * r->train.w)),
+                crc32(0, (const Bytef *)y, (uInt)(sizeof *y * (size_t)n)));
     st->data_wait_s += wait;
     const float lr = (float)hcnn_lr_at(r->cfg, r->step, steps_per_epoch);
     st->lr = lr;
