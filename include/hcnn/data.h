@@ -97,6 +97,8 @@ typedef struct hcnn_loader {
     int epoch;
     int prefetch_threads;  /* threads of the background assembly (0: no background
                               thread; next() assembles each batch itself) */
+    int assemble_threads;  /* threads of next()'s own assembly (0: omp_get_max_threads(),
+                              which the run has set to its thread count) */
 
     float *x[2];
     int32_t *y[2];

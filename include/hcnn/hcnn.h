@@ -18,9 +18,11 @@
  *   did; hcnn works on its own duplicate of MPI_COMM_WORLD.  hcnn_finalize()
  *   finalises MPI only if hcnn initialised it; call it once, at the end of
  *   the process (the Python package calls it from atexit).
- * - A session is collective: every rank of MPI_COMM_WORLD opens, trains,
- *   evaluates and closes it together, as `mpirun hcnn train` does.  The
- *   readers (checkpoints, batches) are not: any process calls them alone.
+ * - Opening a session reads the configuration in the calling process alone
+ *   (no MPI); training, evaluating and benchmarking it are collective: every
+ *   rank of MPI_COMM_WORLD makes the call together, as `mpirun hcnn train`
+ *   does, and runs rank 0's configuration.  The readers (checkpoints,
+ *   batches) are not collective: any process calls them alone.
  * - Objects are not shared between threads without the caller's locking,
  *   except hcnn_session_request_stop (async-signal-safe, any thread). */
 #ifndef HCNN_HCNN_H
@@ -86,9 +88,10 @@ void hcnn_catch_fatal(void);
 typedef struct hcnn_session hcnn_session;
 
 /* Reads and validates the YAML file at config_path with the overrides
- * sets[0..nsets) ("key=value", as --set), on rank 0, and gives it to every
- * rank; checks what depends on the number of ranks.  Initialises MPI the
- * first time.  *out is NULL on failure. */
+ * sets[0..nsets) ("key=value", as --set), in this process (no MPI); also
+ * whether this CPU runs its precision and, in a process that cannot
+ * re-execute itself, its blas_kernels (auto and env: the kernels loaded).
+ * *out is NULL on failure. */
 int hcnn_session_open(hcnn_session **out, const char *config_path, const char *const *sets,
                       int nsets);
 void hcnn_session_close(hcnn_session *s);
@@ -115,9 +118,10 @@ typedef struct hcnn_progress {
     double images_per_s;
     double epoch_time_s, data_wait_s, eval_time_s; /* EPOCH only */
 } hcnn_progress;
-/* Return 0 to go on, non-zero to stop the run as SIGTERM would: after the
- * current step, with a checkpoint, the call returning HCNN_STOPPED (with
- * several ranks the decision of any rank stops them all). */
+/* Return 0 to go on, non-zero to stop the run as SIGTERM would: the ranks
+ * agree on it in the next step's exchange, finish that step, write a
+ * checkpoint and the call returns HCNN_STOPPED (within one step; with
+ * several ranks the request of any rank stops them all). */
 typedef int (*hcnn_progress_fn)(void *arg, const hcnn_progress *p);
 
 typedef struct hcnn_train_options {
@@ -129,8 +133,8 @@ typedef struct hcnn_train_options {
 } hcnn_train_options;
 
 /* Trains as `hcnn train` does: the same checkpoints, CSV and exit-status
- * causes (HCNN_STOPPED after a stop request or signal).  Every rank calls
- * it.  May be called again on the same or another session (each call is a
+ * causes (HCNN_STOPPED after a stop request or signal).  Collective: every
+ * rank calls it; MPI starts the first time.  May be called again on the same or another session (each call is a
  * run: resume with .resume = "latest" to continue one). */
 int hcnn_session_train(hcnn_session *s, const hcnn_train_options *o);
 /* As `hcnn eval --checkpoint PATH`: loss and accuracy (in [0, 1]) on the
@@ -138,8 +142,9 @@ int hcnn_session_train(hcnn_session *s, const hcnn_train_options *o);
 int hcnn_session_evaluate(hcnn_session *s, const char *checkpoint, int quiet, double *test_loss,
                           double *test_acc);
 /* As `hcnn bench`: warm-up steps, then `repeats` timed repeats of `steps`
- * steps on synthetic data; *images_per_s the median global rate. */
-int hcnn_session_bench(hcnn_session *s, int warmup, int repeats, int steps, int profile,
+ * steps on synthetic data; *images_per_s the median global rate.  quiet:
+ * print nothing (else the repeats and the per-block profile, on rank 0). */
+int hcnn_session_bench(hcnn_session *s, int warmup, int repeats, int steps, int quiet,
                        double *images_per_s);
 /* Asks the run in progress on this session to stop after its current step
  * with a checkpoint (as SIGTERM).  Async-signal-safe; any thread. */

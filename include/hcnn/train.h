@@ -19,7 +19,7 @@ typedef struct hcnn_run_opts {
     int profile;         /* print the per-block profile table */
     int warmup, repeats, steps; /* bench: untimed steps, timed repeats of `steps` steps */
     /* the C API's (include/hcnn/hcnn.h, hcnn_train_options): */
-    int quiet;           /* train: no header, progress or epoch lines on stdout */
+    int quiet;           /* train, evaluate, bench: nothing on stdout */
     hcnn_progress_fn progress; /* train: after each step and each epoch (NULL: none) */
     void *progress_arg;
     /* train: set (any thread, a signal handler) to stop as SIGTERM would;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "hcnn/data.h"
+#include "hcnn/threads.h"
 #include "api.h"
 
 /* a batch and its buffers; on the free list when given back */
@@ -82,22 +83,28 @@ int hcnn_batches_open(const hcnn_session *s, int split, int rank, int world, int
     }
     const int train = split == HCNN_SPLIT_TRAIN;
     b->ds = train ? &b->train : &b->test;
-    /* as hcnn_train_prepare sets up its loader (src/train/train.c) */
+    b->cfg = cfg, b->train_split = train;
+    /* as hcnn_train_prepare sets up its loader (src/train/train.c), with
+     * the run's thread count (threads, OMP_NUM_THREADS, the cores), not the
+     * calling thread's OpenMP setting: importing torch sets that to 1 */
+    int threads = 1;
     const int augment = !train ? 0 : cfg->augment >= 0 ? cfg->augment : b->train.augment_default;
+    rc = hcnn_threads_resolve(cfg, &threads, NULL, 0);
     const int prefetch = cfg->data_prefetch == HCNN_PREFETCH_ON ||
-                         (cfg->data_prefetch == HCNN_PREFETCH_AUTO &&
-                          omp_get_max_threads() < omp_get_num_procs());
-    b->perm = hcnn_alloc(sizeof *b->perm * (size_t)(b->ds->n ? b->ds->n : 1), "epoch permutation");
-    rc = b->perm ? hcnn_loader_init(&b->loader, NULL, b->ds, cfg->batch_size, rank, world,
-                                    augment, cfg->seed, prefetch ? 1 : 0)
-                 : HCNN_ENOMEM;
+                         (cfg->data_prefetch == HCNN_PREFETCH_AUTO && threads < omp_get_num_procs());
+    if (!rc && !(b->perm = hcnn_alloc(sizeof *b->perm * (size_t)(b->ds->n ? b->ds->n : 1),
+                                      "epoch permutation")))
+        rc = HCNN_ENOMEM;
+    if (!rc)
+        rc = hcnn_loader_init(&b->loader, NULL, b->ds, cfg->batch_size, rank, world, augment,
+                              cfg->seed, prefetch ? 1 : 0);
     if (rc) {
         hcnn_free(b->perm);
         hcnn_dataset_free(&b->train), hcnn_dataset_free(&b->test);
         batches_destroy(b);
         return API_END(rc);
     }
-    b->cfg = cfg, b->train_split = train;
+    b->loader.assemble_threads = threads;
     hcnn_batches_restart(b, epoch);
     hcnn_loader_buffer_bytes(&b->loader, &b->x_bytes, &b->y_bytes);
     *out = b;

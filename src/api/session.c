@@ -209,7 +209,7 @@ int hcnn_session_evaluate(hcnn_session *s, const char *checkpoint, int quiet, do
     return API_END(rc);
 }
 
-int hcnn_session_bench(hcnn_session *s, int warmup, int repeats, int steps, int profile,
+int hcnn_session_bench(hcnn_session *s, int warmup, int repeats, int steps, int quiet,
                        double *images_per_s)
 {
     API_BEGIN(FAIL_SESSION);
@@ -219,7 +219,7 @@ int hcnn_session_bench(hcnn_session *s, int warmup, int repeats, int steps, int 
         return API_END(hcnn_error("hcnn_session_bench: warmup %d, repeats %d, steps %d (expected "
                                   "warmup >= 0, repeats >= 1, steps >= 1)",
                                   warmup, repeats, steps));
-    hcnn_run_opts o = {.profile = profile, .warmup = warmup, .repeats = repeats, .steps = steps};
+    hcnn_run_opts o = {.quiet = quiet, .warmup = warmup, .repeats = repeats, .steps = steps};
     const int rc = session_run(s, &o, run_bench);
     if (!rc && images_per_s)
         *images_per_s = o.images_per_s;

@@ -242,7 +242,7 @@ int hcnn_cli_eval(int argc, char **argv, const hcnn_cli_command *self)
 
 static int bench_run(hcnn_session *s, const run_args *c)
 {
-    return hcnn_session_bench(s, c->warmup, c->repeats, c->steps, 1, NULL);
+    return hcnn_session_bench(s, c->warmup, c->repeats, c->steps, 0, NULL);
 }
 
 /* --warmup, --repeats or --steps at argv[*i] into *slot: an integer in

@@ -187,13 +187,13 @@ int hcnn_loader_next(hcnn_loader *ld, float **x, int32_t **y, int *n, int *globa
     int b = ld->next_batch++, buf = b & 1;
     double t0 = hcnn_now();
     if (!ld->thread_started) {
-        fill(ld, b, buf, omp_get_max_threads());
+        fill(ld, b, buf, ld->assemble_threads > 0 ? ld->assemble_threads : omp_get_max_threads());
     } else {
         pthread_mutex_lock(&ld->mu);
         if (!ld->ready[buf] && ld->want == b) { /* not taken yet: assemble it here */
             ld->want = -1;
             pthread_mutex_unlock(&ld->mu);
-            fill(ld, b, buf, omp_get_max_threads());
+            fill(ld, b, buf, ld->assemble_threads > 0 ? ld->assemble_threads : omp_get_max_threads());
             pthread_mutex_lock(&ld->mu);
             ld->ready[buf] = 1;
         }

@@ -47,7 +47,7 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, hcnn_run_opts *
         epoch_stats st = {0};
         hcnn_epoch_permutation(r.perm, r.train.n, cfg->seed, 0, cfg->shuffle);
         hcnn_loader_begin_epoch(&r.loader, r.perm, r.train.n, 0);
-        if (run_is_root(&r)) {
+        if (run_is_root(&r) && !opts->quiet) {
             char blas[256];
             printf("hcnn bench: model %s, strategy %s on %d rank%s x %d threads, global batch %d, "
                    "%d warm-up steps, %d repeats of %d steps; %s\n",
@@ -83,7 +83,7 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, hcnn_run_opts *
             if (comm->size > 1) /* the global rate is set by the slowest rank */
                 HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &el, 1, MPI_DOUBLE, MPI_MAX, comm->world));
             rate[nrate++] = el > 0 ? (double)cfg->batch_size * steps / el : 0.0;
-            if (run_is_root(&r)) {
+            if (run_is_root(&r) && !opts->quiet) {
                 printf("repeat=%d images_per_s=%.1f step_ms=%.3f\n", k + 1, rate[nrate - 1],
                        el / steps * 1e3);
                 fflush(stdout);
@@ -96,17 +96,17 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, hcnn_run_opts *
                 int got = hcnn_train_next_step(&r, 0, spe, &st);
                 rc = got < 0 ? -got : got == 0 ? hcnn_error("bench: ran out of batches") : HCNN_OK;
             }
-            if (run_is_root(&r))
+            if (run_is_root(&r) && !opts->quiet)
                 printf("# the timed steps ran as CUDA graphs (%ld captured, %ld replayed, %ld "
                        "graphs); the profile below is of %d more steps without them\n",
                        r.graphs.captures, r.graphs.replays, r.graphs.graphs, steps);
         }
     }
     if (!rc) {
-        const double share = hcnn_run_profile_print(&r);
+        const double share = opts->quiet ? 0.0 : hcnn_run_profile_print(&r);
         const double median = hcnn_median(rate, nrate);
         opts->images_per_s = median;
-        if (run_is_root(&r)) {
+        if (run_is_root(&r) && !opts->quiet) {
             printf("gemm_share=%.3f\n", share);
             printf("images_per_s=%.1f\n", median);
         }

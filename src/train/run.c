@@ -294,7 +294,7 @@ int hcnn_run_check_replicas(hcnn_run *r)
                                "replicas diverged: parameter CRC32 %08lx on this "
                                "rank, ranks range over %08lx..%08lx",
                                mine, lo, hi);
-    if (run_is_root(r))
+    if (run_is_root(r) && !r->quiet)
         printf("replica_check=ok replicas=%d params_crc32=%08lx\n", r->strat.ngroups, mine);
     return HCNN_OK;
 }
