@@ -145,7 +145,7 @@ def test_mnist_normalised(hcnn):
     (CFG_SMALL, ("epochs=2",)),
     (CFG_SMALL, ("epochs=2", "augment=true", "batch_size=24")),  # a short last batch
     (CFG_RESNET, ("epochs=2", "shuffle=false")),
-])
+], ids=["small", "small_augment_b24", "resnet_unshuffled"])
 def test_equals_what_train_trains_on(hcnn, tmp_path, config, kv):
     """hcnn train's own record of its batches (HCNN_TRACE_BATCHES: CRC32s of
     each batch as trained on) against the Loader's, epoch by epoch."""
