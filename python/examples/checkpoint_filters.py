@@ -20,17 +20,18 @@ import hcnn
 
 
 def tile_grid(w, scale=16, gap=2):
-    """[out, in, kh, kw] -> one 2-D uint8 image: a row per output channel,
-    a tile per input channel, each filter scaled to 0..255 on its own."""
+    """[out, in, kh, kw] -> one 2-D uint8 image: a row per input channel, a
+    tile per output channel (as the matplotlib figure), each filter scaled
+    to 0..255 on its own."""
     out, inn, kh, kw = w.shape
-    img = np.full((out * (kh * scale + gap) + gap, inn * (kw * scale + gap) + gap), 255, np.uint8)
+    img = np.full((inn * (kh * scale + gap) + gap, out * (kw * scale + gap) + gap), 255, np.uint8)
     for o in range(out):
         for i in range(inn):
             f = w[o, i]
             lo, hi = float(f.min()), float(f.max())
             g = np.zeros_like(f) if hi == lo else (f - lo) / (hi - lo)
             t = np.kron((g * 255).astype(np.uint8), np.ones((scale, scale), np.uint8))
-            y, x = gap + o * (kh * scale + gap), gap + i * (kw * scale + gap)
+            y, x = gap + i * (kh * scale + gap), gap + o * (kw * scale + gap)
             img[y:y + kh * scale, x:x + kw * scale] = t
     return img
 

@@ -63,6 +63,9 @@ class HcnnValueError(HcnnError, ValueError):
     """HCNN_EINVAL: a bad argument or configuration value (the message names it)."""
 
 
+HcnnError.__module__ = HcnnValueError.__module__ = "hcnn"  # as tracebacks name them
+
+
 class Progress(Structure):
     _fields_ = [
         ("kind", c_int),
