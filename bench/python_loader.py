@@ -23,7 +23,8 @@ then the ratios of hcnn.Loader (NumPy) against bench_loader and against the
 best DataLoader variant, and the two targets (reported, not asserted):
 hcnn.Loader >= 0.5x bench_loader, >= 3x the best DataLoader.  hcnn's epoch
 includes opening it (a Loader's iter() of a new epoch reads the data set);
-`hcnn_numpy_open_s` says how long that and the first batch took.  hcnn and bench_loader assemble with --threads threads
+`hcnn_numpy_open_s` says how long that and the first batch took, and
+`hcnn_numpy_after_open` is the rate of the batches after the first.  hcnn and bench_loader assemble with --threads threads
 (default: the machine's cores, as `threads: 0`); PyTorch gets
 torch.set_num_threads(--threads), its workers one thread each, and
 OPENBLAS_NUM_THREADS=1 (docs: /work/shared/toolchain.md's OpenBLAS notes).
@@ -97,18 +98,20 @@ def run_hcnn(loader, max_batches, to_torch, torch, epoch):
     """One epoch of a Loader opened before (untimed), a new epoch each time:
     iter() opens it (the data set read), inside the timing."""
     loader.epoch = epoch
-    n = 0
+    n = n_first = 0
     t0 = time.perf_counter()
     first = None
     for k, (x, y) in enumerate(loader):
         if first is None:
-            first = time.perf_counter() - t0
+            first, n_first = time.perf_counter() - t0, len(y)
         if to_torch:
             x, y = torch.from_numpy(x), torch.from_numpy(y)
         n += len(y)
         if max_batches and k + 1 >= max_batches:
             break
-    return n, time.perf_counter() - t0, first
+    dt = time.perf_counter() - t0
+    steady = (n - n_first) / (dt - first) if dt > first else 0.0
+    return n, dt, first, steady
 
 
 def run_torch(loader, max_batches):
@@ -206,6 +209,7 @@ def main(argv):
                     whole, batch_size=None, sampler=tud.BatchSampler(
                         tud.RandomSampler(whole), batch_size=b, drop_last=False), **kw)))
         rates = {name: [] for name, _ in variants}
+        rates["hcnn_numpy_after_open"] = []
         opens = []
         for r in range(a.rounds):
             for name, dl in variants:
@@ -214,10 +218,11 @@ def main(argv):
                     continue
                 if name.startswith("hcnn"):
                     epoch += 1
-                    n, dt, first = run_hcnn(loader, a.max_batches, name == "hcnn_torch", torch,
-                                            epoch)
+                    n, dt, first, steady = run_hcnn(loader, a.max_batches, name == "hcnn_torch",
+                                                    torch, epoch)
                     if name == "hcnn_numpy":
                         opens.append(first)
+                        rates["hcnn_numpy_after_open"].append(steady)
                 else:
                     if r == 0 and dl.num_workers:  # start the persistent workers untimed
                         run_torch(dl, 2)
@@ -235,6 +240,8 @@ def main(argv):
             ratio = hc / results[("bench_loader", b)]
             print("ratio name=hcnn_over_bench_loader batch=%d ratio=%.3f target>=0.5: %s"
                   % (b, ratio, "met" if ratio >= 0.5 else "NOT met"))
+            ratio = results[("hcnn_numpy_after_open", b)] / results[("bench_loader", b)]
+            print("ratio name=hcnn_after_open_over_bench_loader batch=%d ratio=%.3f" % (b, ratio))
         torch_rates = {k[0]: v for k, v in results.items() if k[1] == b and k[0].startswith("torch")}
         if torch_rates:
             best = max(torch_rates, key=torch_rates.get)

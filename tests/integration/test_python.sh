@@ -55,7 +55,7 @@ echo "# $PY ($("$PY" -c 'import sys; print(sys.version.split()[0])')), library $
 (
     cd "$WORK" || exit 1
     [ -z "$preload" ] || export LD_PRELOAD=$preload
-    exec timeout -k 10 600 "$PY" -m pytest -p no:cacheprovider -q -rfEs \
+    exec timeout -k 10 600 "$PY" -m pytest -p no:cacheprovider -q -rfEs --durations=5 \
         --junitxml="$WORK/junit.xml" -o junit_family=xunit1 "$HCNN_SRCDIR/tests/python"
 ) >"$WORK/pytest.out" 2>&1
 rc=$?
