@@ -65,6 +65,10 @@ int hcnn_blas_selectable(void);
 
 /* One line for the run header: the library, its kernels and why. */
 const char *hcnn_blas_describe(char *buf, int cap);
+/* The file of the library hcnn's cblas_sgemm calls go to (dladdr): in a
+ * process that loaded other BLAS libraries (Python with NumPy, PyTorch),
+ * the one hcnn was linked against, as for the hcnn program. */
+const char *hcnn_blas_library_file(char *buf, size_t cap);
 
 /* "AMD EPYC 9B45 (family 26 model 2 stepping 1)": the first CPU of
  * /proc/cpuinfo (the BLAS cache's key; hcnn plan's header). */

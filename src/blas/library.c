@@ -286,6 +286,15 @@ static double used_mib(void)
 }
 #endif
 
+const char *hcnn_blas_library_file(char *buf, size_t cap)
+{
+    void (*sgemm)(void) = (void (*)(void))cblas_sgemm;
+    Dl_info info;
+    snprintf(buf, cap, "%s",
+             dladdr(*(void **)&sgemm, &info) && info.dli_fname ? info.dli_fname : "unknown");
+    return buf;
+}
+
 int hcnn_blas_take_buffers(int threads)
 {
 #if defined(HCNN_BLAS_OPENBLAS)
@@ -311,11 +320,19 @@ int hcnn_blas_take_buffers(int threads)
         munmap(p, need);
     }
     /* exported by OpenBLAS (common.h declares them), looked up so that a
-     * build without them still links: then a small product on each thread */
+     * build without them still links: then a small product on each thread.
+     * Looked up in the library hcnn's cblas_sgemm calls go to, not the
+     * process's first: inside Python, NumPy or PyTorch may have loaded an
+     * OpenBLAS of their own (another threading build) before libhcnn. */
     void *(*take)(int) = NULL;
     void (*give)(void *) = NULL;
-    *(void **)&take = dlsym(RTLD_DEFAULT, "blas_memory_alloc");
-    *(void **)&give = dlsym(RTLD_DEFAULT, "blas_memory_free");
+    void (*sgemm)(void) = (void (*)(void))cblas_sgemm;
+    Dl_info info;
+    void *own = NULL;
+    if (dladdr(*(void **)&sgemm, &info) && info.dli_fname)
+        own = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    *(void **)&take = dlsym(own ? own : RTLD_DEFAULT, "blas_memory_alloc");
+    *(void **)&give = dlsym(own ? own : RTLD_DEFAULT, "blas_memory_free");
 #pragma omp parallel num_threads(threads)
     {
         void *buffer = take && give ? take(0) : NULL;
@@ -330,6 +347,8 @@ int hcnn_blas_take_buffers(int threads)
         if (buffer)
             give(buffer);
     }
+    if (own)
+        dlclose(own); /* the reference RTLD_NOLOAD took */
     return HCNN_OK;
 #else
     (void)threads; /* BLIS and other libraries fail an allocation with a message */

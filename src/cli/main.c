@@ -62,8 +62,10 @@ int main(int argc, char **argv)
         if (MPI_Get_library_version(mpi, &len) != MPI_SUCCESS)
             snprintf(mpi, sizeof mpi, "unknown");
         mpi[strcspn(mpi, "\r\n")] = '\0';
-        printf("hcnn %s\ngit: %s\nBLAS: %s\nMPI: %s\n", PACKAGE_VERSION, HCNN_GIT_COMMIT,
-               hcnn_blas_describe(blas, sizeof blas), mpi);
+        char blas_file[1024];
+        printf("hcnn %s\ngit: %s\nBLAS: %s\nBLAS library: %s\nMPI: %s\n", PACKAGE_VERSION,
+               HCNN_GIT_COMMIT, hcnn_blas_describe(blas, sizeof blas),
+               hcnn_blas_library_file(blas_file, sizeof blas_file), mpi);
 #if HCNN_HAVE_CUDA
         char cuda[256];
         printf("CUDA: %s\n", hcnn_backend_cuda_versions(cuda, sizeof cuda));

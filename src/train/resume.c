@@ -145,7 +145,7 @@ int hcnn_run_save_checkpoint(hcnn_run *r, long epochs_done, long batch, const ep
     }
     if (!rc && wait)
         rc = hcnn_ckpt_writer_wait(&r->writer);
-    if (!rc) {
+    if (!rc && !r->quiet) {
         printf("checkpoint=%s epoch=%ld step=%ld stall_s=%.4f%s\n", r->writer.path, epochs_done,
                r->step, stall, wait ? "" : " (written in the background)");
         fflush(stdout);
@@ -301,7 +301,7 @@ int hcnn_run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *m
                               cfg->batch_size);
         r->step = meta->step;
         *resumed = 1;
-        if (run_is_root(r))
+        if (run_is_root(r) && !r->quiet)
             printf("hcnn: resuming from %s: epoch %ld, batch %ld, step %ld\n", path,
                    meta->epoch + 1, meta->batch, meta->step);
     }

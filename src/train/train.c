@@ -215,9 +215,11 @@ static int act_on_agreement(hcnn_run *r, const int agreed[AGREE_N], int epoch, f
 {
     const hcnn_config *cfg = r->cfg;
     const int root = run_is_root(r);
-    if (agreed[AGREE_SIGNAL] && !r->stop_signal && root) {
-        printf("hcnn: %s received: finishing the step, writing a checkpoint, exiting\n",
-               agreed[AGREE_SIGNAL] == SIGTERM ? "SIGTERM" : "SIGUSR1");
+    if (agreed[AGREE_SIGNAL] && !r->stop_signal && root && !r->quiet) {
+        const int asked = r->opts && r->opts->stop_request && *r->opts->stop_request;
+        printf("hcnn: %s: finishing the step, writing a checkpoint, exiting\n",
+               asked ? "stop requested"
+               : agreed[AGREE_SIGNAL] == SIGTERM ? "SIGTERM received" : "SIGUSR1 received");
         fflush(stdout);
     }
     if (agreed[AGREE_SIGNAL])
