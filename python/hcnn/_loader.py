@@ -82,9 +82,9 @@ class Loader:
     write until the last array over the batch is gone; then the batch goes
     back to the library.  len(loader) is the number of batches in an epoch,
     loader.shape the per-sample (c, h, w); each iter() starts the epoch over
-    (set loader.epoch to move on to another).  Not collective and no MPI,
-    but opening the Session for a path is: under mpirun pass a Session
-    opened on every rank, or create the Loader on every rank."""
+    (set loader.epoch to move on to another; it must be below the
+    configuration's epochs).  Not collective, no MPI: under mpirun each rank
+    may open its own shard (rank, world) or any other."""
 
     def __init__(self, config, split="train", rank=0, world=1, epoch=0, *, overrides=None,
                  **kwargs):
@@ -167,8 +167,8 @@ class Loader:
             h.close()  # batches not yet released stay valid until released
 
     def close(self):
-        """Closes the loader (and its Session, when it opened one: collective
-        under MPI).  Batches still held stay valid."""
+        """Closes the loader (and its Session, when it opened one).  Batches
+        still held stay valid."""
         self._pending = None
         for h in list(self._active):
             h.close()

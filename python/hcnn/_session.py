@@ -116,10 +116,11 @@ class Session:
     the overrides (`overrides=` a mapping or "key=value" strings, and keyword
     arguments: Session("configs/mnist_lenet.yaml", epochs=2, lr=0.05)).
 
-    Opening, training, evaluating and closing are collective under MPI:
-    every rank does them together, in the same order.  Use it as a context
-    manager, or call close(); the functions train(), evaluate(), bench(),
-    Loader() and save_checkpoint() take a Session in place of a path."""
+    Opening reads the file in this process alone; training, evaluating and
+    benchmarking on it are collective under MPI (every rank makes the same
+    calls in the same order; the first starts MPI).  Use it as a context
+    manager, or call close(); train(), evaluate(), bench(), Loader() and
+    save_checkpoint() take a Session in place of a path."""
 
     def __init__(self, config, *, overrides=None, **kwargs):
         cfg = path_arg("config", config)
@@ -169,7 +170,8 @@ class Session:
             lib.hcnn_session_request_stop(p)
 
     def close(self):
-        """Closes the session (collective under MPI); idempotent."""
+        """Closes the session (on every rank under MPI, after its last
+        collective call); idempotent."""
         self._h.close()
 
     def __enter__(self):

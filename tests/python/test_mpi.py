@@ -11,12 +11,12 @@ from conftest import (CFG_RESNET, CFG_SMALL, HCNN, QUICK, as_kwargs, cli_env, cl
 pytestmark = pytest.mark.skipif(not have_mpirun(), reason="mpirun not found (openmpi-bin)")
 
 SCRIPT = """
-import sys
+import os
 {first}
 import hcnn
 rows = hcnn.train({config!r}, progress=False, overrides={overrides!r})
 {after}
-print("rank-done", len(rows), rows[-1]["test_acc"], flush=True)
+os.write(1, ("rank-done %d %r\\n" % (len(rows), rows[-1]["test_acc"])).encode())  # one write a rank
 """
 MPI4PY_AFTER = """
 from mpi4py import MPI
@@ -39,9 +39,12 @@ def test_two_ranks_train_as_the_command_line(tmp_path, with_mpi4py):
         overrides=as_kwargs(*QUICK, "checkpoint_dir=%s" % (tmp_path / "py"), *kv),
         after=MPI4PY_AFTER if with_mpi4py else ""))
     p = run(mpirun(2, python_child=True) + [sys.executable, str(script)], env=python_env())
-    assert p.stdout.count("rank-done 2 ") == 2, p.stdout + p.stderr
+    done = [line for line in p.stdout.splitlines() if line.startswith("rank-done 2 ")]
+    assert len(done) == 2 and done[0] == done[1], p.stdout + p.stderr  # the same global figures
     ok, why = same_bits(tmp_path / "cli" / "final.hcnn", tmp_path / "py" / "final.hcnn")
     assert ok, why
+    other = [line for line in p.stdout.splitlines() if not line.startswith("rank-done ")]
+    assert not other, "train() printed on stdout: %s" % other  # quiet: nothing on stdout
 
 
 def test_each_rank_loader_equals_its_training_shard(hcnn, tmp_path):
