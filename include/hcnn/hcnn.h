@@ -214,6 +214,10 @@ int hcnn_batches_open(const hcnn_session *s, int split, int rank, int world, int
 /* batches in the epoch, and the per-sample shape */
 int hcnn_batches_count(const hcnn_batches *b);
 void hcnn_batches_shape(const hcnn_batches *b, int *c, int *h, int *w);
+/* Starts epoch `epoch` (0 <= epoch < the configuration's epochs) over from
+ * its first batch, with the data set already read: a loader is opened once
+ * and iterated epoch after epoch.  Batches held stay valid. */
+int hcnn_batches_restart(hcnn_batches *b, int epoch);
 /* The next batch in *out (returns HCNN_OK with *out NULL after the last). */
 int hcnn_batches_next(hcnn_batches *b, hcnn_batch **out);
 void hcnn_batch_release(hcnn_batch *batch);

@@ -23,6 +23,8 @@ typedef struct kept_batch {
 } kept_batch;
 
 struct hcnn_batches {
+    const hcnn_config *cfg; /* the session's, which outlives its loaders */
+    int train_split;
     hcnn_dataset train, test;
     const hcnn_dataset *ds;
     uint32_t *perm;
@@ -95,10 +97,25 @@ int hcnn_batches_open(const hcnn_session *s, int split, int rank, int world, int
         batches_destroy(b);
         return API_END(rc);
     }
-    hcnn_epoch_permutation(b->perm, b->ds->n, cfg->seed, epoch, train && cfg->shuffle);
-    hcnn_loader_begin_epoch(&b->loader, b->perm, b->ds->n, epoch);
+    b->cfg = cfg, b->train_split = train;
+    hcnn_batches_restart(b, epoch);
     hcnn_loader_buffer_bytes(&b->loader, &b->x_bytes, &b->y_bytes);
     *out = b;
+    return API_END(HCNN_OK);
+}
+
+int hcnn_batches_restart(hcnn_batches *b, int epoch)
+{
+    API_BEGIN((void)0);
+    if (!b)
+        return API_END(hcnn_error("hcnn_batches_restart: the loader is NULL"));
+    if (epoch < 0 || epoch >= b->cfg->epochs)
+        return API_END(hcnn_error("epoch %d (expected 0 <= epoch < %d, the epochs of %s)", epoch,
+                                  b->cfg->epochs, b->cfg->path));
+    hcnn_epoch_permutation(b->perm, b->ds->n, b->cfg->seed, epoch,
+                           b->train_split && b->cfg->shuffle);
+    hcnn_loader_begin_epoch(&b->loader, b->perm, b->ds->n, epoch);
+    b->index = 0;
     return API_END(HCNN_OK);
 }
 

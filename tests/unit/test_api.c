@@ -168,6 +168,35 @@ static void test_batches_shards(void **state)
     hcnn_session_close(s);
 }
 
+/* a loader restarted at epoch 1 gives what one opened at epoch 1 gives */
+static void test_batches_restart(void **state)
+{
+    (void)state;
+    hcnn_session *s = open_session(NULL);
+    hcnn_batches *again, *fresh;
+    assert_int_equal(hcnn_batches_open(s, HCNN_SPLIT_TRAIN, 0, 1, 0, &again), HCNN_OK);
+    assert_int_equal(hcnn_batches_open(s, HCNN_SPLIT_TRAIN, 0, 1, 1, &fresh), HCNN_OK);
+    hcnn_batch *a, *b;
+    assert_int_equal(hcnn_batches_next(again, &a), HCNN_OK); /* mid-epoch 0, one held */
+    assert_int_equal(hcnn_batches_restart(again, 1), HCNN_OK);
+    int n = 0;
+    while (hcnn_batches_next(fresh, &b) == HCNN_OK && b) {
+        hcnn_batch *c;
+        assert_int_equal(hcnn_batches_next(again, &c), HCNN_OK);
+        assert_non_null(c);
+        assert_int_equal(c->index, n++);
+        assert_int_equal(c->n, b->n);
+        assert_memory_equal(c->images, b->images, sizeof(float) * 64 * b->n);
+        assert_memory_equal(c->labels, b->labels, sizeof(int32_t) * b->n);
+        hcnn_batch_release(b), hcnn_batch_release(c);
+    }
+    assert_int_equal(n, 6);
+    assert_int_equal(hcnn_batches_restart(again, 2), HCNN_EINVAL);
+    hcnn_batch_release(a);
+    hcnn_batches_close(again), hcnn_batches_close(fresh);
+    hcnn_session_close(s);
+}
+
 static void test_batches_bad_arguments(void **state)
 {
     (void)state;
@@ -318,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_bad_key_and_file),
         cmocka_unit_test(test_batches_held_and_shapes),
         cmocka_unit_test(test_batches_shards),
+        cmocka_unit_test(test_batches_restart),
         cmocka_unit_test(test_batches_bad_arguments),
         cmocka_unit_test(test_train_stop_resume_and_arrays),
         cmocka_unit_test(test_torn_checkpoint),
