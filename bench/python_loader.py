@@ -21,10 +21,11 @@ printed one per line:
 
 then the ratios of hcnn.Loader (NumPy) against bench_loader and against the
 best DataLoader variant, and the two targets (reported, not asserted):
-hcnn.Loader >= 0.5x bench_loader, >= 3x the best DataLoader.  hcnn's epoch
-includes opening it (a Loader's iter() of a new epoch reads the data set);
-`hcnn_numpy_open_s` says how long that and the first batch took, and
-`hcnn_numpy_after_open` is the rate of the batches after the first.  hcnn and bench_loader assemble with --threads threads
+hcnn.Loader >= 0.5x bench_loader, >= 3x the best DataLoader.  Each Loader
+is created (the data set read) before the rounds, untimed, as each
+DataLoader's data set is; an epoch of it is iter() on a new epoch
+(hcnn_batches_restart).  `hcnn_numpy_open_s` is the time to its first batch,
+`hcnn_numpy_after_open` the rate of the batches after it.  hcnn and bench_loader assemble with --threads threads
 (default: the machine's cores, as `threads: 0`); PyTorch gets
 torch.set_num_threads(--threads), its workers one thread each, and
 OPENBLAS_NUM_THREADS=1 (docs: /work/shared/toolchain.md's OpenBLAS notes).
@@ -95,8 +96,8 @@ def cores():
 # ---- the variants: each returns (samples, seconds) of one epoch -----------------
 
 def run_hcnn(loader, max_batches, to_torch, torch, epoch):
-    """One epoch of a Loader opened before (untimed), a new epoch each time:
-    iter() opens it (the data set read), inside the timing."""
+    """One epoch of a Loader created before (untimed), a new epoch each time
+    (iter() restarts it on the data set read once)."""
     loader.epoch = epoch
     n = n_first = 0
     t0 = time.perf_counter()

@@ -47,9 +47,11 @@ def view(addr, nbytes, dtype, shape, owner, writeable):
     """An ndarray over nbytes at addr, whose base chain holds `owner`."""
     buf = (ctypes.c_char * nbytes).from_address(addr)
     buf._hcnn_owner = owner
-    src = buf if writeable else memoryview(buf).toreadonly()
-    count = nbytes // dtype.itemsize
-    return np.frombuffer(src, dtype=dtype, count=count).reshape(shape)
+    if writeable:
+        return np.ndarray(shape, dtype, buffer=buf)
+    # frombuffer over a read-only memoryview: WRITEABLE cannot be set back to True
+    mv = memoryview(buf).toreadonly()
+    return np.frombuffer(mv, dtype=dtype, count=nbytes // dtype.itemsize).reshape(shape)
 
 
 class Checkpoint(collections.abc.Mapping):

@@ -166,8 +166,10 @@ def _load():
     fn("hcnn_batches_open", c_int, P, c_int, c_int, c_int, c_int, POINTER(c_void_p))
     fn("hcnn_batches_count", c_int, P)
     fn("hcnn_batches_shape", None, P, POINTER(c_int), POINTER(c_int), POINTER(c_int))
-    fn("hcnn_batches_next", c_int, P, POINTER(POINTER(Batch)))
-    fn("hcnn_batch_release", None, POINTER(Batch))
+    if hasattr(lib, "hcnn_batches_restart"):  # a library before it: each epoch opens anew
+        fn("hcnn_batches_restart", c_int, P, c_int)
+    fn("hcnn_batches_next", c_int, P, POINTER(c_void_p))  # the batch's address
+    fn("hcnn_batch_release", None, P)
     fn("hcnn_batches_close", None, P)
 
     version = lib.hcnn_api_version()
@@ -183,10 +185,15 @@ def _load():
     # a fatal error on the caller's thread of a single-process run comes back
     # as HCNN_EFATAL instead of ending the interpreter
     lib.hcnn_catch_fatal()
-    return lib, path
+    # the same library through PyDLL, for the calls too short to be worth
+    # releasing and taking back the GIL (a batch given back: a list push)
+    pylib = ctypes.PyDLL(path, mode=os.RTLD_LOCAL)
+    pylib.hcnn_batch_release.restype = None
+    pylib.hcnn_batch_release.argtypes = [P]
+    return lib, pylib, path
 
 
-lib, LIBRARY = _load()
+lib, pylib, LIBRARY = _load()
 
 
 def last_error():

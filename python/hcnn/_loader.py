@@ -1,12 +1,12 @@
 """hcnn's data loader as an iterable of NumPy batches (views of the C memory)."""
 
+import ctypes
 import weakref
-from ctypes import POINTER, byref, c_int, c_void_p
+from ctypes import byref, c_int, c_void_p
 
 import numpy as np
 
 from . import _lib
-from ._checkpoint import view
 from ._lib import lib
 from ._session import Session, int_arg
 
@@ -35,27 +35,39 @@ class _BatchOwner:
         self.parent = parent
         self.index = index
 
-    def __del__(self):
+    def __del__(self, _release=_lib.pylib.hcnn_batch_release):
         global released
         ptr, self.ptr = self.ptr, None
         if ptr:
             try:
                 with self.parent.lock:  # not while the loader assembles the next batch
-                    lib.hcnn_batch_release(ptr)
+                    _release(ptr)
                 released += 1
             except Exception:  # interpreter teardown
                 pass
 
 
-def _wrap(bp, h):
-    b = bp.contents
-    owner = _BatchOwner(bp, h, b.index)
-    shape = (b.n, b.c, b.h, b.w)
-    if b.n <= 0:
+_BUF = {}  # nbytes -> the ctypes array type of that many bytes
+
+
+def _buffer(addr, nbytes, owner):
+    t = _BUF.get(nbytes)
+    if t is None:
+        t = _BUF[nbytes] = ctypes.c_char * nbytes
+    buf = t.from_address(addr)
+    buf._hcnn_owner = owner
+    return buf
+
+
+def _wrap(addr, h):
+    b = _lib.Batch.from_address(addr)
+    n = b.n
+    owner = _BatchOwner(addr, h, b.index)
+    shape = (n, b.c, b.h, b.w)
+    if n <= 0:
         return np.zeros(shape, _F32), np.zeros((0,), _I32)
-    n_img = b.n * b.c * b.h * b.w
-    return (view(b.images, n_img * 4, _F32, shape, owner, writeable=True),
-            view(b.labels, b.n * 4, _I32, (b.n,), owner, writeable=True))
+    return (np.ndarray(shape, _F32, buffer=_buffer(b.images, n * b.c * b.h * b.w * 4, owner)),
+            np.ndarray((n,), _I32, buffer=_buffer(b.labels, n * 4, owner)))
 
 
 def owner_of(array):
@@ -83,7 +95,7 @@ class Loader:
     back to the library.  len(loader) is the number of batches in an epoch,
     loader.shape the per-sample (c, h, w); each iter() starts the epoch over
     (set loader.epoch to move on to another; it must be below the
-    configuration's epochs).  Not collective, no MPI: under mpirun each rank
+    configuration's epochs), reading the data set only once.  Not collective, no MPI: under mpirun each rank
     may open its own shard (rank, world) or any other."""
 
     def __init__(self, config, split="train", rank=0, world=1, epoch=0, *, overrides=None,
@@ -104,20 +116,24 @@ class Loader:
         self._epoch = epoch
         self._active = weakref.WeakSet()
         try:
-            self._pending = self._open()
+            # the loader's own hcnn_batches: the data set read once, each
+            # epoch restarted on it (hcnn_batches_restart)
+            self._h = self._open(epoch)
         except BaseException:
             self.close()
             raise
-        h = self._pending
+        self._h_epoch = epoch      # the epoch self._h stands at the start of, or None
+        self._h_busy = False       # an iterator is going through self._h
+        h = self._h
         self._len = lib.hcnn_batches_count(h.ptr)
         c, hh, w = c_int(), c_int(), c_int()
         lib.hcnn_batches_shape(h.ptr, byref(c), byref(hh), byref(w))
         self.shape = (c.value, hh.value, w.value)
 
-    def _open(self):
+    def _open(self, epoch):
         out = c_void_p()
         _lib.check(lib.hcnn_batches_open(self._session.ptr, _SPLITS[self.split], self.rank,
-                                         self.world, self._epoch, byref(out)))
+                                         self.world, epoch, byref(out)))
         h = _BatchesHandle(out.value, self._session)
         self._active.add(h)
         return h
@@ -129,11 +145,7 @@ class Loader:
 
     @epoch.setter
     def epoch(self, value):
-        value = int_arg("epoch", value, 0, None, "epochs count from 0")
-        if value != self._epoch and self._pending is not None:
-            self._pending.close()
-            self._pending = None
-        self._epoch = value
+        self._epoch = int_arg("epoch", value, 0, None, "epochs count from 0")
 
     @property
     def session(self):
@@ -143,33 +155,48 @@ class Loader:
         return self._len
 
     def __iter__(self):
-        if self._session.closed:
+        if self._session.closed or not self._h.ptr:
             raise ValueError("loader: it is closed")
-        h, self._pending = self._pending, None
-        if h is None or not h.ptr:
-            h = self._open()
-        return self._batches(h)
+        epoch = self._epoch
+        if self._h_busy:
+            # another iterator is still going through the loader's own: this
+            # one gets a loader of its own (the data set read again)
+            return self._batches(self._open(epoch), own=False)
+        if self._h_epoch != epoch:
+            if hasattr(lib, "hcnn_batches_restart"):
+                _lib.check(lib.hcnn_batches_restart(self._h.ptr, epoch))
+            else:
+                old, self._h = self._h, self._open(epoch)
+                old.close()
+        self._h_epoch = None
+        self._h_busy = True
+        return self._batches(self._h, own=True)
 
-    def _batches(self, h):
+    def _batches(self, h, own):
+        nxt, out, lock = lib.hcnn_batches_next, c_void_p(), h.lock
+        ref = byref(out)
         try:
             while True:
-                bp = POINTER(_lib.Batch)()
-                with h.lock:
+                with lock:
                     if not h.ptr:
                         raise ValueError("loader: it was closed during the epoch")
-                    rc = lib.hcnn_batches_next(h.ptr, byref(bp))
-                _lib.check(rc)
-                if not bp:
+                    rc = nxt(h.ptr, ref)
+                if rc:
+                    raise _lib.error(rc)
+                if not out.value:
                     break
                 # no local name keeps the arrays: the batch goes back when the caller drops them
-                yield _wrap(bp, h)
+                yield _wrap(out.value, h)
         finally:
-            h.close()  # batches not yet released stay valid until released
+            if own:
+                if h is self._h:
+                    self._h_busy = False
+            else:
+                h.close()  # batches not yet released stay valid until released
 
     def close(self):
         """Closes the loader (and its Session, when it opened one).  Batches
         still held stay valid."""
-        self._pending = None
         for h in list(self._active):
             h.close()
         if self._own:

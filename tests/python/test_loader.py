@@ -160,3 +160,24 @@ def test_equals_what_train_trains_on(hcnn, tmp_path, config, kv):
         got = crcs(loader)
         assert len(got) == len(loader) == len(seen[e])
         assert got == seen[e], "epoch %d" % k
+
+
+def test_epochs_restart_and_iterators_are_independent(hcnn):
+    loader = hcnn.Loader(CFG_SMALL)
+    whole = batches(loader)
+    for _ in loader:  # an epoch left after one batch: the next iter() starts it over
+        break
+    assert all(np.array_equal(p[0], q[0]) for p, q in zip(whole, batches(loader)))
+    it1 = iter(loader)
+    head = [(x.copy(), y.copy()) for x, y in (next(it1) for _ in range(3))]
+    second = batches(loader)  # while it1 is going: a loader of its own
+    rest = [(x.copy(), y.copy()) for x, y in it1]
+    assert len(second) == len(head) + len(rest) == len(whole)
+    for p, q, r in zip(whole, second, head + rest):
+        assert np.array_equal(p[0], q[0]) and np.array_equal(p[0], r[0])
+        assert np.array_equal(p[1], q[1]) and np.array_equal(p[1], r[1])
+    loader.epoch = 2
+    e2 = batches(loader)
+    assert all(np.array_equal(p[0], q[0]) for p, q in zip(e2, batches(hcnn.Loader(CFG_SMALL, epoch=2))))
+    loader.epoch = 0
+    assert all(np.array_equal(p[0], q[0]) for p, q in zip(whole, batches(loader)))
