@@ -95,8 +95,9 @@ class Loader:
     back to the library.  len(loader) is the number of batches in an epoch,
     loader.shape the per-sample (c, h, w); each iter() starts the epoch over
     (set loader.epoch to move on to another; it must be below the
-    configuration's epochs), reading the data set only once.  Not collective, no MPI: under mpirun each rank
-    may open its own shard (rank, world) or any other."""
+    configuration's epochs); the data set is read once.  Not collective, no
+    MPI: under mpirun each rank may read its own shard (rank, world) or any
+    other."""
 
     def __init__(self, config, split="train", rank=0, world=1, epoch=0, *, overrides=None,
                  **kwargs):
@@ -122,8 +123,8 @@ class Loader:
         except BaseException:
             self.close()
             raise
-        self._h_epoch = epoch      # the epoch self._h stands at the start of, or None
-        self._h_busy = False       # an iterator is going through self._h
+        self._h_epoch = epoch               # the epoch self._h stands at the start of, or None
+        self._h_user = lambda: None         # (a weak reference to) the iterator going through it
         h = self._h
         self._len = lib.hcnn_batches_count(h.ptr)
         c, hh, w = c_int(), c_int(), c_int()
@@ -158,19 +159,21 @@ class Loader:
         if self._session.closed or not self._h.ptr:
             raise ValueError("loader: it is closed")
         epoch = self._epoch
-        if self._h_busy:
-            # another iterator is still going through the loader's own: this
-            # one gets a loader of its own (the data set read again)
+        g = self._h_user()
+        if g is not None and g.gi_frame is not None:
+            # an iterator over the loader's own is alive and not at its end:
+            # this one gets a loader of its own (the data set read again)
             return self._batches(self._open(epoch), own=False)
         if self._h_epoch != epoch:
             if hasattr(lib, "hcnn_batches_restart"):
                 _lib.check(lib.hcnn_batches_restart(self._h.ptr, epoch))
-            else:
+            else:  # a library without it: the epoch opened anew
                 old, self._h = self._h, self._open(epoch)
                 old.close()
         self._h_epoch = None
-        self._h_busy = True
-        return self._batches(self._h, own=True)
+        gen = self._batches(self._h, own=True)
+        self._h_user = weakref.ref(gen)
+        return gen
 
     def _batches(self, h, own):
         nxt, out, lock = lib.hcnn_batches_next, c_void_p(), h.lock
@@ -188,10 +191,7 @@ class Loader:
                 # no local name keeps the arrays: the batch goes back when the caller drops them
                 yield _wrap(out.value, h)
         finally:
-            if own:
-                if h is self._h:
-                    self._h_busy = False
-            else:
+            if not own:
                 h.close()  # batches not yet released stay valid until released
 
     def close(self):

@@ -181,3 +181,12 @@ def test_epochs_restart_and_iterators_are_independent(hcnn):
     assert all(np.array_equal(p[0], q[0]) for p, q in zip(e2, batches(hcnn.Loader(CFG_SMALL, epoch=2))))
     loader.epoch = 0
     assert all(np.array_equal(p[0], q[0]) for p, q in zip(whole, batches(loader)))
+
+
+def test_an_iterator_never_started_does_not_hold_the_loader(hcnn):
+    loader = hcnn.Loader(CFG_SMALL)
+    first = batches(loader)
+    iter(loader)  # dropped at once, never started
+    it = iter(loader)
+    assert it is not None and loader._h_user() is it  # on the loader's own, restarted
+    assert all(np.array_equal(p[1], q[1]) for p, q in zip(first, [(x, y) for x, y in it]))
