@@ -1,0 +1,64 @@
+"""Under mpirun: hcnn.train collective on 2 ranks, with and without mpi4py imported first."""
+
+import importlib.util
+import sys
+
+import pytest
+
+from conftest import (CFG_RESNET, CFG_SMALL, HCNN, QUICK, as_kwargs, cli_env, cli_train, crcs,
+                      have_mpirun, mpirun, python_env, run, same_bits, sets, trace)
+
+pytestmark = pytest.mark.skipif(not have_mpirun(), reason="mpirun not found (openmpi-bin)")
+
+SCRIPT = """
+import os
+{first}
+import hcnn
+rows = hcnn.train({config!r}, progress=False, overrides={overrides!r})
+{after}
+os.write(1, ("rank-done %d %r\\n" % (len(rows), rows[-1]["test_acc"])).encode())  # one write a rank
+"""
+MPI4PY_AFTER = """
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+assert comm.allreduce(comm.rank + 1) == 3  # mpi4py still works, on its own world
+assert MPI.Is_initialized() and not MPI.Is_finalized()
+"""
+
+
+@pytest.mark.parametrize("with_mpi4py", [True, False], ids=["mpi4py_first", "hcnn_starts_mpi"])
+def test_two_ranks_train_as_the_command_line(tmp_path, with_mpi4py):
+    if with_mpi4py and importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("mpi4py not installed (python3-mpi4py)")
+    kv = ("epochs=2", "strategy=data")
+    cli_train(CFG_RESNET, tmp_path / "cli", *kv, np_ranks=2)
+    script = tmp_path / "train2.py"
+    script.write_text(SCRIPT.format(
+        first="from mpi4py import MPI" if with_mpi4py else "",
+        config=CFG_RESNET,
+        overrides=as_kwargs(*QUICK, "checkpoint_dir=%s" % (tmp_path / "py"), *kv),
+        after=MPI4PY_AFTER if with_mpi4py else ""))
+    p = run(mpirun(2, python_child=True) + [sys.executable, str(script)], env=python_env())
+    done = [line for line in p.stdout.splitlines() if line.startswith("rank-done 2 ")]
+    assert len(done) == 2 and done[0] == done[1], p.stdout + p.stderr  # the same global figures
+    ok, why = same_bits(tmp_path / "cli" / "final.hcnn", tmp_path / "py" / "final.hcnn")
+    assert ok, why
+    other = [line for line in p.stdout.splitlines() if not line.startswith("rank-done ")]
+    assert not other, "train() printed on stdout: %s" % other  # quiet: nothing on stdout
+
+
+def test_each_rank_loader_equals_its_training_shard(hcnn, tmp_path):
+    """The Loader of rank r of 2 gives the batches rank r of a 2-rank
+    `mpirun hcnn train` trains on (HCNN_TRACE_BATCHES, FILE.RANK)."""
+    env = cli_env()
+    env["HCNN_TRACE_BATCHES"] = str(tmp_path / "trace")
+    kv = ("epochs=2", "strategy=data", "augment=true", "batch_size=24")
+    run(mpirun(2) + ["-x", "HCNN_TRACE_BATCHES", HCNN, "train", "--config", CFG_SMALL, "-q"] +
+        sets(*QUICK, "checkpoint_dir=", *kv), env=env)
+    for r in range(2):
+        seen = trace(tmp_path / ("trace.%d" % r))
+        assert len(seen) == 2
+        for k, e in enumerate(sorted(seen)):
+            got = crcs(hcnn.Loader(CFG_SMALL, rank=r, world=2, epoch=k,
+                                   overrides=dict(s.split("=", 1) for s in kv)))
+            assert got == seen[e], "rank %d epoch %d" % (r, k)

@@ -1,0 +1,161 @@
+"""Training from Python: the command line's bits, repeated runs, stops, progress."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from conftest import (CFG_LENET, CFG_RESNET, CFG_SMALL, MNIST_DIR, QUICK, as_kwargs, child_python,
+                      cli, cli_train, mnist_present, same_bits)
+
+
+def epoch_lines(out):
+    """The CLI's epoch lines: {epoch: {field: text}}."""
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("epoch="):
+            d = dict(f.split("=", 1) for f in line.split())
+            rows[int(d["epoch"])] = d
+    return rows
+
+
+def py_train(hcnn, config, ckdir, *kv, **kw):
+    return hcnn.train(config, progress=False,
+                      overrides=as_kwargs(*QUICK, "checkpoint_dir=%s" % ckdir, *kv), **kw)
+
+
+def test_same_bits_and_metrics_as_the_command_line(hcnn, tmp_path):
+    kv = ("epochs=2",)
+    out = cli_train(CFG_RESNET, tmp_path / "cli", *kv).stdout
+    rows = py_train(hcnn, CFG_RESNET, tmp_path / "py", *kv)
+    ok, why = same_bits(tmp_path / "cli" / "final.hcnn", tmp_path / "py" / "final.hcnn")
+    assert ok, why
+    want = epoch_lines(out)
+    assert [r["epoch"] for r in rows] == [1, 2] and sorted(want) == [1, 2]
+    for r in rows:
+        w = want[r["epoch"]]
+        assert int(w["step"]) == r["step"]
+        for k in ("train_loss", "train_acc", "test_loss", "test_acc"):
+            assert w[k] == "%.4f" % r[k], (k, w[k], r[k])
+        assert set(r) == set(FIELDS)
+        assert r["images_per_s"] > 0 and r["epoch_time_s"] > 0
+
+
+FIELDS = ("epoch", "step", "lr", "train_loss", "train_acc", "test_loss", "test_acc",
+          "images_per_s", "epoch_time_s", "data_wait_s", "eval_time_s")
+
+
+@pytest.mark.parametrize("first", ["numpy", "numpy,torch"])
+def test_same_bits_with_numpy_and_torch_loaded_first(tmp_path, first):
+    """NumPy's and PyTorch's BLAS (and PyTorch's OpenMP settings) in the process
+    before hcnn: hcnn still computes what the command line does."""
+    if "torch" in first:
+        pytest.importorskip("torch")
+    cfgs = [(CFG_RESNET, ("epochs=1",))]
+    if mnist_present():  # LeNet-5: GEMMs of a real size
+        cfgs.append((CFG_LENET, ("data_dir=%s" % MNIST_DIR, "max_steps=12", "test_limit=256")))
+    for i, (cfg, kv) in enumerate(cfgs):
+        cli_train(cfg, tmp_path / ("cli%d" % i), *kv)
+        code = ("import %s\nimport hcnn\nhcnn.train(%r, progress=False, overrides=%r)\n"
+                % (first, cfg, as_kwargs(*QUICK, "checkpoint_dir=%s" % (tmp_path / ("py%d" % i)),
+                                         *kv)))
+        child_python(code)
+        ok, why = same_bits(tmp_path / ("cli%d" % i) / "final.hcnn",
+                            tmp_path / ("py%d" % i) / "final.hcnn")
+        assert ok, "%s after %s: %s" % (os.path.basename(cfg), first, why)
+
+
+def test_two_runs_in_one_process_and_resume(hcnn, tmp_path):
+    cli_train(CFG_RESNET, tmp_path / "straight", "epochs=2")
+    # one epoch, another configuration's run between, then the second epoch resumed
+    first = py_train(hcnn, CFG_RESNET, tmp_path / "split", "epochs=2", "max_steps=16")
+    other = py_train(hcnn, CFG_SMALL, tmp_path / "other", "epochs=1")
+    second = py_train(hcnn, CFG_RESNET, tmp_path / "split", "epochs=2", resume="latest")
+    assert [r["epoch"] for r in first] == [1] and [r["epoch"] for r in second] == [2]
+    assert len(other) == 1
+    ok, why = same_bits(tmp_path / "straight" / "final.hcnn", tmp_path / "split" / "final.hcnn")
+    assert ok, why
+
+
+def test_exception_in_progress_stops_with_a_checkpoint(hcnn, tmp_path):
+    seen = []
+
+    def stop_at_step_5(d):
+        seen.append(d["kind"])
+        if d["kind"] == "step" and d["step"] == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        hcnn.train(CFG_RESNET, progress=stop_at_step_5, epochs=2,
+                   checkpoint_dir=str(tmp_path / "stop"), csv="")
+    assert "step" in seen and "epoch" not in seen
+    ck = hcnn.load_checkpoint(tmp_path / "stop" / "final.hcnn")
+    # after the step in progress when the callback returned: the 5th, or the 6th
+    # when the library already began it
+    assert ck.meta["step"] in (5, 6) and ck.meta["epoch"] == 0
+    # the stopped run resumes to the straight run's bits
+    py_train(hcnn, CFG_RESNET, tmp_path / "stop", "epochs=2", resume="latest")
+    cli_train(CFG_RESNET, tmp_path / "straight", "epochs=2")
+    ok, why = same_bits(tmp_path / "straight" / "final.hcnn", tmp_path / "stop" / "final.hcnn")
+    assert ok, why
+    # any exception: stops the same way and is raised as it is
+    with pytest.raises(ZeroDivisionError):
+        hcnn.train(CFG_SMALL, progress=lambda d: 1 / 0, checkpoint_dir=str(tmp_path / "z"), csv="")
+    assert (tmp_path / "z" / "final.hcnn").exists()
+    # a true return value: a stop request without an exception (HCNN_STOPPED)
+    with pytest.raises(hcnn.HcnnError) as e:
+        hcnn.train(CFG_SMALL, progress=lambda d: d["step"] >= 3, checkpoint_dir=str(tmp_path / "t"),
+                   csv="")
+    assert e.value.code == 7 and len(e.value.metrics) == 0
+    assert hcnn.load_checkpoint(tmp_path / "t" / "final.hcnn").meta["step"] in (3, 4)
+
+
+def test_ctrl_c_during_training(hcnn, tmp_path, capfd):
+    """SIGINT while the library trains: Python raises KeyboardInterrupt as the
+    next progress callback starts; the run stops after its step with a
+    checkpoint and train() raises it."""
+    timer = []
+
+    def progress(d):
+        if d["kind"] == "step" and d["step"] == 2 and not timer:
+            timer.append(threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)))
+            timer[0].start()
+
+    with pytest.raises(KeyboardInterrupt):
+        hcnn.train(CFG_SMALL, progress=progress, epochs=400, checkpoint_dir=str(tmp_path / "c"),
+                   csv="")
+    timer[0].join()
+    ck = hcnn.load_checkpoint(tmp_path / "c" / "final.hcnn")
+    assert 2 <= ck.meta["step"] < 400 * 16
+    err = capfd.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err, err
+
+
+def test_progress_display(hcnn, tmp_path, capfd, monkeypatch):
+    from hcnn import _train
+    py_train(hcnn, CFG_SMALL, tmp_path / "quiet", "epochs=1")
+    cap = capfd.readouterr()
+    assert cap.err == "" and "epoch=" not in cap.out
+    if _train._tqdm is not None:
+        hcnn.train(CFG_SMALL, epochs=1, checkpoint_dir="", csv="")
+        err = capfd.readouterr().err
+        assert "epoch 1/1" in err and "16/16" in err and "epoch=1 step=16" in err
+    monkeypatch.setattr(_train, "_tqdm", None)
+    hcnn.train(CFG_SMALL, epochs=2, checkpoint_dir="", csv="")
+    err = capfd.readouterr().err.splitlines()
+    lines = [x for x in err if x.startswith("hcnn: epoch ")]
+    assert 2 * 10 <= len(lines) <= 2 * 16, err  # about every 10% of an epoch of 16 batches
+    assert sum("16/16 (100%)" in x for x in lines) == 2
+    assert any(x.startswith("epoch=2 step=32 ") for x in err), err
+
+
+def test_evaluate_and_bench(hcnn, resnet_run):
+    ck = resnet_run[0]
+    r = hcnn.evaluate(CFG_RESNET, ck)
+    assert set(r) == {"test_loss", "test_acc"}
+    line = cli("eval", "--config", CFG_RESNET, "--checkpoint", ck).stdout
+    d = dict(f.split("=", 1) for f in line.split())
+    assert d["test_loss"] == "%.4f" % r["test_loss"] and d["test_acc"] == "%.4f" % r["test_acc"]
+    rate = hcnn.bench(CFG_SMALL, warmup=1, repeats=1, steps=2)
+    assert isinstance(rate, float) and rate > 0
