@@ -197,13 +197,13 @@ def evaluate(config, checkpoint, *, overrides=None, **kwargs):
 def bench(config, warmup=2, repeats=3, steps=5, *, profile=False, overrides=None, **kwargs):
     """As `hcnn bench`: `warmup` untimed steps, then `repeats` timed repeats
     of `steps` steps on synthetic data; returns the median global rate in
-    images/s.  profile=True also prints the per-block table (stdout).
-    Collective under MPI."""
+    images/s.  profile=True prints what `hcnn bench` prints (the repeats and
+    the per-block table, stdout); else nothing.  Collective under MPI."""
     warmup = int_arg("warmup", warmup, 0, None, "expected >= 0")
     repeats = int_arg("repeats", repeats, 1, None, "expected >= 1")
     steps = int_arg("steps", steps, 1, None, "expected >= 1")
     with opened(config, overrides, kwargs) as s:
         rate = c_double()
-        _lib.check(lib.hcnn_session_bench(s.ptr, warmup, repeats, steps, 1 if profile else 0,
+        _lib.check(lib.hcnn_session_bench(s.ptr, warmup, repeats, steps, 0 if profile else 1,
                                           byref(rate)))
         return rate.value
