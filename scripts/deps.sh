@@ -6,8 +6,9 @@
 #     include/hcnn (resolved as the compiler does: beside the including file,
 #     then include/);
 #   - the call graph between the built objects: A.o -> B.o when one of A's
-#     undefined symbols is defined in B (nm).  A reference to a table's
-#     data counts like a call.
+#     undefined symbols is defined in B (nm; a library object as its libtool
+#     object A.lo names it, in A's directory or its .libs/).  A reference to
+#     a table's data counts like a call.
 # Prints both graphs (the call graph's edges with the symbols that make
 # them), then each loop (a strongly connected component of more than one
 # file) with the edges inside it.  Exit status: 0 no loop, 1 a loop, 2 usage
@@ -146,11 +147,26 @@ END {
     }' | sort -u >"$tmp/includes"
 
 # ---- the call graph -------------------------------------------------------------
-# the objects of sources that exist (not one left behind by a moved file)
-(cd "$builddir" && find src -name '*.o' 2>/dev/null | sort) | while read -r o; do
+# the objects of sources that exist (not one left behind by a moved file), each
+# once, named DIR/NAME.o: a library source's libtool object DIR/NAME.lo names
+# its object (DIR/NAME.o, or the PIC DIR/.libs/NAME.o: configure compiles it
+# once, PIC); a program's source has a plain DIR/NAME.o.  Lines "NAME FILE".
+(cd "$builddir" && find src \( -name '*.lo' -o -name '*.o' \) -not -path '*/.libs/*' 2>/dev/null |
+    sort) | while read -r f; do
+    base=${f%.*}
+    case $f in
+    *.lo)
+        o=$(sed -n "s/^non_pic_object='\(.*\)'$/\1/p" "$builddir/$f")
+        [ -n "$o" ] && [ "$o" != none ] || o=$(sed -n "s/^pic_object='\(.*\)'$/\1/p" "$builddir/$f")
+        [ -n "$o" ] && [ "$o" != none ] || continue
+        file=$(dirname "$f")/$o ;;
+    *)
+        [ ! -f "$builddir/$base.lo" ] || continue # its .lo names it
+        file=$f ;;
+    esac
     for ext in c cu cc; do
-        if [ -f "$srcdir/${o%.o}.$ext" ]; then
-            echo "$o"
+        if [ -f "$srcdir/$base.$ext" ]; then
+            echo "$base.o $file"
             break
         fi
     done
@@ -159,9 +175,9 @@ if [ ! -s "$tmp/objects" ]; then
     echo "deps.sh: no objects under $builddir/src: build first (make), or name the build directory" >&2
     exit 2
 fi
-while read -r o; do
-    nm --defined-only -g "$builddir/$o" | awk -v o="$o" 'NF >= 2 { print "D", o, $NF }'
-    nm -u "$builddir/$o" | awk -v o="$o" 'NF >= 1 { print "U", o, $NF }'
+while read -r o file; do
+    nm --defined-only -g "$builddir/$file" | awk -v o="$o" 'NF >= 2 { print "D", o, $NF }'
+    nm -u "$builddir/$file" | awk -v o="$o" 'NF >= 1 { print "U", o, $NF }'
 done <"$tmp/objects" >"$tmp/symbols"
 # definitions first: A -> B for each symbol A needs and B (not A) defines
 awk '$1 == "D" { defs[$3] = defs[$3] " " $2; next }

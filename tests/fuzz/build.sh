@@ -59,7 +59,7 @@ mkdir -p "$out/obj"
 # not needed by the parsers, and clang 14 does not know its CPU feature names
 exclude="src/blas/measure.c"
 # the library's C sources, as Makefile.am lists them (without the program's main)
-mapfile -t sources < <(sed -n '/^libhcnn_a_SOURCES/,/^$/p' "$src/Makefile.am" | tr ' \t\\' '\n\n\n' |
+mapfile -t sources < <(sed -n '/^libhcnn_la_SOURCES/,/^$/p' "$src/Makefile.am" | tr ' \t\\' '\n\n\n' |
                        grep '^src/.*\.c$' | grep -v -x -F -f <(printf '%s\n' $exclude))
 [ ${#sources[@]} -gt 0 ] || { echo "fuzz build: no sources found in Makefile.am" >&2; exit 2; }
 

@@ -12,7 +12,8 @@ fi
 # a copy of the sources, without build products and data, built apart
 mkdir -p "$WORK/src"
 tar -C "$HCNN_SRCDIR" --exclude=./data --exclude=./runs --exclude=./.git --exclude=./results/runs \
-    --exclude='*.o' --exclude='*.a' --exclude=./hcnn --exclude='./hcnn-*' -cf - . | tar -C "$WORK/src" -xf -
+    --exclude='*.o' --exclude='*.a' --exclude='*.lo' --exclude='*.la' --exclude=.libs --exclude=./hcnn \
+    --exclude='./hcnn-*' -cf - . | tar -C "$WORK/src" -xf -
 (
     cd "$WORK/src" &&
         { [ -x configure ] || autoreconf -fi; } &&

@@ -21,6 +21,7 @@ unavailable() {
     else case_skip "$1"; fi
     finish
 }
+[ "$PY" != ":" ] || unavailable "configure found no Python 3.9 or newer (PYTHON=:; configure PYTHON=...)"
 command -v "$PY" >/dev/null 2>&1 || unavailable "no Python interpreter '$PY' (configure PYTHON=...)"
 if ! why=$("$PY" -c 'import numpy, pytest' 2>&1); then
     unavailable "$PY lacks NumPy or pytest ($(tail -n 1 <<<"$why"); Debian: python3-numpy python3-pytest, PYTHON=/usr/bin/python3)"

@@ -13,15 +13,24 @@
 #   names stay in its own namespace: a program or a Python module linking
 #   it meets no unprefixed name of ours), but for the CUDA API that the
 #   emulation stands in for and the C++ the compiler emits on its own.
+# - libhcnn.so exports hcnn_ names only (libtool's -export-symbols-regex).
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 
 # defined SYMBOLS of OBJ; undefined ones of OBJ
 defined() { nm --defined-only -g "$1" 2>/dev/null | awk '{print $3}' | sort -u; }
 undefined() { nm -u "$1" 2>/dev/null | awk '{print $2}' | sort -u; }
+# the object of libtool object DIR/NAME.lo (its non-PIC object, else its PIC
+# one: configure compiles the library once, PIC, into DIR/.libs/NAME.o)
+object_of() {
+    local lo=$1 o
+    o=$(sed -n "s/^non_pic_object='\(.*\)'$/\1/p" "$lo" 2>/dev/null)
+    [ -n "$o" ] || o=$(sed -n "s/^pic_object='\(.*\)'$/\1/p" "$lo" 2>/dev/null)
+    [ -n "$o" ] && echo "$(dirname "$lo")/$o" || echo "${lo%.lo}.o"
+}
 
 case_begin winograd_uses_nothing_of_conv_plan
-P="$HCNN_BUILDDIR/src/cpu/conv_plan.o"
-objs=("$HCNN_BUILDDIR/src/cpu/winograd.o" "$HCNN_BUILDDIR/src/cpu/winograd_plan.o")
+P=$(object_of "$HCNN_BUILDDIR/src/cpu/conv_plan.lo")
+objs=("$(object_of "$HCNN_BUILDDIR/src/cpu/winograd.lo")" "$(object_of "$HCNN_BUILDDIR/src/cpu/winograd_plan.lo")")
 if ! command -v nm >/dev/null; then
     case_skip "nm not found (Debian package binutils)"
 elif [ ! -f "${objs[0]}" ] || [ ! -f "${objs[1]}" ] || [ ! -f "$P" ]; then
@@ -88,7 +97,7 @@ cxx_scope() {
 # hcnn_emu) and hcnn_cuda_add(...) pass; a kernel add_kernel(...) does not
 # (the kernels are static: each is launched from its own file).
 case_begin archive_symbols_prefixed
-A="$HCNN_BUILDDIR/libhcnn.a"
+A="$HCNN_BUILDDIR/.libs/libhcnn.a"
 if ! command -v nm >/dev/null; then
     case_skip "nm not found (Debian package binutils)"
 elif [ ! -f "$A" ]; then
@@ -122,6 +131,38 @@ else
         done
         case_fail "${#bad[@]} of the $n external symbols of libhcnn.a do not begin with hcnn_" \
             "($([ ${#bad[@]} -gt 30 ] && echo "the first 30 " )above): name them hcnn_..., or make them static"
+    fi
+fi
+
+# The shared library's dynamic symbols: hcnn_ names only, without the
+# exceptions above (the emulation's CUDA API and the C++ runtime's names stay
+# inside it).  libhcnn.la's dlname names it; empty: configure --disable-shared.
+case_begin shared_library_exports
+L="$HCNN_BUILDDIR/libhcnn.la"
+dl=$(sed -n "s/^dlname='\(.*\)'$/\1/p" "$L" 2>/dev/null)
+if ! command -v nm >/dev/null; then
+    case_skip "nm not found (Debian package binutils)"
+elif [ ! -f "$L" ]; then
+    case_fail "libtool library not found: $L"
+elif [ -z "$dl" ]; then
+    case_skip "no shared library in this build (configure --disable-shared)"
+elif [ ! -f "$HCNN_BUILDDIR/.libs/$dl" ]; then
+    case_fail "shared library not found: $HCNN_BUILDDIR/.libs/$dl"
+else
+    mapfile -t exported < <(nm -D --defined-only "$HCNN_BUILDDIR/.libs/$dl" | awk 'NF == 3 {print $3}' | sort -u)
+    bad=()
+    for name in "${exported[@]}"; do
+        case $name in hcnn_*) ;; *) bad+=("$name") ;; esac
+    done
+    if [ ${#exported[@]} -eq 0 ]; then
+        case_fail "nm -D lists no defined symbol in $dl"
+    elif [ ${#bad[@]} -eq 0 ]; then
+        echo "# $dl exports ${#exported[@]} symbols, all hcnn_*"
+        case_ok
+    else
+        for b in "${bad[@]:0:30}"; do echo "#   $b"; done
+        case_fail "${#bad[@]} of the ${#exported[@]} symbols $dl exports do not begin with hcnn_" \
+            "($([ ${#bad[@]} -gt 30 ] && echo "the first 30 " )above): Makefile.am's -export-symbols-regex"
     fi
 fi
 
