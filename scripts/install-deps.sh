@@ -18,6 +18,8 @@ PACKAGES=(
     gnuplot-nox                                                       # results/ plots
     likwid                                                            # ./configure --with-likwid
     slurm-wlm munge                                                   # tests/integration/test_slurm_real.sh (a real one-host Slurm)
+    python3 python3-numpy python3-pytest python3-tqdm                 # the Python package (python/hcnn) and its tests
+    python3-mpi4py python3-torch                                      # its tests with mpi4py and PyTorch; bench/python_loader.py
     dataset-fashion-mnist                                             # Fashion-MNIST
     curl ca-certificates                                              # data mirrors
 )

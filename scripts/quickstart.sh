@@ -21,6 +21,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 bash scripts/install-deps.sh
+# the Python package's tests run with the Python whose packages install-deps
+# installed (Debian's), not a python3 earlier in PATH (pyenv) without them
+if [ -z "${PYTHON:-}" ] && [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    export PYTHON=/usr/bin/python3
+fi
 
 if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt configure ]; then
     echo "quickstart: autoreconf"
