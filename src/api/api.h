@@ -34,7 +34,14 @@ jmp_buf **hcnn_api_guard_slot(void);
         }                                                                                          \
         *api_slot_ = &api_jb_;                                                                     \
     }
-#define API_END(rc) (*api_slot_ = api_outer_, (rc))
+/* The exit: rc evaluated first (it may be the call's work), then the
+ * guard given back to the caller's call. */
+static inline int hcnn_api_end(jmp_buf **slot, jmp_buf *outer, int rc)
+{
+    *slot = outer;
+    return rc;
+}
+#define API_END(rc) hcnn_api_end(api_slot_, api_outer_, (rc))
 
 /* A configuration opened by one process (no MPI: checkpoints written and
  * batches opened by one rank); the collective calls (train, evaluate,

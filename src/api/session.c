@@ -24,7 +24,10 @@ int hcnn_api_version(void) { return HCNN_API_VERSION; }
 
 const char *hcnn_version(void) { return PACKAGE_VERSION; }
 
-#define FAIL_SESSION (s ? (void)(s->failed = 1) : (void)0)
+/* a fatal error caught in a call on s (hcnn_catch_fatal): s is unusable,
+ * and the stall watchdog of its run, left running, is stopped (it would
+ * end the process when the run's heartbeat stops) */
+#define FAIL_SESSION (s ? (void)(s->failed = 1) : (void)0, hcnn_watchdog_stop())
 
 int hcnn_session_open(hcnn_session **out, const char *config_path, const char *const *sets,
                       int nsets)

@@ -5,7 +5,9 @@
  * requested by the progress callback, then resumed to the end), its
  * checkpoint read as arrays and written back through the import's
  * validation, and the loader's batches pulled and held; bad arguments get
- * a code and one message naming what was wrong (hcnn_last_error). */
+ * a code and one message naming what was wrong (hcnn_last_error).  One
+ * function of the library's inside is declared here: hcnn_fatal_at, to
+ * raise a fatal error inside a call (from its progress callback). */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +21,9 @@
 #include <unistd.h>
 
 #include "hcnn/hcnn.h"
+
+/* include/hcnn/common.h's; exported (an hcnn_ name), not part of hcnn.h */
+_Noreturn void hcnn_fatal_at(const char *file, int line, const char *fmt, ...);
 
 static char dir[64], cfg_path[128], ckpt_dir[128];
 
@@ -326,6 +331,33 @@ static void test_train_stop_resume_and_arrays(void **state)
     hcnn_session_close(s);
 }
 
+/* hcnn_catch_fatal: a fatal error inside a call (a single-process run, on
+ * the caller's thread) ends the call with HCNN_EFATAL and its message; the
+ * session is unusable after it, the process goes on */
+static int fatal_progress(void *arg, const hcnn_progress *p)
+{
+    (void)arg;
+    if (p->step == 2)
+        hcnn_fatal_at("test_api.c", 1, "a fatal error at step %ld", p->step);
+    return 0;
+}
+
+static void test_fatal_comes_back(void **state)
+{
+    (void)state;
+    hcnn_session *s = open_session("checkpoint_dir=");
+    hcnn_train_options o = {.quiet = 1, .progress = fatal_progress};
+    assert_int_equal(hcnn_session_train(s, &o), HCNN_EFATAL);
+    assert_non_null(strstr(hcnn_last_error(), "fatal at test_api.c:1: a fatal error at step 2"));
+    o.progress = NULL;
+    assert_int_equal(hcnn_session_train(s, &o), HCNN_EINVAL);
+    assert_non_null(strstr(hcnn_last_error(), "this session failed earlier"));
+    hcnn_session_close(s);
+    s = open_session("checkpoint_dir="); /* another session works */
+    assert_int_equal(hcnn_session_evaluate(s, "/nonexistent.hcnn", 1, NULL, NULL), HCNN_EIO);
+    hcnn_session_close(s);
+}
+
 /* a torn checkpoint: a code and the message, no crash */
 static void test_torn_checkpoint(void **state)
 {
@@ -351,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_batches_bad_arguments),
         cmocka_unit_test(test_train_stop_resume_and_arrays),
         cmocka_unit_test(test_torn_checkpoint),
+        cmocka_unit_test(test_fatal_comes_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
