@@ -48,38 +48,37 @@ static void batches_destroy(hcnn_batches *b)
     free(b);
 }
 
-int hcnn_batches_open(const hcnn_session *s, int split, int rank, int world, int epoch,
-                      hcnn_batches **out)
+static int batches_open_call(const hcnn_session *s, int split, int rank, int world, int epoch,
+                             hcnn_batches **out)
 {
-    API_BEGIN((void)0);
     if (!out)
-        return API_END(hcnn_error("hcnn_batches_open: out is NULL"));
+        return hcnn_error("hcnn_batches_open: out is NULL");
     *out = NULL;
     if (!s)
-        return API_END(hcnn_error("hcnn_batches_open: the session is NULL"));
+        return hcnn_error("hcnn_batches_open: the session is NULL");
     if (split != HCNN_SPLIT_TRAIN && split != HCNN_SPLIT_TEST)
-        return API_END(hcnn_error("split %d (expected %d, train, or %d, test)", split,
-                                  HCNN_SPLIT_TRAIN, HCNN_SPLIT_TEST));
+        return hcnn_error("split %d (expected %d, train, or %d, test)", split,
+                                  HCNN_SPLIT_TRAIN, HCNN_SPLIT_TEST);
     if (world < 1)
-        return API_END(hcnn_error("world %d (expected >= 1 ranks)", world));
+        return hcnn_error("world %d (expected >= 1 ranks)", world);
     if (rank < 0 || rank >= world)
-        return API_END(hcnn_error("rank %d (expected 0 <= rank < world = %d)", rank, world));
+        return hcnn_error("rank %d (expected 0 <= rank < world = %d)", rank, world);
     const hcnn_config *cfg = s->cfg;
     if (epoch < 0 || epoch >= cfg->epochs)
-        return API_END(hcnn_error("epoch %d (expected 0 <= epoch < %d, the epochs of %s)", epoch,
-                                  cfg->epochs, cfg->path));
+        return hcnn_error("epoch %d (expected 0 <= epoch < %d, the epochs of %s)", epoch,
+                                  cfg->epochs, cfg->path);
     if (world > cfg->batch_size)
-        return API_END(hcnn_error("world %d is larger than batch_size %d of %s (each rank needs "
+        return hcnn_error("world %d is larger than batch_size %d of %s (each rank needs "
                                   "a sample of every batch)",
-                                  world, cfg->batch_size, cfg->path));
+                                  world, cfg->batch_size, cfg->path);
     hcnn_batches *b = calloc(1, sizeof *b);
     if (!b)
-        return API_END(hcnn_error_code(HCNN_ENOMEM, "cannot allocate a loader"));
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate a loader");
     pthread_mutex_init(&b->mu, NULL);
     int rc = hcnn_dataset_open(cfg, &b->train, &b->test);
     if (rc) {
         batches_destroy(b);
-        return API_END(rc);
+        return rc;
     }
     const int train = split == HCNN_SPLIT_TRAIN;
     b->ds = train ? &b->train : &b->test;
@@ -102,28 +101,40 @@ int hcnn_batches_open(const hcnn_session *s, int split, int rank, int world, int
         hcnn_free(b->perm);
         hcnn_dataset_free(&b->train), hcnn_dataset_free(&b->test);
         batches_destroy(b);
-        return API_END(rc);
+        return rc;
     }
     b->loader.assemble_threads = threads;
     hcnn_batches_restart(b, epoch);
     hcnn_loader_buffer_bytes(&b->loader, &b->x_bytes, &b->y_bytes);
     *out = b;
-    return API_END(HCNN_OK);
+    return HCNN_OK;
+}
+
+int hcnn_batches_open(const hcnn_session *s, int split, int rank, int world, int epoch,
+                      hcnn_batches **out)
+{
+    API_BEGIN((void)0);
+    return API_END(batches_open_call(s, split, rank, world, epoch, out));
+}
+
+static int batches_restart_call(hcnn_batches *b, int epoch)
+{
+    if (!b)
+        return hcnn_error("hcnn_batches_restart: the loader is NULL");
+    if (epoch < 0 || epoch >= b->cfg->epochs)
+        return hcnn_error("epoch %d (expected 0 <= epoch < %d, the epochs of %s)", epoch,
+                                  b->cfg->epochs, b->cfg->path);
+    hcnn_epoch_permutation(b->perm, b->ds->n, b->cfg->seed, epoch,
+                           b->train_split && b->cfg->shuffle);
+    hcnn_loader_begin_epoch(&b->loader, b->perm, b->ds->n, epoch);
+    b->index = 0;
+    return HCNN_OK;
 }
 
 int hcnn_batches_restart(hcnn_batches *b, int epoch)
 {
     API_BEGIN((void)0);
-    if (!b)
-        return API_END(hcnn_error("hcnn_batches_restart: the loader is NULL"));
-    if (epoch < 0 || epoch >= b->cfg->epochs)
-        return API_END(hcnn_error("epoch %d (expected 0 <= epoch < %d, the epochs of %s)", epoch,
-                                  b->cfg->epochs, b->cfg->path));
-    hcnn_epoch_permutation(b->perm, b->ds->n, b->cfg->seed, epoch,
-                           b->train_split && b->cfg->shuffle);
-    hcnn_loader_begin_epoch(&b->loader, b->perm, b->ds->n, epoch);
-    b->index = 0;
-    return API_END(HCNN_OK);
+    return API_END(batches_restart_call(b, epoch));
 }
 
 int hcnn_batches_count(const hcnn_batches *b) { return b ? b->loader.nbatches : 0; }
@@ -154,15 +165,14 @@ static kept_batch *spare(hcnn_batches *b)
     return k;
 }
 
-int hcnn_batches_next(hcnn_batches *b, hcnn_batch **out)
+static int batches_next_call(hcnn_batches *b, hcnn_batch **out)
 {
-    API_BEGIN((void)0);
     if (!b || !out)
-        return API_END(hcnn_error("hcnn_batches_next: %s is NULL", b ? "out" : "the loader"));
+        return hcnn_error("hcnn_batches_next: %s is NULL", b ? "out" : "the loader");
     *out = NULL;
     kept_batch *k = spare(b);
     if (!k)
-        return API_END(HCNN_ENOMEM);
+        return HCNN_ENOMEM;
     float *x;
     int32_t *y;
     int n, gn, first;
@@ -170,11 +180,11 @@ int hcnn_batches_next(hcnn_batches *b, hcnn_batch **out)
         pthread_mutex_lock(&b->mu); /* the epoch is over: back to the free list */
         k->next_free = b->free_list, b->free_list = k;
         pthread_mutex_unlock(&b->mu);
-        return API_END(HCNN_OK);
+        return HCNN_OK;
     }
     int rc = hcnn_loader_keep(&b->loader, x, k->x, k->y);
     if (rc)
-        return API_END(rc);
+        return rc;
     /* k now holds the batch handed out; the loader the spare buffers */
     k->x = x, k->y = y, k->owner = b, k->next_free = NULL;
     k->pub = (hcnn_batch){.images = x, .labels = y, .n = n, .c = b->ds->c, .h = b->ds->h,
@@ -183,7 +193,13 @@ int hcnn_batches_next(hcnn_batches *b, hcnn_batch **out)
     b->out++;
     pthread_mutex_unlock(&b->mu);
     *out = &k->pub;
-    return API_END(HCNN_OK);
+    return HCNN_OK;
+}
+
+int hcnn_batches_next(hcnn_batches *b, hcnn_batch **out)
+{
+    API_BEGIN((void)0);
+    return API_END(batches_next_call(b, out));
 }
 
 void hcnn_batch_release(hcnn_batch *batch)

@@ -57,21 +57,20 @@ static char *meta_text(const hcnn_ckpt_file *f)
 
 static size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-int hcnn_checkpoint_read(const char *path, hcnn_checkpoint **out)
+static int checkpoint_read_call(const char *path, hcnn_checkpoint **out)
 {
-    API_BEGIN((void)0);
     if (!out)
-        return API_END(hcnn_error("hcnn_checkpoint_read: out is NULL"));
+        return hcnn_error("hcnn_checkpoint_read: out is NULL");
     *out = NULL;
     if (!path)
-        return API_END(hcnn_error("hcnn_checkpoint_read: path is NULL"));
+        return hcnn_error("hcnn_checkpoint_read: path is NULL");
     hcnn_ckpt_file f;
     int rc = hcnn_ckpt_read(path, &f);
     if (rc)
-        return API_END(rc);
+        return rc;
     if ((rc = hcnn_export_check(&f, path))) {
         hcnn_ckpt_close(&f);
-        return API_END(rc);
+        return rc;
     }
     /* what export writes: parameters and statistics, each layer's
      * num_batches_tracked after its statistics */
@@ -96,7 +95,7 @@ int hcnn_checkpoint_read(const char *path, hcnn_checkpoint **out)
     if (!c || !c->arrays || !c->names || !c->data || !c->meta) {
         hcnn_checkpoint_free(c);
         hcnn_ckpt_close(&f);
-        return API_END(hcnn_error_code(HCNN_ENOMEM, "cannot allocate the arrays of %s", path));
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the arrays of %s", path);
     }
     char *at = c->data;
     const int64_t step = f.meta.step;
@@ -127,29 +126,46 @@ int hcnn_checkpoint_read(const char *path, hcnn_checkpoint **out)
     }
     hcnn_ckpt_close(&f);
     *out = c;
-    return API_END(HCNN_OK);
+    return HCNN_OK;
+}
+
+int hcnn_checkpoint_read(const char *path, hcnn_checkpoint **out)
+{
+    API_BEGIN((void)0);
+    return API_END(checkpoint_read_call(path, out));
 }
 
 int hcnn_checkpoint_count(const hcnn_checkpoint *c) { return c ? c->n : 0; }
 
+static int checkpoint_array_call(const hcnn_checkpoint *c, int i, hcnn_array *out)
+{
+    if (!c || !out || i < 0 || i >= c->n)
+        return hcnn_error("hcnn_checkpoint_array: index %d (expected 0 to %d)", i,
+                                  c ? c->n - 1 : -1);
+    *out = c->arrays[i];
+    return HCNN_OK;
+}
+
 int hcnn_checkpoint_array(const hcnn_checkpoint *c, int i, hcnn_array *out)
 {
     API_BEGIN((void)0);
-    if (!c || !out || i < 0 || i >= c->n)
-        return API_END(hcnn_error("hcnn_checkpoint_array: index %d (expected 0 to %d)", i,
-                                  c ? c->n - 1 : -1));
-    *out = c->arrays[i];
-    return API_END(HCNN_OK);
+    return API_END(checkpoint_array_call(c, i, out));
 }
 
 const char *hcnn_checkpoint_meta(const hcnn_checkpoint *c) { return c ? c->meta : ""; }
+
+static int checkpoint_write_call(const hcnn_session *s, const char *path, const hcnn_array *arrays,
+                                 int n)
+{
+    if (!s || !path)
+        return hcnn_error("hcnn_checkpoint_write: %s is NULL",
+                                  s ? "the path" : "the session");
+    return hcnn_import_arrays(arrays, n, s->cfg, path);
+}
 
 int hcnn_checkpoint_write(const hcnn_session *s, const char *path, const hcnn_array *arrays,
                           int n)
 {
     API_BEGIN((void)0);
-    if (!s || !path)
-        return API_END(hcnn_error("hcnn_checkpoint_write: %s is NULL",
-                                  s ? "the path" : "the session"));
-    return API_END(hcnn_import_arrays(arrays, n, s->cfg, path));
+    return API_END(checkpoint_write_call(s, path, arrays, n));
 }

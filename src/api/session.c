@@ -29,27 +29,26 @@ const char *hcnn_version(void) { return PACKAGE_VERSION; }
  * end the process when the run's heartbeat stops) */
 #define FAIL_SESSION (s ? (void)(s->failed = 1) : (void)0, hcnn_watchdog_stop())
 
-int hcnn_session_open(hcnn_session **out, const char *config_path, const char *const *sets,
-                      int nsets)
+static int session_open_call(hcnn_session **out, const char *config_path, const char *const *sets,
+                             int nsets)
 {
-    API_BEGIN((void)0);
     hcnn_session *s = NULL;
     if (!out)
-        return API_END(hcnn_error("hcnn_session_open: out is NULL"));
+        return hcnn_error("hcnn_session_open: out is NULL");
     *out = NULL;
     if (!config_path)
-        return API_END(hcnn_error("hcnn_session_open: config_path is NULL (expected a YAML file)"));
+        return hcnn_error("hcnn_session_open: config_path is NULL (expected a YAML file)");
     if (nsets < 0 || (nsets > 0 && !sets))
-        return API_END(hcnn_error("hcnn_session_open: %d overrides at %p (expected nsets >= 0 "
+        return hcnn_error("hcnn_session_open: %d overrides at %p (expected nsets >= 0 "
                                   "and an array of that many \"key=value\" strings)",
-                                  nsets, (const void *)sets));
+                                  nsets, (const void *)sets);
     for (int i = 0; i < nsets; i++)
         if (!sets[i])
-            return API_END(hcnn_error("hcnn_session_open: override %d is NULL", i));
+            return hcnn_error("hcnn_session_open: override %d is NULL", i);
     s = calloc(1, sizeof *s);
     if (!s || !(s->cfg = malloc(sizeof *s->cfg))) {
         free(s);
-        return API_END(hcnn_error_code(HCNN_ENOMEM, "cannot allocate a session"));
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate a session");
     }
     int rc = hcnn_config_load(s->cfg, config_path, sets, nsets);
     if (!rc)
@@ -59,10 +58,17 @@ int hcnn_session_open(hcnn_session **out, const char *config_path, const char *c
     if (rc) {
         free(s->cfg);
         free(s);
-        return API_END(rc);
+        return rc;
     }
     *out = s;
-    return API_END(HCNN_OK);
+    return HCNN_OK;
+}
+
+int hcnn_session_open(hcnn_session **out, const char *config_path, const char *const *sets,
+                      int nsets)
+{
+    API_BEGIN((void)0);
+    return API_END(session_open_call(out, config_path, sets, nsets));
 }
 
 void hcnn_session_close(hcnn_session *s)
@@ -181,11 +187,10 @@ static int run_evaluate(hcnn_session *s, hcnn_run_opts *o)
 
 static int run_bench(hcnn_session *s, hcnn_run_opts *o) { return hcnn_bench(s->cfg, &s->comm, o); }
 
-int hcnn_session_train(hcnn_session *s, const hcnn_train_options *opt)
+static int session_train_call(hcnn_session *s, const hcnn_train_options *opt)
 {
-    API_BEGIN(FAIL_SESSION);
     if (!s)
-        return API_END(hcnn_error("hcnn_session_train: the session is NULL"));
+        return hcnn_error("hcnn_session_train: the session is NULL");
     hcnn_train_options none = {0};
     if (!opt)
         opt = &none;
@@ -193,38 +198,56 @@ int hcnn_session_train(hcnn_session *s, const hcnn_train_options *opt)
     hcnn_run_opts o = {.resume = opt->resume, .profile = opt->profile, .quiet = opt->quiet,
                        .progress = opt->progress, .progress_arg = opt->progress_arg,
                        .stop_request = &s->stop};
-    return API_END(session_run(s, &o, run_train));
+    return session_run(s, &o, run_train);
 }
 
-int hcnn_session_evaluate(hcnn_session *s, const char *checkpoint, int quiet, double *test_loss,
-                          double *test_acc)
+int hcnn_session_train(hcnn_session *s, const hcnn_train_options *opt)
 {
     API_BEGIN(FAIL_SESSION);
+    return API_END(session_train_call(s, opt));
+}
+
+static int session_evaluate_call(hcnn_session *s, const char *checkpoint, int quiet,
+                                 double *test_loss, double *test_acc)
+{
     if (!s || !checkpoint)
-        return API_END(hcnn_error("hcnn_session_evaluate: %s is NULL",
-                                  s ? "the checkpoint path" : "the session"));
+        return hcnn_error("hcnn_session_evaluate: %s is NULL",
+                                  s ? "the checkpoint path" : "the session");
     hcnn_run_opts o = {.resume = checkpoint, .quiet = quiet};
     const int rc = session_run(s, &o, run_evaluate);
     if (!rc && test_loss)
         *test_loss = o.test_loss;
     if (!rc && test_acc)
         *test_acc = o.test_acc;
-    return API_END(rc);
+    return rc;
+}
+
+int hcnn_session_evaluate(hcnn_session *s, const char *checkpoint, int quiet, double *test_loss,
+                          double *test_acc)
+{
+    API_BEGIN(FAIL_SESSION);
+    return API_END(session_evaluate_call(s, checkpoint, quiet, test_loss, test_acc));
+}
+
+static int session_bench_call(hcnn_session *s, int warmup, int repeats, int steps, int quiet,
+                              double *images_per_s)
+{
+    if (!s)
+        return hcnn_error("hcnn_session_bench: the session is NULL");
+    if (warmup < 0 || repeats < 1 || steps < 1)
+        return hcnn_error("hcnn_session_bench: warmup %d, repeats %d, steps %d (expected "
+                                  "warmup >= 0, repeats >= 1, steps >= 1)",
+                                  warmup, repeats, steps);
+    hcnn_run_opts o = {.quiet = quiet, .warmup = warmup, .repeats = repeats, .steps = steps};
+    const int rc = session_run(s, &o, run_bench);
+    if (!rc && images_per_s)
+        *images_per_s = o.images_per_s;
+    return rc;
 }
 
 int hcnn_session_bench(hcnn_session *s, int warmup, int repeats, int steps, int quiet,
                        double *images_per_s)
 {
     API_BEGIN(FAIL_SESSION);
-    if (!s)
-        return API_END(hcnn_error("hcnn_session_bench: the session is NULL"));
-    if (warmup < 0 || repeats < 1 || steps < 1)
-        return API_END(hcnn_error("hcnn_session_bench: warmup %d, repeats %d, steps %d (expected "
-                                  "warmup >= 0, repeats >= 1, steps >= 1)",
-                                  warmup, repeats, steps));
-    hcnn_run_opts o = {.quiet = quiet, .warmup = warmup, .repeats = repeats, .steps = steps};
-    const int rc = session_run(s, &o, run_bench);
-    if (!rc && images_per_s)
-        *images_per_s = o.images_per_s;
-    return API_END(rc);
+    return API_END(session_bench_call(s, warmup, repeats, steps, quiet, images_per_s));
 }
