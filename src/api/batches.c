@@ -89,8 +89,9 @@ static int batches_open_call(const hcnn_session *s, int split, int rank, int wor
     int threads = 1;
     const int augment = !train ? 0 : cfg->augment >= 0 ? cfg->augment : b->train.augment_default;
     rc = hcnn_threads_resolve(cfg, &threads, NULL, 0);
-    const int prefetch = cfg->data_prefetch == HCNN_PREFETCH_ON ||
-                         (cfg->data_prefetch == HCNN_PREFETCH_AUTO && threads < omp_get_num_procs());
+    const int prefetch =
+        cfg->data_prefetch == HCNN_PREFETCH_ON ||
+        (cfg->data_prefetch == HCNN_PREFETCH_AUTO && threads < omp_get_num_procs());
     if (!rc && !(b->perm = hcnn_alloc(sizeof *b->perm * (size_t)(b->ds->n ? b->ds->n : 1),
                                       "epoch permutation")))
         rc = HCNN_ENOMEM;
