@@ -46,6 +46,12 @@ static void fill(hcnn_loader *ld, int b, int buf, int nthreads)
     ld->first[buf] = start + lo;
 }
 
+/* next()'s own assembly: the run's threads */
+static int assemble_threads(const hcnn_loader *ld)
+{
+    return ld->assemble_threads > 0 ? ld->assemble_threads : omp_get_max_threads();
+}
+
 static void *worker(void *arg)
 {
     hcnn_loader *ld = arg;
@@ -187,13 +193,13 @@ int hcnn_loader_next(hcnn_loader *ld, float **x, int32_t **y, int *n, int *globa
     int b = ld->next_batch++, buf = b & 1;
     double t0 = hcnn_now();
     if (!ld->thread_started) {
-        fill(ld, b, buf, ld->assemble_threads > 0 ? ld->assemble_threads : omp_get_max_threads());
+        fill(ld, b, buf, assemble_threads(ld));
     } else {
         pthread_mutex_lock(&ld->mu);
         if (!ld->ready[buf] && ld->want == b) { /* not taken yet: assemble it here */
             ld->want = -1;
             pthread_mutex_unlock(&ld->mu);
-            fill(ld, b, buf, ld->assemble_threads > 0 ? ld->assemble_threads : omp_get_max_threads());
+            fill(ld, b, buf, assemble_threads(ld));
             pthread_mutex_lock(&ld->mu);
             ld->ready[buf] = 1;
         }

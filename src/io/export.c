@@ -406,8 +406,9 @@ static int arrays_fill(void *arg, const hcnn_tensor_info *t, const char *owner, 
                                    k, t->name, v);
         dst[k] = (float)v;
         if (!isfinite(dst[k]))
-            return hcnn_error_code(HCNN_EFORMAT, "%s: element %zu (%g) is outside the float32 range",
-                                   t->name, k, v);
+            return hcnn_error_code(HCNN_EFORMAT,
+                                   "%s: element %zu (%g) is outside the float32 range", t->name, k,
+                                   v);
     }
     return HCNN_OK;
 }

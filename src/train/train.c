@@ -530,10 +530,12 @@ int hcnn_train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_sta
     HCNN_MARKER_STOP(&r->strat.scratch.ctx, "data_wait", 2);
     if (!more)
         return 0;
-    if (r->trace_batches) /* the batch as trained on: its CRC32s (hcnn.h's batches give the same) */
+    if (r->trace_batches) { /* the batch as trained on (hcnn.h's batches give the same) */
+        const size_t values = (size_t)n * r->train.c * r->train.h * r->train.w;
         fprintf(r->trace_batches, "epoch=%d first=%d n=%d images_crc32=%08lx labels_crc32=%08lx\n",
-                epoch, first, n, crc32(0, (const Bytef *)x, (uInt)(sizeof *x * (size_t)n * r->train.c * r->train.h * r->train.w)),
+                epoch, first, n, crc32(0, (const Bytef *)x, (uInt)(sizeof *x * values)),
                 crc32(0, (const Bytef *)y, (uInt)(sizeof *y * (size_t)n)));
+    }
     st->data_wait_s += wait;
     const float lr = (float)hcnn_lr_at(r->cfg, r->step, steps_per_epoch);
     st->lr = lr;
