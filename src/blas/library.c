@@ -286,12 +286,18 @@ static double used_mib(void)
 }
 #endif
 
-const char *hcnn_blas_library_file(char *buf, size_t cap)
+/* The file of the library hcnn's cblas_sgemm calls go to, NULL if unknown */
+static const char *sgemm_file(Dl_info *info)
 {
     void (*sgemm)(void) = (void (*)(void))cblas_sgemm;
+    return dladdr(*(void **)&sgemm, info) && info->dli_fname ? info->dli_fname : NULL;
+}
+
+const char *hcnn_blas_library_file(char *buf, size_t cap)
+{
     Dl_info info;
-    snprintf(buf, cap, "%s",
-             dladdr(*(void **)&sgemm, &info) && info.dli_fname ? info.dli_fname : "unknown");
+    const char *file = sgemm_file(&info);
+    snprintf(buf, cap, "%s", file ? file : "unknown");
     return buf;
 }
 
@@ -326,11 +332,9 @@ int hcnn_blas_take_buffers(int threads)
      * OpenBLAS of their own (another threading build) before libhcnn. */
     void *(*take)(int) = NULL;
     void (*give)(void *) = NULL;
-    void (*sgemm)(void) = (void (*)(void))cblas_sgemm;
     Dl_info info;
-    void *own = NULL;
-    if (dladdr(*(void **)&sgemm, &info) && info.dli_fname)
-        own = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    const char *file = sgemm_file(&info);
+    void *own = file ? dlopen(file, RTLD_LAZY | RTLD_NOLOAD) : NULL;
     *(void **)&take = dlsym(own ? own : RTLD_DEFAULT, "blas_memory_alloc");
     *(void **)&give = dlsym(own ? own : RTLD_DEFAULT, "blas_memory_free");
 #pragma omp parallel num_threads(threads)

@@ -140,6 +140,24 @@ static int run_table(const hcnn_config *cfg, int world, int remeasure, blas_tabl
     return auto_table(&run, *t, remeasure, cached);
 }
 
+/* blas_kernels names kernels this library cannot load: one message */
+static int not_selectable(const hcnn_config *cfg)
+{
+    char lib[128];
+    return hcnn_error_code(HCNN_EINVAL,
+                           "%s: blas_kernels: '%s' names OpenBLAS kernels, but this hcnn "
+                           "uses %s (configure --with-blas): expected auto or env",
+                           cfg->path, cfg->blas_kernels, hcnn_blas_library_name(lib, sizeof lib));
+}
+
+static int empty_kernels(const hcnn_config *cfg)
+{
+    return hcnn_error_code(HCNN_EINVAL,
+                           "%s: blas_kernels is empty: expected auto, env or an OpenBLAS "
+                           "kernel type such as SkylakeX",
+                           cfg->path);
+}
+
 int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
 {
     *reexec = 0;
@@ -159,11 +177,7 @@ int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
     if (!hcnn_blas_kernels_selectable()) {
         if (is_auto || is_env)
             return HCNN_OK;
-        char lib[128];
-        return hcnn_error_code(HCNN_EINVAL,
-                               "%s: blas_kernels: '%s' names OpenBLAS kernels, but this hcnn "
-                               "uses %s (configure --with-blas): expected auto or env",
-                               cfg->path, mode, hcnn_blas_library_name(lib, sizeof lib));
+        return not_selectable(cfg);
     }
     char note[1024];
     if (is_env) {
@@ -176,10 +190,7 @@ int hcnn_blas_choose(const hcnn_config *cfg, int world, int *reexec)
     }
     if (!is_auto) { /* a name */
         if (!mode[0])
-            return hcnn_error_code(HCNN_EINVAL,
-                                   "%s: blas_kernels is empty: expected auto, env or an OpenBLAS "
-                                   "kernel type such as SkylakeX",
-                                   cfg->path);
+            return empty_kernels(cfg);
         snprintf(note, sizeof note, "%s (blas_kernels: %s)", mode, mode);
         if (!strcasecmp(hcnn_blas_loaded_kernels(), mode)) {
             setenv(NOTE_ENV, note, 1);
@@ -240,17 +251,10 @@ int hcnn_blas_choose_in_process(const hcnn_config *cfg)
     if (!strcmp(mode, "auto") || !strcmp(mode, "env"))
         return HCNN_OK;
     if (!hcnn_blas_kernels_selectable()) {
-        char lib[128];
-        return hcnn_error_code(HCNN_EINVAL,
-                               "%s: blas_kernels: '%s' names OpenBLAS kernels, but this hcnn "
-                               "uses %s (configure --with-blas): expected auto or env",
-                               cfg->path, mode, hcnn_blas_library_name(lib, sizeof lib));
+        return not_selectable(cfg);
     }
     if (!mode[0])
-        return hcnn_error_code(HCNN_EINVAL,
-                               "%s: blas_kernels is empty: expected auto, env or an OpenBLAS "
-                               "kernel type such as SkylakeX",
-                               cfg->path);
+        return empty_kernels(cfg);
     if (!strcasecmp(hcnn_blas_loaded_kernels(), mode))
         return HCNN_OK;
     return hcnn_error_code(HCNN_EINVAL,

@@ -130,31 +130,25 @@ int hcnn_export_ends_bn_layer(const hcnn_ckpt_file *f, int k, char *prefix, size
 
 int hcnn_export_check(const hcnn_ckpt_file *f, const char *path)
 {
-    int rc = HCNN_OK;
     for (int k = 0; k < f->ntensors; k++) {
         const hcnn_ckpt_tensor *t = &f->tensors[k];
         if (t->role != ROLE_PARAM && t->role != ROLE_STATE)
             continue;
         if (!safe_name(t->name)) {
-            rc = hcnn_error_code(HCNN_EFORMAT,
-                                 "%s: tensor name '%s' cannot be used as a file name "
-                                 "(expected [A-Za-z0-9_.-], not starting with '.')",
-                                 path, t->name);
-            return rc;
+            return hcnn_error_code(HCNN_EFORMAT,
+                                   "%s: tensor name '%s' cannot be used as a file name "
+                                   "(expected [A-Za-z0-9_.-], not starting with '.')",
+                                   path, t->name);
         }
         for (int j = 0; j < k; j++)
             if ((f->tensors[j].role == ROLE_PARAM || f->tensors[j].role == ROLE_STATE) &&
-                !strcmp(f->tensors[j].name, t->name)) {
-                rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s appears twice", path,
-                                     t->name);
-                return rc;
-            }
+                !strcmp(f->tensors[j].name, t->name))
+                return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s appears twice", path,
+                                       t->name);
         for (int d = 0; d < t->ndim; d++)
-            if (t->dims[d] < 0) {
-                rc = hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s has a negative dimension",
-                                     path, t->name);
-                return rc;
-            }
+            if (t->dims[d] < 0)
+                return hcnn_error_code(HCNN_EFORMAT, "%s: tensor %s has a negative dimension",
+                                       path, t->name);
     }
     return HCNN_OK;
 }
@@ -377,21 +371,20 @@ static int arrays_fill(void *arg, const hcnn_tensor_info *t, const char *owner, 
             a = &src->a[i];
     if (!a)
         return hcnn_error_code(HCNN_EINVAL, "tensor %s of %s is missing", t->name, owner);
-    char found[128] = "(", want[128] = "(";
-    int same = a->ndim == t->ndim;
-    for (int d = 0; d < a->ndim && d < 4; d++) {
-        snprintf(found + strlen(found), sizeof found - strlen(found), "%s%lld", d ? ", " : "",
-                 (long long)a->dims[d]);
-        same = same && a->dims[d] == t->dims[d];
+    long long have[4] = {0}, need[4] = {0};
+    int same = a->ndim == t->ndim && a->ndim >= 0 && a->ndim <= 4;
+    for (int d = 0; d < 4; d++) {
+        have[d] = d < a->ndim ? (long long)a->dims[d] : 0;
+        need[d] = d < t->ndim ? t->dims[d] : 0;
+        same = same && have[d] == need[d];
     }
-    for (int d = 0; d < t->ndim; d++)
-        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", d ? ", " : "",
-                 t->dims[d]);
-    strcat(found, a->ndim == 1 ? ",)" : ")");
-    strcat(want, t->ndim == 1 ? ",)" : ")");
-    if (a->ndim < 0 || a->ndim > 4 || !same)
+    if (!same) { /* the message hcnn_npy_read gives for a file */
+        char found[128], want[128];
+        hcnn_npy_shape_text(found, sizeof found, a->ndim < 0 || a->ndim > 4 ? 0 : a->ndim, have);
+        hcnn_npy_shape_text(want, sizeof want, t->ndim, need);
         return hcnn_error_code(HCNN_EFORMAT, "%s: shape %s found, %s expects %s for %s", t->name,
                                found, owner, want, t->name);
+    }
     if (a->dtype != HCNN_DTYPE_F32 && a->dtype != HCNN_DTYPE_F64)
         return hcnn_error_code(HCNN_EFORMAT, "%s: dtype %s (expected float32 or float64)",
                                t->name, a->dtype == HCNN_DTYPE_I64 ? "int64" : "unknown");

@@ -67,7 +67,7 @@ static uint64_t get_le64(const unsigned char *p)
 }
 
 /* Python's repr of a shape tuple: "()", "(6,)", "(6, 1, 5, 5)". */
-static void fmt_tuple(char *buf, size_t cap, int ndim, const long long *dims)
+void hcnn_npy_shape_text(char *buf, size_t cap, int ndim, const long long *dims)
 {
     size_t o = (size_t)snprintf(buf, cap, "(");
     for (int d = 0; d < ndim && o < cap; d++)
@@ -86,7 +86,7 @@ static size_t npy_header(unsigned char *out, size_t cap, const char *descr, int 
                          const long long *dims)
 {
     char shape[NPY_MAX_DIMS * 24], dict[NPY_MAX_DIMS * 24 + 96];
-    fmt_tuple(shape, sizeof shape, ndim, dims);
+    hcnn_npy_shape_text(shape, sizeof shape, ndim, dims);
     int dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
                       descr, shape);
     size_t hlen = (size_t)dl + 1; /* with the final '\n' */
@@ -487,9 +487,9 @@ static int read_file(const char *path, const char *name, const char *owner, int 
     long long wd[4] = {0};
     for (int d = 0; d < ndim && d < 4; d++)
         wd[d] = dims[d];
-    fmt_tuple(want, sizeof want, ndim, wd);
+    hcnn_npy_shape_text(want, sizeof want, ndim, wd);
     if (!same) {
-        fmt_tuple(found, sizeof found, h.ndim, h.dims);
+        hcnn_npy_shape_text(found, sizeof found, h.ndim, h.dims);
         rc = hcnn_error_code(HCNN_EFORMAT, "%s: shape %s found, %s expects %s for %s", path, found,
                              owner, want, name);
         goto out;

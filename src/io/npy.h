@@ -22,4 +22,7 @@ int hcnn_npy_write(const char *path, hcnn_npy_type type, int ndim, const int *di
 int hcnn_npy_read(const char *path, const char *name, const char *owner, int ndim,
                   const int *dims, size_t count, float *dst);
 
+/* A shape as NumPy prints it: "(6, 1, 5, 5)", "(10,)", "()". */
+void hcnn_npy_shape_text(char *buf, size_t cap, int ndim, const long long *dims);
+
 #endif
