@@ -157,6 +157,64 @@ HCNN_HD void hcnn_hd_bn_affine(float gamma, float beta, float mean, float invstd
     *b = beta - mean * *a;
 }
 
+/* The training statistics of a channel from a table of pieces of it (the
+ * planes of the images, or bands of a plane's rows: backend.h,
+ * hcnn_bn_stats): piece k of image i is the pair (mean, sum of squared
+ * deviations from it) at part[((i * c + ch) * bands + k) * 2], over
+ * band_px values (the last band: the plane's rest).  Over images [0, n),
+ * in the order (image, band), in double: *mean, then *m2, the pieces' own
+ * deviations plus their means' from the channel's (Chan, Golub and
+ * LeVeque's pairwise update, summed in one order).  The CPU's and the
+ * GPU's batch-norms both take their statistics this way (src/cpu/bn.c
+ * from the convolution's bands, src/cuda/bn.cu from its plane table). */
+HCNN_HD void hcnn_hd_bn_table_stats(const float *part, int n, int c, int ch, int bands, int band_px,
+                                    int np, double *mean, double *m2)
+{
+    const double cnt = (double)n * np, last = (double)(np - (bands - 1) * band_px);
+    double sum = 0.0, ss = 0.0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < bands; k++)
+            sum += (k + 1 == bands ? last : (double)band_px) *
+                   part[(((size_t)i * c + ch) * bands + k) * 2];
+    const double mu = sum / cnt;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < bands; k++) {
+            const float *o = part + (((size_t)i * c + ch) * bands + k) * 2;
+            const double d = o[0] - mu;
+            ss += o[1] + (k + 1 == bands ? last : (double)band_px) * d * d;
+        }
+    *mean = mu, *m2 = ss;
+}
+
+/* (cnt_a values: *mean, *m2) merged with (cnt_b: mean_b, m2_b), Chan et
+ * al.'s update; with cnt_a 0, b's pair exactly (a batch in one piece gets
+ * the bits of hcnn_hd_bn_table_stats over all of it) */
+HCNN_HD void hcnn_hd_bn_merge(double cnt_a, double *mean, double *m2, double cnt_b, double mean_b,
+                              double m2_b)
+{
+    if (cnt_a == 0.0) {
+        *mean = mean_b, *m2 = m2_b;
+        return;
+    }
+    const double cnt = cnt_a + cnt_b, d = mean_b - *mean;
+    *mean += d * (cnt_b / cnt);
+    *m2 += m2_b + d * d * (cnt_a * cnt_b / cnt);
+}
+
+/* A channel's training statistics finished from its mean and sum of
+ * squared deviations m2 over cnt values: returns the inverse standard
+ * deviation and moves the running statistics (PyTorch's: the unbiased
+ * variance in running_var) */
+HCNN_HD float hcnn_hd_bn_finish(double mean, double m2, double cnt, float eps, float momentum,
+                                float *running_mean, float *running_var)
+{
+    const double var = m2 / cnt;
+    const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
+    *running_mean = (float)((1.0 - momentum) * *running_mean + momentum * mean);
+    *running_var = (float)((1.0 - momentum) * *running_var + momentum * unbiased);
+    return (float)(1.0 / sqrt(var + eps));
+}
+
 /* The inference scale from the running variance */
 HCNN_HD float hcnn_hd_bn_infer_scale(float gamma, float running_var, float eps)
 {

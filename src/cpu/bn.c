@@ -180,19 +180,16 @@ static int bn_planes_take(bn_planes *t, int n, int c, int blocks)
 
 /* One channel's statistics finished, as both training forwards do it: from
  * its sum and its sum of squared deviations over cnt values, save_invstd,
- * the affine map (a, b) and the running statistics (unbiased variance). */
+ * the affine map (a, b) and the running statistics (src/core/hd.h). */
 static void bn_channel_finish(int ch, double sum, double ss, double cnt, float mean_f,
                               const float *gamma, const float *beta, float eps, float momentum,
                               float *running_mean, float *running_var, float *save_invstd,
                               float *a, float *b)
 {
-    const double mean = sum / cnt, var = ss / cnt;
-    const float invstd = (float)(1.0 / sqrt(var + eps));
+    const float invstd =
+        hcnn_hd_bn_finish(sum / cnt, ss, cnt, eps, momentum, &running_mean[ch], &running_var[ch]);
     save_invstd[ch] = invstd;
     hcnn_hd_bn_affine(gamma[ch], beta[ch], mean_f, invstd, a, b);
-    const double unbiased = cnt > 1.0 ? var * cnt / (cnt - 1.0) : var;
-    running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
-    running_var[ch] = (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
 }
 
 static void bn_fwd_train_planes(const bn_planes *t, const float *x, int n, int c, int np,
@@ -262,11 +259,9 @@ void hcnn_cpu_bn_stats_rows(const hcnn_bn_stats *st, const float *y, size_t np, 
         }
 }
 
-/* The training forward from the gathered bands: each channel's mean and
- * sum of squared deviations over its bands in the order (image, band), in
- * double (the bands' own deviations plus their means' from the channel's:
- * Chan, Golub and LeVeque's pairwise update, summed in one order), then
- * the apply pass by planes: one pass over x instead of three. */
+/* The training forward from the gathered bands: each channel's statistics
+ * from its bands (src/core/hd.h, hcnn_hd_bn_table_stats, as the GPU's),
+ * then the apply pass by planes: one pass over x instead of three. */
 static void bn_fwd_train_gathered(const hcnn_bn_stats *st, const float *x, int n, int c, int np,
                                   const float *gamma, const float *beta, float eps,
                                   float momentum, float *running_mean, float *running_var,
@@ -274,29 +269,15 @@ static void bn_fwd_train_gathered(const hcnn_bn_stats *st, const float *x, int n
                                   int relu, float *y)
 {
     const double cnt = (double)n * np;
-    const int bands = st->bands;
-    const double last = (double)(np - (bands - 1) * st->band_px);
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
         for (int ch = 0; ch < c; ch++) {
-            double sum = 0.0, ss = 0.0;
-            for (int i = 0; i < n; i++)
-                for (int k = 0; k < bands; k++) {
-                    const float *o = st->part + (((size_t)i * c + ch) * bands + k) * 2;
-                    sum += (k + 1 == bands ? last : (double)st->band_px) * o[0];
-                }
-            const double mean = sum / cnt;
-            for (int i = 0; i < n; i++)
-                for (int k = 0; k < bands; k++) {
-                    const float *o = st->part + (((size_t)i * c + ch) * bands + k) * 2;
-                    const double d = o[0] - mean;
-                    ss += o[1] + (k + 1 == bands ? last : (double)st->band_px) * d * d;
-                }
-            float a, b; /* the apply pass derives them again, the same way */
+            double mean, m2;
+            hcnn_hd_bn_table_stats(st->part, n, c, ch, st->bands, st->band_px, np, &mean, &m2);
             save_mean[ch] = (float)mean;
-            bn_channel_finish(ch, sum, ss, cnt, save_mean[ch], gamma, beta, eps, momentum,
-                              running_mean, running_var, save_invstd, &a, &b);
+            save_invstd[ch] =
+                hcnn_hd_bn_finish(mean, m2, cnt, eps, momentum, &running_mean[ch], &running_var[ch]);
         }
 #pragma omp for collapse(2) schedule(static)
         for (int i = 0; i < n; i++)

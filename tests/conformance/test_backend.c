@@ -4,7 +4,10 @@
  * random inputs and several shapes each, for every backend of the build
  * (hcnn_backend_names()) or those named in HCNN_CONFORMANCE_BACKENDS
  * (comma-separated).  A backend that cannot be created here (the CUDA one
- * without a GPU) has its cases SKIPPED, with the reason.
+ * without a GPU) has its cases SKIPPED, with the reason.  HCNN_CONFORMANCE_CHECKS
+ * (comma-separated check names, e.g. "bn_fwd_train,bn_bwd") runs those
+ * alone, without deliberate_errors: tests/cuda/deliberate_bugs.sh's
+ * quick look at the operations a bug touches.
  *
  * The checks (tests/conformance/backend_checks_*.c, one function per operation; their
  * harness and tolerances: tests/conformance/backend_check.h) reach tensors only through
@@ -435,6 +438,34 @@ static void add_backends(const char *list)
     }
 }
 
+/* whether name is one of the comma-separated list's (no blanks) */
+static int listed(const char *list, const char *name)
+{
+    const size_t len = strlen(name);
+    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        if (strcspn(p, ",") == len && strncmp(p, name, len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* HCNN_CONFORMANCE_CHECKS: each name one of the checks (0), else a message */
+static int checks_known(const char *list)
+{
+    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        const size_t len = strcspn(p, ",");
+        size_t c = 0;
+        while (c < NCHECKS && !(strlen(checks[c].name) == len && strncmp(p, checks[c].name, len) == 0))
+            c++;
+        if (c == NCHECKS) {
+            printf("HCNN_CONFORMANCE_CHECKS: no check is named \"%.*s\" (the names: the "
+                   "second part of each case's name, e.g. bn_bwd)\n", (int)len, p);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int main(void)
 {
     const double t0 = now_s();
@@ -448,6 +479,9 @@ int main(void)
             printf("backend %s: not available here, its cases are skipped: %s\n",
                    g_backends[i].name, g_backends[i].reason);
     }
+    const char *only = getenv("HCNN_CONFORMANCE_CHECKS");
+    if (only && *only && checks_known(only))
+        return 1;
     fflush(stdout);
     const size_t ncases = (size_t)g_nbackends * NCHECKS + 1;
     struct CMUnitTest *tests = calloc(ncases, sizeof *tests);
@@ -456,17 +490,23 @@ int main(void)
         return 1;
     size_t k = 0;
     for (int b = 0; b < g_nbackends; b++)
-        for (size_t c = 0; c < NCHECKS; c++, k++) {
+        for (size_t c = 0; c < NCHECKS; c++) {
+            if (only && *only && !listed(only, checks[c].name))
+                continue;
             cases[k].backend = b, cases[k].chk = &checks[c];
             snprintf(cases[k].name, sizeof cases[k].name, "%.40s: %.40s", g_backends[b].name,
                      checks[c].name);
             tests[k].name = cases[k].name;
             tests[k].test_func = test_op;
             tests[k].initial_state = &cases[k];
+            k++;
         }
-    tests[k].name = "deliberate_errors";
-    tests[k].test_func = test_deliberate_errors;
-    const int failed = _cmocka_run_group_tests("backend conformance", tests, ncases, NULL, NULL);
+    if (!(only && *only)) {
+        tests[k].name = "deliberate_errors";
+        tests[k].test_func = test_deliberate_errors;
+        k++;
+    }
+    const int failed = _cmocka_run_group_tests("backend conformance", tests, k, NULL, NULL);
     for (int i = 0; i < g_nbackends; i++)
         hcnn_backend_destroy(g_backends[i].be);
     free(tests);

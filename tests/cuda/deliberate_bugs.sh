@@ -20,16 +20,26 @@ mkdir -p "$work/clean"
 (cd "$src" && git ls-files -z 2>/dev/null | xargs -0 tar cf - 2>/dev/null || tar cf - --exclude=.git .) |
     (cd "$work/clean" && tar xf -)
 (cd "$work/clean" && autoreconf -fi >/dev/null 2>&1 && ./configure --enable-cuda-emulation >/dev/null &&
-    make -j"$jobs" >/dev/null && make -j"$jobs" tests/conformance/test_backend >/dev/null) || {
+    make -j"$jobs" >/dev/null && make -j"$jobs" tests/conformance/test_backend tests/unit/test_cuda_bn >/dev/null) || {
     echo "the clean copy does not build"
     echo "0 passed, 1 failed"
     exit 1
 }
 
 # the checks a bug must fail: the conformance suite on cuda, then LeNet-5
-# 20 steps on cuda against the CPU (1e-4)
-checks() { # dir: 0 when every check passes
-    local d=$1
+# 20 steps on cuda against the CPU (1e-4); with a list of conformance
+# checks (a bug in an operation LeNet-5 does not use, the batch-norm's),
+# the CUDA batch-norm's own test (tests/unit/test_cuda_bn: launches, the
+# gathered statistics, pieces) and those checks alone: a few seconds
+# instead of a minute
+checks() { # dir [conformance checks]: 0 when every check passes
+    local d=$1 only=${2:-}
+    if [ -n "$only" ]; then
+        (cd "$d" && timeout -k 10 300 ./tests/unit/test_cuda_bn) >"$d.conf.log" 2>&1 &&
+            (cd "$d" && HCNN_CONFORMANCE_BACKENDS=cuda HCNN_CONFORMANCE_CHECKS="$only" \
+                timeout -k 10 300 ./tests/conformance/test_backend) >>"$d.conf.log" 2>&1
+        return
+    fi
     (cd "$d" && HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 10 900 ./tests/conformance/test_backend) >"$d.conf.log" 2>&1 || return 1
     local l=(--config "$d/configs/mnist_lenet.yaml" -q --set dataset=synthetic --set synthetic_train=640
              --set synthetic_test=64 --set batch_size=32 --set csv= --set blas_kernels=env --set epochs=1
@@ -60,9 +70,10 @@ else
     failed=$((failed + 1))
 fi
 
-# bug NAME FILE SED-EXPRESSION: the copy with the bug, and whether the checks fail
+# bug NAME FILE SED-EXPRESSION [CONFORMANCE-CHECKS]: the copy with the bug,
+# and whether the checks fail
 bug() {
-    local name=$1 file=$2 expr=$3 d="$work/$1"
+    local name=$1 file=$2 expr=$3 only=${4:-} d="$work/$1"
     cp -a "$work/clean" "$d"
     sed -i "$expr" "$d/$file"
     if cmp -s "$work/clean/$file" "$d/$file"; then
@@ -71,10 +82,11 @@ bug() {
         return
     fi
     touch "$d/$file"
-    if ! (cd "$d" && make -j"$jobs" >/dev/null 2>&1 && make -j"$jobs" tests/conformance/test_backend >/dev/null 2>&1); then
+    if ! (cd "$d" && make -j"$jobs" >/dev/null 2>&1 &&
+        make -j"$jobs" tests/conformance/test_backend tests/unit/test_cuda_bn >/dev/null 2>&1); then
         echo "$name: does not build"
         failed=$((failed + 1))
-    elif checks "$d"; then
+    elif checks "$d" "$only"; then
         echo "$name: MISSED (every check passed)"
         failed=$((failed + 1))
     else
@@ -93,5 +105,24 @@ bug transposed_cublas_operand src/cuda/gemm.cu \
 # the legacy default stream, which a non-blocking stream's work does not precede
 bug download_without_sync src/cuda/backend.cu \
     '/static void cuda_download(/,/^}/{s/cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s)/cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)/;/cudaStreamSynchronize/d}'
+# The batch-norm's kernels (src/cuda/bn.cu), one bug each:
+# a plane's total read before its lanes are written (a barrier left out)
+bug plane_stats_without_barrier src/cuda/bn.cu \
+    '/static __global__ void plane_stats_kernel/,/^}/{0,/__syncthreads();/{/__syncthreads();/d}}' \
+    bn_fwd_train,conv_fwd_bn_stats
+# a batch in pieces keeps only its last piece's statistics
+bug bn_pieces_forgotten src/cuda/bn.cu \
+    's/(double)i0 \* np, i0 + nb == n, state,/0.0, i0 + nb == n, state,/' bn_fwd_train
+# the channel's variance over its last piece's values alone
+bug bn_channel_stats_last_piece_count src/cuda/bn.cu \
+    's/hcnn_hd_bn_finish(mean, m2, done + cnt,/hcnn_hd_bn_finish(mean, m2, cnt,/' bn_fwd_train
+# the backward's plane sums without the tail after the 16 lanes' blocks
+bug bwd_plane_without_tail src/cuda/bn.cu \
+    '/static __global__ void bwd_plane_kernel/,/^}/s/hi = l < LANES ? whole : np;/hi = whole;/' bn_bwd
+# the backward's channel sums not restarted at a call's first piece
+bug bwd_channel_sums_carried_over src/cuda/bn.cu \
+    's/double sdy = first ? 0.0 : acc\[2 \* ch\]/double sdy = acc[2 * ch]/' bn_bwd
+# the bias gradient overwritten instead of accumulated
+bug channel_total_overwrites src/cuda/bn.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' conv_bwd
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

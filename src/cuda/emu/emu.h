@@ -103,6 +103,7 @@
 #include <functional>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 /* ---- Kernel language ---------------------------------------------------- */
 
@@ -410,6 +411,11 @@ struct kernel_launch {
 /* Checks the launch as CUDA does (an invalid one runs nothing and sets
  * cudaGetLastError) and queues `run` on the stream. */
 void launch_enqueue(const kernel_launch &k, cudaStream_t stream, std::function<void()> run);
+
+/* Emulation-only, for tests that count a backend call's launches (what
+ * nsys would show on a GPU): from now on the name of every kernel launch
+ * queued is appended to *names; nullptr stops it. */
+void record_launches(std::vector<const char *> *names);
 
 /* Runs the grid now (called by the queued operation). */
 void run_grid(const kernel_launch &k, const void *call, block_fn plain, thread_fn one);
