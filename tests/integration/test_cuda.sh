@@ -11,7 +11,8 @@
 #   - every strategy runs on it: data on 2 ranks and a 2x2 pipeline give
 #     the serial result within 1e-4; MPI on device memory in place gives
 #     the same bits as through host buffers;
-#   - a run is bit-for-bit repeatable on it (hcnn diff --tol 0), and CUDA
+#   - a run is bit-for-bit repeatable on it (hcnn diff --tol 0) in fp32,
+#     tf32 and bf16, and CUDA
 #     graphs give the bits of the run without them, on one rank and over
 #     ranks (the data-parallel step cut at its communication points);
 #   - a checkpoint written on cuda resumes on cpu, and the reverse, and the
@@ -154,6 +155,16 @@ train resnet3_cpu cpu 3 "${RESNET[@]}" --set conv_algo=batched && train resnet3_
 case_begin cuda_run_repeatable
 train lenet_cuda2 cuda 20 "${LENET[@]}"
 close lenet_cuda lenet_cuda2 0
+
+# in the other precisions too (issue 42): LeNet-5 20 steps in tf32 and
+# bf16, each twice (ResNet-18 in bf16 takes 1.5-2.5 min a run on the
+# emulation: left to the GPU, where bench/gpu_check.sh runs this script)
+for p in tf32 bf16; do
+    case_begin "cuda_run_repeatable_$p"
+    train "lenet_${p}_a" cuda 20 "${LENET[@]}" --set precision=$p &&
+        train "lenet_${p}_b" cuda 20 "${LENET[@]}" --set precision=$p
+    close "lenet_${p}_a" "lenet_${p}_b" 0
+done
 
 # CUDA graphs (src/train/graphs.c): a serial run's step captured once per
 # loader buffer and replayed, its optimiser step captured once and replayed
