@@ -28,8 +28,9 @@
 # which needs a build with oneDNN and a CPU with AVX512-BF16 or AMX; PyTorch:
 # torch.autocast("cpu", dtype=torch.bfloat16), FP32 master weights); tf32
 # is a GPU format, refused on the CPU.
-# --peer-modes (CPU only; not with --torch-format): which of PyTorch's four CPU modes run in each
-# round, all of them after hcnn in odd rounds and before it in even rounds
+# --peer-modes (CPU only; not with --torch-format): which of PyTorch's four
+# CPU modes run in each round, all of them after hcnn in odd rounds and
+# before it in even rounds
 # (their order rotating from round to round): fp32_nchw, fp32_nhwc
 # (channels_last), bf16_nchw, bf16_nhwc (autocast to bfloat16).
 #   one   (default) the single mode --precision and --channels-last name

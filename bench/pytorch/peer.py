@@ -35,9 +35,9 @@ batch, batch.to(memory_format=torch.channels_last) (the synthetic batches
 are made in NCHW, as a data loader's).  The header says layout=nchw|nhwc
 (asked) and memory_format=<what the tensors are in>, checked with
 is_contiguous(memory_format=...) on the model's 4-D weights and a
-converted batch: contiguous, channels_last, or mixed (exit 1 before
-timing: a run in a format other than the one asked would time the wrong
-thing).  The four CPU modes -- fp32 or bf16, NCHW or channels_last -- are
+converted batch; when that is not the format asked (another, or a mix)
+peer.py says so and exits 1 before timing: such a run would time the
+wrong thing.  The four CPU modes -- fp32 or bf16, NCHW or channels_last -- are
 what bench/compare.sh --peer-modes runs; on the GPU compare.sh runs both
 formats at its precision (--torch-format best).  The
 header says precision=<p> and, for bf16 on the CPU, cpu_bf16=native:<flags>
