@@ -6,17 +6,31 @@
 #   bench/compare.sh [--model lenet|resnet18] [--batch B] [--threads T] [--rounds N] [--no-mkldnn]
 #                    [--channels-last] [--warmup N] [--repeats N] [--steps N]
 #                    [--device cpu|cuda] [--precision fp32|tf32|bf16]
+#                    [--torch-format nchw|channels_last|best]
 #                    [--peer-modes one|best|all|MODE,MODE...]
 #
 # --channels-last: PyTorch's model and batches in channels_last (NHWC), the
 # layout oneDNN prefers on CPUs (the default, NCHW, is hcnn's); a fair
-# comparison takes PyTorch's faster of the two.
+# comparison takes PyTorch's faster of the two (--torch-format best).
+# --torch-format: PyTorch's memory format (peer.py --memory-format):
+#   nchw          NCHW (contiguous) only: the default on the CPU
+#   channels_last channels_last only (the same as --channels-last)
+#   best          both, at --precision, in the same alternated rounds (the
+#                 modes PREC_nchw and PREC_nhwc, e.g. tf32_nchw, tf32_nhwc);
+#                 hcnn is compared with the faster of the two medians: the
+#                 default with --device cuda (cuDNN's tensor-core kernels
+#                 prefer NHWC; the targets are set against PyTorch's faster
+#                 layout).  Its output is --peer-modes' with those two modes.
+# Each PyTorch run's header must name the memory format asked for
+# (peer.py checks its tensors' strides): a run in another stops compare.sh
+# (exit 1).
 # --precision on the CPU: fp32 (default) or bf16 (hcnn: precision: bf16,
 # which needs a build with oneDNN and a CPU with AVX512-BF16 or AMX; PyTorch:
 # torch.autocast("cpu", dtype=torch.bfloat16), FP32 master weights); tf32
 # is a GPU format, refused on the CPU.
-# --peer-modes (CPU only): which of PyTorch's four CPU modes run in each
-# round, all of them after hcnn in odd rounds and before it in even rounds
+# --peer-modes (CPU only; not with --torch-format): which of PyTorch's four
+# CPU modes run in each round, all of them after hcnn in odd rounds and
+# before it in even rounds
 # (their order rotating from round to round): fp32_nchw, fp32_nhwc
 # (channels_last), bf16_nchw, bf16_nhwc (autocast to bfloat16).
 #   one   (default) the single mode --precision and --channels-last name
@@ -39,7 +53,9 @@
 # hcnn's bf16 GEMM inputs against PyTorch's autocast to bfloat16).
 #
 # Prints one line per round with both rates (each the median of that run's
-# repeats; the header line names device, precision and peer_modes last),
+# repeats; the header line names device, precision, peer_modes and
+# torch_format last: nchw, channels_last, best, or peer_modes when
+# --peer-modes chose),
 # then as its last line
 #   hcnn_median=X pytorch_median=Y ratio=X/Y
 # Without python3-torch it runs hcnn only, says so, and ends with
@@ -52,7 +68,7 @@ usage() {
 }
 
 model=lenet batch=64 threads=2 rounds=5 mkldnn=1 channels_last=0 device=cpu precision=fp32
-peer_modes=one
+peer_modes=one torch_format=''
 warmup='' repeats='' steps=''
 # val OPTION [VALUE...]: OPTION must have a non-empty value
 val() { if [ $# -lt 2 ] || [ -z "$2" ]; then echo "compare.sh: $1 needs a value (see --help)" >&2; exit 2; fi; }
@@ -70,6 +86,7 @@ while [ $# -gt 0 ]; do
     --device) val "$@"; device=$2; shift 2 ;;
     --precision) val "$@"; precision=$2; shift 2 ;;
     --peer-modes) val "$@"; peer_modes=$2; shift 2 ;;
+    --torch-format) val "$@"; torch_format=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -87,14 +104,42 @@ case $precision in fp32 | tf32 | bf16) ;; *) echo "compare.sh: --precision '$pre
 [ "$device" = cuda ] || [ "$precision" != tf32 ] ||
     { echo "compare.sh: --precision tf32 needs --device cuda (TF32 is a GPU format; on the CPU use fp32 or bf16)" >&2; exit 2; }
 
+# PyTorch's memory format: --torch-format, else --peer-modes' or
+# --channels-last's choice, else the device's default
+case $torch_format in
+'' | nchw | channels_last | best) ;;
+*) echo "compare.sh: --torch-format '$torch_format': expected nchw, channels_last or best" >&2; exit 2 ;;
+esac
+if [ -n "$torch_format" ]; then
+    [ "$peer_modes" = one ] ||
+        { echo "compare.sh: --torch-format and --peer-modes both pick PyTorch's modes (give one of them)" >&2; exit 2; }
+    [ "$channels_last" = 0 ] || [ "$torch_format" = channels_last ] ||
+        { echo "compare.sh: --channels-last contradicts --torch-format $torch_format" >&2; exit 2; }
+elif [ "$peer_modes" != one ]; then
+    torch_format=peer_modes
+elif [ "$channels_last" = 1 ]; then
+    torch_format=channels_last
+elif [ "$device" = cuda ]; then
+    torch_format=best # issue 42: on the GPU the reference is PyTorch's faster layout
+else
+    torch_format=nchw # the CPU's default as before (--torch-format best for both)
+fi
+[ "$torch_format" != channels_last ] || channels_last=1
+
 # PyTorch's modes, PRECISION_LAYOUT words; compared: those hcnn's rate is set against
 all_modes="fp32_nchw fp32_nhwc bf16_nchw bf16_nhwc"
-case $peer_modes in
-one)
+case $torch_format:$peer_modes in
+best:*)
+    # both layouts at hcnn's precision (tf32 included: not one of
+    # --peer-modes' CPU modes), run and shown as that list of modes
+    peer_modes=${precision}_nchw,${precision}_nhwc
+    modes="${precision}_nchw ${precision}_nhwc"
+    compared=$modes ;;
+*:one)
     modes=${precision}_nchw
     [ "$channels_last" = 0 ] || modes=${precision}_nhwc
     compared=$modes ;;
-best | all)
+*:best | *:all)
     modes=$all_modes
     if [ "$peer_modes" = best ] && [ "$precision" = fp32 ]; then compared="fp32_nchw fp32_nhwc"; else compared=$modes; fi ;;
 *)
@@ -114,9 +159,9 @@ best | all)
     done
     compared=$modes ;;
 esac
-if [ "$peer_modes" != one ]; then
+if [ "$torch_format" = peer_modes ]; then
     [ "$device" = cpu ] ||
-        { echo "compare.sh: --peer-modes $peer_modes: PyTorch's CPU modes; with --device cuda use --precision and --channels-last" >&2; exit 2; }
+        { echo "compare.sh: --peer-modes $peer_modes: PyTorch's CPU modes; with --device cuda use --precision and --torch-format" >&2; exit 2; }
     [ "$channels_last" = 0 ] ||
         { echo "compare.sh: --channels-last picks PyTorch's one layout; --peer-modes $peer_modes names its modes (drop one of the two)" >&2; exit 2; }
 fi
@@ -169,9 +214,10 @@ case $nesterov in true | True | yes | on | 1) peer_cmd+=(--nesterov) ;; esac
 [ "$mkldnn" = 1 ] || peer_cmd+=(--no-mkldnn)
 # mode_args MODE: peer.py's arguments for MODE (prec_layout)
 mode_args() {
-    printf "%s\n" --precision "${1%_*}"
-    [ "${1#*_}" = nchw ] || echo --channels-last
+    printf "%s\n" --precision "${1%_*}" --memory-format "$(mode_format "$1")"
 }
+# mode_format MODE: peer.py's memory format for MODE's layout
+mode_format() { if [ "${1#*_}" = nhwc ]; then echo channels_last; else echo contiguous; fi; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -222,13 +268,22 @@ peer() {
     local -a extra
     mapfile -t extra < <(mode_args "$1")
     r=$(run "pytorch_$1" "${peer_cmd[@]}" "${extra[@]}") || return 1
+    # the format it ran in (peer.py's header, from its tensors' strides):
+    # a layout not applied would compare hcnn with NCHW twice, unsaid
+    local want got
+    want=$(mode_format "$1")
+    got=$(sed -n 's/^peer torch=.* memory_format=\([a-z_]*\) .*/\1/p' "$tmp/pytorch_$1.log" | head -n 1)
+    if [ "$got" != "$want" ]; then
+        echo "compare.sh: pytorch_$1 ran in memory_format=${got:-(not said)}, asked for $want: $(head -n 1 "$tmp/pytorch_$1.log")" >&2
+        return 1
+    fi
     echo "$r" > "$tmp/rate_$1"
     echo "$r" >> "$tmp/p_$1"
 }
 # faster A B: the larger of two rates
 faster() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 
-echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode device=$device precision=$precision peer_modes=$peer_modes"
+echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode device=$device precision=$precision peer_modes=$peer_modes torch_format=$torch_format"
 echo "hcnn:    ${hcnn_cmd[*]}"
 if [ "$have_torch" = 1 ]; then
     if [ "$peer_modes" = one ]; then

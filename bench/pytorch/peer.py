@@ -24,9 +24,22 @@ as hcnn's precision key.
 On the CPU (--device cpu, the default) --precision is fp32 or bf16
 (torch.autocast("cpu", dtype=torch.bfloat16): convolutions and matmuls in
 bfloat16 through oneDNN, FP32 master weights and optimiser); tf32 is a GPU
-format and is refused (exit 2).  --channels-last puts model and batches in
-NHWC, oneDNN's preferred layout.  The four CPU modes -- fp32 or bf16, NCHW
-or channels_last -- are what bench/compare.sh --peer-modes runs.  The
+format and is refused (exit 2).
+
+--memory-format contiguous|channels_last (--channels-last: the second)
+picks PyTorch's memory format, on either device: contiguous (NCHW, the
+default, hcnn's) or channels_last (NHWC: oneDNN's preferred layout on CPUs,
+cuDNN's on tensor cores), as PyTorch's channels-last tutorial does it: the
+model once, model.to(memory_format=torch.channels_last), and each step's
+batch, batch.to(memory_format=torch.channels_last) (the synthetic batches
+are made in NCHW, as a data loader's).  The header says layout=nchw|nhwc
+(asked) and memory_format=<what the tensors are in>, checked with
+is_contiguous(memory_format=...) on the model's 4-D weights and a
+converted batch; when that is not the format asked (another, or a mix)
+peer.py says so and exits 1 before timing: such a run would time the
+wrong thing.  The four CPU modes -- fp32 or bf16, NCHW or channels_last -- are
+what bench/compare.sh --peer-modes runs; on the GPU compare.sh runs both
+formats at its precision (--torch-format best).  The
 header says precision=<p> and, for bf16 on the CPU, cpu_bf16=native:<flags>
 when /proc/cpuinfo shows avx512_bf16 or amx_bf16, else cpu_bf16=emulated
 (PyTorch still runs it, converting around FP32 arithmetic: its timings then
@@ -34,8 +47,9 @@ say nothing of a CPU with bf16 instructions; a note on stderr says so).
 PEER_CPUINFO=<file> reads the flags from another file than /proc/cpuinfo
 (the tests use it to check the emulated case on any CPU).
 
-Exit status: 0 success, 2 bad command line, 77 python3-torch not installed
-(or --device cuda without a GPU PyTorch can use).
+Exit status: 0 success, 1 the tensors are not in the memory format asked,
+2 bad command line, 77 python3-torch not installed (or --device cuda without
+a GPU PyTorch can use).
 """
 
 import argparse
@@ -70,9 +84,11 @@ def parse_args(argv):
     p.add_argument("--pool", type=int, default=8,
                    help="distinct synthetic batches, made once and cycled (default 8)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--memory-format", choices=("contiguous", "channels_last"), default=None,
+                   help="PyTorch's memory format for the model and each step's batch: "
+                   "contiguous (NCHW, the default, hcnn's) or channels_last (NHWC)")
     p.add_argument("--channels-last", action="store_true",
-                   help="model and batches in torch.channels_last (NHWC) memory format: "
-                   "oneDNN's preferred layout on CPUs; the default is NCHW, hcnn's")
+                   help="the same as --memory-format channels_last")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                    help="fp32 (on cuda: no TF32), tf32 (cuda only), bf16 (torch.autocast "
@@ -83,6 +99,11 @@ def parse_args(argv):
             p.error("--%s must be >= 1" % name.replace("_", "-"))
     if a.warmup < 0:
         p.error("--warmup must be >= 0")
+    if a.channels_last and a.memory_format == "contiguous":
+        p.error("--channels-last contradicts --memory-format contiguous")
+    if a.memory_format is None:
+        a.memory_format = "channels_last" if a.channels_last else "contiguous"
+    a.channels_last = a.memory_format == "channels_last"
     if a.nesterov and a.momentum <= 0:
         p.error("--nesterov needs --momentum > 0")
     if a.device == "cpu" and a.precision == "tf32":
@@ -104,6 +125,19 @@ def cpu_bf16_flags(path=None):
     except OSError:
         return []
     return [x for x in ("avx512_bf16", "amx_bf16") if x in flags]
+
+
+def memory_format_of(torch, tensors):
+    """The memory format the 4-D tensors share: 'contiguous', 'channels_last',
+    or 'mixed' when they disagree.  A tensor with one channel or a 1x1 plane
+    satisfies both formats: it counts for neither (the others decide); when
+    every tensor satisfies both, 'contiguous' (no layout was imposed)."""
+    ts = [t for t in tensors if t.dim() == 4]
+    nchw = all(t.is_contiguous() for t in ts)
+    nhwc = all(t.is_contiguous(memory_format=torch.channels_last) for t in ts)
+    if nchw:
+        return "contiguous"
+    return "channels_last" if nhwc else "mixed"
 
 
 def build_model(torch, name):
@@ -191,9 +225,11 @@ def main(argv):
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     model.to(a.device, memory_format=fmt).train()
     # several distinct batches, as hcnn's bench (which feeds distinct synthetic
-    # samples): one batch repeated is memorised within a few hundred steps
-    xs = [torch.randn((a.batch,) + shape).to(a.device, memory_format=fmt)
-          for _ in range(a.pool)]
+    # samples): one batch repeated is memorised within a few hundred steps.
+    # Made in NCHW, as a data loader hands them over; each step converts its
+    # batch (PyTorch's channels-last recipe; for NCHW .to() returns the batch
+    # itself, no copy)
+    xs = [torch.randn((a.batch,) + shape).to(a.device) for _ in range(a.pool)]
     ys = [torch.randint(0, 10, (a.batch,)).to(a.device) for _ in range(a.pool)]
     bf16 = a.precision == "bf16"
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -206,15 +242,24 @@ def main(argv):
         k = it[0] % a.pool
         it[0] += 1
         opt.zero_grad(set_to_none=True)
+        x = xs[k].to(memory_format=fmt)
         if bf16:
             with torch.autocast(a.device, dtype=torch.bfloat16):
-                out = model(xs[k])
+                out = model(x)
             loss = loss_fn(out.float(), ys[k])
         else:
-            loss = loss_fn(model(xs[k]), ys[k])
+            loss = loss_fn(model(x), ys[k])
         loss.backward()
         opt.step()
         return loss
+
+    # the format the run is really in: the model's 4-D weights and a batch as
+    # step() converts it (a layout silently not applied would time NCHW twice)
+    used = memory_format_of(torch, list(model.parameters()) + [xs[0].to(memory_format=fmt)])
+    if used != a.memory_format:
+        print("peer.py: asked for memory_format=%s, but the model's weights and batch are %s"
+              % (a.memory_format, used), file=sys.stderr)
+        return 1
 
     where = a.device
     extra = ""
@@ -229,12 +274,12 @@ def main(argv):
         where = "cuda:%s:cudnn%s:%s" % (torch.cuda.get_device_name(0).replace(" ", "_"),
                                         torch.backends.cudnn.version(), a.precision)
     print("peer torch=%s device=%s model=%s batch=%d threads=%d mkldnn=%d layout=%s "
-          "openblas_threads=%s "
+          "memory_format=%s openblas_threads=%s "
           "lr=%g momentum=%g weight_decay=%g nesterov=%d warmup=%d repeats=%d steps=%d pool=%d "
           "precision=%s%s"
           % (torch.__version__, where, a.model, a.batch, torch.get_num_threads(),
              int(torch.backends.mkldnn.enabled), "nhwc" if a.channels_last else "nchw",
-             os.environ["OPENBLAS_NUM_THREADS"],
+             used, os.environ["OPENBLAS_NUM_THREADS"],
              a.lr, a.momentum, a.weight_decay, int(a.nesterov),
              a.warmup, a.repeats, a.steps, a.pool, a.precision, extra), flush=True)
 

@@ -37,14 +37,43 @@ exit2 compare_peer_modes_channels_last "--channels-last picks PyTorch's one layo
 exit2 compare_peer_modes_cuda "--peer-modes best: PyTorch's CPU modes" "$CMP" --peer-modes best --device cuda
 exit2 compare_tf32_cpu "--precision tf32 needs --device cuda" "$CMP" --precision tf32
 exit2 compare_no_value "--peer-modes needs a value" "$CMP" --peer-modes
+exit2 compare_torch_format_unknown "--torch-format 'nhwc': expected nchw, channels_last or best" \
+    "$CMP" --torch-format nhwc
+exit2 compare_torch_format_peer_modes "--torch-format and --peer-modes both pick" \
+    "$CMP" --torch-format best --peer-modes all
+exit2 compare_torch_format_channels_last "--channels-last contradicts --torch-format nchw" \
+    "$CMP" --torch-format nchw --channels-last
 
 # peer.py parses its command line before importing torch: python3 suffices
 if [ -x "$PY" ]; then
     exit2 peer_tf32_cpu "--precision tf32 needs --device cuda" "$PY" "$PEER" --model lenet --batch 8 \
         --threads 1 --precision tf32
+    exit2 peer_memory_format_contradiction "--channels-last contradicts --memory-format contiguous" \
+        "$PY" "$PEER" --model lenet --batch 8 --threads 1 --channels-last --memory-format contiguous
 else
-    case_begin peer_tf32_cpu
-    case_skip "$PY not found"
+    for c in peer_tf32_cpu peer_memory_format_contradiction; do
+        case_begin $c
+        case_skip "$PY not found"
+    done
+fi
+
+# --device cuda picks PyTorch's faster layout by default, at hcnn's precision
+# (tf32 too); --channels-last one layout.  Checked on the header and the
+# peer's command lines, printed before the first run: an hcnn that prints no
+# rate (/bin/true) stops it there with exit 1, so no GPU is needed
+case_begin compare_cuda_default_best
+rc=0 rc2=0
+HCNN=/bin/true "$CMP" "${SHORT[@]}" --rounds 1 --device cuda --precision tf32 >"$WORK/cb.log" 2>&1 || rc=$?
+HCNN=/bin/true "$CMP" "${SHORT[@]}" --rounds 1 --device cuda --channels-last >"$WORK/cl.log" 2>&1 || rc2=$?
+if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] &&
+   grep -qE '^compare: .* device=cuda precision=tf32 peer_modes=tf32_nchw,tf32_nhwc torch_format=best$' "$WORK/cb.log" &&
+   grep -qE '^pytorch_tf32_nchw: .* --device cuda --precision tf32 --memory-format contiguous$' "$WORK/cb.log" &&
+   grep -qE '^pytorch_tf32_nhwc: .* --device cuda --precision tf32 --memory-format channels_last$' "$WORK/cb.log" &&
+   grep -qE '^compare: .* device=cuda precision=fp32 peer_modes=one torch_format=channels_last$' "$WORK/cl.log" &&
+   grep -qE '^pytorch: .* --device cuda --precision fp32 --memory-format channels_last$' "$WORK/cl.log"; then
+    case_ok
+else
+    case_fail "exit $rc, $rc2 (expected 1, 1): $(head -n 4 "$WORK/cb.log") / $(head -n 3 "$WORK/cl.log")"
 fi
 
 # without torch (a python that cannot import it): hcnn alone, NA for PyTorch,
@@ -59,7 +88,8 @@ else
     case_fail "$(tail -n 3 "$WORK/nt.log") $(tail -n 3 "$WORK/nt.err")"
 fi
 
-TORCH_CASES="peer_bf16_cpu peer_bf16_emulated compare_peer_modes_best compare_peer_modes_list"
+TORCH_CASES="peer_bf16_cpu peer_bf16_emulated peer_memory_format compare_peer_modes_best
+    compare_peer_modes_list compare_torch_format_best compare_torch_format_ignored"
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
     for c in $TORCH_CASES; do
         case_begin "$c"
@@ -79,6 +109,23 @@ if "$PY" "$PEER" "${SHORT[@]}" --threads 2 --precision bf16 --channels-last >"$W
 else
     case_fail "expected cpu_bf16=$isa: $(head -n 1 "$WORK/bf.log") ... $(tail -n 2 "$WORK/bf.log")"
 fi
+
+# --memory-format: the header names the format the tensors are really in
+# (peer.py reads their strides), so a format asked for and not applied shows;
+# LeNet's 6-channel conv2 weight tells the two apart (its one-channel input
+# would pass as either)
+case_begin peer_memory_format
+fail=""
+for f in contiguous channels_last; do
+    l=nchw
+    [ $f = contiguous ] || l=nhwc
+    if ! "$PY" "$PEER" "${SHORT[@]}" --threads 1 --memory-format $f >"$WORK/mf.log" 2>&1 ||
+       ! grep -qE "^peer torch=.* layout=$l memory_format=$f " "$WORK/mf.log" ||
+       ! tail -n 1 "$WORK/mf.log" | grep -qE '^images_per_s=[0-9.]+$'; then
+        fail+=" $f: $(head -n 1 "$WORK/mf.log") ... $(tail -n 1 "$WORK/mf.log")"
+    fi
+done
+if [ -z "$fail" ]; then case_ok; else case_fail "$fail"; fi
 
 # a CPU without bf16 instructions (its cpuinfo without the flags): run, and said
 case_begin peer_bf16_emulated
@@ -134,12 +181,46 @@ check_modes() {
         }' "$1"
 }
 
+# --torch-format best on the CPU: both layouts at hcnn's precision in the
+# same rounds, the faster median the reference; two rounds (PyTorch first in
+# the second)
+case_begin compare_torch_format_best
+if "$CMP" "${SHORT[@]}" --rounds 2 --torch-format best >"$WORK/tfb.log" 2>&1 &&
+   grep -qE '^compare: .* device=cpu precision=fp32 peer_modes=fp32_nchw,fp32_nhwc torch_format=best$' "$WORK/tfb.log" &&
+   grep -qE '^pytorch_fp32_nhwc: .* --precision fp32 --memory-format channels_last$' "$WORK/tfb.log" &&
+   why=$(check_modes "$WORK/tfb.log" 2 "fp32_nchw fp32_nhwc" "fp32_nchw fp32_nhwc"); then
+    case_ok
+else
+    case_fail "${why:-exit status or header}: $(tail -n 4 "$WORK/tfb.log")"
+fi
+
+# a peer that drops --memory-format (runs NCHW whatever it is asked): the
+# channels_last run's header says contiguous, and compare.sh stops (exit 1)
+# rather than time NCHW twice
+case_begin compare_torch_format_ignored
+# shellcheck disable=SC2016 # the wrapper's own variables, expanded when it runs
+{
+    echo '#!/usr/bin/env bash'
+    echo 'a=()'
+    echo 'while [ $# -gt 0 ]; do if [ "$1" = --memory-format ]; then shift 2; else a+=("$1"); shift; fi; done'
+    echo "exec '$PY' \"\${a[@]}\""
+} >"$WORK/py-ignores"
+chmod +x "$WORK/py-ignores"
+rc=0
+PYTHON="$WORK/py-ignores" "$CMP" "${SHORT[@]}" --rounds 1 --torch-format best >"$WORK/ign.log" 2>"$WORK/ign.err" || rc=$?
+if [ $rc -eq 1 ] &&
+   grep -q 'pytorch_fp32_nhwc ran in memory_format=contiguous, asked for channels_last' "$WORK/ign.err"; then
+    case_ok
+else
+    case_fail "exit $rc, expected 1: $(tail -n 3 "$WORK/ign.err")"
+fi
+
 # best with hcnn in FP32: all four modes run, hcnn set against the FP32 ones
 case_begin compare_peer_modes_best
 if "$CMP" "${SHORT[@]}" --rounds 1 --peer-modes best >"$WORK/best.log" 2>&1 &&
-   grep -qE '^compare: .* device=cpu precision=fp32 peer_modes=best$' "$WORK/best.log" &&
+   grep -qE '^compare: .* device=cpu precision=fp32 peer_modes=best torch_format=peer_modes$' "$WORK/best.log" &&
    [ "$(grep -c '^pytorch_[a-z0-9]*_n[a-z]*: ' "$WORK/best.log")" -eq 4 ] &&
-   grep -qE '^pytorch_bf16_nhwc: .* --precision bf16 --channels-last$' "$WORK/best.log" &&
+   grep -qE '^pytorch_bf16_nhwc: .* --precision bf16 --memory-format channels_last$' "$WORK/best.log" &&
    why=$(check_modes "$WORK/best.log" 1 "fp32_nchw fp32_nhwc bf16_nchw bf16_nhwc" "fp32_nchw fp32_nhwc"); then
     case_ok
 else
