@@ -8,8 +8,10 @@
 # every step, named as its row of hcnn bench's per-block profile ("fwd 3
 # conv2 (conv)"); the step, forward, backward and optimizer ranges and the
 # strategy's communication ranges are there; pushes and pops balance on
-# every thread; and a run with the tool attached writes the same checkpoint
-# bits as one without.  Skipped (77) in a build without NVTX.
+# every thread; a run with the tool attached writes the same checkpoint bits
+# as one without; with the CUDA backend (the emulation, or a GPU), a step
+# replayed from CUDA graphs has no layer ranges.  Skipped (77) in a build
+# without NVTX.  About 7 s on 2 cores (12 with the emulation).
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 INJECT="$HCNN_BUILDDIR/tests/nvtx_inject.so"
 
@@ -151,6 +153,37 @@ if [ -s "$WORK/serial.nvtx" ]; then
     else case_fail "unexpected complaint: $(head -n 2 "$WORK/broken.why")"; fi
 else
     case_fail "no serial log to break"
+fi
+
+# ---- CUDA graphs (docs/gpu-nodes.md, "Profiling with Nsight"): on one rank
+# the step is run directly for each of the loader's two buffers (steps 1-2),
+# captured (3-4), then replayed (5-6), and a replay runs no layer's host
+# code: its step has the optimizer range but no fwd/bwd ranges.  Where the
+# build has the CUDA backend (the emulation, or a GPU)
+case_begin cuda_graphs_replays_have_no_layer_ranges
+if "$HCNN" --version | grep -q '^CUDA: none'; then
+    case_skip "no CUDA backend in this build"
+else
+    traced graphs env OMP_NUM_THREADS=2 timeout -k 5 120 "$HCNN" train "${RUN[@]}" --set device=cuda \
+        --set max_steps=6 --set synthetic_train=256 --set checkpoint_dir="$WORK/graphs"
+    # the layer and optimizer ranges pushed while a step range is open
+    per_step=$(awk '$1 == "push" { n = $0; sub(/^push [0-9]+ [0-9]+ /, "", n); st[$3, ++d[$3]] = n
+                                   if (n == "step") { s++; open = 1 }
+                                   else if (open && n ~ /^(fwd|bwd) /) c[s]++
+                                   else if (open && n == "optimizer") o[s]++ }
+                    $1 == "pop" && d[$3] > 0 { if (st[$3, d[$3]--] == "step") open = 0 }
+                    END { for (i = 1; i <= s; i++) printf "%d:%d ", c[i], o[i] }' "$WORK/graphs.nvtx" 2>/dev/null)
+    nl=$(wc -l <"$WORK/layers")
+    want="$((2 * nl)):1 $((2 * nl)):1 $((2 * nl)):1 $((2 * nl)):1 0:1 0:1 "
+    if [ ! -f "$WORK/graphs/final.hcnn" ] && grep -q 'no usable GPU' "$WORK/graphs.log"; then
+        case_skip "device: cuda has no GPU here: $(grep -m1 'no usable GPU' "$WORK/graphs.log")"
+    elif [ ! -f "$WORK/graphs/final.hcnn" ]; then
+        case_fail "the run failed: $(tail -n 3 "$WORK/graphs.log")"
+    elif [ "$per_step" = "$want" ]; then
+        case_ok
+    else
+        case_fail "layer ranges:optimizer ranges per step '$per_step', expected '$want'"
+    fi
 fi
 
 mpi_setup
