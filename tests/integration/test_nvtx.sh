@@ -28,8 +28,10 @@ else
     finish
 fi
 
+# (blas_kernels=env: the BLAS's kernels as the environment says, no
+# measurement or re-execution: every run of the test the same)
 LENET=(--config "$HCNN_SRCDIR/configs/mnist_lenet.yaml" --set dataset=synthetic
-       --set synthetic_train=128 --set synthetic_test=32 --set batch_size=32)
+       --set synthetic_train=128 --set synthetic_test=32 --set batch_size=32 --set blas_kernels=env)
 RUN=(-q "${LENET[@]}" --set epochs=1 --set max_steps=2 --set csv=)
 
 # The layers as hcnn bench's profile lists them: row i (from 0), name,
