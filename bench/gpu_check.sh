@@ -23,10 +23,22 @@
 #           the environment: the thread counts, e.g. "1 4 16", for a short loan;
 #           CPU_MODELS, CPU_ROUNDS: validate_threads.sh's MODELS and ROUNDS,
 #           default the two models, one round)
+#   nsight  the excerpts of docs/gpu-nodes.md's "Profiling with Nsight": Nsight
+#           Compute (ncu) on 12 kernels of hcnn bench ResNet-18 batch 128
+#           (HCNN_CUDA_CONV=im2col, cuda_graphs: off) inside the NVTX ranges of
+#           layer2.0's first convolution and batch-norm, forward and backward
+#           (nsight_ncu.log), and, where nsys is installed, Nsight Systems on 5
+#           steps of the same bench with its NVTX, NVTX-on-GPU and kernel
+#           summaries (nsight_nsys.log).  Not in the default SECTIONS (those
+#           take about 7.5 minutes of a 15-minute loan): its own call,
+#           bench/gpu_check.sh BUNDLE "" nsight, estimated at under a minute
+#           (not yet measured; bounded: ncu 60 s, nsys 60 s, its summaries
+#           3 x 30 s).  Needs a build with NVTX (hcnn --version: "NVTX:
+#           ranges compiled in"; on by default with --with-cuda)
 #
 #   bench/gpu_check.sh BUNDLE.tar.xz [OUTDIR] [SECTIONS]
 #   (OUTDIR "" or none: the run's own folder under results/gpu/, below;
-#   SECTIONS default: tests kernels bench cpu)
+#   SECTIONS default: tests kernels bench cpu; nsight on request)
 #
 # Writes session.log (session-2.log, ... when OUTDIR has one) and one log per
 # run to OUTDIR, relative to the source tree's root.  Without OUTDIR: a new
@@ -216,6 +228,50 @@ if [[ " $SECTIONS " == *" cpu "* ]]; then
     stamp "PyTorch on the CPU, ResNet-18 batch 64, $last threads"
     timeout -k 5 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \
         --warmup 1 --repeats 3 --steps 2 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 2>&1 | tail -n 1
+fi
+if [[ " $SECTIONS " == *" nsight "* ]]; then
+    # the bench both tools run: one configuration, the layers' NVTX ranges
+    # in every step (a replayed CUDA graph has none: cuda_graphs off), the
+    # convolutions as im2col + cuBLAS (the im2col and batch-norm kernels are
+    # what the doc reads), no re-execution for BLAS kernels under a profiler
+    nbench=("$HCNN" bench --config configs/cifar_resnet18.yaml --set device=cuda --set batch_size=128
+            --set cuda_graphs=off --set blas_kernels=env)
+    "$HCNN" --version | grep '^NVTX:'
+    ncu=$(command -v ncu)
+    for c in /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+        if [ -z "$ncu" ] && [ -x "$c" ]; then ncu=$c; fi
+    done
+    if [ -z "$ncu" ]; then
+        echo "gpu_check.sh: no ncu (Nsight Compute) on PATH, in /usr/local/cuda*/bin or /opt/nvidia/nsight-compute"
+    else
+        stamp "Nsight Compute: $("$ncu" --version 2>&1 | tail -n 1); 12 kernels of layer2.0.conv1/bn1"
+        # rows 16 and 17 of hcnn bench's profile table of ResNet-18 (from 0):
+        # layer2.0.conv1 and layer2.0.bn1 (src/core/trace.h: "<pass> <row>
+        # <name> (<kind>)"); a push/pop range of the default domain is
+        # "NAME/" in ncu's filter
+        HCNN_CUDA_CONV=im2col timeout -k 5 60 "$ncu" --target-processes all --nvtx \
+            --nvtx-include "fwd 16 layer2.0.conv1 (conv)/" --nvtx-include "fwd 17 layer2.0.bn1 (bn)/" \
+            --nvtx-include "bwd 16 layer2.0.conv1 (conv)/" --nvtx-include "bwd 17 layer2.0.bn1 (bn)/" \
+            --launch-count 12 --set basic "${nbench[@]}" --warmup 1 --repeats 1 --steps 1 \
+            > "$O/nsight_ncu.log" 2>&1
+        echo "exit $?"
+        grep -E '^  [A-Za-z_].*\(([0-9]+, ){2}[0-9]+\)x|Duration|Achieved Occupancy|Memory Throughput|Compute \(SM\) Throughput' \
+            "$O/nsight_ncu.log" | head -n 40
+    fi
+    if ! command -v nsys >/dev/null; then
+        echo "gpu_check.sh: no nsys (Nsight Systems) on PATH: its part skipped"
+    else
+        stamp "Nsight Systems: $(nsys --version 2>&1 | head -n 1); hcnn bench 2 + 3 steps"
+        HCNN_CUDA_CONV=im2col timeout -k 5 60 nsys profile --trace=cuda,nvtx,osrt --force-overwrite=true \
+            --output="$B/nsys_resnet" "${nbench[@]}" --warmup 2 --repeats 1 --steps 3 \
+            > "$O/nsight_nsys.log" 2>&1
+        echo "exit $?"
+        for rep in nvtx_sum nvtx_gpu_proj_sum cuda_gpu_kern_sum; do
+            echo "=== nsys stats --report $rep" >> "$O/nsight_nsys.log"
+            timeout -k 5 30 nsys stats --report "$rep" "$B/nsys_resnet.nsys-rep" >> "$O/nsight_nsys.log" 2>&1
+        done
+        grep -A 12 '=== nsys stats --report nvtx_gpu_proj_sum' "$O/nsight_nsys.log" | cut -c1-200
+    fi
 fi
 stamp "done"
 rm -rf "$B"

@@ -151,6 +151,9 @@ struct hcnn_layer {
     hcnn_block_spec spec;            /* as configured: each type reads its own keys */
     char name[2 * HCNN_NAME_MAX];
     int id;                          /* unique within the network (dropout streams, profile) */
+    /* its NVTX ranges' names, forward and backward, made once by the network
+     * (src/core/trace.h: empty in a build without NVTX) */
+    char trace[2][2 * HCNN_NAME_MAX + 32];
     int in_c, in_h, in_w;            /* per-sample input shape */
     int out_c, out_h, out_w;         /* per-sample output shape */
     hcnn_conv_geom conv;             /* conv */

@@ -72,6 +72,13 @@ int main(int argc, char **argv)
 #else
         printf("CUDA: none (./configure --with-cuda builds the GPU backend)\n");
 #endif
+        /* whether Nsight Systems and Compute see hcnn's ranges (src/core/trace.h) */
+#if HCNN_HAVE_NVTX
+        printf("NVTX: ranges compiled in (NVTX3: every layer's passes, the optimizer, "
+               "communication, the step)\n");
+#else
+        printf("NVTX: none (./configure --with-nvtx compiles the ranges for Nsight)\n");
+#endif
         /* the precisions device: cpu runs here (tf32 is no CPU's) */
         char onednn[256], bf16_why[1024];
         printf("oneDNN: %s\n", hcnn_onednn_describe(onednn, sizeof onednn));

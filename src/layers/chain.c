@@ -6,6 +6,7 @@
  * which is therefore left unwritten. */
 #include "hcnn/layer.h"
 #include "hcnn/markers.h"
+#include "../core/trace.h"
 
 /* Whether layers[j] absorbs the ReLU layers[j + 1] in both passes. */
 static int fuses_relu(const hcnn_layer *layers, int j, int count)
@@ -15,13 +16,15 @@ static int fuses_relu(const hcnn_layer *layers, int j, int count)
 }
 
 /* A layer's pass, timed when profiling by the backend's timer pair (the
- * host clock on the CPU; events on a device, whose work is asynchronous)
- * and inside its LIKWID region ("fwd:layer1.0.conv1" nested in
- * "fwd:layer1.0": a region only reads the counters at its start and stop,
- * so regions nest). */
+ * host clock on the CPU; events on a device, whose work is asynchronous),
+ * inside its LIKWID region ("fwd:layer1.0.conv1" nested in "fwd:layer1.0":
+ * a region only reads the counters at its start and stop, so regions nest)
+ * and its NVTX range (l->trace, named when the network was built; a
+ * batch-norm's covers the ReLU fused into it). */
 static void pass_start(const hcnn_ctx *ctx, const hcnn_layer *l, int backward, hcnn_timer *t)
 {
-    (void)l; /* without LIKWID the marker is nothing */
+    (void)l; /* without LIKWID and NVTX the marker and the range are nothing */
+    hcnn_trace_push(l->trace[backward]);
     if (backward ? ctx->prof_bwd : ctx->prof_fwd)
         ctx->be->timer_start(ctx->be, t);
     HCNN_MARKER_START(ctx, l->name, backward);
@@ -33,6 +36,7 @@ static void pass_stop(const hcnn_ctx *ctx, const hcnn_layer *l, int backward, hc
     double *acc = backward ? ctx->prof_bwd : ctx->prof_fwd;
     if (acc)
         acc[l->id] += ctx->be->timer_stop(ctx->be, t);
+    hcnn_trace_pop();
 }
 
 /* Whether layers[j] is a convolution whose batch statistics the batch-norm

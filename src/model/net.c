@@ -7,6 +7,7 @@
 
 #include "hcnn/common.h"
 #include "hcnn/net.h"
+#include "../core/trace.h"
 
 /* ---- construction ------------------------------------------------------ */
 
@@ -43,6 +44,10 @@ static void walk_layer(walk *wk, hcnn_layer *l)
     hcnn_net *net = wk->net;
     const size_t p0 = wk->poff;
     l->id = wk->next_id++;
+    hcnn_trace_name(l->trace[0], sizeof l->trace[0], "fwd", l->id, l->name,
+                    hcnn_block_kind_name(l->kind));
+    hcnn_trace_name(l->trace[1], sizeof l->trace[1], "bwd", l->id, l->name,
+                    hcnn_block_kind_name(l->kind));
     l->param_off = wk->poff;
     for (int j = 0; j < l->nchildren; j++)
         walk_layer(wk, &l->children[j]);

@@ -17,6 +17,7 @@
 
 #include "hcnn/common.h"
 #include "hcnn/net.h"
+#include "../core/trace.h"
 
 /* ---- whole-network execution: when, and its units -------------------------- */
 
@@ -336,11 +337,8 @@ static int run_units(hcnn_net *net, net_job *j, int *rc)
     return 1;
 }
 
-int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const float *x, int n)
+static int net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const float *x, int n)
 {
-    if (n > acts->capacity)
-        return hcnn_error("batch of %d samples exceeds the activation capacity %d", n,
-                          acts->capacity);
     net_job j = {.net = net, .ctx = ctx, .acts = acts, .x = x, .n = n};
     int rc;
     /* whole-network units run every block at once: all parameters first */
@@ -350,6 +348,18 @@ int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const 
     if (run_units(net, &j, &rc))
         return rc;
     return forward_range(net, net->layers, ctx, acts, x, 0, n);
+}
+
+/* Inside an NVTX range (src/core/trace.h) around its layers' own. */
+int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const float *x, int n)
+{
+    if (n > acts->capacity)
+        return hcnn_error("batch of %d samples exceeds the activation capacity %d", n,
+                          acts->capacity);
+    hcnn_trace_push("forward");
+    const int rc = net_forward(net, ctx, acts, x, n);
+    hcnn_trace_pop();
+    return rc;
 }
 
 /* net->grads += the units' gradients: every thread takes a slice of the
@@ -372,9 +382,9 @@ static void reduce_thread(void *arg, int t, int nt)
                             j->net->grads + lo, hi - lo);
 }
 
-int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
-                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
-                      void *arg)
+static int net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
+                        const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
+                        void *arg)
 {
     net_job j = {.net = net, .s = s, .ctx = &s->ctx, .acts = acts, .x = x, .dy = dy, .dx = dx,
                  .n = n};
@@ -394,4 +404,14 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
     }
     return backward_range(net, net->layers, &s->ctx, s->g, 0, acts, x, dy, dx, 0, n, block_done,
                           arg);
+}
+
+int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const float *x,
+                      const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
+                      void *arg)
+{
+    hcnn_trace_push("backward");
+    const int rc = net_backward(net, s, acts, x, dy, dx, n, block_done, arg);
+    hcnn_trace_pop();
+    return rc;
 }

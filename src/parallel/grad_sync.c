@@ -11,6 +11,7 @@
 #include "hcnn/env.h"
 #include "hcnn/grad_sync.h"
 #include "reduce_scatter.h"
+#include "../core/trace.h"
 
 /* b += a on the CPU's widest vectors: hcnn builds without -march, and
  * OpenMPI's own MPI_SUM runs AVX-512 (plain SSE2 here summed 29 GB/s in
@@ -144,7 +145,9 @@ static void *comm_thread(void *arg)
         const int k = gs->completed;
         const int staged = gs->cut != NULL;
         pthread_mutex_unlock(&gs->mu);
+        hcnn_trace_push(gs->sharded ? "reduce-scatter bucket" : "allreduce bucket");
         allreduce_bucket(gs, k, staged);
+        hcnn_trace_pop();
         pthread_mutex_lock(&gs->mu);
         gs->completed++;
         pthread_cond_broadcast(&gs->cv);
@@ -344,9 +347,8 @@ static void test_buckets(hcnn_grad_sync *gs)
 /* Bucket k's allreduce started: a communication point (hcnn_comm_fn).  In
  * a replayed step nothing else of the step's host code runs, so the first
  * bucket also begins the step's count. */
-static int start_bucket(void *arg, int k)
+static int bucket_start(hcnn_grad_sync *gs, int k)
 {
-    hcnn_grad_sync *gs = arg;
     if (k == 0)
         hcnn_grad_sync_begin(gs);
     if (k != gs->started || k >= gs->nbuckets)
@@ -375,6 +377,16 @@ static int start_bucket(void *arg, int k)
     if (gs->cut) /* no poll runs until the next point */
         test_buckets(gs);
     return HCNN_OK;
+}
+
+/* The same inside its NVTX range (src/core/trace.h). */
+static int start_bucket(void *arg, int k)
+{
+    hcnn_grad_sync *gs = arg;
+    hcnn_trace_push(gs->sharded ? "reduce-scatter start" : "allreduce start");
+    const int rc = bucket_start(gs, k);
+    hcnn_trace_pop();
+    return rc;
 }
 
 static void test_gathers(hcnn_grad_sync *gs);
@@ -416,6 +428,7 @@ static int finish_buckets(void *arg, int unused)
             return rc;
     }
     const double t0 = hcnn_now();
+    hcnn_trace_push(gs->sharded ? "reduce-scatter wait" : "allreduce wait");
     if (gs->mode == HCNN_PROGRESS_THREAD) {
         pthread_mutex_lock(&gs->mu);
         while (gs->completed < gs->nbuckets)
@@ -438,6 +451,7 @@ static int finish_buckets(void *arg, int unused)
     if (gs->cut)
         for (int k = 0; k < gs->nbuckets; k++)
             bucket_done(gs, k);
+    hcnn_trace_pop();
     gs->wait_s += hcnn_now() - t0;
     gs->steps++;
     return HCNN_OK;
@@ -475,7 +489,9 @@ static int start_gather(void *arg, int i)
         gs->gathers_started = gs->gathers_completed = 0;
     if (gs->mode == HCNN_PROGRESS_THREAD) /* blocking, in finish_gathers */
         return HCNN_OK;
+    hcnn_trace_push("all-gather start");
     gather_bucket(gs, &gs->param_buf, k, &gs->gather_req[k]);
+    hcnn_trace_pop();
     gs->gathers_started++;
     return HCNN_OK;
 }
@@ -500,6 +516,7 @@ static int finish_gathers(void *arg, int unused)
     (void)unused;
     hcnn_grad_sync *gs = arg;
     const double t0 = hcnn_now();
+    hcnn_trace_push("all-gather wait");
     for (int i = 0; i < gs->nbuckets; i++) {
         const int k = gs->nbuckets - 1 - i;
         const hcnn_bucket *b = &gs->buckets[k];
@@ -517,6 +534,7 @@ static int finish_gathers(void *arg, int unused)
             hcnn_mpi_recv_done(&gs->param_buf, b->off, b->count);
     }
     hcnn_watch_context(NULL);
+    hcnn_trace_pop();
     gs->gathers_completed = gs->nbuckets;
     gs->wait_s += hcnn_now() - t0;
     return HCNN_OK;
@@ -553,6 +571,7 @@ int hcnn_grad_sync_gathers_ready(void *arg, int block)
     if (!gs->gathers_pending)
         return HCNN_OK;
     const double t0 = hcnn_now();
+    hcnn_trace_push("all-gather wait");
     while (gs->gathers_completed < gs->nbuckets) {
         const int k = gs->nbuckets - 1 - gs->gathers_completed;
         const hcnn_bucket *b = &gs->buckets[k];
@@ -567,6 +586,7 @@ int hcnn_grad_sync_gathers_ready(void *arg, int block)
     }
     if (gs->gathers_completed == gs->nbuckets)
         gs->gathers_pending = 0;
+    hcnn_trace_pop();
     gs->wait_s += hcnn_now() - t0;
     return HCNN_OK;
 }
@@ -601,7 +621,9 @@ void hcnn_grad_sync_norms(const hcnn_grad_sync *gs, double *sums, int n)
     if (!each)
         hcnn_fatal_at(__FILE__, __LINE__, "no memory for the ranks' sums of squares");
     hcnn_watch_context("the sums of squares of the sharded optimiser's pieces");
+    hcnn_trace_push("sums-of-squares all-gather");
     HCNN_MPI(MPI_Allgather(sums, n, MPI_DOUBLE, each, n, MPI_DOUBLE, gs->comm));
+    hcnn_trace_pop();
     hcnn_watch_context(NULL);
     for (int i = 0; i < n; i++) {
         double t = 0.0;

@@ -9,6 +9,7 @@
 
 #include "hcnn/common.h"
 #include "pipeline.h"
+#include "../core/trace.h"
 
 /* ---- one step ------------------------------------------------------------- */
 
@@ -45,7 +46,9 @@ static void wait_bubble(hcnn_pipe *p, MPI_Request *req)
     const double t0 = hcnn_now();
     hcnn_watch_context("pipeline stage %d: activations or gradients from or to rank %d / %d",
                        p->stage, p->prev, p->next);
+    hcnn_trace_push("pipeline wait");
     HCNN_MPI(MPI_Wait(req, MPI_STATUS_IGNORE));
+    hcnn_trace_pop();
     hcnn_watch_context(NULL);
     const double dt = hcnn_now() - t0;
     p->st.bubble_s += dt;
@@ -264,8 +267,11 @@ static int run_actions(void *arg, int i)
         TRY(plan_step(p, -1 - i));
         i = 0;
     }
+    /* one range for the run of transfers (posts, sends, waits, uploads) */
+    hcnn_trace_push("pipeline transfers");
     for (; i < p->nplan && is_action(&p->plan[i]); i++)
         run_action(p, &p->plan[i]);
+    hcnn_trace_pop();
     return HCNN_OK;
 }
 

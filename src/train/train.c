@@ -19,6 +19,7 @@
 #include "hcnn/env.h"
 #include "hcnn/files.h"
 #include "hcnn/markers.h"
+#include "../core/trace.h"
 #include "run.h"
 
 /* What every rank must know before the optimiser step, in one small
@@ -192,8 +193,10 @@ static int step_agree(hcnn_run *r, int finite, int agreed[AGREE_N])
         if (tail[TAIL_BAD_LOSS] > 0 || !finite) {
             agreed[AGREE_BAD_RANK] = finite ? 0 : r->comm->size - r->comm->rank;
             hcnn_watch_context("naming the first rank of a non-finite step %ld", r->step);
+            hcnn_trace_push("agreement allreduce");
             HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &agreed[AGREE_BAD_RANK], 1, MPI_INT, MPI_MAX,
                                    r->comm->world));
+            hcnn_trace_pop();
             hcnn_watch_context(NULL);
         }
         return HCNN_OK;
@@ -201,7 +204,9 @@ static int step_agree(hcnn_run *r, int finite, int agreed[AGREE_N])
     agree_local(r, finite, agreed);
     if (r->comm->size > 1) {
         hcnn_watch_context("the agreement of step %ld (non-finite, signals, checkpoint)", r->step);
+        hcnn_trace_push("agreement allreduce");
         HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, agreed, AGREE_N, MPI_INT, MPI_MAX, r->comm->world));
+        hcnn_trace_pop();
         hcnn_watch_context(NULL);
     }
     return HCNN_OK;
@@ -489,8 +494,10 @@ static int train_step(hcnn_run *r, const float *x, const int32_t *y, int n, int 
         r->kept.valid = 0;
     const double o0 = hcnn_now(), g0 = s->sync ? s->sync->wait_s : 0.0;
     HCNN_MARKER_START(ctx, "optimizer", 2);
+    hcnn_trace_push("optimizer");
     sgd_work sw = {.off = off, .count = count, .lr = lr};
     rc = hcnn_graphs_run(r, 1, NULL, NULL, 0, 0, lr, sgd_segment, &sw);
+    hcnn_trace_pop();
     HCNN_MARKER_STOP(ctx, "optimizer", 2);
     /* a sharded step's all-gathers: communication, not the optimiser's */
     const double gathers = s->sync ? s->sync->wait_s - g0 : 0.0;
@@ -526,7 +533,9 @@ int hcnn_train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_sta
     double wait;
     const double s0 = hcnn_now();
     HCNN_MARKER_START(&r->strat.scratch.ctx, "data_wait", 2);
+    hcnn_trace_push("data wait");
     int more = hcnn_loader_next(&r->loader, &x, &y, &n, &gn, &first, &wait);
+    hcnn_trace_pop();
     HCNN_MARKER_STOP(&r->strat.scratch.ctx, "data_wait", 2);
     if (!more)
         return 0;
@@ -540,7 +549,11 @@ int hcnn_train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_sta
     const float lr = (float)hcnn_lr_at(r->cfg, r->step, steps_per_epoch);
     st->lr = lr;
     const double c0 = st->comm_wait_s, b0 = r->strat.bubble_s;
+    /* the whole step's range: forward, backward, communication, optimiser
+     * (a replayed CUDA graph's step has no layer ranges inside: graphs.c) */
+    hcnn_trace_push("step");
     int rc = train_step(r, x, y, n, gn, first, epoch, lr, st);
+    hcnn_trace_pop();
     if (rc)
         return -rc;
     if (r->profiling) {

@@ -204,6 +204,23 @@ else
     case_fail "$(grep -E '^(oneDNN|precisions)' <<<"$version"); capped: $capped_precisions"
 fi
 
+# --version says whether NVTX ranges are compiled in (a line of its own after
+# CUDA's), as configure decided (config.h's HCNN_HAVE_NVTX)
+case_begin version_names_nvtx
+nvtx_line=$(grep '^NVTX: ' <<<"$version")
+nvtx_built=$(sed -n 's/^#define HCNN_HAVE_NVTX \([01]\)$/\1/p' "$HCNN_BUILDDIR/config.h" 2>/dev/null)
+case "$nvtx_built:$nvtx_line" in
+1:"NVTX: ranges compiled in ("* | 0:"NVTX: none (./configure --with-nvtx "*) nvtx_agrees=1 ;;
+*) nvtx_agrees=0 ;;
+esac
+if [ $nvtx_agrees -eq 0 ]; then
+    case_fail "config.h HCNN_HAVE_NVTX '${nvtx_built:-missing}', --version '${nvtx_line:-no NVTX line}'"
+elif [ "$(grep -A1 '^CUDA: ' <<<"$version" | tail -n 1)" != "$nvtx_line" ]; then
+    case_fail "the NVTX line does not follow the CUDA line: $(grep -E '^(CUDA|NVTX):' <<<"$version")"
+else
+    case_ok
+fi
+
 # uncapped, train --check does what --version says: "fp32, bf16" checks ok,
 # "fp32 (REASON)" refuses bf16 with "precision: REASON" (the CPU without the
 # instructions, a build without oneDNN, the CPU path not built yet)

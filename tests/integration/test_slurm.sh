@@ -5,7 +5,8 @@
 # submit directory -- with tests/integration/fake-slurm/ first on PATH: srun (starts the
 # tasks with mpirun, passes TERM/USR1/INT on, returns their status),
 # scontrol (records requeues), likwid-perfctr (records its arguments, runs
-# the command) and nvidia-smi (FAKE_GPUS GPUs).  The submit directory is a
+# the command), nvidia-smi (FAKE_GPUS GPUs) and nsys (records its arguments
+# and report name, runs the command).  The submit directory is a
 # copy of what the jobs read (slurm/, configs/, scripts/hcnn-mpirun,
 # scripts/sweep.sh and plot.sh) in a temporary directory: nothing is written
 # into the source tree.
@@ -19,7 +20,7 @@
 # scaling jobs (strong and weak, strong only, weak only; their defaults; TERM
 # stops the sweep), the likwid job (USR1 under each launcher) and the GPU job
 # (one GPU per rank; a stand-in CUDA build: the CPU program behind a
-# --version that names CUDA) end to end.  What no case runs: a real CUDA
+# --version that names CUDA; NSYS=1: each rank under nsys) end to end.  What no case runs: a real CUDA
 # build on a GPU, real likwid-perfctr counters, real Slurm.
 #
 # Needs hcnn's `--version`, `train --check` and `train --resume auto`, and
@@ -36,7 +37,8 @@ export XDG_CACHE_HOME=$WORK/cache # hcnn's BLAS kernel table, not in $HOME
 # the jobs' settings come from each case only
 unset CONFIG STRATEGY RUN_NAME RUN_DIR LAUNCHER SRUN_MPI MPIRUN_ARGS AUTO_REQUEUE NP SCALING RANKS REPEATS \
     EPOCHS SYNTHETIC TRAIN_SAMPLES TEST_SAMPLES STRATEGIES STAGES MICROBATCHES WEAK STRONG_BATCH OUT FORCE \
-    RUN_TIMEOUT LIKWID_GROUPS STEPS MARKERS LIKWID_CPUS GPU_SET GPU_BIND CUDA_VISIBLE_DEVICES HCNN_SCALING_JOB
+    RUN_TIMEOUT LIKWID_GROUPS STEPS MARKERS LIKWID_CPUS GPU_SET GPU_BIND CUDA_VISIBLE_DEVICES HCNN_SCALING_JOB \
+    NSYS NSYS_DIR NSYS_ARGS FAKE_NSYS_LOG
 
 if ! command -v mpirun >/dev/null; then
     case_begin mpirun_available
@@ -60,7 +62,7 @@ minpath() {
     shift
     mkdir -p "$dir"
     for t in bash env timeout date dirname basename nproc hostname mktemp rm mkdir grep sed awk head tail cut \
-        paste tr cat ls pgrep sleep ldd nm id wc sort; do
+        paste tr cat ls pgrep sleep ldd nm id wc sort seq; do
         p=$(command -v "$t") && ln -sf "$p" "$dir/$t"
     done
     for t in "$@"; do ln -sf "$FAKE/$t" "$dir/$t"; done
@@ -288,6 +290,16 @@ else case_fail "exit $rc: neither trained on device cuda nor refused for want of
 case_begin gpu_fewer_gpus_than_ranks
 run_job g_few gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" FAKE_GPUS=1
 refused g_few 2 "2 ranks per node but nvidia-smi lists 1 GPU"
+
+# NSYS=1 (each rank under Nsight Systems) without nsys on PATH: one line,
+# before anything is launched; a value other than 0 or 1 is a bad setting
+case_begin gpu_nsys_not_on_path
+run_job g_nonsys gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" NSYS=1 PATH="$(minpath p_nonsys srun nvidia-smi)"
+refused g_nonsys 1 "NSYS=1 but nsys \(Nsight Systems\) is not on PATH"
+
+case_begin gpu_nsys_bad_setting
+run_job g_nsysbad gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" NSYS=yes
+refused g_nsysbad 2 "NSYS must be 0 or 1"
 
 case_begin gpu_bind_one_gpu_per_rank
 bind=$SRC/slurm/gpu-bind.sh
@@ -571,6 +583,30 @@ for launcher in srun mpirun; do
     run_job "g_$launcher" gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" GPU_SET= FAKE_GPUS=2 CUDA_VISIBLE_DEVICES=0,1 \
         LAUNCHER=$launcher MPIRUN_ARGS=--oversubscribe RUN_DIR="$WORK/g_$launcher" -- "${TINY[@]}" --set epochs=1
     gpued "g_$launcher"
+done
+
+# NSYS=1: every rank's hcnn under `nsys profile` (the fake records its
+# options and report name, then runs hcnn), after gpu-bind.sh (each rank
+# still on its own GPU), one report per rank named by the job, its restart
+# and the rank as the launcher numbers it
+for launcher in srun mpirun; do
+    case_begin "gpu_nsys_each_rank_$launcher"
+    rm -f "$WORK/gpu-ranks.txt"
+    run_job "n_$launcher" gpu 1 2 "${SMALL[@]}" HCNN="$WORK/bin/hcnn-cuda" GPU_SET= FAKE_GPUS=2 CUDA_VISIBLE_DEVICES=0,1 \
+        LAUNCHER=$launcher MPIRUN_ARGS=--oversubscribe RUN_DIR="$WORK/n_$launcher" NSYS=1 \
+        FAKE_NSYS_LOG="$WORK/n_$launcher.nsys" -- "${TINY[@]}" --set epochs=1
+    dir=$(cd "$WORK/n_$launcher/nsys" 2>/dev/null && pwd)
+    want="$dir/hcnn-$JOBID-0-rank0 $dir/hcnn-$JOBID-0-rank1 "
+    got=$(sed -n 's/.* -> //p' "$WORK/n_$launcher.nsys" 2>/dev/null | sort | tr '\n' ' ')
+    if [ -z "$dir" ] || [ "$got" != "$want" ]; then
+        case_fail "reports '$got', expected '$want'"; show "n_$launcher"
+    elif [ "$(grep -c '^profile --trace=cuda,nvtx,osrt,mpi --output=' "$WORK/n_$launcher.nsys")" -ne 2 ]; then
+        case_fail "nsys's options: $(head -n 2 "$WORK/n_$launcher.nsys")"
+    elif ! grep -q "Nsight Systems: NVIDIA Nsight Systems version" "$WORK/n_$launcher.out"; then
+        case_fail "the job's log does not name nsys"; show "n_$launcher"
+    else
+        gpued "n_$launcher"
+    fi
 done
 
 finish

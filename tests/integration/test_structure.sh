@@ -93,6 +93,10 @@ cxx_scope() {
 #   and the C++ runtime's DW.ref.__gxx_personality_v0.
 # - AddressSanitizer's ODR indicators (__odr_asan.NAME, configure
 #   --enable-sanitizers), one for each external global: judged by NAME.
+# - NVTX3's header-only implementation (configure --with-nvtx; src/core/trace.h):
+#   the weak (W, V) link-once definitions nvtx*_v3 and
+#   InitializeInjectionNvtx2_fnptr that every object including it emits and
+#   the linker merges (hidden or left out of libhcnn.so's exports, below).
 # Our own C++ counts by its outermost scope: hcnn_emu::drain (namespace
 # hcnn_emu) and hcnn_cuda_add(...) pass; a kernel add_kernel(...) does not
 # (the kernels are static: each is launched from its own file).
@@ -111,6 +115,7 @@ else
         name=${name#__odr_asan.}
         case $name in
             hcnn_* | cuda* | cublas* | __cuda* | DW.ref.__gxx_personality_v0) continue ;;
+            nvtx*_v3 | InitializeInjectionNvtx2_fnptr) [[ $type == [WV] ]] && continue ;;
             _Z*)
                 cxx_scope "$name"
                 case $SCOPE in
@@ -166,5 +171,33 @@ else
     fi
 fi
 
+# NVTX ranges off at no cost: in a build without them (configure
+# --without-nvtx, or no nvtx3/nvToolsExt.h found; hcnn --version says "NVTX:
+# none") src/core/trace.h's calls compile to nothing, so neither the library
+# nor the program holds any NVTX symbol, defined or called.  With them, the
+# program holds NVTX3's range functions (the check that it is the build
+# --version says).
+case_begin nvtx_only_where_built
+A="$HCNN_BUILDDIR/.libs/libhcnn.a"
+nvtx_line=$("$HCNN" --version 2>/dev/null | grep '^NVTX:')
+if ! command -v nm >/dev/null; then
+    case_skip "nm not found (Debian package binutils)"
+elif [ ! -f "$A" ] || [ -z "$nvtx_line" ]; then
+    case_fail "archive $A or hcnn --version's NVTX line missing ('$nvtx_line')"
+else
+    n_lib=$(nm "$A" 2>/dev/null | grep -ci nvtx)
+    n_prog=$(nm "$HCNN" 2>/dev/null | grep -ci nvtx)
+    case $nvtx_line in
+    "NVTX: none"*)
+        if [ "$n_lib" -eq 0 ] && [ "$n_prog" -eq 0 ]; then case_ok
+        else
+            nm "$A" 2>/dev/null | grep -i nvtx | sort -u | head -n 10 | sed 's/^/#   /'
+            case_fail "$nvtx_line, yet $n_lib NVTX symbols in libhcnn.a and $n_prog in hcnn (above)"
+        fi ;;
+    *)
+        if [ "$n_prog" -gt 0 ]; then case_ok
+        else case_fail "$nvtx_line, yet hcnn holds no NVTX symbol"; fi ;;
+    esac
+fi
 
 finish
