@@ -276,8 +276,8 @@ static void bn_fwd_train_gathered(const hcnn_bn_stats *st, const float *x, int n
             double mean, m2;
             hcnn_hd_bn_table_stats(st->part, n, c, ch, st->bands, st->band_px, np, &mean, &m2);
             save_mean[ch] = (float)mean;
-            save_invstd[ch] =
-                hcnn_hd_bn_finish(mean, m2, cnt, eps, momentum, &running_mean[ch], &running_var[ch]);
+            save_invstd[ch] = hcnn_hd_bn_finish(mean, m2, cnt, eps, momentum, &running_mean[ch],
+                                                &running_var[ch]);
         }
 #pragma omp for collapse(2) schedule(static)
         for (int i = 0; i < n; i++)

@@ -455,7 +455,8 @@ static int checks_known(const char *list)
     for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
         const size_t len = strcspn(p, ",");
         size_t c = 0;
-        while (c < NCHECKS && !(strlen(checks[c].name) == len && strncmp(p, checks[c].name, len) == 0))
+        while (c < NCHECKS &&
+               !(strlen(checks[c].name) == len && strncmp(p, checks[c].name, len) == 0))
             c++;
         if (c == NCHECKS) {
             printf("HCNN_CONFORMANCE_CHECKS: no check is named \"%.*s\" (the names: the "

@@ -8,7 +8,7 @@
  * within 1e-6).  The values themselves are the conformance suite's
  * (tests/conformance: bn_fwd_train, bn_bwd against a double reference).
  * Output in cmocka's format, as tests/lib.sh prints it. */
-#include "cuda.h"
+#include "../../src/cuda/cuda.h" /* private: the backend's state and its bn.cu calls */
 
 #include <cmath>
 #include <cstdio>
@@ -102,8 +102,9 @@ static std::vector<std::vector<float>> results(const bn_dev &d) {
             host(be, d.invstd, C),     host(be, d.rmean, C),      host(be, d.rvar, C),
             host(be, d.dgamma, C),     host(be, d.dbeta, C),      host(be, d.db, C)};
 }
-static const char *const result_names[] = {"y",     "dx",     "save_mean", "save_invstd", "running_mean",
-                                           "running_var", "dgamma", "dbeta", "channel sum"};
+static const char *const result_names[] = {"y",           "dx",          "save_mean",
+                                           "save_invstd", "running_mean", "running_var",
+                                           "dgamma",      "dbeta",       "channel sum"};
 
 /* the kernels one call launches */
 template <class F> static std::vector<std::string> launches_of(const hcnn_backend *be, F call) {
