@@ -9,6 +9,7 @@
  * (tests/conformance: bn_fwd_train, bn_bwd against a double reference).
  * Output in cmocka's format, as tests/lib.sh prints it. */
 #include "../../src/cuda/cuda.h" /* private: the backend's state and its bn.cu calls */
+#include "cc_cases.h"
 
 #include <cmath>
 #include <cstdio>
@@ -16,16 +17,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-static int case_failures;
-
-#define CHECK(cond)                                                                               \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("# %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
-            ++case_failures;                                                                      \
-        }                                                                                         \
-    } while (0)
 
 /* the shape of the cases: 7x7 planes (a tail of 1 after 3 lanes' blocks),
  * 8 images, 6 channels */
@@ -252,11 +243,6 @@ static void test_pieces() {
     dev_free(whole), dev_free(pieces);
 }
 
-struct test_case {
-    const char *name;
-    void (*fn)();
-};
-
 static const test_case cases[] = {
     {"launches_per_call", test_launches_per_call},
     {"gathered_statistics", test_gathered_statistics},
@@ -271,19 +257,7 @@ int main() {
         return 1;
     }
     the_backend = be;
-    int passed = 0, failed = 0;
-    for (const test_case &c : cases) {
-        printf("[ RUN      ] %s\n", c.name);
-        case_failures = 0;
-        c.fn();
-        printf(case_failures ? "[  FAILED  ] %s\n" : "[       OK ] %s\n", c.name);
-        ++(case_failures ? failed : passed);
-        fflush(stdout);
-    }
+    const int rc = run_cases(cases, sizeof cases / sizeof *cases);
     hcnn_backend_destroy(be);
-    printf("[==========] %d test(s) run.\n", passed + failed);
-    printf("[  PASSED  ] %d test(s).\n", passed);
-    if (failed)
-        printf("[  FAILED  ] %d test(s)\n", failed);
-    return failed ? 1 : 0;
+    return rc;
 }

@@ -10,6 +10,7 @@
  * fatal messages), which a GPU does not keep.
  * Output in cmocka's format, as tests/lib.sh prints it. */
 #include "compat.h"
+#include "cc_cases.h"
 
 #include <chrono>
 #include <cmath>
@@ -24,16 +25,6 @@
 #include <vector>
 
 /* ---- Harness ------------------------------------------------------------ */
-
-static int case_failures;
-
-#define CHECK(cond)                                                                               \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("# %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
-            ++case_failures;                                                                      \
-        }                                                                                         \
-    } while (0)
 
 #define CHECK_EQ_ERR(call, want)                                                                  \
     do {                                                                                          \
@@ -955,11 +946,6 @@ static void test_launch_cost() {
 
 /* ---- Main ---------------------------------------------------------------- */
 
-struct test_case {
-    const char *name;
-    void (*fn)();
-};
-
 static const test_case cases[] = {
     {"grid_3d", test_grid_3d},
     {"invalid_launch", test_invalid_launch},
@@ -1001,33 +987,5 @@ int main() {
         printf("[==========] 0 test(s) run.\n[  SKIPPED ] all: no CUDA device\n");
         return 77;
     }
-    int passed = 0, failed = 0;
-    std::string failed_names;
-    for (const test_case &c : cases) {
-        printf("[ RUN      ] %s\n", c.name);
-        case_failures = 0;
-        c.fn();
-        if (case_failures == 0) {
-            printf("[       OK ] %s\n", c.name);
-            ++passed;
-        } else {
-            printf("[  FAILED  ] %s\n", c.name);
-            ++failed;
-            failed_names += c.name;
-            failed_names += '\n';
-        }
-        fflush(stdout);
-    }
-    printf("[==========] %d test(s) run.\n", passed + failed);
-    printf("[  PASSED  ] %d test(s).\n", passed);
-    if (failed) {
-        printf("[  FAILED  ] %d test(s), listed below:\n", failed);
-        size_t at = 0, nl;
-        while ((nl = failed_names.find('\n', at)) != std::string::npos) {
-            printf("[  FAILED  ] %s\n", failed_names.substr(at, nl - at).c_str());
-            at = nl + 1;
-        }
-        return 1;
-    }
-    return 0;
+    return run_cases(cases, sizeof cases / sizeof *cases);
 }
