@@ -40,6 +40,8 @@ blas_cflags=$(sed -n 's/^BLAS_CFLAGS = //p' "$builddir/Makefile" 2>/dev/null || 
 # oneDNN where configure found it (src/blas/onednn.c): empty otherwise
 onednn_libs=$(sed -n 's/^ONEDNN_LIBS = //p' "$builddir/Makefile" 2>/dev/null || true)
 onednn_cflags=$(sed -n 's/^ONEDNN_CFLAGS = //p' "$builddir/Makefile" 2>/dev/null || true)
+# NVTX3's header where config.h compiles the ranges in (src/core/trace.h)
+nvtx_cppflags=$(sed -n 's/^NVTX_CPPFLAGS = //p' "$builddir/Makefile" 2>/dev/null || true)
 if mpicc -showme:compile >/dev/null 2>&1; then
     mpi_cflags=$(mpicc -showme:compile)
     mpi_libs=$(mpicc -showme:link)
@@ -53,7 +55,7 @@ fi
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # -fopenmp with clang needs LLVM's OpenMP runtime (Debian: libomp-14-dev)
 CFLAGS="-std=c11 -g -O1 -fopenmp -Wall -Wextra -Wno-pass-failed -DHAVE_CONFIG_H $SAN"
-CPPFLAGS="-I$src/include -I$builddir $blas_cflags $onednn_cflags $mpi_cflags"
+CPPFLAGS="-I$src/include -I$builddir $blas_cflags $onednn_cflags $mpi_cflags $nvtx_cppflags"
 
 mkdir -p "$out/obj"
 # not needed by the parsers, and clang 14 does not know its CPU feature names
