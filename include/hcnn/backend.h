@@ -243,6 +243,18 @@ typedef struct hcnn_op {
 
 typedef struct hcnn_backend hcnn_backend;
 
+/* How a backend lays out the activations its operations take and give (a
+ * layer's input and output, their gradients, batch-norm's and pooling's x
+ * and y): [n][c][h][w] (NCHW, every CPU backend's) or [n][h][w][c] (NHWC:
+ * the channels of a pixel side by side, as tensor-core convolution
+ * kernels read them).  Weights, biases and batch-norm's per-channel
+ * vectors are laid out the same in both ([out][in][kh][kw] for a
+ * convolution's), and so is everything of 1 x 1 pixels (a flattened
+ * layer's [n][features], logits).  The network converts where the layout
+ * meets the data and the model's NCHW semantics: the input of the first
+ * block and flatten (src/model/pass.c, src/layers/flatten.c). */
+typedef enum hcnn_act_layout { HCNN_LAYOUT_NCHW = 0, HCNN_LAYOUT_NHWC = 1 } hcnn_act_layout;
+
 struct hcnn_backend {
     const char *name;
     void *state;         /* the backend's own: stream, handles, device id */
@@ -259,6 +271,8 @@ struct hcnn_backend {
      * memory is host memory in an arena (a test may then let MPI use it in
      * place, as a CUDA-aware library would) */
     int emulated;
+    /* the activations' layout (hcnn_act_layout above), fixed at creation */
+    hcnn_act_layout layout;
 
     /* Run fn(arg, t, nt) once on each of the backend's nt host threads
      * (nt = 1 for a device backend).  Backend operations called from fn
@@ -417,6 +431,14 @@ struct hcnn_backend {
                         float *y);
     void (*avgpool_bwd)(const hcnn_backend *be, const hcnn_pool_geom *g, const float *dy, int n,
                         float *dx);
+
+    /* ---- layout (NULL in an NCHW backend) ----
+     * y = x in the backend's layout, x [n][c][np] NCHW (np = h*w); and the
+     * converse.  y and x do not overlap. */
+    void (*layout_from_nchw)(const hcnn_backend *be, const float *x, float *y, int n, int c,
+                             int np);
+    void (*layout_to_nchw)(const hcnn_backend *be, const float *x, float *y, int n, int c,
+                           int np);
 
     /* ---- batch normalisation over (n, h, w) per channel; np = h*w ----
      * Training: saves mean and inverse std (per channel) for backward and

@@ -43,6 +43,10 @@
  * faster on), cudnn (every pass it has an algorithm for) or im2col (none);
  * src/cuda/conv_cudnn.cu; tests/integration/test_cuda.sh, bench/gpu_check.sh. */
 #define HCNN_ENV_CUDA_CONV "HCNN_CUDA_CONV"
+/* The CUDA backend's activation layout (include/hcnn/backend.h,
+ * hcnn_act_layout): auto (default: nchw), nchw or nhwc; src/cuda/backend.cu;
+ * tests/integration/test_cuda.sh, tests/conformance. */
+#define HCNN_ENV_CUDA_LAYOUT "HCNN_CUDA_LAYOUT"
 
 /* "mpi": the gradient allreduce sums with MPI_SUM on one core instead of
  * hcnn's sum over the OpenMP team (allreduce_progress: test), and hcnn plan

@@ -4,10 +4,12 @@
  * one (what they ask of the instance, its failures, scratch and buffers:
  * instance.cu). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "cuda.h"
+#include "hcnn/env.h"
 #if HCNN_HAVE_CUDNN && !defined(HCNN_CUDA_EMULATION)
 #include <cudnn.h>
 #endif
@@ -190,8 +192,27 @@ static const char *precision_text(hcnn_precision p)
 
 static void cuda_describe(const hcnn_backend *be, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "cuda: %s; one stream, cuBLAS (%s), im2col + GEMM convolutions",
-             cuda_of(be)->name, precision_text(cuda_of(be)->precision));
+    snprintf(buf, cap, "cuda: %s; one stream, cuBLAS (%s), im2col + GEMM convolutions, %s activations",
+             cuda_of(be)->name, precision_text(cuda_of(be)->precision),
+             be->layout == HCNN_LAYOUT_NHWC ? "NHWC" : "NCHW");
+}
+
+/* HCNN_CUDA_LAYOUT: auto (or unset) and nchw give NCHW; nhwc the layout
+ * that cuDNN's tensor-core convolutions read without a transpose, for now
+ * by choice only: every kernel of this backend runs it (conv.cu's im2col
+ * path included, and so the emulation), but auto waits for the NHWC cuDNN
+ * engines it is meant for, and for a GPU measurement that it is faster. */
+static int layout_from_env(hcnn_act_layout *layout)
+{
+    const char *env = getenv(HCNN_ENV_CUDA_LAYOUT);
+    *layout = HCNN_LAYOUT_NCHW;
+    if (!env || !*env || strcmp(env, "auto") == 0 || strcmp(env, "nchw") == 0)
+        return HCNN_OK;
+    if (strcmp(env, "nhwc") == 0) {
+        *layout = HCNN_LAYOUT_NHWC;
+        return HCNN_OK;
+    }
+    return hcnn_error_code(HCNN_EINVAL, "HCNN_CUDA_LAYOUT='%s': expected auto, nchw or nhwc", env);
 }
 
 /* fp32: pedantic math, the CPU's results up to summation order; tf32: cuBLAS
@@ -330,6 +351,8 @@ static const hcnn_backend cuda_backend = {
     .maxpool_bwd = hcnn_cuda_maxpool_bwd,
     .avgpool_fwd = hcnn_cuda_avgpool_fwd,
     .avgpool_bwd = hcnn_cuda_avgpool_bwd,
+    .layout_from_nchw = hcnn_cuda_layout_from_nchw,
+    .layout_to_nchw = hcnn_cuda_layout_to_nchw,
     .bn_fwd_train = hcnn_cuda_bn_fwd_train,
     .bn_fwd_infer = hcnn_cuda_bn_fwd_infer,
     .bn_bwd = hcnn_cuda_bn_bwd,
@@ -347,6 +370,10 @@ static const hcnn_backend cuda_backend = {
 extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
 {
     *out = NULL;
+    hcnn_act_layout layout;
+    const int lrc = layout_from_env(&layout);
+    if (lrc != HCNN_OK)
+        return lrc;
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count < 1) {
@@ -363,6 +390,7 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
     }
     *be = cuda_backend;
     be->state = cu;
+    be->layout = layout;
     cu->device = (device > 0 ? device : 0) % count;
     HCNN_CUDA(cudaSetDevice(cu->device));
     HCNN_CUDA(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));

@@ -1,7 +1,7 @@
 /* Inside the CUDA backend (src/cuda/): what its files share.  It mirrors
  * src/cpu/ file for file: backend (the table, memory, ordering, timers),
  * gemm (cuBLAS), conv (im2col + cuBLAS GEMMs, col2im), bias, elementwise,
- * pool, bn, loss, optim.
+ * layout (NCHW <-> NHWC), pool, bn, loss, optim.
  *
  * One stream per instance (cudaStreamNonBlocking): every operation is
  * queued on it, in order; the host waits only in download, sync and a
@@ -133,6 +133,16 @@ void hcnn_cuda_add_channel_bias(const hcnn_backend *be, float *y, const float *b
                                 int np);
 void hcnn_cuda_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, int c, int np,
                                float *db);
+/* db[ch] += the sum of dy[r][ch] over rows r < rows (NHWC: rows = n * h * w), in a
+ * fixed order (rows in blocks, the blocks in order); the NHWC convolution's bias
+ * gradient */
+void hcnn_cuda_nhwc_channel_sum_acc(const hcnn_backend *be, const float *dy, int rows, int c,
+                                    float *db);
+/* layout.cu: the table's layout_from_nchw and layout_to_nchw */
+void hcnn_cuda_layout_from_nchw(const hcnn_backend *be, const float *x, float *y, int n, int c,
+                                int np);
+void hcnn_cuda_layout_to_nchw(const hcnn_backend *be, const float *x, float *y, int n, int c,
+                              int np);
 /* elementwise.cu */
 void hcnn_cuda_fill(const hcnn_backend *be, float *x, size_t n, float v);
 void hcnn_cuda_relu_fwd(const hcnn_backend *be, const float *x, float *y, size_t n, float slope);

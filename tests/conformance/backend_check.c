@@ -238,3 +238,74 @@ int run_check(const hcnn_backend *be, check_fn fn, char *why, size_t cap)
     arena_pop(mark);
     return ok;
 }
+
+/* ---- activations in the backend's layout ------------------------------------------ */
+
+/* [n][c][np] <-> [n][np][c] on the host (to_nhwc: NCHW to NHWC) */
+static void host_transpose(const float *x, float *y, int n, int c, int np, int to_nhwc)
+{
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (int p = 0; p < np; p++) {
+                const size_t nchw = ((size_t)i * c + ch) * np + p;
+                const size_t nhwc = ((size_t)i * np + p) * c + ch;
+                if (to_nhwc)
+                    y[nhwc] = x[nchw];
+                else
+                    y[nchw] = x[nhwc];
+            }
+}
+
+void put_act(const hcnn_backend *be, float *d, const float *h, int n, int c, int np)
+{
+    const size_t count = (size_t)n * c * np;
+    if (be->layout != HCNN_LAYOUT_NHWC) {
+        put(be, d, h, count);
+        return;
+    }
+    const int mark = g_narena;
+    float *t = hvec(count);
+    host_transpose(h, t, n, c, np, 1);
+    put(be, d, t, count);
+    arena_pop(mark);
+}
+
+void get_act(const hcnn_backend *be, float *h, const float *d, int n, int c, int np)
+{
+    const size_t count = (size_t)n * c * np;
+    if (be->layout != HCNN_LAYOUT_NHWC) {
+        get(be, h, d, count);
+        return;
+    }
+    const int mark = g_narena;
+    float *t = hvec(count);
+    get(be, t, d, count);
+    host_transpose(t, h, n, c, np, 0);
+    arena_pop(mark);
+}
+
+float *dnew_act(const hcnn_backend *be, const float *h, int n, int c, int np)
+{
+    float *d = dvec(be, (size_t)n * c * np);
+    put_act(be, d, h, n, c, np);
+    return d;
+}
+
+int check_act_floor(const hcnn_backend *be, const char *what, const float *d, const double *ref,
+                    int n, int c, int np, double tol, double floor, char *why, size_t cap)
+{
+    const int mark = g_narena;
+    const size_t count = (size_t)n * c * np;
+    float *h = hvec(count);
+    get_act(be, h, d, n, c, np);
+    const int ok = cmp_floor(what, h, ref, count, tol, floor, why, cap) &&
+                   guard_ok(be, what, d, count, why, cap);
+    arena_pop(mark);
+    return ok;
+}
+
+int check_act(const hcnn_backend *be, const char *what, const float *d, const double *ref, int n,
+              int c, int np, double tol, char *why, size_t cap)
+{
+    return check_act_floor(be, what, d, ref, n, c, np, tol, 0.0, why, cap);
+}

@@ -118,6 +118,16 @@ int check_dev_floor(const hcnn_backend *be, const char *what, const float *d, co
                     size_t n, double tol, double floor, char *why, size_t cap);
 int check_dev(const hcnn_backend *be, const char *what, const float *d, const double *ref, size_t n,
               double tol, char *why, size_t cap);
+/* Activations (include/hcnn/backend.h, hcnn_act_layout): [n][c][np] NCHW on the
+ * host, the backend's layout in its memory (NHWC: transposed on the way in
+ * and out, so that every check states its data and references in NCHW). */
+float *dnew_act(const hcnn_backend *be, const float *h, int n, int c, int np);
+void put_act(const hcnn_backend *be, float *d, const float *h, int n, int c, int np);
+void get_act(const hcnn_backend *be, float *h, const float *d, int n, int c, int np);
+int check_act_floor(const hcnn_backend *be, const char *what, const float *d, const double *ref,
+                    int n, int c, int np, double tol, double floor, char *why, size_t cap);
+int check_act(const hcnn_backend *be, const char *what, const float *d, const double *ref, int n,
+              int c, int np, double tol, char *why, size_t cap);
 /* |got - want| <= tol * max(scale, tiny) */
 int cmp_double(const char *what, double got, double want, double scale, double tol, char *why,
                size_t cap);
