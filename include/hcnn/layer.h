@@ -135,6 +135,11 @@ typedef struct hcnn_layer_ops {
     int per_sample;
     /* The ReLU that a preceding forward_fused absorbs (forward and backward). */
     int is_relu;
+    /* It reads its input's features in NCHW order (a fully connected
+     * layer's weights, dropout's mask stream): a backend whose activations
+     * are NHWC (include/hcnn/backend.h) cannot run it on an input of more
+     * than one pixel and channel, which then needs a flatten before it. */
+    int nchw_features;
 } hcnn_layer_ops;
 
 /* The table entry of every type: hcnn_layer_conv, hcnn_layer_bn, ... */

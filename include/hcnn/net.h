@@ -99,6 +99,10 @@ typedef struct hcnn_acts {
     float **aux;                 /* aux[i - first] */
     float *buf;
     size_t floats;
+    /* An NHWC backend's (include/hcnn/backend.h), for the first block: the
+     * input as that backend lays it out, converted by forward, read by
+     * backward (NULL otherwise) */
+    float *x_layout;
 } hcnn_acts;
 
 /* Refuses (with a message) a capacity whose activation tensors in blocks

@@ -45,4 +45,5 @@ const hcnn_layer_ops hcnn_layer_dropout = {
     .forward = dropout_forward,
     .backward = dropout_backward,
     .per_sample = 1,
+    .nchw_features = 1,
 };

@@ -77,4 +77,5 @@ const hcnn_layer_ops hcnn_layer_fc = {
     .weight_dims = fc_weight_dims,
     .gemms = fc_gemms,
     .per_sample = 1,
+    .nchw_features = 1,
 };

@@ -1,5 +1,7 @@
 /* Flatten: [c][h][w] -> [c*h*w]; NCHW is already laid out so, the passes
- * are copies. */
+ * are copies.  An NHWC backend's activations (include/hcnn/backend.h) are
+ * converted here, so that the features after it are in the model's NCHW
+ * order whatever the backend (a fully connected layer's weights). */
 #include "hcnn/layer.h"
 
 static int flatten_setup(hcnn_layer *l, const char *cfg_path, int index)
@@ -13,7 +15,10 @@ static int flatten_forward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, f
                            int n)
 {
     (void)aux;
-    ctx->be->copy(ctx->be, y, x, hcnn_layer_out_size(l) * (size_t)n);
+    if (ctx->be->layout != HCNN_LAYOUT_NCHW && l->in_h * l->in_w > 1 && l->in_c > 1)
+        ctx->be->layout_to_nchw(ctx->be, x, y, n, l->in_c, l->in_h * l->in_w);
+    else
+        ctx->be->copy(ctx->be, y, x, hcnn_layer_out_size(l) * (size_t)n);
     return HCNN_OK;
 }
 
@@ -21,7 +26,9 @@ static int flatten_backward(hcnn_layer *l, const hcnn_ctx *ctx, const float *x, 
                             const float *aux, const float *dy, float *dx, int n)
 {
     (void)x, (void)y, (void)aux;
-    if (dx)
+    if (dx && ctx->be->layout != HCNN_LAYOUT_NCHW && l->in_h * l->in_w > 1 && l->in_c > 1)
+        ctx->be->layout_from_nchw(ctx->be, dy, dx, n, l->in_c, l->in_h * l->in_w);
+    else if (dx)
         ctx->be->copy(ctx->be, dx, dy, hcnn_layer_out_size(l) * (size_t)n);
     return HCNN_OK;
 }

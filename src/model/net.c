@@ -172,6 +172,16 @@ int hcnn_net_create(hcnn_net *net, const hcnn_model_spec *spec, const hcnn_backe
             hcnn_net_free(net);
             return rc;
         }
+        if (be->layout != HCNN_LAYOUT_NCHW && net->layers[i].ops->nchw_features && c > 1 &&
+            h * w > 1) {
+            hcnn_net_free(net);
+            return hcnn_error("%s: block %d (%s) reads a %dx%dx%d input in NCHW order, and this "
+                              "backend's activations are NHWC (HCNN_CUDA_LAYOUT=nhwc): put a "
+                              "flatten before it, or use HCNN_CUDA_LAYOUT=nchw",
+                              cfg_path, i, spec->blocks[i].name[0] ? spec->blocks[i].name
+                                                                   : hcnn_block_kind_prefix(spec->blocks[i].kind),
+                              c, h, w);
+        }
         c = net->layers[i].out_c, h = net->layers[i].out_h, w = net->layers[i].out_w;
     }
     if (c * h * w != spec->classes) {
@@ -378,6 +388,14 @@ int hcnn_acts_alloc(hcnn_acts *a, const hcnn_net *net, int first, int last, int 
         return HCNN_ENOMEM;
     }
     a->floats = total;
+    if (first == 0 && net->be->layout != HCNN_LAYOUT_NCHW) {
+        const size_t in = (size_t)net->in_c * net->in_h * net->in_w * capacity;
+        a->x_layout = net->be->alloc(net->be, sizeof(float) * (in + 1), "the input, NHWC");
+        if (!a->x_layout) {
+            hcnn_acts_free(a);
+            return HCNN_ENOMEM;
+        }
+    }
     size_t off = 0;
     for (int i = first; i < last; i++) {
         const hcnn_layer *l = &net->layers[i];
@@ -393,7 +411,10 @@ void hcnn_acts_free(hcnn_acts *a)
 {
     hcnn_free(a->y);
     hcnn_free(a->aux);
-    if (a->be)
+    if (a->be) {
         a->be->free(a->be, a->buf);
+        if (a->x_layout)
+            a->be->free(a->be, a->x_layout);
+    }
     memset(a, 0, sizeof *a);
 }

@@ -357,6 +357,11 @@ int hcnn_net_forward(hcnn_net *net, const hcnn_ctx *ctx, hcnn_acts *acts, const 
         return hcnn_error("batch of %d samples exceeds the activation capacity %d", n,
                           acts->capacity);
     hcnn_trace_push("forward");
+    if (acts->x_layout) { /* the first block's input, in the backend's layout */
+        net->be->layout_from_nchw(net->be, x, acts->x_layout, n, net->in_c,
+                                  net->in_h * net->in_w);
+        x = acts->x_layout;
+    }
     const int rc = net_forward(net, ctx, acts, x, n);
     hcnn_trace_pop();
     return rc;
@@ -410,7 +415,12 @@ int hcnn_net_backward(hcnn_net *net, hcnn_scratch *s, hcnn_acts *acts, const flo
                       const float *dy, float *dx, int n, hcnn_block_done_fn block_done,
                       void *arg)
 {
+    if (acts->x_layout && dx) /* it would be NHWC: no caller wants the model input's */
+        return hcnn_error("backward: the gradient of the model's input is not available with "
+                          "an NHWC backend");
     hcnn_trace_push("backward");
+    if (acts->x_layout) /* forward's conversion of the same x */
+        x = acts->x_layout;
     const int rc = net_backward(net, s, acts, x, dy, dx, n, block_done, arg);
     hcnn_trace_pop();
     return rc;

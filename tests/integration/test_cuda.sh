@@ -129,13 +129,13 @@ fi
 # differences from batched.  Three steps diverge further on either (on the
 # emulation: max_abs_diff 2.1e-2, in a momentum buffer), as between two CPU
 # algorithms; the three-step figure is printed for the record.
+abs_diff() { "$HCNN" diff "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn" 2>&1 | tail -n 1 |
+    sed -n 's/^max_abs_diff=\([^ ]*\) .*/\1/p'; }
 case_begin resnet18_1_step_cpu_vs_cuda
 train resnet_cpu cpu 1 "${RESNET[@]}" --set conv_algo=batched && train resnet_cuda cuda 1 "${RESNET[@]}"
 if [ "$EMU" = 1 ]; then
     close resnet_cpu resnet_cuda 1e-4
 else
-    abs_diff() { "$HCNN" diff "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn" 2>&1 | tail -n 1 |
-        sed -n 's/^max_abs_diff=\([^ ]*\) .*/\1/p'; }
     spread=0
     for algo in per_thread winograd_f4; do
         train "resnet_$algo" cpu 1 "${RESNET[@]}" --set conv_algo=$algo
@@ -165,6 +165,69 @@ for p in tf32 bf16; do
         train "lenet_${p}_b" cuda 20 "${LENET[@]}" --set precision=$p
     close "lenet_${p}_a" "lenet_${p}_b" 0
 done
+
+# NHWC activations (HCNN_CUDA_LAYOUT=nhwc, include/hcnn/backend.h): every
+# kernel of the backend in the other layout, the network converting at its
+# input and at flatten.  The conformance suite states its data in NCHW and
+# converts (tests/conformance/backend_check.h); LeNet-5 (convolutions with
+# bias, max pooling, flatten) agrees with the CPU as the NCHW run does, and
+# is repeatable; ResNet-18 (batch-norm, residual blocks, global pooling) one
+# step as the NCHW run (on the emulation within 1e-4 of the CPU; on a GPU
+# within 4 x the NCHW run's distance from the CPU, at least 1e-4).
+NHWC=(env HCNN_CUDA_LAYOUT=nhwc)
+case_begin conformance_on_cuda_nhwc
+"${NHWC[@]}" HCNN_CONFORMANCE_BACKENDS=cuda "${T[@]}" \
+    "$HCNN_BUILDDIR/tests/conformance/test_backend" >"$WORK/conf_nhwc.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q 'SKIPPED' "$WORK/conf_nhwc.log"; then
+    case_ok
+else case_fail "exit $rc: $(grep -E 'FAILED|SKIPPED|fatal|error' "$WORK/conf_nhwc.log" | grep -v 'largest error' | head -n 10)"; fi
+
+nhwc_train() { # name steps model... sets...
+    local name=$1 steps=$2
+    shift 2
+    HCNN_CUDA_LAYOUT=nhwc "${T[@]}" "$HCNN" train "${COMMON[@]}" "$@" --set device=cuda \
+        --set max_steps="$steps" --set checkpoint_dir="$WORK/$name" >"$WORK/$name.log" 2>&1
+}
+case_begin lenet_20_steps_cpu_vs_cuda_nhwc
+if nhwc_train lenet_nhwc 20 "${LENET[@]}" &&
+    grep -q '^hcnn: device: cuda: .*, NHWC activations' "$WORK/lenet_nhwc.log"; then
+    close lenet_cpu lenet_nhwc 1e-4
+else case_fail "$(grep -m1 '^hcnn: device' "$WORK/lenet_nhwc.log"); $(tail -n 2 "$WORK/lenet_nhwc.log" | tr '\n' ' ')"; fi
+case_begin cuda_nhwc_run_repeatable
+nhwc_train lenet_nhwc2 20 "${LENET[@]}"
+close lenet_nhwc lenet_nhwc2 0
+
+case_begin resnet18_1_step_cuda_nhwc
+nhwc_train resnet_nhwc 1 "${RESNET[@]}"
+if [ "$EMU" = 1 ]; then
+    close resnet_cpu resnet_nhwc 1e-4
+else
+    d0=$(abs_diff resnet_cpu resnet_cuda)
+    d=$(abs_diff resnet_cpu resnet_nhwc)
+    echo "# ResNet-18, 1 step, cpu batched vs cuda nhwc: max_abs_diff=${d:-none} (nchw: ${d0:-none})"
+    if [ -n "$d" ] && awk -v d="$d" -v s="${d0:-0}" 'BEGIN { b = 4 * s; if (b < 1e-4) b = 1e-4; exit !(d <= b) }'; then
+        case_ok
+    else case_fail "cpu vs cuda nhwc max_abs_diff ${d:-none} exceeds 4 x the nchw run's ${d0:-none}; $(tail -n 2 "$WORK/resnet_nhwc.log" | tr '\n' ' ')"; fi
+fi
+
+# a layer that reads its features in NCHW order on a spatial input (a
+# fully connected layer straight after a convolution) is refused in NHWC,
+# with the block and the way out named; a bad value of the variable too
+case_begin nhwc_refusals
+printf '%s\n' 'model:' '  name: nofl' '  input: [1, 8, 8]' '  classes: 4' '  blocks:' \
+    '    - {type: conv, name: conv1, out: 4, kernel: 3, pad: 1}' '    - {type: fc, name: fc, out: 4}' \
+    'dataset: synthetic' 'synthetic_train: 32' 'synthetic_test: 8' 'batch_size: 8' >"$WORK/nofl.yaml"
+HCNN_CUDA_LAYOUT=nhwc "${T[@]}" "$HCNN" train "${COMMON[@]}" --config "$WORK/nofl.yaml" --set device=cuda \
+    --set checkpoint_dir= >"$WORK/nofl.out" 2>"$WORK/nofl.err"
+rc1=$?
+HCNN_CUDA_LAYOUT=NHWC "${T[@]}" "$HCNN" train "${COMMON[@]}" "${LENET[@]}" --set device=cuda \
+    --set max_steps=1 --set checkpoint_dir= >"$WORK/badlay.out" 2>"$WORK/badlay.err"
+rc2=$?
+if [ $rc1 -ne 0 ] && grep -q "block 1 (fc) reads a 4x8x8 input in NCHW order.*put a flatten before it" "$WORK/nofl.err" &&
+    [ $rc2 -ne 0 ] && grep -q "HCNN_CUDA_LAYOUT='NHWC': expected auto, nchw or nhwc" "$WORK/badlay.err"; then
+    case_ok
+else case_fail "exit $rc1: $(head -n 2 "$WORK/nofl.err" | tr '\n' ' '); exit $rc2: $(head -n 2 "$WORK/badlay.err" | tr '\n' ' ')"; fi
 
 # CUDA graphs (src/train/graphs.c): a serial run's step captured once per
 # loader buffer and replayed, its optimiser step captured once and replayed
