@@ -5,7 +5,8 @@
 #   tests   tests/integration/test_cuda.sh under each convolution choice (HCNN_CUDA_CONV
 #           unset, cudnn, im2col; side by side), and the conformance suite's
 #           whole log
-#   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile),
+#   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile; and
+#           with NHWC activations in fp32, tf32, bf16: HCNN_CUDA_LAYOUT=nhwc),
 #           and bench/compare.sh against PyTorch on the same GPU: ResNet-18
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256; PyTorch
 #           in NCHW and channels_last in the same alternated rounds, its
@@ -187,6 +188,17 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
             --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5 \
             > "$O/bench_resnet_b128_$m.log" 2>&1
         echo "exit $?"; grep -E '^# step_ms|^# shares|images_per_s' "$O/bench_resnet_b128_$m.log" | tail -n 3
+    done
+    # NHWC activations (HCNN_CUDA_LAYOUT=nhwc: cuDNN's plans on NHWC
+    # tensors, the im2col path's NHWC kernels): whether auto should choose
+    # them, in each precision, against the runs above and compare.sh's
+    # (about 10 s each on the H100)
+    for p in fp32 tf32 bf16; do
+        stamp "hcnn bench ResNet-18 batch 128 $p, HCNN_CUDA_LAYOUT=nhwc"
+        HCNN_CUDA_LAYOUT=nhwc timeout -k 5 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
+            --set device=cuda --set batch_size=128 --set precision=$p --warmup 3 --repeats 3 \
+            --steps 5 > "$O/bench_resnet_b128_nhwc_$p.log" 2>&1
+        echo "exit $?"; grep -E '^hcnn: device|^# step_ms|images_per_s' "$O/bench_resnet_b128_nhwc_$p.log" | tail -n 3
     done
     # PyTorch in both memory formats, the faster the reference (compare.sh's
     # --torch-format best).  A PyTorch run is 12-15 s on the H100 (its import,
