@@ -32,20 +32,22 @@ mkdir -p "$work/clean"
 # the CUDA batch-norm's own test (tests/unit/test_cuda_bn: launches, the
 # gathered statistics, pieces) and those checks alone: a few seconds
 # instead of a minute
-checks() { # dir [conformance checks]: 0 when every check passes
-    local d=$1 only=${2:-}
+# (layout: the CUDA backend's HCNN_CUDA_LAYOUT for the conformance suite
+# and the CUDA run: a bug in an NHWC kernel shows only there)
+checks() { # dir [conformance checks [layout]]: 0 when every check passes
+    local d=$1 only=${2:-} layout=${3:-auto}
     if [ -n "$only" ]; then
         (cd "$d" && timeout -k 10 300 ./tests/unit/test_cuda_bn) >"$d.conf.log" 2>&1 &&
-            (cd "$d" && HCNN_CONFORMANCE_BACKENDS=cuda HCNN_CONFORMANCE_CHECKS="$only" \
+            (cd "$d" && HCNN_CUDA_LAYOUT=$layout HCNN_CONFORMANCE_BACKENDS=cuda HCNN_CONFORMANCE_CHECKS="$only" \
                 timeout -k 10 300 ./tests/conformance/test_backend) >>"$d.conf.log" 2>&1
         return
     fi
-    (cd "$d" && HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 10 900 ./tests/conformance/test_backend) >"$d.conf.log" 2>&1 || return 1
+    (cd "$d" && HCNN_CUDA_LAYOUT=$layout HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 10 900 ./tests/conformance/test_backend) >"$d.conf.log" 2>&1 || return 1
     local l=(--config "$d/configs/mnist_lenet.yaml" -q --set dataset=synthetic --set synthetic_train=640
              --set synthetic_test=64 --set batch_size=32 --set csv= --set blas_kernels=env --set epochs=1
              --set max_steps=20)
     timeout -k 10 600 "$d/hcnn" train "${l[@]}" --set device=cpu --set checkpoint_dir="$d.cpu" >"$d.cpu.log" 2>&1 &&
-        timeout -k 10 600 "$d/hcnn" train "${l[@]}" --set device=cuda --set checkpoint_dir="$d.cuda" >"$d.cuda.log" 2>&1 &&
+        HCNN_CUDA_LAYOUT=$layout timeout -k 10 600 "$d/hcnn" train "${l[@]}" --set device=cuda --set checkpoint_dir="$d.cuda" >"$d.cuda.log" 2>&1 &&
         "$d/hcnn" diff "$d.cpu/final.hcnn" "$d.cuda/final.hcnn" --tol 1e-4 >"$d.diff.log" 2>&1
 }
 
@@ -62,18 +64,21 @@ why_failed() {
 }
 
 passed=0 failed=0
-if checks "$work/clean"; then
-    echo "clean copy: the checks pass"
-    passed=$((passed + 1))
-else
-    echo "clean copy: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" "$work/clean.cuda.log" 2>/dev/null)"
-    failed=$((failed + 1))
-fi
+# in each layout: an NHWC bug is caught only if the clean copy passes in NHWC
+for layout in auto nhwc; do
+    if checks "$work/clean" "" "$layout"; then
+        echo "clean copy, HCNN_CUDA_LAYOUT=$layout: the checks pass"
+        passed=$((passed + 1))
+    else
+        echo "clean copy, HCNN_CUDA_LAYOUT=$layout: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" "$work/clean.cuda.log" 2>/dev/null)"
+        failed=$((failed + 1))
+    fi
+done
 
-# bug NAME FILE SED-EXPRESSION [CONFORMANCE-CHECKS]: the copy with the bug,
-# and whether the checks fail
+# bug NAME FILE SED-EXPRESSION [CONFORMANCE-CHECKS [LAYOUT]]: the copy with
+# the bug, and whether the checks fail
 bug() {
-    local name=$1 file=$2 expr=$3 only=${4:-} d="$work/$1"
+    local name=$1 file=$2 expr=$3 only=${4:-} layout=${5:-auto} d="$work/$1"
     cp -a "$work/clean" "$d"
     sed -i "$expr" "$d/$file"
     if cmp -s "$work/clean/$file" "$d/$file"; then
@@ -87,7 +92,7 @@ bug() {
         make -j"$jobs" tests/conformance/test_backend tests/unit/test_cuda_bn >/dev/null 2>&1); then
         echo "$name: does not build"
         failed=$((failed + 1))
-    elif checks "$d" "$only"; then
+    elif checks "$d" "$only" "$layout"; then
         echo "$name: MISSED (every check passed)"
         failed=$((failed + 1))
     else
