@@ -166,7 +166,8 @@ HCNN_HD void hcnn_hd_bn_affine(float gamma, float beta, float mean, float invstd
  * deviations plus their means' from the channel's (Chan, Golub and
  * LeVeque's pairwise update, summed in one order).  The CPU's and the
  * GPU's batch-norms both take their statistics this way (src/cpu/bn.c
- * from the convolution's bands, src/cuda/bn.cu from its plane table). */
+ * from the convolution's bands, src/cuda/bn.cu from its plane table,
+ * src/cuda/bn_nhwc.cu from its row blocks as the bands of one plane). */
 HCNN_HD void hcnn_hd_bn_table_stats(const float *part, int n, int c, int ch, int bands, int band_px,
                                     int np, double *mean, double *m2)
 {

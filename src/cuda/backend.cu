@@ -305,6 +305,7 @@ static const hcnn_backend cuda_backend = {
 #else
     .emulated = 0,
 #endif
+    .layout = HCNN_LAYOUT_NCHW, /* set at creation from HCNN_CUDA_LAYOUT */
     .parallel = cuda_parallel,
     .threads = cuda_threads,
     .unit_images = cuda_unit_images,

@@ -1,6 +1,8 @@
 /* Batch normalisation of the CUDA backend: training (batch statistics,
  * running statistics) and inference forwards with the fused addition and
- * ReLU, and the backward with the fused ReLU mask.
+ * ReLU, and the backward with the fused ReLU mask.  This file's kernels are
+ * NCHW's; an NHWC instance (be->layout) runs bn_nhwc.cu's, row blocks in
+ * place of planes, in as many passes and launches.
  *
  * Each pass reads the tensors at most twice and takes at most 3 launches:
  *   forward   plane_stats (each plane's mean and sum of squared deviations
@@ -262,7 +264,9 @@ void hcnn_cuda_bn_gather(const hcnn_backend *be, const float *y, int n, int c, i
                          hcnn_bn_stats *stats)
 {
     stats->bands = 0, stats->band_px = 0;
-    if (n <= 0 || c <= 0 || (size_t)n * c * 2 > stats->cap)
+    /* the table is one pair a plane of NCHW; an NHWC batch-norm takes its
+     * statistics from x (bn_nhwc.cu) */
+    if (be->layout == HCNN_LAYOUT_NHWC || n <= 0 || c <= 0 || (size_t)n * c * 2 > stats->cap)
         return;
     plane_stats(be, y, (size_t)n * c, np, 1, stats->part);
     stats->bands = 1, stats->band_px = np;
@@ -327,6 +331,11 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
     const size_t total = (size_t)n * c * np;
     if (total == 0)
         return;
+    if (be->layout == HCNN_LAYOUT_NHWC) { /* from x, stats unused (bn_nhwc.cu) */
+        hcnn_cuda_bn_nhwc_fwd_train(be, x, n, c, np, gamma, beta, eps, momentum, running_mean,
+                                    running_var, save_mean, save_invstd, add, relu, y);
+        return;
+    }
     cudaStream_t st = cuda_of(be)->stream;
     if (stats && stats->bands > 0) { /* gathered by the convolution (conv.cu) */
         HCNN_LAUNCH(bn_channel_stats_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
@@ -359,6 +368,11 @@ void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c
     const size_t total = (size_t)n * c * np;
     if (total == 0)
         return;
+    if (be->layout == HCNN_LAYOUT_NHWC) {
+        hcnn_cuda_bn_nhwc_fwd_infer(be, x, n, c, np, gamma, beta, eps, running_mean, running_var,
+                                    add, relu, y);
+        return;
+    }
     HCNN_LAUNCH(bn_infer_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, x,
                 total, c, np, gamma, beta, eps, running_mean, running_var, add, relu, y);
     HCNN_CUDA_LAUNCHED();
@@ -371,6 +385,11 @@ void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, i
     const size_t total = (size_t)n * c * np;
     if (total == 0)
         return;
+    if (be->layout == HCNN_LAYOUT_NHWC) {
+        hcnn_cuda_bn_nhwc_bwd(be, x, dy, n, c, np, gamma, beta, save_mean, save_invstd, relu, dx,
+                              dgamma, dbeta);
+        return;
+    }
     cudaStream_t st = cuda_of(be)->stream;
     double *acc; /* [c][2], then the two means: [c] floats each */
     float *table;

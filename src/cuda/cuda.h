@@ -1,7 +1,7 @@
 /* Inside the CUDA backend (src/cuda/): what its files share.  It mirrors
  * src/cpu/ file for file: backend (the table, memory, ordering, timers),
  * gemm (cuBLAS), conv (im2col + cuBLAS GEMMs, col2im), bias, elementwise,
- * layout (NCHW <-> NHWC), pool, bn, loss, optim.
+ * layout (NCHW <-> NHWC), pool, bn (bn_nhwc: its NHWC kernels), loss, optim.
  *
  * One stream per instance (cudaStreamNonBlocking): every operation is
  * queued on it, in order; the host waits only in download, sync and a
@@ -179,6 +179,20 @@ void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c
 void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,
                       int np, const float *gamma, const float *beta, const float *save_mean,
                       const float *save_invstd, int relu, float *dx, float *dgamma, float *dbeta);
+/* bn_nhwc.cu: the same three in NHWC (x, add, y, dy, dx [n][np][c]), called by
+ * bn.cu's when be->layout is NHWC; the forward takes no gathered statistics */
+void hcnn_cuda_bn_nhwc_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
+                                 const float *gamma, const float *beta, float eps, float momentum,
+                                 float *running_mean, float *running_var, float *save_mean,
+                                 float *save_invstd, const float *add, int relu, float *y);
+void hcnn_cuda_bn_nhwc_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
+                                 const float *gamma, const float *beta, float eps,
+                                 const float *running_mean, const float *running_var,
+                                 const float *add, int relu, float *y);
+void hcnn_cuda_bn_nhwc_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,
+                           int np, const float *gamma, const float *beta, const float *save_mean,
+                           const float *save_invstd, int relu, float *dx, float *dgamma,
+                           float *dbeta);
 /* loss.cu */
 void hcnn_cuda_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
                             int n, int k, float grad_scale, float *dlogits, double *stats);

@@ -784,10 +784,10 @@ int check_conv_fwd_bn_stats(const hcnn_backend *be, char *why, size_t cap)
             TRY(conv_run(&e, CONV_FWD, e.d_b, y, NULL, NULL, NULL, 0, n, why, cap));
             e.ex.stats = NULL;
             conv_name(e.cc, e.xc, "conv_fwd y (gathering statistics)", what, sizeof what);
-            TRY(check_dev(be, what, y, e.yb, e.ny, e.tol, why, cap));
+            TRY(check_act(be, what, y, e.yb, n, oc, np, e.tol, why, cap));
             if (st.bands < 0 || (st.bands > 0 && (st.band_px < 1 || st.band_px > np)))
                 FAIL("%s: bands %d of %d pixels for planes of %d", what, st.bands, st.band_px, np);
-            get(be, hy, y, e.ny);
+            get_act(be, hy, y, n, oc, np); /* NCHW on the host */
             ref_bn_stats(hy, n, oc, np, mean, var);
             const size_t cnt = (size_t)n * np;
             for (int k = 0; k < oc; k++) {
@@ -801,7 +801,7 @@ int check_conv_fwd_bn_stats(const hcnn_backend *be, char *why, size_t cap)
             be->bn_fwd_train(be, y, n, oc, np, d_g, d_b, 1e-5f, 0.1f, rm, rv, sm, si, NULL, 1, &st,
                              z);
             conv_name(e.cc, e.xc, "bn_fwd_train y from the gathered statistics", what, sizeof what);
-            TRY(check_dev(be, what, z, z_want, e.ny, TOL_BN, why, cap));
+            TRY(check_act(be, what, z, z_want, n, oc, np, TOL_BN, why, cap));
             conv_name(e.cc, e.xc, "bn_fwd_train save_mean from them", what, sizeof what);
             TRY(check_dev(be, what, sm, mean, (size_t)oc, TOL_BN, why, cap));
             conv_name(e.cc, e.xc, "bn_fwd_train save_invstd from them", what, sizeof what);

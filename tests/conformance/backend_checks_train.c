@@ -12,6 +12,10 @@
 
 /* ---- batch normalisation ----------------------------------------------------------------- */
 
+/* x, add, y, dy and dx are activations, stated in NCHW and moved in the
+ * backend's layout (dnew_act, check_act); the per-channel vectors are
+ * layout-free. */
+
 static const int bn_cases[][3] = {
     {2, 3, 1},                              /* after a fully connected layer: np = 1 */
     {3, 5, 49},                             /* 7x7 planes */
@@ -85,14 +89,14 @@ int check_bn_fwd_train(const hcnn_backend *be, char *why, size_t cap)
                              (double)BN_MOMENTUM * var[k] * (double)cnt / (double)(cnt - 1);
             }
             ref_bn_apply(x, n, ch, np, gamma, beta, mean, is, with_add ? add : NULL, relu, y_want);
-            float *d_x = dnew(be, x, nn), *d_g = dnew(be, gamma, (size_t)ch);
-            float *d_b = dnew(be, beta, (size_t)ch), *d_add = dnew(be, add, nn);
+            float *d_x = dnew_act(be, x, n, ch, np), *d_g = dnew(be, gamma, (size_t)ch);
+            float *d_b = dnew(be, beta, (size_t)ch), *d_add = dnew_act(be, add, n, ch, np);
             float *d_rm = dnew(be, rm, (size_t)ch), *d_rv = dnew(be, rv, (size_t)ch);
             float *d_sm = dnan(be, (size_t)ch), *d_si = dnan(be, (size_t)ch), *d_y = dnan(be, nn);
             be->bn_fwd_train(be, d_x, n, ch, np, d_g, d_b, BN_EPS, BN_MOMENTUM, d_rm, d_rv, d_sm,
                              d_si, with_add ? d_add : NULL, relu, NULL, d_y);
             bn_name(bn_cases[c], "bn_fwd_train y", with_add, relu, what, sizeof what);
-            TRY(check_dev(be, what, d_y, y_want, nn, TOL_BN, why, cap));
+            TRY(check_act(be, what, d_y, y_want, n, ch, np, TOL_BN, why, cap));
             bn_name(bn_cases[c], "bn_fwd_train save_mean", with_add, relu, what, sizeof what);
             TRY(check_dev(be, what, d_sm, mean, (size_t)ch, TOL_BN, why, cap));
             bn_name(bn_cases[c], "bn_fwd_train save_invstd", with_add, relu, what, sizeof what);
@@ -124,14 +128,14 @@ int check_bn_fwd_infer(const hcnn_backend *be, char *why, size_t cap)
             for (int k = 0; k < ch; k++)
                 mean[k] = rm[k], is[k] = 1.0 / sqrt((double)rv[k] + (double)BN_EPS);
             ref_bn_apply(x, n, ch, np, gamma, beta, mean, is, with_add ? add : NULL, relu, y_want);
-            float *d_x = dnew(be, x, nn), *d_g = dnew(be, gamma, (size_t)ch);
-            float *d_b = dnew(be, beta, (size_t)ch), *d_add = dnew(be, add, nn);
+            float *d_x = dnew_act(be, x, n, ch, np), *d_g = dnew(be, gamma, (size_t)ch);
+            float *d_b = dnew(be, beta, (size_t)ch), *d_add = dnew_act(be, add, n, ch, np);
             float *d_rm = dnew(be, rm, (size_t)ch), *d_rv = dnew(be, rv, (size_t)ch);
-            float *d_y = dnan(be, nn);
+            float *d_y = dnan(be, nn); /* all NaN: the same in either layout */
             be->bn_fwd_infer(be, d_x, n, ch, np, d_g, d_b, BN_EPS, d_rm, d_rv,
                              with_add ? d_add : NULL, relu, d_y);
             bn_name(bn_cases[c], "bn_fwd_infer y", with_add, relu, what, sizeof what);
-            TRY(check_dev(be, what, d_y, y_want, nn, TOL_BN, why, cap));
+            TRY(check_act(be, what, d_y, y_want, n, ch, np, TOL_BN, why, cap));
             bn_name(bn_cases[c], "bn_fwd_infer running_mean kept", with_add, relu, what,
                     sizeof what);
             TRY(check_dev(be, what, d_rm, hd(rm, (size_t)ch), (size_t)ch, TOL_EXACT, why, cap));
@@ -196,7 +200,7 @@ int check_bn_bwd(const hcnn_backend *be, char *why, size_t cap)
                 sm[k] = (float)mean[k], si[k] = (float)(1.0 / sqrt(var[k] + (double)BN_EPS));
             double *dx_want = hdvec(nn), *dg = hdvec((size_t)ch), *dbt = hdvec((size_t)ch);
             ref_bn_bwd(x, dy, n, ch, np, gamma, beta, sm, si, relu, dx_want, dg, dbt);
-            float *d_x = dnew(be, x, nn), *d_dy = dnew(be, dy, nn);
+            float *d_x = dnew_act(be, x, n, ch, np), *d_dy = dnew_act(be, dy, n, ch, np);
             float *d_g = dnew(be, gamma, (size_t)ch), *d_b = dnew(be, beta, (size_t)ch);
             float *d_sm = dnew(be, sm, (size_t)ch), *d_si = dnew(be, si, (size_t)ch);
             float *d_dx = dnan(be, nn), *d_dg = dnew(be, dg0, (size_t)ch),
@@ -210,7 +214,7 @@ int check_bn_bwd(const hcnn_backend *be, char *why, size_t cap)
                 dx_terms = fmax(dx_terms, fabs((double)gamma[k] * si[k] * dy[i]));
             }
             bn_name(bn_cases[c], "bn_bwd dx", 0, relu, what, sizeof what);
-            TRY(check_dev_floor(be, what, d_dx, dx_want, nn, TOL_BN, dx_terms, why, cap));
+            TRY(check_act_floor(be, what, d_dx, dx_want, n, ch, np, TOL_BN, dx_terms, why, cap));
             bn_name(bn_cases[c], "bn_bwd dgamma (accumulated)", 0, relu, what, sizeof what);
             TRY(check_dev(be, what, d_dg, plus(dg0, dg, (size_t)ch), (size_t)ch, TOL_BN, why, cap));
             bn_name(bn_cases[c], "bn_bwd dbeta (accumulated)", 0, relu, what, sizeof what);

@@ -5,8 +5,11 @@
  * convolution gathers giving the bits of the batch-norm's own, and a batch
  * too large for the reduction scratch, run in pieces, giving the results
  * of one piece (the backward's bits; the forward's merged statistics
- * within 1e-6).  The values themselves are the conformance suite's
- * (tests/conformance: bn_fwd_train, bn_bwd against a double reference).
+ * within 1e-6).  An NHWC instance (HCNN_CUDA_LAYOUT=nhwc) takes 3 launches
+ * a pass too, gives NCHW's results within 2e-6 (y: 1e-5; inference: the same bits)
+ * and the same bits on every run.  The values themselves are the
+ * conformance suite's (tests/conformance: bn_fwd_train, bn_bwd against a
+ * double reference, in either layout).
  * Output in cmocka's format, as tests/lib.sh prints it. */
 #include "../../src/cuda/cuda.h" /* private: the backend's state and its bn.cu calls */
 #include "cc_cases.h"
@@ -243,10 +246,163 @@ static void test_pieces() {
     dev_free(whole), dev_free(pieces);
 }
 
+/* ---- NHWC (HCNN_CUDA_LAYOUT=nhwc): x, add, y, dy, dx [n][np][c] ---- */
+
+static const hcnn_backend *the_nhwc_backend;
+
+/* [N][C][NP] -> [N][NP][C] (to 1), or back */
+static std::vector<float> transposed(const std::vector<float> &v, int to) {
+    std::vector<float> t(v.size());
+    for (int i = 0; i < N; i++)
+        for (int ch = 0; ch < C; ch++)
+            for (int p = 0; p < NP; p++) {
+                const size_t nchw = ((size_t)i * C + ch) * NP + p;
+                const size_t nhwc = ((size_t)i * NP + p) * C + ch;
+                if (to)
+                    t[nhwc] = v[nchw];
+                else
+                    t[nchw] = v[nhwc];
+            }
+    return t;
+}
+
+static bn_io nhwc_inputs(const bn_io &io) {
+    bn_io t = io;
+    t.x = transposed(io.x, 1), t.dy = transposed(io.dy, 1), t.add = transposed(io.add, 1);
+    return t;
+}
+
+static void infer(const bn_dev &d) {
+    d.be->bn_fwd_infer(d.be, d.x, N, C, NP, d.gamma, d.beta, 1e-5f, d.rmean, d.rvar, d.add, 1,
+                       d.dx);
+}
+
+/* forward: nhwc_block_stats, nhwc_channel_stats, nhwc_apply; backward:
+ * nhwc_bwd_block, nhwc_bwd_channel, nhwc_bwd_dx: 3 launches and 2 passes over x
+ * each (a block's second pass reads it from cache); inference: one.  The
+ * statistics of a convolution (NCHW's table) are ignored: the same
+ * launches and bits as without them */
+static void test_nhwc_launches_per_call() {
+    const hcnn_backend *be = the_nhwc_backend;
+    const bn_io io = nhwc_inputs(make_inputs());
+    const bn_dev d = dev_setup(be, io), s = dev_setup(be, io);
+    CHECK_LAUNCHES(launches_of(be, [&] { forward(d, nullptr); }),
+                   "nhwc_block_stats_kernel nhwc_channel_stats_kernel nhwc_apply_kernel");
+    CHECK_LAUNCHES(launches_of(be, [&] { backward(d); }),
+                   "nhwc_bwd_block_kernel nhwc_bwd_channel_kernel nhwc_bwd_dx_kernel");
+    CHECK_LAUNCHES(launches_of(be, [&] { infer(d); }), "nhwc_infer_kernel");
+    hcnn_bn_stats stats = {};
+    stats.cap = TOTAL;
+    stats.part = (float *)be->alloc(be, stats.cap * sizeof(float), "statistics table");
+    CHECK_LAUNCHES(launches_of(be, [&] { hcnn_cuda_bn_gather(be, s.x, N, C, NP, &stats); }), "");
+    CHECK(stats.bands == 0);
+    stats.bands = 1, stats.band_px = NP; /* as if gathered: ignored all the same */
+    CHECK_LAUNCHES(launches_of(be, [&] { forward(s, &stats); }),
+                   "nhwc_block_stats_kernel nhwc_channel_stats_kernel nhwc_apply_kernel");
+    const auto a = results(d), b = results(s);
+    for (size_t k : {0, 2, 3, 4, 5})
+        if (memcmp(a[k].data(), b[k].data(), a[k].size() * sizeof(float)) != 0) {
+            printf("# %s: the forward with statistics given gives other bits\n", result_names[k]);
+            ++case_failures;
+        }
+    be->free(be, stats.part);
+    dev_free(d), dev_free(s);
+}
+
+/* the largest difference of a and b relative to max(1, |a|) */
+static double worst_of(const std::vector<float> &a, const std::vector<float> &b) {
+    double worst = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        const double e = fabs((double)a[i] - b[i]) / fmax(1.0, fabs((double)a[i]));
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+/* The forward, backward and inference of NHWC against NCHW's, transposed
+ * back on the host: other block sums (row blocks, not planes), so not the
+ * same bits, but within a few float roundings (|x| <= 16: 2e-6, y 1e-5;
+ * the backward and inference from NCHW's statistics, so that only their
+ * own sums differ); also with a scratch that holds a single block of rows
+ * (larger blocks, the same launches) */
+static void test_nhwc_matches_nchw() {
+    const bn_io io = make_inputs();
+    const bn_dev ref = dev_setup(the_backend, io);
+    forward(ref, nullptr), backward(ref);
+    const auto a = results(ref);
+    infer(ref); /* into dx, after the results */
+    const std::vector<float> inf = host(the_backend, ref.dx, TOTAL);
+    hcnn_cuda *cu = cuda_of(the_nhwc_backend);
+    const size_t keep = cu->scratch_doubles;
+    for (int small = 0; small < 2; small++) {
+        const hcnn_backend *be = the_nhwc_backend;
+        const bn_dev d = dev_setup(be, nhwc_inputs(io));
+        if (small) /* the two means and one block's pairs: one block of 400 rows */
+            cu->scratch_doubles = 2 * (size_t)C;
+        CHECK_LAUNCHES(launches_of(be, [&] { forward(d, nullptr); }),
+                       "nhwc_block_stats_kernel nhwc_channel_stats_kernel nhwc_apply_kernel");
+        CHECK_LAUNCHES(launches_of(be, [&] { backward(d); }),
+                       "nhwc_bwd_block_kernel nhwc_bwd_channel_kernel nhwc_bwd_dx_kernel");
+        auto b = results(d);
+        /* the backward again from NCHW's statistics: its own sums' differences only */
+        be->upload(be, d.mean, a[2].data(), C * sizeof(float));
+        be->upload(be, d.invstd, a[3].data(), C * sizeof(float));
+        be->upload(be, d.rmean, a[4].data(), C * sizeof(float));
+        be->upload(be, d.rvar, a[5].data(), C * sizeof(float));
+        const std::vector<float> zc(C, 0.0f);
+        be->upload(be, d.dgamma, zc.data(), C * sizeof(float));
+        be->upload(be, d.dbeta, zc.data(), C * sizeof(float));
+        if (small)
+            cu->scratch_doubles = 2 * (size_t)C;
+        backward(d);
+        cu->scratch_doubles = keep;
+        const auto c = results(d);
+        b[1] = c[1], b[6] = c[6], b[7] = c[7];
+        b[0] = transposed(b[0], 0), b[1] = transposed(b[1], 0);
+        for (size_t k = 0; k < 8; k++) { /* not the channel sum: NCHW's only */
+            const double worst = worst_of(a[k], b[k]);
+            /* the statistics agree within 1e-7; y = x a + b, b = beta - mean a,
+             * carries their difference times |mean| / std (up to 26 here) */
+            if (worst > (k == 0 ? 5e-6 : 1e-6) * 2) {
+                printf("# %s%s: NHWC %.2e from NCHW (relative)\n", result_names[k],
+                       small ? " (one block)" : "", worst);
+                ++case_failures;
+            }
+        }
+        infer(d); /* from NCHW's running statistics, uploaded above */
+        const double worst = worst_of(inf, transposed(host(be, d.dx, TOTAL), 0));
+        if (worst != 0.0) { /* element by element: the same operations */
+            printf("# inference: NHWC %.2e from NCHW\n", worst);
+            ++case_failures;
+        }
+        dev_free(d);
+    }
+    dev_free(ref);
+}
+
+/* two forwards and backwards from the same inputs: the same bits */
+static void test_nhwc_repeatable() {
+    const hcnn_backend *be = the_nhwc_backend;
+    const bn_io io = nhwc_inputs(make_inputs());
+    const bn_dev one = dev_setup(be, io), two = dev_setup(be, io);
+    forward(one, nullptr), backward(one);
+    forward(two, nullptr), backward(two);
+    const auto a = results(one), b = results(two);
+    for (size_t k = 0; k < 8; k++)
+        if (memcmp(a[k].data(), b[k].data(), a[k].size() * sizeof(float)) != 0) {
+            printf("# %s: a second run gives other bits\n", result_names[k]);
+            ++case_failures;
+        }
+    dev_free(one), dev_free(two);
+}
+
 static const test_case cases[] = {
     {"launches_per_call", test_launches_per_call},
     {"gathered_statistics", test_gathered_statistics},
     {"pieces", test_pieces},
+    {"nhwc_launches_per_call", test_nhwc_launches_per_call},
+    {"nhwc_matches_nchw", test_nhwc_matches_nchw},
+    {"nhwc_repeatable", test_nhwc_repeatable},
 };
 
 int main() {
@@ -257,7 +413,25 @@ int main() {
         return 1;
     }
     the_backend = be;
+    /* a second instance in NHWC (HCNN_CUDA_LAYOUT, read at creation), the
+     * variable restored after */
+    const char *was = getenv("HCNN_CUDA_LAYOUT");
+    const std::string saved = was ? was : "";
+    setenv("HCNN_CUDA_LAYOUT", "nhwc", 1);
+    hcnn_backend *nhwc = nullptr;
+    const int st = hcnn_backend_create("cuda", 0, &nhwc);
+    if (was)
+        setenv("HCNN_CUDA_LAYOUT", saved.c_str(), 1);
+    else
+        unsetenv("HCNN_CUDA_LAYOUT");
+    if (st != HCNN_OK || nhwc->layout != HCNN_LAYOUT_NHWC) {
+        printf("# the cuda backend does not start in NHWC\n");
+        hcnn_backend_destroy(be);
+        return 1;
+    }
+    the_nhwc_backend = nhwc;
     const int rc = run_cases(cases, sizeof cases / sizeof *cases);
+    hcnn_backend_destroy(nhwc);
     hcnn_backend_destroy(be);
     return rc;
 }

@@ -1,0 +1,304 @@
+/* Batch normalisation of the CUDA backend in NHWC (include/hcnn/backend.h,
+ * hcnn_act_layout; bn.cu calls here when be->layout is NHWC): x, add, y,
+ * dy and dx are [n][h][w][c] = [rows = n np][c]; gamma, beta, the running
+ * and saved statistics stay per channel.
+ *
+ * Each pass reads the tensors at most twice and takes at most 3 launches,
+ * as bn.cu's NCHW:
+ *   forward   nhwc_block_stats (each row block's mean and sum of squared
+ *             deviations of each channel), nhwc_channel_stats (each
+ *             channel's statistics from its blocks' pairs and the running
+ *             statistics), nhwc_apply (with the addition and ReLU);
+ *   backward  nhwc_bwd_block (each block's sums of g and g * xhat),
+ *             nhwc_bwd_channel (dgamma, dbeta and the two means),
+ *             nhwc_bwd_dx;
+ *   inference nhwc_infer.
+ *
+ * The sums run over row blocks of NHWC_ROWS rows (more where the blocks'
+ * pairs would not fit the reduction scratch): one thread a (block,
+ * channel), so that a warp reads neighbouring channels of a row, summing
+ * its block as the CPU sums a plane (16 lanes and a tail,
+ * hcnn_hd_lanes_total); then one thread a channel merges its blocks in
+ * block order, in double: the forward's pairs by src/core/hd.h's
+ * hcnn_hd_bn_table_stats (the blocks as the bands of one plane of `rows`
+ * values: Chan et al.'s update, as the CPU and the NCHW kernels), the
+ * backward's two sums added as bn.cu's bwd_channel adds images.  The order
+ * depends on the shape only, and no atomics: the same bits every run.
+ * Not NCHW's bits: other blocks (tests/unit/test_cuda_bn.cc compares the
+ * two within a few roundings).
+ *
+ * The statistics a convolution may gather (hcnn_bn_stats) are not used:
+ * their table is NCHW's, one pair a plane (bn.cu, hcnn_cuda_bn_gather), and
+ * the NHWC convolution gathers none (bands 0); the statistics from x keep
+ * the contract at the cost of the pass the table would have saved. */
+#include <math.h>
+
+#include "cuda.h"
+
+#define LANES 16 /* bn.cu's and the CPU's lanes of a sum */
+
+#define NHWC_ROWS 256
+
+/* the rows of a block and their number: the blocks' table, one pair of
+ * floats a (block, channel), and c doubles (the backward's two means) fit
+ * the scratch; a multiple of LANES, so that only the last block has a tail */
+static int nhwc_rows_per_block(const hcnn_backend *be, int rows, int c, int *blocks)
+{
+    const size_t cap = cuda_of(be)->scratch_doubles;
+    if ((size_t)c * 2 > cap)
+        hcnn_cuda_fail("batch-norm", __FILE__, __LINE__,
+                       "more channels than the reduction scratch holds partial sums for");
+    const size_t most = (cap - (size_t)c) / (size_t)c; /* blocks that fit */
+    size_t per = NHWC_ROWS;
+    if (((size_t)rows + per - 1) / per > most) {
+        per = ((size_t)rows + most - 1) / most;
+        per = (per + LANES - 1) / LANES * LANES;
+        if (per > (size_t)rows) /* one block: rows <= INT_MAX stays an int */
+            per = (size_t)rows;
+    }
+    *blocks = (int)(((size_t)rows + per - 1) / per);
+    return (int)per;
+}
+
+/* the rows as an int (the channel kernels' np): refused past INT_MAX */
+static int nhwc_rows(int n, int np)
+{
+    const size_t rows = (size_t)n * np;
+    if (rows > 2147483647u)
+        hcnn_cuda_fail("batch-norm", __FILE__, __LINE__,
+                       "more than 2^31 - 1 rows (n h w) in an NHWC batch-norm");
+    return (int)rows;
+}
+
+/* the channel of element k of [rows][c]: a multiply-high (hcnn_hd_div)
+ * where k fits 32 bits, as the other element-wise kernels divide */
+static __device__ int nhwc_channel(size_t k, hcnn_hd_divider cdiv)
+{
+    if (k >> 32)
+        return (int)(k % cdiv.d);
+    const uint32_t k32 = (uint32_t)k;
+    return (int)(k32 - hcnn_hd_div(cdiv, k32) * cdiv.d);
+}
+
+/* the sum over cnt rows from p (stride c) of x (sq 0) or (x - m)^2 in
+ * slot_sum's order: lane l takes rows l, l + 16, ... of the whole blocks of
+ * 16, the tail in order, then hcnn_hd_lanes_total */
+static __device__ float rows_sum(const float *p, int cnt, size_t c, int sq, float m)
+{
+    float acc[LANES];
+    for (int l = 0; l < LANES; l++)
+        acc[l] = 0.0f;
+    const int whole = cnt / LANES * LANES;
+    for (int i = 0; i < whole; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            const float v = p[(size_t)(i + l) * c];
+            acc[l] += sq ? (v - m) * (v - m) : v;
+        }
+    float tail = 0.0f;
+    for (int i = whole; i < cnt; i++) {
+        const float v = p[(size_t)i * c];
+        tail += sq ? (v - m) * (v - m) : v;
+    }
+    return hcnn_hd_lanes_total(acc, tail);
+}
+
+/* thread k = b c + ch: block b's mean of channel ch (its total over its
+ * rows as a float, the CPU's division) and sum of squared deviations from
+ * it, at table[(ch * blocks + b) * 2] (the bands of a plane, backend.h's
+ * hcnn_bn_stats); the second pass reads the block again from cache (L2
+ * at worst: a warp's block is 32 KB) */
+static __global__ void nhwc_block_stats_kernel(const float *x, int rows, int c, int per, int blocks,
+                                               float *table)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= (size_t)blocks * c)
+        return;
+    const size_t b = k / (size_t)c, ch = k - b * (size_t)c, r0 = b * (size_t)per;
+    const int cnt = (size_t)rows - r0 < (size_t)per ? (int)((size_t)rows - r0) : per;
+    const float *p = x + r0 * (size_t)c + ch;
+    const float mean = rows_sum(p, cnt, (size_t)c, 0, 0.0f) / (float)cnt;
+    table[(ch * blocks + b) * 2] = mean;
+    table[(ch * blocks + b) * 2 + 1] = rows_sum(p, cnt, (size_t)c, 1, mean);
+}
+
+static __global__ void nhwc_apply_kernel(const float *x, size_t total, hcnn_hd_divider cdiv,
+                                         const float *gamma, const float *beta, const float *mean,
+                                         const float *invstd, const float *add, int relu, float *y)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
+        return;
+    const int ch = nhwc_channel(k, cdiv);
+    float a, b;
+    hcnn_hd_bn_affine(gamma[ch], beta[ch], mean[ch], invstd[ch], &a, &b);
+    y[k] = hcnn_hd_bn_apply(x[k], a, b, add != NULL, add ? add[k] : 0.0f, relu);
+}
+
+static __global__ void nhwc_infer_kernel(const float *x, size_t total, hcnn_hd_divider cdiv,
+                                         const float *gamma, const float *beta, float eps,
+                                         const float *rmean, const float *rvar, const float *add,
+                                         int relu, float *y)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
+        return;
+    const int ch = nhwc_channel(k, cdiv);
+    const float a = hcnn_hd_bn_infer_scale(gamma[ch], rvar[ch], eps);
+    const float b = beta[ch] - rmean[ch] * a;
+    y[k] = hcnn_hd_bn_apply(x[k], a, b, add != NULL, add ? add[k] : 0.0f, relu);
+}
+
+/* thread k = b c + ch: block b's sums of g and g * (x - m) * is of channel
+ * ch (bwd_plane's, over the block's rows in its order), at table[2 k] and
+ * table[2 k + 1], blocks in order as nhwc_bwd_channel reads them */
+static __global__ void nhwc_bwd_block_kernel(const float *x, const float *dy, int rows, int c,
+                                             int per, int blocks, const float *gamma,
+                                             const float *beta, const float *mean,
+                                             const float *invstd, int relu, float *table)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= (size_t)blocks * c)
+        return;
+    const size_t b = k / (size_t)c, ch = k - b * (size_t)c, r0 = b * (size_t)per;
+    const int cnt = (size_t)rows - r0 < (size_t)per ? (int)((size_t)rows - r0) : per;
+    const float *xp = x + r0 * (size_t)c + ch, *dp = dy + r0 * (size_t)c + ch;
+    const float m = mean[ch], is = invstd[ch];
+    float a, bb;
+    hcnn_hd_bn_affine(gamma[ch], beta[ch], m, is, &a, &bb);
+    float s1[LANES], s2[LANES];
+    for (int l = 0; l < LANES; l++)
+        s1[l] = 0.0f, s2[l] = 0.0f;
+    const int whole = cnt / LANES * LANES;
+    for (int i = 0; i < whole; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            const size_t o = (size_t)(i + l) * c;
+            const float g = hcnn_hd_bn_grad(dp[o], xp[o], relu, a, bb);
+            s1[l] += g;
+            s2[l] += g * (xp[o] - m) * is;
+        }
+    float t1 = 0.0f, t2 = 0.0f;
+    for (int i = whole; i < cnt; i++) {
+        const size_t o = (size_t)i * c;
+        const float g = hcnn_hd_bn_grad(dp[o], xp[o], relu, a, bb);
+        t1 += g;
+        t2 += g * (xp[o] - m) * is;
+    }
+    table[2 * k] = hcnn_hd_lanes_total(s1, t1);
+    table[2 * k + 1] = hcnn_hd_lanes_total(s2, t2);
+}
+
+static __global__ void nhwc_bwd_dx_kernel(const float *x, const float *dy, size_t total,
+                                          hcnn_hd_divider cdiv, const float *gamma,
+                                          const float *beta, const float *mean, const float *invstd,
+                                          int relu, const float *mdy, const float *mdyx, float *dx)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
+        return;
+    const int ch = nhwc_channel(k, cdiv);
+    float a, b;
+    hcnn_hd_bn_affine(gamma[ch], beta[ch], mean[ch], invstd[ch], &a, &b);
+    const float g = hcnn_hd_bn_grad(dy[k], x[k], relu, a, b);
+    dx[k] = hcnn_hd_bn_dx(g, x[k], a, mean[ch], invstd[ch], mdy[ch], mdyx[ch]);
+}
+
+/* channel ch's statistics from its blocks' pairs (bn.cu's
+ * bn_channel_stats in one piece: hcnn_hd_bn_merge with nothing before is
+ * the pair itself), the saved and running statistics */
+static __global__ void nhwc_channel_stats_kernel(const float *table, int rows, int c, int per,
+                                                 int blocks, float eps, float momentum,
+                                                 float *save_mean, float *save_invstd,
+                                                 float *running_mean, float *running_var)
+{
+    const size_t ch = HCNN_CUDA_INDEX();
+    if (ch >= (size_t)c)
+        return;
+    double mean, m2;
+    hcnn_hd_bn_table_stats(table, 1, c, (int)ch, blocks, per, rows, &mean, &m2);
+    save_mean[ch] = (float)mean;
+    save_invstd[ch] = hcnn_hd_bn_finish(mean, m2, (double)rows, eps, momentum, &running_mean[ch],
+                                        &running_var[ch]);
+}
+
+/* channel ch's two sums over its blocks, in double, blocks in order (bn.cu's
+ * bwd_channel in one piece): dbeta and dgamma accumulated, the two means dx
+ * needs */
+static __global__ void nhwc_bwd_channel_kernel(const float *table, int blocks, int c, double cnt,
+                                               float *dgamma, float *dbeta, float *mdy, float *mdyx)
+{
+    const size_t ch = HCNN_CUDA_INDEX();
+    if (ch >= (size_t)c)
+        return;
+    double sdy = 0.0, sdyx = 0.0;
+    for (int b = 0; b < blocks; b++) {
+        sdy += table[2 * ((size_t)b * c + ch)];
+        sdyx += table[2 * ((size_t)b * c + ch) + 1];
+    }
+    dbeta[ch] += (float)sdy;
+    dgamma[ch] += (float)sdyx;
+    mdy[ch] = (float)(sdy / cnt);
+    mdyx[ch] = (float)(sdyx / cnt);
+}
+
+void hcnn_cuda_bn_nhwc_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
+                                 const float *gamma, const float *beta, float eps, float momentum,
+                                 float *running_mean, float *running_var, float *save_mean,
+                                 float *save_invstd, const float *add, int relu, float *y)
+{
+    cudaStream_t st = cuda_of(be)->stream;
+    const int rows = nhwc_rows(n, np);
+    int blocks;
+    const int per = nhwc_rows_per_block(be, rows, c, &blocks);
+    float *table = (float *)hcnn_cuda_scratch(be, (size_t)blocks * c);
+    HCNN_LAUNCH(nhwc_block_stats_kernel, hcnn_cuda_blocks((size_t)blocks * c), HCNN_CUDA_BLOCK, st,
+                x, rows, c, per, blocks, table);
+    HCNN_CUDA_LAUNCHED();
+    HCNN_LAUNCH(nhwc_channel_stats_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
+                (const float *)table, rows, c, per, blocks, eps, momentum, save_mean, save_invstd,
+                running_mean, running_var);
+    HCNN_CUDA_LAUNCHED();
+    const size_t total = (size_t)rows * c;
+    HCNN_LAUNCH(nhwc_apply_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, total,
+                hcnn_hd_divider_of((uint32_t)c), gamma, beta, (const float *)save_mean,
+                (const float *)save_invstd, add, relu, y);
+    HCNN_CUDA_LAUNCHED();
+}
+
+void hcnn_cuda_bn_nhwc_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,
+                           int np, const float *gamma, const float *beta, const float *save_mean,
+                           const float *save_invstd, int relu, float *dx, float *dgamma,
+                           float *dbeta)
+{
+    cudaStream_t st = cuda_of(be)->stream;
+    const int rows = nhwc_rows(n, np);
+    int blocks;
+    const int per = nhwc_rows_per_block(be, rows, c, &blocks);
+    /* the two means ([c] floats each: c doubles), then the table */
+    double *s = hcnn_cuda_scratch(be, (size_t)c + (size_t)blocks * c);
+    float *mdy = (float *)s, *mdyx = mdy + c, *table = (float *)(s + c);
+    HCNN_LAUNCH(nhwc_bwd_block_kernel, hcnn_cuda_blocks((size_t)blocks * c), HCNN_CUDA_BLOCK, st, x,
+                dy, rows, c, per, blocks, gamma, beta, save_mean, save_invstd, relu, table);
+    HCNN_CUDA_LAUNCHED();
+    HCNN_LAUNCH(nhwc_bwd_channel_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
+                (const float *)table, blocks, c, (double)rows, dgamma, dbeta, mdy, mdyx);
+    HCNN_CUDA_LAUNCHED();
+    if (!dx)
+        return;
+    const size_t total = (size_t)rows * c;
+    HCNN_LAUNCH(nhwc_bwd_dx_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, dy, total,
+                hcnn_hd_divider_of((uint32_t)c), gamma, beta, save_mean, save_invstd, relu,
+                (const float *)mdy, (const float *)mdyx, dx);
+    HCNN_CUDA_LAUNCHED();
+}
+
+void hcnn_cuda_bn_nhwc_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
+                                 const float *gamma, const float *beta, float eps,
+                                 const float *running_mean, const float *running_var,
+                                 const float *add, int relu, float *y)
+{
+    const size_t total = (size_t)n * c * np;
+    HCNN_LAUNCH(nhwc_infer_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, x,
+                total, hcnn_hd_divider_of((uint32_t)c), gamma, beta, eps, running_mean, running_var,
+                add, relu, y);
+    HCNN_CUDA_LAUNCHED();
+}
