@@ -1,7 +1,7 @@
 /* The conformance suite's checks of memory, copies, the fully connected
- * helpers, the element-wise operations, dropout and pooling
- * (backend_check.h; batch normalisation, the loss, the optimiser, the
- * statistics, threads, units and timers are in backend_checks_train.c). */
+ * helpers, the element-wise operations, dropout, pooling and the layout
+ * changes (backend_check.h; batch normalisation, the loss, the optimiser,
+ * the statistics, threads, units and timers are in backend_checks_train.c). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -588,4 +588,54 @@ int check_avgpool_fwd(const hcnn_backend *be, char *why, size_t cap)
 int check_avgpool_bwd(const hcnn_backend *be, char *why, size_t cap)
 {
     return check_avgpool(be, 1, why, cap);
+}
+
+/* ---- layout changes ------------------------------------------------------------------------ */
+
+/* [n][c][np]: odd sizes, one channel, one pixel, both, a ResNet-like tail */
+static const int layout_cases[][3] = {{3, 5, 7}, {2, 1, 9}, {4, 6, 1}, {1, 1, 1}, {2, 64, 49}};
+
+/* An NHWC backend: layout_from_nchw gives the host's transpose [n][c][np] ->
+ * [n][np][c] exactly (a copy: no arithmetic), leaves its input alone and writes
+ * nothing past its output; layout_to_nchw gives the NCHW tensor back exactly.
+ * The transpose is written out here rather than taken from put_act, which the
+ * other checks rest on.  An NCHW backend: both operations NULL (backend.h), so
+ * that nothing converts what is already NCHW. */
+int check_layout(const hcnn_backend *be, char *why, size_t cap)
+{
+    if (be->layout != HCNN_LAYOUT_NHWC) {
+        if (be->layout_from_nchw || be->layout_to_nchw)
+            FAIL("an NCHW backend has layout_from_nchw %s and layout_to_nchw %s (both must be "
+                 "NULL)",
+                 be->layout_from_nchw ? "set" : "NULL", be->layout_to_nchw ? "set" : "NULL");
+        return 1;
+    }
+    if (!be->layout_from_nchw || !be->layout_to_nchw)
+        FAIL("an NHWC backend lacks layout_from_nchw or layout_to_nchw");
+    char what[128];
+    for (size_t k = 0; k < sizeof layout_cases / sizeof *layout_cases; k++) {
+        const int mark = arena_mark();
+        const int n = layout_cases[k][0], c = layout_cases[k][1], np = layout_cases[k][2];
+        const size_t count = (size_t)n * c * np;
+        ref_rng r = {91 + k};
+        float *x = hrand(&r, count, -1, 1);
+        double *want = hdvec(count);
+        for (int i = 0; i < n; i++)
+            for (int ch = 0; ch < c; ch++)
+                for (int p = 0; p < np; p++)
+                    want[((size_t)i * np + p) * c + ch] = x[((size_t)i * c + ch) * np + p];
+        float *d_x = dnew(be, x, count), *d_t = dnan(be, count), *d_back = dnan(be, count);
+        be->layout_from_nchw(be, d_x, d_t, n, c, np);
+        snprintf(what, sizeof what, "layout_from_nchw n %d, c %d, np %d", n, c, np);
+        TRY(check_dev(be, what, d_t, want, count, TOL_EXACT, why, cap));
+        snprintf(what, sizeof what, "layout_from_nchw's input, n %d, c %d, np %d", n, c, np);
+        TRY(check_dev(be, what, d_x, hd(x, count), count, TOL_EXACT, why, cap));
+        be->layout_to_nchw(be, d_t, d_back, n, c, np);
+        snprintf(what, sizeof what, "layout_to_nchw n %d, c %d, np %d (the round trip)", n, c, np);
+        TRY(check_dev(be, what, d_back, hd(x, count), count, TOL_EXACT, why, cap));
+        snprintf(what, sizeof what, "layout_to_nchw's input, n %d, c %d, np %d", n, c, np);
+        TRY(check_dev(be, what, d_t, want, count, TOL_EXACT, why, cap));
+        arena_pop(mark);
+    }
+    return 1;
 }
