@@ -305,7 +305,10 @@ static const hcnn_backend cuda_backend = {
 #else
     .emulated = 0,
 #endif
-    .layout = HCNN_LAYOUT_NCHW, /* set at creation from HCNN_CUDA_LAYOUT */
+    /* the creation sets it from HCNN_CUDA_LAYOUT; named here because g++'s
+     * -Wmissing-field-initializers (the emulation's build) flags a member
+     * skipped between designated ones */
+    .layout = HCNN_LAYOUT_NCHW,
     .parallel = cuda_parallel,
     .threads = cuda_threads,
     .unit_images = cuda_unit_images,
@@ -392,6 +395,10 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
     *be = cuda_backend;
     be->state = cu;
     be->layout = layout;
+    /* backend.h: an NCHW backend has no layout changes (NULL), which tells
+     * the network that its activations need none */
+    if (layout != HCNN_LAYOUT_NHWC)
+        be->layout_from_nchw = NULL, be->layout_to_nchw = NULL;
     cu->device = (device > 0 ? device : 0) % count;
     HCNN_CUDA(cudaSetDevice(cu->device));
     HCNN_CUDA(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));

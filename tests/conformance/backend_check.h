@@ -1,6 +1,7 @@
 /* The backend conformance suite's harness (tests/conformance/backend_check.c) and its
  * checks (tests/conformance/backend_checks_conv.c: gemm and convolution;
- * tests/conformance/backend_checks_ops.c: memory, element-wise, dropout, pooling;
+ * tests/conformance/backend_checks_ops.c: memory, element-wise, dropout, pooling,
+ * layout changes;
  * tests/conformance/backend_checks_train.c: batch-norm, loss, optimiser, statistics,
  * threads, units, timers), run by
  * tests/conformance/test_backend.c.
@@ -150,6 +151,7 @@ int check_maxpool_fwd(const hcnn_backend *be, char *why, size_t cap);
 int check_maxpool_bwd(const hcnn_backend *be, char *why, size_t cap);
 int check_avgpool_fwd(const hcnn_backend *be, char *why, size_t cap);
 int check_avgpool_bwd(const hcnn_backend *be, char *why, size_t cap);
+int check_layout(const hcnn_backend *be, char *why, size_t cap);
 int check_bn_fwd_train(const hcnn_backend *be, char *why, size_t cap);
 int check_bn_fwd_infer(const hcnn_backend *be, char *why, size_t cap);
 int check_bn_bwd(const hcnn_backend *be, char *why, size_t cap);

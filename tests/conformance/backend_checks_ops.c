@@ -1,7 +1,7 @@
 /* The conformance suite's checks of memory, copies, the fully connected
- * helpers, the element-wise operations, dropout and pooling
- * (backend_check.h; batch normalisation, the loss, the optimiser, the
- * statistics, threads, units and timers are in backend_checks_train.c). */
+ * helpers, the element-wise operations, dropout, pooling and the layout
+ * changes (backend_check.h; batch normalisation, the loss, the optimiser,
+ * the statistics, threads, units and timers are in backend_checks_train.c). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -501,7 +501,11 @@ static float *distinct(ref_rng *r, size_t n)
 }
 
 /* max pool forward (y: the window's largest value: exact) and backward (dx:
- * dy at each window's maximum, from the forward's argmax; overlapping windows add) */
+ * dy at each window's maximum, from the forward's argmax; overlapping windows add).
+ * x, y, dy and dx are activations, stated in NCHW and laid out as the backend's
+ * (dnew_act, check_act); the argmax is the backend's own (its layout and, in an
+ * NHWC backend, its meaning), so it is checked only through what maxpool_bwd makes
+ * of it. */
 static int check_maxpool(const hcnn_backend *be, int backward, char *why, size_t cap)
 {
     char what[160];
@@ -512,14 +516,16 @@ static int check_maxpool(const hcnn_backend *be, int backward, char *why, size_t
         const size_t nx = (size_t)pc->n * g.c * g.h * g.w, ny = (size_t)pc->n * g.c * g.oh * g.ow;
         ref_rng r = {61 + c};
         float *x = distinct(&r, nx), *dy = hrand(&r, ny, -1, 1);
-        float *d_x = dnew(be, x, nx), *d_y = dnan(be, ny), *d_dy = dnew(be, dy, ny);
+        const int np = g.h * g.w, onp = g.oh * g.ow;
+        float *d_x = dnew_act(be, x, pc->n, g.c, np), *d_y = dnan(be, ny);
+        float *d_dy = dnew_act(be, dy, pc->n, g.c, onp);
         int32_t *d_arg = dev_bytes(be, ny * sizeof(int32_t));
         be->maxpool_fwd(be, &g, d_x, pc->n, d_y, d_arg);
         if (!backward) {
             double *want = hdvec(ny);
             ref_maxpool_fwd(&g, x, pc->n, want);
             pool_name(pc, "maxpool_fwd", what, sizeof what);
-            TRY(check_dev(be, what, d_y, want, ny, TOL_EXACT, why, cap));
+            TRY(check_act(be, what, d_y, want, pc->n, g.c, onp, TOL_EXACT, why, cap));
         } else {
             double *want = hdvec(nx);
             ref_maxpool_bwd(&g, x, dy, pc->n, want);
@@ -527,7 +533,8 @@ static int check_maxpool(const hcnn_backend *be, int backward, char *why, size_t
             be->maxpool_bwd(be, &g, d_dy, d_arg, pc->n, d_dx);
             pool_name(pc, "maxpool_bwd", what, sizeof what);
             const int overlap = pc->kh > pc->sh || pc->kw > pc->sw;
-            TRY(check_dev(be, what, d_dx, want, nx, overlap ? TOL_POOL : TOL_EXACT, why, cap));
+            TRY(check_act(be, what, d_dx, want, pc->n, g.c, np, overlap ? TOL_POOL : TOL_EXACT,
+                          why, cap));
         }
         arena_pop(mark);
     }
@@ -542,7 +549,8 @@ int check_maxpool_bwd(const hcnn_backend *be, char *why, size_t cap)
     return check_maxpool(be, 1, why, cap);
 }
 
-/* average pool: y = window sum / (kh kw), dx = the windows' dy / (kh kw) */
+/* average pool: y = window sum / (kh kw), dx = the windows' dy / (kh kw); x, y, dy
+ * and dx in the backend's layout (dnew_act, check_act) */
 static int check_avgpool(const hcnn_backend *be, int backward, char *why, size_t cap)
 {
     char what[160];
@@ -553,20 +561,21 @@ static int check_avgpool(const hcnn_backend *be, int backward, char *why, size_t
         const size_t nx = (size_t)pc->n * g.c * g.h * g.w, ny = (size_t)pc->n * g.c * g.oh * g.ow;
         ref_rng r = {71 + c};
         float *x = hrand(&r, nx, -1, 1), *dy = hrand(&r, ny, -1, 1);
+        const int np = g.h * g.w, onp = g.oh * g.ow;
         if (!backward) {
             double *want = hdvec(ny);
             ref_avgpool_fwd(&g, x, pc->n, want);
-            float *d_x = dnew(be, x, nx), *d_y = dnan(be, ny);
+            float *d_x = dnew_act(be, x, pc->n, g.c, np), *d_y = dnan(be, ny);
             be->avgpool_fwd(be, &g, d_x, pc->n, d_y);
             pool_name(pc, "avgpool_fwd", what, sizeof what);
-            TRY(check_dev(be, what, d_y, want, ny, TOL_POOL, why, cap));
+            TRY(check_act(be, what, d_y, want, pc->n, g.c, onp, TOL_POOL, why, cap));
         } else {
             double *want = hdvec(nx);
             ref_avgpool_bwd(&g, dy, pc->n, want);
-            float *d_dy = dnew(be, dy, ny), *d_dx = dnan(be, nx);
+            float *d_dy = dnew_act(be, dy, pc->n, g.c, onp), *d_dx = dnan(be, nx);
             be->avgpool_bwd(be, &g, d_dy, pc->n, d_dx);
             pool_name(pc, "avgpool_bwd", what, sizeof what);
-            TRY(check_dev(be, what, d_dx, want, nx, TOL_POOL, why, cap));
+            TRY(check_act(be, what, d_dx, want, pc->n, g.c, np, TOL_POOL, why, cap));
         }
         arena_pop(mark);
     }
@@ -579,4 +588,54 @@ int check_avgpool_fwd(const hcnn_backend *be, char *why, size_t cap)
 int check_avgpool_bwd(const hcnn_backend *be, char *why, size_t cap)
 {
     return check_avgpool(be, 1, why, cap);
+}
+
+/* ---- layout changes ------------------------------------------------------------------------ */
+
+/* [n][c][np]: odd sizes, one channel, one pixel, both, a ResNet-like tail */
+static const int layout_cases[][3] = {{3, 5, 7}, {2, 1, 9}, {4, 6, 1}, {1, 1, 1}, {2, 64, 49}};
+
+/* An NHWC backend: layout_from_nchw gives the host's transpose [n][c][np] ->
+ * [n][np][c] exactly (a copy: no arithmetic), leaves its input alone and writes
+ * nothing past its output; layout_to_nchw gives the NCHW tensor back exactly.
+ * The transpose is written out here rather than taken from put_act, which the
+ * other checks rest on.  An NCHW backend: both operations NULL (backend.h), so
+ * that nothing converts what is already NCHW. */
+int check_layout(const hcnn_backend *be, char *why, size_t cap)
+{
+    if (be->layout != HCNN_LAYOUT_NHWC) {
+        if (be->layout_from_nchw || be->layout_to_nchw)
+            FAIL("an NCHW backend has layout_from_nchw %s and layout_to_nchw %s (both must be "
+                 "NULL)",
+                 be->layout_from_nchw ? "set" : "NULL", be->layout_to_nchw ? "set" : "NULL");
+        return 1;
+    }
+    if (!be->layout_from_nchw || !be->layout_to_nchw)
+        FAIL("an NHWC backend lacks layout_from_nchw or layout_to_nchw");
+    char what[128];
+    for (size_t k = 0; k < sizeof layout_cases / sizeof *layout_cases; k++) {
+        const int mark = arena_mark();
+        const int n = layout_cases[k][0], c = layout_cases[k][1], np = layout_cases[k][2];
+        const size_t count = (size_t)n * c * np;
+        ref_rng r = {91 + k};
+        float *x = hrand(&r, count, -1, 1);
+        double *want = hdvec(count);
+        for (int i = 0; i < n; i++)
+            for (int ch = 0; ch < c; ch++)
+                for (int p = 0; p < np; p++)
+                    want[((size_t)i * np + p) * c + ch] = x[((size_t)i * c + ch) * np + p];
+        float *d_x = dnew(be, x, count), *d_t = dnan(be, count), *d_back = dnan(be, count);
+        be->layout_from_nchw(be, d_x, d_t, n, c, np);
+        snprintf(what, sizeof what, "layout_from_nchw n %d, c %d, np %d", n, c, np);
+        TRY(check_dev(be, what, d_t, want, count, TOL_EXACT, why, cap));
+        snprintf(what, sizeof what, "layout_from_nchw's input, n %d, c %d, np %d", n, c, np);
+        TRY(check_dev(be, what, d_x, hd(x, count), count, TOL_EXACT, why, cap));
+        be->layout_to_nchw(be, d_t, d_back, n, c, np);
+        snprintf(what, sizeof what, "layout_to_nchw n %d, c %d, np %d (the round trip)", n, c, np);
+        TRY(check_dev(be, what, d_back, hd(x, count), count, TOL_EXACT, why, cap));
+        snprintf(what, sizeof what, "layout_to_nchw's input, n %d, c %d, np %d", n, c, np);
+        TRY(check_dev(be, what, d_t, want, count, TOL_EXACT, why, cap));
+        arena_pop(mark);
+    }
+    return 1;
 }

@@ -81,6 +81,7 @@ static const check_entry checks[] = {
     {"maxpool_bwd", check_maxpool_bwd},
     {"avgpool_fwd", check_avgpool_fwd},
     {"avgpool_bwd", check_avgpool_bwd},
+    {"layout", check_layout}, /* layout_from_nchw, layout_to_nchw (NULL in NCHW) */
     {"bn_fwd_train", check_bn_fwd_train},
     {"bn_fwd_infer", check_bn_fwd_infer},
     {"bn_bwd", check_bn_bwd},
@@ -251,6 +252,37 @@ static void bad_parallel(const hcnn_backend *be, void (*fn)(void *arg, int t, in
     fn(arg, 0, g_real->threads(g_real) + 1);
 }
 
+/* [n][p][c] -> [n][c][p] on the cpu backend's (host) memory: layout_to_nchw's
+ * transpose, which the bad layout_from_nchw below does instead of its own */
+static void host_to_nchw(const float *x, float *y, int n, int c, int np)
+{
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (int p = 0; p < np; p++)
+                y[((size_t)i * c + ch) * np + p] = x[((size_t)i * np + p) * c + ch];
+}
+static void bad_layout_from_nchw(const hcnn_backend *be, const float *x, float *y, int n, int c,
+                                 int np)
+{
+    (void)be; /* transposes the wrong way: right only when c or np is 1 */
+    host_to_nchw(x, y, n, c, np);
+}
+static void good_layout_to_nchw(const hcnn_backend *be, const float *x, float *y, int n, int c,
+                                int np)
+{
+    (void)be;
+    host_to_nchw(x, y, n, c, np);
+}
+/* the cpu backend as an NHWC one for the layout check alone, its from_nchw wrong */
+static void install_bad_layout(hcnn_backend *b)
+{
+    b->layout = HCNN_LAYOUT_NHWC;
+    b->layout_from_nchw = bad_layout_from_nchw;
+    b->layout_to_nchw = good_layout_to_nchw;
+}
+/* an NCHW backend with a layout operation, which the network would then call */
+static void install_nchw_with_layout(hcnn_backend *b) { b->layout_to_nchw = good_layout_to_nchw; }
+
 typedef struct deliberate {
     const char *wrong; /* what is wrong */
     const char *check; /* the check that must fail */
@@ -298,6 +330,8 @@ static const deliberate deliberates[] = {
     {"sgd_step ignores nesterov", "sgd_step", install_bad_sgd_step},
     {"dropout_fwd ignores the step", "dropout_fwd", install_bad_dropout_fwd},
     {"maxpool_bwd adds into dx", "maxpool_bwd", install_bad_maxpool_bwd},
+    {"layout_from_nchw transposes the wrong way", "layout", install_bad_layout},
+    {"an NCHW backend has layout_to_nchw", "layout", install_nchw_with_layout},
     {"bn_fwd_train ignores the momentum", "bn_fwd_train", install_bad_bn_fwd_train},
     {"bn_fwd_infer ignores add", "bn_fwd_infer", install_bad_bn_fwd_infer},
     {"bn_bwd overwrites dgamma", "bn_bwd", install_bad_bn_bwd},
