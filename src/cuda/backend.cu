@@ -305,6 +305,7 @@ static const hcnn_backend cuda_backend = {
 #else
     .emulated = 0,
 #endif
+    .layout = HCNN_LAYOUT_NCHW, /* the instance's from HCNN_CUDA_LAYOUT (hcnn_backend_cuda_create) */
     .parallel = cuda_parallel,
     .threads = cuda_threads,
     .unit_images = cuda_unit_images,
