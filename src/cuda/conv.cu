@@ -16,6 +16,20 @@
  * as many images as CHUNK_FLOATS of columns and GEMM output allow.  The
  * index arithmetic is src/core/hd.h's.
  *
+ * An NHWC backend (be->layout; x, y, dy, dx [n][h][w][c], the weights as
+ * above) takes the same chunks with the columns pixel-major, whose GEMMs
+ * read and write the activations in place (conv_nhwc.cu's kernels):
+ *   col  = im2col(x)            [nb*P][K]      K ordered (ci, ki, kj) as W's
+ *   y    = col W^T              [nb*P][Cout]   the chunk's NHWC output
+ *   y   += b                    by rows
+ * backward:
+ *   db  += the sum of dy's rows (bias.cu)
+ *   dW  += dy^T col             [Cout][K]      chunk after chunk, in order
+ *   dcol = dy W                 [nb*P][K]
+ *   dx   = col2im(dcol)         (+ dx when accumulating), gathered as above
+ * The convolution gathers no batch-norm statistics in NHWC (bands 0: the
+ * batch-norm takes them from its input).
+ *
  * Where this build links cuDNN, the forward and the backward below first
  * ask conv_cudnn.cu whether cuDNN runs that pass of the convolution (its
  * measured rule: in FP32 the forward on large planes, with TF32 every
@@ -31,7 +45,8 @@
 static int conv_k(const hcnn_conv_desc *d) { return d->g.c * d->g.kh * d->g.kw; }
 static int conv_p(const hcnn_conv_desc *d) { return d->g.oh * d->g.ow; }
 
-/* images of a chunk: its columns and output within CHUNK_FLOATS */
+/* images of a chunk: its columns and output within CHUNK_FLOATS (NHWC's
+ * output is y itself, but its chunks are the same: one rule for both) */
 static int chunk_images(const hcnn_conv_desc *d, int n)
 {
     const size_t per = ((size_t)conv_k(d) + (size_t)d->out_c) * conv_p(d);
@@ -205,7 +220,8 @@ static void conv_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int 
         hcnn_cuda_gemm(be, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* the chunk's columns, then its output (ex->ws, sized by conv_workspace) */
+/* the chunk's columns, then its output (ex->ws, sized by conv_workspace; NHWC:
+ * the columns only) */
 static float *chunk_col(const hcnn_exec *ex) { return ex->ws; }
 static float *chunk_out(const hcnn_conv_desc *d, const hcnn_exec *ex, int nb)
 {
@@ -217,17 +233,38 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
 {
     const hcnn_cudnn_conv *dnn =
         hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float), HCNN_CUDNN_FORWARD);
+    const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
     if (dnn) {
         hcnn_cudnn_conv_fwd(be, dnn, ex, x, w, y);
-        if (b)
+        if (b && nhwc)
+            hcnn_cuda_add_row_bias(be, y, b, n * conv_p(d), d->out_c);
+        else if (b)
             hcnn_cuda_add_channel_bias(be, y, b, n, d->out_c, conv_p(d));
-        if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes */
+        if (ex->stats && nhwc) /* none gathered, as on the im2col path below */
+            ex->stats->bands = 0, ex->stats->band_px = 0;
+        else if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes */
             hcnn_cuda_bn_gather(be, y, n, d->out_c, conv_p(d), ex->stats);
         return HCNN_OK;
     }
     const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
     const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
     const bf16_parts bp = bf16_parts_for(be, d, w, chunk, 0);
+    if (nhwc) {
+        for (int i0 = 0; i0 < n; i0 += chunk) {
+            const int nb = n - i0 < chunk ? n - i0 : chunk;
+            float *col = chunk_col(ex);
+            hcnn_cuda_im2col_nhwc(be, &d->g, x + (size_t)i0 * in_sz, nb, col, bp.col);
+            conv_gemm(be, 0, 1, nb * P, co, K, col, bp.col, K, w, bp.w, K, 0.0f,
+                      y + (size_t)i0 * out_sz, co);
+        }
+        if (b)
+            hcnn_cuda_add_row_bias(be, y, b, n * P, co);
+        /* No statistics gathered: bn.cu gathers them by planes, which NHWC
+         * does not have; bands 0 has the batch-norm read them from y. */
+        if (ex->stats)
+            ex->stats->bands = 0, ex->stats->band_px = 0;
+        return HCNN_OK;
+    }
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
         float *col = chunk_col(ex), *yi = y + (size_t)i0 * out_sz;
@@ -260,7 +297,10 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
 {
     const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
     const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
-    if (db)
+    const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
+    if (db && nhwc)
+        hcnn_cuda_nhwc_channel_sum_acc(be, dy, n * P, co, db);
+    else if (db)
         hcnn_cuda_channel_sum_acc(be, dy, n, co, P, db);
     const hcnn_cudnn_conv *dnn =
         hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float), HCNN_CUDNN_BACKWARD);
@@ -272,6 +312,24 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
         return HCNN_OK;
     }
     const bf16_parts bp = bf16_parts_for(be, d, dx ? w : NULL, chunk, 1);
+    if (nhwc) {
+        for (int i0 = 0; i0 < n; i0 += chunk) {
+            const int nb = n - i0 < chunk ? n - i0 : chunk;
+            float *col = chunk_col(ex);
+            const float *dyi = dy + (size_t)i0 * out_sz; /* [nb*P][Cout] as it is */
+            if (bp.dy)
+                hcnn_cuda_to_bf16(be, dyi, (size_t)nb * out_sz, bp.dy);
+            if (dw) {
+                hcnn_cuda_im2col_nhwc(be, &d->g, x + (size_t)i0 * in_sz, nb, col, bp.col);
+                conv_gemm(be, 1, 0, co, K, nb * P, dyi, bp.dy, co, col, bp.col, K, 1.0f, dw, K);
+            }
+            if (dx) {
+                conv_gemm(be, 0, 0, nb * P, K, co, dyi, bp.dy, co, w, bp.w, K, 0.0f, col, K);
+                hcnn_cuda_col2im_nhwc(be, &d->g, col, nb, dx_acc, dx + (size_t)i0 * in_sz);
+            }
+        }
+        return HCNN_OK;
+    }
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
         float *col = chunk_col(ex);
@@ -325,15 +383,17 @@ int hcnn_cuda_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *d, con
     return conv_backward(be, d, ex, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
 }
 
-/* the largest chunk's columns and output, or cuDNN's workspace where it
- * runs a pass and needs more (the im2col size always: a call over fewer
- * images may take the im2col path, see hcnn_cudnn_conv_for) */
+/* the largest chunk's columns and output (NHWC: its columns only), or
+ * cuDNN's workspace where it runs a pass and needs more (the im2col size
+ * always: a call over fewer images may take the im2col path, see
+ * hcnn_cudnn_conv_for) */
 size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
                                 const hcnn_exec *ex, int n)
 {
     (void)ex;
     const size_t nb = (size_t)chunk_images(d, n);
-    const size_t cols = nb * ((size_t)conv_k(d) + (size_t)d->out_c) * conv_p(d);
+    const size_t outs = be->layout == HCNN_LAYOUT_NHWC ? 0 : (size_t)d->out_c; /* in place */
+    const size_t cols = nb * ((size_t)conv_k(d) + outs) * conv_p(d);
     const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(
         be, d, n, HCNN_CUDNN_ANY_WORKSPACE, HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD);
     const size_t dnn_ws = dnn ? hcnn_cudnn_conv_workspace(dnn) : 0;
@@ -343,10 +403,18 @@ size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
 void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                           int n, int unit, int need_dx, hcnn_gemm_list *gl)
 {
-    (void)be, (void)ex, (void)unit; /* no units on a device */
+    (void)ex, (void)unit; /* no units on a device */
     const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
+    const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
+        if (nhwc) { /* conv_fwd's and conv_backward's NHWC GEMMs */
+            hcnn_gemm_push(gl, 0, 0, 1, nb * P, co, K, 0);
+            hcnn_gemm_push(gl, 1, 1, 0, co, K, nb * P, 0);
+            if (need_dx)
+                hcnn_gemm_push(gl, 1, 0, 0, nb * P, K, co, 0);
+            continue;
+        }
         hcnn_gemm_push(gl, 0, 0, 0, co, nb * P, K, 0);
         hcnn_gemm_push(gl, 1, 0, 1, co, K, nb * P, 0);
         if (need_dx)
@@ -361,8 +429,9 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
     (void)ex;
     char im2col[160];
     snprintf(im2col, sizeof im2col,
-             "im2col_cublas: im2col + cuBLAS GEMM on the GPU, chunks of %d images, col2im gathered",
-             chunk_images(d, n));
+             "im2col_cublas: im2col + cuBLAS GEMM on the GPU%s, chunks of %d images, col2im "
+             "gathered",
+             be->layout == HCNN_LAYOUT_NHWC ? ", NHWC" : "", chunk_images(d, n));
     const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(
         be, d, n, HCNN_CUDNN_ANY_WORKSPACE, HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD);
     if (dnn)

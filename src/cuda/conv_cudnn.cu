@@ -1,8 +1,13 @@
 /* 2-D convolution of the CUDA backend through cuDNN, where this build links
  * it (configure found cuDNN; never in the emulation, which runs conv.cu's
  * im2col + cuBLAS path): the forward, the data gradient and the filter
- * gradient as cuDNN's convolution calls on the NCHW FP32 tensors as they
- * are, with the bias and its gradient by bias.cu as on the im2col path.
+ * gradient as cuDNN's convolution calls on the FP32 tensors as they are
+ * (the activations NCHW or, in an NHWC instance, CUDNN_TENSOR_NHWC; the
+ * filter always KCRS, CUDNN_TENSOR_NCHW), with the bias and its gradient
+ * by bias.cu as on the im2col path.  The NHWC descriptors are unmeasured
+ * (written 2026-11-29 without a GPU): where cuDNN's heuristics offer no
+ * usable algorithm for them the convolution takes conv.cu's NHWC im2col
+ * path as for any shape without one, and default_passes' rule is NCHW's.
  *
  * Algorithms: for each convolution shape and batch, the first of cuDNN's
  * heuristic ranking (cudnnGet*Algorithm_v7: no timing, so the same choice on
@@ -46,6 +51,7 @@ struct hcnn_cudnn_conv {
     hcnn_conv_desc d;
     int n;
     hcnn_precision precision;
+    hcnn_act_layout layout; /* the instance's (fixed at creation: no key) */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
@@ -154,10 +160,13 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     HCNN_CUDNN(cudnnCreateTensorDescriptor(&p->y));
     HCNN_CUDNN(cudnnCreateFilterDescriptor(&p->w));
     HCNN_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv));
-    HCNN_CUDNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, g->c, g->h,
-                                          g->w));
-    HCNN_CUDNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, p->d.out_c,
-                                          g->oh, g->ow));
+    /* x, y in the instance's layout (the sizes are n, c, h, w in both); the
+     * filter [out][in][kh][kw] in both (backend.h) */
+    const cudnnTensorFormat_t act =
+        p->layout == HCNN_LAYOUT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    HCNN_CUDNN(cudnnSetTensor4dDescriptor(p->x, act, CUDNN_DATA_FLOAT, n, g->c, g->h, g->w));
+    HCNN_CUDNN(cudnnSetTensor4dDescriptor(p->y, act, CUDNN_DATA_FLOAT, n, p->d.out_c, g->oh,
+                                          g->ow));
     HCNN_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->d.out_c,
                                           g->c, g->kh, g->kw));
     HCNN_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, g->ph, g->pw, g->sh, g->sw, 1, 1,
@@ -266,6 +275,7 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
     p->d = key;
     p->n = n;
     p->precision = cu->precision;
+    p->layout = be->layout;
     p->passes = dnn->all ? HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD : default_passes(p);
     if (!p->passes) {
         p->none = 1;
@@ -368,16 +378,17 @@ static const char *bwd_filter_name(cudnnConvolutionBwdFilterAlgo_t a)
 void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, const char *im2col, char *buf, size_t cap)
 {
     const char *math = p->precision == HCNN_PRECISION_FP32 ? "FMA math: no TF32" : "TF32 allowed";
+    const char *nhwc = p->layout == HCNN_LAYOUT_NHWC ? " NHWC" : "";
     if (p->passes & HCNN_CUDNN_BACKWARD)
         snprintf(buf, cap,
-                 "cudnn: cuDNN %d.%d.%d, forward %s, data gradient %s, filter gradient %s "
+                 "cudnn: cuDNN %d.%d.%d%s, forward %s, data gradient %s, filter gradient %s "
                  "(direct sums, deterministic, %s), workspace %.1f MiB",
-                 CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, fwd_name(p->fwd),
+                 CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, fwd_name(p->fwd),
                  bwd_data_name(p->bwd_data), bwd_filter_name(p->bwd_filter), math,
                  (double)p->workspace / 1048576.0);
     else
-        snprintf(buf, cap, "cudnn_forward: cuDNN %d.%d.%d forward %s (%s), backward by %s",
-                 CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, fwd_name(p->fwd), math, im2col);
+        snprintf(buf, cap, "cudnn_forward: cuDNN %d.%d.%d%s forward %s (%s), backward by %s",
+                 CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, fwd_name(p->fwd), math, im2col);
 }
 
 #else /* no cuDNN in this build: every convolution takes the im2col path */

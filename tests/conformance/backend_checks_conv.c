@@ -1,6 +1,9 @@
 /* The conformance suite's checks of gemm and of the convolution (conv_fwd,
  * conv_bwd, conv_bwd_filter, conv_bwd_data, conv_workspace, conv_gemms,
- * conv_describe) on every way of running it (backend_check.h). */
+ * conv_describe) on every way of running it (backend_check.h).  The
+ * activations (x, y, dy, dx) are stated in NCHW and reach the backend in
+ * its layout (dnew_act, put_act, get_act, check_act); the weights, biases
+ * and their gradients are the same in every layout. */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <math.h>
@@ -217,6 +220,7 @@ typedef struct conv_env {
     hcnn_conv_desc d;
     hcnn_exec ex;
     size_t nx, nw, ny;                       /* floats of x, w (dw), y (dy) */
+    int n, c, oc, np_in, np_out;             /* x [n][c][np_in], y [n][oc][np_out] (NCHW) */
     float *x, *w, *b, *dy, *dw0, *db0, *dx0; /* host data */
     float *d_x, *d_w, *d_b, *d_dy;           /* backend copies */
     double *y0, *yb, *gw, *gb, *gx;          /* references: y, y + b, dw, db, dx */
@@ -234,13 +238,15 @@ static void conv_env_data(conv_env *e, const hcnn_backend *be, const conv_case *
     e->nx = (size_t)cc->n * g->c * g->h * g->w;
     e->nw = (size_t)cc->oc * g->c * g->kh * g->kw;
     e->ny = (size_t)cc->n * cc->oc * g->oh * g->ow;
+    e->n = cc->n, e->c = g->c, e->oc = cc->oc, e->np_in = g->h * g->w, e->np_out = g->oh * g->ow;
     ref_rng r = {1000 + (uint64_t)(cc - conv_cases)};
     e->x = hrand(&r, e->nx, -1, 1), e->w = hrand(&r, e->nw, -1, 1);
     e->b = hrand(&r, (size_t)cc->oc, -1, 1), e->dy = hrand(&r, e->ny, -1, 1);
     e->dw0 = hrand(&r, e->nw, -1, 1), e->db0 = hrand(&r, (size_t)cc->oc, -1, 1);
     e->dx0 = hrand(&r, e->nx, -1, 1);
-    e->d_x = dnew(be, e->x, e->nx), e->d_w = dnew(be, e->w, e->nw);
-    e->d_b = dnew(be, e->b, (size_t)cc->oc), e->d_dy = dnew(be, e->dy, e->ny);
+    e->d_x = dnew_act(be, e->x, e->n, e->c, e->np_in), e->d_w = dnew(be, e->w, e->nw);
+    e->d_b = dnew(be, e->b, (size_t)cc->oc);
+    e->d_dy = dnew_act(be, e->dy, e->n, e->oc, e->np_out);
     if (want_fwd) {
         e->y0 = hdvec(e->ny), e->yb = hdvec(e->ny);
         ref_conv_fwd(&e->d, e->x, e->w, NULL, cc->n, e->y0);
@@ -308,11 +314,11 @@ int check_conv_fwd(const hcnn_backend *be, char *why, size_t cap)
             put_nan(be, y, e.ny);
             TRY(conv_run(&e, CONV_FWD, e.d_b, y, NULL, NULL, NULL, 0, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_fwd y (bias)", what, sizeof what);
-            TRY(check_dev(be, what, y, e.yb, e.ny, e.tol, why, cap));
+            TRY(check_act(be, what, y, e.yb, e.n, e.oc, e.np_out, e.tol, why, cap));
             put_nan(be, y, e.ny);
             TRY(conv_run(&e, CONV_FWD, NULL, y, NULL, NULL, NULL, 0, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_fwd y (no bias)", what, sizeof what);
-            TRY(check_dev(be, what, y, e.y0, e.ny, e.tol, why, cap));
+            TRY(check_act(be, what, y, e.y0, e.n, e.oc, e.np_out, e.tol, why, cap));
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
         }
@@ -346,16 +352,17 @@ int check_conv_bwd(const hcnn_backend *be, char *why, size_t cap)
             conv_name(e.cc, e.xc, "conv_bwd db (accumulated)", what, sizeof what);
             TRY(check_dev(be, what, db, want_db, oc, e.tol, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dx (overwritten)", what, sizeof what);
-            TRY(check_dev(be, what, dx, e.gx, e.nx, e.tol, why, cap));
+            TRY(check_act(be, what, dx, e.gx, e.n, e.c, e.np_in, e.tol, why, cap));
             /* db NULL, dx accumulated */
-            put(be, dw, e.dw0, e.nw), put(be, db, e.db0, oc), put(be, dx, e.dx0, e.nx);
+            put(be, dw, e.dw0, e.nw), put(be, db, e.db0, oc);
+            put_act(be, dx, e.dx0, e.n, e.c, e.np_in);
             TRY(conv_run(&e, CONV_BWD, NULL, NULL, dw, NULL, dx, 1, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dw (db NULL)", what, sizeof what);
             TRY(check_dev(be, what, dw, want_dw, e.nw, e.tol, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd db untouched (NULL)", what, sizeof what);
             TRY(check_dev(be, what, db, hd(e.db0, oc), oc, TOL_EXACT, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dx (dx_acc)", what, sizeof what);
-            TRY(check_dev(be, what, dx, want_dxacc, e.nx, e.tol, why, cap));
+            TRY(check_act(be, what, dx, want_dxacc, e.n, e.c, e.np_in, e.tol, why, cap));
             /* dx NULL */
             put(be, dw, e.dw0, e.nw), put(be, db, e.db0, oc);
             TRY(conv_run(&e, CONV_BWD, NULL, NULL, dw, db, NULL, 0, e.cc->n, why, cap));
@@ -427,11 +434,11 @@ int check_conv_bwd_data(const hcnn_backend *be, char *why, size_t cap)
             put_nan(be, dx, e.nx);
             TRY(conv_run(&e, CONV_BWD_DATA, NULL, NULL, NULL, NULL, dx, 0, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd_data dx (overwritten)", what, sizeof what);
-            TRY(check_dev(be, what, dx, e.gx, e.nx, e.tol, why, cap));
-            put(be, dx, e.dx0, e.nx);
+            TRY(check_act(be, what, dx, e.gx, e.n, e.c, e.np_in, e.tol, why, cap));
+            put_act(be, dx, e.dx0, e.n, e.c, e.np_in);
             TRY(conv_run(&e, CONV_BWD_DATA, NULL, NULL, NULL, NULL, dx, 1, e.cc->n, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd_data dx (dx_acc)", what, sizeof what);
-            TRY(check_dev(be, what, dx, want_acc, e.nx, e.tol, why, cap));
+            TRY(check_act(be, what, dx, want_acc, e.n, e.c, e.np_in, e.tol, why, cap));
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
         }
@@ -472,14 +479,14 @@ int check_conv_workspace(const hcnn_backend *be, char *why, size_t cap)
             put_nan(be, y, ny1);
             TRY(conv_run(&e, CONV_FWD, e.d_b, y, NULL, NULL, NULL, 0, 1, why, cap));
             conv_name(e.cc, e.xc, "conv_fwd of 1 image, workspace for n", what, sizeof what);
-            TRY(check_dev(be, what, y, e.yb, ny1, e.tol, why, cap));
+            TRY(check_act(be, what, y, e.yb, 1, e.oc, e.np_out, e.tol, why, cap));
             be->zero(be, dw, e.nw * sizeof(float));
             put_nan(be, dx, nx1);
             TRY(conv_run(&e, CONV_BWD, NULL, NULL, dw, NULL, dx, 0, 1, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dw of 1 image, workspace for n", what, sizeof what);
             TRY(check_dev(be, what, dw, gw1, e.nw, e.tol, why, cap));
             conv_name(e.cc, e.xc, "conv_bwd dx of 1 image, workspace for n", what, sizeof what);
-            TRY(check_dev(be, what, dx, gx1, nx1, e.tol, why, cap));
+            TRY(check_act(be, what, dx, gx1, 1, e.c, e.np_in, e.tol, why, cap));
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
         }
@@ -706,9 +713,9 @@ static int conv_bf16_cases(const hcnn_backend *be, char *why, size_t cap)
             put_nan(be, y, e.ny);
             TRY(conv_run(&e, CONV_FWD, e.d_b, y, NULL, NULL, NULL, 0, (int)n, why, cap));
             conv_name(e.cc, e.xc, "bf16 conv_fwd y (bias)", what, sizeof what);
-            TRY(check_dev(be, what, y, yb, e.ny, TOL_CONV, why, cap));
+            TRY(check_act(be, what, y, yb, e.n, e.oc, e.np_out, TOL_CONV, why, cap));
             /* the inputs were rounded: far from the FP32 result somewhere */
-            get(be, host_y, y, e.ny);
+            get_act(be, host_y, y, e.n, e.oc, e.np_out);
             double far = 0.0;
             for (size_t i = 0; i < e.ny; i++)
                 far = fmax(far, fabs(host_y[i] - y32[i]) / (1.0 + fabs(y32[i])));
@@ -722,7 +729,7 @@ static int conv_bf16_cases(const hcnn_backend *be, char *why, size_t cap)
             conv_name(e.cc, e.xc, "bf16 conv_bwd db (accumulated, FP32)", what, sizeof what);
             TRY(check_dev(be, what, db, want_db, oc, TOL_CONV, why, cap));
             conv_name(e.cc, e.xc, "bf16 conv_bwd dx (overwritten)", what, sizeof what);
-            TRY(check_dev(be, what, dx, gx, e.nx, TOL_CONV, why, cap));
+            TRY(check_act(be, what, dx, gx, e.n, e.c, e.np_in, TOL_CONV, why, cap));
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
         }
@@ -751,8 +758,10 @@ int check_conv_bf16(const hcnn_backend *be, char *why, size_t cap)
  * inverse std and the running statistics against the double reference
  * over the convolution's own output (downloaded), within TOL_BN, as
  * bn_fwd_train from x is held; a backend may gather nothing (bands 0),
- * and then bn_fwd_train takes them from x.  A band whose mean missed the
- * bias, or a band counted twice, is off by far more. */
+ * and then bn_fwd_train takes them from x.  An NHWC backend must gather
+ * nothing: bands are runs of a plane's pixels, which NHWC does not lay
+ * side by side.  A band whose mean missed the bias, or a band counted
+ * twice, is off by far more. */
 int check_conv_fwd_bn_stats(const hcnn_backend *be, char *why, size_t cap)
 {
     char what[256];
@@ -784,10 +793,12 @@ int check_conv_fwd_bn_stats(const hcnn_backend *be, char *why, size_t cap)
             TRY(conv_run(&e, CONV_FWD, e.d_b, y, NULL, NULL, NULL, 0, n, why, cap));
             e.ex.stats = NULL;
             conv_name(e.cc, e.xc, "conv_fwd y (gathering statistics)", what, sizeof what);
-            TRY(check_act(be, what, y, e.yb, n, oc, np, e.tol, why, cap));
+            TRY(check_act(be, what, y, e.yb, e.n, e.oc, e.np_out, e.tol, why, cap));
             if (st.bands < 0 || (st.bands > 0 && (st.band_px < 1 || st.band_px > np)))
                 FAIL("%s: bands %d of %d pixels for planes of %d", what, st.bands, st.band_px, np);
-            get_act(be, hy, y, n, oc, np); /* NCHW on the host */
+            if (be->layout == HCNN_LAYOUT_NHWC && st.bands != 0)
+                FAIL("%s: bands %d in an NHWC backend (0: none gathered)", what, st.bands);
+            get_act(be, hy, y, n, oc, np);
             ref_bn_stats(hy, n, oc, np, mean, var);
             const size_t cnt = (size_t)n * np;
             for (int k = 0; k < oc; k++) {
