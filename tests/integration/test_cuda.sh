@@ -118,37 +118,50 @@ else
 fi
 
 # ResNet-18 against the CPU's im2col + GEMM (conv_algo: batched, the
-# im2col path's algorithm).  On the emulation (whose cuBLAS is the CBLAS)
-# one step agrees within 1e-4.  On a GPU, cuBLAS's and cuDNN's summation
-# orders differ from the CPU's, and at batch 16 one step already moves
-# ResNet-18's tensors by about 2e-3 (an H200, cuBLAS: max_abs_diff 2.0e-3),
-# as much as two CPU algorithms differ (per_thread: 2.2e-4, winograd_f4:
-# 1.9e-3 against batched, on a Xeon): a last-bit difference flips a ReLU or
-# a near-tie and the gradients move.  So on a GPU the step is held to what
-# the CPU's own algorithms show: within 4 times the largest of their
-# differences from batched.  Three steps diverge further on either (on the
-# emulation: max_abs_diff 2.1e-2, in a momentum buffer), as between two CPU
-# algorithms; the three-step figure is printed for the record.
+# im2col path's algorithm).  cuBLAS's and cuDNN's summation orders differ
+# from the CPU's, and at batch 16 one step already moves ResNet-18's
+# tensors by about 2e-3 (an H200, cuBLAS: max_abs_diff 2.0e-3), as much as
+# two CPU algorithms differ (per_thread: 2.2e-4, winograd_f4: 1.9e-3
+# against batched, on a Xeon; 2.8e-3 and 5.2e-3 on a Zen 5): a last-bit
+# difference flips a ReLU or a near-tie and the gradients move.  The
+# emulation (whose cuBLAS is the CBLAS) agreed within 1e-4 on the Xeons,
+# but not on a Zen 5 (2026-11-29: max_abs_diff 5.7e-4, max_rel_diff 2e-2
+# in a momentum buffer).  So the step is held to what the CPU's own
+# algorithms show: within 1e-4 (relative), else within 4 times the largest
+# of their differences from batched (absolute).  Three steps diverge
+# further on either (on the emulation: max_abs_diff 2.1e-2, in a momentum
+# buffer), as between two CPU algorithms; the three-step figure is printed
+# for the record.
 abs_diff() { "$HCNN" diff "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn" 2>&1 | tail -n 1 |
     sed -n 's/^max_abs_diff=\([^ ]*\) .*/\1/p'; }
-case_begin resnet18_1_step_cpu_vs_cuda
-train resnet_cpu cpu 1 "${RESNET[@]}" --set conv_algo=batched && train resnet_cuda cuda 1 "${RESNET[@]}"
-if [ "$EMU" = 1 ]; then
-    close resnet_cpu resnet_cuda 1e-4
-else
-    spread=0
+RESNET_SPREAD=""
+resnet_spread() { # the CPU algorithms' largest max_abs_diff from batched, once
+    [ -n "$RESNET_SPREAD" ] && return
+    RESNET_SPREAD=0
+    local algo d
     for algo in per_thread winograd_f4; do
         train "resnet_$algo" cpu 1 "${RESNET[@]}" --set conv_algo=$algo
         d=$(abs_diff resnet_cpu "resnet_$algo")
         echo "# ResNet-18, 1 step, cpu batched vs cpu $algo: max_abs_diff=${d:-none}"
-        spread=$(awk -v a="$spread" -v b="${d:-0}" 'BEGIN { print (b > a ? b : a) }')
+        RESNET_SPREAD=$(awk -v a="$RESNET_SPREAD" -v b="${d:-0}" 'BEGIN { print (b > a ? b : a) }')
     done
-    d=$(abs_diff resnet_cpu resnet_cuda)
-    echo "# ResNet-18, 1 step, cpu batched vs cuda: max_abs_diff=${d:-none} (bound: 4 x $spread)"
-    if [ -n "$d" ] && awk -v d="$d" -v s="$spread" 'BEGIN { exit !(s > 0 && d <= 4 * s) }'; then
+}
+resnet_close() { # cpu-run device-run: the bound above
+    if "$HCNN" diff "$WORK/$1/final.hcnn" "$WORK/$2/final.hcnn" --tol 1e-4 >/dev/null 2>&1; then
+        close "$1" "$2" 1e-4
+        return
+    fi
+    resnet_spread
+    local d
+    d=$(abs_diff "$1" "$2")
+    echo "# ResNet-18, 1 step, $1 vs $2: max_abs_diff=${d:-none} (bound: 4 x $RESNET_SPREAD)"
+    if [ -n "$d" ] && awk -v d="$d" -v s="$RESNET_SPREAD" 'BEGIN { exit !(s > 0 && d <= 4 * s) }'; then
         case_ok
-    else case_fail "cpu vs cuda max_abs_diff ${d:-none} exceeds 4 x the CPU algorithms' $spread; $(tail -n 2 "$WORK/resnet_cuda.log" | tr '\n' ' ')"; fi
-fi
+    else case_fail "$1 vs $2 max_abs_diff ${d:-none} exceeds 4 x the CPU algorithms' $RESNET_SPREAD; $(tail -n 2 "$WORK/$2.log" | tr '\n' ' ')"; fi
+}
+case_begin resnet18_1_step_cpu_vs_cuda
+train resnet_cpu cpu 1 "${RESNET[@]}" --set conv_algo=batched && train resnet_cuda cuda 1 "${RESNET[@]}"
+resnet_close resnet_cpu resnet_cuda
 train resnet3_cpu cpu 3 "${RESNET[@]}" --set conv_algo=batched && train resnet3_cuda cuda 3 "${RESNET[@]}" &&
     echo "# ResNet-18, 3 steps, cpu (batched) vs cuda: $("$HCNN" diff "$WORK/resnet3_cpu/final.hcnn" "$WORK/resnet3_cuda/final.hcnn" | tail -n 1)"
 
@@ -172,8 +185,7 @@ done
 # converts (tests/conformance/backend_check.h); LeNet-5 (convolutions with
 # bias, max pooling, flatten) agrees with the CPU as the NCHW run does, and
 # is repeatable; ResNet-18 (batch-norm, residual blocks, global pooling) one
-# step as the NCHW run (on the emulation within 1e-4 of the CPU; on a GPU
-# within 4 x the NCHW run's distance from the CPU, at least 1e-4).
+# step is held to the NCHW run's bound (resnet_close).
 NHWC=(env HCNN_CUDA_LAYOUT=nhwc)
 case_begin conformance_on_cuda_nhwc
 "${NHWC[@]}" HCNN_CONFORMANCE_BACKENDS=cuda "${T[@]}" \
@@ -200,16 +212,7 @@ close lenet_nhwc lenet_nhwc2 0
 
 case_begin resnet18_1_step_cuda_nhwc
 nhwc_train resnet_nhwc 1 "${RESNET[@]}"
-if [ "$EMU" = 1 ]; then
-    close resnet_cpu resnet_nhwc 1e-4
-else
-    d0=$(abs_diff resnet_cpu resnet_cuda)
-    d=$(abs_diff resnet_cpu resnet_nhwc)
-    echo "# ResNet-18, 1 step, cpu batched vs cuda nhwc: max_abs_diff=${d:-none} (nchw: ${d0:-none})"
-    if [ -n "$d" ] && awk -v d="$d" -v s="${d0:-0}" 'BEGIN { b = 4 * s; if (b < 1e-4) b = 1e-4; exit !(d <= b) }'; then
-        case_ok
-    else case_fail "cpu vs cuda nhwc max_abs_diff ${d:-none} exceeds 4 x the nchw run's ${d0:-none}; $(tail -n 2 "$WORK/resnet_nhwc.log" | tr '\n' ' ')"; fi
-fi
+resnet_close resnet_cpu resnet_nhwc
 
 # a layer that reads its features in NCHW order on a spatial input (a
 # fully connected layer straight after a convolution) is refused in NHWC,
