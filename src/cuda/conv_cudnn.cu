@@ -183,12 +183,21 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int nf = 0, nd = 0, nw = 0;
-    HCNN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
-        dnn->handle, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, fp));
-    HCNN_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        dnn->handle, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, dp));
-    HCNN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        dnn->handle, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, wp));
+    /* a ranking refused as a whole (not supported: the NHWC activations
+     * with a KCRS filter, say) is the same as one without a usable entry:
+     * the im2col path, not the end of the job */
+    if (cudnnGetConvolutionForwardAlgorithm_v7(dnn->handle, p->x, p->w, p->conv, p->y,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,
+                                               fp) != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn->handle, p->w, p->y, p->conv, p->x,
+                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
+                                                    dp) != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn->handle, p->x, p->y, p->conv, p->w,
+                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                      &nw, wp) != CUDNN_STATUS_SUCCESS) {
+        plan_free(p);
+        return 0;
+    }
     const int f = first_usable(fp, nf, fp32, limit), dd = first_usable(dp, nd, fp32, limit),
               ww = first_usable(wp, nw, fp32, limit);
     if (f < 0 || dd < 0 || ww < 0) {
