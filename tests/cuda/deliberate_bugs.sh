@@ -127,5 +127,31 @@ bug bwd_channel_sums_carried_over src/cuda/bn.cu \
     's/double sdy = first ? 0.0 : acc\[2 \* ch\]/double sdy = acc[2 * ch]/' bn_bwd
 # the bias gradient overwritten instead of accumulated
 bug channel_total_overwrites src/cuda/bn.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' conv_bwd
+# The NHWC kernels (HCNN_CUDA_LAYOUT=nhwc), one bug each, their checks run
+# in NHWC:
+# the layout change a plain copy (layout.cu)
+bug layout_change_copies src/cuda/layout.cu \
+    's/y\[k\] = x\[i \* img + (size_t)ch \* np + p\];/y[k] = x[k];/' layout nhwc
+# im2col reading channel 0 of every pixel (the channel stride forgotten)
+bug im2col_nhwc_channel_forgotten src/cuda/conv_nhwc.cu \
+    '/static __global__ void im2col_nhwc_kernel/,/^}/s/ \* g.c + ci\]/ * g.c]/' conv_fwd nhwc
+# col2im overwriting dx when asked to accumulate
+bug col2im_nhwc_ignores_accumulate src/cuda/conv_nhwc.cu \
+    '/static __global__ void col2im_nhwc_kernel/,/^}/s/float s = acc ? dx\[k\] : 0.0f;/float s = 0.0f;/' \
+    conv_bwd_data nhwc
+# the NHWC bias gradient overwritten instead of accumulated (bias.cu)
+bug nhwc_channel_sum_overwrites src/cuda/bias.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' \
+    conv_bwd nhwc
+# batch-norm's block deviations taken from 0 instead of the block's mean
+bug bn_nhwc_deviations_from_zero src/cuda/bn_nhwc.cu \
+    's/rows_sum(p, cnt, (size_t)c, 1, mean)/rows_sum(p, cnt, (size_t)c, 1, 0.0f)/' bn_fwd_train nhwc
+# the backward's block sums without the rows after the 16 lanes' blocks
+bug bn_nhwc_bwd_without_tail src/cuda/bn_nhwc.cu \
+    '/static __global__ void nhwc_bwd_block_kernel/,/^}/s/for (int i = whole; i < cnt; i++) {/for (int i = cnt; i < cnt; i++) {/' \
+    bn_bwd nhwc
+# max pooling reading its window without the channel stride
+bug maxpool_nhwc_channel_stride src/cuda/pool.cu \
+    '/static __global__ void maxpool_fwd_nhwc_kernel/,/^}/s/xp\[(size_t)(iy \* g.w + ix) \* g.c\]/xp[(size_t)(iy * g.w + ix)]/' \
+    maxpool_fwd nhwc
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
