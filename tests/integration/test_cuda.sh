@@ -307,6 +307,13 @@ close lenet_cuda lenet_data 1e-4
 case_begin pipeline_2x2_on_cuda
 mpi_train lenet_pipe 4 strategy=pipeline stages=2 microbatches=2
 close lenet_cuda lenet_pipe 1e-4
+# NHWC across ranks: a pipeline stage's activations and gradients cross
+# in the layout (only stage 0 converts its input)
+case_begin pipeline_2x2_on_cuda_nhwc
+MPI_ENV=(-x HCNN_CUDA_LAYOUT=nhwc)
+mpi_train lenet_pipe_nhwc 4 strategy=pipeline stages=2 microbatches=2
+MPI_ENV=()
+close lenet_cuda lenet_pipe_nhwc 1e-4
 
 # optimizer_sharding: ranks on the device (grad_sync.h: the reduce-scatter
 # and the all-gathers through pinned host buffers, the update and the norms
