@@ -47,6 +47,10 @@
  * hcnn_act_layout): auto (default: nchw), nchw or nhwc; src/cuda/backend.cu;
  * tests/integration/test_cuda.sh, tests/conformance. */
 #define HCNN_ENV_CUDA_LAYOUT "HCNN_CUDA_LAYOUT"
+/* The CUDA convolution's chunk (floats of columns and output, default
+ * 32 Mi): a test's small shapes in several chunks (src/cuda/backend.cu,
+ * conv.cu; tests/integration/test_cuda.sh). */
+#define HCNN_ENV_CUDA_CHUNK_FLOATS "HCNN_CUDA_CHUNK_FLOATS"
 
 /* "mpi": the gradient allreduce sums with MPI_SUM on one core instead of
  * hcnn's sum over the OpenMP team (allreduce_progress: test), and hcnn plan

@@ -98,7 +98,7 @@ typedef struct hcnn_acts {
     float **y;                   /* y[i - first]: output of block i */
     float **aux;                 /* aux[i - first] */
     float *buf;
-    size_t floats;
+    size_t floats;               /* buf's, and x_layout's if any: the memory they take */
     /* An NHWC backend's (include/hcnn/backend.h), for the first block: the
      * input as that backend lays it out, converted by forward, read by
      * backward (NULL otherwise) */

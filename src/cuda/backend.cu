@@ -197,6 +197,24 @@ static void cuda_describe(const hcnn_backend *be, char *buf, size_t cap)
              be->layout == HCNN_LAYOUT_NHWC ? "NHWC" : "NCHW");
 }
 
+/* HCNN_CUDA_CHUNK_FLOATS (a test): the convolution's chunks, so that the
+ * conformance suite's small shapes take several (conv.cu) */
+static int chunk_from_env(size_t *floats)
+{
+    const char *env = getenv(HCNN_ENV_CUDA_CHUNK_FLOATS);
+    *floats = HCNN_CUDA_CHUNK_DEFAULT;
+    if (!env || !*env)
+        return HCNN_OK;
+    char *end = NULL;
+    const unsigned long long v = strtoull(env, &end, 10);
+    if (*end || env[0] == '-' || v < 1 || v > HCNN_CUDA_CHUNK_DEFAULT)
+        return hcnn_error_code(HCNN_EINVAL, "HCNN_CUDA_CHUNK_FLOATS='%s': expected a whole number "
+                                            "from 1 to %zu",
+                               env, HCNN_CUDA_CHUNK_DEFAULT);
+    *floats = (size_t)v;
+    return HCNN_OK;
+}
+
 /* HCNN_CUDA_LAYOUT: auto (or unset) and nchw give NCHW; nhwc the layout
  * that cuDNN's tensor-core convolutions read without a transpose, for now
  * by choice only: every kernel of this backend runs it (conv.cu's im2col
@@ -375,7 +393,10 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
 {
     *out = NULL;
     hcnn_act_layout layout;
-    const int lrc = layout_from_env(&layout);
+    size_t chunk_floats;
+    int lrc = layout_from_env(&layout);
+    if (lrc == HCNN_OK)
+        lrc = chunk_from_env(&chunk_floats);
     if (lrc != HCNN_OK)
         return lrc;
     int count = 0;
@@ -395,6 +416,7 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
     *be = cuda_backend;
     be->state = cu;
     be->layout = layout;
+    cu->chunk_floats = chunk_floats;
     /* backend.h: an NCHW backend has no layout changes (NULL), which tells
      * the network that its activations need none */
     if (layout != HCNN_LAYOUT_NHWC)

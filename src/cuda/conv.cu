@@ -13,7 +13,8 @@
  * For nb = 1 the GEMMs read and write the activations in place.  col2im
  * gathers: one thread per input element adds its taps in tap order (the
  * CPU's order), so no atomics and the same sums every run.  A chunk holds
- * as many images as CHUNK_FLOATS of columns and GEMM output allow.  The
+ * as many images as cu->chunk_floats (128 MiB) of columns and GEMM output
+ * allow.  The
  * index arithmetic is src/core/hd.h's.
  *
  * An NHWC backend (be->layout; x, y, dy, dx [n][h][w][c], the weights as
@@ -39,18 +40,16 @@
 
 #include "cuda.h"
 
-/* 128 MiB of columns and output per chunk, the CPU's default im2col_mb */
-#define CHUNK_FLOATS ((size_t)32 << 20)
 
 static int conv_k(const hcnn_conv_desc *d) { return d->g.c * d->g.kh * d->g.kw; }
 static int conv_p(const hcnn_conv_desc *d) { return d->g.oh * d->g.ow; }
 
-/* images of a chunk: its columns and output within CHUNK_FLOATS (NHWC's
+/* images of a chunk: its columns and output within the instance's chunk_floats (NHWC's
  * output is y itself, but its chunks are the same: one rule for both) */
-static int chunk_images(const hcnn_conv_desc *d, int n)
+static int chunk_images(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
 {
     const size_t per = ((size_t)conv_k(d) + (size_t)d->out_c) * conv_p(d);
-    size_t nb = CHUNK_FLOATS / (per ? per : 1);
+    size_t nb = cuda_of(be)->chunk_floats / (per ? per : 1);
     nb = nb < 1 ? 1 : nb;
     return (size_t)n < nb ? (n > 0 ? n : 1) : (int)nb;
 }
@@ -246,7 +245,7 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
             hcnn_cuda_bn_gather(be, y, n, d->out_c, conv_p(d), ex->stats);
         return HCNN_OK;
     }
-    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
+    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(be, d, n);
     const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
     const bf16_parts bp = bf16_parts_for(be, d, w, chunk, 0);
     if (nhwc) {
@@ -295,7 +294,7 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
                          const float *x, const float *w, const float *dy, float *dw, float *db,
                          float *dx, int dx_acc, int n)
 {
-    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
+    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(be, d, n);
     const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
     const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
     if (db && nhwc)
@@ -391,7 +390,7 @@ size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
                                 const hcnn_exec *ex, int n)
 {
     (void)ex;
-    const size_t nb = (size_t)chunk_images(d, n);
+    const size_t nb = (size_t)chunk_images(be, d, n);
     const size_t outs = be->layout == HCNN_LAYOUT_NHWC ? 0 : (size_t)d->out_c; /* in place */
     const size_t cols = nb * ((size_t)conv_k(d) + outs) * conv_p(d);
     const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(
@@ -404,7 +403,7 @@ void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const
                           int n, int unit, int need_dx, hcnn_gemm_list *gl)
 {
     (void)ex, (void)unit; /* no units on a device */
-    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(d, n);
+    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(be, d, n);
     const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
@@ -431,7 +430,7 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
     snprintf(im2col, sizeof im2col,
              "im2col_cublas: im2col + cuBLAS GEMM on the GPU%s, chunks of %d images, col2im "
              "gathered",
-             be->layout == HCNN_LAYOUT_NHWC ? ", NHWC" : "", chunk_images(d, n));
+             be->layout == HCNN_LAYOUT_NHWC ? ", NHWC" : "", chunk_images(be, d, n));
     const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(
         be, d, n, HCNN_CUDNN_ANY_WORKSPACE, HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD);
     if (dnn)

@@ -47,7 +47,12 @@ typedef struct hcnn_cuda {
     float *lr_host;         /* pinned: a captured sgd_step's rate, read at each launch */
     float *lr_dev;          /* where the captured step copies it before its kernel */
     char name[320];         /* the GPU, for the run header */
+    size_t chunk_floats;    /* conv.cu's most floats of a chunk's columns and output:
+                               HCNN_CUDA_CHUNK_DEFAULT, or HCNN_CUDA_CHUNK_FLOATS's (tests) */
 } hcnn_cuda;
+
+/* 128 MiB of columns and output per chunk, the CPU's default im2col_mb */
+#define HCNN_CUDA_CHUNK_DEFAULT ((size_t)32 << 20)
 
 static inline hcnn_cuda *cuda_of(const hcnn_backend *be) { return (hcnn_cuda *)be->state; }
 

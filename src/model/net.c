@@ -184,6 +184,14 @@ int hcnn_net_create(hcnn_net *net, const hcnn_model_spec *spec, const hcnn_backe
         }
         c = net->layers[i].out_c, h = net->layers[i].out_h, w = net->layers[i].out_w;
     }
+    if (be->layout != HCNN_LAYOUT_NCHW && c > 1 && h * w > 1) {
+        hcnn_net_free(net);
+        return hcnn_error("%s: the model's last block outputs %dx%dx%d values per sample, which "
+                          "the loss reads in NCHW order, and this backend's activations are NHWC "
+                          "(HCNN_CUDA_LAYOUT=nhwc): end the model with a flatten, or use "
+                          "HCNN_CUDA_LAYOUT=nchw",
+                          cfg_path, c, h, w);
+    }
     if (c * h * w != spec->classes) {
         hcnn_net_free(net);
         return hcnn_error("%s: the model's last block outputs %dx%dx%d values per sample, "
@@ -395,6 +403,7 @@ int hcnn_acts_alloc(hcnn_acts *a, const hcnn_net *net, int first, int last, int 
             hcnn_acts_free(a);
             return HCNN_ENOMEM;
         }
+        a->floats += in; /* the memory reports count it (pipeline.c's slot_bytes) */
     }
     size_t off = 0;
     for (int i = first; i < last; i++) {

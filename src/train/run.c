@@ -99,6 +99,29 @@ static int run_backend(hcnn_run *r)
     return rc;
 }
 
+/* Every rank lays its activations out the same way (include/hcnn/backend.h:
+ * HCNN_CUDA_LAYOUT, read by each rank's backend from its own environment,
+ * which mpirun does not forward to other nodes without -x): a pipeline
+ * stage would read the previous stage's NHWC activations as NCHW and train
+ * on, wrong.  Refused on every rank (HCNN_EAGREED after rank 0's message). */
+static int check_layout_agreed(const hcnn_run *r)
+{
+    const hcnn_comm *comm = r->comm;
+    if (comm->size == 1)
+        return HCNN_OK;
+    int lo = (int)r->be->layout, hi = lo;
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, comm->world));
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, comm->world));
+    if (lo == hi)
+        return HCNN_OK;
+    if (comm->rank == 0)
+        hcnn_error("%s: the ranks' %s backends lay out activations differently (some NCHW, some "
+                   "NHWC): set HCNN_CUDA_LAYOUT the same for every rank (mpirun -x "
+                   "HCNN_CUDA_LAYOUT; srun forwards the environment)",
+                   r->cfg->path, r->be->name);
+    return HCNN_EAGREED;
+}
+
 /* Every rank reads the data set from its own node's data_dir: the copies
  * must be the same (sizes, CRCs of fixed blocks: hcnn_dataset_identity).
  * Ranks whose training sets differ in size once trained on mismatched
@@ -161,6 +184,8 @@ int hcnn_run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, i
     r->cfg = cfg;
     r->comm = comm;
     int rc = run_backend(r);
+    if (!rc)
+        rc = check_layout_agreed(r);
     if (rc)
         return rc;
     if ((rc = hcnn_setup_threads(cfg, &r->threads, r->threads_how, sizeof r->threads_how)))

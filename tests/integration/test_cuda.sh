@@ -195,6 +195,21 @@ if [ $rc -eq 0 ] && ! grep -q 'SKIPPED' "$WORK/conf_nhwc.log"; then
     case_ok
 else case_fail "exit $rc: $(grep -E 'FAILED|SKIPPED|fatal|error' "$WORK/conf_nhwc.log" | grep -v 'largest error' | head -n 10)"; fi
 
+# the convolutions in chunks of a few images (HCNN_CUDA_CHUNK_FLOATS: the
+# suite's shapes fit one chunk of the default), in both layouts: the chunks'
+# offsets and dW's sum over them
+case_begin conformance_on_cuda_chunked
+chunked_ok=1
+for lay in nchw nhwc; do
+    HCNN_CUDA_CHUNK_FLOATS=20000 HCNN_CUDA_LAYOUT=$lay HCNN_CONFORMANCE_BACKENDS=cuda \
+        HCNN_CONFORMANCE_CHECKS=conv_fwd,conv_fwd_bn_stats,conv_bwd,conv_bwd_filter,conv_bwd_data,conv_bf16,conv_workspace,conv_gemms_describe \
+        "${T[@]}" "$HCNN_BUILDDIR/tests/conformance/test_backend" >"$WORK/conf_chunk_$lay.log" 2>&1 ||
+        chunked_ok=0
+done
+if [ $chunked_ok = 1 ] && grep -q 'chunks of [0-9] images' "$WORK/conf_chunk_nhwc.log" "$WORK/conf_chunk_nchw.log"; then
+    case_ok
+else case_fail "$(grep -h -E 'FAILED|fatal|error' "$WORK"/conf_chunk_*.log | grep -v 'largest error' | head -n 6)"; fi
+
 nhwc_train() { # name steps model... sets...
     local name=$1 steps=$2
     shift 2
@@ -227,10 +242,18 @@ rc1=$?
 HCNN_CUDA_LAYOUT=NHWC "${T[@]}" "$HCNN" train "${COMMON[@]}" "${LENET[@]}" --set device=cuda \
     --set max_steps=1 --set checkpoint_dir= >"$WORK/badlay.out" 2>"$WORK/badlay.err"
 rc2=$?
+# a model whose last block's output is spatial: the loss reads it in NCHW order
+printf '%s\n' 'model:' '  name: sp' '  input: [1, 8, 8]' '  classes: 128' '  blocks:' \
+    '    - {type: conv, name: conv1, out: 2, kernel: 3, pad: 1}' \
+    'dataset: synthetic' 'synthetic_train: 32' 'synthetic_test: 8' 'batch_size: 8' >"$WORK/sp.yaml"
+HCNN_CUDA_LAYOUT=nhwc "${T[@]}" "$HCNN" train "${COMMON[@]}" --config "$WORK/sp.yaml" --set device=cuda \
+    --set checkpoint_dir= >"$WORK/sp.out" 2>"$WORK/sp.err"
+rc3=$?
 if [ $rc1 -ne 0 ] && grep -q "block 1 (fc) reads a 4x8x8 input in NCHW order.*put a flatten before it" "$WORK/nofl.err" &&
-    [ $rc2 -ne 0 ] && grep -q "HCNN_CUDA_LAYOUT='NHWC': expected auto, nchw or nhwc" "$WORK/badlay.err"; then
+    [ $rc2 -ne 0 ] && grep -q "HCNN_CUDA_LAYOUT='NHWC': expected auto, nchw or nhwc" "$WORK/badlay.err" &&
+    [ $rc3 -ne 0 ] && grep -q "last block outputs 2x8x8 values per sample, which the loss reads in NCHW order" "$WORK/sp.err"; then
     case_ok
-else case_fail "exit $rc1: $(head -n 2 "$WORK/nofl.err" | tr '\n' ' '); exit $rc2: $(head -n 2 "$WORK/badlay.err" | tr '\n' ' ')"; fi
+else case_fail "exit $rc1: $(head -n 2 "$WORK/nofl.err" | tr '\n' ' '); exit $rc2: $(head -n 2 "$WORK/badlay.err" | tr '\n' ' '); exit $rc3: $(head -n 2 "$WORK/sp.err" | tr '\n' ' ')"; fi
 
 # CUDA graphs (src/train/graphs.c): a serial run's step captured once per
 # loader buffer and replayed, its optimiser step captured once and replayed
@@ -308,12 +331,23 @@ case_begin pipeline_2x2_on_cuda
 mpi_train lenet_pipe 4 strategy=pipeline stages=2 microbatches=2
 close lenet_cuda lenet_pipe 1e-4
 # NHWC across ranks: a pipeline stage's activations and gradients cross
-# in the layout (only stage 0 converts its input)
+# in the layout (only stage 0 converts its input); ranks whose layouts
+# differ (an environment not forwarded to every node) are refused
 case_begin pipeline_2x2_on_cuda_nhwc
+PIPE_CUT='partition=[0,3]' # stage 1 from conv2: 6x14x14 crosses, not flatten's 1x1
 MPI_ENV=(-x HCNN_CUDA_LAYOUT=nhwc)
-mpi_train lenet_pipe_nhwc 4 strategy=pipeline stages=2 microbatches=2
+mpi_train lenet_pipe_nhwc 4 strategy=pipeline stages=2 microbatches=2 "$PIPE_CUT"
 MPI_ENV=()
 close lenet_cuda lenet_pipe_nhwc 1e-4
+case_begin ranks_with_different_layouts_refused
+mixed=(train "${COMMON[@]}" "${LENET[@]}" --set device=cuda --set max_steps=2 --set checkpoint_dir=
+       --set strategy=pipeline --set stages=2)
+"${MPIRUN[@]}" -np 1 -x OMP_NUM_THREADS=1 -x HCNN_CUDA_LAYOUT=nhwc "$HCNN" "${mixed[@]}" : \
+    -np 1 -x OMP_NUM_THREADS=1 -x HCNN_CUDA_LAYOUT=nchw "$HCNN" "${mixed[@]}" >"$WORK/mixed.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "lay out activations differently .*mpirun -x HCNN_CUDA_LAYOUT" "$WORK/mixed.log"; then
+    case_ok
+else case_fail "exit $rc: $(tail -n 3 "$WORK/mixed.log" | tr '\n' ' ')"; fi
 
 # optimizer_sharding: ranks on the device (grad_sync.h: the reduce-scatter
 # and the all-gathers through pinned host buffers, the update and the norms
