@@ -206,9 +206,13 @@ for lay in nchw nhwc; do
         "${T[@]}" "$HCNN_BUILDDIR/tests/conformance/test_backend" >"$WORK/conf_chunk_$lay.log" 2>&1 ||
         chunked_ok=0
 done
-if [ $chunked_ok = 1 ] && grep -q 'chunks of [0-9] images' "$WORK/conf_chunk_nhwc.log" "$WORK/conf_chunk_nchw.log"; then
+# (the variable taken: hcnn bench's plan lines name the chunks, 4 images
+# of LeNet-5's conv1 in 100000 floats)
+HCNN_CUDA_CHUNK_FLOATS=100000 "${T[@]}" "$HCNN" bench "${LENET[@]}" --set device=cuda \
+    --set blas_kernels=env --warmup 1 --repeats 1 --steps 1 >"$WORK/chunk_bench.log" 2>&1
+if [ $chunked_ok = 1 ] && grep -q '^# plan conv1: .*chunks of 4 images' "$WORK/chunk_bench.log"; then
     case_ok
-else case_fail "$(grep -h -E 'FAILED|fatal|error' "$WORK"/conf_chunk_*.log | grep -v 'largest error' | head -n 6)"; fi
+else case_fail "$(grep -h -E 'FAILED|fatal|error' "$WORK"/conf_chunk_*.log | grep -v 'largest error' | head -n 6) $(grep -m1 '^# plan conv1' "$WORK/chunk_bench.log")"; fi
 
 nhwc_train() { # name steps model... sets...
     local name=$1 steps=$2
