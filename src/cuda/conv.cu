@@ -19,7 +19,7 @@
  *
  * An NHWC backend (be->layout; x, y, dy, dx [n][h][w][c], the weights as
  * above) takes the same chunks with the columns pixel-major, whose GEMMs
- * read and write the activations in place (conv_nhwc.cu's kernels):
+ * read and write the activations in place (im2col_kernel<1>, col2im_kernel<1>):
  *   col  = im2col(x)            [nb*P][K]      K ordered (ci, ki, kj) as W's
  *   y    = col W^T              [nb*P][Cout]   the chunk's NHWC output
  *   y   += b                    by rows
@@ -61,7 +61,7 @@ static int chunk_images(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
 
 /* the divisors of an index kernel, worked out at its launch */
 typedef struct im2col_divs {
-    hcnn_hd_divider cols, np, ow, kw, kh; /* nb * P, P, ow, kw, kh */
+    hcnn_hd_divider minor, np, ow, kw, kh; /* a column row's length (NCHW nb * P, NHWC K), P, ... */
 } im2col_divs;
 typedef struct col2im_divs {
     hcnn_hd_divider hw, w, c, sh, sw; /* h * w, w, c, the strides */
@@ -72,7 +72,12 @@ typedef struct plane_divs {
 
 static hcnn_hd_divider div_of(int d) { return hcnn_hd_divider_of((uint32_t)d); }
 
-/* col[r][i*P + oy*ow + ox], r = (ci*kh + ki)*kw + kj, from x[i][ci][iy][ix] */
+/* With r = (ci*kh + ki)*kw + kj and q = i*P + oy*ow + ox:
+ *   NCHW: col[r][q] from x[i][ci][iy][ix]
+ *   NHWC: col[q][r] from x[i][iy][ix][ci]
+ * (one kernel, the layout a template argument: the same taps, the same
+ * values, only the two addresses differ) */
+template <int NHWC>
 static __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const float *x,
                                      unsigned total, float *col, __nv_bfloat16 *colb)
 {
@@ -80,7 +85,8 @@ static __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const floa
     if (k >= total)
         return;
     const uint32_t kk = (uint32_t)k;
-    const uint32_t r = hcnn_hd_div(v.cols, kk), q = kk - r * v.cols.d;
+    const uint32_t major = hcnn_hd_div(v.minor, kk), minor = kk - major * v.minor.d;
+    const uint32_t r = NHWC ? minor : major, q = NHWC ? major : minor;
     const uint32_t rk = hcnn_hd_div(v.kw, r), kj = r - rk * v.kw.d; /* rk = ci*kh + ki */
     const uint32_t ci = hcnn_hd_div(v.kh, rk), ki = rk - ci * v.kh.d;
     const uint32_t i = hcnn_hd_div(v.np, q), p = q - i * v.np.d;
@@ -88,14 +94,18 @@ static __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const floa
     const int iy = hcnn_hd_window_in((int)oy, (int)ki, g.sh, g.ph);
     const int ix = hcnn_hd_window_in((int)ox, (int)kj, g.sw, g.pw);
     const int inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-    const float val = inside ? x[(((size_t)i * g.c + ci) * g.h + iy) * g.w + ix] : 0.0f;
+    const size_t at = NHWC ? (((size_t)i * g.h + iy) * g.w + ix) * g.c + ci
+                           : (((size_t)i * g.c + ci) * g.h + iy) * g.w + ix;
+    const float val = inside ? x[at] : 0.0f;
     if (colb)
         colb[k] = __float2bfloat16(val);
     else
         col[k] = val;
 }
 
-/* dx[i][ci][iy][ix] (+)= the columns that read it, taps in order */
+/* dx[i][ci][iy][ix] (NHWC: dx[i][iy][ix][ci]) (+)= the columns that read
+ * it, taps in order */
+template <int NHWC>
 static __global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const float *col, int nb,
                                      unsigned total, int acc, float *dx)
 {
@@ -103,11 +113,17 @@ static __global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const floa
     if (k >= total)
         return;
     const uint32_t kk = (uint32_t)k;
-    const uint32_t ic = hcnn_hd_div(v.hw, kk), plane = kk - ic * v.hw.d;
+    uint32_t i, ci, plane;
+    if (NHWC) { /* k = (i*h*w + plane)*c + ci */
+        const uint32_t px = hcnn_hd_div(v.c, kk);
+        ci = kk - px * v.c.d, i = hcnn_hd_div(v.hw, px), plane = px - i * v.hw.d;
+    } else { /* k = (i*c + ci)*h*w + plane */
+        const uint32_t ic = hcnn_hd_div(v.hw, kk);
+        plane = kk - ic * v.hw.d, i = hcnn_hd_div(v.c, ic), ci = ic - i * v.c.d;
+    }
     const uint32_t iyu = hcnn_hd_div(v.w, plane);
     const int iy = (int)iyu, ix = (int)(plane - iyu * v.w.d);
-    const uint32_t i = hcnn_hd_div(v.c, ic), ci = ic - i * v.c.d;
-    const size_t cols = (size_t)nb * g.oh * g.ow;
+    const size_t P = (size_t)g.oh * g.ow, cols = (size_t)nb * P, K = (size_t)g.c * g.kh * g.kw;
     float s = acc ? dx[k] : 0.0f;
     for (int ki = 0; ki < g.kh; ki++) {
         const int ty = iy + g.ph - ki; /* oy * sh */
@@ -124,7 +140,8 @@ static __global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const floa
             if ((uint32_t)tx != ox * v.sw.d || ox >= (uint32_t)g.ow)
                 continue;
             const size_t r = ((size_t)ci * g.kh + ki) * g.kw + kj;
-            s += col[r * cols + (size_t)i * g.oh * g.ow + (size_t)oy * g.ow + ox];
+            const size_t q = (size_t)i * P + (size_t)oy * g.ow + ox;
+            s += col[NHWC ? q * K + r : r * cols + q];
         }
     }
     dx[k] = s;
@@ -172,10 +189,36 @@ static void im2col(const hcnn_backend *be, const hcnn_conv_desc *d, const float 
                    float *col, __nv_bfloat16 *colb)
 {
     const unsigned total = chunk_total((size_t)conv_k(d) * nb * conv_p(d));
-    const im2col_divs v = {hcnn_hd_divider_of((uint32_t)nb * (uint32_t)conv_p(d)),
+    if (total == 0)
+        return;
+    const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
+    const im2col_divs v = {hcnn_hd_divider_of(nhwc ? (uint32_t)conv_k(d)
+                                                   : (uint32_t)nb * (uint32_t)conv_p(d)),
                            div_of(conv_p(d)), div_of(d->g.ow), div_of(d->g.kw), div_of(d->g.kh)};
-    HCNN_LAUNCH(im2col_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, d->g,
-                v, x, total, col, colb);
+    if (nhwc)
+        HCNN_LAUNCH(im2col_kernel<1>, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                    cuda_of(be)->stream, d->g, v, x, total, col, colb);
+    else
+        HCNN_LAUNCH(im2col_kernel<0>, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                    cuda_of(be)->stream, d->g, v, x, total, col, colb);
+    HCNN_CUDA_LAUNCHED();
+}
+
+/* dx (+)= col2im(col) over a chunk of nb images */
+static void col2im(const hcnn_backend *be, const hcnn_conv_desc *d, const float *col, int nb,
+                   int acc, float *dx)
+{
+    const unsigned total = chunk_total((size_t)nb * d->g.c * d->g.h * d->g.w);
+    if (total == 0)
+        return;
+    const col2im_divs v = {div_of(d->g.h * d->g.w), div_of(d->g.w), div_of(d->g.c),
+                           div_of(d->g.sh), div_of(d->g.sw)};
+    if (be->layout == HCNN_LAYOUT_NHWC)
+        HCNN_LAUNCH(col2im_kernel<1>, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                    cuda_of(be)->stream, d->g, v, col, nb, total, acc, dx);
+    else
+        HCNN_LAUNCH(col2im_kernel<0>, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                    cuda_of(be)->stream, d->g, v, col, nb, total, acc, dx);
     HCNN_CUDA_LAUNCHED();
 }
 
@@ -252,7 +295,7 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
         for (int i0 = 0; i0 < n; i0 += chunk) {
             const int nb = n - i0 < chunk ? n - i0 : chunk;
             float *col = chunk_col(ex);
-            hcnn_cuda_im2col_nhwc(be, &d->g, x + (size_t)i0 * in_sz, nb, col, bp.col);
+            im2col(be, d, x + (size_t)i0 * in_sz, nb, col, bp.col);
             conv_gemm(be, 0, 1, nb * P, co, K, col, bp.col, K, w, bp.w, K, 0.0f,
                       y + (size_t)i0 * out_sz, co);
         }
@@ -319,12 +362,12 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
             if (bp.dy)
                 hcnn_cuda_to_bf16(be, dyi, (size_t)nb * out_sz, bp.dy);
             if (dw) {
-                hcnn_cuda_im2col_nhwc(be, &d->g, x + (size_t)i0 * in_sz, nb, col, bp.col);
+                im2col(be, d, x + (size_t)i0 * in_sz, nb, col, bp.col);
                 conv_gemm(be, 1, 0, co, K, nb * P, dyi, bp.dy, co, col, bp.col, K, 1.0f, dw, K);
             }
             if (dx) {
                 conv_gemm(be, 0, 0, nb * P, K, co, dyi, bp.dy, co, w, bp.w, K, 0.0f, col, K);
-                hcnn_cuda_col2im_nhwc(be, &d->g, col, nb, dx_acc, dx + (size_t)i0 * in_sz);
+                col2im(be, d, col, nb, dx_acc, dx + (size_t)i0 * in_sz);
             }
         }
         return HCNN_OK;
@@ -350,13 +393,7 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
         }
         if (dx) {
             conv_gemm(be, 1, 0, K, nb * P, co, w, bp.w, K, g, bp.dy, nb * P, 0.0f, col, nb * P);
-            const unsigned total = chunk_total((size_t)nb * in_sz);
-            const col2im_divs v = {div_of(d->g.h * d->g.w), div_of(d->g.w), div_of(d->g.c),
-                                   div_of(d->g.sh), div_of(d->g.sw)};
-            HCNN_LAUNCH(col2im_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                        cuda_of(be)->stream, d->g, v, (const float *)col, nb, total, dx_acc,
-                        dx + (size_t)i0 * in_sz);
-            HCNN_CUDA_LAUNCHED();
+            col2im(be, d, col, nb, dx_acc, dx + (size_t)i0 * in_sz);
         }
     }
     return HCNN_OK;

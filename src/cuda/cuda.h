@@ -1,8 +1,8 @@
 /* Inside the CUDA backend (src/cuda/): what its files share.  It mirrors
  * src/cpu/ file for file: backend (the table, memory, ordering, timers),
- * gemm (cuBLAS), conv (im2col + cuBLAS GEMMs, col2im; conv_nhwc: NHWC's
- * im2col and col2im), bias, elementwise, layout (NCHW <-> NHWC), pool, bn
- * (bn_nhwc: its NHWC kernels), loss, optim.
+ * gemm (cuBLAS), conv (im2col + cuBLAS GEMMs, col2im, in either layout),
+ * bias, elementwise, layout (NCHW <-> NHWC), pool, bn (bn_nhwc: its NHWC
+ * kernels), loss, optim.
  *
  * One stream per instance (cudaStreamNonBlocking): every operation is
  * queued on it, in order; the host waits only in download, sync and a
@@ -110,13 +110,6 @@ void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const
                           int n, int unit, int need_dx, hcnn_gemm_list *gl);
 void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                              const hcnn_exec *ex, int n, char *buf, size_t cap);
-/* conv_nhwc.cu: the NHWC path's index kernels, for conv.cu's chunks of nb images
- * (K = c*kh*kw, P = oh*ow): col [nb*P][K] = im2col of x [nb][h][w][c] (colb: as
- * bfloat16 instead), and dx [nb][h][w][c] = (acc: +=) col2im of col [nb*P][K] */
-void hcnn_cuda_im2col_nhwc(const hcnn_backend *be, const hcnn_conv_geom *g, const float *x, int nb,
-                           float *col, __nv_bfloat16 *colb);
-void hcnn_cuda_col2im_nhwc(const hcnn_backend *be, const hcnn_conv_geom *g, const float *col,
-                           int nb, int acc, float *dx);
 /* conv_cudnn.cu: the convolution's passes through cuDNN where this build
  * has it (hcnn_cudnn_conv_for() NULL: that pass by conv.cu's im2col path) */
 typedef struct hcnn_cudnn_conv hcnn_cudnn_conv;

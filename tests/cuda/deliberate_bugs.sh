@@ -133,11 +133,12 @@ bug channel_total_overwrites src/cuda/bn.cu 's/db\[ch\] += (float)s;/db[ch] = (f
 bug layout_change_copies src/cuda/layout.cu \
     's/y\[k\] = x\[i \* img + (size_t)ch \* np + p\];/y[k] = x[k];/' layout nhwc
 # im2col reading channel 0 of every pixel (the channel stride forgotten)
-bug im2col_nhwc_channel_forgotten src/cuda/conv_nhwc.cu \
-    '/static __global__ void im2col_nhwc_kernel/,/^}/s/ \* g.c + ci\]/ * g.c]/' conv_fwd nhwc
+bug im2col_nhwc_channel_forgotten src/cuda/conv.cu \
+    's/const size_t at = NHWC ? (((size_t)i \* g.h + iy) \* g.w + ix) \* g.c + ci/const size_t at = NHWC ? (((size_t)i * g.h + iy) * g.w + ix) * g.c/' \
+    conv_fwd nhwc
 # col2im overwriting dx when asked to accumulate
-bug col2im_nhwc_ignores_accumulate src/cuda/conv_nhwc.cu \
-    '/static __global__ void col2im_nhwc_kernel/,/^}/s/float s = acc ? dx\[k\] : 0.0f;/float s = 0.0f;/' \
+bug col2im_nhwc_ignores_accumulate src/cuda/conv.cu \
+    '/static __global__ void col2im_kernel/,/^}/s/float s = acc ? dx\[k\] : 0.0f;/float s = NHWC ? 0.0f : acc ? dx[k] : 0.0f;/' \
     conv_bwd_data nhwc
 # the NHWC bias gradient overwritten instead of accumulated (bias.cu)
 bug nhwc_channel_sum_overwrites src/cuda/bias.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' \
@@ -151,7 +152,7 @@ bug bn_nhwc_bwd_without_tail src/cuda/bn_nhwc.cu \
     bn_bwd nhwc
 # max pooling reading its window without the channel stride
 bug maxpool_nhwc_channel_stride src/cuda/pool.cu \
-    '/static __global__ void maxpool_fwd_nhwc_kernel/,/^}/s/xp\[(size_t)(iy \* g.w + ix) \* g.c\]/xp[(size_t)(iy * g.w + ix)]/' \
+    '/static __global__ void maxpool_fwd_kernel/,/^}/s/const size_t st = NHWC ? (size_t)g.c : 1;/const size_t st = 1;/' \
     maxpool_fwd nhwc
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
