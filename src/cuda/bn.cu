@@ -332,8 +332,9 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
     if (total == 0)
         return;
     if (be->layout == HCNN_LAYOUT_NHWC) { /* from x, stats unused (bn_nhwc.cu) */
-        hcnn_cuda_bn_nhwc_fwd_train(be, x, n, c, np, gamma, beta, eps, momentum, running_mean,
-                                    running_var, save_mean, save_invstd, add, relu, y);
+        hcnn_cuda_bn_nhwc_stats(be, x, n, c, np, eps, momentum, running_mean, running_var,
+                                save_mean, save_invstd);
+        bn_apply(be, x, total, c, 1, gamma, beta, save_mean, save_invstd, add, relu, y);
         return;
     }
     cudaStream_t st = cuda_of(be)->stream;
@@ -368,13 +369,10 @@ void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c
     const size_t total = (size_t)n * c * np;
     if (total == 0)
         return;
-    if (be->layout == HCNN_LAYOUT_NHWC) {
-        hcnn_cuda_bn_nhwc_fwd_infer(be, x, n, c, np, gamma, beta, eps, running_mean, running_var,
-                                    add, relu, y);
-        return;
-    }
+    /* NHWC's [rows][c] is NCHW with planes of one pixel, element-wise */
+    const int plane = be->layout == HCNN_LAYOUT_NHWC ? 1 : np;
     HCNN_LAUNCH(bn_infer_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, x,
-                total, c, np, gamma, beta, eps, running_mean, running_var, add, relu, y);
+                total, c, plane, gamma, beta, eps, running_mean, running_var, add, relu, y);
     HCNN_CUDA_LAUNCHED();
 }
 
@@ -385,17 +383,18 @@ void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, i
     const size_t total = (size_t)n * c * np;
     if (total == 0)
         return;
-    if (be->layout == HCNN_LAYOUT_NHWC) {
-        hcnn_cuda_bn_nhwc_bwd(be, x, dy, n, c, np, gamma, beta, save_mean, save_invstd, relu, dx,
-                              dgamma, dbeta);
-        return;
-    }
     cudaStream_t st = cuda_of(be)->stream;
-    double *acc; /* [c][2], then the two means: [c] floats each */
-    float *table;
-    const int piece = scratch_layout(be, n, c, 3, 2, &acc, &table);
-    float *mdy = (float *)(acc + 2 * (size_t)c), *mdyx = mdy + c;
-    for (int i0 = 0; i0 < n; i0 += piece) {
+    float *mdy, *mdyx; /* the two means bwd_dx reads, [c] floats each */
+    const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
+    double *acc = NULL; /* NCHW: [c][2], then the two means */
+    float *table = NULL;
+    const int piece = nhwc ? n : scratch_layout(be, n, c, 3, 2, &acc, &table);
+    if (nhwc)
+        hcnn_cuda_bn_nhwc_bwd_sums(be, x, dy, n, c, np, gamma, beta, save_mean, save_invstd, relu,
+                                   dgamma, dbeta, &mdy, &mdyx);
+    else
+        mdy = (float *)(acc + 2 * (size_t)c), mdyx = mdy + c;
+    for (int i0 = 0; !nhwc && i0 < n; i0 += piece) {
         const int nb = n - i0 < piece ? n - i0 : piece;
         const size_t planes = (size_t)nb * c, off = (size_t)i0 * c * np;
         HCNN_LAUNCH_BARRIER(bwd_plane_kernel, plane_blocks(planes), HCNN_CUDA_BLOCK, 0, st,
@@ -409,8 +408,8 @@ void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, i
     }
     if (!dx)
         return;
-    HCNN_LAUNCH(bwd_dx_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, dy, total, c, np,
-                gamma, beta, save_mean, save_invstd, relu, (const float *)mdy,
+    HCNN_LAUNCH(bwd_dx_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, dy, total, c,
+                nhwc ? 1 : np, gamma, beta, save_mean, save_invstd, relu, (const float *)mdy,
                 (const float *)mdyx, dx);
     HCNN_CUDA_LAUNCHED();
 }

@@ -3,16 +3,18 @@
  * dy and dx are [n][h][w][c] = [rows = n np][c]; gamma, beta, the running
  * and saved statistics stay per channel.
  *
- * Each pass reads the tensors at most twice and takes at most 3 launches,
- * as bn.cu's NCHW:
+ * Here are the per-channel sums; the element-wise kernels are bn.cu's
+ * (bn_apply, bn_infer, bwd_dx), which read [rows][c] as NCHW planes of one
+ * pixel.  Each pass reads the tensors at most twice and takes at most 3
+ * launches, as NCHW's:
  *   forward   nhwc_block_stats (each row block's mean and sum of squared
  *             deviations of each channel), nhwc_channel_stats (each
  *             channel's statistics from its blocks' pairs and the running
- *             statistics), nhwc_apply (with the addition and ReLU);
+ *             statistics), then bn.cu's bn_apply (with the addition and ReLU);
  *   backward  nhwc_bwd_block (each block's sums of g and g * xhat),
- *             nhwc_bwd_channel (dgamma, dbeta and the two means),
- *             nhwc_bwd_dx;
- *   inference nhwc_infer.
+ *             nhwc_bwd_channel (dgamma, dbeta and the two means), then
+ *             bn.cu's bwd_dx;
+ *   inference bn.cu's bn_infer alone.
  *
  * The sums run over row blocks of NHWC_ROWS rows (more where the blocks'
  * pairs would not fit the reduction scratch): one thread a (block,
@@ -121,33 +123,6 @@ static __global__ void nhwc_block_stats_kernel(const float *x, int rows, int c, 
     table[(ch * blocks + b) * 2 + 1] = rows_sum(p, cnt, (size_t)c, 1, mean);
 }
 
-static __global__ void nhwc_apply_kernel(const float *x, size_t total, hcnn_hd_divider cdiv,
-                                         const float *gamma, const float *beta, const float *mean,
-                                         const float *invstd, const float *add, int relu, float *y)
-{
-    const size_t k = HCNN_CUDA_INDEX();
-    if (k >= total)
-        return;
-    const int ch = nhwc_channel(k, cdiv);
-    float a, b;
-    hcnn_hd_bn_affine(gamma[ch], beta[ch], mean[ch], invstd[ch], &a, &b);
-    y[k] = hcnn_hd_bn_apply(x[k], a, b, add != NULL, add ? add[k] : 0.0f, relu);
-}
-
-static __global__ void nhwc_infer_kernel(const float *x, size_t total, hcnn_hd_divider cdiv,
-                                         const float *gamma, const float *beta, float eps,
-                                         const float *rmean, const float *rvar, const float *add,
-                                         int relu, float *y)
-{
-    const size_t k = HCNN_CUDA_INDEX();
-    if (k >= total)
-        return;
-    const int ch = nhwc_channel(k, cdiv);
-    const float a = hcnn_hd_bn_infer_scale(gamma[ch], rvar[ch], eps);
-    const float b = beta[ch] - rmean[ch] * a;
-    y[k] = hcnn_hd_bn_apply(x[k], a, b, add != NULL, add ? add[k] : 0.0f, relu);
-}
-
 /* thread k = b c + ch: block b's sums of g and g * (x - m) * is of channel
  * ch (bwd_plane's, over the block's rows in its order), at table[2 k] and
  * table[2 k + 1], blocks in order as nhwc_bwd_channel reads them */
@@ -185,21 +160,6 @@ static __global__ void nhwc_bwd_block_kernel(const float *x, const float *dy, in
     }
     table[2 * k] = hcnn_hd_lanes_total(s1, t1);
     table[2 * k + 1] = hcnn_hd_lanes_total(s2, t2);
-}
-
-static __global__ void nhwc_bwd_dx_kernel(const float *x, const float *dy, size_t total,
-                                          hcnn_hd_divider cdiv, const float *gamma,
-                                          const float *beta, const float *mean, const float *invstd,
-                                          int relu, const float *mdy, const float *mdyx, float *dx)
-{
-    const size_t k = HCNN_CUDA_INDEX();
-    if (k >= total)
-        return;
-    const int ch = nhwc_channel(k, cdiv);
-    float a, b;
-    hcnn_hd_bn_affine(gamma[ch], beta[ch], mean[ch], invstd[ch], &a, &b);
-    const float g = hcnn_hd_bn_grad(dy[k], x[k], relu, a, b);
-    dx[k] = hcnn_hd_bn_dx(g, x[k], a, mean[ch], invstd[ch], mdy[ch], mdyx[ch]);
 }
 
 /* channel ch's statistics from its blocks' pairs (bn.cu's
@@ -240,10 +200,9 @@ static __global__ void nhwc_bwd_channel_kernel(const float *table, int blocks, i
     mdyx[ch] = (float)(sdyx / cnt);
 }
 
-void hcnn_cuda_bn_nhwc_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
-                                 const float *gamma, const float *beta, float eps, float momentum,
-                                 float *running_mean, float *running_var, float *save_mean,
-                                 float *save_invstd, const float *add, int relu, float *y)
+void hcnn_cuda_bn_nhwc_stats(const hcnn_backend *be, const float *x, int n, int c, int np,
+                             float eps, float momentum, float *running_mean, float *running_var,
+                             float *save_mean, float *save_invstd)
 {
     cudaStream_t st = cuda_of(be)->stream;
     const int rows = nhwc_rows(n, np);
@@ -257,17 +216,12 @@ void hcnn_cuda_bn_nhwc_fwd_train(const hcnn_backend *be, const float *x, int n, 
                 (const float *)table, rows, c, per, blocks, eps, momentum, save_mean, save_invstd,
                 running_mean, running_var);
     HCNN_CUDA_LAUNCHED();
-    const size_t total = (size_t)rows * c;
-    HCNN_LAUNCH(nhwc_apply_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, total,
-                hcnn_hd_divider_of((uint32_t)c), gamma, beta, (const float *)save_mean,
-                (const float *)save_invstd, add, relu, y);
-    HCNN_CUDA_LAUNCHED();
 }
 
-void hcnn_cuda_bn_nhwc_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,
-                           int np, const float *gamma, const float *beta, const float *save_mean,
-                           const float *save_invstd, int relu, float *dx, float *dgamma,
-                           float *dbeta)
+void hcnn_cuda_bn_nhwc_bwd_sums(const hcnn_backend *be, const float *x, const float *dy, int n,
+                                int c, int np, const float *gamma, const float *beta,
+                                const float *save_mean, const float *save_invstd, int relu,
+                                float *dgamma, float *dbeta, float **mdy, float **mdyx)
 {
     cudaStream_t st = cuda_of(be)->stream;
     const int rows = nhwc_rows(n, np);
@@ -275,30 +229,12 @@ void hcnn_cuda_bn_nhwc_bwd(const hcnn_backend *be, const float *x, const float *
     const int per = nhwc_rows_per_block(be, rows, c, &blocks);
     /* the two means ([c] floats each: c doubles), then the table */
     double *s = hcnn_cuda_scratch(be, (size_t)c + (size_t)blocks * c);
-    float *mdy = (float *)s, *mdyx = mdy + c, *table = (float *)(s + c);
+    *mdy = (float *)s, *mdyx = *mdy + c;
+    float *table = (float *)(s + c);
     HCNN_LAUNCH(nhwc_bwd_block_kernel, hcnn_cuda_blocks((size_t)blocks * c), HCNN_CUDA_BLOCK, st, x,
                 dy, rows, c, per, blocks, gamma, beta, save_mean, save_invstd, relu, table);
     HCNN_CUDA_LAUNCHED();
     HCNN_LAUNCH(nhwc_bwd_channel_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
-                (const float *)table, blocks, c, (double)rows, dgamma, dbeta, mdy, mdyx);
-    HCNN_CUDA_LAUNCHED();
-    if (!dx)
-        return;
-    const size_t total = (size_t)rows * c;
-    HCNN_LAUNCH(nhwc_bwd_dx_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, dy, total,
-                hcnn_hd_divider_of((uint32_t)c), gamma, beta, save_mean, save_invstd, relu,
-                (const float *)mdy, (const float *)mdyx, dx);
-    HCNN_CUDA_LAUNCHED();
-}
-
-void hcnn_cuda_bn_nhwc_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
-                                 const float *gamma, const float *beta, float eps,
-                                 const float *running_mean, const float *running_var,
-                                 const float *add, int relu, float *y)
-{
-    const size_t total = (size_t)n * c * np;
-    HCNN_LAUNCH(nhwc_infer_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, x,
-                total, hcnn_hd_divider_of((uint32_t)c), gamma, beta, eps, running_mean, running_var,
-                add, relu, y);
+                (const float *)table, blocks, c, (double)rows, dgamma, dbeta, *mdy, *mdyx);
     HCNN_CUDA_LAUNCHED();
 }

@@ -185,20 +185,17 @@ void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c
 void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,
                       int np, const float *gamma, const float *beta, const float *save_mean,
                       const float *save_invstd, int relu, float *dx, float *dgamma, float *dbeta);
-/* bn_nhwc.cu: the same three in NHWC (x, add, y, dy, dx [n][np][c]), called by
- * bn.cu's when be->layout is NHWC; the forward takes no gathered statistics */
-void hcnn_cuda_bn_nhwc_fwd_train(const hcnn_backend *be, const float *x, int n, int c, int np,
-                                 const float *gamma, const float *beta, float eps, float momentum,
-                                 float *running_mean, float *running_var, float *save_mean,
-                                 float *save_invstd, const float *add, int relu, float *y);
-void hcnn_cuda_bn_nhwc_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
-                                 const float *gamma, const float *beta, float eps,
-                                 const float *running_mean, const float *running_var,
-                                 const float *add, int relu, float *y);
-void hcnn_cuda_bn_nhwc_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,
-                           int np, const float *gamma, const float *beta, const float *save_mean,
-                           const float *save_invstd, int relu, float *dx, float *dgamma,
-                           float *dbeta);
+/* bn_nhwc.cu: NHWC's per-channel sums (x, dy [n][np][c]), for bn.cu's
+ * three when be->layout is NHWC: the training statistics (save_*, the running
+ * ones updated), and the backward's (dgamma, dbeta accumulated; *mdy and
+ * *mdyx: the two means bwd_dx reads, in the reduction scratch) */
+void hcnn_cuda_bn_nhwc_stats(const hcnn_backend *be, const float *x, int n, int c, int np,
+                             float eps, float momentum, float *running_mean, float *running_var,
+                             float *save_mean, float *save_invstd);
+void hcnn_cuda_bn_nhwc_bwd_sums(const hcnn_backend *be, const float *x, const float *dy, int n,
+                                int c, int np, const float *gamma, const float *beta,
+                                const float *save_mean, const float *save_invstd, int relu,
+                                float *dgamma, float *dbeta, float **mdy, float **mdyx);
 /* loss.cu */
 void hcnn_cuda_softmax_xent(const hcnn_backend *be, const float *logits, const int32_t *labels,
                             int n, int k, float grad_scale, float *dlogits, double *stats);

@@ -277,8 +277,8 @@ static void infer(const bn_dev &d) {
                        d.dx);
 }
 
-/* forward: nhwc_block_stats, nhwc_channel_stats, nhwc_apply; backward:
- * nhwc_bwd_block, nhwc_bwd_channel, nhwc_bwd_dx: 3 launches and 2 passes over x
+/* forward: nhwc_block_stats, nhwc_channel_stats, bn_apply; backward:
+ * nhwc_bwd_block, nhwc_bwd_channel, bwd_dx: 3 launches and 2 passes over x
  * each (a block's second pass reads it from cache); inference: one.  The
  * statistics of a convolution (NCHW's table) are ignored: the same
  * launches and bits as without them */
@@ -287,10 +287,10 @@ static void test_nhwc_launches_per_call() {
     const bn_io io = nhwc_inputs(make_inputs());
     const bn_dev d = dev_setup(be, io), s = dev_setup(be, io);
     CHECK_LAUNCHES(launches_of(be, [&] { forward(d, nullptr); }),
-                   "nhwc_block_stats_kernel nhwc_channel_stats_kernel nhwc_apply_kernel");
+                   "nhwc_block_stats_kernel nhwc_channel_stats_kernel bn_apply_kernel");
     CHECK_LAUNCHES(launches_of(be, [&] { backward(d); }),
-                   "nhwc_bwd_block_kernel nhwc_bwd_channel_kernel nhwc_bwd_dx_kernel");
-    CHECK_LAUNCHES(launches_of(be, [&] { infer(d); }), "nhwc_infer_kernel");
+                   "nhwc_bwd_block_kernel nhwc_bwd_channel_kernel bwd_dx_kernel");
+    CHECK_LAUNCHES(launches_of(be, [&] { infer(d); }), "bn_infer_kernel");
     hcnn_bn_stats stats = {};
     stats.cap = TOTAL;
     stats.part = (float *)be->alloc(be, stats.cap * sizeof(float), "statistics table");
@@ -298,7 +298,7 @@ static void test_nhwc_launches_per_call() {
     CHECK(stats.bands == 0);
     stats.bands = 1, stats.band_px = NP; /* as if gathered: ignored all the same */
     CHECK_LAUNCHES(launches_of(be, [&] { forward(s, &stats); }),
-                   "nhwc_block_stats_kernel nhwc_channel_stats_kernel nhwc_apply_kernel");
+                   "nhwc_block_stats_kernel nhwc_channel_stats_kernel bn_apply_kernel");
     const auto a = results(d), b = results(s);
     for (size_t k : {0, 2, 3, 4, 5})
         if (memcmp(a[k].data(), b[k].data(), a[k].size() * sizeof(float)) != 0) {
@@ -340,9 +340,9 @@ static void test_nhwc_matches_nchw() {
         if (small) /* the two means and one block's pairs: one block of 400 rows */
             cu->scratch_doubles = 2 * (size_t)C;
         CHECK_LAUNCHES(launches_of(be, [&] { forward(d, nullptr); }),
-                       "nhwc_block_stats_kernel nhwc_channel_stats_kernel nhwc_apply_kernel");
+                       "nhwc_block_stats_kernel nhwc_channel_stats_kernel bn_apply_kernel");
         CHECK_LAUNCHES(launches_of(be, [&] { backward(d); }),
-                       "nhwc_bwd_block_kernel nhwc_bwd_channel_kernel nhwc_bwd_dx_kernel");
+                       "nhwc_bwd_block_kernel nhwc_bwd_channel_kernel bwd_dx_kernel");
         auto b = results(d);
         /* the backward again from NCHW's statistics: its own sums' differences only */
         be->upload(be, d.mean, a[2].data(), C * sizeof(float));
