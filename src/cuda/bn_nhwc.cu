@@ -72,16 +72,6 @@ static int nhwc_rows(int n, int np)
     return (int)rows;
 }
 
-/* the channel of element k of [rows][c]: a multiply-high (hcnn_hd_div)
- * where k fits 32 bits, as the other element-wise kernels divide */
-static __device__ int nhwc_channel(size_t k, hcnn_hd_divider cdiv)
-{
-    if (k >> 32)
-        return (int)(k % cdiv.d);
-    const uint32_t k32 = (uint32_t)k;
-    return (int)(k32 - hcnn_hd_div(cdiv, k32) * cdiv.d);
-}
-
 /* the sum over cnt rows from p (stride c) of x (sq 0) or (x - m)^2 in
  * slot_sum's order: lane l takes rows l, l + 16, ... of the whole blocks of
  * 16, the tail in order, then hcnn_hd_lanes_total */
