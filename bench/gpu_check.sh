@@ -122,6 +122,10 @@ LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cupti
 export LD_LIBRARY_PATH
 export HCNN_BUILDDIR=$B/build HCNN_SRCDIR=$R HCNN=$B/build/hcnn
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# the measurements' cache in the logs: HCNN_CUDA_CONV=auto's measured ways
+# (src/cuda/conv_choice.cu: each convolution shape's passes timed by way),
+# which the first ResNet-18 run writes and the later ones read, are results
+export XDG_CACHE_HOME=$O/cache
 if [ -d "$B/mnist" ] && [ ! -e data/mnist/train-images-idx3-ubyte ]; then
     mkdir -p data/mnist && cp "$B"/mnist/*.gz data/mnist/
 fi
@@ -200,6 +204,11 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
             --steps 5 > "$O/bench_resnet_b128_nhwc_$p.log" 2>&1
         echo "exit $?"; grep -E '^hcnn: device|^# step_ms|images_per_s' "$O/bench_resnet_b128_nhwc_$p.log" | tail -n 3
     done
+    # each line: precision, layout, the shape, its batch, the ways chosen for
+    # forward, data and filter gradient, then the medians (ms) of im2col,
+    # im2col_image and cudnn for each pass (0: not a candidate)
+    stamp "the convolutions' measured ways (HCNN_CUDA_CONV=auto), $O/cache/hcnn"
+    grep -h '^key\|^conv' "$O"/cache/hcnn/cuda-conv-*.txt 2>/dev/null | head -n 80
     # PyTorch in both memory formats, the faster the reference (compare.sh's
     # --torch-format best).  A PyTorch run is 12-15 s on the H100 (its import,
     # CUDA's start, cudnn.benchmark's search; 2026-11-27's session.log: 42-54 s

@@ -388,6 +388,18 @@ struct hcnn_backend {
      * HCNN_DESCRIBE_FP32_KEPT in its details (the run header counts them) */
     void (*conv_describe)(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                           int n, char *buf, size_t cap);
+    /* A backend that chooses how to run each convolution shape by
+     * measuring (NULL where its choices follow from the shape alone):
+     * conv_choices writes the choices made so far as text (one line a
+     * shape, at most cap bytes with the NUL, "" if they do not fit) and
+     * returns its length; adopt_conv_choices takes another rank's, for the
+     * shapes it has of the same batch and has not taken from a lower rank
+     * already (*changed: shapes whose ways changed, *refused: those it
+     * cannot run so).  The training run gives every rank the lowest rank's
+     * choices (src/train/run.c): the same summation order everywhere. */
+    size_t (*conv_choices)(const hcnn_backend *be, char *buf, size_t cap);
+    int (*adopt_conv_choices)(const hcnn_backend *be, const char *text, int *changed,
+                              int *refused);
     /* How the forward and the backward of op over n samples are cut for nt
      * threads (hcnn_pieces above; ex: as the run would call it, its
      * workspace unused), read from the plans the operations make: hcnn

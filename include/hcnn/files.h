@@ -32,6 +32,12 @@ int hcnn_mkdir_p_for(const char *dir, const char *what);
 /* mkdir -p of the directory part of a file path, for what (as above) */
 int hcnn_mkdir_parent(const char *path, const char *what);
 
+/* hcnn's cache of measurements (the BLAS kernels, the CUDA convolutions'
+ * ways): $XDG_CACHE_HOME/hcnn, else ~/.cache/hcnn, else
+ * /tmp/hcnn-cache-UID, created.  HCNN_EIO with the reason in why and no
+ * message (a run does without a cache and measures again). */
+int hcnn_cache_dir(char *buf, size_t cap, char *why, size_t why_cap);
+
 /* The time by the clock of the file system that holds dir: the
  * modification time of a file created there (and removed).  Ages of files
  * another node wrote (a lock's heartbeat, a watchdog's) are measured

@@ -26,19 +26,7 @@
 
 int hcnn_blas_cache_dir(char *buf, int cap, char *why, size_t why_cap)
 {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    int n;
-    if (xdg && xdg[0] == '/')
-        n = snprintf(buf, (size_t)cap, "%s/hcnn", xdg);
-    else if (home && home[0])
-        n = snprintf(buf, (size_t)cap, "%s/.cache/hcnn", home);
-    else
-        n = snprintf(buf, (size_t)cap, "/tmp/hcnn-cache-%ld", (long)getuid());
-    if (n < 0 || n >= cap) {
-        snprintf(why, why_cap, "its directory's name is too long");
-        return HCNN_EIO;
-    }
-    return hcnn_mkdir_p_why(buf, why, why_cap);
+    return hcnn_cache_dir(buf, (size_t)cap, why, why_cap);
 }
 
 /* Waits for the lock in slices, taking a stop signal meanwhile: another

@@ -26,6 +26,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include "hcnn/choice.h"
 #include "hcnn/common.h"
 #include "hcnn/env.h"
 #include "hcnn/files.h"
@@ -267,40 +268,17 @@ static int run_child(const char *exe, const char *cfg_file, const blas_run *run,
 
 /* ---- the choice ---------------------------------------------------------------- */
 
-/* a beats b: faster by more than BLAS_KEEP_MARGIN in every round both ran
- * (at least BLAS_FIRST_ROUNDS of them) */
-static int beats(const double *ta, int na, const double *tb, int nb)
-{
-    const int n = na < nb ? na : nb;
-    if (n < BLAS_FIRST_ROUNDS)
-        return 0;
-    for (int k = 0; k < n; k++)
-        if (!(tb[k] > ta[k] * (1.0 + BLAS_KEEP_MARGIN)))
-            return 0;
-    return 1;
-}
-
 /* The kernels that would load anyway if no candidate beats them, else the
  * first candidate that none beats (candidates in their fixed order), else
- * (beaten all round, which rounds in rotated order make unlikely) the
- * fastest median. */
+ * the fastest median: include/hcnn/choice.h's rule, with BLAS_KEEP_MARGIN
+ * and at least BLAS_FIRST_ROUNDS rounds. */
 int hcnn_blas_choose_measured(const blas_table *t, double times[][BLAS_ROUNDS], const int *rounds)
 {
-    int first_unbeaten = -1, fastest = -1;
-    for (int i = 0; i < t->n; i++) {
-        if (t->c[i].seconds <= 0)
-            continue;
-        if (fastest < 0 || t->c[i].seconds < t->c[fastest].seconds)
-            fastest = i;
-        int beaten = 0;
-        for (int j = 0; j < t->n && !beaten; j++)
-            beaten = j != i && t->c[j].seconds > 0 && beats(times[j], rounds[j], times[i], rounds[i]);
-        if (!beaten && i == t->baseline)
-            return i;
-        if (!beaten && first_unbeaten < 0)
-            first_unbeaten = i;
-    }
-    return first_unbeaten >= 0 ? first_unbeaten : fastest;
+    double median[BLAS_MAX_CANDIDATES];
+    for (int i = 0; i < t->n; i++)
+        median[i] = t->c[i].seconds;
+    return hcnn_choice_pick(t->n, median, &times[0][0], BLAS_ROUNDS, rounds, t->baseline,
+                            BLAS_FIRST_ROUNDS, BLAS_KEEP_MARGIN);
 }
 
 /* ---- the measurement ---------------------------------------------------------- */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -277,4 +278,21 @@ int hcnn_write_file(const char *path, const void *data, size_t n)
     char why[WHY_CAP];
     const int rc = hcnn_write_file_why(path, data, n, why, sizeof why);
     return rc ? hcnn_error_code(rc, "%s", why) : HCNN_OK;
+}
+
+int hcnn_cache_dir(char *buf, size_t cap, char *why, size_t why_cap)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (xdg && xdg[0] == '/')
+        n = snprintf(buf, cap, "%s/hcnn", xdg);
+    else if (home && home[0])
+        n = snprintf(buf, cap, "%s/.cache/hcnn", home);
+    else
+        n = snprintf(buf, cap, "/tmp/hcnn-cache-%ld", (long)getuid());
+    if (n < 0 || (size_t)n >= cap) {
+        snprintf(why, why_cap, "its directory's name is too long");
+        return HCNN_EIO;
+    }
+    return hcnn_mkdir_p_why(buf, why, why_cap);
 }

@@ -299,6 +299,7 @@ static void cuda_destroy(hcnn_backend *be)
         if (cu->bf16)
             cudaFree(cu->bf16);
         hcnn_cudnn_destroy(cu);
+        hcnn_cuda_conv_choice_destroy(cu);
         for (int i = 0; i < HCNN_GRAPH_SLOTS; i++)
             if (cu->graphs[i])
                 cudaGraphExecDestroy(cu->graphs[i]);
@@ -359,6 +360,8 @@ static const hcnn_backend cuda_backend = {
     .conv_workspace = hcnn_cuda_conv_workspace,
     .conv_gemms = hcnn_cuda_conv_gemms,
     .conv_describe = hcnn_cuda_conv_describe,
+    .conv_choices = hcnn_cuda_conv_choices,
+    .adopt_conv_choices = hcnn_cuda_adopt_conv_choices,
     .pass_pieces = cuda_pass_pieces,
     .row_sum_acc = hcnn_cuda_row_sum_acc,
     .add_row_bias = hcnn_cuda_add_row_bias,
@@ -450,7 +453,9 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
         return HCNN_ENOMEM;
     }
     HCNN_CUBLAS(cublasSetWorkspace(cu->blas, cu->blas_ws, BLAS_WORKSPACE_BYTES));
-    const int rc = hcnn_cudnn_create(be);
+    int rc = hcnn_cuda_conv_choice_create(be);
+    if (rc == HCNN_OK)
+        rc = hcnn_cudnn_create(be);
     if (rc != HCNN_OK) {
         cuda_destroy(be);
         return rc;
@@ -464,6 +469,10 @@ extern "C" int hcnn_backend_cuda_create(int device, hcnn_backend **out)
              "GPU %d of %d: %.200s, %.1f GiB, compute capability %d.%d, driver %d.%d, runtime %d.%d",
              cu->device, count, prop.name, (double)prop.totalGlobalMem / 1073741824.0, prop.major,
              prop.minor, driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    char versions[256];
+    hcnn_backend_cuda_versions(versions, sizeof versions);
+    snprintf(cu->model_key, sizeof cu->model_key, "%.200s, compute capability %d.%d, %d SMs; %s",
+             prop.name, prop.major, prop.minor, prop.multiProcessorCount, versions);
     *out = be;
     return HCNN_OK;
 }

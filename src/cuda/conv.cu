@@ -31,10 +31,10 @@
  * The convolution gathers no batch-norm statistics in NHWC (bands 0: the
  * batch-norm takes them from its input).
  *
- * Where this build links cuDNN, the forward and the backward below first
- * ask conv_cudnn.cu whether cuDNN runs that pass of the convolution (its
- * measured rule: in FP32 the forward on large planes, with TF32 every
- * pass), and run its plan if so; this file's path is the rest, and all of
+ * Each pass runs by the way conv_choice.cu chose for the shape (cuda.h,
+ * hcnn_conv_way): this file's im2col path in chunks as above, the same one
+ * image at a time (chunks of one: NCHW's GEMMs then in place), or, where
+ * this build links cuDNN, conv_cudnn.cu's plan; the im2col path is all of
  * a build without cuDNN, of the emulation and of precision bf16. */
 #include <stdio.h>
 
@@ -270,11 +270,25 @@ static float *chunk_out(const hcnn_conv_desc *d, const hcnn_exec *ex, int nb)
     return ex->ws + (size_t)conv_k(d) * nb * conv_p(d);
 }
 
-int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
-                       const float *x, const float *w, const float *b, float *y, int n)
+/* the images of a chunk of the im2col ways */
+static int way_chunk(const hcnn_backend *be, const hcnn_conv_desc *d, int n, hcnn_conv_way way)
 {
-    const hcnn_cudnn_conv *dnn =
-        hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float), HCNN_CUDNN_FORWARD);
+    return way == HCNN_WAY_IM2COL_IMAGE ? 1 : chunk_images(be, d, n);
+}
+
+/* cuDNN's plan where the way is cuDNN's and it has one within ex's workspace */
+static const hcnn_cudnn_conv *way_plan(const hcnn_backend *be, const hcnn_conv_desc *d,
+                                       const hcnn_exec *ex, int n, hcnn_conv_way way)
+{
+    return way == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float))
+                                 : NULL;
+}
+
+void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                           const float *x, const float *w, const float *b, float *y, int n,
+                           hcnn_conv_way way)
+{
+    const hcnn_cudnn_conv *dnn = way_plan(be, d, ex, n, way);
     const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
     if (dnn) {
         hcnn_cudnn_conv_fwd(be, dnn, ex, x, w, y);
@@ -286,9 +300,9 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
             ex->stats->bands = 0, ex->stats->band_px = 0;
         else if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes */
             hcnn_cuda_bn_gather(be, y, n, d->out_c, conv_p(d), ex->stats);
-        return HCNN_OK;
+        return;
     }
-    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(be, d, n);
+    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = way_chunk(be, d, n, way);
     const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
     const bf16_parts bp = bf16_parts_for(be, d, w, chunk, 0);
     if (nhwc) {
@@ -305,7 +319,7 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
          * does not have; bands 0 has the batch-norm read them from y. */
         if (ex->stats)
             ex->stats->bands = 0, ex->stats->band_px = 0;
-        return HCNN_OK;
+        return;
     }
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
@@ -328,31 +342,17 @@ int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hc
     if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes, after the
                     * kernels that wrote them (a pass over y the batch-norm then skips) */
         hcnn_cuda_bn_gather(be, y, n, co, P, ex->stats);
-    return HCNN_OK;
 }
 
-/* The backward of the chunks: dw += (dw not NULL), dx = or += (dx not NULL);
- * db += first (db not NULL). */
-static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
-                         const float *x, const float *w, const float *dy, float *dw, float *db,
-                         float *dx, int dx_acc, int n)
+/* The im2col path's backward over chunks of `chunk` images: dw += (dw not
+ * NULL), dx = or += (dx not NULL). */
+static void backward_im2col(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                            const float *x, const float *w, const float *dy, float *dw, float *dx,
+                            int dx_acc, int n, int chunk)
 {
-    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(be, d, n);
+    const int K = conv_k(d), P = conv_p(d), co = d->out_c;
     const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
     const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
-    if (db && nhwc)
-        hcnn_cuda_nhwc_channel_sum_acc(be, dy, n * P, co, db);
-    else if (db)
-        hcnn_cuda_channel_sum_acc(be, dy, n, co, P, db);
-    const hcnn_cudnn_conv *dnn =
-        hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float), HCNN_CUDNN_BACKWARD);
-    if (dnn) {
-        if (dw)
-            hcnn_cudnn_conv_bwd_filter(be, dnn, ex, x, dy, dw);
-        if (dx)
-            hcnn_cudnn_conv_bwd_data(be, dnn, ex, w, dy, dx, dx_acc);
-        return HCNN_OK;
-    }
     const bf16_parts bp = bf16_parts_for(be, d, dx ? w : NULL, chunk, 1);
     if (nhwc) {
         for (int i0 = 0; i0 < n; i0 += chunk) {
@@ -370,7 +370,7 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
                 col2im(be, d, col, nb, dx_acc, dx + (size_t)i0 * in_sz);
             }
         }
-        return HCNN_OK;
+        return;
     }
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
@@ -396,44 +396,40 @@ static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const 
             col2im(be, d, col, nb, dx_acc, dx + (size_t)i0 * in_sz);
         }
     }
-    return HCNN_OK;
 }
 
-int hcnn_cuda_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
-                       const float *x, const float *w, const float *dy, float *dw, float *db,
-                       float *dx, int dx_acc, int n)
+void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                           const float *x, const float *w, const float *dy, float *dw, float *dx,
+                           int dx_acc, int n, hcnn_conv_way filter, hcnn_conv_way data)
 {
-    return conv_backward(be, d, ex, x, w, dy, dw, db, dx, dx_acc, n);
+    const hcnn_cudnn_conv *dnn_w = dw ? way_plan(be, d, ex, n, filter) : NULL;
+    const hcnn_cudnn_conv *dnn_x = dx ? way_plan(be, d, ex, n, data) : NULL;
+    if (dnn_w) {
+        hcnn_cudnn_conv_bwd_filter(be, dnn_w, ex, x, dy, dw);
+        dw = NULL;
+    }
+    if (dnn_x) {
+        hcnn_cudnn_conv_bwd_data(be, dnn_x, ex, w, dy, dx, dx_acc);
+        dx = NULL;
+    }
+    /* what is left by im2col: both gradients in one walk over the chunks
+     * where their chunks agree (one channel-major dY for both) */
+    const int cw = way_chunk(be, d, n, filter), cx = way_chunk(be, d, n, data);
+    if (dw && dx && cw == cx) {
+        backward_im2col(be, d, ex, x, w, dy, dw, dx, dx_acc, n, cw);
+        return;
+    }
+    if (dw)
+        backward_im2col(be, d, ex, x, NULL, dy, dw, NULL, 0, n, cw);
+    if (dx)
+        backward_im2col(be, d, ex, NULL, w, dy, NULL, dx, dx_acc, n, cx);
 }
 
-int hcnn_cuda_conv_bwd_filter(const hcnn_backend *be, const hcnn_conv_desc *d,
-                              const hcnn_exec *ex, const float *x, const float *dy, float *dw,
-                              float *db, int n)
+size_t hcnn_cuda_conv_im2col_workspace(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
 {
-    return conv_backward(be, d, ex, x, NULL, dy, dw, db, NULL, 0, n);
-}
-
-int hcnn_cuda_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
-                            const float *w, const float *dy, float *dx, int dx_acc, int n)
-{
-    return conv_backward(be, d, ex, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
-}
-
-/* the largest chunk's columns and output (NHWC: its columns only), or
- * cuDNN's workspace where it runs a pass and needs more (the im2col size
- * always: a call over fewer images may take the im2col path, see
- * hcnn_cudnn_conv_for) */
-size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
-                                const hcnn_exec *ex, int n)
-{
-    (void)ex;
     const size_t nb = (size_t)chunk_images(be, d, n);
     const size_t outs = be->layout == HCNN_LAYOUT_NHWC ? 0 : (size_t)d->out_c; /* in place */
-    const size_t cols = nb * ((size_t)conv_k(d) + outs) * conv_p(d);
-    const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(
-        be, d, n, HCNN_CUDNN_ANY_WORKSPACE, HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD);
-    const size_t dnn_ws = dnn ? hcnn_cudnn_conv_workspace(dnn) : 0;
-    return dnn_ws > cols ? dnn_ws : cols;
+    return nb * ((size_t)conv_k(d) + outs) * conv_p(d);
 }
 
 void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
@@ -459,19 +455,10 @@ void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const
     gl->flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
 }
 
-void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
-                             const hcnn_exec *ex, int n, char *buf, size_t cap)
+void hcnn_cuda_conv_im2col_describe(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
+                                    char *buf, size_t cap)
 {
-    (void)ex;
-    char im2col[160];
-    snprintf(im2col, sizeof im2col,
-             "im2col_cublas: im2col + cuBLAS GEMM on the GPU%s, chunks of %d images, col2im "
-             "gathered",
+    snprintf(buf, cap,
+             "im2col + cuBLAS GEMM on the GPU%s, chunks of %d images, col2im gathered",
              be->layout == HCNN_LAYOUT_NHWC ? ", NHWC" : "", chunk_images(be, d, n));
-    const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(
-        be, d, n, HCNN_CUDNN_ANY_WORKSPACE, HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD);
-    if (dnn)
-        hcnn_cudnn_conv_describe(dnn, im2col, buf, cap);
-    else
-        snprintf(buf, cap, "%s", im2col);
 }

@@ -7,7 +7,7 @@
  * by bias.cu as on the im2col path.  The NHWC descriptors are unmeasured
  * (written 2026-11-29 without a GPU): where cuDNN's heuristics offer no
  * usable algorithm for them the convolution takes conv.cu's NHWC im2col
- * path as for any shape without one, and default_passes' rule is NCHW's.
+ * path as for any shape without one, and conv_choice.cu's rule is NCHW's.
  *
  * Algorithms: for each convolution shape and batch, the first of cuDNN's
  * heuristic ranking (cudnnGet*Algorithm_v7: no timing, so the same choice on
@@ -18,11 +18,10 @@
  * pedantic math) and within the workspace.  bf16 keeps the im2col path
  * (its GEMM inputs rounded to bfloat16 by gemm.cu).
  *
- * Which passes cuDNN runs: by default (HCNN_CUDA_CONV unset or auto) those
- * it was measured faster on (default_passes); HCNN_CUDA_CONV=cudnn every
- * pass, =im2col none, to compare the two paths on one GPU.  conv.cu asks
- * hcnn_cudnn_conv_for() for each pass and takes the im2col path when it
- * answers NULL. */
+ * Which passes cuDNN runs is conv_choice.cu's: this file makes the plan
+ * (descriptors and the three algorithms) that a pass by cuDNN runs, and
+ * hcnn_cudnn_conv_for() answers NULL where there is none (a build without
+ * cuDNN, bf16, HCNN_CUDA_CONV=im2col, no usable algorithm). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,14 +58,12 @@ struct hcnn_cudnn_conv {
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
     size_t workspace; /* bytes: the largest of the three */
-    int passes;       /* HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD: those cuDNN runs */
-    int none;         /* 1: cuDNN runs no pass of it (im2col) */
+    int none;         /* 1: cuDNN has no plan for it (im2col) */
     size_t short_of;  /* > 0: no algorithm fits this many bytes or fewer (im2col) */
 };
 
 struct hcnn_cudnn {
     cudnnHandle_t handle;
-    int all;          /* HCNN_CUDA_CONV=cudnn: every pass it has an algorithm for */
     int nplans;
     hcnn_cudnn_conv plans[CUDNN_PLANS];
 };
@@ -82,16 +79,11 @@ static void plan_free(hcnn_cudnn_conv *p)
 int hcnn_cudnn_create(hcnn_backend *be)
 {
     hcnn_cuda *cu = cuda_of(be);
-    const char *env = getenv(HCNN_ENV_CUDA_CONV);
-    if (env && strcmp(env, "im2col") == 0)
+    if (cu->conv_mode == HCNN_CONV_MODE_IM2COL || cu->conv_mode == HCNN_CONV_MODE_IM2COL_IMAGE)
         return HCNN_OK; /* cu->dnn stays NULL: the im2col path everywhere */
-    if (env && *env && strcmp(env, "cudnn") != 0 && strcmp(env, "auto") != 0)
-        return hcnn_error_code(HCNN_EINVAL,
-                               "HCNN_CUDA_CONV='%s': expected auto, cudnn or im2col", env);
     struct hcnn_cudnn *dnn = (struct hcnn_cudnn *)hcnn_calloc(sizeof *dnn, "cuDNN plans");
     if (!dnn)
         return HCNN_ENOMEM;
-    dnn->all = env && strcmp(env, "cudnn") == 0;
     HCNN_CUDNN(cudnnCreate(&dnn->handle));
     HCNN_CUDNN(cudnnSetStream(dnn->handle, cu->stream));
     cu->dnn = dnn;
@@ -224,38 +216,16 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     return 1;
 }
 
-/* The passes cuDNN runs of a convolution, by default (HCNN_CUDA_CONV unset
- * or auto).  Measured on an H200, ResNet-18 at batch 128, FP32, each pass
- * by cuDNN 9.19's deterministic direct-sum algorithms against im2col +
- * cuBLAS (ms, forward / backward):
- *   32x32 planes (layer1)   cuDNN 0.30 / 1.22   im2col 0.82 / 1.48
- *   16x16 planes (layer2)   cuDNN 0.30 / 1.07   im2col 0.53 / 0.94
- *    8x8 planes (layer3)    cuDNN 0.39 / 0.86   im2col 0.35 / 0.67
- *    4x4 planes (layer4)    cuDNN 0.39 / 0.80   im2col 0.29 / 0.58
- * so in FP32 the forward goes to cuDNN (implicit GEMM) on planes of 256
- * outputs or more, and every backward to im2col + cuBLAS (cuDNN's
- * deterministic ALGO_1 gradients are the slower ones; its faster ones add
- * with atomics).  Whole step: cuDNN everywhere 4225 images/s, im2col
- * everywhere 4496.  With TF32, cuDNN's implicit GEMMs run on tensor cores:
- * 8277 images/s at batch 128 against im2col's 5331 at batch 256, so cuDNN
- * runs every pass. */
-static int default_passes(const hcnn_cudnn_conv *p)
-{
-    if (p->precision == HCNN_PRECISION_TF32)
-        return HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD;
-    return p->d.g.oh * p->d.g.ow >= 256 ? HCNN_CUDNN_FORWARD : 0;
-}
-
 /* The plan of a convolution over n images within limit bytes of workspace:
  * descriptors and algorithms, made at its first call (the scratch's sizing,
- * before the first step), kept for the instance's life; NULL when cuDNN
- * does not run `pass` of it: no cuDNN, bf16, the default passes (above),
- * no deterministic direct-sum algorithm, or none within the workspace (a
- * call over fewer images than the workspace was sized for, whose
- * algorithms may want more: the im2col path, which never needs more for
- * fewer images, and for which conv_workspace also sized it). */
+ * before the first step), kept for the instance's life; NULL when there is
+ * none: no cuDNN, bf16, no deterministic direct-sum algorithm, or none
+ * within the workspace (a call over fewer images than the workspace was
+ * sized for, whose algorithms may want more: the im2col path, which never
+ * needs more for fewer images, and for which conv_workspace also sized
+ * it). */
 const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
-                                           size_t limit, int pass)
+                                           size_t limit)
 {
     hcnn_cuda *cu = cuda_of(be);
     struct hcnn_cudnn *dnn = cu->dnn;
@@ -274,7 +244,7 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
         if (p->none || (p->short_of && limit <= p->short_of))
             return NULL;
         if (!p->short_of && p->workspace <= limit)
-            return (p->passes & pass) ? p : NULL;
+            return p;
     }
     if (dnn->nplans == CUDNN_PLANS)
         hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__,
@@ -285,13 +255,8 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
     p->n = n;
     p->precision = cu->precision;
     p->layout = be->layout;
-    p->passes = dnn->all ? HCNN_CUDNN_FORWARD | HCNN_CUDNN_BACKWARD : default_passes(p);
-    if (!p->passes) {
-        p->none = 1;
-        return NULL;
-    }
     if (plan_make(dnn, p, limit))
-        return (p->passes & pass) ? p : NULL;
+        return p;
     if (limit < CUDNN_WORKSPACE_BYTES)
         p->short_of = limit;
     else
@@ -384,41 +349,31 @@ static const char *bwd_filter_name(cudnnConvolutionBwdFilterAlgo_t a)
     }
 }
 
-void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, const char *im2col, char *buf, size_t cap)
+void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, size_t cap)
 {
-    const char *math = p->precision == HCNN_PRECISION_FP32 ? "FMA math: no TF32" : "TF32 allowed";
+    const char *math = p->precision == HCNN_PRECISION_FP32 ? "FMA math" : "TF32 allowed";
     const char *nhwc = p->layout == HCNN_LAYOUT_NHWC ? " NHWC" : "";
-    if (p->passes & HCNN_CUDNN_BACKWARD)
-        snprintf(buf, cap,
-                 "cudnn: cuDNN %d.%d.%d%s, forward %s, data gradient %s, filter gradient %s "
-                 "(direct sums, deterministic, %s), workspace %.1f MiB",
-                 CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, fwd_name(p->fwd),
-                 bwd_data_name(p->bwd_data), bwd_filter_name(p->bwd_filter), math,
-                 (double)p->workspace / 1048576.0);
-    else
-        snprintf(buf, cap, "cudnn_forward: cuDNN %d.%d.%d%s forward %s (%s), backward by %s",
-                 CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, fwd_name(p->fwd), math, im2col);
+    const char *algo = pass == HCNN_PASS_FORWARD ? fwd_name(p->fwd)
+                       : pass == HCNN_PASS_DATA  ? bwd_data_name(p->bwd_data)
+                                                 : bwd_filter_name(p->bwd_filter);
+    snprintf(buf, cap, "cuDNN %d.%d.%d%s %s (deterministic, %s, workspace %.1f MiB)", CUDNN_MAJOR,
+             CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, algo, math, (double)p->workspace / 1048576.0);
 }
 
 #else /* no cuDNN in this build: every convolution takes the im2col path */
 
 int hcnn_cudnn_create(hcnn_backend *be)
 {
-    (void)be;
-    const char *env = getenv(HCNN_ENV_CUDA_CONV);
-    if (env && strcmp(env, "cudnn") == 0)
+    if (cuda_of(be)->conv_mode == HCNN_CONV_MODE_CUDNN)
         return hcnn_error_code(HCNN_EINVAL, "HCNN_CUDA_CONV=cudnn: this build has no cuDNN "
                                             "(configure found none, or --without-cudnn)");
-    if (env && *env && strcmp(env, "im2col") != 0 && strcmp(env, "auto") != 0)
-        return hcnn_error_code(HCNN_EINVAL,
-                               "HCNN_CUDA_CONV='%s': expected auto, cudnn or im2col", env);
     return HCNN_OK;
 }
 void hcnn_cudnn_destroy(hcnn_cuda *cu) { (void)cu; }
 const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
-                                           size_t limit, int pass)
+                                           size_t limit)
 {
-    (void)be, (void)d, (void)n, (void)limit, (void)pass;
+    (void)be, (void)d, (void)n, (void)limit;
     return NULL;
 }
 size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p)
@@ -442,9 +397,9 @@ void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
 {
     (void)be, (void)p, (void)ex, (void)w, (void)dy, (void)dx, (void)dx_acc;
 }
-void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, const char *im2col, char *buf, size_t cap)
+void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, size_t cap)
 {
-    (void)p;
-    snprintf(buf, cap, "%s", im2col);
+    (void)p, (void)pass;
+    snprintf(buf, cap, "no cuDNN");
 }
 #endif

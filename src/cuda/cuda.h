@@ -41,12 +41,16 @@ typedef struct hcnn_cuda {
     __nv_bfloat16 *bf16;    /* bf16: a GEMM's inputs rounded (grown in the first step) */
     size_t bf16_elems;
     struct hcnn_cudnn *dnn; /* cuDNN's handle and plans (conv_cudnn.cu); NULL: none */
+    int conv_mode;          /* HCNN_CUDA_CONV (HCNN_CONV_MODE_*, conv_choice.cu) */
+    struct hcnn_conv_choices *choices; /* each convolution shape's ways (conv_choice.cu) */
     void *blas_ws;          /* cuBLAS's workspace, so that it allocates none in a capture */
     cudaGraphExec_t graphs[HCNN_GRAPH_SLOTS]; /* captured work (graph_begin .. graph_launch) */
     int capturing;          /* between graph_begin and graph_end */
     float *lr_host;         /* pinned: a captured sgd_step's rate, read at each launch */
     float *lr_dev;          /* where the captured step copies it before its kernel */
     char name[320];         /* the GPU, for the run header */
+    char model_key[512];    /* the GPU's model and the libraries: what a measurement
+                               holds for (conv_choice.cu's cache) */
     size_t chunk_floats;    /* conv.cu's most floats of a chunk's columns and output:
                                HCNN_CUDA_CHUNK_DEFAULT, or HCNN_CUDA_CHUNK_FLOATS's (tests) */
 } hcnn_cuda;
@@ -93,7 +97,8 @@ static inline unsigned hcnn_cuda_blocks(size_t n)
 /* gemm.cu */
 void hcnn_cuda_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,
                     const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
-/* conv.cu */
+/* conv_choice.cu (each pass by the shape's way, conv.cu's or cuDNN's);
+ * conv_gemms: conv.cu */
 int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                        const float *x, const float *w, const float *b, float *y, int n);
 int hcnn_cuda_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
@@ -110,18 +115,55 @@ void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const
                           int n, int unit, int need_dx, hcnn_gemm_list *gl);
 void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                              const hcnn_exec *ex, int n, char *buf, size_t cap);
+/* The ways conv.cu runs a pass of a convolution over a call's images */
+typedef enum hcnn_conv_way {
+    HCNN_WAY_IM2COL,       /* im2col + cuBLAS over chunks as large as chunk_floats allows */
+    HCNN_WAY_IM2COL_IMAGE, /* the same one image at a time (NCHW: the GEMMs in place) */
+    HCNN_WAY_CUDNN,        /* cuDNN's plan (conv_cudnn.cu), where there is one */
+    HCNN_WAYS
+} hcnn_conv_way;
+enum { HCNN_PASS_FORWARD, HCNN_PASS_DATA, HCNN_PASS_FILTER, HCNN_PASSES };
+/* conv.cu: a pass by a way (HCNN_WAY_CUDNN without a plan within ex's
+ * workspace: HCNN_WAY_IM2COL); the backward's dw (+=) or dx (= or +=) NULL
+ * to skip that gradient.  The table's conv_* choose the ways (below). */
+void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                           const float *x, const float *w, const float *b, float *y, int n,
+                           hcnn_conv_way way);
+void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                           const float *x, const float *w, const float *dy, float *dw, float *dx,
+                           int dx_acc, int n, hcnn_conv_way filter, hcnn_conv_way data);
+/* conv.cu: what the im2col path needs of the workspace for n images, and
+ * its description */
+size_t hcnn_cuda_conv_im2col_workspace(const hcnn_backend *be, const hcnn_conv_desc *d, int n);
+void hcnn_cuda_conv_im2col_describe(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
+                                    char *buf, size_t cap);
+/* conv_choice.cu: HCNN_CUDA_CONV, and each shape's way for each pass */
+enum {
+    HCNN_CONV_MODE_AUTO,    /* auto or unset: measured on a GPU, the rule on the emulation */
+    HCNN_CONV_MODE_MEASURE, /* measure: measured, also on the emulation (tests) */
+    HCNN_CONV_MODE_CUDNN,   /* cudnn: cuDNN for every pass it has a plan for */
+    HCNN_CONV_MODE_IM2COL,  /* im2col: im2col + cuBLAS in chunks, every pass */
+    HCNN_CONV_MODE_IM2COL_IMAGE /* im2col_image: the same image by image, every pass */
+};
+int hcnn_cuda_conv_choice_create(hcnn_backend *be); /* reads HCNN_CUDA_CONV */
+void hcnn_cuda_conv_choice_destroy(hcnn_cuda *cu);
+/* the ways of d's passes for calls of n images (made at the shape's first
+ * call: the scratch's sizing, before the first step) */
+const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, int n);
+/* the table's conv_choices and adopt_conv_choices (backend.h) */
+size_t hcnn_cuda_conv_choices(const hcnn_backend *be, char *buf, size_t cap);
+int hcnn_cuda_adopt_conv_choices(const hcnn_backend *be, const char *text, int *changed,
+                                 int *refused);
 /* conv_cudnn.cu: the convolution's passes through cuDNN where this build
- * has it (hcnn_cudnn_conv_for() NULL: that pass by conv.cu's im2col path) */
+ * has it (hcnn_cudnn_conv_for() NULL: no plan, the im2col path) */
 typedef struct hcnn_cudnn_conv hcnn_cudnn_conv;
-#define HCNN_CUDNN_FORWARD 1
-#define HCNN_CUDNN_BACKWARD 2
 /* limit: the workspace bytes the call has (HCNN_CUDNN_ANY_WORKSPACE when
- * sizing it); pass: HCNN_CUDNN_FORWARD, HCNN_CUDNN_BACKWARD or both (any) */
+ * sizing it) */
 #define HCNN_CUDNN_ANY_WORKSPACE ((size_t)-1)
 int hcnn_cudnn_create(hcnn_backend *be);
 void hcnn_cudnn_destroy(hcnn_cuda *cu);
 const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
-                                           size_t limit, int pass);
+                                           size_t limit);
 size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p);
 void hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
                          const float *x, const float *w, float *y);
@@ -130,8 +172,8 @@ void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p
 void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                               const hcnn_exec *ex, const float *w, const float *dy, float *dx,
                               int dx_acc);
-/* "name: details" of the plan; im2col: the im2col path's own description */
-void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, const char *im2col, char *buf, size_t cap);
+/* "cuDNN 9.19.0 implicit_gemm (...)": the plan's algorithm for a pass */
+void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, size_t cap);
 /* bias.cu */
 void hcnn_cuda_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m, float *db);
 void hcnn_cuda_add_row_bias(const hcnn_backend *be, float *y, const float *b, int n, int m);

@@ -1,6 +1,7 @@
 /* A run's set-up and release, evaluation, and the checks the replicas
  * agree on (src/train/run.h). */
 #define _POSIX_C_SOURCE 200809L
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -122,6 +123,90 @@ static int check_layout_agreed(const hcnn_run *r)
     return HCNN_EAGREED;
 }
 
+/* Every rank runs each convolution shape the way the lowest rank that has
+ * it chose (include/hcnn/backend.h, conv_choices: the CUDA backend's
+ * measured ways): ways differ in summation order, and a rank that measured
+ * other winners would give other bits, or be counted slower or faster in
+ * a comparison of ranks.  Collective: every rank calls it, rc its set-up's
+ * so far; a rank that failed is not waited for (HCNN_EAGREED on the
+ * others, after its own message).  The choices' texts are gathered from all
+ * ranks and taken in rank order, a shape's first one winning. */
+static int agree_conv_choices(hcnn_run *r, int rc)
+{
+    const hcnn_comm *comm = r->comm;
+    if (comm->size == 1)
+        return rc;
+    int ok = rc == HCNN_OK;
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm->world));
+    if (!ok)
+        return rc ? rc : HCNN_EAGREED;
+    const hcnn_backend *be = r->be;
+    const int has = be->conv_choices != NULL;
+    int any = has;
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, comm->world));
+    if (!any)
+        return HCNN_OK;
+    const size_t need = has ? be->conv_choices(be, NULL, 0) : 0;
+    int len = need < (size_t)INT_MAX / 2 ? (int)need + 1 : 0; /* 0: never so long */
+    int *lens = malloc(sizeof(int) * (size_t)comm->size * 2);
+    char *mine = len ? malloc((size_t)len) : NULL;
+    ok = lens && mine;
+    if (mine) {
+        mine[0] = '\0';
+        if (has)
+            be->conv_choices(be, mine, (size_t)len);
+    }
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm->world));
+    if (!ok) {
+        free(lens), free(mine);
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the ranks' convolution choices");
+    }
+    HCNN_MPI(MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, comm->world));
+    int *displs = lens + comm->size;
+    long total = 0;
+    for (int j = 0; j < comm->size; j++) {
+        displs[j] = (int)total;
+        total += lens[j];
+    }
+    char *all = total < INT_MAX ? malloc((size_t)total) : NULL;
+    ok = all != NULL;
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm->world));
+    if (!ok) {
+        free(lens), free(mine), free(all);
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the ranks' convolution choices");
+    }
+    hcnn_watch_context("comparing the ranks' convolution choices");
+    HCNN_MPI(MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, displs, MPI_CHAR, comm->world));
+    hcnn_watch_context(NULL);
+    int counts[2] = {0, 0}; /* shapes changed, shapes refused */
+    rc = HCNN_OK;
+    for (int j = 0; j < comm->rank && has && !rc; j++) {
+        int changed = 0, refused = 0;
+        rc = be->adopt_conv_choices(be, all + displs[j], &changed, &refused);
+        counts[0] += changed, counts[1] += refused;
+    }
+    free(lens), free(mine), free(all);
+    int bad = rc != HCNN_OK;
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm->world));
+    if (bad)
+        return rc ? rc : HCNN_EAGREED;
+    int ranks[2] = {counts[0] > 0, counts[1] > 0};
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT, MPI_SUM, comm->world));
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, ranks, 2, MPI_INT, MPI_SUM, comm->world));
+    if (comm->rank == 0 && counts[0]) {
+        printf("hcnn: convolution ways: %d rank(s) had measured other ways for %d shape(s) than "
+               "a lower rank; every rank now runs the lowest rank's\n",
+               ranks[0], counts[0]);
+        fflush(stdout);
+    }
+    if (comm->rank == 0 && counts[1])
+        hcnn_warn("convolution ways: %d rank(s) cannot run a lower rank's ways for %d shape(s) "
+                  "(another GPU model or library: no cuDNN plan) and keep their own; their "
+                  "summation order differs",
+                  ranks[1], counts[1]);
+    return HCNN_OK;
+}
+
 /* Every rank reads the data set from its own node's data_dir: the copies
  * must be the same (sizes, CRCs of fixed blocks: hcnn_dataset_identity).
  * Ranks whose training sets differ in size once trained on mismatched
@@ -229,7 +314,8 @@ int hcnn_run_setup(hcnn_run *r, const hcnn_config *cfg, const hcnn_comm *comm, i
             return rc;
     }
     r->strat_ready = 1; /* freed whole even when set-up fails half-way */
-    return hcnn_strategy_init(&r->strat, cfg, comm, &r->net, need_train);
+    rc = hcnn_strategy_init(&r->strat, cfg, comm, &r->net, need_train);
+    return agree_conv_choices(r, rc); /* the scratch sized: every shape chosen */
 }
 
 int hcnn_run_average_bn_state(hcnn_run *r)

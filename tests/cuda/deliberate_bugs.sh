@@ -33,9 +33,11 @@ mkdir -p "$work/clean"
 # gathered statistics, pieces) and those checks alone: a few seconds
 # instead of a minute
 # (layout: the CUDA backend's HCNN_CUDA_LAYOUT for the conformance suite
-# and the CUDA run: a bug in an NHWC kernel shows only there)
-checks() { # dir [conformance checks [layout]]: 0 when every check passes
-    local d=$1 only=${2:-} layout=${3:-auto}
+# and the CUDA run: a bug in an NHWC kernel shows only there; conv: its
+# HCNN_CUDA_CONV, for a bug in a way the rule does not take)
+checks() { # dir [conformance checks [layout [conv]]]: 0 when every check passes
+    local d=$1 only=${2:-} layout=${3:-auto} conv=${4:-auto}
+    export HCNN_CUDA_CONV=$conv
     if [ -n "$only" ]; then
         (cd "$d" && timeout -k 10 300 ./tests/unit/test_cuda_bn) >"$d.conf.log" 2>&1 &&
             (cd "$d" && HCNN_CUDA_LAYOUT=$layout HCNN_CONFORMANCE_BACKENDS=cuda HCNN_CONFORMANCE_CHECKS="$only" \
@@ -75,10 +77,21 @@ for layout in auto nhwc; do
     fi
 done
 
-# bug NAME FILE SED-EXPRESSION [CONFORMANCE-CHECKS [LAYOUT]]: the copy with
-# the bug, and whether the checks fail
+# the image-by-image way (HCNN_CUDA_CONV=im2col_image) on the convolution's
+# checks: its bugs are caught only if the clean copy passes so
+CONV_CHECKS=conv_fwd,conv_bwd,conv_bwd_filter,conv_bwd_data
+if checks "$work/clean" "$CONV_CHECKS" auto im2col_image; then
+    echo "clean copy, HCNN_CUDA_CONV=im2col_image: the convolution's checks pass"
+    passed=$((passed + 1))
+else
+    echo "clean copy, HCNN_CUDA_CONV=im2col_image: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" 2>/dev/null)"
+    failed=$((failed + 1))
+fi
+
+# bug NAME FILE SED-EXPRESSION [CONFORMANCE-CHECKS [LAYOUT [CONV]]]: the copy
+# with the bug, and whether the checks fail
 bug() {
-    local name=$1 file=$2 expr=$3 only=${4:-} layout=${5:-auto} d="$work/$1"
+    local name=$1 file=$2 expr=$3 only=${4:-} layout=${5:-auto} conv=${6:-auto} d="$work/$1"
     cp -a "$work/clean" "$d"
     sed -i "$expr" "$d/$file"
     if cmp -s "$work/clean/$file" "$d/$file"; then
@@ -92,7 +105,7 @@ bug() {
         make -j"$jobs" tests/conformance/test_backend tests/unit/test_cuda_bn >/dev/null 2>&1); then
         echo "$name: does not build"
         failed=$((failed + 1))
-    elif checks "$d" "$only" "$layout"; then
+    elif checks "$d" "$only" "$layout" "$conv"; then
         echo "$name: MISSED (every check passed)"
         failed=$((failed + 1))
     else
@@ -154,5 +167,10 @@ bug bn_nhwc_bwd_without_tail src/cuda/bn_nhwc.cu \
 bug maxpool_nhwc_channel_stride src/cuda/pool.cu \
     '/static __global__ void maxpool_fwd_kernel/,/^}/s/const size_t st = NHWC ? (size_t)g.c : 1;/const size_t st = 1;/' \
     maxpool_fwd nhwc
+# The image-by-image way (src/cuda/conv_choice.cu's im2col_image; NCHW's
+# GEMMs then write y in place): its forward without the bias
+bug image_forward_without_bias src/cuda/conv.cu \
+    '/if (nb == 1) { \/\* \[Cout\]\[P\] is the image/,/continue;/{/hcnn_cuda_add_channel_bias/d}' \
+    "$CONV_CHECKS" auto im2col_image
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

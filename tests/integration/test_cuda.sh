@@ -42,6 +42,9 @@ if ! "$HCNN" train --config "$HCNN_SRCDIR/configs/synthetic_small.yaml" -q --set
     finish
 fi
 T=(timeout -k 10 900)
+# the convolutions' measured ways (src/cuda/conv_choice.cu: HCNN_CUDA_CONV
+# auto on a GPU) cached here, not in the user's cache
+export XDG_CACHE_HOME="$WORK/cache"
 LENET=(--config "$HCNN_SRCDIR/configs/mnist_lenet.yaml" --set dataset=synthetic
        --set synthetic_train=640 --set synthetic_test=64 --set batch_size=32)
 RESNET=(--config "$HCNN_SRCDIR/configs/cifar_resnet18.yaml" --set dataset=synthetic
@@ -66,11 +69,12 @@ close() {
     fi
 }
 
-# With cuDNN linked, the suite runs under each HCNN_CUDA_CONV choice: the
-# default (cuDNN for some passes, src/cuda/conv_cudnn.cu), cuDNN for every
-# pass, im2col + cuBLAS for every pass.
-CONV_MODES=default
-grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" && CONV_MODES="default cudnn im2col"
+# The suite runs under HCNN_CUDA_CONV's choices (src/cuda/conv_choice.cu):
+# the default (on a GPU measured, else the rule), every pass image by
+# image; with cuDNN linked also cuDNN for every pass, im2col + cuBLAS in
+# chunks for every pass.
+CONV_MODES="default im2col_image"
+grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" && CONV_MODES="default cudnn im2col im2col_image"
 for mode in $CONV_MODES; do
     if [ "$mode" = default ]; then
         case_begin conformance_on_cuda
@@ -168,6 +172,36 @@ train resnet3_cpu cpu 3 "${RESNET[@]}" --set conv_algo=batched && train resnet3_
 case_begin cuda_run_repeatable
 train lenet_cuda2 cuda 20 "${LENET[@]}"
 close lenet_cuda lenet_cuda2 0
+
+# The measured ways (HCNN_CUDA_CONV=measure on the emulation; auto on a GPU,
+# src/cuda/conv_choice.cu): each convolution shape's three passes timed by
+# way, written to the cache (a magic line, the GPU's key, a line per shape),
+# read by the next run, which measures nothing and gives the same bits; a
+# file of another version is measured again.
+case_begin measured_ways_cached_same_bits
+MEASURE=(env HCNN_CUDA_CONV=measure XDG_CACHE_HOME="$WORK/cache_meas")
+meas_bench() { # the plan lines of hcnn bench under MEASURE
+    "${MEASURE[@]}" "${T[@]}" "$HCNN" bench "${LENET[@]}" --set device=cuda --set blas_kernels=env \
+        --warmup 1 --repeats 1 --steps 1 2>&1 | grep '^# plan conv'
+}
+HCNN_CUDA_CONV=measure XDG_CACHE_HOME="$WORK/cache_meas" train lenet_meas_a cuda 20 "${LENET[@]}" &&
+    HCNN_CUDA_CONV=measure XDG_CACHE_HOME="$WORK/cache_meas" train lenet_meas_b cuda 20 "${LENET[@]}"
+table=$(ls "$WORK"/cache_meas/hcnn/cuda-conv-*.txt 2>/dev/null)
+if [ "$(echo "$table" | grep -c .)" != 1 ]; then case_fail "want one cache file, found: ${table:-none}"
+elif ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 1' || ! grep -q '^key .*SMs; ' "$table" ||
+    [ "$(grep -c '^conv fp32 nchw ' "$table")" != 2 ]; then
+    case_fail "the cache is not a magic line, a key and LeNet-5's 2 shapes: $(head -c 600 "$table")"
+elif ! meas_bench | grep -q '(ways: cached: forward im2col [0-9.e+-]* ms, im2col_image'; then
+    case_fail "hcnn bench did not read the cached ways: $(meas_bench | head -n 2)"
+else
+    grep '^conv' "$table" | sed 's/^/# /'
+    close lenet_meas_a lenet_meas_b 0
+fi
+case_begin measured_ways_stale_cache_measured_again
+sed -i '1s/.*/hcnn-cuda-conv 0/' "$table"
+if meas_bench | grep -q '(ways: measured: forward im2col' && head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 1'; then
+    case_ok
+else case_fail "a version-0 file was not measured again and rewritten: $(meas_bench | head -n 1)"; fi
 
 # in the other precisions too (issue 42): LeNet-5 20 steps in tf32 and
 # bf16, each twice (ResNet-18 in bf16 takes 1.5-2.5 min a run on the
@@ -352,6 +386,49 @@ rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "lay out activations differently .*mpirun -x HCNN_CUDA_LAYOUT" "$WORK/mixed.log"; then
     case_ok
 else case_fail "exit $rc: $(tail -n 3 "$WORK/mixed.log" | tr '\n' ' ')"; fi
+
+# Ranks take, for each convolution shape, the lowest rank's ways (src/train/
+# run.c, agree_conv_choices).  A first run measures and caches; the cache is
+# then set to im2col for every pass, and a copy of it to filter gradients
+# image by image (its own node's measurement, say: the data gradient then
+# walks its chunks apart from the filter gradient's).  Rank 1 on the copy:
+# the bits of both ranks on the first, and the header says so.  Rank 0 on
+# the copy: other bits (the ways matter, so the test can fail), within
+# 1e-4 of the serial run.
+case_begin ranks_run_the_lowest_rank_ways
+ways_train() { # name cache_rank0 cache_rank1
+    local args=(train "${COMMON[@]}" "${LENET[@]}" --set device=cuda --set max_steps=20
+                --set strategy=data --set checkpoint_dir="$WORK/$1")
+    "${MPIRUN[@]}" -np 1 -x OMP_NUM_THREADS=1 -x HCNN_CUDA_CONV=measure -x XDG_CACHE_HOME="$2" \
+        "$HCNN" "${args[@]}" : -np 1 -x OMP_NUM_THREADS=1 -x HCNN_CUDA_CONV=measure \
+        -x XDG_CACHE_HOME="$3" "$HCNN" "${args[@]}" >"$WORK/$1.log" 2>&1
+}
+c0=$WORK/cache_rank0 c1=$WORK/cache_rank1
+set_ways() { # cache_in cache_out forward data filter
+    local t
+    t=$(ls "$1"/hcnn/cuda-conv-*.txt) && mkdir -p "$2/hcnn" &&
+        awk -v f="$3" -v d="$4" -v w="$5" '$1 == "conv" { $15 = f; $16 = d; $17 = w } { print }' "$t" \
+            >"$t.new" && mv "$t.new" "$2/hcnn/$(basename "$t")"
+}
+ways_train ways_init "$c0" "$c0" && set_ways "$c0" "$c0" im2col im2col im2col &&
+    set_ways "$c0" "$c1" im2col im2col im2col_image && ways_train ways_same "$c0" "$c0"
+rc=$?
+note='^hcnn: convolution ways: 1 rank(s) had measured other ways for 2 shape(s) than a lower rank'
+if [ $rc -ne 0 ]; then case_fail "exit $rc: $(tail -n 3 "$WORK/ways_init.log" "$WORK/ways_same.log" | tr '\n' ' ')"
+elif grep -q 'convolution ways:' "$WORK/ways_init.log" "$WORK/ways_same.log"; then
+    case_fail "ranks of one node were told they differ: $(grep -h 'convolution ways:' "$WORK"/ways_*.log)"
+elif ! ways_train ways_mixed "$c0" "$c1" || ! grep -q "$note" "$WORK/ways_mixed.log"; then
+    case_fail "rank 1's ways were not replaced by rank 0's: $(grep -m1 'ways' "$WORK/ways_mixed.log")$(tail -n 2 "$WORK/ways_mixed.log" | tr '\n' ' ')"
+elif ! ways_train ways_swapped "$c1" "$c0" || ! grep -q "$note" "$WORK/ways_swapped.log"; then
+    case_fail "swapped caches: $(tail -n 2 "$WORK/ways_swapped.log" | tr '\n' ' ')"
+elif "$HCNN" diff "$WORK/ways_same/final.hcnn" "$WORK/ways_swapped/final.hcnn" --tol 0 >/dev/null 2>&1; then
+    case_fail "image-by-image filter gradients gave the same bits: the test cannot tell the ways apart"
+elif ! "$HCNN" diff "$WORK/lenet_cuda/final.hcnn" "$WORK/ways_swapped/final.hcnn" --tol 1e-4 >/dev/null 2>&1; then
+    case_fail "image-by-image filter gradients: $("$HCNN" diff "$WORK/lenet_cuda/final.hcnn" "$WORK/ways_swapped/final.hcnn" | tail -n 1)"
+else
+    echo "# rank 0 on the other ways: $("$HCNN" diff "$WORK/ways_same/final.hcnn" "$WORK/ways_swapped/final.hcnn" | tail -n 1)"
+    close ways_same ways_mixed 0
+fi
 
 # optimizer_sharding: ranks on the device (grad_sync.h: the reduce-scatter
 # and the all-gathers through pinned host buffers, the update and the norms

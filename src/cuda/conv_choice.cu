@@ -1,0 +1,709 @@
+/* How each pass of a convolution runs on the CUDA backend: the forward, the
+ * data gradient and the filter gradient each by one of conv.cu's ways
+ * (cuda.h: im2col + cuBLAS in chunks, the same one image at a time, or
+ * cuDNN's plan), chosen once per convolution shape, precision and layout at
+ * the shape's first call (the scratch's sizing, before the first step) and
+ * kept for the instance's life.  Every way is deterministic, so a choice
+ * fixes a run's bits; ways differ in summation order (the filter gradient
+ * over chunks or over images, cuDNN's own), so two runs agree bit for bit
+ * only if they chose alike.
+ *
+ * HCNN_CUDA_CONV:
+ * - auto (or unset) on a GPU: measured (below), the baseline being the rule;
+ *   on the emulation the rule, whose timings would say nothing of a GPU.
+ * - measure: measured on the emulation too (the tests of this file).
+ * - cudnn: cuDNN for every pass it has a plan for; im2col: im2col in chunks;
+ *   im2col_image: im2col image by image (comparisons, and the tests of
+ *   that way: the conformance suite under it).
+ *
+ * The rule, measured on an H200 (2026-11-27), ResNet-18 at batch 128, FP32,
+ * each pass by cuDNN 9.19's deterministic direct-sum algorithms against
+ * im2col + cuBLAS (ms, forward / backward):
+ *   32x32 planes (layer1)   cuDNN 0.30 / 1.22   im2col 0.82 / 1.48
+ *   16x16 planes (layer2)   cuDNN 0.30 / 1.07   im2col 0.53 / 0.94
+ *    8x8 planes (layer3)    cuDNN 0.39 / 0.86   im2col 0.35 / 0.67
+ *    4x4 planes (layer4)    cuDNN 0.39 / 0.80   im2col 0.29 / 0.58
+ * so in FP32 the forward by cuDNN (implicit GEMM) on planes of 256 outputs
+ * or more, every backward by im2col + cuBLAS (cuDNN's deterministic ALGO_1
+ * gradients are the slower ones; its faster ones add with atomics).  Whole
+ * step: cuDNN everywhere 4225 images/s, im2col everywhere 4496.  With TF32,
+ * cuDNN's implicit GEMMs run on tensor cores: 8277 images/s at batch 128
+ * against im2col's 5331 at batch 256, so cuDNN for every pass.  Other GPUs
+ * and other shapes need not follow it: hence the measurement.
+ *
+ * The measurement: for each pass, every candidate way (im2col; im2col by
+ * image when n > 1; cuDNN where it has a plan) on buffers of the call's
+ * shape, once to warm up, then MEASURE_ROUNDS rounds in rotated order of
+ * MEASURE_REPS calls each, timed by the stream's events; the rule's way
+ * stays unless another beats it in every round by MEASURE_MARGIN
+ * (include/hcnn/choice.h, the rule blas_kernels: auto follows).  Some
+ * milliseconds a shape on a GPU (ResNet-18's 11 shapes: about 2 s).
+ *
+ * The cache: what was measured is kept in the measurement cache directory
+ * (include/hcnn/files.h: $XDG_CACHE_HOME/hcnn), one file per GPU model and
+ * library versions, with a magic line, a version and the whole key, one
+ * line per shape; a later run on that GPU model reads it and measures
+ * nothing, so it chooses as the first did and gives the same bits.
+ *
+ * Ranks: the training run compares the ranks' choices once they are made
+ * (src/train/run.c, agree_conv_choices) and every rank takes, for each
+ * shape, the lowest rank's (hcnn_cuda_adopt_conv_choices): the same ways,
+ * so the same summation order, on every rank, whatever each measured. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda.h"
+
+extern "C" {
+#include "hcnn/choice.h"
+#include "hcnn/env.h"
+#include "hcnn/files.h"
+}
+
+#define CHOICE_MAGIC "hcnn-cuda-conv"
+#define CHOICE_VERSION 1
+/* the shapes an instance keeps (as conv_cudnn.cu's plans), and a cache file */
+#define CHOICE_SHAPES 128
+#define CACHE_SHAPES 1024
+#define MEASURE_ROUNDS 5
+#define MEASURE_REPS 2
+#define MEASURE_MIN_ROUNDS 2
+#define MEASURE_MARGIN 0.03
+
+enum { FROM_MODE, FROM_RULE, FROM_MEASURED, FROM_CACHE, FROM_RANK };
+
+typedef struct conv_choice {
+    hcnn_conv_geom g;
+    int out_c, n;                      /* n: the images it was chosen for */
+    int precision, layout;
+    int way[HCNN_PASSES];
+    double ms[HCNN_PASSES][HCNN_WAYS]; /* a call's median (ms); 0: not measured */
+    int from;                          /* FROM_* */
+    int agreed;                        /* taken from a lower rank, or confirmed by it */
+} conv_choice;
+
+struct hcnn_conv_choices {
+    int n;
+    conv_choice shapes[CHOICE_SHAPES];
+    int cache_read;                    /* the file's name was worked out */
+    int ncached;
+    conv_choice *cached;               /* CACHE_SHAPES: the file's lines */
+    char key[640];                     /* what the file holds for */
+    char path[HCNN_FILE_PATH_MAX];     /* "" where there is no cache directory */
+    int warned;                        /* the cache could not be written: said once */
+};
+
+static const char *const way_names[HCNN_WAYS] = {"im2col", "im2col_image", "cudnn"};
+static const char *const pass_names[HCNN_PASSES] = {"forward", "data gradient",
+                                                     "filter gradient"};
+static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
+
+int hcnn_cuda_conv_choice_create(hcnn_backend *be)
+{
+    hcnn_cuda *cu = cuda_of(be);
+    const char *env = getenv(HCNN_ENV_CUDA_CONV);
+    if (!env || !*env || !strcmp(env, "auto"))
+        cu->conv_mode = HCNN_CONV_MODE_AUTO;
+    else if (!strcmp(env, "measure"))
+        cu->conv_mode = HCNN_CONV_MODE_MEASURE;
+    else if (!strcmp(env, "cudnn"))
+        cu->conv_mode = HCNN_CONV_MODE_CUDNN;
+    else if (!strcmp(env, "im2col"))
+        cu->conv_mode = HCNN_CONV_MODE_IM2COL;
+    else if (!strcmp(env, "im2col_image"))
+        cu->conv_mode = HCNN_CONV_MODE_IM2COL_IMAGE;
+    else
+        return hcnn_error_code(HCNN_EINVAL,
+                               "HCNN_CUDA_CONV='%s': expected auto, measure, cudnn, im2col or "
+                               "im2col_image",
+                               env);
+    cu->choices = (struct hcnn_conv_choices *)hcnn_calloc(sizeof *cu->choices,
+                                                          "convolution choices");
+    return cu->choices ? HCNN_OK : HCNN_ENOMEM;
+}
+
+void hcnn_cuda_conv_choice_destroy(hcnn_cuda *cu)
+{
+    if (!cu->choices)
+        return;
+    hcnn_free(cu->choices->cached);
+    hcnn_free(cu->choices);
+    cu->choices = NULL;
+}
+
+static int measures(const hcnn_cuda *cu)
+{
+#if defined(HCNN_CUDA_EMULATION)
+    return cu->conv_mode == HCNN_CONV_MODE_MEASURE;
+#else
+    return cu->conv_mode == HCNN_CONV_MODE_MEASURE || cu->conv_mode == HCNN_CONV_MODE_AUTO;
+#endif
+}
+
+static int same_shape(const conv_choice *c, const hcnn_conv_desc *d, int precision, int layout)
+{
+    return c->out_c == d->out_c && c->precision == precision && c->layout == layout &&
+           !memcmp(&c->g, &d->g, sizeof c->g);
+}
+
+/* ---- the rule ------------------------------------------------------------------- */
+
+static int rule_way(const hcnn_cuda *cu, const hcnn_conv_desc *d, int pass, int has_plan)
+{
+    if (cu->conv_mode == HCNN_CONV_MODE_IM2COL_IMAGE)
+        return HCNN_WAY_IM2COL_IMAGE;
+    if (cu->conv_mode == HCNN_CONV_MODE_IM2COL || !has_plan)
+        return HCNN_WAY_IM2COL;
+    if (cu->conv_mode == HCNN_CONV_MODE_CUDNN || cu->precision == HCNN_PRECISION_TF32)
+        return HCNN_WAY_CUDNN;
+    return pass == HCNN_PASS_FORWARD && d->g.oh * d->g.ow >= 256 ? HCNN_WAY_CUDNN
+                                                                  : HCNN_WAY_IM2COL;
+}
+
+/* ---- the measurement ------------------------------------------------------------ */
+
+typedef struct measure_bufs {
+    float *x, *w, *y, *dx, *dw, *ws;
+    hcnn_exec ex;
+} measure_bufs;
+
+static void bufs_free(measure_bufs *b)
+{
+    float *all[] = {b->x, b->w, b->y, b->dx, b->dw, b->ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            cudaFree(all[i]);
+}
+
+/* the buffers of a call over n images, or 0 (no memory: the rule decides;
+ * no message, the run goes on) */
+static int bufs_alloc(const hcnn_backend *be, const hcnn_conv_desc *d, int n, measure_bufs *b)
+{
+    memset(b, 0, sizeof *b);
+    const hcnn_conv_geom *g = &d->g;
+    const size_t in = (size_t)n * g->c * g->h * g->w, out = (size_t)n * d->out_c * g->oh * g->ow;
+    const size_t wn = (size_t)d->out_c * g->c * g->kh * g->kw;
+    size_t ws = hcnn_cuda_conv_im2col_workspace(be, d, n);
+    const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
+    if (plan && hcnn_cudnn_conv_workspace(plan) > ws)
+        ws = hcnn_cudnn_conv_workspace(plan);
+    const size_t sizes[] = {in, wn, out, in, wn, ws};
+    float **ptrs[] = {&b->x, &b->w, &b->y, &b->dx, &b->dw, &b->ws};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (cudaMalloc((void **)ptrs[i], sizeof(float) * (sizes[i] ? sizes[i] : 1)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            *ptrs[i] = NULL;
+            bufs_free(b);
+            return 0;
+        }
+    /* values of a trained layer's order of size; the timings do not depend on them */
+    hcnn_cuda_fill(be, b->x, in, 0.5f);
+    hcnn_cuda_fill(be, b->w, wn, 0.01f);
+    hcnn_cuda_fill(be, b->y, out, 0.25f);
+    hcnn_cuda_fill(be, b->dw, wn, 0.0f);
+    b->ex.ws = b->ws;
+    b->ex.ws_floats = ws;
+    return 1;
+}
+
+static void run_way(const hcnn_backend *be, const hcnn_conv_desc *d, const measure_bufs *b, int n,
+                    int pass, hcnn_conv_way way)
+{
+    if (pass == HCNN_PASS_FORWARD)
+        hcnn_cuda_conv_fwd_by(be, d, &b->ex, b->x, b->w, NULL, b->y, n, way);
+    else if (pass == HCNN_PASS_DATA)
+        hcnn_cuda_conv_bwd_by(be, d, &b->ex, NULL, b->w, b->y, NULL, b->dx, 0, n, HCNN_WAY_IM2COL,
+                              way);
+    else
+        hcnn_cuda_conv_bwd_by(be, d, &b->ex, b->x, NULL, b->y, b->dw, NULL, 0, n, way,
+                              HCNN_WAY_IM2COL);
+}
+
+/* c's ways by measurement (c->way holds the rule's: the baseline); 0: no
+ * memory for it (c untouched) */
+static int measure(const hcnn_backend *be, const hcnn_conv_desc *d, int n, conv_choice *c)
+{
+    measure_bufs b;
+    if (!bufs_alloc(be, d, n, &b))
+        return 0;
+    const int has_plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE) != NULL;
+    for (int pass = 0; pass < HCNN_PASSES; pass++) {
+        int cand[HCNN_WAYS], nc = 0;
+        cand[nc++] = HCNN_WAY_IM2COL;
+        if (n > 1)
+            cand[nc++] = HCNN_WAY_IM2COL_IMAGE;
+        if (has_plan)
+            cand[nc++] = HCNN_WAY_CUDNN;
+        double times[HCNN_WAYS][MEASURE_ROUNDS], median[HCNN_WAYS] = {0};
+        int rounds[HCNN_WAYS] = {0};
+        for (int k = 0; k < nc; k++) /* warm-up: plans, cuBLAS's heuristics, caches */
+            run_way(be, d, &b, n, pass, (hcnn_conv_way)cand[k]);
+        for (int r = 0; r < MEASURE_ROUNDS; r++)
+            for (int k = 0; k < nc; k++) {
+                const int w = cand[(k + r) % nc];
+                hcnn_timer t;
+                be->timer_start(be, &t);
+                for (int rep = 0; rep < MEASURE_REPS; rep++)
+                    run_way(be, d, &b, n, pass, (hcnn_conv_way)w);
+                times[w][r] = be->timer_stop(be, &t) * 1e3 / MEASURE_REPS;
+                rounds[w]++;
+            }
+        for (int k = 0; k < nc; k++) {
+            double v[MEASURE_ROUNDS];
+            memcpy(v, times[cand[k]], sizeof v);
+            /* a timer's resolution can give 0: still a candidate */
+            median[cand[k]] = hcnn_median(v, rounds[cand[k]]);
+            if (median[cand[k]] <= 0)
+                median[cand[k]] = 1e-9;
+            c->ms[pass][cand[k]] = median[cand[k]];
+        }
+        const int pick = hcnn_choice_pick(HCNN_WAYS, median, &times[0][0], MEASURE_ROUNDS, rounds,
+                                          c->way[pass], MEASURE_MIN_ROUNDS, MEASURE_MARGIN);
+        if (pick >= 0)
+            c->way[pass] = pick;
+    }
+    HCNN_CUDA(cudaStreamSynchronize(cuda_of(be)->stream));
+    bufs_free(&b);
+    return 1;
+}
+
+/* ---- the cache ----------------------------------------------------------------- */
+
+static int name_index(const char *const *names, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], s))
+            return i;
+    return -1;
+}
+
+/* one line: what identifies c, its ways and its medians */
+static int line_of(const conv_choice *c, char *buf, size_t cap)
+{
+    const hcnn_conv_geom *g = &c->g;
+    int len = snprintf(buf, cap, "conv %s %s %d %d %d %d %d %d %d %d %d %d %d %s %s %s",
+                       precision_names[c->precision], c->layout == HCNN_LAYOUT_NHWC ? "nhwc" : "nchw",
+                       g->c, g->h, g->w, c->out_c, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, c->n,
+                       way_names[c->way[0]], way_names[c->way[1]], way_names[c->way[2]]);
+    for (int p = 0; p < HCNN_PASSES; p++)
+        for (int w = 0; w < HCNN_WAYS; w++)
+            len += snprintf(buf + (len < (int)cap ? len : (int)cap),
+                            len < (int)cap ? cap - (size_t)len : 0, " %.4g", c->ms[p][w]);
+    len += snprintf(buf + (len < (int)cap ? len : (int)cap), len < (int)cap ? cap - (size_t)len : 0,
+                    "\n");
+    return len;
+}
+
+/* a line back into c (1), or 0; the output size is worked out from the rest */
+static int parse_line(const char *line, conv_choice *c)
+{
+    memset(c, 0, sizeof *c);
+    char prec[8], layout[8], ways[HCNN_PASSES][16];
+    hcnn_conv_geom *g = &c->g;
+    int used = 0;
+    if (sscanf(line, "conv %7s %7s %d %d %d %d %d %d %d %d %d %d %d %15s %15s %15s%n", prec, layout,
+               &g->c, &g->h, &g->w, &c->out_c, &g->kh, &g->kw, &g->sh, &g->sw, &g->ph, &g->pw, &c->n,
+               ways[0], ways[1], ways[2], &used) != 16)
+        return 0;
+    c->precision = name_index(precision_names, 3, prec);
+    c->layout = !strcmp(layout, "nhwc") ? HCNN_LAYOUT_NHWC : HCNN_LAYOUT_NCHW;
+    if (c->precision < 0 || (strcmp(layout, "nhwc") && strcmp(layout, "nchw")) || c->n < 1 ||
+        g->c < 1 || g->h < 1 || g->w < 1 || c->out_c < 1 || g->kh < 1 || g->kw < 1 || g->sh < 1 ||
+        g->sw < 1 || g->ph < 0 || g->pw < 0)
+        return 0;
+    for (int p = 0; p < HCNN_PASSES; p++)
+        if ((c->way[p] = name_index(way_names, HCNN_WAYS, ways[p])) < 0)
+            return 0;
+    g->oh = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
+    g->ow = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
+    const char *rest = line + used;
+    for (int p = 0; p < HCNN_PASSES; p++)
+        for (int w = 0; w < HCNN_WAYS; w++) {
+            int k = 0;
+            if (sscanf(rest, "%lf%n", &c->ms[p][w], &k) != 1)
+                return 0;
+            rest += k;
+        }
+    return 1;
+}
+
+/* the cache's file name (once: the directory and the key) */
+static void cache_open(const hcnn_backend *be, struct hcnn_conv_choices *s)
+{
+    s->cache_read = 1;
+    char dir[HCNN_FILE_PATH_MAX - 64], why[256]; /* room for the file name */
+    if (hcnn_cache_dir(dir, sizeof dir, why, sizeof why) != HCNN_OK)
+        return; /* measured each run; said when writing fails */
+    snprintf(s->key, sizeof s->key, "%s", cuda_of(be)->model_key);
+    uint64_t h = 14695981039346656037ull; /* FNV-1a of the key: the file's name */
+    for (const unsigned char *p = (const unsigned char *)s->key; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    s->cached = (conv_choice *)hcnn_calloc(sizeof *s->cached * CACHE_SHAPES, "convolution cache");
+    if (s->cached)
+        snprintf(s->path, sizeof s->path, "%s/cuda-conv-%016llx.txt", dir, (unsigned long long)h);
+}
+
+/* The ranks of a node measure one at a time, the others waiting on a lock
+ * beside the file and then reading what it measured: the same ways on the
+ * node, and no rank's timings disturbed by another's work (ranks that share
+ * a GPU).  The wait polls (a stop signal stays pending for the run to take
+ * at its next step); after LOCK_WAIT_S, or on a file system without locks,
+ * the rank goes on unlocked.  Returns the descriptor, or -1. */
+#define LOCK_WAIT_S 300
+static int cache_lock(const struct hcnn_conv_choices *s)
+{
+    if (!s->path[0])
+        return -1;
+    char path[HCNN_FILE_PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s.lock", s->path);
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    const struct timespec slice = {0, 50 * 1000 * 1000};
+    for (int i = 0; i < LOCK_WAIT_S * 20; i++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return fd;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            break;
+        nanosleep(&slice, NULL);
+    }
+    close(fd);
+    return -1;
+}
+
+static void cache_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd); /* releases the lock */
+}
+
+/* the file's lines for this key (none: another version's or GPU's file,
+ * or none yet) */
+static void cache_load(struct hcnn_conv_choices *s)
+{
+    s->ncached = 0;
+    if (!s->path[0])
+        return;
+    /* not blocking on what is not a regular file (a FIFO there would hold
+     * every run that reads it): measured again, as with no file */
+    const int fd = open(s->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    FILE *f = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    char line[1024];
+    int version = -1, keyok = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (sscanf(line, CHOICE_MAGIC " %d", &version) == 1)
+            continue;
+        if (!strncmp(line, "key ", 4))
+            keyok = !strcmp(line + 4, s->key);
+        else if (!strncmp(line, "conv ", 5) && s->ncached < CACHE_SHAPES &&
+                 parse_line(line, &s->cached[s->ncached]))
+            s->ncached++;
+    }
+    fclose(f);
+    if (version != CHOICE_VERSION || !keyok)
+        s->ncached = 0;
+}
+
+static void cache_write(const hcnn_backend *be, struct hcnn_conv_choices *s, const conv_choice *c)
+{
+    if (!s->path[0] || !s->cached)
+        return;
+    int i;
+    for (i = 0; i < s->ncached; i++) {
+        const conv_choice *o = &s->cached[i];
+        if (o->n == c->n && o->out_c == c->out_c && o->precision == c->precision &&
+            o->layout == c->layout && !memcmp(&o->g, &c->g, sizeof o->g))
+            break;
+    }
+    if (i == CACHE_SHAPES)
+        return;
+    s->cached[i] = *c;
+    s->ncached += i == s->ncached;
+    const size_t cap = 256 + strlen(s->key) + (size_t)s->ncached * 512;
+    char *buf = (char *)malloc(cap);
+    if (!buf)
+        return;
+    char when[32] = "";
+    const time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    size_t len = (size_t)snprintf(buf, cap,
+                                  CHOICE_MAGIC " %d\n# written by hcnn (HCNN_CUDA_CONV: measured "
+                                  "ways, src/cuda/conv_choice.cu) on %s\nkey %s\n",
+                                  CHOICE_VERSION, when, s->key);
+    for (int k = 0; k < s->ncached && len < cap; k++)
+        len += (size_t)line_of(&s->cached[k], buf + len, cap - len);
+    char why[512] = "the table is too long";
+    if (len >= cap || hcnn_write_file_why(s->path, buf, len, why, sizeof why) != HCNN_OK) {
+        if (!s->warned)
+            hcnn_warn("CUDA convolutions: the measured ways are not cached in %s (%s); the next "
+                      "run measures again (set XDG_CACHE_HOME to a writable directory)",
+                      s->path, why);
+        s->warned = 1;
+    }
+    free(buf);
+    (void)be;
+}
+
+/* ---- the choice of a shape ------------------------------------------------------ */
+
+static conv_choice *find(struct hcnn_conv_choices *s, const hcnn_conv_desc *d, int precision,
+                         int layout)
+{
+    for (int i = 0; i < s->n; i++)
+        if (same_shape(&s->shapes[i], d, precision, layout))
+            return &s->shapes[i];
+    return NULL;
+}
+
+/* a cached line of this shape and n whose ways this instance can run */
+static const conv_choice *cached(struct hcnn_conv_choices *s, const hcnn_conv_desc *d, int n,
+                                 int precision, int layout, int has_plan)
+{
+    for (int i = 0; i < s->ncached; i++) {
+        const conv_choice *c = &s->cached[i];
+        if (c->n != n || !same_shape(c, d, precision, layout))
+            continue;
+        for (int p = 0; p < HCNN_PASSES; p++)
+            if (c->way[p] == HCNN_WAY_CUDNN && !has_plan)
+                return NULL; /* a build or a precision without that plan: measured again */
+        return c;
+    }
+    return NULL;
+}
+
+const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
+{
+    hcnn_cuda *cu = cuda_of(be);
+    struct hcnn_conv_choices *s = cu->choices;
+    const int precision = (int)cu->precision, layout = (int)be->layout;
+    conv_choice *c = find(s, d, precision, layout);
+    if (c) /* chosen at the shape's first call, for every call after it */
+        return c->way;
+    if (s->n == CHOICE_SHAPES)
+        hcnn_cuda_fail("convolution ways", __FILE__, __LINE__,
+                       "more convolution shapes than the backend keeps choices for (128)");
+    c = &s->shapes[s->n++];
+    memset(c, 0, sizeof *c);
+    c->g = d->g, c->out_c = d->out_c, c->n = n > 0 ? n : 1;
+    c->precision = precision, c->layout = layout;
+    const int has_plan = hcnn_cudnn_conv_for(be, d, c->n, HCNN_CUDNN_ANY_WORKSPACE) != NULL;
+    for (int p = 0; p < HCNN_PASSES; p++)
+        c->way[p] = rule_way(cu, d, p, has_plan);
+    c->from = cu->conv_mode == HCNN_CONV_MODE_AUTO || cu->conv_mode == HCNN_CONV_MODE_MEASURE
+                  ? FROM_RULE
+                  : FROM_MODE;
+    /* no measurement inside a graph capture (nothing may run there): the rule */
+    if (!measures(cu) || cu->capturing)
+        return c->way;
+    if (!s->cache_read)
+        cache_open(be, s);
+    const int lock = cache_lock(s);
+    cache_load(s); /* under the lock: what another rank of the node just measured */
+    const conv_choice *hit = cached(s, d, c->n, precision, layout, has_plan);
+    if (hit) {
+        memcpy(c->way, hit->way, sizeof c->way);
+        memcpy(c->ms, hit->ms, sizeof c->ms);
+        c->from = FROM_CACHE;
+    } else if (measure(be, d, c->n, c)) {
+        c->from = FROM_MEASURED;
+        cache_write(be, s, c);
+    }
+    cache_unlock(lock);
+    return c->way;
+}
+
+/* the describe line's first word (the run header counts layers by it, up
+ * to 31 characters): the names from before the ways were measured where
+ * they fit, else "ways_" and the three ways' short names */
+static void ways_name(const int *ways, char *buf, size_t cap)
+{
+    static const char *const short_names[HCNN_WAYS] = {"col", "img", "dnn"};
+    const int f = ways[HCNN_PASS_FORWARD], dd = ways[HCNN_PASS_DATA], w = ways[HCNN_PASS_FILTER];
+    if (f == dd && dd == w)
+        snprintf(buf, cap, "%s", f == HCNN_WAY_IM2COL ? "im2col_cublas" : way_names[f]);
+    else if (f == HCNN_WAY_CUDNN && dd == HCNN_WAY_IM2COL && w == HCNN_WAY_IM2COL)
+        snprintf(buf, cap, "cudnn_forward");
+    else
+        snprintf(buf, cap, "ways_%s/%s/%s", short_names[f], short_names[dd], short_names[w]);
+}
+
+#define APPEND(...) \
+    (len += (size_t)snprintf(buf + (len < cap ? len : cap), len < cap ? cap - len : 0, __VA_ARGS__))
+
+/* "name: the im2col path; each pass's way (where they are not all im2col);
+ * (where the ways come from: the medians measured)" */
+void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
+                             const hcnn_exec *ex, int n, char *buf, size_t cap)
+{
+    (void)ex;
+    const hcnn_cuda *cu = cuda_of(be);
+    const int *ways = hcnn_cuda_conv_ways(be, d, n);
+    const conv_choice *c = find(cu->choices, d, (int)cu->precision, (int)be->layout);
+    char name[64], im2col[160];
+    ways_name(ways, name, sizeof name);
+    hcnn_cuda_conv_im2col_describe(be, d, n, im2col, sizeof im2col);
+    size_t len = 0;
+    APPEND("%s: %s", name, im2col);
+    if (strcmp(name, "im2col_cublas"))
+        for (int p = 0; p < HCNN_PASSES; p++) {
+            char how[160] = "";
+            const hcnn_cudnn_conv *plan =
+                ways[p] == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
+                                          : NULL;
+            if (plan)
+                hcnn_cudnn_conv_describe(plan, p, how, sizeof how);
+            APPEND("%s %s %s%s%s", p ? "," : ";", pass_names[p], way_names[ways[p]],
+                   how[0] ? " " : "", how);
+        }
+    static const char *const from[] = {"HCNN_CUDA_CONV", "the rule", "measured", "cached",
+                                       "a lower rank's"};
+    APPEND(" (ways: %s", c ? from[c->from] : "the rule");
+    if (c && (c->from == FROM_MEASURED || c->from == FROM_CACHE || c->from == FROM_RANK))
+        for (int p = 0; p < HCNN_PASSES; p++)
+            for (int w = 0, first = 1; w < HCNN_WAYS; w++)
+                if (c->ms[p][w] > 0) {
+                    APPEND("%s%s%s%s %.3g ms", first ? (p ? "; " : ": ") : ", ",
+                           first ? pass_names[p] : "", first ? " " : "", way_names[w],
+                           c->ms[p][w]);
+                    first = 0;
+                }
+    APPEND(")");
+}
+#undef APPEND
+
+/* ---- the table's convolution: the shape's ways --------------------------------- */
+
+int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                       const float *x, const float *w, const float *b, float *y, int n)
+{
+    const int *ways = hcnn_cuda_conv_ways(be, d, n);
+    hcnn_cuda_conv_fwd_by(be, d, ex, x, w, b, y, n, (hcnn_conv_way)ways[HCNN_PASS_FORWARD]);
+    return HCNN_OK;
+}
+
+/* db += first (db not NULL), then the gradients by the shape's ways */
+static int conv_backward(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                         const float *x, const float *w, const float *dy, float *dw, float *db,
+                         float *dx, int dx_acc, int n)
+{
+    const int np = d->g.oh * d->g.ow, co = d->out_c;
+    if (db && be->layout == HCNN_LAYOUT_NHWC)
+        hcnn_cuda_nhwc_channel_sum_acc(be, dy, n * np, co, db);
+    else if (db)
+        hcnn_cuda_channel_sum_acc(be, dy, n, co, np, db);
+    const int *ways = hcnn_cuda_conv_ways(be, d, n);
+    hcnn_cuda_conv_bwd_by(be, d, ex, x, w, dy, dw, dx, dx_acc, n,
+                          (hcnn_conv_way)ways[HCNN_PASS_FILTER],
+                          (hcnn_conv_way)ways[HCNN_PASS_DATA]);
+    return HCNN_OK;
+}
+
+int hcnn_cuda_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                       const float *x, const float *w, const float *dy, float *dw, float *db,
+                       float *dx, int dx_acc, int n)
+{
+    return conv_backward(be, d, ex, x, w, dy, dw, db, dx, dx_acc, n);
+}
+
+int hcnn_cuda_conv_bwd_filter(const hcnn_backend *be, const hcnn_conv_desc *d,
+                              const hcnn_exec *ex, const float *x, const float *dy, float *dw,
+                              float *db, int n)
+{
+    return conv_backward(be, d, ex, x, NULL, dy, dw, db, NULL, 0, n);
+}
+
+int hcnn_cuda_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                            const float *w, const float *dy, float *dx, int dx_acc, int n)
+{
+    return conv_backward(be, d, ex, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
+}
+
+/* the im2col path's columns for n images, or cuDNN's workspace where it
+ * has a plan and needs more, whichever way a pass takes (a lower rank's
+ * choice may replace this rank's after the sizing), and the im2col size
+ * always (a call over fewer images may take the im2col path, see
+ * hcnn_cudnn_conv_for) */
+size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
+                                const hcnn_exec *ex, int n)
+{
+    (void)ex;
+    (void)hcnn_cuda_conv_ways(be, d, n); /* chosen now, before the first step */
+    const size_t cols = hcnn_cuda_conv_im2col_workspace(be, d, n);
+    const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
+    const size_t dnn_ws = dnn ? hcnn_cudnn_conv_workspace(dnn) : 0;
+    return dnn_ws > cols ? dnn_ws : cols;
+}
+
+/* ---- the ranks' agreement ------------------------------------------------------- */
+
+size_t hcnn_cuda_conv_choices(const hcnn_backend *be, char *buf, size_t cap)
+{
+    const struct hcnn_conv_choices *s = cuda_of(be)->choices;
+    size_t len = 0;
+    char line[1024];
+    for (int i = 0; i < s->n; i++) {
+        const size_t k = (size_t)line_of(&s->shapes[i], line, sizeof line);
+        if (buf && len + k < cap)
+            memcpy(buf + len, line, k + 1);
+        len += k;
+    }
+    if (buf && cap && len >= cap)
+        buf[0] = '\0';
+    return len;
+}
+
+int hcnn_cuda_adopt_conv_choices(const hcnn_backend *be, const char *text, int *changed,
+                                 int *refused)
+{
+    struct hcnn_conv_choices *s = cuda_of(be)->choices;
+    *changed = *refused = 0;
+    for (const char *line = text; line && *line;) {
+        const char *end = strchr(line, '\n');
+        char one[1024];
+        const size_t k = end ? (size_t)(end - line) : strlen(line);
+        snprintf(one, sizeof one, "%.*s", (int)(k < sizeof one ? k : sizeof one - 1), line);
+        line = end ? end + 1 : NULL;
+        conv_choice theirs;
+        if (!parse_line(one, &theirs))
+            return hcnn_error_code(HCNN_EINVAL, "CUDA convolutions: another rank's choice "
+                                                "'%.200s' is not a line this build reads", one);
+        hcnn_conv_desc d;
+        memset(&d, 0, sizeof d);
+        d.g = theirs.g, d.out_c = theirs.out_c;
+        conv_choice *mine = find(s, &d, theirs.precision, theirs.layout);
+        if (!mine || mine->agreed || mine->n != theirs.n)
+            continue; /* not a shape of this rank's, or a lower rank's taken already */
+        mine->agreed = 1;
+        if (!memcmp(mine->way, theirs.way, sizeof mine->way))
+            continue;
+        int runs = 1;
+        for (int p = 0; p < HCNN_PASSES; p++)
+            runs &= theirs.way[p] != HCNN_WAY_CUDNN ||
+                    hcnn_cudnn_conv_for(be, &d, mine->n, HCNN_CUDNN_ANY_WORKSPACE) != NULL;
+        if (!runs) { /* another GPU model or library: this rank keeps its own */
+            ++*refused;
+            continue;
+        }
+        memcpy(mine->way, theirs.way, sizeof mine->way);
+        memcpy(mine->ms, theirs.ms, sizeof mine->ms);
+        mine->from = FROM_RANK;
+        ++*changed;
+    }
+    return HCNN_OK;
+}
