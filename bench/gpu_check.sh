@@ -124,7 +124,9 @@ export HCNN_BUILDDIR=$B/build HCNN_SRCDIR=$R HCNN=$B/build/hcnn
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # the measurements' cache in the logs: HCNN_CUDA_CONV=auto's measured ways
 # (src/cuda/conv_choice.cu: each convolution shape's passes timed by way),
-# which the first ResNet-18 run writes and the later ones read, are results
+# which the first ResNet-18 run writes and the later ones read, are results.
+# (The BLAS kernels' table of blas_kernels: auto goes there too: measured
+# in each session, as on a machine lent fresh it would be anyway.)
 export XDG_CACHE_HOME=$O/cache
 if [ -d "$B/mnist" ] && [ ! -e data/mnist/train-images-idx3-ubyte ]; then
     mkdir -p data/mnist && cp "$B"/mnist/*.gz data/mnist/

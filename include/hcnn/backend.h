@@ -394,8 +394,9 @@ struct hcnn_backend {
      * shape, at most cap bytes with the NUL, "" if they do not fit) and
      * returns its length; adopt_conv_choices takes another rank's, for the
      * shapes it has of the same batch and has not taken from a lower rank
-     * already (*changed: shapes whose ways changed, *refused: those it
-     * cannot run so).  The training run gives every rank the lowest rank's
+     * already (*changed: shapes whose ways changed in this call; *refused:
+     * its shapes that no rank's ways given so far could replace, for want
+     * of a plan, and that keep their own).  The training run gives every rank the lowest rank's
      * choices (src/train/run.c): the same summation order everywhere. */
     size_t (*conv_choices)(const hcnn_backend *be, char *buf, size_t cap);
     int (*adopt_conv_choices)(const hcnn_backend *be, const char *text, int *changed,

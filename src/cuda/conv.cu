@@ -455,10 +455,18 @@ void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const
     gl->flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
 }
 
-void hcnn_cuda_conv_im2col_describe(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
-                                    char *buf, size_t cap)
+int hcnn_cuda_conv_chunk_images(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
 {
-    snprintf(buf, cap,
-             "im2col + cuBLAS GEMM on the GPU%s, chunks of %d images, col2im gathered",
-             be->layout == HCNN_LAYOUT_NHWC ? ", NHWC" : "", chunk_images(be, d, n));
+    return chunk_images(be, d, n);
+}
+
+void hcnn_cuda_conv_way_describe(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
+                                 hcnn_conv_way way, char *buf, size_t cap)
+{
+    const char *nhwc = be->layout == HCNN_LAYOUT_NHWC ? ", NHWC" : "";
+    if (way == HCNN_WAY_IM2COL_IMAGE)
+        snprintf(buf, cap, "im2col + cuBLAS GEMM on the GPU%s, one image at a time", nhwc);
+    else
+        snprintf(buf, cap, "im2col + cuBLAS GEMM on the GPU%s, chunks of %d images", nhwc,
+                 chunk_images(be, d, n));
 }

@@ -13,8 +13,9 @@
  *   on the emulation the rule, whose timings would say nothing of a GPU.
  * - measure: measured on the emulation too (the tests of this file).
  * - cudnn: cuDNN for every pass it has a plan for; im2col: im2col in chunks;
- *   im2col_image: im2col image by image (comparisons, and the tests of
- *   that way: the conformance suite under it).
+ *   im2col_image: im2col image by image; or one of those for each pass,
+ *   "forward,data,filter" (comparisons, and the tests of each way: the
+ *   conformance suite under them).
  *
  * The rule, measured on an H200 (2026-11-27), ResNet-18 at batch 128, FP32,
  * each pass by cuDNN 9.19's deterministic direct-sum algorithms against
@@ -37,7 +38,11 @@
  * MEASURE_REPS calls each, timed by the stream's events; the rule's way
  * stays unless another beats it in every round by MEASURE_MARGIN
  * (include/hcnn/choice.h, the rule blas_kernels: auto follows).  Some
- * milliseconds a shape on a GPU (ResNet-18's 11 shapes: about 2 s).
+ * milliseconds a shape on a GPU (ResNet-18's 11 shapes: about 2 s,
+ * estimated, not yet measured).  The data and the filter gradient are
+ * timed apart: in a run whose two gradients both go in chunks they share
+ * one walk and one channel-major copy of dy, which the timing counts
+ * twice, a small lean towards the image-by-image way (it has no copy).
  *
  * The cache: what was measured is kept in the measurement cache directory
  * (include/hcnn/files.h: $XDG_CACHE_HOME/hcnn), one file per GPU model and
@@ -87,6 +92,7 @@ typedef struct conv_choice {
     double ms[HCNN_PASSES][HCNN_WAYS]; /* a call's median (ms); 0: not measured */
     int from;                          /* FROM_* */
     int agreed;                        /* taken from a lower rank, or confirmed by it */
+    int refused;                       /* a lower rank's ways it cannot run (no plan) */
 } conv_choice;
 
 struct hcnn_conv_choices {
@@ -98,6 +104,7 @@ struct hcnn_conv_choices {
     char key[640];                     /* what the file holds for */
     char path[HCNN_FILE_PATH_MAX];     /* "" where there is no cache directory */
     int warned;                        /* the cache could not be written: said once */
+    int lock_waits;                    /* slices waited for the lock so far */
 };
 
 static const char *const way_names[HCNN_WAYS] = {"im2col", "im2col_image", "cudnn"};
@@ -105,25 +112,37 @@ static const char *const pass_names[HCNN_PASSES] = {"forward", "data gradient",
                                                      "filter gradient"};
 static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
 
+static int name_index(const char *const *names, int n, const char *s);
+
 int hcnn_cuda_conv_choice_create(hcnn_backend *be)
 {
     hcnn_cuda *cu = cuda_of(be);
     const char *env = getenv(HCNN_ENV_CUDA_CONV);
+    cu->conv_mode = HCNN_CONV_MODE_FORCED;
     if (!env || !*env || !strcmp(env, "auto"))
         cu->conv_mode = HCNN_CONV_MODE_AUTO;
     else if (!strcmp(env, "measure"))
         cu->conv_mode = HCNN_CONV_MODE_MEASURE;
-    else if (!strcmp(env, "cudnn"))
-        cu->conv_mode = HCNN_CONV_MODE_CUDNN;
-    else if (!strcmp(env, "im2col"))
-        cu->conv_mode = HCNN_CONV_MODE_IM2COL;
-    else if (!strcmp(env, "im2col_image"))
-        cu->conv_mode = HCNN_CONV_MODE_IM2COL_IMAGE;
-    else
-        return hcnn_error_code(HCNN_EINVAL,
-                               "HCNN_CUDA_CONV='%s': expected auto, measure, cudnn, im2col or "
-                               "im2col_image",
-                               env);
+    else if (!strchr(env, ',')) { /* one way for every pass */
+        const int w = name_index(way_names, HCNN_WAYS, env);
+        for (int p = 0; p < HCNN_PASSES; p++)
+            cu->conv_forced[p] = w;
+    } else { /* forward,data,filter */
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s", env);
+        char *save = NULL, *tok = strtok_r(buf, ",", &save);
+        for (int p = 0; p < HCNN_PASSES; p++, tok = strtok_r(NULL, ",", &save))
+            cu->conv_forced[p] = tok ? name_index(way_names, HCNN_WAYS, tok) : -1;
+        if (tok)
+            cu->conv_forced[0] = -1; /* a fourth */
+    }
+    for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++)
+        if (cu->conv_forced[p] < 0)
+            return hcnn_error_code(HCNN_EINVAL,
+                                   "HCNN_CUDA_CONV='%s': expected auto, measure, cudnn, im2col, "
+                                   "im2col_image, or one of the last three for each pass: "
+                                   "forward,data,filter (e.g. cudnn,im2col,im2col_image)",
+                                   env);
     cu->choices = (struct hcnn_conv_choices *)hcnn_calloc(sizeof *cu->choices,
                                                           "convolution choices");
     return cu->choices ? HCNN_OK : HCNN_ENOMEM;
@@ -155,13 +174,16 @@ static int same_shape(const conv_choice *c, const hcnn_conv_desc *d, int precisi
 
 /* ---- the rule ------------------------------------------------------------------- */
 
+/* the way HCNN_CUDA_CONV names for the pass (cuDNN's where it has a plan),
+ * else the rule's */
 static int rule_way(const hcnn_cuda *cu, const hcnn_conv_desc *d, int pass, int has_plan)
 {
-    if (cu->conv_mode == HCNN_CONV_MODE_IM2COL_IMAGE)
-        return HCNN_WAY_IM2COL_IMAGE;
-    if (cu->conv_mode == HCNN_CONV_MODE_IM2COL || !has_plan)
+    if (cu->conv_mode == HCNN_CONV_MODE_FORCED)
+        return cu->conv_forced[pass] != HCNN_WAY_CUDNN || has_plan ? cu->conv_forced[pass]
+                                                                   : HCNN_WAY_IM2COL;
+    if (!has_plan)
         return HCNN_WAY_IM2COL;
-    if (cu->conv_mode == HCNN_CONV_MODE_CUDNN || cu->precision == HCNN_PRECISION_TF32)
+    if (cu->precision == HCNN_PRECISION_TF32)
         return HCNN_WAY_CUDNN;
     return pass == HCNN_PASS_FORWARD && d->g.oh * d->g.ow >= 256 ? HCNN_WAY_CUDNN
                                                                   : HCNN_WAY_IM2COL;
@@ -234,10 +256,11 @@ static int measure(const hcnn_backend *be, const hcnn_conv_desc *d, int n, conv_
     if (!bufs_alloc(be, d, n, &b))
         return 0;
     const int has_plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE) != NULL;
+    const int chunked = hcnn_cuda_conv_chunk_images(be, d, n) > 1;
     for (int pass = 0; pass < HCNN_PASSES; pass++) {
         int cand[HCNN_WAYS], nc = 0;
         cand[nc++] = HCNN_WAY_IM2COL;
-        if (n > 1)
+        if (chunked) /* else the same work as HCNN_WAY_IM2COL */
             cand[nc++] = HCNN_WAY_IM2COL_IMAGE;
         if (has_plan)
             cand[nc++] = HCNN_WAY_CUDNN;
@@ -314,9 +337,14 @@ static int parse_line(const char *line, conv_choice *c)
         return 0;
     c->precision = name_index(precision_names, 3, prec);
     c->layout = !strcmp(layout, "nhwc") ? HCNN_LAYOUT_NHWC : HCNN_LAYOUT_NCHW;
-    if (c->precision < 0 || (strcmp(layout, "nhwc") && strcmp(layout, "nchw")) || c->n < 1 ||
-        g->c < 1 || g->h < 1 || g->w < 1 || c->out_c < 1 || g->kh < 1 || g->kw < 1 || g->sh < 1 ||
-        g->sw < 1 || g->ph < 0 || g->pw < 0)
+    const int big = 1 << 20; /* no shape of a real network comes near it */
+    const int vals[] = {c->n, g->c, g->h, g->w, c->out_c, g->kh, g->kw, g->sh, g->sw};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+        if (vals[i] < 1 || vals[i] > big)
+            return 0;
+    if (c->precision < 0 || (strcmp(layout, "nhwc") && strcmp(layout, "nchw")) || g->ph < 0 ||
+        g->pw < 0 || g->ph > big || g->pw > big || g->h + 2 * g->ph < g->kh ||
+        g->w + 2 * g->pw < g->kw)
         return 0;
     for (int p = 0; p < HCNN_PASSES; p++)
         if ((c->way[p] = name_index(way_names, HCNN_WAYS, ways[p])) < 0)
@@ -334,20 +362,38 @@ static int parse_line(const char *line, conv_choice *c)
     return 1;
 }
 
+/* Said once: without the cache every run measures again, and may choose
+ * other ways, so other bits. */
+static void not_cached(struct hcnn_conv_choices *s, const char *why)
+{
+    if (!s->warned)
+        hcnn_warn("CUDA convolutions: the measured ways are not cached%s%s (%s); the next run "
+                  "measures again and may choose other ways, so give other bits (set "
+                  "XDG_CACHE_HOME to a writable directory)",
+                  s->path[0] ? " in " : "", s->path, why);
+    s->warned = 1;
+}
+
 /* the cache's file name (once: the directory and the key) */
 static void cache_open(const hcnn_backend *be, struct hcnn_conv_choices *s)
 {
     s->cache_read = 1;
     char dir[HCNN_FILE_PATH_MAX - 64], why[256]; /* room for the file name */
-    if (hcnn_cache_dir(dir, sizeof dir, why, sizeof why) != HCNN_OK)
-        return; /* measured each run; said when writing fails */
-    snprintf(s->key, sizeof s->key, "%s", cuda_of(be)->model_key);
+    if (hcnn_cache_dir(dir, sizeof dir, why, sizeof why) != HCNN_OK) {
+        not_cached(s, why);
+        return;
+    }
+    /* the chunk size too: it decides what the chunked way does */
+    snprintf(s->key, sizeof s->key, "%s; chunks of %zu floats", cuda_of(be)->model_key,
+             cuda_of(be)->chunk_floats);
     uint64_t h = 14695981039346656037ull; /* FNV-1a of the key: the file's name */
     for (const unsigned char *p = (const unsigned char *)s->key; *p; p++)
         h = (h ^ *p) * 1099511628211ull;
     s->cached = (conv_choice *)hcnn_calloc(sizeof *s->cached * CACHE_SHAPES, "convolution cache");
     if (s->cached)
         snprintf(s->path, sizeof s->path, "%s/cuda-conv-%016llx.txt", dir, (unsigned long long)h);
+    else
+        not_cached(s, "no memory for its lines");
 }
 
 /* The ranks of a node measure one at a time, the others waiting on a lock
@@ -355,9 +401,10 @@ static void cache_open(const hcnn_backend *be, struct hcnn_conv_choices *s)
  * node, and no rank's timings disturbed by another's work (ranks that share
  * a GPU).  The wait polls (a stop signal stays pending for the run to take
  * at its next step); after LOCK_WAIT_S, or on a file system without locks,
- * the rank goes on unlocked.  Returns the descriptor, or -1. */
+ * the rank goes on unlocked (the budget is the instance's, not a shape's:
+ * a stuck holder delays it once).  Returns the descriptor, or -1. */
 #define LOCK_WAIT_S 300
-static int cache_lock(const struct hcnn_conv_choices *s)
+static int cache_lock(struct hcnn_conv_choices *s)
 {
     if (!s->path[0])
         return -1;
@@ -367,12 +414,13 @@ static int cache_lock(const struct hcnn_conv_choices *s)
     if (fd < 0)
         return -1;
     const struct timespec slice = {0, 50 * 1000 * 1000};
-    for (int i = 0; i < LOCK_WAIT_S * 20; i++) {
+    for (;;) {
         if (flock(fd, LOCK_EX | LOCK_NB) == 0)
             return fd;
-        if (errno != EWOULDBLOCK && errno != EINTR)
+        if ((errno != EWOULDBLOCK && errno != EINTR) || s->lock_waits >= LOCK_WAIT_S * 20)
             break;
         nanosleep(&slice, NULL);
+        s->lock_waits++; /* one budget for every shape of the instance */
     }
     close(fd);
     return -1;
@@ -421,7 +469,7 @@ static void cache_load(struct hcnn_conv_choices *s)
 static void cache_write(const hcnn_backend *be, struct hcnn_conv_choices *s, const conv_choice *c)
 {
     if (!s->path[0] || !s->cached)
-        return;
+        return; /* said by cache_open */
     int i;
     for (i = 0; i < s->ncached; i++) {
         const conv_choice *o = &s->cached[i];
@@ -429,8 +477,10 @@ static void cache_write(const hcnn_backend *be, struct hcnn_conv_choices *s, con
             o->layout == c->layout && !memcmp(&o->g, &c->g, sizeof o->g))
             break;
     }
-    if (i == CACHE_SHAPES)
-        return;
+    if (i == CACHE_SHAPES) { /* full: the oldest line goes */
+        memmove(s->cached, s->cached + 1, sizeof *s->cached * (CACHE_SHAPES - 1));
+        s->ncached = i = CACHE_SHAPES - 1;
+    }
     s->cached[i] = *c;
     s->ncached += i == s->ncached;
     const size_t cap = 256 + strlen(s->key) + (size_t)s->ncached * 512;
@@ -449,13 +499,8 @@ static void cache_write(const hcnn_backend *be, struct hcnn_conv_choices *s, con
     for (int k = 0; k < s->ncached && len < cap; k++)
         len += (size_t)line_of(&s->cached[k], buf + len, cap - len);
     char why[512] = "the table is too long";
-    if (len >= cap || hcnn_write_file_why(s->path, buf, len, why, sizeof why) != HCNN_OK) {
-        if (!s->warned)
-            hcnn_warn("CUDA convolutions: the measured ways are not cached in %s (%s); the next "
-                      "run measures again (set XDG_CACHE_HOME to a writable directory)",
-                      s->path, why);
-        s->warned = 1;
-    }
+    if (len >= cap || hcnn_write_file_why(s->path, buf, len, why, sizeof why) != HCNN_OK)
+        not_cached(s, why);
     free(buf);
     (void)be;
 }
@@ -546,8 +591,8 @@ static void ways_name(const int *ways, char *buf, size_t cap)
 #define APPEND(...) \
     (len += (size_t)snprintf(buf + (len < cap ? len : cap), len < cap ? cap - len : 0, __VA_ARGS__))
 
-/* "name: the im2col path; each pass's way (where they are not all im2col);
- * (where the ways come from: the medians measured)" */
+/* "name: how the passes run (where the ways come from: the medians
+ * measured)" */
 void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                              const hcnn_exec *ex, int n, char *buf, size_t cap)
 {
@@ -555,22 +600,25 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
     const hcnn_cuda *cu = cuda_of(be);
     const int *ways = hcnn_cuda_conv_ways(be, d, n);
     const conv_choice *c = find(cu->choices, d, (int)cu->precision, (int)be->layout);
-    char name[64], im2col[160];
+    char name[64];
     ways_name(ways, name, sizeof name);
-    hcnn_cuda_conv_im2col_describe(be, d, n, im2col, sizeof im2col);
     size_t len = 0;
-    APPEND("%s: %s", name, im2col);
-    if (strcmp(name, "im2col_cublas"))
-        for (int p = 0; p < HCNN_PASSES; p++) {
-            char how[160] = "";
-            const hcnn_cudnn_conv *plan =
-                ways[p] == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
-                                          : NULL;
-            if (plan)
-                hcnn_cudnn_conv_describe(plan, p, how, sizeof how);
-            APPEND("%s %s %s%s%s", p ? "," : ";", pass_names[p], way_names[ways[p]],
-                   how[0] ? " " : "", how);
-        }
+    APPEND("%s:", name);
+    const int same = ways[0] == ways[1] && ways[1] == ways[2] && ways[0] != HCNN_WAY_CUDNN;
+    for (int p = 0; p < (same ? 1 : HCNN_PASSES); p++) {
+        char how[200] = "";
+        const hcnn_cudnn_conv *plan =
+            ways[p] == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
+                                      : NULL;
+        if (plan)
+            hcnn_cudnn_conv_describe(plan, p, how, sizeof how);
+        else
+            hcnn_cuda_conv_way_describe(be, d, n, (hcnn_conv_way)ways[p], how, sizeof how);
+        if (same)
+            APPEND(" %s, col2im gathered", how);
+        else
+            APPEND("%s %s by %s", p ? "," : "", pass_names[p], how);
+    }
     static const char *const from[] = {"HCNN_CUDA_CONV", "the rule", "measured", "cached",
                                        "a lower rank's"};
     APPEND(" (ways: %s", c ? from[c->from] : "the rule");
@@ -657,6 +705,8 @@ size_t hcnn_cuda_conv_choices(const hcnn_backend *be, char *buf, size_t cap)
     const struct hcnn_conv_choices *s = cuda_of(be)->choices;
     size_t len = 0;
     char line[1024];
+    if (buf && cap)
+        buf[0] = '\0';
     for (int i = 0; i < s->n; i++) {
         const size_t k = (size_t)line_of(&s->shapes[i], line, sizeof line);
         if (buf && len + k < cap)
@@ -689,21 +739,25 @@ int hcnn_cuda_adopt_conv_choices(const hcnn_backend *be, const char *text, int *
         conv_choice *mine = find(s, &d, theirs.precision, theirs.layout);
         if (!mine || mine->agreed || mine->n != theirs.n)
             continue; /* not a shape of this rank's, or a lower rank's taken already */
-        mine->agreed = 1;
-        if (!memcmp(mine->way, theirs.way, sizeof mine->way))
+        if (!memcmp(mine->way, theirs.way, sizeof mine->way)) {
+            mine->agreed = 1, mine->refused = 0;
             continue;
+        }
         int runs = 1;
         for (int p = 0; p < HCNN_PASSES; p++)
             runs &= theirs.way[p] != HCNN_WAY_CUDNN ||
                     hcnn_cudnn_conv_for(be, &d, mine->n, HCNN_CUDNN_ANY_WORKSPACE) != NULL;
-        if (!runs) { /* another GPU model or library: this rank keeps its own */
-            ++*refused;
+        if (!runs) { /* another GPU model or library: the next lower rank's, else its own */
+            mine->refused = 1;
             continue;
         }
+        mine->agreed = 1, mine->refused = 0;
         memcpy(mine->way, theirs.way, sizeof mine->way);
         memcpy(mine->ms, theirs.ms, sizeof mine->ms);
         mine->from = FROM_RANK;
         ++*changed;
     }
+    for (int i = 0; i < s->n; i++)
+        *refused += s->shapes[i].refused && !s->shapes[i].agreed;
     return HCNN_OK;
 }

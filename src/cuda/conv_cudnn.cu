@@ -21,7 +21,7 @@
  * Which passes cuDNN runs is conv_choice.cu's: this file makes the plan
  * (descriptors and the three algorithms) that a pass by cuDNN runs, and
  * hcnn_cudnn_conv_for() answers NULL where there is none (a build without
- * cuDNN, bf16, HCNN_CUDA_CONV=im2col, no usable algorithm). */
+ * cuDNN, bf16, HCNN_CUDA_CONV naming no cudnn pass, no usable algorithm). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +79,8 @@ static void plan_free(hcnn_cudnn_conv *p)
 int hcnn_cudnn_create(hcnn_backend *be)
 {
     hcnn_cuda *cu = cuda_of(be);
-    if (cu->conv_mode == HCNN_CONV_MODE_IM2COL || cu->conv_mode == HCNN_CONV_MODE_IM2COL_IMAGE)
+    if (cu->conv_mode == HCNN_CONV_MODE_FORCED && cu->conv_forced[0] != HCNN_WAY_CUDNN &&
+        cu->conv_forced[1] != HCNN_WAY_CUDNN && cu->conv_forced[2] != HCNN_WAY_CUDNN)
         return HCNN_OK; /* cu->dnn stays NULL: the im2col path everywhere */
     struct hcnn_cudnn *dnn = (struct hcnn_cudnn *)hcnn_calloc(sizeof *dnn, "cuDNN plans");
     if (!dnn)
@@ -364,9 +365,14 @@ void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, siz
 
 int hcnn_cudnn_create(hcnn_backend *be)
 {
-    if (cuda_of(be)->conv_mode == HCNN_CONV_MODE_CUDNN)
-        return hcnn_error_code(HCNN_EINVAL, "HCNN_CUDA_CONV=cudnn: this build has no cuDNN "
-                                            "(configure found none, or --without-cudnn)");
+    const hcnn_cuda *cu = cuda_of(be);
+    if (cu->conv_mode == HCNN_CONV_MODE_FORCED &&
+        (cu->conv_forced[0] == HCNN_WAY_CUDNN || cu->conv_forced[1] == HCNN_WAY_CUDNN ||
+         cu->conv_forced[2] == HCNN_WAY_CUDNN))
+        return hcnn_error_code(HCNN_EINVAL,
+                               "HCNN_CUDA_CONV=%s: this build has no cuDNN (configure found "
+                               "none, or --without-cudnn)",
+                               getenv(HCNN_ENV_CUDA_CONV));
     return HCNN_OK;
 }
 void hcnn_cudnn_destroy(hcnn_cuda *cu) { (void)cu; }

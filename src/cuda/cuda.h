@@ -42,6 +42,7 @@ typedef struct hcnn_cuda {
     size_t bf16_elems;
     struct hcnn_cudnn *dnn; /* cuDNN's handle and plans (conv_cudnn.cu); NULL: none */
     int conv_mode;          /* HCNN_CUDA_CONV (HCNN_CONV_MODE_*, conv_choice.cu) */
+    int conv_forced[3];     /* HCNN_CONV_MODE_FORCED: each pass's way (hcnn_conv_way) */
     struct hcnn_conv_choices *choices; /* each convolution shape's ways (conv_choice.cu) */
     void *blas_ws;          /* cuBLAS's workspace, so that it allocates none in a capture */
     cudaGraphExec_t graphs[HCNN_GRAPH_SLOTS]; /* captured work (graph_begin .. graph_launch) */
@@ -132,18 +133,18 @@ void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
 void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                            const float *x, const float *w, const float *dy, float *dw, float *dx,
                            int dx_acc, int n, hcnn_conv_way filter, hcnn_conv_way data);
-/* conv.cu: what the im2col path needs of the workspace for n images, and
- * its description */
+/* conv.cu: what the im2col path needs of the workspace for n images, the
+ * images of its chunks, and an im2col way in words */
 size_t hcnn_cuda_conv_im2col_workspace(const hcnn_backend *be, const hcnn_conv_desc *d, int n);
-void hcnn_cuda_conv_im2col_describe(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
-                                    char *buf, size_t cap);
+int hcnn_cuda_conv_chunk_images(const hcnn_backend *be, const hcnn_conv_desc *d, int n);
+void hcnn_cuda_conv_way_describe(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
+                                 hcnn_conv_way way, char *buf, size_t cap);
 /* conv_choice.cu: HCNN_CUDA_CONV, and each shape's way for each pass */
 enum {
     HCNN_CONV_MODE_AUTO,    /* auto or unset: measured on a GPU, the rule on the emulation */
     HCNN_CONV_MODE_MEASURE, /* measure: measured, also on the emulation (tests) */
-    HCNN_CONV_MODE_CUDNN,   /* cudnn: cuDNN for every pass it has a plan for */
-    HCNN_CONV_MODE_IM2COL,  /* im2col: im2col + cuBLAS in chunks, every pass */
-    HCNN_CONV_MODE_IM2COL_IMAGE /* im2col_image: the same image by image, every pass */
+    HCNN_CONV_MODE_FORCED   /* the ways named (conv_forced): cudnn, im2col, im2col_image
+                               for every pass, or one way per pass "F,D,W" */
 };
 int hcnn_cuda_conv_choice_create(hcnn_backend *be); /* reads HCNN_CUDA_CONV */
 void hcnn_cuda_conv_choice_destroy(hcnn_cuda *cu);

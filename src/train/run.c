@@ -141,7 +141,7 @@ static int agree_conv_choices(hcnn_run *r, int rc)
     if (!ok)
         return rc ? rc : HCNN_EAGREED;
     const hcnn_backend *be = r->be;
-    const int has = be->conv_choices != NULL;
+    const int has = be->conv_choices && be->adopt_conv_choices;
     int any = has;
     HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, comm->world));
     if (!any)
@@ -178,12 +178,12 @@ static int agree_conv_choices(hcnn_run *r, int rc)
     hcnn_watch_context("comparing the ranks' convolution choices");
     HCNN_MPI(MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, displs, MPI_CHAR, comm->world));
     hcnn_watch_context(NULL);
-    int counts[2] = {0, 0}; /* shapes changed, shapes refused */
+    int counts[2] = {0, 0}; /* shapes changed; shapes no lower rank's ways could replace */
     rc = HCNN_OK;
     for (int j = 0; j < comm->rank && has && !rc; j++) {
-        int changed = 0, refused = 0;
-        rc = be->adopt_conv_choices(be, all + displs[j], &changed, &refused);
-        counts[0] += changed, counts[1] += refused;
+        int changed = 0;
+        rc = be->adopt_conv_choices(be, all + displs[j], &changed, &counts[1]);
+        counts[0] += changed;
     }
     free(lens), free(mine), free(all);
     int bad = rc != HCNN_OK;
@@ -194,15 +194,15 @@ static int agree_conv_choices(hcnn_run *r, int rc)
     HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT, MPI_SUM, comm->world));
     HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, ranks, 2, MPI_INT, MPI_SUM, comm->world));
     if (comm->rank == 0 && counts[0]) {
-        printf("hcnn: convolution ways: %d rank(s) had measured other ways for %d shape(s) than "
-               "a lower rank; every rank now runs the lowest rank's\n",
+        printf("hcnn: convolution ways: %d rank(s) had measured other ways than a lower rank "
+               "(%d shape choice(s) replaced in all); every rank now runs the lowest rank's\n",
                ranks[0], counts[0]);
         fflush(stdout);
     }
     if (comm->rank == 0 && counts[1])
-        hcnn_warn("convolution ways: %d rank(s) cannot run a lower rank's ways for %d shape(s) "
-                  "(another GPU model or library: no cuDNN plan) and keep their own; their "
-                  "summation order differs",
+        hcnn_warn("convolution ways: %d rank(s) cannot run any lower rank's ways for %d shape "
+                  "choice(s) in all (another GPU model or library: no cuDNN plan) and keep "
+                  "their own; their summation order differs",
                   ranks[1], counts[1]);
     return HCNN_OK;
 }

@@ -77,14 +77,17 @@ for layout in auto nhwc; do
     fi
 done
 
-# the image-by-image way (HCNN_CUDA_CONV=im2col_image) on the convolution's
-# checks: its bugs are caught only if the clean copy passes so
+# the ways the rule does not take (src/cuda/conv_choice.cu): the forward and
+# the data gradient image by image, the filter gradient in chunks (so the
+# backward walks the two apart), on the convolution's checks: their bugs
+# are caught only if the clean copy passes so
 CONV_CHECKS=conv_fwd,conv_bwd,conv_bwd_filter,conv_bwd_data
-if checks "$work/clean" "$CONV_CHECKS" auto im2col_image; then
-    echo "clean copy, HCNN_CUDA_CONV=im2col_image: the convolution's checks pass"
+WAYS=im2col_image,im2col_image,im2col
+if checks "$work/clean" "$CONV_CHECKS" auto "$WAYS"; then
+    echo "clean copy, HCNN_CUDA_CONV=$WAYS: the convolution's checks pass"
     passed=$((passed + 1))
 else
-    echo "clean copy, HCNN_CUDA_CONV=im2col_image: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" 2>/dev/null)"
+    echo "clean copy, HCNN_CUDA_CONV=$WAYS: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" 2>/dev/null)"
     failed=$((failed + 1))
 fi
 
@@ -167,10 +170,15 @@ bug bn_nhwc_bwd_without_tail src/cuda/bn_nhwc.cu \
 bug maxpool_nhwc_channel_stride src/cuda/pool.cu \
     '/static __global__ void maxpool_fwd_kernel/,/^}/s/const size_t st = NHWC ? (size_t)g.c : 1;/const size_t st = 1;/' \
     maxpool_fwd nhwc
-# The image-by-image way (src/cuda/conv_choice.cu's im2col_image; NCHW's
-# GEMMs then write y in place): its forward without the bias
+# The ways (src/cuda/conv_choice.cu), under $WAYS: the image-by-image
+# forward (NCHW's GEMMs then write y in place) without the bias
 bug image_forward_without_bias src/cuda/conv.cu \
     '/if (nb == 1) { \/\* \[Cout\]\[P\] is the image/,/continue;/{/hcnn_cuda_add_channel_bias/d}' \
-    "$CONV_CHECKS" auto im2col_image
+    "$CONV_CHECKS" auto "$WAYS"
+# the data gradient walked apart from the filter gradient's chunks
+# overwriting dx when asked to accumulate
+bug split_backward_ignores_accumulate src/cuda/conv.cu \
+    's/backward_im2col(be, d, ex, NULL, w, dy, NULL, dx, dx_acc, n, cx);/backward_im2col(be, d, ex, NULL, w, dy, NULL, dx, 0, n, cx);/' \
+    "$CONV_CHECKS" auto "$WAYS"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

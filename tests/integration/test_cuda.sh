@@ -71,16 +71,19 @@ close() {
 
 # The suite runs under HCNN_CUDA_CONV's choices (src/cuda/conv_choice.cu):
 # the default (on a GPU measured, else the rule), every pass image by
-# image; with cuDNN linked also cuDNN for every pass, im2col + cuBLAS in
-# chunks for every pass.
-CONV_MODES="default im2col_image"
-grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" && CONV_MODES="default cudnn im2col im2col_image"
+# image, the data gradient image by image and the filter gradient in
+# chunks (the backward walks them apart); with cuDNN linked also cuDNN for
+# every pass, im2col + cuBLAS in chunks for every pass, and cuDNN's forward
+# with the two other ways behind it.
+CONV_MODES="default im2col_image im2col,im2col_image,im2col"
+grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" &&
+    CONV_MODES="default cudnn im2col im2col_image im2col,im2col_image,im2col cudnn,im2col_image,im2col"
 for mode in $CONV_MODES; do
     if [ "$mode" = default ]; then
         case_begin conformance_on_cuda
         choice=()
     else
-        case_begin "conformance_on_cuda_$mode"
+        case_begin "conformance_on_cuda_${mode//,/_}"
         choice=(HCNN_CUDA_CONV="$mode")
     fi
     env "${choice[@]}" HCNN_CONFORMANCE_BACKENDS=cuda "${T[@]}" \
@@ -175,33 +178,45 @@ close lenet_cuda lenet_cuda2 0
 
 # The measured ways (HCNN_CUDA_CONV=measure on the emulation; auto on a GPU,
 # src/cuda/conv_choice.cu): each convolution shape's three passes timed by
-# way, written to the cache (a magic line, the GPU's key, a line per shape),
-# read by the next run, which measures nothing and gives the same bits; a
-# file of another version is measured again.
+# way and written to the cache (a magic line, the GPU's key, a line per
+# shape).  Later runs measure nothing and run the cached ways: set here to
+# filter gradients image by image, two runs give the same bits, and other
+# bits than the rule's (all in chunks: lenet_cuda).  A file of another
+# version or another GPU is measured again.
 case_begin measured_ways_cached_same_bits
 MEASURE=(env HCNN_CUDA_CONV=measure XDG_CACHE_HOME="$WORK/cache_meas")
 meas_bench() { # the plan lines of hcnn bench under MEASURE
     "${MEASURE[@]}" "${T[@]}" "$HCNN" bench "${LENET[@]}" --set device=cuda --set blas_kernels=env \
         --warmup 1 --repeats 1 --steps 1 2>&1 | grep '^# plan conv'
 }
-HCNN_CUDA_CONV=measure XDG_CACHE_HOME="$WORK/cache_meas" train lenet_meas_a cuda 20 "${LENET[@]}" &&
-    HCNN_CUDA_CONV=measure XDG_CACHE_HOME="$WORK/cache_meas" train lenet_meas_b cuda 20 "${LENET[@]}"
+meas_train() { HCNN_CUDA_CONV=measure XDG_CACHE_HOME="$WORK/cache_meas" train "$1" cuda 20 "${LENET[@]}"; }
+meas_train lenet_meas_a
 table=$(ls "$WORK"/cache_meas/hcnn/cuda-conv-*.txt 2>/dev/null)
 if [ "$(echo "$table" | grep -c .)" != 1 ]; then case_fail "want one cache file, found: ${table:-none}"
-elif ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 1' || ! grep -q '^key .*SMs; ' "$table" ||
+elif ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 1' || ! grep -q '^key .*SMs; .*; chunks of [0-9]* floats$' "$table" ||
     [ "$(grep -c '^conv fp32 nchw ' "$table")" != 2 ]; then
     case_fail "the cache is not a magic line, a key and LeNet-5's 2 shapes: $(head -c 600 "$table")"
-elif ! meas_bench | grep -q '(ways: cached: forward im2col [0-9.e+-]* ms, im2col_image'; then
-    case_fail "hcnn bench did not read the cached ways: $(meas_bench | head -n 2)"
 else
-    grep '^conv' "$table" | sed 's/^/# /'
-    close lenet_meas_a lenet_meas_b 0
+    grep '^conv' "$table" | sed 's/^/# measured: /'
+    awk '$1 == "conv" { $15 = "im2col"; $16 = "im2col"; $17 = "im2col_image" } { print }' "$table" >"$table.new" &&
+        mv "$table.new" "$table"
+    if ! meas_bench | grep -q 'ways_col/col/img: .*(ways: cached: forward im2col [0-9.e+-]* ms, im2col_image'; then
+        case_fail "hcnn bench did not run the cached ways: $(meas_bench | head -n 1)"
+    elif ! meas_train lenet_meas_b || ! meas_train lenet_meas_c; then
+        case_fail "$(tail -n 2 "$WORK/lenet_meas_b.log" "$WORK/lenet_meas_c.log" | tr '\n' ' ')"
+    elif "$HCNN" diff "$WORK/lenet_cuda/final.hcnn" "$WORK/lenet_meas_b/final.hcnn" --tol 0 >/dev/null 2>&1; then
+        case_fail "the cached ways (filter gradients image by image) gave the rule's bits: not applied"
+    else close lenet_meas_b lenet_meas_c 0; fi
 fi
 case_begin measured_ways_stale_cache_measured_again
 sed -i '1s/.*/hcnn-cuda-conv 0/' "$table"
-if meas_bench | grep -q '(ways: measured: forward im2col' && head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 1'; then
-    case_ok
-else case_fail "a version-0 file was not measured again and rewritten: $(meas_bench | head -n 1)"; fi
+if ! meas_bench | grep -q '(ways: measured: forward im2col' || ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 1'; then
+    case_fail "a version-0 file was not measured again and rewritten: $(meas_bench | head -n 1)"
+else
+    sed -i 's/^key .*/key another GPU/' "$table"
+    if meas_bench | grep -q '(ways: measured: forward im2col' && grep -q '^key .*SMs' "$table"; then case_ok
+    else case_fail "another GPU's file was not measured again: $(meas_bench | head -n 1)"; fi
+fi
 
 # in the other precisions too (issue 42): LeNet-5 20 steps in tf32 and
 # bf16, each twice (ResNet-18 in bf16 takes 1.5-2.5 min a run on the
@@ -413,7 +428,7 @@ set_ways() { # cache_in cache_out forward data filter
 ways_train ways_init "$c0" "$c0" && set_ways "$c0" "$c0" im2col im2col im2col &&
     set_ways "$c0" "$c1" im2col im2col im2col_image && ways_train ways_same "$c0" "$c0"
 rc=$?
-note='^hcnn: convolution ways: 1 rank(s) had measured other ways for 2 shape(s) than a lower rank'
+note='^hcnn: convolution ways: 1 rank(s) had measured other ways than a lower rank (2 shape choice(s) replaced in all)'
 if [ $rc -ne 0 ]; then case_fail "exit $rc: $(tail -n 3 "$WORK/ways_init.log" "$WORK/ways_same.log" | tr '\n' ' ')"
 elif grep -q 'convolution ways:' "$WORK/ways_init.log" "$WORK/ways_same.log"; then
     case_fail "ranks of one node were told they differ: $(grep -h 'convolution ways:' "$WORK"/ways_*.log)"
