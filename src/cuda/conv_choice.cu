@@ -33,7 +33,8 @@
  * and other shapes need not follow it: hence the measurement.
  *
  * The measurement: for each pass, every candidate way (im2col; im2col by
- * image when n > 1; cuDNN where it has a plan) on buffers of the call's
+ * image where a chunk holds more than one image; cuDNN where it has a
+ * plan) on buffers of the call's
  * shape, once to warm up, then MEASURE_ROUNDS rounds in rotated order of
  * MEASURE_REPS calls each, timed by the stream's events; the rule's way
  * stays unless another beats it in every round by MEASURE_MARGIN
@@ -45,10 +46,11 @@
  * twice, a small lean towards the image-by-image way (it has no copy).
  *
  * The cache: what was measured is kept in the measurement cache directory
- * (include/hcnn/files.h: $XDG_CACHE_HOME/hcnn), one file per GPU model and
- * library versions, with a magic line, a version and the whole key, one
- * line per shape; a later run on that GPU model reads it and measures
- * nothing, so it chooses as the first did and gives the same bits.
+ * (include/hcnn/files.h: $XDG_CACHE_HOME/hcnn), one file per GPU model,
+ * library versions and chunk size, with a magic line, a version and the
+ * whole key, one line per shape and batch; a later run on that GPU model
+ * reads it and measures nothing, so it chooses as the first did and gives
+ * the same bits.  Where it cannot be kept, a warning says so once.
  *
  * Ranks: the training run compares the ranks' choices once they are made
  * (src/train/run.c, agree_conv_choices) and every rank takes, for each
