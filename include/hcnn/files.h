@@ -37,6 +37,11 @@ int hcnn_mkdir_parent(const char *path, const char *what);
  * /tmp/hcnn-cache-UID, created.  HCNN_EIO with the reason in why and no
  * message (a run does without a cache and measures again). */
 int hcnn_cache_dir(char *buf, size_t cap, char *why, size_t why_cap);
+/* The cache file of a measurement of `kind` ("blas", "cuda-conv") for
+ * `key` (what it holds for) in dir: DIR/KIND-HASH.txt, HASH the key's
+ * 64-bit FNV-1a in hex (the file also holds the whole key, checked on
+ * reading). */
+void hcnn_cache_file(const char *dir, const char *kind, const char *key, char *buf, size_t cap);
 
 /* The time by the clock of the file system that holds dir: the
  * modification time of a file created there (and removed).  Ages of files

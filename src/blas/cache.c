@@ -67,14 +67,9 @@ void hcnn_blas_cache_unlock(int fd)
         close(fd); /* releases the lock */
 }
 
-/* 64-bit FNV-1a of the key: the file's name */
 static void cache_path(const char *dir, blas_table *t)
 {
-    uint64_t h = 14695981039346656037ull;
-    for (const unsigned char *p = (const unsigned char *)t->key; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
-    snprintf(t->cache_path, sizeof t->cache_path, "%s/blas-%016llx.txt", dir,
-             (unsigned long long)h);
+    hcnn_cache_file(dir, "blas", t->key, t->cache_path, sizeof t->cache_path);
 }
 
 /* The rest of the line after `word ` into out, or 0. */

@@ -296,3 +296,11 @@ int hcnn_cache_dir(char *buf, size_t cap, char *why, size_t why_cap)
     }
     return hcnn_mkdir_p_why(buf, why, why_cap);
 }
+
+void hcnn_cache_file(const char *dir, const char *kind, const char *key, char *buf, size_t cap)
+{
+    uint64_t h = 14695981039346656037ull; /* 64-bit FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    snprintf(buf, cap, "%s/%s-%016llx.txt", dir, kind, (unsigned long long)h);
+}

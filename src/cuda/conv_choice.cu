@@ -100,7 +100,7 @@ typedef struct conv_choice {
 struct hcnn_conv_choices {
     int n;
     conv_choice shapes[CHOICE_SHAPES];
-    int cache_read;                    /* the file's name was worked out */
+    int cache_opened;                  /* the file's name was worked out */
     int ncached;
     conv_choice *cached;               /* CACHE_SHAPES: the file's lines */
     char key[640];                     /* what the file holds for */
@@ -379,7 +379,7 @@ static void not_cached(struct hcnn_conv_choices *s, const char *why)
 /* the cache's file name (once: the directory and the key) */
 static void cache_open(const hcnn_backend *be, struct hcnn_conv_choices *s)
 {
-    s->cache_read = 1;
+    s->cache_opened = 1;
     char dir[HCNN_FILE_PATH_MAX - 64], why[256]; /* room for the file name */
     if (hcnn_cache_dir(dir, sizeof dir, why, sizeof why) != HCNN_OK) {
         not_cached(s, why);
@@ -388,12 +388,9 @@ static void cache_open(const hcnn_backend *be, struct hcnn_conv_choices *s)
     /* the chunk size too: it decides what the chunked way does */
     snprintf(s->key, sizeof s->key, "%s; chunks of %zu floats", cuda_of(be)->model_key,
              cuda_of(be)->chunk_floats);
-    uint64_t h = 14695981039346656037ull; /* FNV-1a of the key: the file's name */
-    for (const unsigned char *p = (const unsigned char *)s->key; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
     s->cached = (conv_choice *)hcnn_calloc(sizeof *s->cached * CACHE_SHAPES, "convolution cache");
     if (s->cached)
-        snprintf(s->path, sizeof s->path, "%s/cuda-conv-%016llx.txt", dir, (unsigned long long)h);
+        hcnn_cache_file(dir, "cuda-conv", s->key, s->path, sizeof s->path);
     else
         not_cached(s, "no memory for its lines");
 }
@@ -468,7 +465,7 @@ static void cache_load(struct hcnn_conv_choices *s)
         s->ncached = 0;
 }
 
-static void cache_write(const hcnn_backend *be, struct hcnn_conv_choices *s, const conv_choice *c)
+static void cache_write(struct hcnn_conv_choices *s, const conv_choice *c)
 {
     if (!s->path[0] || !s->cached)
         return; /* said by cache_open */
@@ -504,7 +501,6 @@ static void cache_write(const hcnn_backend *be, struct hcnn_conv_choices *s, con
     if (len >= cap || hcnn_write_file_why(s->path, buf, len, why, sizeof why) != HCNN_OK)
         not_cached(s, why);
     free(buf);
-    (void)be;
 }
 
 /* ---- the choice of a shape ------------------------------------------------------ */
@@ -558,7 +554,7 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
     /* no measurement inside a graph capture (nothing may run there): the rule */
     if (!measures(cu) || cu->capturing)
         return c->way;
-    if (!s->cache_read)
+    if (!s->cache_opened)
         cache_open(be, s);
     const int lock = cache_lock(s);
     cache_load(s); /* under the lock: what another rank of the node just measured */
@@ -569,7 +565,7 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
         c->from = FROM_CACHE;
     } else if (measure(be, d, c->n, c)) {
         c->from = FROM_MEASURED;
-        cache_write(be, s, c);
+        cache_write(s, c);
     }
     cache_unlock(lock);
     return c->way;
