@@ -5,8 +5,9 @@
 #   tests   tests/integration/test_cuda.sh under each convolution choice (HCNN_CUDA_CONV
 #           unset, cudnn, im2col; side by side), and the conformance suite's
 #           whole log
-#   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile; and
-#           with NHWC activations in fp32, tf32, bf16: HCNN_CUDA_LAYOUT=nhwc),
+#   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile;
+#           with NHWC activations in fp32, tf32, bf16: HCNN_CUDA_LAYOUT=nhwc;
+#           bf16 by cuDNN's graphs in both layouts: HCNN_CUDA_CONV=cudnn),
 #           and bench/compare.sh against PyTorch on the same GPU: ResNet-18
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256; PyTorch
 #           in NCHW and channels_last in the same alternated rounds, its
@@ -205,6 +206,18 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
             --set device=cuda --set batch_size=128 --set precision=$p --warmup 3 --repeats 3 \
             --steps 5 > "$O/bench_resnet_b128_nhwc_$p.log" 2>&1
         echo "exit $?"; grep -E '^hcnn: device|^# step_ms|images_per_s' "$O/bench_resnet_b128_nhwc_$p.log" | tail -n 3
+    done
+    # bf16 by cuDNN's graphs for every pass that has an engine
+    # (src/cuda/conv_graph.cu, written 2026-11-29 without a GPU): the step
+    # time in each layout and the first layers' plans (the engine, or why
+    # none), against the bf16 runs above (auto: measured, graphs included)
+    for lay in nchw nhwc; do
+        stamp "hcnn bench ResNet-18 batch 128 bf16, HCNN_CUDA_CONV=cudnn (cuDNN graphs), HCNN_CUDA_LAYOUT=$lay"
+        HCNN_CUDA_CONV=cudnn HCNN_CUDA_LAYOUT=$lay timeout -k 5 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
+            --set device=cuda --set batch_size=128 --set precision=bf16 --warmup 3 --repeats 3 \
+            --steps 5 > "$O/bench_resnet_b128_bf16_cudnn_$lay.log" 2>&1
+        echo "exit $?"; grep -E '^# step_ms|images_per_s' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | tail -n 2
+        grep -m 3 '^# plan' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | cut -c 1-600
     done
     # each line: precision, layout, the shape, its batch, the ways chosen for
     # forward, data and filter gradient, then the medians (ms) of im2col,

@@ -110,6 +110,9 @@ typedef struct hcnn_exec {
     /* conv_fwd in training, followed by a batch-norm: where to gather its
      * output's statistics (NULL: none wanted) */
     hcnn_bn_stats *stats;
+    /* conv_fwd of a backend with conv_relu: y = relu(conv(x, w) + b), the
+     * ReLU layer after the convolution run in its output's last pass */
+    int relu;
 } hcnn_exec;
 
 /* graphs a backend keeps at once (graph_begin .. graph_launch): a step
@@ -273,6 +276,11 @@ struct hcnn_backend {
     int emulated;
     /* the activations' layout (hcnn_act_layout above), fixed at creation */
     hcnn_act_layout layout;
+    /* 1: conv_fwd applies hcnn_exec.relu, so a ReLU right after a
+     * convolution runs inside the convolution's forward (src/layers/chain.c;
+     * its backward stays the ReLU layer's, from the ReLU's output); 0: the
+     * ReLU runs as its own layer */
+    int conv_relu;
 
     /* Run fn(arg, t, nt) once on each of the backend's nt host threads
      * (nt = 1 for a device backend).  Backend operations called from fn

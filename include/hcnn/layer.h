@@ -58,6 +58,9 @@ typedef struct hcnn_ctx {
      * (chain.c) for such a pair only, NULL otherwise. */
     hcnn_bn_stats *bn_stats_table;
     hcnn_bn_stats *bn_stats;
+    /* 1: the convolution's forward also applies the ReLU after it (set by
+     * the chain for that call, where the backend's conv_relu allows) */
+    int conv_relu;
     /* called by the network's forward (pass.c) before block `block` runs,
      * with the last block before a whole-network pass: a sharded
      * optimiser's all-gathers bring that block's parameters (grad_sync.h);
@@ -257,7 +260,10 @@ int hcnn_layer_op(const hcnn_layer *l, const hcnn_layer *prev, int need_dx, hcnn
  * wrapped in its LIKWID region; a layer with forward_fused followed by a
  * ReLU (is_relu) runs as one pass each way: the forward writes the ReLU's
  * output (y[j + 1]; y[j] is not written), the backward applies the ReLU's
- * mask, and the ReLU itself does not run.  The network is one chain, a
+ * mask, and the ReLU itself does not run.  On a backend with conv_relu
+ * (backend.h) a convolution followed by a ReLU runs the ReLU in its
+ * forward (writing y[j + 1], not y[j]); the ReLU's backward runs as its
+ * own, from its output.  The network is one chain, a
  * residual block two chains and an addition. */
 
 /* The last layer's output fused with the chain's consumer: if the last

@@ -328,6 +328,7 @@ static const hcnn_backend cuda_backend = {
      * -Wmissing-field-initializers (the emulation's build) flags a member
      * skipped between designated ones */
     .layout = HCNN_LAYOUT_NCHW,
+    .conv_relu = 1, /* conv.cu: in the bias addition's kernel */
     .parallel = cuda_parallel,
     .threads = cuda_threads,
     .unit_images = cuda_unit_images,

@@ -16,20 +16,25 @@ static __global__ void row_sum_kernel(const float *dy, int n, int m, float *db)
     db[j] += s;
 }
 
-static __global__ void add_row_bias_kernel(float *y, const float *b, size_t total, int m)
+/* y[i][j] += b[j], then the ReLU if relu */
+static __global__ void add_row_bias_kernel(float *y, const float *b, size_t total, int m, int relu)
 {
     const size_t k = HCNN_CUDA_INDEX();
-    if (k < total)
-        y[k] += b[k % (size_t)m];
+    if (k >= total)
+        return;
+    const float v = y[k] + b[k % (size_t)m];
+    y[k] = relu ? hcnn_hd_relu(v) : v;
 }
 
-/* y[i][c][p] += bias[c] */
+/* y[i][c][p] += bias[c], then the ReLU if relu */
 static __global__ void add_channel_bias_kernel(float *y, const float *bias, size_t total, int c,
-                                               int np)
+                                               int np, int relu)
 {
     const size_t k = HCNN_CUDA_INDEX();
-    if (k < total)
-        y[k] += bias[k / (size_t)np % (size_t)c];
+    if (k >= total)
+        return;
+    const float v = y[k] + bias[k / (size_t)np % (size_t)c];
+    y[k] = relu ? hcnn_hd_relu(v) : v;
 }
 
 void hcnn_cuda_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m, float *db)
@@ -41,25 +46,37 @@ void hcnn_cuda_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m
     HCNN_CUDA_LAUNCHED();
 }
 
-void hcnn_cuda_add_row_bias(const hcnn_backend *be, float *y, const float *b, int n, int m)
+void hcnn_cuda_add_row_bias_relu(const hcnn_backend *be, float *y, const float *b, int n, int m,
+                                 int relu)
 {
     const size_t total = (size_t)n * m;
     if (total == 0)
         return;
     HCNN_LAUNCH(add_row_bias_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                cuda_of(be)->stream, y, b, total, m);
+                cuda_of(be)->stream, y, b, total, m, relu);
+    HCNN_CUDA_LAUNCHED();
+}
+
+void hcnn_cuda_add_row_bias(const hcnn_backend *be, float *y, const float *b, int n, int m)
+{
+    hcnn_cuda_add_row_bias_relu(be, y, b, n, m, 0);
+}
+
+void hcnn_cuda_add_channel_bias_relu(const hcnn_backend *be, float *y, const float *bias, int n,
+                                     int c, int np, int relu)
+{
+    const size_t total = (size_t)n * c * np;
+    if (total == 0)
+        return;
+    HCNN_LAUNCH(add_channel_bias_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                cuda_of(be)->stream, y, bias, total, c, np, relu);
     HCNN_CUDA_LAUNCHED();
 }
 
 void hcnn_cuda_add_channel_bias(const hcnn_backend *be, float *y, const float *bias, int n, int c,
                                 int np)
 {
-    const size_t total = (size_t)n * c * np;
-    if (total == 0)
-        return;
-    HCNN_LAUNCH(add_channel_bias_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                cuda_of(be)->stream, y, bias, total, c, np);
-    HCNN_CUDA_LAUNCHED();
+    hcnn_cuda_add_channel_bias_relu(be, y, bias, n, c, np, 0);
 }
 
 /* NHWC channel sums: rows in blocks of NHWC_SUM_ROWS (more where the

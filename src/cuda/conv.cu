@@ -34,8 +34,8 @@
  * Each pass runs by the way conv_choice.cu chose for the shape (cuda.h,
  * hcnn_conv_way): this file's im2col path in chunks as above, the same one
  * image at a time (chunks of one: NCHW's GEMMs then in place), or, where
- * this build links cuDNN, conv_cudnn.cu's plan; the im2col path is all of
- * a build without cuDNN, of the emulation and of precision bf16. */
+ * this build links cuDNN, conv_cudnn.cu's plan (in bf16 its graphs); the
+ * im2col path is all of a build without cuDNN and of the emulation. */
 #include <stdio.h>
 
 #include "cuda.h"
@@ -147,9 +147,10 @@ static __global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const floa
     dx[k] = s;
 }
 
-/* y[i][co][p] = Y[co][i*P + p] + bias[co] (bias may be NULL) */
+/* y[i][co][p] = Y[co][i*P + p] + bias[co] (bias may be NULL), then the
+ * ReLU if relu */
 static __global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, plane_divs v, int nb,
-                                          unsigned total, float *y)
+                                          unsigned total, int relu, float *y)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -157,7 +158,8 @@ static __global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, pla
     const uint32_t kk = (uint32_t)k, ic = hcnn_hd_div(v.np, kk), p = kk - ic * v.np.d;
     const uint32_t i = hcnn_hd_div(v.c, ic), co = ic - i * v.c.d;
     const float val = Y[((size_t)co * nb + i) * v.np.d + p];
-    y[k] = bias ? val + bias[co] : val;
+    const float out = bias ? val + bias[co] : val;
+    y[k] = relu ? hcnn_hd_relu(out) : out;
 }
 
 /* dY[co][i*P + p] = dy[i][co][p] (dYb: as bfloat16 instead) */
@@ -276,26 +278,45 @@ static int way_chunk(const hcnn_backend *be, const hcnn_conv_desc *d, int n, hcn
     return way == HCNN_WAY_IM2COL_IMAGE ? 1 : chunk_images(be, d, n);
 }
 
-/* cuDNN's plan where the way is cuDNN's and it has one within ex's workspace */
+/* cuDNN's plan where the pass's way is cuDNN's and it has one for the pass
+ * within ex's workspace */
 static const hcnn_cudnn_conv *way_plan(const hcnn_backend *be, const hcnn_conv_desc *d,
-                                       const hcnn_exec *ex, int n, hcnn_conv_way way)
+                                       const hcnn_exec *ex, int n, hcnn_conv_way way, int pass)
 {
-    return way == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float))
-                                 : NULL;
+    const hcnn_cudnn_conv *p =
+        way == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float))
+                              : NULL;
+    return hcnn_cudnn_conv_has(p, pass) ? p : NULL;
+}
+
+/* y += b (b NULL: nothing), then the ReLU if relu, over n images in the
+ * backend's layout: one pass, the forward's last */
+static void bias_relu(const hcnn_backend *be, const hcnn_conv_desc *d, float *y, const float *b,
+                      int n, int relu)
+{
+    const int P = conv_p(d), co = d->out_c;
+    if (b && be->layout == HCNN_LAYOUT_NHWC)
+        hcnn_cuda_add_row_bias_relu(be, y, b, n * P, co, relu);
+    else if (b)
+        hcnn_cuda_add_channel_bias_relu(be, y, b, n, co, P, relu);
+    else if (relu)
+        hcnn_cuda_relu_fwd(be, y, y, (size_t)n * co * P, 0.0f);
 }
 
 void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                            const float *x, const float *w, const float *b, float *y, int n,
                            hcnn_conv_way way)
 {
-    const hcnn_cudnn_conv *dnn = way_plan(be, d, ex, n, way);
+    const int relu = ex->relu; /* the ReLU after the convolution (backend.h, conv_relu) */
+    const hcnn_cudnn_conv *dnn = way_plan(be, d, ex, n, way, HCNN_PASS_FORWARD);
+    if (dnn && !hcnn_cudnn_conv_aligned(dnn, HCNN_PASS_FORWARD, y))
+        dnn = NULL;
     const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
     if (dnn) {
-        hcnn_cudnn_conv_fwd(be, dnn, ex, x, w, y);
-        if (b && nhwc)
-            hcnn_cuda_add_row_bias(be, y, b, n * conv_p(d), d->out_c);
-        else if (b)
-            hcnn_cuda_add_channel_bias(be, y, b, n, d->out_c, conv_p(d));
+        /* what cuDNN's engine added of the bias and the ReLU: the rest here */
+        const int done = hcnn_cudnn_conv_fwd(be, dnn, ex, x, w, b, y);
+        bias_relu(be, d, y, done & HCNN_CUDNN_DID_BIAS ? NULL : b, n,
+                  relu && !(done & HCNN_CUDNN_DID_RELU));
         if (ex->stats && nhwc) /* none gathered, as on the im2col path below */
             ex->stats->bands = 0, ex->stats->band_px = 0;
         else if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes */
@@ -313,8 +334,7 @@ void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
             conv_gemm(be, 0, 1, nb * P, co, K, col, bp.col, K, w, bp.w, K, 0.0f,
                       y + (size_t)i0 * out_sz, co);
         }
-        if (b)
-            hcnn_cuda_add_row_bias(be, y, b, n * P, co);
+        bias_relu(be, d, y, b, n, relu);
         /* No statistics gathered: bn.cu gathers them by planes, which NHWC
          * does not have; bands 0 has the batch-norm read them from y. */
         if (ex->stats)
@@ -327,8 +347,7 @@ void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
         im2col(be, d, x + (size_t)i0 * in_sz, nb, col, bp.col);
         if (nb == 1) { /* [Cout][P] is the image's NCHW output */
             conv_gemm(be, 0, 0, co, P, K, w, bp.w, K, col, bp.col, P, 0.0f, yi, P);
-            if (b)
-                hcnn_cuda_add_channel_bias(be, yi, b, 1, co, P);
+            bias_relu(be, d, yi, b, 1, relu);
             continue;
         }
         float *Y = chunk_out(d, ex, nb);
@@ -336,7 +355,7 @@ void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
         const unsigned total = chunk_total((size_t)nb * out_sz);
         const plane_divs v = {div_of(P), div_of(co)};
         HCNN_LAUNCH(cnp_to_nchw_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                    cuda_of(be)->stream, (const float *)Y, b, v, nb, total, yi);
+                    cuda_of(be)->stream, (const float *)Y, b, v, nb, total, relu, yi);
         HCNN_CUDA_LAUNCHED();
     }
     if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes, after the
@@ -402,8 +421,10 @@ void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
                            const float *x, const float *w, const float *dy, float *dw, float *dx,
                            int dx_acc, int n, hcnn_conv_way filter, hcnn_conv_way data)
 {
-    const hcnn_cudnn_conv *dnn_w = dw ? way_plan(be, d, ex, n, filter) : NULL;
-    const hcnn_cudnn_conv *dnn_x = dx ? way_plan(be, d, ex, n, data) : NULL;
+    const hcnn_cudnn_conv *dnn_w = dw ? way_plan(be, d, ex, n, filter, HCNN_PASS_FILTER) : NULL;
+    const hcnn_cudnn_conv *dnn_x = dx ? way_plan(be, d, ex, n, data, HCNN_PASS_DATA) : NULL;
+    if (dnn_x && !hcnn_cudnn_conv_aligned(dnn_x, HCNN_PASS_DATA, dx))
+        dnn_x = NULL;
     if (dnn_w) {
         hcnn_cudnn_conv_bwd_filter(be, dnn_w, ex, x, dy, dw);
         dw = NULL;

@@ -75,7 +75,9 @@ extern "C" {
 }
 
 #define CHOICE_MAGIC "hcnn-cuda-conv"
-#define CHOICE_VERSION 1
+/* 2: bf16 has cuDNN's graphs among its candidates (a version-1 file's bf16
+ * lines were measured without them: measured again) */
+#define CHOICE_VERSION 2
 /* the shapes an instance keeps (as conv_cudnn.cu's plans), and a cache file */
 #define CHOICE_SHAPES 128
 #define CACHE_SHAPES 1024
@@ -176,14 +178,18 @@ static int same_shape(const conv_choice *c, const hcnn_conv_desc *d, int precisi
 
 /* ---- the rule ------------------------------------------------------------------- */
 
-/* the way HCNN_CUDA_CONV names for the pass (cuDNN's where it has a plan),
- * else the rule's */
-static int rule_way(const hcnn_cuda *cu, const hcnn_conv_desc *d, int pass, int has_plan)
+/* the way HCNN_CUDA_CONV names for the pass (cuDNN's where it has a plan
+ * for the pass), else the rule's.  bf16: im2col, what the H200 ran before
+ * cuDNN's graphs (conv_graph.cu, unmeasured) could take it; a measurement
+ * chooses them where they beat it. */
+static int rule_way(const hcnn_cuda *cu, const hcnn_conv_desc *d, int pass,
+                    const hcnn_cudnn_conv *plan)
 {
+    const int has_plan = hcnn_cudnn_conv_has(plan, pass);
     if (cu->conv_mode == HCNN_CONV_MODE_FORCED)
         return cu->conv_forced[pass] != HCNN_WAY_CUDNN || has_plan ? cu->conv_forced[pass]
                                                                    : HCNN_WAY_IM2COL;
-    if (!has_plan)
+    if (!has_plan || cu->precision == HCNN_PRECISION_BF16)
         return HCNN_WAY_IM2COL;
     if (cu->precision == HCNN_PRECISION_TF32)
         return HCNN_WAY_CUDNN;
@@ -257,14 +263,14 @@ static int measure(const hcnn_backend *be, const hcnn_conv_desc *d, int n, conv_
     measure_bufs b;
     if (!bufs_alloc(be, d, n, &b))
         return 0;
-    const int has_plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE) != NULL;
+    const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
     const int chunked = hcnn_cuda_conv_chunk_images(be, d, n) > 1;
     for (int pass = 0; pass < HCNN_PASSES; pass++) {
         int cand[HCNN_WAYS], nc = 0;
         cand[nc++] = HCNN_WAY_IM2COL;
         if (chunked) /* else the same work as HCNN_WAY_IM2COL */
             cand[nc++] = HCNN_WAY_IM2COL_IMAGE;
-        if (has_plan)
+        if (hcnn_cudnn_conv_has(plan, pass))
             cand[nc++] = HCNN_WAY_CUDNN;
         double times[HCNN_WAYS][MEASURE_ROUNDS], median[HCNN_WAYS] = {0};
         int rounds[HCNN_WAYS] = {0};
@@ -516,14 +522,14 @@ static conv_choice *find(struct hcnn_conv_choices *s, const hcnn_conv_desc *d, i
 
 /* a cached line of this shape and n whose ways this instance can run */
 static const conv_choice *cached(struct hcnn_conv_choices *s, const hcnn_conv_desc *d, int n,
-                                 int precision, int layout, int has_plan)
+                                 int precision, int layout, const hcnn_cudnn_conv *plan)
 {
     for (int i = 0; i < s->ncached; i++) {
         const conv_choice *c = &s->cached[i];
         if (c->n != n || !same_shape(c, d, precision, layout))
             continue;
         for (int p = 0; p < HCNN_PASSES; p++)
-            if (c->way[p] == HCNN_WAY_CUDNN && !has_plan)
+            if (c->way[p] == HCNN_WAY_CUDNN && !hcnn_cudnn_conv_has(plan, p))
                 return NULL; /* a build or a precision without that plan: measured again */
         return c;
     }
@@ -545,9 +551,9 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
     memset(c, 0, sizeof *c);
     c->g = d->g, c->out_c = d->out_c, c->n = n > 0 ? n : 1;
     c->precision = precision, c->layout = layout;
-    const int has_plan = hcnn_cudnn_conv_for(be, d, c->n, HCNN_CUDNN_ANY_WORKSPACE) != NULL;
+    const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, c->n, HCNN_CUDNN_ANY_WORKSPACE);
     for (int p = 0; p < HCNN_PASSES; p++)
-        c->way[p] = rule_way(cu, d, p, has_plan);
+        c->way[p] = rule_way(cu, d, p, plan);
     c->from = cu->conv_mode == HCNN_CONV_MODE_AUTO || cu->conv_mode == HCNN_CONV_MODE_MEASURE
                   ? FROM_RULE
                   : FROM_MODE;
@@ -558,7 +564,7 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
         cache_open(be, s);
     const int lock = cache_lock(s);
     cache_load(s); /* under the lock: what another rank of the node just measured */
-    const conv_choice *hit = cached(s, d, c->n, precision, layout, has_plan);
+    const conv_choice *hit = cached(s, d, c->n, precision, layout, plan);
     if (hit) {
         memcpy(c->way, hit->way, sizeof c->way);
         memcpy(c->ms, hit->ms, sizeof c->ms);
@@ -604,11 +610,11 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
     APPEND("%s:", name);
     const int same = ways[0] == ways[1] && ways[1] == ways[2] && ways[0] != HCNN_WAY_CUDNN;
     for (int p = 0; p < (same ? 1 : HCNN_PASSES); p++) {
-        char how[200] = "";
+        char how[400] = "";
         const hcnn_cudnn_conv *plan =
             ways[p] == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
                                       : NULL;
-        if (plan)
+        if (hcnn_cudnn_conv_has(plan, p))
             hcnn_cudnn_conv_describe(plan, p, how, sizeof how);
         else
             hcnn_cuda_conv_way_describe(be, d, n, (hcnn_conv_way)ways[p], how, sizeof how);
@@ -617,6 +623,15 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
         else
             APPEND("%s %s by %s", p ? "," : "", pass_names[p], how);
     }
+    /* a pass HCNN_CUDA_CONV asked cuDNN for that cuDNN has no plan for: why */
+    for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++)
+        if (cu->conv_forced[p] == HCNN_WAY_CUDNN && ways[p] != HCNN_WAY_CUDNN) {
+            const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
+            char why[400] = "no cuDNN plan for this shape";
+            if (plan)
+                hcnn_cudnn_conv_describe(plan, p, why, sizeof why);
+            APPEND("; the %s not by cuDNN: %s", pass_names[p], why);
+        }
     static const char *const from[] = {"HCNN_CUDA_CONV", "the rule", "measured", "cached",
                                        "a lower rank's"};
     APPEND(" (ways: %s", c ? from[c->from] : "the rule");
@@ -742,9 +757,10 @@ int hcnn_cuda_adopt_conv_choices(const hcnn_backend *be, const char *text, int *
             continue;
         }
         int runs = 1;
+        const hcnn_cudnn_conv *plan =
+            hcnn_cudnn_conv_for(be, &d, mine->n, HCNN_CUDNN_ANY_WORKSPACE);
         for (int p = 0; p < HCNN_PASSES; p++)
-            runs &= theirs.way[p] != HCNN_WAY_CUDNN ||
-                    hcnn_cudnn_conv_for(be, &d, mine->n, HCNN_CUDNN_ANY_WORKSPACE) != NULL;
+            runs &= theirs.way[p] != HCNN_WAY_CUDNN || hcnn_cudnn_conv_has(plan, p);
         if (!runs) { /* another GPU model or library: the next lower rank's, else its own */
             mine->refused = 1;
             continue;

@@ -15,13 +15,21 @@
  * (implicit or explicit GEMM: no FFT or Winograd, see direct_sum), is
  * deterministic (no atomic additions: the same bits every run), FMA-only in
  * fp32 (no TF32 tensor cores unless precision: tf32 asks, as cuBLAS under
- * pedantic math) and within the workspace.  bf16 keeps the im2col path
- * (its GEMM inputs rounded to bfloat16 by gemm.cu).
+ * pedantic math) and within the workspace.
+ *
+ * bf16: the legacy API's bf16 convolutions write bf16, where hcnn's bf16
+ * keeps FP32 outputs (backend.h), so a bf16 plan is made of cuDNN graphs
+ * instead (conv_graph.cu): the inputs rounded to bfloat16 here (x, w, dy:
+ * copies in the backend's bf16 buffer, as the im2col path rounds its
+ * columns), FP32 accumulation and outputs, the forward's bias and the ReLU
+ * after it (hcnn_exec.relu) in the same engine.  A pass whose graph has no
+ * usable engine has no plan (hcnn_cudnn_conv_has), the others keep theirs.
  *
  * Which passes cuDNN runs is conv_choice.cu's: this file makes the plan
  * (descriptors and the three algorithms) that a pass by cuDNN runs, and
  * hcnn_cudnn_conv_for() answers NULL where there is none (a build without
- * cuDNN, bf16, HCNN_CUDA_CONV naming no cudnn pass, no usable algorithm). */
+ * cuDNN, HCNN_CUDA_CONV naming no cudnn pass, no usable algorithm). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +40,8 @@
 
 #if HCNN_HAVE_CUDNN && !defined(HCNN_CUDA_EMULATION)
 #include <cudnn.h>
+
+#include "conv_graph.h"
 
 #define HCNN_CUDNN(call)                                                                            \
     do {                                                                                            \
@@ -60,6 +70,8 @@ struct hcnn_cudnn_conv {
     size_t workspace; /* bytes: the largest of the three */
     int none;         /* 1: cuDNN has no plan for it (im2col) */
     size_t short_of;  /* > 0: no algorithm fits this many bytes or fewer (im2col) */
+    int has[HCNN_PASSES];                 /* the passes it runs */
+    hcnn_graph_plan graph[HCNN_GRAPHS];   /* bf16: the graphs (the rest unused) */
 };
 
 struct hcnn_cudnn {
@@ -70,6 +82,11 @@ struct hcnn_cudnn {
 
 static void plan_free(hcnn_cudnn_conv *p)
 {
+    if (p->precision == HCNN_PRECISION_BF16) {
+        for (int k = 0; k < HCNN_GRAPHS; k++)
+            hcnn_graph_plan_free(&p->graph[k]);
+        return;
+    }
     cudnnDestroyTensorDescriptor(p->x);
     cudnnDestroyTensorDescriptor(p->y);
     cudnnDestroyFilterDescriptor(p->w);
@@ -214,7 +231,35 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
         plan_free(p);
         return 0;
     }
+    p->has[HCNN_PASS_FORWARD] = p->has[HCNN_PASS_DATA] = p->has[HCNN_PASS_FILTER] = 1;
     return 1;
+}
+
+/* bf16: p's graphs within limit bytes of workspace (the forward with the
+ * bias or the ReLU in its engine is made at its first call, graph_fused).  Kept when no pass has one,
+ * so that the describe line can say why (has[] all 0); 0 only when that
+ * may be the workspace's doing (limit below cuDNN's: p freed, short_of). */
+static int plan_make_graphs(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
+{
+    static const hcnn_graph_kind kinds[] = {HCNN_GRAPH_FORWARD, HCNN_GRAPH_DATA,
+                                            HCNN_GRAPH_DATA_ACC, HCNN_GRAPH_FILTER};
+    const int nhwc = p->layout == HCNN_LAYOUT_NHWC;
+    p->workspace = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        hcnn_graph_plan *gp = &p->graph[kinds[k]];
+        if (hcnn_graph_plan_make(dnn->handle, &p->d, p->n, nhwc, kinds[k], limit, gp) &&
+            gp->workspace > p->workspace)
+            p->workspace = gp->workspace;
+    }
+    p->has[HCNN_PASS_FORWARD] = p->graph[HCNN_GRAPH_FORWARD].plan != NULL;
+    /* dx = and dx += both, so that a call of either runs the pass's way */
+    p->has[HCNN_PASS_DATA] =
+        p->graph[HCNN_GRAPH_DATA].plan != NULL && p->graph[HCNN_GRAPH_DATA_ACC].plan != NULL;
+    p->has[HCNN_PASS_FILTER] = p->graph[HCNN_GRAPH_FILTER].plan != NULL;
+    if (p->has[0] || p->has[1] || p->has[2] || limit >= CUDNN_WORKSPACE_BYTES)
+        return 1;
+    plan_free(p);
+    return 0;
 }
 
 /* The plan of a convolution over n images within limit bytes of workspace:
@@ -230,7 +275,7 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
 {
     hcnn_cuda *cu = cuda_of(be);
     struct hcnn_cudnn *dnn = cu->dnn;
-    if (!dnn || n < 1 || cu->precision == HCNN_PRECISION_BF16)
+    if (!dnn || n < 1)
         return NULL;
     limit = limit < CUDNN_WORKSPACE_BYTES ? limit : CUDNN_WORKSPACE_BYTES;
     /* the shape (every layer of it shares the plan), not the layer's cache */
@@ -256,7 +301,8 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
     p->n = n;
     p->precision = cu->precision;
     p->layout = be->layout;
-    if (plan_make(dnn, p, limit))
+    if (p->precision == HCNN_PRECISION_BF16 ? plan_make_graphs(dnn, p, limit)
+                                            : plan_make(dnn, p, limit))
         return p;
     if (limit < CUDNN_WORKSPACE_BYTES)
         p->short_of = limit;
@@ -268,6 +314,16 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
 size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p)
 {
     return (p->workspace + sizeof(float) - 1) / sizeof(float);
+}
+
+int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass) { return p && p->has[pass]; }
+
+/* bf16: a graph's output is declared 16-byte aligned (conv_graph.cu): the
+ * forward's y, the data gradient's dx (dw: 4) */
+int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out)
+{
+    return p->precision != HCNN_PRECISION_BF16 || pass == HCNN_PASS_FILTER ||
+           (uintptr_t)out % 16 == 0;
 }
 
 /* the caller's workspace, which conv_workspace sized for this plan */
@@ -282,17 +338,102 @@ static size_t workspace_bytes(const hcnn_cudnn_conv *p, const hcnn_exec *ex)
 
 static cudnnHandle_t handle_of(const hcnn_backend *be) { return cuda_of(be)->dnn->handle; }
 
-void hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
-                         const float *x, const float *w, float *y)
+/* wb[k][t][c] = w[k][c][t] rounded to bfloat16 (t: the kh*kw taps): the
+ * filter KRSC, as an NHWC graph reads it (conv_graph.cu) */
+static __global__ void to_bf16_krsc_kernel(const float *w, unsigned total, int c, int taps,
+                                           __nv_bfloat16 *wb)
 {
+    const unsigned i = (unsigned)HCNN_CUDA_INDEX();
+    if (i >= total)
+        return;
+    const unsigned ci = i % (unsigned)c, t = i / (unsigned)c % (unsigned)taps;
+    const unsigned k = i / ((unsigned)c * (unsigned)taps);
+    wb[i] = __float2bfloat16(w[((size_t)k * c + ci) * taps + t]);
+}
+
+/* bf16: rounded copies of two operands of na and nb floats in the backend's
+ * bf16 buffer (each part 256-byte aligned, as the graphs' tensors say); a
+ * the filter when filter_a (KRSC in an NHWC plan) */
+static void bf16_pair(const hcnn_backend *be, const hcnn_cudnn_conv *p, const float *a, size_t na,
+                      int filter_a, const float *b, size_t nb, __nv_bfloat16 **ab,
+                      __nv_bfloat16 **bb)
+{
+    *ab = hcnn_cuda_bf16_buffer(be, hcnn_cuda_bf16_padded(na) + nb);
+    *bb = *ab + hcnn_cuda_bf16_padded(na);
+    if (filter_a && p->layout == HCNN_LAYOUT_NHWC && na > 0) {
+        const int taps = p->d.g.kh * p->d.g.kw;
+        HCNN_LAUNCH(to_bf16_krsc_kernel, hcnn_cuda_blocks(na), HCNN_CUDA_BLOCK,
+                    cuda_of(be)->stream, a, (unsigned)na, p->d.g.c, taps, *ab);
+        HCNN_CUDA_LAUNCHED();
+    } else {
+        hcnn_cuda_to_bf16(be, a, na, *ab);
+    }
+    hcnn_cuda_to_bf16(be, b, nb, *bb);
+}
+
+static size_t in_floats(const hcnn_cudnn_conv *p)
+{
+    return (size_t)p->n * p->d.g.c * p->d.g.h * p->d.g.w;
+}
+static size_t out_floats(const hcnn_cudnn_conv *p)
+{
+    return (size_t)p->n * p->d.out_c * p->d.g.oh * p->d.g.ow;
+}
+static size_t w_floats(const hcnn_cudnn_conv *p)
+{
+    return (size_t)p->d.out_c * p->d.g.c * p->d.g.kh * p->d.g.kw;
+}
+
+/* bf16: the forward's graph with what HCNN_CUDNN_DID_* `did` names (the
+ * bias, the ReLU after it) in the same engine, made at its first call
+ * within the plan's workspace (never inside a graph capture, where nothing
+ * may be made: then the plain forward, the rest by conv.cu); NULL: none */
+static const hcnn_graph_plan *graph_fused(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                                          int did)
+{
+    const hcnn_graph_kind k = (hcnn_graph_kind)(HCNN_GRAPH_FORWARD + (did & HCNN_CUDNN_DID_BIAS) +
+                                                (did & HCNN_CUDNN_DID_RELU)); /* 1, 2, 3 */
+    hcnn_graph_plan *gp = (hcnn_graph_plan *)&p->graph[k];
+    if (!gp->made && !cuda_of(be)->capturing)
+        hcnn_graph_plan_make(handle_of(be), &p->d, p->n, p->layout == HCNN_LAYOUT_NHWC, k,
+                             p->workspace, gp);
+    return gp->plan ? gp : NULL;
+}
+
+int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                        const float *x, const float *w, const float *b, float *y)
+{
+    if (p->precision == HCNN_PRECISION_BF16) {
+        __nv_bfloat16 *wb, *xb;
+        bf16_pair(be, p, w, w_floats(p), 1, x, in_floats(p), &wb, &xb);
+        /* the most of the bias and the ReLU a graph takes: both, the bias, none */
+        int did = (b ? HCNN_CUDNN_DID_BIAS : 0) | (ex->relu ? HCNN_CUDNN_DID_RELU : 0);
+        const hcnn_graph_plan *gp = did ? graph_fused(be, p, did) : NULL;
+        if (!gp && b && ex->relu)
+            gp = graph_fused(be, p, did = HCNN_CUDNN_DID_BIAS);
+        if (!gp)
+            gp = &p->graph[HCNN_GRAPH_FORWARD], did = 0;
+        hcnn_graph_plan_run(handle_of(be), gp, (hcnn_graph_kind)(HCNN_GRAPH_FORWARD + did), xb, wb,
+                            did & HCNN_CUDNN_DID_BIAS ? b : NULL, y, ex->ws,
+                            workspace_bytes(p, ex));
+        return did;
+    }
     const float one = 1.0f, zero = 0.0f;
     HCNN_CUDNN(cudnnConvolutionForward(handle_of(be), &one, p->x, x, p->w, w, p->conv, p->fwd,
                                        ex->ws, workspace_bytes(p, ex), &zero, p->y, y));
+    return 0;
 }
 
 void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                 const hcnn_exec *ex, const float *x, const float *dy, float *dw)
 {
+    if (p->precision == HCNN_PRECISION_BF16) {
+        __nv_bfloat16 *xb, *dyb;
+        bf16_pair(be, p, x, in_floats(p), 0, dy, out_floats(p), &xb, &dyb);
+        hcnn_graph_plan_run(handle_of(be), &p->graph[HCNN_GRAPH_FILTER], HCNN_GRAPH_FILTER, xb,
+                            dyb, NULL, dw, ex->ws, workspace_bytes(p, ex));
+        return;
+    }
     const float one = 1.0f; /* dw += */
     HCNN_CUDNN(cudnnConvolutionBackwardFilter(handle_of(be), &one, p->x, x, p->y, dy, p->conv,
                                               p->bwd_filter, ex->ws, workspace_bytes(p, ex), &one,
@@ -303,6 +444,14 @@ void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                               const hcnn_exec *ex, const float *w, const float *dy, float *dx,
                               int dx_acc)
 {
+    if (p->precision == HCNN_PRECISION_BF16) {
+        __nv_bfloat16 *wb, *dyb;
+        bf16_pair(be, p, w, w_floats(p), 1, dy, out_floats(p), &wb, &dyb);
+        const hcnn_graph_kind k = dx_acc ? HCNN_GRAPH_DATA_ACC : HCNN_GRAPH_DATA;
+        hcnn_graph_plan_run(handle_of(be), &p->graph[k], k, dyb, wb, NULL, dx, ex->ws,
+                            workspace_bytes(p, ex));
+        return;
+    }
     const float one = 1.0f, beta = dx_acc ? 1.0f : 0.0f;
     HCNN_CUDNN(cudnnConvolutionBackwardData(handle_of(be), &one, p->w, w, p->y, dy, p->conv,
                                             p->bwd_data, ex->ws, workspace_bytes(p, ex), &beta,
@@ -352,6 +501,31 @@ static const char *bwd_filter_name(cudnnConvolutionBwdFilterAlgo_t a)
 
 void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, size_t cap)
 {
+    if (p->precision == HCNN_PRECISION_BF16) {
+        /* the data gradient's pass needs both its graphs: the missing one's why */
+        const int acc_missing =
+            p->graph[HCNN_GRAPH_DATA].plan && !p->graph[HCNN_GRAPH_DATA_ACC].plan;
+        const hcnn_graph_kind k = pass == HCNN_PASS_FORWARD ? HCNN_GRAPH_FORWARD
+                                  : pass == HCNN_PASS_FILTER ? HCNN_GRAPH_FILTER
+                                  : acc_missing              ? HCNN_GRAPH_DATA_ACC
+                                                             : HCNN_GRAPH_DATA;
+        char how[400];
+        hcnn_graph_plan_describe(&p->graph[k], how, sizeof how);
+        if (k == HCNN_GRAPH_DATA_ACC) {
+            snprintf(buf, cap, "dx +=: %s", how);
+            return;
+        }
+        size_t len = (size_t)snprintf(buf, cap, "%s", how);
+        /* the forward's fused graphs made so far: in the engine, or why not */
+        static const char *const with[] = {"the bias", "the ReLU", "the bias and the ReLU"};
+        for (int f = 1; pass == HCNN_PASS_FORWARD && f <= 3; f++) {
+            const hcnn_graph_plan *gp = &p->graph[HCNN_GRAPH_FORWARD + f];
+            if (gp->made && len < cap)
+                len += (size_t)snprintf(buf + len, cap - len, "; with %s: %s", with[f - 1],
+                                        gp->plan ? "fused" : gp->why);
+        }
+        return;
+    }
     const char *math = p->precision == HCNN_PRECISION_FP32 ? "FMA math" : "TF32 allowed";
     const char *nhwc = p->layout == HCNN_LAYOUT_NHWC ? " NHWC" : "";
     const char *algo = pass == HCNN_PASS_FORWARD ? fwd_name(p->fwd)
@@ -387,10 +561,21 @@ size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p)
     (void)p;
     return 0;
 }
-void hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
-                         const float *x, const float *w, float *y)
+int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass)
 {
-    (void)be, (void)p, (void)ex, (void)x, (void)w, (void)y;
+    (void)p, (void)pass;
+    return 0;
+}
+int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out)
+{
+    (void)p, (void)pass, (void)out;
+    return 1;
+}
+int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                        const float *x, const float *w, const float *b, float *y)
+{
+    (void)be, (void)p, (void)ex, (void)x, (void)w, (void)b, (void)y;
+    return 0;
 }
 void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                 const hcnn_exec *ex, const float *x, const float *dy, float *dw)

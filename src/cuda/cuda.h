@@ -166,8 +166,17 @@ void hcnn_cudnn_destroy(hcnn_cuda *cu);
 const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
                                            size_t limit);
 size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p);
-void hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
-                         const float *x, const float *w, float *y);
+/* whether p runs pass (HCNN_PASS_*; a bf16 plan may lack some; p NULL: 0) */
+int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass);
+/* whether p's pass can write out (a bf16 graph's output is declared 16-byte
+ * aligned; a call whose is not takes the im2col way) */
+int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out);
+/* y = conv(x, w), + b and the ReLU (ex->relu) where the plan does them in
+ * the same engine (bf16 graphs): returns what it did of them
+ * (HCNN_CUDNN_DID_*), the caller the rest */
+enum { HCNN_CUDNN_DID_BIAS = 1, HCNN_CUDNN_DID_RELU = 2 };
+int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                        const float *x, const float *w, const float *b, float *y);
 void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                 const hcnn_exec *ex, const float *x, const float *dy, float *dw);
 void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
@@ -180,6 +189,12 @@ void hcnn_cuda_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m
 void hcnn_cuda_add_row_bias(const hcnn_backend *be, float *y, const float *b, int n, int m);
 void hcnn_cuda_add_channel_bias(const hcnn_backend *be, float *y, const float *bias, int n, int c,
                                 int np);
+/* the same, then the ReLU if relu (a convolution's forward with
+ * hcnn_exec.relu, conv.cu) */
+void hcnn_cuda_add_row_bias_relu(const hcnn_backend *be, float *y, const float *b, int n, int m,
+                                 int relu);
+void hcnn_cuda_add_channel_bias_relu(const hcnn_backend *be, float *y, const float *bias, int n,
+                                     int c, int np, int relu);
 void hcnn_cuda_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, int c, int np,
                                float *db);
 /* db[ch] += the sum of dy[r][ch] over rows r < rows (NHWC: rows = n * h * w), in a

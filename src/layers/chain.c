@@ -1,6 +1,7 @@
 /* The chain runner: a sequence of layers forward and backward, with the
- * batch-norm + ReLU fusion and the timing and LIKWID wrapper of every
- * layer (contract in include/hcnn/layer.h).  Fusing saves a pass over an
+ * batch-norm + ReLU fusion, the convolution + ReLU forward on a backend
+ * with conv_relu, and the timing and LIKWID wrapper of every layer
+ * (contract in include/hcnn/layer.h).  Fusing saves a pass over an
  * activation each way (memory bound: a ReLU of ResNet-18's layer1 tensor,
  * 16 MB, took 1.6 ms); no layer's backward reads a batch-norm's own output,
  * which is therefore left unwritten. */
@@ -13,6 +14,16 @@ static int fuses_relu(const hcnn_layer *layers, int j, int count)
 {
     return j >= 0 && j + 1 < count && layers[j].ops->forward_fused &&
            layers[j].ops->backward_relu && layers[j + 1].ops->is_relu;
+}
+
+/* Whether layers[j] is a convolution that runs the ReLU layers[j + 1] in
+ * its forward (a backend with conv_relu; the ReLU's backward stays its
+ * own).  What it saves: the ReLU's pass over the activation and its launch
+ * (on a GPU, the bias addition's kernel applies it). */
+static int conv_runs_relu(const hcnn_layer *layers, int j, int count, const hcnn_ctx *ctx)
+{
+    return ctx->be->conv_relu && j + 1 < count && layers[j].kind == HCNN_BLOCK_CONV &&
+           layers[j + 1].ops->is_relu;
 }
 
 /* A layer's pass, timed when profiling by the backend's timer pair (the
@@ -57,6 +68,7 @@ int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx_in, co
         epi->done = 0;
     hcnn_ctx pair = *ctx_in; /* with bn_stats for a convolution and its batch-norm */
     pair.bn_stats = NULL;
+    pair.conv_relu = 0;
     pair.before_block = NULL; /* the top chain's blocks only (a residual's body is not one) */
     for (int j = 0; j < count; j++) {
         hcnn_layer *l = &layers[j];
@@ -71,9 +83,10 @@ int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx_in, co
         } else if (j == 0 || !gathers_stats(layers, j - 1, count, ctx_in)) {
             pair.bn_stats = NULL; /* a batch-norm keeps its convolution's */
         }
+        pair.conv_relu = conv_runs_relu(layers, j, count, ctx_in);
         const hcnn_ctx *ctx = &pair;
         const int last = j == count - 1;
-        const int relu = fuses_relu(layers, j, count);
+        const int relu = fuses_relu(layers, j, count) || pair.conv_relu;
         const int epilogue = last && epi && l->ops->forward_fused;
         float *out = epilogue ? epi->out : y[j + relu];
         hcnn_timer t;
@@ -81,9 +94,9 @@ int hcnn_chain_forward(hcnn_layer *layers, int count, const hcnn_ctx *ctx_in, co
         int rc = HCNN_OK;
         if (epilogue)
             l->ops->forward_fused(l, ctx, in, epi->add, epi->relu, out, aux[j], n);
-        else if (relu)
+        else if (relu && !pair.conv_relu)
             l->ops->forward_fused(l, ctx, in, NULL, 1, out, aux[j], n);
-        else
+        else /* with pair.conv_relu: the convolution and the ReLU */
             rc = l->ops->forward(l, ctx, in, out, aux[j], n);
         pass_stop(ctx, l, 0, &t);
         if (rc)

@@ -49,7 +49,8 @@ static hcnn_exec exec_of(const hcnn_ctx *ctx)
                        .poll_arg = ctx->poll_arg,
                        /* a unit's threads would share the layer's cache */
                        .weights_key = ctx->in_unit ? 0 : ctx->weights_key,
-                       .stats = ctx->bn_stats};
+                       .stats = ctx->bn_stats,
+                       .relu = ctx->conv_relu};
 }
 
 /* desc_of with the layer's cache: the passes that run it */

@@ -164,6 +164,7 @@ int check_timer(const hcnn_backend *be, char *why, size_t cap);
 int check_gemm(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_fwd(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_fwd_bn_stats(const hcnn_backend *be, char *why, size_t cap);
+int check_conv_relu(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_bwd(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_bwd_filter(const hcnn_backend *be, char *why, size_t cap);
 int check_conv_bwd_data(const hcnn_backend *be, char *why, size_t cap);

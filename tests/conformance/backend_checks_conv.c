@@ -327,6 +327,58 @@ int check_conv_fwd(const hcnn_backend *be, char *why, size_t cap)
     return 1;
 }
 
+/* conv_fwd with hcnn_exec.relu, on a backend with conv_relu (backend.h):
+ * y = relu(conv(x, w) + b), with b and with NULL, against the references,
+ * and bit for bit what conv_fwd then relu_fwd (the ReLU layer) give.
+ * Nothing to check on a backend without conv_relu (the chain never asks it). */
+int check_conv_relu(const hcnn_backend *be, char *why, size_t cap)
+{
+    if (!be->conv_relu)
+        return 1;
+    char what[256];
+    for (size_t c = 0; c < NCONV; c++) {
+        const int mark = arena_mark();
+        conv_env e;
+        conv_env_data(&e, be, &conv_cases[c], 1, 0);
+        double *want[2] = {hdvec(e.ny), hdvec(e.ny)}; /* relu(y0), relu(y0 + b) */
+        for (size_t i = 0; i < e.ny; i++) {
+            want[0][i] = e.y0[i] > 0 ? e.y0[i] : 0.0;
+            want[1][i] = e.yb[i] > 0 ? e.yb[i] : 0.0;
+        }
+        float *y = dvec(be, e.ny), *apart = dvec(be, e.ny);
+        float *hy = hvec(e.ny), *ha = hvec(e.ny);
+        for (size_t x = 0; x < NEXEC; x++) {
+            if (!exec_applies(e.cc, &conv_execs[x]))
+                continue;
+            const int m2 = arena_mark();
+            conv_env_exec(&e, &conv_execs[x]);
+            for (int with_b = 1; with_b >= 0; with_b--) {
+                const float *b = with_b ? e.d_b : NULL;
+                e.ex.relu = 1;
+                put_nan(be, y, e.ny);
+                TRY(conv_run(&e, CONV_FWD, b, y, NULL, NULL, NULL, 0, e.cc->n, why, cap));
+                e.ex.relu = 0;
+                put_nan(be, apart, e.ny);
+                TRY(conv_run(&e, CONV_FWD, b, apart, NULL, NULL, NULL, 0, e.cc->n, why, cap));
+                be->relu_fwd(be, apart, apart, e.ny, 0.0f);
+                conv_name(e.cc, e.xc, with_b ? "conv_fwd relu y (bias)" : "conv_fwd relu y",
+                          what, sizeof what);
+                TRY(check_act(be, what, y, want[with_b], e.n, e.oc, e.np_out, e.tol, why, cap));
+                get_act(be, hy, y, e.n, e.oc, e.np_out);
+                get_act(be, ha, apart, e.n, e.oc, e.np_out);
+                for (size_t i = 0; i < e.ny; i++)
+                    if (memcmp(&hy[i], &ha[i], sizeof hy[i]) != 0)
+                        FAIL("%s: element %zu is %.9g, conv_fwd then relu_fwd give %.9g", what, i,
+                             hy[i], ha[i]);
+            }
+            TRY(conv_ws_ok(&e, why, cap));
+            arena_pop(m2);
+        }
+        arena_pop(mark);
+    }
+    return 1;
+}
+
 /* conv_bwd: dw += dL/dw, db += sum dy (db NULL: none), dx = or += dL/dx (dx NULL: none) */
 int check_conv_bwd(const hcnn_backend *be, char *why, size_t cap)
 {

@@ -61,6 +61,7 @@ static const check_entry checks[] = {
     {"gemm", check_gemm},
     {"conv_fwd", check_conv_fwd},
     {"conv_fwd_bn_stats", check_conv_fwd_bn_stats},
+    {"conv_relu", check_conv_relu},
     {"conv_bwd", check_conv_bwd},
     {"conv_bwd_filter", check_conv_bwd_filter},
     {"conv_bwd_data", check_conv_bwd_data},

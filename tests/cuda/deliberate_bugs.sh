@@ -81,7 +81,7 @@ done
 # the data gradient image by image, the filter gradient in chunks (so the
 # backward walks the two apart), on the convolution's checks: their bugs
 # are caught only if the clean copy passes so
-CONV_CHECKS=conv_fwd,conv_bwd,conv_bwd_filter,conv_bwd_data
+CONV_CHECKS=conv_fwd,conv_relu,conv_bwd,conv_bwd_filter,conv_bwd_data
 WAYS=im2col_image,im2col_image,im2col
 if checks "$work/clean" "$CONV_CHECKS" auto "$WAYS"; then
     echo "clean copy, HCNN_CUDA_CONV=$WAYS: the convolution's checks pass"
@@ -173,12 +173,24 @@ bug maxpool_nhwc_channel_stride src/cuda/pool.cu \
 # The ways (src/cuda/conv_choice.cu), under $WAYS: the image-by-image
 # forward (NCHW's GEMMs then write y in place) without the bias
 bug image_forward_without_bias src/cuda/conv.cu \
-    '/if (nb == 1) { \/\* \[Cout\]\[P\] is the image/,/continue;/{/hcnn_cuda_add_channel_bias/d}' \
+    '/if (nb == 1) { \/\* \[Cout\]\[P\] is the image/,/continue;/s/bias_relu(be, d, yi, b, 1, relu);/bias_relu(be, d, yi, NULL, 1, relu);/' \
     "$CONV_CHECKS" auto "$WAYS"
 # the data gradient walked apart from the filter gradient's chunks
 # overwriting dx when asked to accumulate
 bug split_backward_ignores_accumulate src/cuda/conv.cu \
     's/backward_im2col(be, d, ex, NULL, w, dy, NULL, dx, dx_acc, n, cx);/backward_im2col(be, d, ex, NULL, w, dy, NULL, dx, 0, n, cx);/' \
     "$CONV_CHECKS" auto "$WAYS"
+# The ReLU after a convolution run in its forward (backend.h, conv_relu):
+# forgotten by the chunked NCHW forward's last kernel, by the bias addition
+# of the image-by-image forward, and by NHWC's (conv_relu: against the
+# references and conv_fwd then relu_fwd)
+bug chunked_forward_relu_forgotten src/cuda/conv.cu \
+    's/    y\[k\] = relu ? hcnn_hd_relu(out) : out;/    y[k] = out;/' conv_relu
+bug image_forward_relu_forgotten src/cuda/bias.cu \
+    '/static __global__ void add_channel_bias_kernel/,/^}/s/y\[k\] = relu ? hcnn_hd_relu(v) : v;/y[k] = v;/' \
+    conv_relu auto "$WAYS"
+bug nhwc_forward_relu_forgotten src/cuda/bias.cu \
+    '/static __global__ void add_row_bias_kernel/,/^}/s/y\[k\] = relu ? hcnn_hd_relu(v) : v;/y[k] = v;/' \
+    conv_relu nhwc
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
