@@ -43,13 +43,6 @@
 
 #include "conv_graph.h"
 
-#define HCNN_CUDNN(call)                                                                            \
-    do {                                                                                            \
-        const cudnnStatus_t s_ = (call);                                                            \
-        if (s_ != CUDNN_STATUS_SUCCESS)                                                             \
-            hcnn_cuda_fail(#call, __FILE__, __LINE__, cudnnGetErrorString(s_));                     \
-    } while (0)
-
 /* the most workspace one convolution may take: 512 MiB (what a plan sized
  * with HCNN_CUDNN_ANY_WORKSPACE gets) */
 #define CUDNN_WORKSPACE_BYTES ((size_t)512 << 20)
@@ -323,7 +316,7 @@ int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass) { return p && p->has
 int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out)
 {
     return p->precision != HCNN_PRECISION_BF16 || pass == HCNN_PASS_FILTER ||
-           (uintptr_t)out % 16 == 0;
+           (uintptr_t)out % HCNN_GRAPH_ALIGN == 0;
 }
 
 /* the caller's workspace, which conv_workspace sized for this plan */

@@ -103,7 +103,7 @@ static cudnnStatus_t set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t
 /* a 4-d tensor: dims n, c, h, w; strides by layout (nhwc: c innermost) */
 /* the tensor's byte alignment: 16, or 4 for FP32 parameters and their
  * gradients (packed without padding) */
-enum { ALIGNED = 16, PACKED = 4, VIRTUAL = 0 };
+enum { ALIGNED = HCNN_GRAPH_ALIGN, PACKED = 4, VIRTUAL = 0 };
 
 /* a 4-d tensor: dims n, c, h, w; strides by layout (nhwc: c innermost);
  * align VIRTUAL: a virtual tensor (no memory) */
@@ -426,12 +426,6 @@ void hcnn_graph_plan_free(hcnn_graph_plan *gp)
     destroy_all(gp);
 }
 
-#define HCNN_CUDNN_RUN(call, step)                                                                 \
-    do {                                                                                            \
-        const cudnnStatus_t s_ = (call);                                                            \
-        if (s_ != CUDNN_STATUS_SUCCESS)                                                             \
-            hcnn_cuda_fail(step, __FILE__, __LINE__, cudnnGetErrorString(s_));                      \
-    } while (0)
 
 void hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp, hcnn_graph_kind kind,
                          const void *a, const void *b, const void *bias, void *out, void *ws,
@@ -459,17 +453,12 @@ void hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp, hcnn_graph_
         hcnn_cuda_fail("cuDNN graph", __FILE__, __LINE__,
                        "a tensor is not 16-byte aligned, as its descriptor says");
     cudnnBackendDescriptor_t pack;
-    HCNN_CUDNN_RUN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack),
-                   "cuDNN variant pack");
-    HCNN_CUDNN_RUN(set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids),
-                   "cuDNN variant pack ids");
-    HCNN_CUDNN_RUN(set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count,
-                       ptrs),
-                   "cuDNN variant pack pointers");
-    HCNN_CUDNN_RUN(set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
-                   "cuDNN variant pack workspace");
-    HCNN_CUDNN_RUN(cudnnBackendFinalize(pack), "cuDNN variant pack finalize");
-    HCNN_CUDNN_RUN(cudnnBackendExecute(h, gp->plan, pack), "cuDNN graph execute");
+    HCNN_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+    HCNN_CUDNN(set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids));
+    HCNN_CUDNN(set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, ptrs));
+    HCNN_CUDNN(set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
+    HCNN_CUDNN(cudnnBackendFinalize(pack));
+    HCNN_CUDNN(cudnnBackendExecute(h, gp->plan, pack));
     cudnnBackendDestroyDescriptor(pack);
 }
 

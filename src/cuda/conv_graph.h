@@ -13,6 +13,19 @@
 
 #include "cuda.h"
 
+/* a cuDNN call that must succeed: else the abort path, naming the call
+ * (conv_cudnn.cu's and conv_graph.cu's) */
+#define HCNN_CUDNN(call)                                                                            \
+    do {                                                                                            \
+        const cudnnStatus_t s_ = (call);                                                            \
+        if (s_ != CUDNN_STATUS_SUCCESS)                                                             \
+            hcnn_cuda_fail(#call, __FILE__, __LINE__, cudnnGetErrorString(s_));                     \
+    } while (0)
+
+/* the byte alignment a graph declares for the bf16 copies and the
+ * activations it writes (the bias and dw: 4) */
+#define HCNN_GRAPH_ALIGN 16
+
 typedef enum hcnn_graph_kind {
     HCNN_GRAPH_FORWARD,      /* y = conv(x, w)                 x, w bf16; y FP32 */
     HCNN_GRAPH_FORWARD_BIAS, /* y = conv(x, w) + b             b FP32, fused */
