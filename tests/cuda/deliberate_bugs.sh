@@ -143,6 +143,16 @@ bug bwd_channel_sums_carried_over src/cuda/bn.cu \
     's/double sdy = first ? 0.0 : acc\[2 \* ch\]/double sdy = acc[2 * ch]/' bn_bwd
 # the bias gradient overwritten instead of accumulated
 bug channel_total_overwrites src/cuda/bn.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' conv_bwd
+# im2col's window (a thread per channel and output pixel writing its taps,
+# src/cuda/conv.cu): the channel's rows of the columns taken one row apart
+# instead of kh*kw (the windows of channel ci and ci + 1 overlap)
+bug im2col_window_rows_overlap src/cuda/conv.cu \
+    's/(size_t)ci \* taps \* v.minor.d + q;/(size_t)ci * v.minor.d + q;/' conv_fwd
+# col2im's taps walked from tap 0 instead of (iy + ph) mod stride: with a
+# stride of 2 it adds the columns of taps that never read the element
+bug col2im_taps_from_zero src/cuda/conv.cu \
+    's/const int ki0 = (int)(ty - oy0 \* v.sh.d), kj0 = (int)(tx - ox0 \* v.sw.d);/const int ki0 = 0, kj0 = 0;/' \
+    conv_bwd_data
 # The NHWC kernels (HCNN_CUDA_LAYOUT=nhwc), one bug each, their checks run
 # in NHWC:
 # the layout change a plain copy (layout.cu)
@@ -150,7 +160,7 @@ bug layout_change_copies src/cuda/layout.cu \
     's/y\[k\] = x\[i \* img + (size_t)ch \* np + p\];/y[k] = x[k];/' layout nhwc
 # im2col reading channel 0 of every pixel (the channel stride forgotten)
 bug im2col_nhwc_channel_forgotten src/cuda/conv.cu \
-    's/const size_t at = NHWC ? (((size_t)i \* g.h + iy) \* g.w + ix) \* g.c + ci/const size_t at = NHWC ? (((size_t)i * g.h + iy) * g.w + ix) * g.c/' \
+    's/const float \*xc = NHWC ? x + (size_t)i \* g.h \* g.w \* g.c + ci/const float *xc = NHWC ? x + (size_t)i * g.h * g.w * g.c/' \
     conv_fwd nhwc
 # col2im overwriting dx when asked to accumulate
 bug col2im_nhwc_ignores_accumulate src/cuda/conv.cu \
