@@ -216,9 +216,11 @@ const char *hcnn_profile_plans(const hcnn_net *net, const hcnn_ctx *ctx, int fir
  * batch-norm reads x three times (sum, deviations, apply) and writes y, or
  * once when its convolution gathered the statistics (gathered), plus the
  * residual addition it takes, backward reads x and dy twice and writes dx;
- * a fused ReLU costs nothing of its own.  with[0] counts the gathering,
- * with[1] counts the statistics taken from x. */
-static void chain_streams(const hcnn_layer *l, int count, int first_needs_dx, double with[2])
+ * a ReLU fused into a batch-norm costs nothing of its own, one run in its
+ * convolution's forward (conv_relu: the backend's) only its backward.
+ * with[0] counts the gathering, with[1] counts the statistics taken from x. */
+static void chain_streams(const hcnn_layer *l, int count, int first_needs_dx, int conv_relu,
+                          double with[2])
 {
     for (int j = 0; j < count; j++) {
         const hcnn_layer *c = &l[j], *prev = j > 0 ? &l[j - 1] : NULL;
@@ -235,12 +237,16 @@ static void chain_streams(const hcnn_layer *l, int count, int first_needs_dx, do
             break;
         case HCNN_BLOCK_RELU:
         case HCNN_BLOCK_LEAKY_RELU:
-            if (!(prev && prev->ops->forward_fused))
-                f = 2 * out, b = 3 * out;
+            /* (the chain fuses a ReLU, not a leaky one: src/layers/chain.c) */
+            if (!(c->ops->is_relu && prev && prev->ops->forward_fused))
+                f = c->ops->is_relu && conv_relu && prev && prev->kind == HCNN_BLOCK_CONV
+                        ? 0.0
+                        : 2 * out,
+                b = 3 * out;
             break;
         case HCNN_BLOCK_RESIDUAL:
-            chain_streams(c->body, c->nbody, 1, with);
-            chain_streams(c->proj, c->nproj, 1, with);
+            chain_streams(c->body, c->nbody, 1, conv_relu, with);
+            chain_streams(c->proj, c->nproj, 1, conv_relu, with);
             f = out; /* the last batch-norm reads the shortcut */
             break;
         case HCNN_BLOCK_FLATTEN: break;
@@ -317,7 +323,7 @@ double hcnn_profile_print(const hcnn_profile *p, const hcnn_net *net, const hcnn
         pieces_rows(out, ctx, &net->layers[i], i > first ? &net->layers[i - 1] : NULL, i > 0, n,
                     nt);
     double streams[2] = {0.0, 0.0};
-    chain_streams(net->layers + first, last - first, first > 0, streams);
+    chain_streams(net->layers + first, last - first, first > 0, ctx->be->conv_relu, streams);
     fprintf(out,
             "# streams a step: %.2f MB an image (each pass's tensors read and written whole); "
             "%.2f MB with the batch-norm statistics read from x instead of gathered by the "
