@@ -101,7 +101,7 @@ HCNN_HD void hcnn_hd_window_outputs(int i, int k, int stride, int pad, int out, 
  * invariant integers using multiplication", PLDI 1994, fig. 4.1, with t + n
  * taken in 64 bits; PyTorch's IntDivider is the same): s = ceil(log2 d),
  * m = floor(2^32 (2^s - d) / d) + 1, n / d = (mulhi(n, m) + n) >> s.  The
- * CUDA index kernels divide each element's index by four to seven of a
+ * CUDA index kernels divide each thread's index by a few of a
  * launch's constants, and a GPU's 32-bit division is a sequence of some 20
  * instructions: on an H200 (2026-11-27, bench/kernel_share.so) ResNet-18's
  * im2col, seven divisions an element, took 4.5 ms of a 24 ms step at batch

@@ -19,7 +19,7 @@
  *
  * An NHWC backend (be->layout; x, y, dy, dx [n][h][w][c], the weights as
  * above) takes the same chunks with the columns pixel-major, whose GEMMs
- * read and write the activations in place (im2col_kernel<1>, col2im_kernel<1>):
+ * read and write the activations in place (im2col_nhwc_kernel, col2im_kernel<1>):
  *   col  = im2col(x)            [nb*P][K]      K ordered (ci, ki, kj) as W's
  *   y    = col W^T              [nb*P][Cout]   the chunk's NHWC output
  *   y   += b                    by rows
@@ -61,7 +61,7 @@ static int chunk_images(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
 
 /* the divisors of an index kernel, worked out at its launch */
 typedef struct im2col_divs {
-    hcnn_hd_divider minor, np, ow; /* a thread's minor index (NCHW nb * P, NHWC c), P, ow */
+    hcnn_hd_divider minor, np, ow, kw; /* NCHW nb * P (kw unused), NHWC kh * kw; P; ow; kw */
 } im2col_divs;
 typedef struct col2im_divs {
     hcnn_hd_divider hw, w, c, sh, sw; /* h * w, w, c, the strides */
@@ -75,42 +75,37 @@ static hcnn_hd_divider div_of(int d) { return hcnn_hd_divider_of((uint32_t)d); }
 /* With r = (ci*kh + ki)*kw + kj and q = i*P + oy*ow + ox:
  *   NCHW: col[r][q] from x[i][ci][iy][ix]
  *   NHWC: col[q][r] from x[i][iy][ix][ci]
- * One thread per window (ci, q) writes its kh*kw taps, as Caffe's
- * im2col_gpu_kernel: the index divisions once per window, not once per
- * element (on the H100, 2026-11-27, one thread an element with five
- * divisions took 2.9 ms of ResNet-18's 20 ms FP32 step at batch 128, about
- * 4x what its 2.6 GB of columns a step take at the GPU's 3.35 TB/s).  Threads side by side
- * hold neighbouring q in NCHW (a warp's stores of a tap fill one row of
- * col) and neighbouring ci in NHWC (its loads of a tap read one pixel's
- * channels).  The same values in the same places as one thread an element:
- * the columns do not depend on who writes them.  (One kernel, the layout a
- * template argument.) */
-template <int NHWC>
+ * Each thread works out its indices once and writes several elements
+ * (one thread an element, with five divisions each, took 2.9 ms of
+ * ResNet-18's 20 ms FP32 step at batch 128 on the H100, 2026-11-27: about
+ * 4x what its 2.6 GB of columns a step take at the GPU's 3.35 TB/s), and
+ * the threads of a warp store side by side.  The same values in the same
+ * places as one thread an element: the columns do not depend on who
+ * writes them. */
+
+/* NCHW: one thread per window (ci, q) writes its kh*kw taps, as Caffe's
+ * im2col_gpu_kernel: three divisions a window; neighbouring threads hold
+ * neighbouring q, so a warp's stores of a tap fill one stretch of a row
+ * of col (and its loads one stretch of a row of x) */
 static __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const float *x,
                                      unsigned total, float *col, __nv_bfloat16 *colb)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const uint32_t kk = (uint32_t)k;
-    const uint32_t major = hcnn_hd_div(v.minor, kk), minor = kk - major * v.minor.d;
-    const uint32_t ci = NHWC ? minor : major, q = NHWC ? major : minor;
+    const uint32_t kk = (uint32_t)k; /* ci * cols + q */
+    const uint32_t ci = hcnn_hd_div(v.minor, kk), q = kk - ci * v.minor.d;
     const uint32_t i = hcnn_hd_div(v.np, q), p = q - i * v.np.d;
     const uint32_t oy = hcnn_hd_div(v.ow, p), ox = p - oy * v.ow.d;
-    const size_t taps = (size_t)g.kh * g.kw;
-    /* the window's first element and the step to the next tap's */
-    size_t at = NHWC ? (size_t)q * g.c * taps + ci * taps : (size_t)ci * taps * v.minor.d + q;
-    const size_t next = NHWC ? 1 : v.minor.d;
-    /* x's image and channel, and the step from one pixel to the next */
-    const float *xc = NHWC ? x + (size_t)i * g.h * g.w * g.c + ci
-                           : x + ((size_t)i * g.c + ci) * g.h * g.w;
-    const size_t px = NHWC ? (size_t)g.c : 1;
+    const size_t cols = v.minor.d;
+    size_t at = (size_t)ci * g.kh * g.kw * cols + q; /* col[ci*kh*kw][q], a row a tap */
+    const float *xc = x + ((size_t)i * g.c + ci) * g.h * g.w;
     for (int ki = 0; ki < g.kh; ki++) {
         const int iy = hcnn_hd_window_in((int)oy, ki, g.sh, g.ph);
-        for (int kj = 0; kj < g.kw; kj++, at += next) {
+        for (int kj = 0; kj < g.kw; kj++, at += cols) {
             const int ix = hcnn_hd_window_in((int)ox, kj, g.sw, g.pw);
             const int inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-            const float val = inside ? xc[((size_t)iy * g.w + ix) * px] : 0.0f;
+            const float val = inside ? xc[(size_t)iy * g.w + ix] : 0.0f;
             if (colb)
                 colb[at] = __float2bfloat16(val);
             else
@@ -119,12 +114,44 @@ static __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const floa
     }
 }
 
+/* NHWC: one thread per output pixel q and tap (ki, kj) writes that tap for
+ * every channel: four divisions a thread, then a load and a store a
+ * channel.  Neighbouring threads hold neighbouring taps of a window, so a
+ * warp's stores of a channel fill the kh*kw floats in a row of col of each
+ * of its windows; the loads of a thread walk one pixel's channels.  (A
+ * thread per window, as NCHW's, would store kh*kw floats apart.) */
+static __global__ void im2col_nhwc_kernel(hcnn_conv_geom g, im2col_divs v, const float *x,
+                                          unsigned total, float *col, __nv_bfloat16 *colb)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
+        return;
+    const uint32_t kk = (uint32_t)k; /* q * taps + t */
+    const uint32_t q = hcnn_hd_div(v.minor, kk), t = kk - q * v.minor.d;
+    const uint32_t ki = hcnn_hd_div(v.kw, t), kj = t - ki * v.kw.d;
+    const uint32_t i = hcnn_hd_div(v.np, q), p = q - i * v.np.d;
+    const uint32_t oy = hcnn_hd_div(v.ow, p), ox = p - oy * v.ow.d;
+    const int iy = hcnn_hd_window_in((int)oy, (int)ki, g.sh, g.ph);
+    const int ix = hcnn_hd_window_in((int)ox, (int)kj, g.sw, g.pw);
+    const int inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+    const size_t taps = v.minor.d;
+    size_t at = (size_t)q * g.c * taps + t; /* col[q][ci*taps + t], ci from 0 */
+    const float *px = inside ? x + (((size_t)i * g.h + iy) * g.w + ix) * g.c : NULL;
+    for (int ci = 0; ci < g.c; ci++, at += taps) {
+        const float val = px ? px[ci] : 0.0f;
+        if (colb)
+            colb[at] = __float2bfloat16(val);
+        else
+            col[at] = val;
+    }
+}
+
 /* dx[i][ci][iy][ix] (NHWC: dx[i][iy][ix][ci]) (+)= the columns that read
  * it, taps in order.  Output row oy reads input row iy at tap ki where oy *
  * sh = iy + ph - ki: ki = (iy + ph) mod sh, then every sh-th tap, oy one
  * less each time, while oy >= 0 (rows past oh skipped); so for columns.
- * Two divisions a thread instead of two a tap (one thread an element with
- * a division a tap took 2.0 ms of the same 20 ms step). */
+ * Two divisions by the strides a thread, instead of up to two a tap (which
+ * took 2.0 ms of the same 20 ms step), besides the three of its index. */
 template <int NHWC>
 static __global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const float *col, int nb,
                                      unsigned total, int acc, float *dx)
@@ -204,20 +231,24 @@ static unsigned chunk_total(size_t total)
 static void im2col(const hcnn_backend *be, const hcnn_conv_desc *d, const float *x, int nb,
                    float *col, __nv_bfloat16 *colb)
 {
-    /* a thread per window: c * nb * P (below the chunk's 2^32 columns) */
-    const unsigned total = chunk_total((size_t)d->g.c * nb * conv_p(d));
-    if (total == 0)
+    const unsigned elements = chunk_total((size_t)conv_k(d) * nb * conv_p(d));
+    const uint32_t taps = (uint32_t)(d->g.kh * d->g.kw), cols = (uint32_t)nb * (uint32_t)conv_p(d);
+    if (elements == 0)
         return;
-    const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
-    const im2col_divs v = {hcnn_hd_divider_of(nhwc ? (uint32_t)d->g.c
-                                                   : (uint32_t)nb * (uint32_t)conv_p(d)),
-                           div_of(conv_p(d)), div_of(d->g.ow)};
-    if (nhwc)
-        HCNN_LAUNCH(im2col_kernel<1>, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+    /* the threads: NCHW a window each (c * cols), NHWC a tap of an output pixel (cols * taps) */
+    if (be->layout == HCNN_LAYOUT_NHWC) {
+        const unsigned total = cols * taps;
+        const im2col_divs v = {hcnn_hd_divider_of(taps), div_of(conv_p(d)), div_of(d->g.ow),
+                               div_of(d->g.kw)};
+        HCNN_LAUNCH(im2col_nhwc_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
                     cuda_of(be)->stream, d->g, v, x, total, col, colb);
-    else
-        HCNN_LAUNCH(im2col_kernel<0>, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                    cuda_of(be)->stream, d->g, v, x, total, col, colb);
+    } else {
+        const unsigned total = (unsigned)d->g.c * cols;
+        const im2col_divs v = {hcnn_hd_divider_of(cols), div_of(conv_p(d)), div_of(d->g.ow),
+                               div_of(d->g.kw)};
+        HCNN_LAUNCH(im2col_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
+                    d->g, v, x, total, col, colb);
+    }
     HCNN_CUDA_LAUNCHED();
 }
 

@@ -143,11 +143,11 @@ bug bwd_channel_sums_carried_over src/cuda/bn.cu \
     's/double sdy = first ? 0.0 : acc\[2 \* ch\]/double sdy = acc[2 * ch]/' bn_bwd
 # the bias gradient overwritten instead of accumulated
 bug channel_total_overwrites src/cuda/bn.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' conv_bwd
-# im2col's window (a thread per channel and output pixel writing its taps,
-# src/cuda/conv.cu): the channel's rows of the columns taken one row apart
-# instead of kh*kw (the windows of channel ci and ci + 1 overlap)
+# im2col's window (NCHW: a thread per channel and output pixel writing its
+# taps, src/cuda/conv.cu): the channel's rows of the columns taken one row
+# apart instead of kh*kw (the windows of channel ci and ci + 1 overlap)
 bug im2col_window_rows_overlap src/cuda/conv.cu \
-    's/(size_t)ci \* taps \* v.minor.d + q;/(size_t)ci * v.minor.d + q;/' conv_fwd
+    's/size_t at = (size_t)ci \* g.kh \* g.kw \* cols + q;/size_t at = (size_t)ci * cols + q;/' conv_fwd
 # col2im's taps walked from tap 0 instead of (iy + ph) mod stride: with a
 # stride of 2 it adds the columns of taps that never read the element
 bug col2im_taps_from_zero src/cuda/conv.cu \
@@ -160,8 +160,11 @@ bug layout_change_copies src/cuda/layout.cu \
     's/y\[k\] = x\[i \* img + (size_t)ch \* np + p\];/y[k] = x[k];/' layout nhwc
 # im2col reading channel 0 of every pixel (the channel stride forgotten)
 bug im2col_nhwc_channel_forgotten src/cuda/conv.cu \
-    's/const float \*xc = NHWC ? x + (size_t)i \* g.h \* g.w \* g.c + ci/const float *xc = NHWC ? x + (size_t)i * g.h * g.w * g.c/' \
-    conv_fwd nhwc
+    's/const float val = px ? px\[ci\] : 0.0f;/const float val = px ? px[0] : 0.0f;/' conv_fwd nhwc
+# im2col's rows of the columns (a pixel's) taken kh*kw floats long instead
+# of c*kh*kw (the rows of neighbouring pixels overlap)
+bug im2col_nhwc_rows_overlap src/cuda/conv.cu \
+    's/size_t at = (size_t)q \* g.c \* taps + t;/size_t at = (size_t)q * taps + t;/' conv_fwd nhwc
 # col2im overwriting dx when asked to accumulate
 bug col2im_nhwc_ignores_accumulate src/cuda/conv.cu \
     '/static __global__ void col2im_kernel/,/^}/s/float s = acc ? dx\[k\] : 0.0f;/float s = NHWC ? 0.0f : acc ? dx[k] : 0.0f;/' \
