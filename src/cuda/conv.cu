@@ -83,6 +83,24 @@ static hcnn_hd_divider div_of(int d) { return hcnn_hd_divider_of((uint32_t)d); }
  * places as one thread an element: the columns do not depend on who
  * writes them. */
 
+/* col[at] = val, or its bfloat16 in colb (bf16: the GEMM's input) */
+static __device__ void col_store(float *col, __nv_bfloat16 *colb, size_t at, float val)
+{
+    if (colb)
+        colb[at] = __float2bfloat16(val);
+    else
+        col[at] = val;
+}
+
+/* q = i*P + oy*ow + ox: its image and output pixel */
+static __device__ void out_pixel(const im2col_divs *v, uint32_t q, uint32_t *i, uint32_t *oy,
+                                 uint32_t *ox)
+{
+    *i = hcnn_hd_div(v->np, q);
+    const uint32_t p = q - *i * v->np.d;
+    *oy = hcnn_hd_div(v->ow, p), *ox = p - *oy * v->ow.d;
+}
+
 /* NCHW: one thread per window (ci, q) writes its kh*kw taps, as Caffe's
  * im2col_gpu_kernel: three divisions a window; neighbouring threads hold
  * neighbouring q, so a warp's stores of a tap fill one stretch of a row
@@ -95,8 +113,8 @@ static __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const floa
         return;
     const uint32_t kk = (uint32_t)k; /* ci * cols + q */
     const uint32_t ci = hcnn_hd_div(v.minor, kk), q = kk - ci * v.minor.d;
-    const uint32_t i = hcnn_hd_div(v.np, q), p = q - i * v.np.d;
-    const uint32_t oy = hcnn_hd_div(v.ow, p), ox = p - oy * v.ow.d;
+    uint32_t i, oy, ox;
+    out_pixel(&v, q, &i, &oy, &ox);
     const size_t cols = v.minor.d;
     size_t at = (size_t)ci * g.kh * g.kw * cols + q; /* col[ci*kh*kw][q], a row a tap */
     const float *xc = x + ((size_t)i * g.c + ci) * g.h * g.w;
@@ -105,11 +123,7 @@ static __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const floa
         for (int kj = 0; kj < g.kw; kj++, at += cols) {
             const int ix = hcnn_hd_window_in((int)ox, kj, g.sw, g.pw);
             const int inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-            const float val = inside ? xc[(size_t)iy * g.w + ix] : 0.0f;
-            if (colb)
-                colb[at] = __float2bfloat16(val);
-            else
-                col[at] = val;
+            col_store(col, colb, at, inside ? xc[(size_t)iy * g.w + ix] : 0.0f);
         }
     }
 }
@@ -129,21 +143,16 @@ static __global__ void im2col_nhwc_kernel(hcnn_conv_geom g, im2col_divs v, const
     const uint32_t kk = (uint32_t)k; /* q * taps + t */
     const uint32_t q = hcnn_hd_div(v.minor, kk), t = kk - q * v.minor.d;
     const uint32_t ki = hcnn_hd_div(v.kw, t), kj = t - ki * v.kw.d;
-    const uint32_t i = hcnn_hd_div(v.np, q), p = q - i * v.np.d;
-    const uint32_t oy = hcnn_hd_div(v.ow, p), ox = p - oy * v.ow.d;
+    uint32_t i, oy, ox;
+    out_pixel(&v, q, &i, &oy, &ox);
     const int iy = hcnn_hd_window_in((int)oy, (int)ki, g.sh, g.ph);
     const int ix = hcnn_hd_window_in((int)ox, (int)kj, g.sw, g.pw);
     const int inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
     const size_t taps = v.minor.d;
     size_t at = (size_t)q * g.c * taps + t; /* col[q][ci*taps + t], ci from 0 */
     const float *px = inside ? x + (((size_t)i * g.h + iy) * g.w + ix) * g.c : NULL;
-    for (int ci = 0; ci < g.c; ci++, at += taps) {
-        const float val = px ? px[ci] : 0.0f;
-        if (colb)
-            colb[at] = __float2bfloat16(val);
-        else
-            col[at] = val;
-    }
+    for (int ci = 0; ci < g.c; ci++, at += taps)
+        col_store(col, colb, at, px ? px[ci] : 0.0f);
 }
 
 /* dx[i][ci][iy][ix] (NHWC: dx[i][iy][ix][ci]) (+)= the columns that read

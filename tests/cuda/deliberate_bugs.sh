@@ -160,7 +160,7 @@ bug layout_change_copies src/cuda/layout.cu \
     's/y\[k\] = x\[i \* img + (size_t)ch \* np + p\];/y[k] = x[k];/' layout nhwc
 # im2col reading channel 0 of every pixel (the channel stride forgotten)
 bug im2col_nhwc_channel_forgotten src/cuda/conv.cu \
-    's/const float val = px ? px\[ci\] : 0.0f;/const float val = px ? px[0] : 0.0f;/' conv_fwd nhwc
+    's/col_store(col, colb, at, px ? px\[ci\] : 0.0f);/col_store(col, colb, at, px ? px[0] : 0.0f);/' conv_fwd nhwc
 # im2col's rows of the columns (a pixel's) taken kh*kw floats long instead
 # of c*kh*kw (the rows of neighbouring pixels overlap)
 bug im2col_nhwc_rows_overlap src/cuda/conv.cu \
