@@ -61,7 +61,8 @@ static int chunk_images(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
 
 /* the divisors of an index kernel, worked out at its launch */
 typedef struct im2col_divs {
-    hcnn_hd_divider minor, np, ow, kw; /* NCHW nb * P (kw unused), NHWC kh * kw; P; ow; kw */
+    /* NCHW nb * P, NHWC kh * kw; P; ow; NHWC's kw and channel groups (NCHW: unused) */
+    hcnn_hd_divider minor, np, ow, kw, groups;
 } im2col_divs;
 typedef struct col2im_divs {
     hcnn_hd_divider hw, w, c, sh, sw; /* h * w, w, c, the strides */
@@ -128,20 +129,25 @@ static __global__ void im2col_kernel(hcnn_conv_geom g, im2col_divs v, const floa
     }
 }
 
-/* NHWC: one thread per output pixel q and tap (ki, kj) writes that tap for
- * every channel: four divisions a thread, then a load and a store a
- * channel.  Neighbouring threads hold neighbouring taps of a window, so a
- * warp's stores of a channel fill the kh*kw floats in a row of col of each
- * of its windows; the loads of a thread walk one pixel's channels.  (A
- * thread per window, as NCHW's, would store kh*kw floats apart.) */
+/* NHWC: one thread per output pixel q, group of IM2COL_NHWC_GROUP
+ * channels and tap (ki, kj) writes that tap for each channel of its group:
+ * five divisions a thread, then a load and a store a channel.
+ * Neighbouring threads hold neighbouring taps, so a warp's stores of a
+ * channel fill the kh*kw floats of that channel in a row of col (a thread
+ * per window, as NCHW's, would store kh*kw floats apart); the groups keep
+ * enough threads for the memory (a thread per tap walking every channel:
+ * ResNet-18's layer4 at batch 128 would have 18432 threads, each walking
+ * up to 512 channels one after another). */
+#define IM2COL_NHWC_GROUP 8
 static __global__ void im2col_nhwc_kernel(hcnn_conv_geom g, im2col_divs v, const float *x,
                                           unsigned total, float *col, __nv_bfloat16 *colb)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const uint32_t kk = (uint32_t)k; /* q * taps + t */
-    const uint32_t q = hcnn_hd_div(v.minor, kk), t = kk - q * v.minor.d;
+    const uint32_t kk = (uint32_t)k; /* (q * groups + group) * taps + t */
+    const uint32_t qg = hcnn_hd_div(v.minor, kk), t = kk - qg * v.minor.d;
+    const uint32_t q = hcnn_hd_div(v.groups, qg), group = qg - q * v.groups.d;
     const uint32_t ki = hcnn_hd_div(v.kw, t), kj = t - ki * v.kw.d;
     uint32_t i, oy, ox;
     out_pixel(&v, q, &i, &oy, &ox);
@@ -149,9 +155,11 @@ static __global__ void im2col_nhwc_kernel(hcnn_conv_geom g, im2col_divs v, const
     const int ix = hcnn_hd_window_in((int)ox, (int)kj, g.sw, g.pw);
     const int inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
     const size_t taps = v.minor.d;
-    size_t at = (size_t)q * g.c * taps + t; /* col[q][ci*taps + t], ci from 0 */
+    const int c0 = (int)group * IM2COL_NHWC_GROUP;
+    const int c1 = c0 + IM2COL_NHWC_GROUP < g.c ? c0 + IM2COL_NHWC_GROUP : g.c;
+    size_t at = ((size_t)q * g.c + c0) * taps + t; /* col[q][ci*taps + t], ci from c0 */
     const float *px = inside ? x + (((size_t)i * g.h + iy) * g.w + ix) * g.c : NULL;
-    for (int ci = 0; ci < g.c; ci++, at += taps)
+    for (int ci = c0; ci < c1; ci++, at += taps)
         col_store(col, colb, at, px ? px[ci] : 0.0f);
 }
 
@@ -244,17 +252,20 @@ static void im2col(const hcnn_backend *be, const hcnn_conv_desc *d, const float 
     const uint32_t taps = (uint32_t)(d->g.kh * d->g.kw), cols = (uint32_t)nb * (uint32_t)conv_p(d);
     if (elements == 0)
         return;
-    /* the threads: NCHW a window each (c * cols), NHWC a tap of an output pixel (cols * taps) */
+    /* the threads: NCHW a window each (c * cols), NHWC a tap of an output
+     * pixel for a group of channels (cols * groups * taps, at most
+     * elements: a group holds a channel or more) */
     if (be->layout == HCNN_LAYOUT_NHWC) {
-        const unsigned total = cols * taps;
+        const uint32_t groups = ((uint32_t)d->g.c + IM2COL_NHWC_GROUP - 1) / IM2COL_NHWC_GROUP;
+        const unsigned total = cols * groups * taps;
         const im2col_divs v = {hcnn_hd_divider_of(taps), div_of(conv_p(d)), div_of(d->g.ow),
-                               div_of(d->g.kw)};
+                               div_of(d->g.kw), hcnn_hd_divider_of(groups)};
         HCNN_LAUNCH(im2col_nhwc_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
                     cuda_of(be)->stream, d->g, v, x, total, col, colb);
     } else {
         const unsigned total = (unsigned)d->g.c * cols;
         const im2col_divs v = {hcnn_hd_divider_of(cols), div_of(conv_p(d)), div_of(d->g.ow),
-                               div_of(d->g.kw)};
+                               div_of(1), div_of(1)};
         HCNN_LAUNCH(im2col_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
                     d->g, v, x, total, col, colb);
     }

@@ -238,11 +238,11 @@ static void chain_streams(const hcnn_layer *l, int count, int first_needs_dx, in
         case HCNN_BLOCK_RELU:
         case HCNN_BLOCK_LEAKY_RELU:
             /* (the chain fuses a ReLU, not a leaky one: src/layers/chain.c) */
-            if (!(c->ops->is_relu && prev && prev->ops->forward_fused))
-                f = c->ops->is_relu && conv_relu && prev && prev->kind == HCNN_BLOCK_CONV
-                        ? 0.0
-                        : 2 * out,
-                b = 3 * out;
+            if (!(c->ops->is_relu && prev && prev->ops->forward_fused)) {
+                const int in_conv = c->ops->is_relu && conv_relu && prev &&
+                                    prev->kind == HCNN_BLOCK_CONV;
+                f = in_conv ? 0.0 : 2 * out, b = 3 * out;
+            }
             break;
         case HCNN_BLOCK_RESIDUAL:
             chain_streams(c->body, c->nbody, 1, conv_relu, with);

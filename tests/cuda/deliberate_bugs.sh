@@ -161,10 +161,14 @@ bug layout_change_copies src/cuda/layout.cu \
 # im2col reading channel 0 of every pixel (the channel stride forgotten)
 bug im2col_nhwc_channel_forgotten src/cuda/conv.cu \
     's/col_store(col, colb, at, px ? px\[ci\] : 0.0f);/col_store(col, colb, at, px ? px[0] : 0.0f);/' conv_fwd nhwc
-# im2col's rows of the columns (a pixel's) taken kh*kw floats long instead
-# of c*kh*kw (the rows of neighbouring pixels overlap)
+# im2col's row of a pixel in the columns taken one channel long instead of
+# c (the rows of neighbouring pixels overlap)
 bug im2col_nhwc_rows_overlap src/cuda/conv.cu \
-    's/size_t at = (size_t)q \* g.c \* taps + t;/size_t at = (size_t)q * taps + t;/' conv_fwd nhwc
+    's/size_t at = ((size_t)q \* g.c + c0) \* taps + t;/size_t at = ((size_t)q + c0) * taps + t;/' conv_fwd nhwc
+# every group of 8 channels of im2col's threads starting at channel 0 (the
+# channels past the first 8 never written: the cases with 16 channels)
+bug im2col_nhwc_groups_from_channel_0 src/cuda/conv.cu \
+    's/const int c0 = (int)group \* IM2COL_NHWC_GROUP;/const int c0 = 0;/' conv_fwd nhwc
 # col2im overwriting dx when asked to accumulate
 bug col2im_nhwc_ignores_accumulate src/cuda/conv.cu \
     '/static __global__ void col2im_kernel/,/^}/s/float s = acc ? dx\[k\] : 0.0f;/float s = NHWC ? 0.0f : acc ? dx[k] : 0.0f;/' \
