@@ -16,11 +16,7 @@
 /* a cuDNN call that must succeed: else the abort path, naming the call
  * (conv_cudnn.cu's and conv_graph.cu's) */
 #define HCNN_CUDNN(call)                                                                            \
-    do {                                                                                            \
-        const cudnnStatus_t s_ = (call);                                                            \
-        if (s_ != CUDNN_STATUS_SUCCESS)                                                             \
-            hcnn_cuda_fail(#call, __FILE__, __LINE__, cudnnGetErrorString(s_));                     \
-    } while (0)
+    HCNN_CALL_OK(#call, call, cudnnStatus_t, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
 
 /* the byte alignment a graph declares for the bf16 copies and the
  * activations it writes (the bias and dw: 4) */

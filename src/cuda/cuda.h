@@ -69,18 +69,18 @@ void *hcnn_cuda_alloc(const hcnn_backend *be, size_t bytes, const char *what);
  * naming the call, the file and line and CUDA's or cuBLAS's cause
  * (instance.cu, as are the functions below that the table does not hold). */
 [[noreturn]] void hcnn_cuda_fail(const char *call, const char *file, int line, const char *cause);
-#define HCNN_CUDA(call)                                                                             \
+/* a library call (its text, its status of TYPE) that must return OK, else
+ * the abort path with CAUSE(status); HCNN_CUDA, HCNN_CUBLAS and
+ * conv_graph.h's HCNN_CUDNN name the call as written */
+#define HCNN_CALL_OK(text, status, type, ok, cause)                                                 \
     do {                                                                                            \
-        const cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess)                                                                      \
-            hcnn_cuda_fail(#call, __FILE__, __LINE__, cudaGetErrorString(e_));                      \
+        const type s_ = (status);                                                                   \
+        if (s_ != (ok))                                                                             \
+            hcnn_cuda_fail(text, __FILE__, __LINE__, cause(s_));                                    \
     } while (0)
+#define HCNN_CUDA(call) HCNN_CALL_OK(#call, call, cudaError_t, cudaSuccess, cudaGetErrorString)
 #define HCNN_CUBLAS(call)                                                                           \
-    do {                                                                                            \
-        const cublasStatus_t s_ = (call);                                                           \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
-            hcnn_cuda_fail(#call, __FILE__, __LINE__, hcnn_cublas_status(s_));                      \
-    } while (0)
+    HCNN_CALL_OK(#call, call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, hcnn_cublas_status)
 /* after a launch: a bad configuration is reported at once */
 #define HCNN_CUDA_LAUNCHED() HCNN_CUDA(cudaGetLastError())
 const char *hcnn_cublas_status(cublasStatus_t s);
