@@ -16,8 +16,9 @@
 #           COMPARE_FORMAT=nchw|channels_last|best in the environment)
 #   kernels the kernel time of hcnn bench's timed steps (bench/kernel_share.so,
 #           a CUPTI injection library: the share and the ten longest kernels),
-#           ResNet-18 batch 128 fp32 under each convolution choice, LeNet-5
-#           batch 256 with and without CUDA graphs
+#           ResNet-18 batch 128 fp32 under each convolution choice and with
+#           the data gradient transposed by cuDNN, LeNet-5 batch 256 with and
+#           without CUDA graphs
 #   cpu     bench/validate_threads.sh: hcnn bench on the CPU at 1, 2, 4, 8, 16
 #           threads against hcnn plan --node here's prediction (ResNet-18 batch
 #           64, LeNet-5 batch 256: the thread-scaling measurements) and
@@ -180,6 +181,12 @@ if [[ " $SECTIONS " == *" kernels "* ]]; then
             kbench "resnet_b128_$m" "$m" --config configs/cifar_resnet18.yaml --set device=cuda \
                 --set batch_size=128 --warmup 3 --repeats 3 --steps 5
         done
+        # the data gradient by the transposed convolution through cuDNN's
+        # forward (src/cuda/conv.cu; 2026-11-29, not yet run on a GPU):
+        # against the H100's dcol = W^T dY GEMM (..._nt_n_tilesize64x64x8,
+        # 3.6 ms a step) and col2im (2.0 ms)
+        kbench resnet_b128_transposed cudnn,transposed_cudnn,im2col --config configs/cifar_resnet18.yaml \
+            --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5
         for g in auto off; do
             kbench "lenet_b256_graphs_$g" auto --config configs/mnist_lenet.yaml --set device=cuda \
                 --set batch_size=256 --set cuda_graphs=$g --warmup 20 \
@@ -221,7 +228,8 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
     done
     # each line: precision, layout, the shape, its batch, the ways chosen for
     # forward, data and filter gradient, then the medians (ms) of im2col,
-    # im2col_image and cudnn for each pass (0: not a candidate)
+    # im2col_image, cudnn, transposed and transposed_cudnn (the data
+    # gradient of stride 1 alone) for each pass (0: not a candidate)
     stamp "the convolutions' measured ways (HCNN_CUDA_CONV=auto), $O/cache/hcnn"
     grep -h '^key\|^conv' "$O"/cache/hcnn/cuda-conv-*.txt 2>/dev/null | head -n 80
     # PyTorch in both memory formats, the faster the reference (compare.sh's

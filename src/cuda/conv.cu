@@ -31,11 +31,31 @@
  * The convolution gathers no batch-norm statistics in NHWC (bands 0: the
  * batch-norm takes them from its input).
  *
+ * The data gradient of a stride-1 convolution has a second way, the
+ * transposed one (data_transposed below):
+ *   dx[ci][iy][ix] = sum over co, ki, kj of W[co][ci][ki][kj] dy[co][iy+ph-ki][ix+pw-kj]
+ * is the forward convolution of dy (Cout channels, padded by kh-1-ph and
+ * kw-1-pw) with the filters flipped and transposed,
+ *   Wt[ci][co][a][b] = W[co][ci][kh-1-a][kw-1-b],
+ * so im2col of dy and one GEMM of inner size Cout*kh*kw, run by the
+ * forward's own code, where dcol = W^T dY has inner size Cout (64 in
+ * ResNet-18's layer1) and writes K*nb*P floats for col2im to gather: that
+ * GEMM, the longest kernel of the H100's FP32 step (2026-11-27,
+ * sm80_xmma_gemm_..._nt: 3.6 ms of 20), and col2im (2.0 ms) are what it
+ * replaces.  Its forward may also go by cuDNN (HCNN_WAY_TRANSPOSED_CUDNN,
+ * FP32 and TF32: cuDNN's forward algorithm, on the H200 an implicit GEMM
+ * for ResNet-18's shapes; the same shape as the layer's own forward where
+ * Cin = Cout and the padding is half the kernel), where cuDNN's own
+ * deterministic data-gradient algorithm was the slower one on the H200
+ * (conv_choice.cu).  Other sums in another order: a run that
+ * takes either has other bits than one that does not.
+ *
  * Each pass runs by the way conv_choice.cu chose for the shape (cuda.h,
  * hcnn_conv_way): this file's im2col path in chunks as above, the same one
- * image at a time (chunks of one: NCHW's GEMMs then in place), or, where
- * this build links cuDNN, conv_cudnn.cu's plan (in bf16 its graphs); the
- * im2col path is all of a build without cuDNN and of the emulation. */
+ * image at a time (chunks of one: NCHW's GEMMs then in place), the data
+ * gradient transposed, or, where this build links cuDNN, conv_cudnn.cu's
+ * plan (in bf16 its graphs); this file's ways are all of a build without
+ * cuDNN and of the emulation. */
 #include <stdio.h>
 
 #include "cuda.h"
@@ -205,10 +225,11 @@ static __global__ void col2im_kernel(hcnn_conv_geom g, col2im_divs v, const floa
     dx[k] = s;
 }
 
-/* y[i][co][p] = Y[co][i*P + p] + bias[co] (bias may be NULL), then the
- * ReLU if relu */
+/* y[i][co][p] (+ y when acc) = Y[co][i*P + p] + bias[co] (bias may be
+ * NULL), then the ReLU if relu (acc: the transposed data gradient, which
+ * has neither) */
 static __global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, plane_divs v, int nb,
-                                          unsigned total, int relu, float *y)
+                                          unsigned total, int relu, int acc, float *y)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
@@ -216,8 +237,23 @@ static __global__ void cnp_to_nchw_kernel(const float *Y, const float *bias, pla
     const uint32_t kk = (uint32_t)k, ic = hcnn_hd_div(v.np, kk), p = kk - ic * v.np.d;
     const uint32_t i = hcnn_hd_div(v.c, ic), co = ic - i * v.c.d;
     const float val = Y[((size_t)co * nb + i) * v.np.d + p];
-    const float out = bias ? val + bias[co] : val;
+    const float biased = bias ? val + bias[co] : val;
+    const float out = acc ? biased + y[k] : biased; /* (not + 0: a -0 stays -0) */
     y[k] = relu ? hcnn_hd_relu(out) : out;
+}
+
+/* Wt[ci][co][t] = W[co][ci][taps-1-t]: the filters transposed and flipped
+ * in both directions (t = a*kw + b: (kh-1-a)*kw + kw-1-b = taps-1-t); a
+ * pass over the weights, so plain divisions */
+static __global__ void flip_filters_kernel(const float *w, int cout, int cin, int taps,
+                                           unsigned total, float *wt)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
+        return;
+    const unsigned t = (unsigned)k % (unsigned)taps, r = (unsigned)k / (unsigned)taps;
+    const unsigned co = r % (unsigned)cout, ci = r / (unsigned)cout;
+    wt[k] = w[((size_t)co * cin + ci) * taps + (taps - 1 - t)];
 }
 
 /* dY[co][i*P + p] = dy[i][co][p] (dYb: as bfloat16 instead) */
@@ -369,6 +405,47 @@ static void bias_relu(const hcnn_backend *be, const hcnn_conv_desc *d, float *y,
         hcnn_cuda_relu_fwd(be, y, y, (size_t)n * co * P, 0.0f);
 }
 
+/* y = conv(x, w) + b (b NULL: none), then the ReLU if relu, by im2col +
+ * cuBLAS over chunks of `chunk` images; acc: y += conv(x, w) instead (b
+ * NULL, no ReLU: the transposed data gradient) */
+static void forward_im2col(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                           const float *x, const float *w, const float *b, float *y, int n,
+                           int chunk, int relu, int acc)
+{
+    const int K = conv_k(d), P = conv_p(d), co = d->out_c;
+    const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
+    const float beta = acc ? 1.0f : 0.0f;
+    const bf16_parts bp = bf16_parts_for(be, d, w, chunk, 0);
+    if (be->layout == HCNN_LAYOUT_NHWC) {
+        for (int i0 = 0; i0 < n; i0 += chunk) {
+            const int nb = n - i0 < chunk ? n - i0 : chunk;
+            float *col = chunk_col(ex);
+            im2col(be, d, x + (size_t)i0 * in_sz, nb, col, bp.col);
+            conv_gemm(be, 0, 1, nb * P, co, K, col, bp.col, K, w, bp.w, K, beta,
+                      y + (size_t)i0 * out_sz, co);
+        }
+        bias_relu(be, d, y, b, n, relu);
+        return;
+    }
+    for (int i0 = 0; i0 < n; i0 += chunk) {
+        const int nb = n - i0 < chunk ? n - i0 : chunk;
+        float *col = chunk_col(ex), *yi = y + (size_t)i0 * out_sz;
+        im2col(be, d, x + (size_t)i0 * in_sz, nb, col, bp.col);
+        if (nb == 1) { /* [Cout][P] is the image's NCHW output */
+            conv_gemm(be, 0, 0, co, P, K, w, bp.w, K, col, bp.col, P, beta, yi, P);
+            bias_relu(be, d, yi, b, 1, relu);
+            continue;
+        }
+        float *Y = chunk_out(d, ex, nb);
+        conv_gemm(be, 0, 0, co, nb * P, K, w, bp.w, K, col, bp.col, nb * P, 0.0f, Y, nb * P);
+        const unsigned total = chunk_total((size_t)nb * out_sz);
+        const plane_divs v = {div_of(P), div_of(co)};
+        HCNN_LAUNCH(cnp_to_nchw_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                    cuda_of(be)->stream, (const float *)Y, b, v, nb, total, relu, acc, yi);
+        HCNN_CUDA_LAUNCHED();
+    }
+}
+
 void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                            const float *x, const float *w, const float *b, float *y, int n,
                            hcnn_conv_way way)
@@ -389,44 +466,14 @@ void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
             hcnn_cuda_bn_gather(be, y, n, d->out_c, conv_p(d), ex->stats);
         return;
     }
-    const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = way_chunk(be, d, n, way);
-    const size_t in_sz = (size_t)d->g.c * d->g.h * d->g.w, out_sz = (size_t)co * P;
-    const bf16_parts bp = bf16_parts_for(be, d, w, chunk, 0);
-    if (nhwc) {
-        for (int i0 = 0; i0 < n; i0 += chunk) {
-            const int nb = n - i0 < chunk ? n - i0 : chunk;
-            float *col = chunk_col(ex);
-            im2col(be, d, x + (size_t)i0 * in_sz, nb, col, bp.col);
-            conv_gemm(be, 0, 1, nb * P, co, K, col, bp.col, K, w, bp.w, K, 0.0f,
-                      y + (size_t)i0 * out_sz, co);
-        }
-        bias_relu(be, d, y, b, n, relu);
+    forward_im2col(be, d, ex, x, w, b, y, n, way_chunk(be, d, n, way), relu, 0);
+    if (ex->stats && nhwc)
         /* No statistics gathered: bn.cu gathers them by planes, which NHWC
          * does not have; bands 0 has the batch-norm read them from y. */
-        if (ex->stats)
-            ex->stats->bands = 0, ex->stats->band_px = 0;
-        return;
-    }
-    for (int i0 = 0; i0 < n; i0 += chunk) {
-        const int nb = n - i0 < chunk ? n - i0 : chunk;
-        float *col = chunk_col(ex), *yi = y + (size_t)i0 * out_sz;
-        im2col(be, d, x + (size_t)i0 * in_sz, nb, col, bp.col);
-        if (nb == 1) { /* [Cout][P] is the image's NCHW output */
-            conv_gemm(be, 0, 0, co, P, K, w, bp.w, K, col, bp.col, P, 0.0f, yi, P);
-            bias_relu(be, d, yi, b, 1, relu);
-            continue;
-        }
-        float *Y = chunk_out(d, ex, nb);
-        conv_gemm(be, 0, 0, co, nb * P, K, w, bp.w, K, col, bp.col, nb * P, 0.0f, Y, nb * P);
-        const unsigned total = chunk_total((size_t)nb * out_sz);
-        const plane_divs v = {div_of(P), div_of(co)};
-        HCNN_LAUNCH(cnp_to_nchw_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                    cuda_of(be)->stream, (const float *)Y, b, v, nb, total, relu, yi);
-        HCNN_CUDA_LAUNCHED();
-    }
-    if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes, after the
-                    * kernels that wrote them (a pass over y the batch-norm then skips) */
-        hcnn_cuda_bn_gather(be, y, n, co, P, ex->stats);
+        ex->stats->bands = 0, ex->stats->band_px = 0;
+    else if (ex->stats) /* the next batch-norm's statistics (backend.h): by planes, after the
+                         * kernels that wrote them (a pass over y the batch-norm then skips) */
+        hcnn_cuda_bn_gather(be, y, n, d->out_c, conv_p(d), ex->stats);
 }
 
 /* The im2col path's backward over chunks of `chunk` images: dw += (dw not
@@ -483,6 +530,93 @@ static void backward_im2col(const hcnn_backend *be, const hcnn_conv_desc *d, con
     }
 }
 
+/* ---- the transposed data gradient (stride 1; see the top) ---- */
+
+int hcnn_cuda_conv_transposable(const hcnn_conv_desc *d)
+{
+    return d->g.sh == 1 && d->g.sw == 1 && d->g.ph < d->g.kh && d->g.pw < d->g.kw;
+}
+
+/* the convolution whose forward is d's data gradient: over dy (Cout
+ * channels, oh x ow), padded by kh-1-ph and kw-1-pw, to Cin channels of h
+ * x w (oh + kh-1 - 2ph = h at stride 1) */
+static hcnn_conv_desc transposed_desc(const hcnn_conv_desc *d)
+{
+    hcnn_conv_desc t = *d;
+    const hcnn_conv_geom *g = &d->g;
+    t.g.c = d->out_c, t.g.h = g->oh, t.g.w = g->ow;
+    t.g.ph = g->kh - 1 - g->ph, t.g.pw = g->kw - 1 - g->pw;
+    t.g.oh = g->h, t.g.ow = g->w;
+    t.out_c = g->c;
+    t.cache = NULL;
+    return t;
+}
+
+/* the flipped filters' floats, ahead of the forward's columns in the
+ * workspace (rounded to 64 floats: the columns stay 256-byte aligned) */
+static size_t flipped_floats(const hcnn_conv_desc *d)
+{
+    return ((size_t)d->out_c * conv_k(d) + 63) / 64 * 64;
+}
+
+const hcnn_cudnn_conv *hcnn_cuda_conv_transposed_plan(const hcnn_backend *be,
+                                                      const hcnn_conv_desc *d, int n, size_t limit)
+{
+    if (!hcnn_cuda_conv_transposable(d) || cuda_of(be)->precision == HCNN_PRECISION_BF16)
+        return NULL;
+    const hcnn_conv_desc t = transposed_desc(d);
+    const hcnn_cudnn_conv *p = hcnn_cudnn_conv_for(be, &t, n, limit);
+    return hcnn_cudnn_conv_has(p, HCNN_PASS_FORWARD) ? p : NULL;
+}
+
+/* the flipped filters, then the transposed forward's columns (and NCHW's
+ * output), or cuDNN's workspace for it where it has a plan and needs more
+ * and the way may be taken (measured, or named by HCNN_CUDA_CONV: no plan
+ * made, and no workspace kept, for a way no pass can take) */
+static size_t transposed_workspace(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
+{
+    const hcnn_cuda *cu = cuda_of(be);
+    const hcnn_conv_desc t = transposed_desc(d);
+    const size_t nb = (size_t)chunk_images(be, &t, n);
+    const size_t outs = be->layout == HCNN_LAYOUT_NHWC ? 0 : (size_t)t.out_c;
+    size_t rest = nb * ((size_t)conv_k(&t) + outs) * conv_p(&t);
+    const int may = cu->conv_mode != HCNN_CONV_MODE_FORCED ||
+                    cu->conv_forced[HCNN_PASS_DATA] == HCNN_WAY_TRANSPOSED_CUDNN;
+    const hcnn_cudnn_conv *p =
+        may ? hcnn_cuda_conv_transposed_plan(be, d, n, HCNN_CUDNN_ANY_WORKSPACE) : NULL;
+    if (p && hcnn_cudnn_conv_workspace(p) > rest)
+        rest = hcnn_cudnn_conv_workspace(p);
+    return flipped_floats(d) + rest;
+}
+
+/* dx = (or +=) the forward of dy by the flipped filters: by cuDNN where
+ * asked (by_cudnn) and it has a plan within the workspace, else by im2col
+ * in the transposed convolution's own chunks */
+static void data_transposed(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                            const float *w, const float *dy, float *dx, int dx_acc, int n,
+                            int by_cudnn)
+{
+    const hcnn_conv_desc t = transposed_desc(d);
+    const unsigned total = chunk_total((size_t)d->out_c * conv_k(d));
+    if (ex->ws_floats < flipped_floats(d))
+        hcnn_cuda_fail("convolution", __FILE__, __LINE__,
+                       "a workspace smaller than the flipped filters (conv_workspace sizes it)");
+    float *wt = ex->ws;
+    HCNN_LAUNCH(flip_filters_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
+                cuda_of(be)->stream, w, d->out_c, d->g.c, d->g.kh * d->g.kw, total, wt);
+    HCNN_CUDA_LAUNCHED();
+    hcnn_exec et = *ex;
+    et.ws = ex->ws + flipped_floats(d);
+    et.ws_floats = ex->ws_floats - flipped_floats(d);
+    et.stats = NULL, et.relu = 0;
+    const hcnn_cudnn_conv *p =
+        by_cudnn ? hcnn_cuda_conv_transposed_plan(be, d, n, et.ws_floats * sizeof(float)) : NULL;
+    if (p)
+        hcnn_cudnn_conv_fwd_into(be, p, &et, dy, wt, dx_acc, dx);
+    else
+        forward_im2col(be, &t, &et, dy, wt, NULL, dx, n, chunk_images(be, &t, n), 0, dx_acc);
+}
+
 void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                            const float *x, const float *w, const float *dy, float *dw, float *dx,
                            int dx_acc, int n, hcnn_conv_way filter, hcnn_conv_way data)
@@ -497,6 +631,11 @@ void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
     }
     if (dnn_x) {
         hcnn_cudnn_conv_bwd_data(be, dnn_x, ex, w, dy, dx, dx_acc);
+        dx = NULL;
+    }
+    if (dx && (data == HCNN_WAY_TRANSPOSED || data == HCNN_WAY_TRANSPOSED_CUDNN) &&
+        hcnn_cuda_conv_transposable(d)) {
+        data_transposed(be, d, ex, w, dy, dx, dx_acc, n, data == HCNN_WAY_TRANSPOSED_CUDNN);
         dx = NULL;
     }
     /* what is left by im2col: both gradients in one walk over the chunks
@@ -516,7 +655,11 @@ size_t hcnn_cuda_conv_im2col_workspace(const hcnn_backend *be, const hcnn_conv_d
 {
     const size_t nb = (size_t)chunk_images(be, d, n);
     const size_t outs = be->layout == HCNN_LAYOUT_NHWC ? 0 : (size_t)d->out_c; /* in place */
-    return nb * ((size_t)conv_k(d) + outs) * conv_p(d);
+    const size_t cols = nb * ((size_t)conv_k(d) + outs) * conv_p(d);
+    /* the transposed way wherever the shape has it: a lower rank's choice
+     * may give it to this rank after the sizing */
+    const size_t tr = hcnn_cuda_conv_transposable(d) ? transposed_workspace(be, d, n) : 0;
+    return tr > cols ? tr : cols;
 }
 
 void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
@@ -551,9 +694,26 @@ void hcnn_cuda_conv_way_describe(const hcnn_backend *be, const hcnn_conv_desc *d
                                  hcnn_conv_way way, char *buf, size_t cap)
 {
     const char *nhwc = be->layout == HCNN_LAYOUT_NHWC ? ", NHWC" : "";
-    if (way == HCNN_WAY_IM2COL_IMAGE)
+    const int transposed = (way == HCNN_WAY_TRANSPOSED || way == HCNN_WAY_TRANSPOSED_CUDNN) &&
+                           hcnn_cuda_conv_transposable(d);
+    const hcnn_cudnn_conv *tp =
+        way == HCNN_WAY_TRANSPOSED_CUDNN
+            ? hcnn_cuda_conv_transposed_plan(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
+            : NULL;
+    if (way == HCNN_WAY_IM2COL_IMAGE) {
         snprintf(buf, cap, "im2col + cuBLAS GEMM on the GPU%s, one image at a time", nhwc);
-    else
+    } else if (tp) {
+        char how[400];
+        hcnn_cudnn_conv_describe(tp, HCNN_PASS_FORWARD, how, sizeof how);
+        snprintf(buf, cap, "the transposed convolution: dy by the flipped filters in %s", how);
+    } else if (transposed) {
+        const hcnn_conv_desc t = transposed_desc(d);
+        snprintf(buf, cap,
+                 "the transposed convolution: im2col of dy + cuBLAS GEMM by the flipped filters "
+                 "on the GPU%s, chunks of %d images",
+                 nhwc, chunk_images(be, &t, n));
+    } else {
         snprintf(buf, cap, "im2col + cuBLAS GEMM on the GPU%s, chunks of %d images", nhwc,
                  chunk_images(be, d, n));
+    }
 }

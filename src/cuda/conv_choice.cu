@@ -14,8 +14,12 @@
  * - measure: measured on the emulation too (the tests of this file).
  * - cudnn: cuDNN for every pass it has a plan for; im2col: im2col in chunks;
  *   im2col_image: im2col image by image; or one of those for each pass,
- *   "forward,data,filter" (comparisons, and the tests of each way: the
- *   conformance suite under them).
+ *   "forward,data,filter", the data gradient's also transposed (the
+ *   forward of dy by the flipped filters, conv.cu) or transposed_cudnn
+ *   (the same by cuDNN's forward; a shape without a plan for it, or one
+ *   neither fits, of a stride other than 1 or padding as large as the
+ *   kernel, takes im2col instead) (comparisons, and the tests of each way:
+ *   the conformance suite under them).
  *
  * The rule, measured on an H200 (2026-11-27), ResNet-18 at batch 128, FP32,
  * each pass by cuDNN 9.19's deterministic direct-sum algorithms against
@@ -34,7 +38,9 @@
  *
  * The measurement: for each pass, every candidate way (im2col; im2col by
  * image where a chunk holds more than one image; cuDNN where it has a
- * plan) on buffers of the call's
+ * plan; for the data gradient of stride 1 the transposed ways, by im2col
+ * and by cuDNN where it has a plan, which no GPU has measured yet: the
+ * rule never takes them) on buffers of the call's
  * shape, once to warm up, then MEASURE_ROUNDS rounds in rotated order of
  * MEASURE_REPS calls each, timed by the stream's events; the rule's way
  * stays unless another beats it in every round by MEASURE_MARGIN
@@ -76,8 +82,9 @@ extern "C" {
 
 #define CHOICE_MAGIC "hcnn-cuda-conv"
 /* 2: bf16 has cuDNN's graphs among its candidates (a version-1 file's bf16
- * lines were measured without them: measured again) */
-#define CHOICE_VERSION 2
+ * lines were measured without them: measured again); 3: the transposed
+ * data gradients among them (by im2col, by cuDNN), five medians a pass */
+#define CHOICE_VERSION 3
 /* the shapes an instance keeps (as conv_cudnn.cu's plans), and a cache file */
 #define CHOICE_SHAPES 128
 #define CACHE_SHAPES 1024
@@ -111,7 +118,8 @@ struct hcnn_conv_choices {
     int lock_waits;                    /* slices waited for the lock so far */
 };
 
-static const char *const way_names[HCNN_WAYS] = {"im2col", "im2col_image", "cudnn"};
+static const char *const way_names[HCNN_WAYS] = {"im2col", "im2col_image", "cudnn",
+                                                 "transposed", "transposed_cudnn"};
 static const char *const pass_names[HCNN_PASSES] = {"forward", "data gradient",
                                                      "filter gradient"};
 static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
@@ -141,11 +149,14 @@ int hcnn_cuda_conv_choice_create(hcnn_backend *be)
             cu->conv_forced[0] = -1; /* a fourth */
     }
     for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++)
-        if (cu->conv_forced[p] < 0)
+        if (cu->conv_forced[p] < 0 ||
+            (cu->conv_forced[p] >= HCNN_WAY_TRANSPOSED && p != HCNN_PASS_DATA))
             return hcnn_error_code(HCNN_EINVAL,
                                    "HCNN_CUDA_CONV='%s': expected auto, measure, cudnn, im2col, "
                                    "im2col_image, or one of the last three for each pass: "
-                                   "forward,data,filter (e.g. cudnn,im2col,im2col_image)",
+                                   "forward,data,filter, the data gradient's also transposed "
+                                   "or transposed_cudnn (e.g. cudnn,im2col,im2col_image or "
+                                   "im2col,transposed,im2col)",
                                    env);
     cu->choices = (struct hcnn_conv_choices *)hcnn_calloc(sizeof *cu->choices,
                                                           "convolution choices");
@@ -178,17 +189,35 @@ static int same_shape(const conv_choice *c, const hcnn_conv_desc *d, int precisi
 
 /* ---- the rule ------------------------------------------------------------------- */
 
+/* whether the instance can run way for the pass of d over n images:
+ * cuDNN's where it has a plan for the pass (plan: d's), the transposed
+ * ones for the data gradient of stride 1, by cuDNN where it has a plan
+ * for the transposed shape's forward */
+static int runs_way(const hcnn_backend *be, const hcnn_conv_desc *d, int n, int pass, int way,
+                    const hcnn_cudnn_conv *plan)
+{
+    if (way == HCNN_WAY_CUDNN)
+        return hcnn_cudnn_conv_has(plan, pass);
+    if (way == HCNN_WAY_TRANSPOSED)
+        return pass == HCNN_PASS_DATA && hcnn_cuda_conv_transposable(d);
+    if (way == HCNN_WAY_TRANSPOSED_CUDNN)
+        return pass == HCNN_PASS_DATA &&
+               hcnn_cuda_conv_transposed_plan(be, d, n, HCNN_CUDNN_ANY_WORKSPACE) != NULL;
+    return 1;
+}
+
 /* the way HCNN_CUDA_CONV names for the pass (cuDNN's where it has a plan
  * for the pass), else the rule's.  bf16: im2col, what the H200 ran before
  * cuDNN's graphs (conv_graph.cu, unmeasured) could take it; a measurement
  * chooses them where they beat it. */
-static int rule_way(const hcnn_cuda *cu, const hcnn_conv_desc *d, int pass,
+static int rule_way(const hcnn_backend *be, const hcnn_conv_desc *d, int n, int pass,
                     const hcnn_cudnn_conv *plan)
 {
+    const hcnn_cuda *cu = cuda_of(be);
     const int has_plan = hcnn_cudnn_conv_has(plan, pass);
     if (cu->conv_mode == HCNN_CONV_MODE_FORCED)
-        return cu->conv_forced[pass] != HCNN_WAY_CUDNN || has_plan ? cu->conv_forced[pass]
-                                                                   : HCNN_WAY_IM2COL;
+        return runs_way(be, d, n, pass, cu->conv_forced[pass], plan) ? cu->conv_forced[pass]
+                                                                      : HCNN_WAY_IM2COL;
     if (!has_plan || cu->precision == HCNN_PRECISION_BF16)
         return HCNN_WAY_IM2COL;
     if (cu->precision == HCNN_PRECISION_TF32)
@@ -272,6 +301,9 @@ static int measure(const hcnn_backend *be, const hcnn_conv_desc *d, int n, conv_
             cand[nc++] = HCNN_WAY_IM2COL_IMAGE;
         if (hcnn_cudnn_conv_has(plan, pass))
             cand[nc++] = HCNN_WAY_CUDNN;
+        for (int w = HCNN_WAY_TRANSPOSED; w <= HCNN_WAY_TRANSPOSED_CUDNN; w++)
+            if (runs_way(be, d, n, pass, w, plan))
+                cand[nc++] = w;
         double times[HCNN_WAYS][MEASURE_ROUNDS], median[HCNN_WAYS] = {0};
         int rounds[HCNN_WAYS] = {0};
         for (int k = 0; k < nc; k++) /* warm-up: plans, cuBLAS's heuristics, caches */
@@ -336,10 +368,10 @@ static int line_of(const conv_choice *c, char *buf, size_t cap)
 static int parse_line(const char *line, conv_choice *c)
 {
     memset(c, 0, sizeof *c);
-    char prec[8], layout[8], ways[HCNN_PASSES][16];
+    char prec[8], layout[8], ways[HCNN_PASSES][24]; /* way_names: 16 characters at most */
     hcnn_conv_geom *g = &c->g;
     int used = 0;
-    if (sscanf(line, "conv %7s %7s %d %d %d %d %d %d %d %d %d %d %d %15s %15s %15s%n", prec, layout,
+    if (sscanf(line, "conv %7s %7s %d %d %d %d %d %d %d %d %d %d %d %23s %23s %23s%n", prec, layout,
                &g->c, &g->h, &g->w, &c->out_c, &g->kh, &g->kw, &g->sh, &g->sw, &g->ph, &g->pw, &c->n,
                ways[0], ways[1], ways[2], &used) != 16)
         return 0;
@@ -521,15 +553,16 @@ static conv_choice *find(struct hcnn_conv_choices *s, const hcnn_conv_desc *d, i
 }
 
 /* a cached line of this shape and n whose ways this instance can run */
-static const conv_choice *cached(struct hcnn_conv_choices *s, const hcnn_conv_desc *d, int n,
-                                 int precision, int layout, const hcnn_cudnn_conv *plan)
+static const conv_choice *cached(const hcnn_backend *be, struct hcnn_conv_choices *s,
+                                 const hcnn_conv_desc *d, int n, int precision, int layout,
+                                 const hcnn_cudnn_conv *plan)
 {
     for (int i = 0; i < s->ncached; i++) {
         const conv_choice *c = &s->cached[i];
         if (c->n != n || !same_shape(c, d, precision, layout))
             continue;
         for (int p = 0; p < HCNN_PASSES; p++)
-            if (c->way[p] == HCNN_WAY_CUDNN && !hcnn_cudnn_conv_has(plan, p))
+            if (!runs_way(be, d, n, p, c->way[p], plan))
                 return NULL; /* a build or a precision without that plan: measured again */
         return c;
     }
@@ -553,7 +586,7 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
     c->precision = precision, c->layout = layout;
     const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, c->n, HCNN_CUDNN_ANY_WORKSPACE);
     for (int p = 0; p < HCNN_PASSES; p++)
-        c->way[p] = rule_way(cu, d, p, plan);
+        c->way[p] = rule_way(be, d, c->n, p, plan);
     c->from = cu->conv_mode == HCNN_CONV_MODE_AUTO || cu->conv_mode == HCNN_CONV_MODE_MEASURE
                   ? FROM_RULE
                   : FROM_MODE;
@@ -564,7 +597,7 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
         cache_open(be, s);
     const int lock = cache_lock(s);
     cache_load(s); /* under the lock: what another rank of the node just measured */
-    const conv_choice *hit = cached(s, d, c->n, precision, layout, plan);
+    const conv_choice *hit = cached(be, s, d, c->n, precision, layout, plan);
     if (hit) {
         memcpy(c->way, hit->way, sizeof c->way);
         memcpy(c->ms, hit->ms, sizeof c->ms);
@@ -582,7 +615,7 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
  * they fit, else "ways_" and the three ways' short names */
 static void ways_name(const int *ways, char *buf, size_t cap)
 {
-    static const char *const short_names[HCNN_WAYS] = {"col", "img", "dnn"};
+    static const char *const short_names[HCNN_WAYS] = {"col", "img", "dnn", "trn", "tdn"};
     const int f = ways[HCNN_PASS_FORWARD], dd = ways[HCNN_PASS_DATA], w = ways[HCNN_PASS_FILTER];
     if (f == dd && dd == w)
         snprintf(buf, cap, "%s", f == HCNN_WAY_IM2COL ? "im2col_cublas" : way_names[f]);
@@ -623,9 +656,20 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
         else
             APPEND("%s %s by %s", p ? "," : "", pass_names[p], how);
     }
-    /* a pass HCNN_CUDA_CONV asked cuDNN for that cuDNN has no plan for: why */
+    /* a pass HCNN_CUDA_CONV asked cuDNN or the transposed way for that
+     * does not take it: why */
     for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++)
-        if (cu->conv_forced[p] == HCNN_WAY_CUDNN && ways[p] != HCNN_WAY_CUDNN) {
+        if (cu->conv_forced[p] >= HCNN_WAY_TRANSPOSED && ways[p] != cu->conv_forced[p]) {
+            if (!hcnn_cuda_conv_transposable(d))
+                APPEND("; the %s not transposed: stride %dx%d, padding %dx%d (it needs stride 1 "
+                       "and padding below the kernel's %dx%d)",
+                       pass_names[p], d->g.sh, d->g.sw, d->g.ph, d->g.pw, d->g.kh, d->g.kw);
+            else
+                APPEND("; the %s not transposed by cuDNN: %s", pass_names[p],
+                       cu->precision == HCNN_PRECISION_BF16
+                           ? "bf16 (its graphs have no dx += for it)"
+                           : "no cuDNN plan for the transposed shape");
+        } else if (cu->conv_forced[p] == HCNN_WAY_CUDNN && ways[p] != HCNN_WAY_CUDNN) {
             const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
             char why[400] = "no cuDNN plan for this shape";
             if (plan)
@@ -760,7 +804,7 @@ int hcnn_cuda_adopt_conv_choices(const hcnn_backend *be, const char *text, int *
         const hcnn_cudnn_conv *plan =
             hcnn_cudnn_conv_for(be, &d, mine->n, HCNN_CUDNN_ANY_WORKSPACE);
         for (int p = 0; p < HCNN_PASSES; p++)
-            runs &= theirs.way[p] != HCNN_WAY_CUDNN || hcnn_cudnn_conv_has(plan, p);
+            runs &= runs_way(be, &d, mine->n, p, theirs.way[p], plan);
         if (!runs) { /* another GPU model or library: the next lower rank's, else its own */
             mine->refused = 1;
             continue;

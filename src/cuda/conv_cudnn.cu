@@ -1,7 +1,8 @@
 /* 2-D convolution of the CUDA backend through cuDNN, where this build links
  * it (configure found cuDNN; never in the emulation, which runs conv.cu's
  * im2col + cuBLAS path): the forward, the data gradient and the filter
- * gradient as cuDNN's convolution calls on the FP32 tensors as they are
+ * gradient (and the forward of the transposed data gradient, conv.cu) as
+ * cuDNN's convolution calls on the FP32 tensors as they are
  * (the activations NCHW or, in an NHWC instance, CUDNN_TENSOR_NHWC; the
  * filter always KCRS, CUDNN_TENSOR_NCHW), with the bias and its gradient
  * by bias.cu as on the im2col path.  The NHWC descriptors are unmeasured
@@ -90,8 +91,9 @@ int hcnn_cudnn_create(hcnn_backend *be)
 {
     hcnn_cuda *cu = cuda_of(be);
     if (cu->conv_mode == HCNN_CONV_MODE_FORCED && cu->conv_forced[0] != HCNN_WAY_CUDNN &&
-        cu->conv_forced[1] != HCNN_WAY_CUDNN && cu->conv_forced[2] != HCNN_WAY_CUDNN)
-        return HCNN_OK; /* cu->dnn stays NULL: the im2col path everywhere */
+        cu->conv_forced[1] != HCNN_WAY_CUDNN && cu->conv_forced[1] != HCNN_WAY_TRANSPOSED_CUDNN &&
+        cu->conv_forced[2] != HCNN_WAY_CUDNN)
+        return HCNN_OK; /* cu->dnn stays NULL: conv.cu's ways everywhere */
     struct hcnn_cudnn *dnn = (struct hcnn_cudnn *)hcnn_calloc(sizeof *dnn, "cuDNN plans");
     if (!dnn)
         return HCNN_ENOMEM;
@@ -417,6 +419,18 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
     return 0;
 }
 
+void hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                              const hcnn_exec *ex, const float *x, const float *w, int acc,
+                              float *y)
+{
+    if (p->precision == HCNN_PRECISION_BF16)
+        hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__,
+                       "y += conv(x, w) asked of a bf16 plan (its graphs write y)");
+    const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
+    HCNN_CUDNN(cudnnConvolutionForward(handle_of(be), &one, p->x, x, p->w, w, p->conv, p->fwd,
+                                       ex->ws, workspace_bytes(p, ex), &beta, p->y, y));
+}
+
 void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                 const hcnn_exec *ex, const float *x, const float *dy, float *dw)
 {
@@ -535,7 +549,7 @@ int hcnn_cudnn_create(hcnn_backend *be)
     const hcnn_cuda *cu = cuda_of(be);
     if (cu->conv_mode == HCNN_CONV_MODE_FORCED &&
         (cu->conv_forced[0] == HCNN_WAY_CUDNN || cu->conv_forced[1] == HCNN_WAY_CUDNN ||
-         cu->conv_forced[2] == HCNN_WAY_CUDNN))
+         cu->conv_forced[1] == HCNN_WAY_TRANSPOSED_CUDNN || cu->conv_forced[2] == HCNN_WAY_CUDNN))
         return hcnn_error_code(HCNN_EINVAL,
                                "HCNN_CUDA_CONV=%s: this build has no cuDNN (configure found "
                                "none, or --without-cudnn)",
@@ -569,6 +583,12 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
 {
     (void)be, (void)p, (void)ex, (void)x, (void)w, (void)b, (void)y;
     return 0;
+}
+void hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                              const hcnn_exec *ex, const float *x, const float *w, int acc,
+                              float *y)
+{
+    (void)be, (void)p, (void)ex, (void)x, (void)w, (void)acc, (void)y;
 }
 void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                 const hcnn_exec *ex, const float *x, const float *dy, float *dw)

@@ -121,6 +121,10 @@ typedef enum hcnn_conv_way {
     HCNN_WAY_IM2COL,       /* im2col + cuBLAS over chunks as large as chunk_floats allows */
     HCNN_WAY_IM2COL_IMAGE, /* the same one image at a time (NCHW: the GEMMs in place) */
     HCNN_WAY_CUDNN,        /* cuDNN's plan (conv_cudnn.cu), where there is one */
+    HCNN_WAY_TRANSPOSED,   /* the data gradient alone, stride 1: the forward convolution
+                              of dy with the flipped filters (im2col of dy + cuBLAS) */
+    HCNN_WAY_TRANSPOSED_CUDNN, /* the same by cuDNN's forward, where this build links it
+                                  and has a plan (FP32, TF32) for the transposed shape */
     HCNN_WAYS
 } hcnn_conv_way;
 enum { HCNN_PASS_FORWARD, HCNN_PASS_DATA, HCNN_PASS_FILTER, HCNN_PASSES };
@@ -133,18 +137,29 @@ void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
 void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                            const float *x, const float *w, const float *dy, float *dw, float *dx,
                            int dx_acc, int n, hcnn_conv_way filter, hcnn_conv_way data);
-/* conv.cu: what the im2col path needs of the workspace for n images, the
- * images of its chunks, and an im2col way in words */
+/* conv.cu: what conv.cu's ways need of the workspace for n images (the
+ * transposed ones' included where the shape has them), the images of the
+ * im2col way's chunks, and a way of conv.cu in words */
 size_t hcnn_cuda_conv_im2col_workspace(const hcnn_backend *be, const hcnn_conv_desc *d, int n);
 int hcnn_cuda_conv_chunk_images(const hcnn_backend *be, const hcnn_conv_desc *d, int n);
 void hcnn_cuda_conv_way_describe(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
                                  hcnn_conv_way way, char *buf, size_t cap);
+/* conv.cu: whether d's data gradient can go by HCNN_WAY_TRANSPOSED (stride
+ * 1, padding below the kernel), and cuDNN's plan for the forward of its
+ * transposed convolution over n images within limit bytes
+ * (HCNN_WAY_TRANSPOSED_CUDNN), or NULL: none, bf16 (its graphs have no
+ * dx += for it), not transposable */
+typedef struct hcnn_cudnn_conv hcnn_cudnn_conv;
+int hcnn_cuda_conv_transposable(const hcnn_conv_desc *d);
+const hcnn_cudnn_conv *hcnn_cuda_conv_transposed_plan(const hcnn_backend *be,
+                                                      const hcnn_conv_desc *d, int n, size_t limit);
 /* conv_choice.cu: HCNN_CUDA_CONV, and each shape's way for each pass */
 enum {
     HCNN_CONV_MODE_AUTO,    /* auto or unset: measured on a GPU, the rule on the emulation */
     HCNN_CONV_MODE_MEASURE, /* measure: measured, also on the emulation (tests) */
     HCNN_CONV_MODE_FORCED   /* the ways named (conv_forced): cudnn, im2col, im2col_image
-                               for every pass, or one way per pass "F,D,W" */
+                               for every pass, or one way per pass "F,D,W" (D also
+                               transposed) */
 };
 int hcnn_cuda_conv_choice_create(hcnn_backend *be); /* reads HCNN_CUDA_CONV */
 void hcnn_cuda_conv_choice_destroy(hcnn_cuda *cu);
@@ -156,8 +171,8 @@ size_t hcnn_cuda_conv_choices(const hcnn_backend *be, char *buf, size_t cap);
 int hcnn_cuda_adopt_conv_choices(const hcnn_backend *be, const char *text, int *changed,
                                  int *refused);
 /* conv_cudnn.cu: the convolution's passes through cuDNN where this build
- * has it (hcnn_cudnn_conv_for() NULL: no plan, the im2col path) */
-typedef struct hcnn_cudnn_conv hcnn_cudnn_conv;
+ * has it (hcnn_cudnn_conv_for() NULL: no plan, the im2col path; the plan's
+ * type hcnn_cudnn_conv above) */
 /* limit: the workspace bytes the call has (HCNN_CUDNN_ANY_WORKSPACE when
  * sizing it) */
 #define HCNN_CUDNN_ANY_WORKSPACE ((size_t)-1)
@@ -177,6 +192,11 @@ int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out)
 enum { HCNN_CUDNN_DID_BIAS = 1, HCNN_CUDNN_DID_RELU = 2 };
 int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
                         const float *x, const float *w, const float *b, float *y);
+/* y = conv(x, w), or y += it (acc), with neither bias nor ReLU: an FP32 or
+ * TF32 plan's (the legacy API's beta; the transposed data gradient) */
+void hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                              const hcnn_exec *ex, const float *x, const float *w, int acc,
+                              float *y);
 void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                 const hcnn_exec *ex, const float *x, const float *dy, float *dw);
 void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,

@@ -100,6 +100,10 @@ static const conv_case conv_cases[] = {
     {1, 16, 8, 64, 8, 5, 5, 1, 1, 2, 2},   /* 5x5 on a wide plane, n = 1 */
     {12, 6, 20, 20, 8, 3, 3, 1, 1, 1, 1},  /* 400-pixel planes: weight gradients in partial sums */
     {128, 6, 10, 10, 8, 3, 3, 1, 1, 1, 1}, /* a large batch of small planes */
+    /* stride 1 with other paddings than half the kernel (the CUDA data
+     * gradient as a transposed convolution pads dy by k - 1 - p) */
+    {2, 3, 7, 6, 4, 3, 3, 1, 1, 0, 0},     /* 3x3 without padding: dy padded by 2 */
+    {2, 2, 5, 6, 3, 3, 5, 1, 1, 2, 1},     /* padding of kh - 1: outputs past the edges */
 };
 #define NCONV (sizeof conv_cases / sizeof *conv_cases)
 

@@ -91,6 +91,18 @@ else
     failed=$((failed + 1))
 fi
 
+# the data gradient transposed (src/cuda/conv.cu), in each layout
+TRANSPOSED=im2col,transposed,im2col
+for layout in auto nhwc; do
+    if checks "$work/clean" "$CONV_CHECKS" "$layout" "$TRANSPOSED"; then
+        echo "clean copy, HCNN_CUDA_CONV=$TRANSPOSED, HCNN_CUDA_LAYOUT=$layout: the convolution's checks pass"
+        passed=$((passed + 1))
+    else
+        echo "clean copy, HCNN_CUDA_CONV=$TRANSPOSED, HCNN_CUDA_LAYOUT=$layout: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" 2>/dev/null)"
+        failed=$((failed + 1))
+    fi
+done
+
 # bug NAME FILE SED-EXPRESSION [CONFORMANCE-CHECKS [LAYOUT [CONV]]]: the copy
 # with the bug, and whether the checks fail
 bug() {
@@ -209,5 +221,20 @@ bug image_forward_relu_forgotten src/cuda/bias.cu \
 bug nhwc_forward_relu_forgotten src/cuda/bias.cu \
     '/static __global__ void add_row_bias_kernel/,/^}/s/y\[k\] = relu ? hcnn_hd_relu(v) : v;/y[k] = v;/' \
     conv_relu nhwc
+# The data gradient as a transposed convolution, under $TRANSPOSED: the
+# filters transposed but not flipped; dy padded as the forward pads x (the
+# same for a kernel of 2p + 1: the suite's unpadded 3x3 shows it); the sum
+# into dx over a chunk of images (NCHW's channel-major copy) and NHWC's
+# GEMM overwriting dx when asked to accumulate
+bug transposed_filters_not_flipped src/cuda/conv.cu \
+    's/\* taps + (taps - 1 - t)\];/* taps + t];/' conv_bwd_data auto "$TRANSPOSED"
+bug transposed_padding_as_forward src/cuda/conv.cu \
+    's/t.g.ph = g->kh - 1 - g->ph, t.g.pw = g->kw - 1 - g->pw;/t.g.ph = g->ph, t.g.pw = g->pw;/' \
+    conv_bwd_data auto "$TRANSPOSED"
+bug transposed_chunk_ignores_accumulate src/cuda/conv.cu \
+    's/const float out = acc ? biased + y\[k\] : biased;/const float out = biased;/' conv_bwd_data auto "$TRANSPOSED"
+bug transposed_nhwc_ignores_accumulate src/cuda/conv.cu \
+    's/conv_gemm(be, 0, 1, nb \* P, co, K, col, bp.col, K, w, bp.w, K, beta,/conv_gemm(be, 0, 1, nb * P, co, K, col, bp.col, K, w, bp.w, K, 0.0f,/' \
+    conv_bwd_data nhwc "$TRANSPOSED"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -72,12 +72,14 @@ close() {
 # The suite runs under HCNN_CUDA_CONV's choices (src/cuda/conv_choice.cu):
 # the default (on a GPU measured, else the rule), every pass image by
 # image, the data gradient image by image and the filter gradient in
-# chunks (the backward walks them apart); with cuDNN linked also cuDNN for
-# every pass, im2col + cuBLAS in chunks for every pass, and cuDNN's forward
-# with the two other ways behind it.
-CONV_MODES="default im2col_image im2col,im2col_image,im2col"
+# chunks (the backward walks them apart), the data gradient transposed
+# (src/cuda/conv.cu; the shapes of stride 2 by im2col); with cuDNN linked
+# also cuDNN for every pass, im2col + cuBLAS in chunks for every pass, the
+# data gradient transposed by cuDNN's forward, and cuDNN's forward with
+# the two other ways behind it.
+CONV_MODES="default im2col_image im2col,im2col_image,im2col im2col,transposed,im2col"
 grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" &&
-    CONV_MODES="default cudnn im2col im2col_image im2col,im2col_image,im2col cudnn,im2col_image,im2col"
+    CONV_MODES="default cudnn im2col im2col_image im2col,im2col_image,im2col im2col,transposed,im2col im2col,transposed_cudnn,im2col cudnn,im2col_image,im2col"
 for mode in $CONV_MODES; do
     if [ "$mode" = default ]; then
         case_begin conformance_on_cuda
@@ -193,9 +195,14 @@ meas_train() { HCNN_CUDA_CONV=measure XDG_CACHE_HOME="$WORK/cache_meas" train "$
 meas_train lenet_meas_a
 table=$(ls "$WORK"/cache_meas/hcnn/cuda-conv-*.txt 2>/dev/null)
 if [ "$(echo "$table" | grep -c .)" != 1 ]; then case_fail "want one cache file, found: ${table:-none}"
-elif ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 2' || ! grep -q '^key .*SMs; .*; chunks of [0-9]* floats$' "$table" ||
+elif ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 3' || ! grep -q '^key .*SMs; .*; chunks of [0-9]* floats$' "$table" ||
     [ "$(grep -c '^conv fp32 nchw ' "$table")" != 2 ]; then
     case_fail "the cache is not a magic line, a key and LeNet-5's 2 shapes: $(head -c 600 "$table")"
+elif [ "$(awk '$1 == "conv" && $21 == 0 && $26 > 0 && $31 == 0' "$table" | grep -c .)" != 2 ]; then
+    # the medians, five a pass (im2col, im2col_image, cudnn, transposed,
+    # transposed_cudnn): LeNet-5's convolutions have stride 1, so the data
+    # gradient's transposed way was timed, and no other pass's
+    case_fail "the transposed data gradient was not measured (alone) for both shapes: $(grep '^conv' "$table")"
 else
     grep '^conv' "$table" | sed 's/^/# measured: /'
     awk '$1 == "conv" { $15 = "im2col"; $16 = "im2col"; $17 = "im2col_image" } { print }' "$table" >"$table.new" &&
@@ -210,7 +217,7 @@ else
 fi
 case_begin measured_ways_stale_cache_measured_again
 sed -i '1s/.*/hcnn-cuda-conv 0/' "$table"
-if ! meas_bench | grep -q '(ways: measured: forward im2col' || ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 2'; then
+if ! meas_bench | grep -q '(ways: measured: forward im2col' || ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 3'; then
     case_fail "a version-0 file was not measured again and rewritten: $(meas_bench | head -n 1)"
 else
     sed -i 's/^key .*/key another GPU/' "$table"
@@ -262,6 +269,60 @@ HCNN_CUDA_CHUNK_FLOATS=100000 "${T[@]}" "$HCNN" bench "${LENET[@]}" --set device
 if [ $chunked_ok = 1 ] && grep -q '^# plan conv1: .*chunks of 4 images' "$WORK/chunk_bench.log"; then
     case_ok
 else case_fail "$(grep -h -E 'FAILED|fatal|error' "$WORK"/conf_chunk_*.log | grep -v 'largest error' | head -n 6) $(grep -m1 '^# plan conv1' "$WORK/chunk_bench.log")"; fi
+
+# The data gradient as a transposed convolution (HCNN_CUDA_CONV's
+# transposed, src/cuda/conv.cu: im2col of dy by the flipped filters, the
+# data gradient alone, stride 1): the convolution's checks in NHWC and in
+# chunks of a few images in both layouts (NCHW's sum into dx by the
+# channel-major copy); LeNet-5 20 steps against the CPU within 1e-4, its
+# plan naming the way; the way refused for the forward and the filter
+# gradient, with a message (and transposed_cudnn by a build without cuDNN).
+case_begin transposed_data_gradient
+TR=(env HCNN_CUDA_CONV=im2col,transposed,im2col)
+CONV_CHECKS=conv_fwd,conv_relu,conv_bwd,conv_bwd_filter,conv_bwd_data,conv_bf16,conv_workspace
+tr_ok=1 tr_why=
+for spec in "nhwc default" "nchw 20000" "nhwc 20000"; do
+    set -- $spec
+    chunks=()
+    [ "$2" != default ] && chunks=(HCNN_CUDA_CHUNK_FLOATS="$2")
+    log=$WORK/conf_tr_$1_$2.log
+    "${TR[@]}" "${chunks[@]}" HCNN_CUDA_LAYOUT=$1 HCNN_CONFORMANCE_BACKENDS=cuda \
+        HCNN_CONFORMANCE_CHECKS=$CONV_CHECKS "${T[@]}" "$HCNN_BUILDDIR/tests/conformance/test_backend" \
+        >"$log" 2>&1 && ! grep -q SKIPPED "$log" ||
+        { tr_ok=0; tr_why+="$1, chunks of $2 floats: $(grep -E 'FAILED|SKIPPED|fatal|error' "$log" | grep -v 'largest error' | head -n 3) "; }
+done
+"${TR[@]}" "${T[@]}" "$HCNN" bench "${LENET[@]}" --set device=cuda --set blas_kernels=env \
+    --warmup 1 --repeats 1 --steps 1 >"$WORK/tr_bench.log" 2>&1
+HCNN_CUDA_CONV=transposed "${T[@]}" "$HCNN" train "${COMMON[@]}" "${LENET[@]}" --set device=cuda \
+    --set max_steps=1 --set checkpoint_dir= >"$WORK/tr_bad.out" 2>"$WORK/tr_bad.err"
+rc_bad=$?
+rc_nodnn=1 dnn_plan=ok
+if grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h"; then
+    # by cuDNN's forward where it has a plan: LeNet-5's conv2 (16 <- 6, 5x5,
+    # no padding) transposes to 6 <- 16 padded by 4
+    HCNN_CUDA_CONV=im2col,transposed_cudnn,im2col "${T[@]}" "$HCNN" bench "${LENET[@]}" --set device=cuda \
+        --set blas_kernels=env --warmup 1 --repeats 1 --steps 1 >"$WORK/tr_dnn_bench.log" 2>&1
+    grep -q '^# plan conv2: ways_col/tdn/col: .*data gradient by the transposed convolution: dy by the flipped filters in cuDNN' \
+        "$WORK/tr_dnn_bench.log" || dnn_plan=$(grep -m1 '^# plan conv2' "$WORK/tr_dnn_bench.log")
+else
+    HCNN_CUDA_CONV=im2col,transposed_cudnn,im2col "${T[@]}" "$HCNN" train "${COMMON[@]}" "${LENET[@]}" \
+        --set device=cuda --set max_steps=1 --set checkpoint_dir= >"$WORK/tr_nodnn.out" 2>"$WORK/tr_nodnn.err"
+    rc_nodnn=$?
+    grep -q "HCNN_CUDA_CONV=im2col,transposed_cudnn,im2col: this build has no cuDNN" "$WORK/tr_nodnn.err" || rc_nodnn=0
+fi
+if [ $tr_ok = 0 ]; then case_fail "$tr_why"
+elif ! grep -q '^# plan conv2: ways_col/trn/col: .*data gradient by the transposed convolution' "$WORK/tr_bench.log"; then
+    case_fail "hcnn bench's plan does not name the way: $(grep -m1 '^# plan conv2' "$WORK/tr_bench.log")"
+elif [ $rc_bad -eq 0 ] || ! grep -q "HCNN_CUDA_CONV='transposed': expected .*the data gradient's also transposed" "$WORK/tr_bad.err"; then
+    case_fail "HCNN_CUDA_CONV=transposed (every pass) not refused: exit $rc_bad, $(head -n 2 "$WORK/tr_bad.err")"
+elif [ $rc_nodnn -eq 0 ]; then
+    case_fail "transposed_cudnn not refused by a build without cuDNN: $(head -n 2 "$WORK/tr_nodnn.err")"
+elif [ "$dnn_plan" != ok ]; then
+    case_fail "HCNN_CUDA_CONV=im2col,transposed_cudnn,im2col: LeNet-5's conv2 not by cuDNN: ${dnn_plan:-no plan line}"
+else
+    HCNN_CUDA_CONV=im2col,transposed,im2col train lenet_tr cuda 20 "${LENET[@]}"
+    close lenet_cpu lenet_tr 1e-4
+fi
 
 nhwc_train() { # name steps model... sets...
     local name=$1 steps=$2
