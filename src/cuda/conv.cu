@@ -668,19 +668,34 @@ void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const
     (void)ex, (void)unit; /* no units on a device */
     const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(be, d, n);
     const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
+    /* the data gradient transposed: its forward's GEMMs instead of dcol's
+     * (the reference of a cuDNN way stays the im2col path's) */
+    const int transposed = need_dx && hcnn_cuda_conv_transposable(d) &&
+                           hcnn_cuda_conv_ways(be, d, n)[HCNN_PASS_DATA] == HCNN_WAY_TRANSPOSED;
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
         if (nhwc) { /* conv_fwd's and conv_backward's NHWC GEMMs */
             hcnn_gemm_push(gl, 0, 0, 1, nb * P, co, K, 0);
             hcnn_gemm_push(gl, 1, 1, 0, co, K, nb * P, 0);
-            if (need_dx)
+            if (need_dx && !transposed)
                 hcnn_gemm_push(gl, 1, 0, 0, nb * P, K, co, 0);
             continue;
         }
         hcnn_gemm_push(gl, 0, 0, 0, co, nb * P, K, 0);
         hcnn_gemm_push(gl, 1, 0, 1, co, K, nb * P, 0);
-        if (need_dx)
+        if (need_dx && !transposed)
             hcnn_gemm_push(gl, 1, 1, 0, K, nb * P, co, 0);
+    }
+    if (transposed) { /* forward_im2col's over the transposed convolution's chunks */
+        const hcnn_conv_desc t = transposed_desc(d);
+        const int Kt = conv_k(&t), Pt = conv_p(&t), ct = t.out_c, chunk_t = chunk_images(be, &t, n);
+        for (int i0 = 0; i0 < n; i0 += chunk_t) {
+            const int nb = n - i0 < chunk_t ? n - i0 : chunk_t;
+            if (nhwc)
+                hcnn_gemm_push(gl, 1, 0, 1, nb * Pt, ct, Kt, 0);
+            else
+                hcnn_gemm_push(gl, 1, 0, 0, ct, nb * Pt, Kt, 0);
+        }
     }
     gl->flops += 2.0 * K * co * (double)P * n * (need_dx ? 3 : 2);
 }
