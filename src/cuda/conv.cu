@@ -662,16 +662,15 @@ size_t hcnn_cuda_conv_im2col_workspace(const hcnn_backend *be, const hcnn_conv_d
     return tr > cols ? tr : cols;
 }
 
-void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
-                          int n, int unit, int need_dx, hcnn_gemm_list *gl)
+void hcnn_cuda_conv_gemms_by(const hcnn_backend *be, const hcnn_conv_desc *d, int n, int need_dx,
+                             hcnn_conv_way data, hcnn_gemm_list *gl)
 {
-    (void)ex, (void)unit; /* no units on a device */
     const int K = conv_k(d), P = conv_p(d), co = d->out_c, chunk = chunk_images(be, d, n);
     const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
     /* the data gradient transposed: its forward's GEMMs instead of dcol's
      * (the reference of a cuDNN way stays the im2col path's) */
-    const int transposed = need_dx && hcnn_cuda_conv_transposable(d) &&
-                           hcnn_cuda_conv_ways(be, d, n)[HCNN_PASS_DATA] == HCNN_WAY_TRANSPOSED;
+    const int transposed =
+        need_dx && hcnn_cuda_conv_transposable(d) && data == HCNN_WAY_TRANSPOSED;
     for (int i0 = 0; i0 < n; i0 += chunk) {
         const int nb = n - i0 < chunk ? n - i0 : chunk;
         if (nhwc) { /* conv_fwd's and conv_backward's NHWC GEMMs */

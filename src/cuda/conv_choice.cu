@@ -489,6 +489,14 @@ int hcnn_cuda_conv_bwd_data(const hcnn_backend *be, const hcnn_conv_desc *d, con
     return conv_backward(be, d, ex, NULL, w, dy, NULL, NULL, dx, dx_acc, n);
 }
 
+void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
+                          int n, int unit, int need_dx, hcnn_gemm_list *gl)
+{
+    (void)ex, (void)unit; /* no units on a device */
+    const int *ways = hcnn_cuda_conv_ways(be, d, n);
+    hcnn_cuda_conv_gemms_by(be, d, n, need_dx, (hcnn_conv_way)ways[HCNN_PASS_DATA], gl);
+}
+
 /* the im2col path's columns for n images, or cuDNN's workspace where it
  * has a plan and needs more, whichever way a pass takes (a lower rank's
  * choice may replace this rank's after the sizing), and the im2col size

@@ -98,8 +98,7 @@ static inline unsigned hcnn_cuda_blocks(size_t n)
 /* gemm.cu */
 void hcnn_cuda_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,
                     const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
-/* conv_choice.cu (each pass by the shape's way, conv.cu's or cuDNN's);
- * conv_gemms: conv.cu */
+/* conv_choice.cu (each pass by the shape's way, conv.cu's or cuDNN's) */
 int hcnn_cuda_conv_fwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                        const float *x, const float *w, const float *b, float *y, int n);
 int hcnn_cuda_conv_bwd(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
@@ -137,6 +136,10 @@ void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
 void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, const hcnn_exec *ex,
                            const float *x, const float *w, const float *dy, float *dw, float *dx,
                            int dx_acc, int n, hcnn_conv_way filter, hcnn_conv_way data);
+/* conv.cu: the GEMMs of the im2col path over n images (the profile's
+ * raw-GEMM reference, conv_gemms), the data gradient's by its way */
+void hcnn_cuda_conv_gemms_by(const hcnn_backend *be, const hcnn_conv_desc *d, int n, int need_dx,
+                             hcnn_conv_way data, hcnn_gemm_list *gl);
 /* conv.cu: what conv.cu's ways need of the workspace for n images (the
  * transposed ones' included where the shape has them), the images of the
  * im2col way's chunks, and a way of conv.cu in words */
