@@ -74,6 +74,15 @@ static int chunk_images(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
     return (size_t)n < nb ? (n > 0 ? n : 1) : (int)nb;
 }
 
+/* the im2col path's workspace for d over n images: a chunk's columns
+ * (K x nb*P), and in NCHW its output (Cout x nb*P; NHWC writes in place) */
+static size_t im2col_floats(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
+{
+    const size_t nb = (size_t)chunk_images(be, d, n);
+    const size_t outs = be->layout == HCNN_LAYOUT_NHWC ? 0 : (size_t)d->out_c;
+    return nb * ((size_t)conv_k(d) + outs) * conv_p(d);
+}
+
 /* The index arithmetic below is 32-bit: a chunk's columns, outputs and
  * inputs stay under 2^32 elements (chunk_images), and its divisions by the
  * launch's sizes are hd.h's dividers (a multiply-high and a shift each; a
@@ -577,9 +586,7 @@ static size_t transposed_workspace(const hcnn_backend *be, const hcnn_conv_desc 
 {
     const hcnn_cuda *cu = cuda_of(be);
     const hcnn_conv_desc t = transposed_desc(d);
-    const size_t nb = (size_t)chunk_images(be, &t, n);
-    const size_t outs = be->layout == HCNN_LAYOUT_NHWC ? 0 : (size_t)t.out_c;
-    size_t rest = nb * ((size_t)conv_k(&t) + outs) * conv_p(&t);
+    size_t rest = im2col_floats(be, &t, n);
     const int may = cu->conv_mode != HCNN_CONV_MODE_FORCED ||
                     cu->conv_forced[HCNN_PASS_DATA] == HCNN_WAY_TRANSPOSED_CUDNN;
     const hcnn_cudnn_conv *p =
@@ -653,9 +660,7 @@ void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
 
 size_t hcnn_cuda_conv_im2col_workspace(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
 {
-    const size_t nb = (size_t)chunk_images(be, d, n);
-    const size_t outs = be->layout == HCNN_LAYOUT_NHWC ? 0 : (size_t)d->out_c; /* in place */
-    const size_t cols = nb * ((size_t)conv_k(d) + outs) * conv_p(d);
+    const size_t cols = im2col_floats(be, d, n);
     /* the transposed way wherever the shape has it: a lower rank's choice
      * may give it to this rank after the sizing */
     const size_t tr = hcnn_cuda_conv_transposable(d) ? transposed_workspace(be, d, n) : 0;
