@@ -17,8 +17,8 @@
 #   kernels the kernel time of hcnn bench's timed steps (bench/kernel_share.so,
 #           a CUPTI injection library: the share and the ten longest kernels),
 #           ResNet-18 batch 128 fp32 under each convolution choice and with
-#           the data gradient transposed by cuDNN, LeNet-5 batch 256 with and
-#           without CUDA graphs
+#           the data gradient transposed by cuDNN, cuDNN's Winograd, bf16
+#           (auto), LeNet-5 batch 256 with and without CUDA graphs
 #   cpu     bench/validate_threads.sh: hcnn bench on the CPU at 1, 2, 4, 8, 16
 #           threads against hcnn plan --node here's prediction (ResNet-18 batch
 #           64, LeNet-5 batch 256: the thread-scaling measurements) and
@@ -187,6 +187,19 @@ if [[ " $SECTIONS " == *" kernels "* ]]; then
         # 3.6 ms a step) and col2im (2.0 ms)
         kbench resnet_b128_transposed cudnn,transposed_cudnn,im2col --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5
+        # cuDNN's Winograd for every pass that has one (src/cuda/conv_cudnn.cu;
+        # ResNet-18's 3x3 layers of >= 32 channels, the rest by im2col;
+        # 2026-11-29, not yet run on a GPU): its plan lines say which passes
+        # cuDNN offers it for, its kernel_top lines what it costs
+        kbench resnet_b128_winograd winograd_cudnn --config configs/cifar_resnet18.yaml \
+            --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5
+        grep -E '^# plan layer[1-4]\.1\.conv1' "$O/kernels_resnet_b128_winograd.log" | cut -c 1-400
+        # bf16, the furthest from its target (0.86x PyTorch autocast on the
+        # H100, 1.3x asked): where its step goes once the GEMMs run on tensor
+        # cores (no bf16 kernel log since the H200's of 2026-11-27, which
+        # named im2col, the bf16 conversions and col2im)
+        kbench resnet_b128_bf16 auto --config configs/cifar_resnet18.yaml --set device=cuda \
+            --set batch_size=128 --set precision=bf16 --warmup 3 --repeats 3 --steps 5
         for g in auto off; do
             kbench "lenet_b256_graphs_$g" auto --config configs/mnist_lenet.yaml --set device=cuda \
                 --set batch_size=256 --set cuda_graphs=$g --warmup 20 \
@@ -229,7 +242,8 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
     # each line: precision, layout, the shape, its batch, the ways chosen for
     # forward, data and filter gradient, then the medians (ms) of im2col,
     # im2col_image, cudnn, transposed and transposed_cudnn (the data
-    # gradient of stride 1 alone) for each pass (0: not a candidate)
+    # gradient of stride 1 alone) and winograd_cudnn (3x3 stride-1 layers
+    # of >= 32 channels) for each pass (0: not a candidate)
     stamp "the convolutions' measured ways (HCNN_CUDA_CONV=auto), $O/cache/hcnn"
     grep -h '^key\|^conv' "$O"/cache/hcnn/cuda-conv-*.txt 2>/dev/null | head -n 80
     # PyTorch in both memory formats, the faster the reference (compare.sh's

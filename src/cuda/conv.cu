@@ -389,14 +389,16 @@ static int way_chunk(const hcnn_backend *be, const hcnn_conv_desc *d, int n, hcn
     return way == HCNN_WAY_IM2COL_IMAGE ? 1 : chunk_images(be, d, n);
 }
 
-/* cuDNN's plan where the pass's way is cuDNN's and it has one for the pass
- * within ex's workspace */
+/* cuDNN's plan where the pass's way is one of cuDNN's (direct sums, or
+ * Winograd's) and it has one for the pass within ex's workspace */
 static const hcnn_cudnn_conv *way_plan(const hcnn_backend *be, const hcnn_conv_desc *d,
                                        const hcnn_exec *ex, int n, hcnn_conv_way way, int pass)
 {
+    const size_t limit = ex->ws_floats * sizeof(float);
     const hcnn_cudnn_conv *p =
-        way == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, ex->ws_floats * sizeof(float))
-                              : NULL;
+        way == HCNN_WAY_CUDNN            ? hcnn_cudnn_conv_for(be, d, n, limit)
+        : way == HCNN_WAY_WINOGRAD_CUDNN ? hcnn_cudnn_conv_winograd_for(be, d, n, limit)
+                                         : NULL;
     return hcnn_cudnn_conv_has(p, pass) ? p : NULL;
 }
 

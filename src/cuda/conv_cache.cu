@@ -21,11 +21,12 @@
 #define CHOICE_MAGIC "hcnn-cuda-conv"
 /* 2: bf16 has cuDNN's graphs among its candidates (a version-1 file's bf16
  * lines were measured without them: measured again); 3: the transposed
- * data gradients among them (by im2col, by cuDNN), five medians a pass */
-#define CHOICE_VERSION 3
+ * data gradients among them (by im2col, by cuDNN), five medians a pass;
+ * 4: cuDNN's Winograd among them, six */
+#define CHOICE_VERSION 4
 
-const char *const hcnn_conv_way_names[HCNN_WAYS] = {"im2col", "im2col_image", "cudnn",
-                                                    "transposed", "transposed_cudnn"};
+const char *const hcnn_conv_way_names[HCNN_WAYS] = {
+    "im2col", "im2col_image", "cudnn", "transposed", "transposed_cudnn", "winograd_cudnn"};
 static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
 
 int hcnn_conv_name_index(const char *const *names, int n, const char *s)
@@ -113,9 +114,11 @@ void hcnn_conv_cache_open(const hcnn_backend *be, struct hcnn_conv_choices *s)
         not_cached(s, why);
         return;
     }
-    /* the chunk size too: it decides what the chunked way does */
-    snprintf(s->key, sizeof s->key, "%s; chunks of %zu floats", cuda_of(be)->model_key,
-             cuda_of(be)->chunk_floats);
+    /* the chunk size too: it decides what the chunked way does; and
+     * HCNN_CUDA_CONV=direct, whose choices leave cuDNN's Winograd out (in
+     * one file with auto's, each would measure again over the other's) */
+    snprintf(s->key, sizeof s->key, "%s; chunks of %zu floats%s", cuda_of(be)->model_key,
+             cuda_of(be)->chunk_floats, cuda_of(be)->conv_direct ? "; direct sums only" : "");
     s->cached = (conv_choice *)hcnn_calloc(sizeof *s->cached * CACHE_SHAPES, "convolution cache");
     if (s->cached)
         hcnn_cache_file(dir, "cuda-conv", s->key, s->path, sizeof s->path);

@@ -12,8 +12,12 @@
  * - auto (or unset) on a GPU: measured (below), the baseline being the rule;
  *   on the emulation the rule, whose timings would say nothing of a GPU.
  * - measure: measured on the emulation too (the tests of this file).
+ * - direct: auto without cuDNN's Winograd way (below): every pass a
+ *   direct sum, as the CPU's conv_algo: batched, for reference-level
+ *   agreement.
  * - cudnn: cuDNN for every pass it has a plan for; im2col: im2col in chunks;
- *   im2col_image: im2col image by image; or one of those for each pass,
+ *   im2col_image: im2col image by image; winograd_cudnn: cuDNN's Winograd
+ *   where it has it; or one of those for each pass,
  *   "forward,data,filter", the data gradient's also transposed (the
  *   forward of dy by the flipped filters, conv.cu) or transposed_cudnn
  *   (the same by cuDNN's forward; a shape without a plan for it, or one
@@ -39,8 +43,13 @@
  * The measurement: for each pass, every candidate way (im2col; im2col by
  * image where a chunk holds more than one image; cuDNN where it has a
  * plan; for the data gradient of stride 1 the transposed ways, by im2col
- * and by cuDNN where it has a plan, which no GPU has measured yet: the
- * rule never takes them) on buffers of the call's
+ * and by cuDNN where it has a plan; cuDNN's Winograd algorithms for the
+ * passes that have one, on the shapes the CPU's conv_algo: auto takes
+ * Winograd for (3x3, stride 1, >= 32 channels in and out: its transforms
+ * round as the CPU's Winograd does, so this is the CPU's own numerical
+ * bargain; HCNN_CUDA_CONV=direct leaves it out).  No GPU has measured
+ * the transposed and Winograd ways yet: the rule never takes them) on
+ * buffers of the call's
  * shape, once to warm up, then MEASURE_ROUNDS rounds in rotated order of
  * MEASURE_REPS calls each, timed by the stream's events; the rule's way
  * stays unless another beats it in every round by MEASURE_MARGIN
@@ -84,11 +93,12 @@ int hcnn_cuda_conv_choice_create(hcnn_backend *be)
     hcnn_cuda *cu = cuda_of(be);
     const char *env = getenv(HCNN_ENV_CUDA_CONV);
     cu->conv_mode = HCNN_CONV_MODE_FORCED;
-    if (!env || !*env || !strcmp(env, "auto"))
+    if (!env || !*env || !strcmp(env, "auto") || !strcmp(env, "direct")) {
         cu->conv_mode = HCNN_CONV_MODE_AUTO;
-    else if (!strcmp(env, "measure"))
+        cu->conv_direct = env && !strcmp(env, "direct");
+    } else if (!strcmp(env, "measure")) {
         cu->conv_mode = HCNN_CONV_MODE_MEASURE;
-    else if (!strchr(env, ',')) { /* one way for every pass */
+    } else if (!strchr(env, ',')) { /* one way for every pass */
         const int w = hcnn_conv_name_index(hcnn_conv_way_names, HCNN_WAYS, env);
         for (int p = 0; p < HCNN_PASSES; p++)
             cu->conv_forced[p] = w;
@@ -104,13 +114,15 @@ int hcnn_cuda_conv_choice_create(hcnn_backend *be)
     }
     for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++)
         if (cu->conv_forced[p] < 0 ||
-            (cu->conv_forced[p] >= HCNN_WAY_TRANSPOSED && p != HCNN_PASS_DATA))
+            ((cu->conv_forced[p] == HCNN_WAY_TRANSPOSED ||
+              cu->conv_forced[p] == HCNN_WAY_TRANSPOSED_CUDNN) &&
+             p != HCNN_PASS_DATA))
             return hcnn_error_code(HCNN_EINVAL,
-                                   "HCNN_CUDA_CONV='%s': expected auto, measure, cudnn, im2col, "
-                                   "im2col_image, or one of the last three for each pass: "
-                                   "forward,data,filter, the data gradient's also transposed "
-                                   "or transposed_cudnn (e.g. cudnn,im2col,im2col_image or "
-                                   "im2col,transposed,im2col)",
+                                   "HCNN_CUDA_CONV='%s': expected auto, direct, measure, cudnn, "
+                                   "im2col, im2col_image, winograd_cudnn, or one of the last "
+                                   "four for each pass: forward,data,filter, the data "
+                                   "gradient's also transposed or transposed_cudnn (e.g. "
+                                   "cudnn,im2col,im2col_image or im2col,transposed,im2col)",
                                    env);
     cu->choices = (struct hcnn_conv_choices *)hcnn_calloc(sizeof *cu->choices,
                                                           "convolution choices");
@@ -144,14 +156,18 @@ static int same_shape(const conv_choice *c, const hcnn_conv_desc *d, int precisi
 /* ---- the rule ------------------------------------------------------------------- */
 
 /* whether the instance can run way for the pass of d over n images:
- * cuDNN's where it has a plan for the pass (plan: d's), the transposed
- * ones for the data gradient of stride 1, by cuDNN where it has a plan
- * for the transposed shape's forward */
+ * cuDNN's where it has a plan for the pass (plan: d's), its Winograd where
+ * that plan has the pass, the transposed ones for the data gradient of
+ * stride 1, by cuDNN where it has a plan for the transposed shape's
+ * forward */
 static int runs_way(const hcnn_backend *be, const hcnn_conv_desc *d, int n, int pass, int way,
                     const hcnn_cudnn_conv *plan)
 {
     if (way == HCNN_WAY_CUDNN)
         return hcnn_cudnn_conv_has(plan, pass);
+    if (way == HCNN_WAY_WINOGRAD_CUDNN)
+        return hcnn_cudnn_conv_has(
+            hcnn_cudnn_conv_winograd_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE), pass);
     if (way == HCNN_WAY_TRANSPOSED)
         return pass == HCNN_PASS_DATA && hcnn_cuda_conv_transposable(d);
     if (way == HCNN_WAY_TRANSPOSED_CUDNN)
@@ -195,6 +211,28 @@ static void bufs_free(measure_bufs *b)
             cudaFree(all[i]);
 }
 
+/* the im2col path's columns for n images, or cuDNN's workspace where it
+ * has a plan and needs more (its Winograd plan's where that way may be
+ * taken: measured, or named by HCNN_CUDA_CONV), whichever way a pass takes
+ * (a lower rank's choice may replace this rank's after the sizing), and
+ * the im2col size always (a call over fewer images may take the im2col
+ * path, see hcnn_cudnn_conv_for) */
+static size_t workspace_floats(const hcnn_backend *be, const hcnn_conv_desc *d, int n)
+{
+    const hcnn_cuda *cu = cuda_of(be);
+    size_t ws = hcnn_cuda_conv_im2col_workspace(be, d, n);
+    int winograd = cu->conv_mode != HCNN_CONV_MODE_FORCED;
+    for (int p = 0; p < HCNN_PASSES; p++)
+        winograd |= cu->conv_forced[p] == HCNN_WAY_WINOGRAD_CUDNN;
+    const hcnn_cudnn_conv *plans[] = {
+        hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE),
+        winograd ? hcnn_cudnn_conv_winograd_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE) : NULL};
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
+        if (plans[i] && hcnn_cudnn_conv_workspace(plans[i]) > ws)
+            ws = hcnn_cudnn_conv_workspace(plans[i]);
+    return ws;
+}
+
 /* the buffers of a call over n images, or 0 (no memory: the rule decides;
  * no message, the run goes on) */
 static int bufs_alloc(const hcnn_backend *be, const hcnn_conv_desc *d, int n, measure_bufs *b)
@@ -203,10 +241,7 @@ static int bufs_alloc(const hcnn_backend *be, const hcnn_conv_desc *d, int n, me
     const hcnn_conv_geom *g = &d->g;
     const size_t in = (size_t)n * g->c * g->h * g->w, out = (size_t)n * d->out_c * g->oh * g->ow;
     const size_t wn = (size_t)d->out_c * g->c * g->kh * g->kw;
-    size_t ws = hcnn_cuda_conv_im2col_workspace(be, d, n);
-    const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
-    if (plan && hcnn_cudnn_conv_workspace(plan) > ws)
-        ws = hcnn_cudnn_conv_workspace(plan);
+    const size_t ws = workspace_floats(be, d, n);
     const size_t sizes[] = {in, wn, out, in, wn, ws};
     float **ptrs[] = {&b->x, &b->w, &b->y, &b->dx, &b->dw, &b->ws};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -255,7 +290,7 @@ static int measure(const hcnn_backend *be, const hcnn_conv_desc *d, int n, conv_
             cand[nc++] = HCNN_WAY_IM2COL_IMAGE;
         if (hcnn_cudnn_conv_has(plan, pass))
             cand[nc++] = HCNN_WAY_CUDNN;
-        for (int w = HCNN_WAY_TRANSPOSED; w <= HCNN_WAY_TRANSPOSED_CUDNN; w++)
+        for (int w = HCNN_WAY_TRANSPOSED; w <= HCNN_WAY_WINOGRAD_CUDNN; w++)
             if (runs_way(be, d, n, pass, w, plan))
                 cand[nc++] = w;
         double times[HCNN_WAYS][MEASURE_ROUNDS], median[HCNN_WAYS] = {0};
@@ -311,9 +346,15 @@ static const conv_choice *cached(const hcnn_backend *be, struct hcnn_conv_choice
         const conv_choice *c = &s->cached[i];
         if (c->n != n || !same_shape(c, d, precision, layout))
             continue;
-        for (int p = 0; p < HCNN_PASSES; p++)
+        for (int p = 0; p < HCNN_PASSES; p++) {
             if (!runs_way(be, d, n, p, c->way[p], plan))
                 return NULL; /* a build or a precision without that plan: measured again */
+            /* measured without the Winograd way (HCNN_CUDA_CONV=direct, or
+             * before it was one) where this instance has it: again */
+            if (c->ms[p][HCNN_WAY_WINOGRAD_CUDNN] <= 0 &&
+                runs_way(be, d, n, p, HCNN_WAY_WINOGRAD_CUDNN, plan))
+                return NULL;
+        }
         return c;
     }
     return NULL;
@@ -365,7 +406,7 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
  * they fit, else "ways_" and the three ways' short names */
 static void ways_name(const int *ways, char *buf, size_t cap)
 {
-    static const char *const short_names[HCNN_WAYS] = {"col", "img", "dnn", "trn", "tdn"};
+    static const char *const short_names[HCNN_WAYS] = {"col", "img", "dnn", "trn", "tdn", "wgd"};
     const int f = ways[HCNN_PASS_FORWARD], dd = ways[HCNN_PASS_DATA], w = ways[HCNN_PASS_FILTER];
     if (f == dd && dd == w)
         snprintf(buf, cap, "%s", f == HCNN_WAY_IM2COL ? "im2col_cublas" : hcnn_conv_way_names[f]);
@@ -391,12 +432,15 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
     ways_name(ways, name, sizeof name);
     size_t len = 0;
     APPEND("%s:", name);
-    const int same = ways[0] == ways[1] && ways[1] == ways[2] && ways[0] != HCNN_WAY_CUDNN;
+    const int same = ways[0] == ways[1] && ways[1] == ways[2] && ways[0] != HCNN_WAY_CUDNN &&
+                     ways[0] != HCNN_WAY_WINOGRAD_CUDNN;
     for (int p = 0; p < (same ? 1 : HCNN_PASSES); p++) {
         char how[400] = "";
         const hcnn_cudnn_conv *plan =
             ways[p] == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
-                                      : NULL;
+            : ways[p] == HCNN_WAY_WINOGRAD_CUDNN
+                ? hcnn_cudnn_conv_winograd_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
+                : NULL;
         if (hcnn_cudnn_conv_has(plan, p))
             hcnn_cudnn_conv_describe(plan, p, how, sizeof how);
         else
@@ -406,10 +450,29 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
         else
             APPEND("%s %s by %s", p ? "," : "", pass_names[p], how);
     }
-    /* a pass HCNN_CUDA_CONV asked cuDNN or the transposed way for that
-     * does not take it: why */
+    /* a pass HCNN_CUDA_CONV asked cuDNN, its Winograd or the transposed
+     * way for that does not take it: why (the layer's reasons once) */
+    int winograd_said = 0;
     for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++)
-        if (cu->conv_forced[p] >= HCNN_WAY_TRANSPOSED && ways[p] != cu->conv_forced[p]) {
+        if (ways[p] == cu->conv_forced[p]) {
+            continue;
+        } else if (cu->conv_forced[p] == HCNN_WAY_WINOGRAD_CUDNN) {
+            const int shape = hcnn_cudnn_winograd_shape(d),
+                      bf16 = cu->precision == HCNN_PRECISION_BF16;
+            if (!shape && !winograd_said)
+                APPEND("; not by cuDNN's Winograd: a %dx%d kernel, stride %dx%d, padding %dx%d, "
+                       "%d channels in and %d out (offered for 3x3, stride 1, padding up to 2, "
+                       ">= 32 channels in and out, as the CPU's Winograd)",
+                       d->g.kh, d->g.kw, d->g.sh, d->g.sw, d->g.ph, d->g.pw, d->g.c, d->out_c);
+            else if (bf16 && !winograd_said)
+                APPEND("; not by cuDNN's Winograd: bf16 (its graphs are direct sums)");
+            else if (shape && !bf16)
+                APPEND("; the %s not by cuDNN's Winograd: cuDNN's heuristics offer no "
+                       "deterministic Winograd algorithm for it within 512 MiB%s",
+                       pass_names[p],
+                       be->layout == HCNN_LAYOUT_NHWC ? " for NHWC activations" : "");
+            winograd_said = 1;
+        } else if (cu->conv_forced[p] >= HCNN_WAY_TRANSPOSED) {
             if (!hcnn_cuda_conv_transposable(d))
                 APPEND("; the %s not transposed: stride %dx%d, padding %dx%d (it needs stride 1 "
                        "and padding below the kernel's %dx%d)",
@@ -419,7 +482,7 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                        cu->precision == HCNN_PRECISION_BF16
                            ? "bf16 (its graphs have no dx += for it)"
                            : "no cuDNN plan for the transposed shape");
-        } else if (cu->conv_forced[p] == HCNN_WAY_CUDNN && ways[p] != HCNN_WAY_CUDNN) {
+        } else if (cu->conv_forced[p] == HCNN_WAY_CUDNN) {
             const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
             char why[400] = "no cuDNN plan for this shape";
             if (plan)
@@ -497,20 +560,12 @@ void hcnn_cuda_conv_gemms(const hcnn_backend *be, const hcnn_conv_desc *d, const
     hcnn_cuda_conv_gemms_by(be, d, n, need_dx, (hcnn_conv_way)ways[HCNN_PASS_DATA], gl);
 }
 
-/* the im2col path's columns for n images, or cuDNN's workspace where it
- * has a plan and needs more, whichever way a pass takes (a lower rank's
- * choice may replace this rank's after the sizing), and the im2col size
- * always (a call over fewer images may take the im2col path, see
- * hcnn_cudnn_conv_for) */
 size_t hcnn_cuda_conv_workspace(const hcnn_backend *be, const hcnn_conv_desc *d,
                                 const hcnn_exec *ex, int n)
 {
     (void)ex;
     (void)hcnn_cuda_conv_ways(be, d, n); /* chosen now, before the first step */
-    const size_t cols = hcnn_cuda_conv_im2col_workspace(be, d, n);
-    const hcnn_cudnn_conv *dnn = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
-    const size_t dnn_ws = dnn ? hcnn_cudnn_conv_workspace(dnn) : 0;
-    return dnn_ws > cols ? dnn_ws : cols;
+    return workspace_floats(be, d, n);
 }
 
 /* ---- the ranks' agreement ------------------------------------------------------- */

@@ -26,6 +26,17 @@
  * after it (hcnn_exec.relu) in the same engine.  A pass whose graph has no
  * usable engine has no plan (hcnn_cudnn_conv_has), the others keep theirs.
  *
+ * Winograd (HCNN_WAY_WINOGRAD_CUDNN): a second plan of the same shape
+ * made of cuDNN's Winograd algorithms alone (deterministic, as every
+ * algorithm here), each pass that has one, offered only where the CPU's
+ * conv_algo: auto takes Winograd itself (3x3, stride 1, padding up to 2,
+ * at least 32 input and output channels: hcnn_cudnn_winograd_shape).  Its
+ * transforms round more than a direct sum, as the CPU's do; on other shapes
+ * (LeNet-5's 5x5 layers of 6 and 16 channels) cuDNN's Winograd and FFT
+ * gradients moved 20 steps 2.6e-2 from the CPU (above), which is why no
+ * ranking below takes them.  Unmeasured on a GPU (written 2026-11-29):
+ * the measurement (conv_choice.cu) takes it where it is the faster.
+ *
  * Which passes cuDNN runs is conv_choice.cu's: this file makes the plan
  * (descriptors and the three algorithms) that a pass by cuDNN runs, and
  * hcnn_cudnn_conv_for() answers NULL where there is none (a build without
@@ -39,6 +50,24 @@
 #include "cuda.h"
 #include "hcnn/env.h"
 
+int hcnn_cudnn_winograd_shape(const hcnn_conv_desc *d)
+{
+    const int channels = d->g.c < d->out_c ? d->g.c : d->out_c;
+    return d->g.kh == 3 && d->g.kw == 3 && d->g.sh == 1 && d->g.sw == 1 && d->g.ph <= 2 &&
+           d->g.pw <= 2 && channels >= 32;
+}
+
+/* whether HCNN_CUDA_CONV names a way of this file for some pass */
+static int forced_cudnn(const hcnn_cuda *cu)
+{
+    for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++) {
+        const int w = cu->conv_forced[p];
+        if (w == HCNN_WAY_CUDNN || w == HCNN_WAY_TRANSPOSED_CUDNN || w == HCNN_WAY_WINOGRAD_CUDNN)
+            return 1;
+    }
+    return 0;
+}
+
 #if HCNN_HAVE_CUDNN && !defined(HCNN_CUDA_EMULATION)
 #include <cudnn.h>
 
@@ -47,14 +76,18 @@
 /* the most workspace one convolution may take: 512 MiB (what a plan sized
  * with HCNN_CUDNN_ANY_WORKSPACE gets) */
 #define CUDNN_WORKSPACE_BYTES ((size_t)512 << 20)
-/* the shapes (convolution x batch) an instance remembers */
-#define CUDNN_PLANS 128
+/* the plans (convolution shape x batch x direct or Winograd, and the
+ * transposed data gradients' shapes) an instance remembers: ResNet-18's
+ * 11 shapes at the training and the last and evaluation batches take
+ * about 100 */
+#define CUDNN_PLANS 256
 
 struct hcnn_cudnn_conv {
     hcnn_conv_desc d;
     int n;
     hcnn_precision precision;
     hcnn_act_layout layout; /* the instance's (fixed at creation: no key) */
+    int winograd;           /* 1: Winograd's algorithms alone (HCNN_WAY_WINOGRAD_CUDNN) */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
@@ -90,9 +123,7 @@ static void plan_free(hcnn_cudnn_conv *p)
 int hcnn_cudnn_create(hcnn_backend *be)
 {
     hcnn_cuda *cu = cuda_of(be);
-    if (cu->conv_mode == HCNN_CONV_MODE_FORCED && cu->conv_forced[0] != HCNN_WAY_CUDNN &&
-        cu->conv_forced[1] != HCNN_WAY_CUDNN && cu->conv_forced[1] != HCNN_WAY_TRANSPOSED_CUDNN &&
-        cu->conv_forced[2] != HCNN_WAY_CUDNN)
+    if (cu->conv_mode == HCNN_CONV_MODE_FORCED && !forced_cudnn(cu))
         return HCNN_OK; /* cu->dnn stays NULL: conv.cu's ways everywhere */
     struct hcnn_cudnn *dnn = (struct hcnn_cudnn *)hcnn_calloc(sizeof *dnn, "cuDNN plans");
     if (!dnn)
@@ -138,15 +169,31 @@ static int direct_sum(cudnnConvolutionBwdFilterAlgo_t a)
 {
     return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
 }
+/* the Winograd plan's algorithms (the filter gradient has only the nonfused one) */
+static int winograd(cudnnConvolutionFwdAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+static int winograd(cudnnConvolutionBwdDataAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+static int winograd(cudnnConvolutionBwdFilterAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
 
-/* a ranking's first usable entry: a direct sum, deterministic, of the
- * allowed math, within the workspace (-1: none) */
+/* a ranking's first usable entry: a direct sum (Winograd's for a
+ * Winograd plan), deterministic, of the allowed math, within the
+ * workspace (-1: none) */
 template <typename Perf>
-static int first_usable(const Perf *perf, int count, int fp32, size_t limit)
+static int first_usable(const Perf *perf, int count, int fp32, size_t limit, int wino)
 {
     for (int i = 0; i < count; i++) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
-            perf[i].memory > limit || !direct_sum(perf[i].algo))
+            perf[i].memory > limit || !(wino ? winograd(perf[i].algo) : direct_sum(perf[i].algo)))
             continue;
         if (fp32 && perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH)
             continue;
@@ -156,7 +203,8 @@ static int first_usable(const Perf *perf, int count, int fp32, size_t limit)
 }
 
 /* p's descriptors and algorithms within limit bytes of workspace; 0: cuDNN
- * has no deterministic algorithm for a pass within it (p freed) */
+ * has no deterministic algorithm for a pass within it (p freed).  A
+ * Winograd plan keeps the passes that have one (0: none has) */
 static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
 {
     const hcnn_conv_geom *g = &p->d.g;
@@ -203,30 +251,42 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
         plan_free(p);
         return 0;
     }
-    const int f = first_usable(fp, nf, fp32, limit), dd = first_usable(dp, nd, fp32, limit),
-              ww = first_usable(wp, nw, fp32, limit);
-    if (f < 0 || dd < 0 || ww < 0) {
+    const int wino = p->winograd;
+    const int f = first_usable(fp, nf, fp32, limit, wino),
+              dd = first_usable(dp, nd, fp32, limit, wino),
+              ww = first_usable(wp, nw, fp32, limit, wino);
+    if (!wino && (f < 0 || dd < 0 || ww < 0)) {
         plan_free(p);
         return 0;
     }
-    p->fwd = fp[f].algo;
-    p->bwd_data = dp[dd].algo;
-    p->bwd_filter = wp[ww].algo;
     /* the sizes the calls themselves ask for, under the math type they run with */
-    size_t a = 0, b = 0, c = 0;
-    HCNN_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(dnn->handle, p->x, p->w, p->conv, p->y,
-                                                       p->fwd, &a));
-    HCNN_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn->handle, p->w, p->y, p->conv, p->x,
-                                                            p->bwd_data, &b));
-    HCNN_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn->handle, p->x, p->y, p->conv,
-                                                              p->w, p->bwd_filter, &c));
-    p->workspace = a > b ? a : b;
-    p->workspace = c > p->workspace ? c : p->workspace;
-    if (p->workspace > limit) {
+    size_t need[HCNN_PASSES] = {0, 0, 0};
+    if (f >= 0) {
+        p->fwd = fp[f].algo;
+        HCNN_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(dnn->handle, p->x, p->w, p->conv, p->y,
+                                                           p->fwd, &need[HCNN_PASS_FORWARD]));
+    }
+    if (dd >= 0) {
+        p->bwd_data = dp[dd].algo;
+        HCNN_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(
+            dnn->handle, p->w, p->y, p->conv, p->x, p->bwd_data, &need[HCNN_PASS_DATA]));
+    }
+    if (ww >= 0) {
+        p->bwd_filter = wp[ww].algo;
+        HCNN_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            dnn->handle, p->x, p->y, p->conv, p->w, p->bwd_filter, &need[HCNN_PASS_FILTER]));
+    }
+    const int found[HCNN_PASSES] = {f >= 0, dd >= 0, ww >= 0};
+    p->workspace = 0;
+    for (int pass = 0; pass < HCNN_PASSES; pass++) {
+        p->has[pass] = found[pass] && need[pass] <= limit;
+        if (p->has[pass] && need[pass] > p->workspace)
+            p->workspace = need[pass];
+    }
+    if (p->has[0] + p->has[1] + p->has[2] < (wino ? 1 : HCNN_PASSES)) {
         plan_free(p);
         return 0;
     }
-    p->has[HCNN_PASS_FORWARD] = p->has[HCNN_PASS_DATA] = p->has[HCNN_PASS_FILTER] = 1;
     return 1;
 }
 
@@ -265,8 +325,8 @@ static int plan_make_graphs(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t l
  * sized for, whose algorithms may want more: the im2col path, which never
  * needs more for fewer images, and for which conv_workspace also sized
  * it). */
-const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
-                                           size_t limit)
+static const hcnn_cudnn_conv *plan_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
+                                       size_t limit, int wino)
 {
     hcnn_cuda *cu = cuda_of(be);
     struct hcnn_cudnn *dnn = cu->dnn;
@@ -279,8 +339,8 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
     key.g = d->g, key.out_c = d->out_c;
     for (int i = 0; i < dnn->nplans; i++) {
         const hcnn_cudnn_conv *p = &dnn->plans[i];
-        if (p->n != n || p->precision != cu->precision || p->d.out_c != key.out_c ||
-            memcmp(&p->d.g, &key.g, sizeof key.g) != 0)
+        if (p->n != n || p->precision != cu->precision || p->winograd != wino ||
+            p->d.out_c != key.out_c || memcmp(&p->d.g, &key.g, sizeof key.g) != 0)
             continue;
         if (p->none || (p->short_of && limit <= p->short_of))
             return NULL;
@@ -289,13 +349,14 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
     }
     if (dnn->nplans == CUDNN_PLANS)
         hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__,
-                       "more convolution shapes than the backend keeps plans for (128)");
+                       "more convolution shapes than the backend keeps plans for (256)");
     hcnn_cudnn_conv *p = &dnn->plans[dnn->nplans++];
     memset(p, 0, sizeof *p);
     p->d = key;
     p->n = n;
     p->precision = cu->precision;
     p->layout = be->layout;
+    p->winograd = wino;
     if (p->precision == HCNN_PRECISION_BF16 ? plan_make_graphs(dnn, p, limit)
                                             : plan_make(dnn, p, limit))
         return p;
@@ -304,6 +365,22 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
     else
         p->none = 1;
     return NULL;
+}
+
+const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
+                                           size_t limit)
+{
+    return plan_for(be, d, n, limit, 0);
+}
+
+/* FP32 and TF32 only: bf16's graphs keep to direct sums (conv_graph.cu) */
+const hcnn_cudnn_conv *hcnn_cudnn_conv_winograd_for(const hcnn_backend *be,
+                                                    const hcnn_conv_desc *d, int n, size_t limit)
+{
+    const hcnn_cuda *cu = cuda_of(be);
+    if (cu->conv_direct || cu->precision == HCNN_PRECISION_BF16 || !hcnn_cudnn_winograd_shape(d))
+        return NULL;
+    return plan_for(be, d, n, limit, 1);
 }
 
 size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p)
@@ -546,10 +623,7 @@ void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, siz
 
 int hcnn_cudnn_create(hcnn_backend *be)
 {
-    const hcnn_cuda *cu = cuda_of(be);
-    if (cu->conv_mode == HCNN_CONV_MODE_FORCED &&
-        (cu->conv_forced[0] == HCNN_WAY_CUDNN || cu->conv_forced[1] == HCNN_WAY_CUDNN ||
-         cu->conv_forced[1] == HCNN_WAY_TRANSPOSED_CUDNN || cu->conv_forced[2] == HCNN_WAY_CUDNN))
+    if (forced_cudnn(cuda_of(be)))
         return hcnn_error_code(HCNN_EINVAL,
                                "HCNN_CUDA_CONV=%s: this build has no cuDNN (configure found "
                                "none, or --without-cudnn)",
@@ -559,6 +633,12 @@ int hcnn_cudnn_create(hcnn_backend *be)
 void hcnn_cudnn_destroy(hcnn_cuda *cu) { (void)cu; }
 const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
                                            size_t limit)
+{
+    (void)be, (void)d, (void)n, (void)limit;
+    return NULL;
+}
+const hcnn_cudnn_conv *hcnn_cudnn_conv_winograd_for(const hcnn_backend *be,
+                                                    const hcnn_conv_desc *d, int n, size_t limit)
 {
     (void)be, (void)d, (void)n, (void)limit;
     return NULL;

@@ -43,6 +43,7 @@ typedef struct hcnn_cuda {
     struct hcnn_cudnn *dnn; /* cuDNN's handle and plans (conv_cudnn.cu); NULL: none */
     int conv_mode;          /* HCNN_CUDA_CONV (HCNN_CONV_MODE_*, conv_choice.cu) */
     int conv_forced[3];     /* HCNN_CONV_MODE_FORCED: each pass's way (hcnn_conv_way) */
+    int conv_direct;        /* HCNN_CUDA_CONV=direct: auto without cuDNN's Winograd */
     struct hcnn_conv_choices *choices; /* each convolution shape's ways (conv_choice.cu) */
     void *blas_ws;          /* cuBLAS's workspace, so that it allocates none in a capture */
     cudaGraphExec_t graphs[HCNN_GRAPH_SLOTS]; /* captured work (graph_begin .. graph_launch) */
@@ -124,6 +125,9 @@ typedef enum hcnn_conv_way {
                               of dy with the flipped filters (im2col of dy + cuBLAS) */
     HCNN_WAY_TRANSPOSED_CUDNN, /* the same by cuDNN's forward, where this build links it
                                   and has a plan (FP32, TF32) for the transposed shape */
+    HCNN_WAY_WINOGRAD_CUDNN,   /* cuDNN's Winograd algorithms (FP32, TF32), each pass that
+                                  has one, on the shapes the CPU's conv_algo: auto takes
+                                  Winograd for (hcnn_cudnn_winograd_shape) */
     HCNN_WAYS
 } hcnn_conv_way;
 enum { HCNN_PASS_FORWARD, HCNN_PASS_DATA, HCNN_PASS_FILTER, HCNN_PASSES };
@@ -160,9 +164,9 @@ const hcnn_cudnn_conv *hcnn_cuda_conv_transposed_plan(const hcnn_backend *be,
 enum {
     HCNN_CONV_MODE_AUTO,    /* auto or unset: measured on a GPU, the rule on the emulation */
     HCNN_CONV_MODE_MEASURE, /* measure: measured, also on the emulation (tests) */
-    HCNN_CONV_MODE_FORCED   /* the ways named (conv_forced): cudnn, im2col, im2col_image
-                               for every pass, or one way per pass "F,D,W" (D also
-                               transposed) */
+    HCNN_CONV_MODE_FORCED   /* the ways named (conv_forced): cudnn, im2col, im2col_image,
+                               winograd_cudnn for every pass, or one way per pass "F,D,W"
+                               (D also transposed) */
 };
 int hcnn_cuda_conv_choice_create(hcnn_backend *be); /* reads HCNN_CUDA_CONV */
 void hcnn_cuda_conv_choice_destroy(hcnn_cuda *cu);
@@ -183,6 +187,15 @@ int hcnn_cudnn_create(hcnn_backend *be);
 void hcnn_cudnn_destroy(hcnn_cuda *cu);
 const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_conv_desc *d, int n,
                                            size_t limit);
+/* HCNN_WAY_WINOGRAD_CUDNN: whether d is a shape it is offered for (3x3,
+ * stride 1, padding up to 2, at least 32 input and output channels: where
+ * the CPU's conv_algo: auto takes Winograd, src/cpu/conv_plan.c and
+ * winograd_plan.c), and its plan, made
+ * of cuDNN's Winograd algorithms alone (NULL: none for any pass, bf16, not
+ * such a shape, HCNN_CUDA_CONV=direct, no cuDNN) */
+int hcnn_cudnn_winograd_shape(const hcnn_conv_desc *d);
+const hcnn_cudnn_conv *hcnn_cudnn_conv_winograd_for(const hcnn_backend *be,
+                                                    const hcnn_conv_desc *d, int n, size_t limit);
 size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p);
 /* whether p runs pass (HCNN_PASS_*; a bf16 plan may lack some; p NULL: 0) */
 int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass);

@@ -75,11 +75,12 @@ close() {
 # chunks (the backward walks them apart), the data gradient transposed
 # (src/cuda/conv.cu; the shapes of stride 2 by im2col); with cuDNN linked
 # also cuDNN for every pass, im2col + cuBLAS in chunks for every pass, the
-# data gradient transposed by cuDNN's forward, and cuDNN's forward with
-# the two other ways behind it.
+# data gradient transposed by cuDNN's forward, cuDNN's forward with the
+# two other ways behind it, and cuDNN's Winograd (the suite's 32-channel
+# 3x3 shape; the others by im2col).
 CONV_MODES="default im2col_image im2col,im2col_image,im2col im2col,transposed,im2col"
 grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" &&
-    CONV_MODES="default cudnn im2col im2col_image im2col,im2col_image,im2col im2col,transposed,im2col im2col,transposed_cudnn,im2col cudnn,im2col_image,im2col"
+    CONV_MODES="default cudnn im2col im2col_image im2col,im2col_image,im2col im2col,transposed,im2col im2col,transposed_cudnn,im2col cudnn,im2col_image,im2col winograd_cudnn"
 for mode in $CONV_MODES; do
     if [ "$mode" = default ]; then
         case_begin conformance_on_cuda
@@ -195,14 +196,15 @@ meas_train() { HCNN_CUDA_CONV=measure XDG_CACHE_HOME="$WORK/cache_meas" train "$
 meas_train lenet_meas_a
 table=$(ls "$WORK"/cache_meas/hcnn/cuda-conv-*.txt 2>/dev/null)
 if [ "$(echo "$table" | grep -c .)" != 1 ]; then case_fail "want one cache file, found: ${table:-none}"
-elif ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 3' || ! grep -q '^key .*SMs; .*; chunks of [0-9]* floats$' "$table" ||
+elif ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 4' || ! grep -q '^key .*SMs; .*; chunks of [0-9]* floats$' "$table" ||
     [ "$(grep -c '^conv fp32 nchw ' "$table")" != 2 ]; then
     case_fail "the cache is not a magic line, a key and LeNet-5's 2 shapes: $(head -c 600 "$table")"
-elif [ "$(awk '$1 == "conv" && $21 == 0 && $26 > 0 && $31 == 0' "$table" | grep -c .)" != 2 ]; then
-    # the medians, five a pass (im2col, im2col_image, cudnn, transposed,
-    # transposed_cudnn): LeNet-5's convolutions have stride 1, so the data
-    # gradient's transposed way was timed, and no other pass's
-    case_fail "the transposed data gradient was not measured (alone) for both shapes: $(grep '^conv' "$table")"
+elif [ "$(awk '$1 == "conv" && $21 == 0 && $27 > 0 && $33 == 0 && $23 + $29 + $35 == 0' "$table" | grep -c .)" != 2 ]; then
+    # the medians, six a pass (im2col, im2col_image, cudnn, transposed,
+    # transposed_cudnn, winograd_cudnn): LeNet-5's convolutions have stride
+    # 1, so the data gradient's transposed way was timed, and no other
+    # pass's; cuDNN's Winograd for none (5x5 kernels, 6 and 16 channels)
+    case_fail "the transposed data gradient was not measured (alone), or Winograd was, for both shapes: $(grep '^conv' "$table")"
 else
     grep '^conv' "$table" | sed 's/^/# measured: /'
     awk '$1 == "conv" { $15 = "im2col"; $16 = "im2col"; $17 = "im2col_image" } { print }' "$table" >"$table.new" &&
@@ -217,7 +219,7 @@ else
 fi
 case_begin measured_ways_stale_cache_measured_again
 sed -i '1s/.*/hcnn-cuda-conv 0/' "$table"
-if ! meas_bench | grep -q '(ways: measured: forward im2col' || ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 3'; then
+if ! meas_bench | grep -q '(ways: measured: forward im2col' || ! head -n 1 "$table" | grep -qx 'hcnn-cuda-conv 4'; then
     case_fail "a version-0 file was not measured again and rewritten: $(meas_bench | head -n 1)"
 else
     sed -i 's/^key .*/key another GPU/' "$table"
@@ -322,6 +324,68 @@ elif [ "$dnn_plan" != ok ]; then
 else
     HCNN_CUDA_CONV=im2col,transposed,im2col train lenet_tr cuda 20 "${LENET[@]}"
     close lenet_cpu lenet_tr 1e-4
+fi
+
+# cuDNN's Winograd (HCNN_CUDA_CONV=winograd_cudnn, src/cuda/conv_cudnn.cu),
+# offered on the shapes the CPU's Winograd runs (3x3, stride 1, padding up
+# to 2, >= 32 channels in and out); HCNN_CUDA_CONV=direct is auto without
+# it.  A build without cuDNN refuses the way, with a message, and runs
+# direct as auto.  With cuDNN (a GPU): ResNet-18's layer1 convolutions plan
+# it where cuDNN's heuristics offer it (else their plan line says so, and
+# they run by im2col), LeNet-5's say why not; direct measures ResNet-18
+# into a cache file of its own, without Winograd; the way's run repeats
+# bit for bit and one step is held to the CPU algorithms' bound
+# (resnet_close), as the CPU's own Winograd is.
+case_begin winograd_cudnn_way
+wg_bench() { # log model... : hcnn bench, 1 step, the environment's HCNN_CUDA_CONV
+    local log=$1
+    shift
+    "${T[@]}" "$HCNN" bench "$@" --set device=cuda --set blas_kernels=env --warmup 1 --repeats 1 \
+        --steps 1 >"$WORK/$log" 2>&1 || wg_why+="hcnn bench ($log) failed: $(tail -n 2 "$WORK/$log" | tr '\n' ' '); "
+}
+wg_why=
+HCNN_CUDA_CONV=direct wg_bench wg_direct.log "${LENET[@]}"
+grep -q '^# plan conv1: ' "$WORK/wg_direct.log" || wg_why+="HCNN_CUDA_CONV=direct: no plan line; "
+HCNN_CUDA_CONV=nonsense "${T[@]}" "$HCNN" train "${COMMON[@]}" "${LENET[@]}" --set device=cuda \
+    --set max_steps=1 --set checkpoint_dir= >"$WORK/wg_bad.out" 2>"$WORK/wg_bad.err" &&
+    wg_why+="HCNN_CUDA_CONV=nonsense accepted; "
+grep -q "HCNN_CUDA_CONV='nonsense': expected auto, direct, .*winograd_cudnn" "$WORK/wg_bad.err" ||
+    wg_why+="HCNN_CUDA_CONV=nonsense: $(head -n 2 "$WORK/wg_bad.err"); "
+if grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h"; then
+    HCNN_CUDA_CONV=winograd_cudnn wg_bench wg_resnet.log "${RESNET[@]}"
+    HCNN_CUDA_CONV=winograd_cudnn wg_bench wg_lenet.log "${LENET[@]}"
+    HCNN_CUDA_CONV=direct XDG_CACHE_HOME="$WORK/cache_direct" wg_bench wg_direct_resnet.log "${RESNET[@]}"
+    l1=$(grep -m1 '^# plan layer1.0.conv1: ' "$WORK/wg_resnet.log")
+    if echo "$l1" | grep -q 'cuDNN [0-9.]* winograd'; then
+        echo "# ResNet-18's layer1.0.conv1 under winograd_cudnn: $(echo "$l1" | cut -c 1-300)"
+    elif echo "$l1" | grep -q "not by cuDNN's Winograd: cuDNN's heuristics offer no"; then
+        echo "# cuDNN offers no Winograd for ResNet-18's layer1.0.conv1 here: $(echo "$l1" | cut -c 1-300)"
+    else wg_why+="ResNet-18's layer1.0.conv1: neither Winograd nor why not: ${l1:-no plan line}; "; fi
+    grep -q "^# plan conv2: .*not by cuDNN's Winograd: a 5x5 kernel" "$WORK/wg_lenet.log" ||
+        wg_why+="LeNet-5's conv2 does not say why not Winograd: $(grep -m1 '^# plan conv2' "$WORK/wg_lenet.log"); "
+    grep '^# plan ' "$WORK/wg_direct_resnet.log" | grep -q 'wgd\|winograd' &&
+        wg_why+="HCNN_CUDA_CONV=direct planned Winograd: $(grep -m1 'wgd\|winograd' "$WORK/wg_direct_resnet.log"); "
+    dtable=$(ls "$WORK"/cache_direct/hcnn/cuda-conv-*.txt 2>/dev/null)
+    { grep -q '^key .*; direct sums only$' "$dtable" &&
+        [ "$(awk '$1 == "conv" && $23 + $29 + $35 != 0' "$dtable" | grep -c .)" = 0 ]; } 2>/dev/null ||
+        wg_why+="HCNN_CUDA_CONV=direct's cache is not its own, or timed Winograd: $(head -c 400 "$dtable" 2>/dev/null); "
+else
+    HCNN_CUDA_CONV=winograd_cudnn "${T[@]}" "$HCNN" train "${COMMON[@]}" "${LENET[@]}" \
+        --set device=cuda --set max_steps=1 --set checkpoint_dir= >"$WORK/wg_nodnn.out" 2>"$WORK/wg_nodnn.err" &&
+        wg_why+="winograd_cudnn not refused by a build without cuDNN; "
+    grep -q "HCNN_CUDA_CONV=winograd_cudnn: this build has no cuDNN" "$WORK/wg_nodnn.err" ||
+        wg_why+="no message for winograd_cudnn without cuDNN: $(head -n 2 "$WORK/wg_nodnn.err"); "
+fi
+if [ -n "$wg_why" ]; then
+    case_fail "$wg_why"
+elif grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h"; then
+    if HCNN_CUDA_CONV=winograd_cudnn train resnet_wg_a cuda 1 "${RESNET[@]}" &&
+        HCNN_CUDA_CONV=winograd_cudnn train resnet_wg_b cuda 1 "${RESNET[@]}" &&
+        "$HCNN" diff "$WORK/resnet_wg_a/final.hcnn" "$WORK/resnet_wg_b/final.hcnn" --tol 0 >/dev/null 2>&1; then
+        resnet_close resnet_cpu resnet_wg_a
+    else case_fail "two ResNet-18 runs under winograd_cudnn differ (or failed): $(tail -n 2 "$WORK/resnet_wg_b.log" | tr '\n' ' ')"; fi
+else
+    case_ok
 fi
 
 nhwc_train() { # name steps model... sets...
