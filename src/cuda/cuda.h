@@ -190,9 +190,9 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_for(const hcnn_backend *be, const hcnn_co
 /* HCNN_WAY_WINOGRAD_CUDNN: whether d is a shape it is offered for (3x3,
  * stride 1, padding up to 2, at least 32 input and output channels: where
  * the CPU's conv_algo: auto takes Winograd, src/cpu/conv_plan.c and
- * winograd_plan.c), and its plan, made
- * of cuDNN's Winograd algorithms alone (NULL: none for any pass, bf16, not
- * such a shape, HCNN_CUDA_CONV=direct, no cuDNN) */
+ * winograd_plan.c), and its plan, made of cuDNN's Winograd algorithms
+ * alone (NULL: none for any pass, bf16, not such a shape,
+ * HCNN_CUDA_CONV=direct, no cuDNN) */
 int hcnn_cudnn_winograd_shape(const hcnn_conv_desc *d);
 const hcnn_cudnn_conv *hcnn_cudnn_conv_winograd_for(const hcnn_backend *be,
                                                     const hcnn_conv_desc *d, int n, size_t limit);
