@@ -12,13 +12,15 @@
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256; PyTorch
 #           in NCHW and channels_last in the same alternated rounds, its
 #           faster median the reference (issue 42), 2 rounds, not 3, to keep
-#           "tests kernels bench" near 7.5 minutes (below; COMPARE_ROUNDS,
+#           "tests kernels bench" near 8 minutes (below; COMPARE_ROUNDS,
 #           COMPARE_FORMAT=nchw|channels_last|best in the environment)
 #   kernels the kernel time of hcnn bench's timed steps (bench/kernel_share.so,
 #           a CUPTI injection library: the share and the ten longest kernels),
 #           ResNet-18 batch 128 fp32 under each convolution choice and with
 #           the data gradient transposed by cuDNN, cuDNN's Winograd, bf16
-#           (auto), LeNet-5 batch 256 with and without CUDA graphs
+#           (auto), LeNet-5 batch 256 with and without CUDA graphs; PyTorch's
+#           ResNet-18 batch 128 fp32 step (bench/pytorch/peer.py
+#           --profiler-windows) under the same library
 #   cpu     bench/validate_threads.sh: hcnn bench on the CPU at 1, 2, 4, 8, 16
 #           threads against hcnn plan --node here's prediction (ResNet-18 batch
 #           64, LeNet-5 batch 256: the thread-scaling measurements) and
@@ -33,7 +35,7 @@
 #           (nsight_ncu.log), and, where nsys is installed, Nsight Systems on 5
 #           steps of the same bench with its NVTX, NVTX-on-GPU and kernel
 #           summaries (nsight_nsys.log).  Not in the default SECTIONS (those
-#           take about 7.5 minutes of a 15-minute loan): its own call,
+#           take about 8 minutes of a 15-minute loan): its own call,
 #           bench/gpu_check.sh BUNDLE "" nsight, estimated at under a minute
 #           (not yet measured; bounded: ncu 60 s, nsys 60 s, its summaries
 #           3 x 30 s).  Needs a build with NVTX (hcnn --version: "NVTX:
@@ -205,6 +207,16 @@ if [[ " $SECTIONS " == *" kernels "* ]]; then
                 --set batch_size=256 --set cuda_graphs=$g --warmup 20 \
                 --repeats 3 --steps 50
         done
+        # PyTorch's own kernels for the same step (bench/pytorch/peer.py
+        # --profiler-windows: FP32, NCHW, cudnn.benchmark; its own libraries,
+        # CUPTI found as above), against kernels_resnet_b128_auto.log: which
+        # algorithms its cuDNN picked (the kernels' names: Winograd, implicit
+        # GEMM) and where its step goes (12-15 s; added 2026-11-29, not yet run)
+        stamp "kernel time: pytorch_resnet_b128_fp32"
+        LD_LIBRARY_PATH=$cupti CUDA_INJECTION64_PATH=$ks timeout -k 5 90 "$PY" bench/pytorch/peer.py \
+            --device cuda --model resnet18 --batch 128 --threads 4 --precision fp32 --warmup 3 \
+            --repeats 3 --steps 5 --profiler-windows >"$O/kernels_pytorch_resnet_b128_fp32.log" 2>&1
+        echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|^peer' "$O/kernels_pytorch_resnet_b128_fp32.log"
     fi
 fi
 

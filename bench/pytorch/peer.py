@@ -47,12 +47,21 @@ say nothing of a CPU with bf16 instructions; a note on stderr says so).
 PEER_CPUINFO=<file> reads the flags from another file than /proc/cpuinfo
 (the tests use it to check the emulated case on any CPU).
 
+--profiler-windows (with --device cuda) brackets each timed repeat with
+cudaProfilerStart / cudaProfilerStop (torch.cuda.profiler), as hcnn bench
+does, so that a CUDA profiler or bench/kernel_share.so (a CUPTI injection
+library: CUDA_INJECTION64_PATH) sees the timed steps alone: which kernels
+PyTorch's cuDNN chose and where its step goes (bench/gpu_check.sh's
+kernels_pytorch_*.log).  Without a profiler attached the two calls do
+nothing.
+
 Exit status: 0 success, 1 the tensors are not in the memory format asked,
 2 bad command line, 77 python3-torch not installed (or --device cuda without
 a GPU PyTorch can use).
 """
 
 import argparse
+import importlib
 import os
 import statistics
 import sys
@@ -90,6 +99,9 @@ def parse_args(argv):
     p.add_argument("--channels-last", action="store_true",
                    help="the same as --memory-format channels_last")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--profiler-windows", action="store_true",
+                   help="--device cuda: cudaProfilerStart/Stop around each timed repeat "
+                   "(for a CUDA profiler or bench/kernel_share.so)")
     p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                    help="fp32 (on cuda: no TF32), tf32 (cuda only), bf16 (torch.autocast "
                    "to bfloat16, FP32 master weights; cpu or cuda); default fp32")
@@ -106,6 +118,9 @@ def parse_args(argv):
     a.channels_last = a.memory_format == "channels_last"
     if a.nesterov and a.momentum <= 0:
         p.error("--nesterov needs --momentum > 0")
+    if a.device == "cpu" and a.profiler_windows:
+        p.error("--profiler-windows needs --device cuda (it brackets the timed repeats with "
+                "cudaProfilerStart/Stop)")
     if a.device == "cpu" and a.precision == "tf32":
         p.error("--precision tf32 needs --device cuda (TF32 is a GPU tensor-core format; "
                 "on the CPU use fp32 or bf16)")
@@ -291,13 +306,19 @@ def main(argv):
         step()
     rates = []
     loss = None
+    # cudaProfilerStart/Stop (--profiler-windows; parse_args refused it on the CPU)
+    prof = importlib.import_module("torch.cuda.profiler") if a.profiler_windows else None
     for r in range(a.repeats):
         sync()
+        if prof:
+            prof.start()
         t0 = time.perf_counter()
         for _ in range(a.steps):
             loss = step()
         sync()
         dt = time.perf_counter() - t0
+        if prof:
+            prof.stop()
         loss_v = float(loss)
         rates.append(a.batch * a.steps / dt)
         print("repeat=%d steps=%d time_s=%.4f loss=%.4f images_per_s=%.1f"

@@ -50,8 +50,10 @@ if [ -x "$PY" ]; then
         --threads 1 --precision tf32
     exit2 peer_memory_format_contradiction "--channels-last contradicts --memory-format contiguous" \
         "$PY" "$PEER" --model lenet --batch 8 --threads 1 --channels-last --memory-format contiguous
+    exit2 peer_profiler_windows_cpu "--profiler-windows needs --device cuda" "$PY" "$PEER" \
+        --model lenet --batch 8 --threads 1 --profiler-windows
 else
-    for c in peer_tf32_cpu peer_memory_format_contradiction; do
+    for c in peer_tf32_cpu peer_memory_format_contradiction peer_profiler_windows_cpu; do
         case_begin $c
         case_skip "$PY not found"
     done
