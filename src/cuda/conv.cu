@@ -590,7 +590,7 @@ static size_t transposed_workspace(const hcnn_backend *be, const hcnn_conv_desc 
     const hcnn_conv_desc t = transposed_desc(d);
     size_t rest = im2col_floats(be, &t, n);
     const int may = cu->conv_mode != HCNN_CONV_MODE_FORCED ||
-                    cu->conv_forced[HCNN_PASS_DATA] == HCNN_WAY_TRANSPOSED_CUDNN;
+                    hcnn_cuda_conv_forces(cu, HCNN_WAY_TRANSPOSED_CUDNN);
     const hcnn_cudnn_conv *p =
         may ? hcnn_cuda_conv_transposed_plan(be, d, n, HCNN_CUDNN_ANY_WORKSPACE) : NULL;
     if (p && hcnn_cudnn_conv_workspace(p) > rest)

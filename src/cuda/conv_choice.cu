@@ -221,9 +221,8 @@ static size_t workspace_floats(const hcnn_backend *be, const hcnn_conv_desc *d, 
 {
     const hcnn_cuda *cu = cuda_of(be);
     size_t ws = hcnn_cuda_conv_im2col_workspace(be, d, n);
-    int winograd = cu->conv_mode != HCNN_CONV_MODE_FORCED;
-    for (int p = 0; p < HCNN_PASSES; p++)
-        winograd |= cu->conv_forced[p] == HCNN_WAY_WINOGRAD_CUDNN;
+    const int winograd = cu->conv_mode != HCNN_CONV_MODE_FORCED ||
+                         hcnn_cuda_conv_forces(cu, HCNN_WAY_WINOGRAD_CUDNN);
     const hcnn_cudnn_conv *plans[] = {
         hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE),
         winograd ? hcnn_cudnn_conv_winograd_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE) : NULL};

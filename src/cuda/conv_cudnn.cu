@@ -60,12 +60,9 @@ int hcnn_cudnn_winograd_shape(const hcnn_conv_desc *d)
 /* whether HCNN_CUDA_CONV names a way of this file for some pass */
 static int forced_cudnn(const hcnn_cuda *cu)
 {
-    for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++) {
-        const int w = cu->conv_forced[p];
-        if (w == HCNN_WAY_CUDNN || w == HCNN_WAY_TRANSPOSED_CUDNN || w == HCNN_WAY_WINOGRAD_CUDNN)
-            return 1;
-    }
-    return 0;
+    return hcnn_cuda_conv_forces(cu, HCNN_WAY_CUDNN) ||
+           hcnn_cuda_conv_forces(cu, HCNN_WAY_TRANSPOSED_CUDNN) ||
+           hcnn_cuda_conv_forces(cu, HCNN_WAY_WINOGRAD_CUDNN);
 }
 
 #if HCNN_HAVE_CUDNN && !defined(HCNN_CUDA_EMULATION)

@@ -169,6 +169,14 @@ enum {
                                (D also transposed) */
 };
 int hcnn_cuda_conv_choice_create(hcnn_backend *be); /* reads HCNN_CUDA_CONV */
+/* whether HCNN_CUDA_CONV names way for some pass */
+static inline int hcnn_cuda_conv_forces(const hcnn_cuda *cu, int way)
+{
+    for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++)
+        if (cu->conv_forced[p] == way)
+            return 1;
+    return 0;
+}
 void hcnn_cuda_conv_choice_destroy(hcnn_cuda *cu);
 /* the ways of d's passes for calls of n images (made at the shape's first
  * call: the scratch's sizing, before the first step) */
