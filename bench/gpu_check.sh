@@ -45,6 +45,14 @@
 #   (OUTDIR "" or none: the run's own folder under results/gpu/, below;
 #   SECTIONS default: tests kernels bench cpu; nsight on request)
 #
+# GPU_CHECK_SECONDS (environment; unset or 0: no limit): the seconds the
+# whole run may take.  Each run in it is bounded by its own timeout or by
+# what is left of them (less 10 s for the summary), whichever is shorter; a
+# run with under 5 s left is skipped.  Each cut or skipped run is named in
+# session.log and counted in the INDEX line, and the run still ends with
+# its summary: for a device call whose limit would otherwise kill the
+# script mid-run (docs/gpu-nodes.md, "The GPU test machine").
+#
 # Writes session.log (session-2.log, ... when OUTDIR has one) and one log per
 # run to OUTDIR, relative to the source tree's root.  Without OUTDIR: a new
 # folder results/gpu/DATE-GPU-COMMIT (UTC date, the GPU's model, the build's
@@ -54,17 +62,23 @@
 # PyTorch runs with the machine's own python3 and libraries (PYTHON, else
 # python3 on PATH).  Docs: docs/gpu-nodes.md, "The GPU test machine".
 # Exit status: 0 done (read the logs: failed tests are reported there), 1 the
-# bundle does not unpack or hcnn does not start, 2 bad command line.
+# bundle does not unpack or hcnn does not start, 2 bad command line or
+# GPU_CHECK_SECONDS.
 set -u
 [ $# -ge 1 ] && [ -f "$1" ] || { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 bundle=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 O=${2:-}
 SECTIONS=${3:-tests kernels bench cpu}
+t0=$(date +%s)
+budget=${GPU_CHECK_SECONDS:-0}
+case $budget in
+'' | *[!0-9]*) echo "gpu_check.sh: GPU_CHECK_SECONDS=$budget: expected a whole number of seconds" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.." || exit 1
 R=$PWD
 B=$(mktemp -d)
 tar -xJf "$bundle" -C "$B" || { echo "gpu_check.sh: $bundle does not unpack"; exit 1; }
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+gpu=$(timeout -k 5 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 index="" run=""
 if [ -z "$O" ]; then
     # the run's folder: DATE-GPU-COMMIT, e.g. 2026-11-27-h100-1b717f3
@@ -94,16 +108,42 @@ if [ -n "$index" ]; then
     echo "$run | $(date -u +%F) | ${gpu:-no GPU} | $commit | bench/gpu_check.sh $SECTIONS | unfinished: see ${log##*/}" >>"$index"
 fi
 exec > >(tee "$log") 2>&1
-t0=$(date +%s)
+exec 3>&1 # session.log, for bounded's lines from runs whose output goes to their own logs
 stamp() { echo "=== $(($(date +%s) - t0))s: $*"; }
+# bounded SECONDS COMMAND...: COMMAND under timeout -k 5 SECONDS, or under
+# what GPU_CHECK_SECONDS leaves (less 10 s for the summary) where that is
+# shorter; skipped (status 124) with under 5 s left.  The runs cut or
+# skipped are named in session.log and in $B/cut (the INDEX line counts them).
+bounded() {
+    local s=$1 left rc what
+    shift
+    what="${1##*/} ${*:2}" what=${what:0:160}
+    if [ "$budget" -gt 0 ]; then
+        left=$((budget - 10 - ($(date +%s) - t0)))
+        if [ "$left" -lt 5 ]; then
+            echo "gpu_check.sh: skipped, GPU_CHECK_SECONDS=$budget spent: $what" | tee -a "$B/cut" >&3
+            return 124
+        fi
+        if [ "$left" -lt "$s" ]; then
+            timeout -k 5 "$left" "$@"
+            rc=$?
+            if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+                echo "gpu_check.sh: cut after ${left} s by GPU_CHECK_SECONDS=$budget (its own bound: $s s): $what" |
+                    tee -a "$B/cut" >&3
+            fi
+            return "$rc"
+        fi
+    fi
+    timeout -k 5 "$s" "$@"
+}
 
 stamp "the machine"
 echo "logs: $O"
-nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.max.sm --format=csv
+bounded 30 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.max.sm --format=csv
 lscpu | grep -E 'Model name|^CPU\(s\)|Thread\(s\)|Socket|L3' | cut -c1-200
 ldd --version | head -n 1
 PY=${PYTHON:-python3}
-"$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())' 2>&1
+bounded 60 "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())' 2>&1
 # Open MPI and PMIx from the bundle: their compiled-in paths where the
 # machine has none (Open MPI reads OPAL_PREFIX; PMIx's help files do not
 # move with it), the components through the environment
@@ -148,13 +188,13 @@ grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" && modes="auto cu
 
 if [[ " $SECTIONS " == *" tests "* ]]; then
     stamp "the conformance suite on cuda"
-    HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 5 120 "$HCNN_BUILDDIR/tests/conformance/test_backend" \
+    HCNN_CONFORMANCE_BACKENDS=cuda bounded 120 "$HCNN_BUILDDIR/tests/conformance/test_backend" \
         > "$O/conformance.log" 2>&1
     echo "exit $?"
     stamp "tests/integration/test_cuda.sh under each convolution choice, side by side: $modes"
     pids=()
     for m in $modes; do
-        HCNN_CUDA_CONV=$m timeout -k 5 300 bash tests/integration/test_cuda.sh > "$O/test_cuda_$m.log" 2>&1 &
+        HCNN_CUDA_CONV=$m bounded 300 bash tests/integration/test_cuda.sh > "$O/test_cuda_$m.log" 2>&1 &
         pids+=($!)
     done
     i=0
@@ -175,7 +215,7 @@ if [[ " $SECTIONS " == *" kernels "* ]]; then
             local name=$1 m=$2
             shift 2
             stamp "kernel time: $name"
-            CUDA_INJECTION64_PATH=$ks HCNN_CUDA_CONV=$m timeout -k 5 90 "$HCNN" bench "$@" \
+            CUDA_INJECTION64_PATH=$ks HCNN_CUDA_CONV=$m bounded 90 "$HCNN" bench "$@" \
                 > "$O/kernels_$name.log" 2>&1
             echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|captured' "$O/kernels_$name.log"
         }
@@ -213,7 +253,7 @@ if [[ " $SECTIONS " == *" kernels "* ]]; then
         # algorithms its cuDNN picked (the kernels' names: Winograd, implicit
         # GEMM) and where its step goes (12-15 s; added 2026-11-29, not yet run)
         stamp "kernel time: pytorch_resnet_b128_fp32"
-        LD_LIBRARY_PATH=$cupti CUDA_INJECTION64_PATH=$ks timeout -k 5 90 "$PY" bench/pytorch/peer.py \
+        LD_LIBRARY_PATH=$cupti CUDA_INJECTION64_PATH=$ks bounded 90 "$PY" bench/pytorch/peer.py \
             --device cuda --model resnet18 --batch 128 --threads 4 --precision fp32 --warmup 3 \
             --repeats 3 --steps 5 --profiler-windows >"$O/kernels_pytorch_resnet_b128_fp32.log" 2>&1
         echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|^peer' "$O/kernels_pytorch_resnet_b128_fp32.log"
@@ -223,7 +263,7 @@ fi
 if [[ " $SECTIONS " == *" bench "* ]]; then
     for m in $modes; do
         stamp "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=$m"
-        HCNN_CUDA_CONV=$m timeout -k 5 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
+        HCNN_CUDA_CONV=$m bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5 \
             > "$O/bench_resnet_b128_$m.log" 2>&1
         echo "exit $?"; grep -E '^# step_ms|^# shares|images_per_s' "$O/bench_resnet_b128_$m.log" | tail -n 3
@@ -234,7 +274,7 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
     # (about 10 s each on the H100)
     for p in fp32 tf32 bf16; do
         stamp "hcnn bench ResNet-18 batch 128 $p, HCNN_CUDA_LAYOUT=nhwc"
-        HCNN_CUDA_LAYOUT=nhwc timeout -k 5 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
+        HCNN_CUDA_LAYOUT=nhwc bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --set precision=$p --warmup 3 --repeats 3 \
             --steps 5 > "$O/bench_resnet_b128_nhwc_$p.log" 2>&1
         echo "exit $?"; grep -E '^hcnn: device|^# step_ms|images_per_s' "$O/bench_resnet_b128_nhwc_$p.log" | tail -n 3
@@ -245,7 +285,7 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
     # none), against the bf16 runs above (auto: measured, graphs included)
     for lay in nchw nhwc; do
         stamp "hcnn bench ResNet-18 batch 128 bf16, HCNN_CUDA_CONV=cudnn (cuDNN graphs), HCNN_CUDA_LAYOUT=$lay"
-        HCNN_CUDA_CONV=cudnn HCNN_CUDA_LAYOUT=$lay timeout -k 5 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
+        HCNN_CUDA_CONV=cudnn HCNN_CUDA_LAYOUT=$lay bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --set precision=bf16 --warmup 3 --repeats 3 \
             --steps 5 > "$O/bench_resnet_b128_bf16_cudnn_$lay.log" 2>&1
         echo "exit $?"; grep -E '^# step_ms|images_per_s' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | tail -n 2
@@ -272,7 +312,7 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
         stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3 --torch-format $cf" | tee -a "$O/compare.log"
         steps=()
         [ "$1" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
-        HCNN=$HCNN PYTHON=$B/python timeout -k 5 $((60 * cr + 60)) bench/compare.sh --device cuda --model "$1" \
+        HCNN=$HCNN PYTHON=$B/python bounded $((60 * cr + 60)) bench/compare.sh --device cuda --model "$1" \
             --batch "$2" --precision "$3" --rounds "$cr" --torch-format "$cf" --threads 4 "${steps[@]}" \
             >> "$O/compare.log" 2>&1
         echo "exit $?"
@@ -292,11 +332,11 @@ if [[ " $SECTIONS " == *" cpu "* ]]; then
     # the two thread-scaling models, one round each (a loan's minutes; the script's
     # default adds the small batches and 3 rounds a point: CPU_MODELS, CPU_ROUNDS)
     MODELS=${CPU_MODELS:-resnet18:64 lenet:256} ROUNDS=${CPU_ROUNDS:-1} \
-        HCNN=$HCNN HCNN_SRCDIR=$R timeout -k 5 580 bench/validate_threads.sh ${CPU_THREADS:-} \
+        HCNN=$HCNN HCNN_SRCDIR=$R bounded 580 bench/validate_threads.sh ${CPU_THREADS:-} \
         > "$O/validate_threads.log" 2>&1
     echo "exit $?"; grep -E '^# |passed' "$O/validate_threads.log"
     stamp "PyTorch on the CPU, ResNet-18 batch 64, $last threads"
-    timeout -k 5 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \
+    bounded 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \
         --warmup 1 --repeats 3 --steps 2 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 2>&1 | tail -n 1
 fi
 if [[ " $SECTIONS " == *" nsight "* ]]; then
@@ -319,7 +359,7 @@ if [[ " $SECTIONS " == *" nsight "* ]]; then
         # layer2.0.conv1 and layer2.0.bn1 (src/core/trace.h: "<pass> <row>
         # <name> (<kind>)"); a push/pop range of the default domain is
         # "NAME/" in ncu's filter
-        HCNN_CUDA_CONV=im2col timeout -k 5 60 "$ncu" --target-processes all --nvtx \
+        HCNN_CUDA_CONV=im2col bounded 60 "$ncu" --target-processes all --nvtx \
             --nvtx-include "fwd 16 layer2.0.conv1 (conv)/" --nvtx-include "fwd 17 layer2.0.bn1 (bn)/" \
             --nvtx-include "bwd 16 layer2.0.conv1 (conv)/" --nvtx-include "bwd 17 layer2.0.bn1 (bn)/" \
             --launch-count 12 --set basic "${nbench[@]}" --warmup 1 --repeats 1 --steps 1 \
@@ -332,18 +372,21 @@ if [[ " $SECTIONS " == *" nsight "* ]]; then
         echo "gpu_check.sh: no nsys (Nsight Systems) on PATH: its part skipped"
     else
         stamp "Nsight Systems: $(nsys --version 2>&1 | head -n 1); hcnn bench 2 + 3 steps"
-        HCNN_CUDA_CONV=im2col timeout -k 5 60 nsys profile --trace=cuda,nvtx,osrt --force-overwrite=true \
+        HCNN_CUDA_CONV=im2col bounded 60 nsys profile --trace=cuda,nvtx,osrt --force-overwrite=true \
             --output="$B/nsys_resnet" "${nbench[@]}" --warmup 2 --repeats 1 --steps 3 \
             > "$O/nsight_nsys.log" 2>&1
         echo "exit $?"
         for rep in nvtx_sum nvtx_gpu_proj_sum cuda_gpu_kern_sum; do
             echo "=== nsys stats --report $rep" >> "$O/nsight_nsys.log"
-            timeout -k 5 30 nsys stats --report "$rep" "$B/nsys_resnet.nsys-rep" >> "$O/nsight_nsys.log" 2>&1
+            bounded 30 nsys stats --report "$rep" "$B/nsys_resnet.nsys-rep" >> "$O/nsight_nsys.log" 2>&1
         done
         grep -A 12 '=== nsys stats --report nvtx_gpu_proj_sum' "$O/nsight_nsys.log" | cut -c1-200
     fi
 fi
 stamp "done"
+ncut=0
+[ -f "$B/cut" ] && ncut=$(wc -l <"$B/cut")
+[ "$ncut" -gt 0 ] && echo "gpu_check.sh: $ncut run(s) cut or skipped by GPU_CHECK_SECONDS=$budget (above)"
 rm -rf "$B"
 if [ -n "$index" ]; then
     # the headline: tests passed per convolution choice, conformance, the
@@ -368,7 +411,11 @@ if [ -n "$index" ]; then
             break
         fi
     done
-    [ -f "$O/validate_threads.log" ] && add "validate_threads: $(grep -E '[0-9]+ passed' "$O/validate_threads.log" | tail -n 1)"
+    if [ -f "$O/validate_threads.log" ]; then
+        vt=$(grep -E '[0-9]+ passed' "$O/validate_threads.log" | tail -n 1)
+        add "validate_threads: ${vt:-no result}"
+    fi
+    [ "$ncut" -gt 0 ] && add "$ncut run(s) cut or skipped by GPU_CHECK_SECONDS=$budget"
     awk -v run="$run" -v hl="${hl:-no results} (${log##*/})" '
         index($0, run " | ") == 1 && / \| unfinished: see [^ ]*$/ { sub(/unfinished: see [^ ]*$/, ""); $0 = $0 hl }
         { print }' "$index" >"$index.tmp" && mv "$index.tmp" "$index"

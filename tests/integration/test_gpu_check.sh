@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# bench/gpu_check.sh and scripts/gpu-bundle.sh, the scripts a session lent
+# the GPU test machine runs there once (docs/gpu-nodes.md, "The GPU test
+# machine"), run here without a GPU so that a slip in them (an unset
+# variable, a renamed option or file, a wrong grep) shows at every commit
+# and not in a 15-minute loan.  In a --with-cuda build (.ci/run's nvcc
+# stage): the bundle packs and unpacks; hcnn starts from it with the
+# bundle's libraries; every section but "cpu" runs through, every hcnn run
+# stopping at "no usable GPU" (none exits 2, a bad command line); the run's
+# folder is named from the GPU (tests/integration/fake-slurm/nvidia-smi:
+# an H100) and its INDEX line finished; GPU_CHECK_SECONDS cuts the run that
+# outlasts it (a python3 that sleeps), skips the rest, and the run still
+# ends with its summary.  Skipped (77) in other builds.
+# About 90 s on 2 cores.
+. "${HCNN_SRCDIR:-.}/tests/lib.sh"
+
+case_begin gpu_check_scripts
+if ! grep -q '^#define HCNN_HAVE_CUDA 1' "$HCNN_BUILDDIR/config.h" 2>/dev/null ||
+    grep -q 'HCNN_CUDA_EMULATION 1' "$HCNN_BUILDDIR/config.h"; then
+    case_skip "not a --with-cuda build (scripts/gpu-bundle.sh packs those only)"
+    finish
+fi
+if ! command -v xz >/dev/null; then
+    case_skip "no xz (apt-get install xz-utils): the bundle is a .tar.xz"
+    finish
+fi
+case_ok
+
+# The scripts run from a copy of the tree's parts they use: gpu_check.sh
+# writes results/gpu/ beside itself (make distcheck's source is read-only).
+S=$HCNN_SRCDIR T=$WORK/tree
+mkdir -p "$T/tests/integration" "$T/results/gpu" "$WORK/bin"
+cp -r "$S/bench" "$S/configs" "$S/scripts" "$T/"
+cp "$S/tests/lib.sh" "$T/tests/"
+cp "$S/tests/integration/test_cuda.sh" "$T/tests/integration/"
+echo "# one line per GPU run" >"$T/results/gpu/INDEX"
+cp "$S/tests/integration/fake-slurm/nvidia-smi" "$WORK/bin/"
+# python3 for gpu_check.sh's PyTorch runs: the one here (peer.py's command
+# line is checked, then it stops without torch or a GPU), or one that
+# sleeps (the run GPU_CHECK_SECONDS cuts: the machine section's PyTorch
+# version, the first run bounded)
+printf '#!/bin/sh\nexec sleep 300\n' >"$WORK/bin/slow-python"
+chmod +x "$WORK/bin/nvidia-smi" "$WORK/bin/slow-python"
+export PATH=$WORK/bin:$PATH FAKE_GPUS=1
+
+case_begin bundle_packs
+# (XZ_OPT=-0: a quick compression; the tree copy has no MNIST to pack)
+if XZ_OPT=-0 timeout -k 5 120 bash "$T/scripts/gpu-bundle.sh" "$WORK/b.tar.xz" "$HCNN_BUILDDIR" \
+    >"$WORK/bundle.log" 2>&1 && [ -s "$WORK/b.tar.xz" ]; then
+    case_ok
+else
+    case_fail "scripts/gpu-bundle.sh: $(tail -n 3 "$WORK/bundle.log")"
+    finish
+fi
+
+expect_fail gpu_check_seconds_checked "GPU_CHECK_SECONDS=ten: expected a whole number" \
+    env GPU_CHECK_SECONDS=ten bash "$T/bench/gpu_check.sh" "$WORK/b.tar.xz" "$WORK/never" tests
+
+# the run's folder: results/gpu/DATE-GPU-COMMIT, found by its session.log
+run_dir() { find "$T/results/gpu" -mindepth 2 -name session.log -newer "$1" -printf '%h\n' | head -n 1; }
+index_line() { grep "^${1##*/} | " "$T/results/gpu/INDEX"; }
+
+touch "$WORK/t1"
+timeout -k 5 300 env PYTHON="${PYTHON:-/usr/bin/python3}" \
+    bash "$T/bench/gpu_check.sh" "$WORK/b.tar.xz" "" "tests kernels bench nsight" >"$WORK/all.out" 2>&1
+rc=$?
+D=$(run_dir "$WORK/t1")
+L=$D/session.log
+case_begin every_section_runs
+if [ "$rc" -ne 0 ] || [ ! -f "$L" ]; then
+    case_fail "exit $rc, session.log ${D:-not written}: $(tail -n 5 "$WORK/all.out")"
+else
+    miss=""
+    for stamp in "the conformance suite on cuda" "test_cuda.sh under each convolution choice" \
+        "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=" "HCNN_CUDA_LAYOUT=nhwc" \
+        "bench/compare.sh --device cuda --model resnet18 --batch 128 --precision bf16" \
+        "bench/compare.sh --device cuda --model lenet --batch 256" "s: done"; do
+        grep -qF -- "$stamp" "$L" || miss+=" '$stamp'"
+    done
+    # kernels: its runs where the build has CUPTI's kernel_share.so, else the line saying so
+    grep -qE 'kernel time: pytorch_resnet_b128_fp32|kernel_share.so missing' "$L" || miss+=" kernels"
+    grep -qE 'no ncu|Nsight Compute:' "$L" || miss+=" nsight"
+    if [ -n "$miss" ]; then case_fail "session.log lacks:$miss"; else case_ok; fi
+fi
+
+case_begin hcnn_starts_from_bundle
+# hcnn --version under the bundle's environment: its BLAS from the bundle's lib/
+if grep -qE '^hcnn [0-9]' "$L" && grep -qE '^BLAS library: /.*/lib/lib' "$L" &&
+    ! grep -q 'does not start here' "$L"; then
+    case_ok
+else
+    case_fail "no hcnn --version from the bundle in session.log: $(grep -m 3 -E '^hcnn|BLAS|start' "$L")"
+fi
+
+case_begin no_script_errors
+# bash's own complaints (nvidia-smi is there: the fake), or a run that
+# refused its command line (exit 2) where each should stop at the GPU
+errs=$(grep -B 1 -E 'unbound variable|syntax error|command not found|bad substitution|^exit 2$' "$L")
+nogpu=$(grep -L 'no usable GPU' "$D"/bench_resnet_b128_*.log "$D"/test_cuda_*.log 2>/dev/null)
+if [ -n "$errs" ]; then
+    case_fail "session.log: $errs"
+elif [ -n "$nogpu" ]; then
+    # shellcheck disable=SC2086 # one or more files, a line each
+    case_fail "runs that did not reach the GPU's absence: $nogpu: $(tail -n 2 $nogpu | head -n 6)"
+elif ! ls "$D"/bench_resnet_b128_bf16_cudnn_nhwc.log "$D"/compare.log >/dev/null 2>&1; then
+    case_fail "a run's log is missing: $(ls "$D")"
+else
+    case_ok
+fi
+
+case_begin run_folder_and_index
+line=$(index_line "$D")
+if ! [[ ${D##*/} =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}-h100-[0-9a-z]+ ]]; then
+    case_fail "folder ${D##*/}: expected DATE-h100-COMMIT (the fake nvidia-smi's H100)"
+elif [ -z "$line" ] || grep -q 'unfinished' <<<"$line" || ! grep -q 'conformance' <<<"$line"; then
+    case_fail "results/gpu/INDEX: '${line:-no line}'"
+else
+    case_ok
+fi
+
+# GPU_CHECK_SECONDS: a python3 that sleeps past it in the machine section,
+# then the tests and benchmarks left skipped
+touch "$WORK/t2"
+start=$(date +%s)
+timeout -k 5 120 env GPU_CHECK_SECONDS=30 PYTHON="$WORK/bin/slow-python" \
+    bash "$T/bench/gpu_check.sh" "$WORK/b.tar.xz" "" "tests bench" >"$WORK/cut.out" 2>&1
+rc=$? took=$(($(date +%s) - start))
+D=$(run_dir "$WORK/t2")
+L=$D/session.log
+case_begin gpu_check_seconds_cuts
+n=$(grep -cE '^gpu_check.sh: (cut after|skipped, GPU_CHECK_SECONDS=30 spent)' "$L" 2>/dev/null)
+line=$(index_line "$D")
+if [ "$rc" -ne 0 ] || [ ! -f "$L" ]; then
+    case_fail "exit $rc, session.log ${D:-not written}: $(tail -n 5 "$WORK/cut.out")"
+elif [ "$took" -gt 45 ]; then
+    case_fail "took ${took} s under GPU_CHECK_SECONDS=30"
+elif ! grep -q '^gpu_check.sh: cut after' "$L" || ! grep -q '^gpu_check.sh: skipped' "$L" ||
+    ! grep -q 's: done' "$L"; then
+    case_fail "expected a cut run, skipped runs and the end: $(grep -E 'cut|skipped|done' "$L" | head -n 5)"
+elif ! grep -q "| .*$n run(s) cut or skipped by GPU_CHECK_SECONDS=30" <<<"$line"; then
+    case_fail "results/gpu/INDEX does not count the $n cut or skipped: '$line'"
+else
+    echo "# ${took} s; $n run(s) cut or skipped: $(grep -m 1 '^gpu_check.sh: cut after' "$L" | cut -c 1-120)"
+    case_ok
+fi
+
+finish
