@@ -634,6 +634,10 @@ void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
     const hcnn_cudnn_conv *dnn_x = dx ? way_plan(be, d, ex, n, data, HCNN_PASS_DATA) : NULL;
     if (dnn_x && !hcnn_cudnn_conv_aligned(dnn_x, HCNN_PASS_DATA, dx))
         dnn_x = NULL;
+    if (dnn_w && dnn_w == dnn_x) { /* both by one plan (in bf16, dy rounded once) */
+        hcnn_cudnn_conv_bwd(be, dnn_w, ex, x, w, dy, dw, dx, dx_acc);
+        return;
+    }
     if (dnn_w) {
         hcnn_cudnn_conv_bwd_filter(be, dnn_w, ex, x, dy, dw);
         dw = NULL;

@@ -226,6 +226,11 @@ void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p
 void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                               const hcnn_exec *ex, const float *w, const float *dy, float *dx,
                               int dx_acc);
+/* dw += and dx = (or +=, dx_acc) by one plan, the filter's first, as the
+ * two calls above: in bf16 dy is rounded once for both graphs */
+void hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                         const float *x, const float *w, const float *dy, float *dw, float *dx,
+                         int dx_acc);
 /* "cuDNN 9.19.0 implicit_gemm (...)": the plan's algorithm for a pass */
 void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, size_t cap);
 /* bias.cu */
