@@ -74,9 +74,12 @@ budget=${GPU_CHECK_SECONDS:-0}
 case $budget in
 '' | *[!0-9]*) echo "gpu_check.sh: GPU_CHECK_SECONDS=$budget: expected a whole number of seconds" >&2; exit 2 ;;
 esac
+budget=$((10#$budget)) # 0550 is 550, not octal
 cd "$(dirname "$0")/.." || exit 1
 R=$PWD
 B=$(mktemp -d)
+trap 'rm -rf "$B"' EXIT
+trap 'exit 143' TERM INT
 tar -xJf "$bundle" -C "$B" || { echo "gpu_check.sh: $bundle does not unpack"; exit 1; }
 gpu=$(timeout -k 5 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 index="" run=""
@@ -108,6 +111,7 @@ if [ -n "$index" ]; then
     echo "$run | $(date -u +%F) | ${gpu:-no GPU} | $commit | bench/gpu_check.sh $SECTIONS | unfinished: see ${log##*/}" >>"$index"
 fi
 exec > >(tee "$log") 2>&1
+tee_pid=$! # waited for at the end: session.log whole before the script returns
 exec 3>&1 # session.log, for bounded's lines from runs whose output goes to their own logs
 stamp() { echo "=== $(($(date +%s) - t0))s: $*"; }
 # bounded SECONDS COMMAND...: COMMAND under timeout -k 5 SECONDS, or under
@@ -125,7 +129,7 @@ bounded() {
             return 124
         fi
         if [ "$left" -lt "$s" ]; then
-            timeout -k 5 "$left" "$@"
+            timeout -k 5 "$left" "$@" 3>&-
             rc=$?
             if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
                 echo "gpu_check.sh: cut after ${left} s by GPU_CHECK_SECONDS=$budget (its own bound: $s s): $what" |
@@ -134,7 +138,7 @@ bounded() {
             return "$rc"
         fi
     fi
-    timeout -k 5 "$s" "$@"
+    timeout -k 5 "$s" "$@" 3>&- # (fd 3 closed: a process a run leaves behind holds no session.log)
 }
 
 stamp "the machine"
@@ -387,7 +391,6 @@ stamp "done"
 ncut=0
 [ -f "$B/cut" ] && ncut=$(wc -l <"$B/cut")
 [ "$ncut" -gt 0 ] && echo "gpu_check.sh: $ncut run(s) cut or skipped by GPU_CHECK_SECONDS=$budget (above)"
-rm -rf "$B"
 if [ -n "$index" ]; then
     # the headline: tests passed per convolution choice, conformance, the
     # ratios to PyTorch (medians), ResNet-18's kernel share, the CPU sweep
@@ -421,3 +424,8 @@ if [ -n "$index" ]; then
         { print }' "$index" >"$index.tmp" && mv "$index.tmp" "$index"
     echo "gpu_check.sh: logs in $O; results/gpu/INDEX: $(grep "^$run " "$index")"
 fi
+# session.log whole before returning (the recipe packs it next): the tee
+# ends when the script's last copies of its pipe are closed
+exec >&- 2>&- 3>&-
+wait "$tee_pid"
+exit 0

@@ -513,14 +513,30 @@ void hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                        ex->ws, workspace_bytes(p, ex), &beta, p->y, y));
 }
 
+/* bf16: dw += the filter gradient's graph of the rounded x and dy */
+static void filter_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                         const __nv_bfloat16 *xb, const __nv_bfloat16 *dyb, float *dw)
+{
+    hcnn_graph_plan_run(handle_of(be), &p->graph[HCNN_GRAPH_FILTER], HCNN_GRAPH_FILTER, xb, dyb,
+                        NULL, dw, ex->ws, workspace_bytes(p, ex));
+}
+
+/* bf16: dx = (or +=, dx_acc) the data gradient's graph of the rounded dy and w */
+static void data_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                       const __nv_bfloat16 *dyb, const __nv_bfloat16 *wb, float *dx, int dx_acc)
+{
+    const hcnn_graph_kind k = dx_acc ? HCNN_GRAPH_DATA_ACC : HCNN_GRAPH_DATA;
+    hcnn_graph_plan_run(handle_of(be), &p->graph[k], k, dyb, wb, NULL, dx, ex->ws,
+                        workspace_bytes(p, ex));
+}
+
 void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                 const hcnn_exec *ex, const float *x, const float *dy, float *dw)
 {
     if (p->precision == HCNN_PRECISION_BF16) {
         __nv_bfloat16 *xb, *dyb;
         bf16_pair(be, p, x, in_floats(p), 0, dy, out_floats(p), &xb, &dyb);
-        hcnn_graph_plan_run(handle_of(be), &p->graph[HCNN_GRAPH_FILTER], HCNN_GRAPH_FILTER, xb,
-                            dyb, NULL, dw, ex->ws, workspace_bytes(p, ex));
+        filter_graph(be, p, ex, xb, dyb, dw);
         return;
     }
     const float one = 1.0f; /* dw += */
@@ -536,9 +552,7 @@ void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
     if (p->precision == HCNN_PRECISION_BF16) {
         __nv_bfloat16 *wb, *dyb;
         bf16_pair(be, p, w, w_floats(p), 1, dy, out_floats(p), &wb, &dyb);
-        const hcnn_graph_kind k = dx_acc ? HCNN_GRAPH_DATA_ACC : HCNN_GRAPH_DATA;
-        hcnn_graph_plan_run(handle_of(be), &p->graph[k], k, dyb, wb, NULL, dx, ex->ws,
-                            workspace_bytes(p, ex));
+        data_graph(be, p, ex, dyb, wb, dx, dx_acc);
         return;
     }
     const float one = 1.0f, beta = dx_acc ? 1.0f : 0.0f;
@@ -567,11 +581,8 @@ void hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const
     bf16_operand(be, p, dy, ny, 0, dyb);
     bf16_operand(be, p, x, nx, 0, xb);
     bf16_operand(be, p, w, w_floats(p), 1, wb);
-    hcnn_graph_plan_run(handle_of(be), &p->graph[HCNN_GRAPH_FILTER], HCNN_GRAPH_FILTER, xb, dyb,
-                        NULL, dw, ex->ws, workspace_bytes(p, ex));
-    const hcnn_graph_kind k = dx_acc ? HCNN_GRAPH_DATA_ACC : HCNN_GRAPH_DATA;
-    hcnn_graph_plan_run(handle_of(be), &p->graph[k], k, dyb, wb, NULL, dx, ex->ws,
-                        workspace_bytes(p, ex));
+    filter_graph(be, p, ex, xb, dyb, dw);
+    data_graph(be, p, ex, dyb, wb, dx, dx_acc);
 }
 
 static const char *fwd_name(cudnnConvolutionFwdAlgo_t a)

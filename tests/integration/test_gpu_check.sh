@@ -10,8 +10,10 @@
 # folder is named from the GPU (tests/integration/fake-slurm/nvidia-smi:
 # an H100) and its INDEX line finished; GPU_CHECK_SECONDS cuts the run that
 # outlasts it (a python3 that sleeps), skips the rest, and the run still
-# ends with its summary.  Skipped (77) in other builds.
-# About 90 s on 2 cores.
+# ends with its summary.  CUDA_VISIBLE_DEVICES is emptied: on a GPU node
+# too the scripts run to the GPU's absence.  Skipped (77) in other builds
+# and without Debian's Open MPI 4 layout (what the bundle packs).
+# About 100 s on 2 cores.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 
 case_begin gpu_check_scripts
@@ -24,6 +26,14 @@ if ! command -v xz >/dev/null; then
     case_skip "no xz (apt-get install xz-utils): the bundle is a .tar.xz"
     finish
 fi
+# what scripts/gpu-bundle.sh packs of Open MPI: Debian's Open MPI 4 layout
+for f in /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 /usr/share/openmpi \
+    /etc/openmpi /usr/bin/orterun /usr/bin/orted; do
+    if [ ! -e "$f" ]; then
+        case_skip "no $f: scripts/gpu-bundle.sh packs Debian's Open MPI 4 (apt-get install openmpi-bin libopenmpi-dev)"
+        finish
+    fi
+done
 case_ok
 
 # The scripts run from a copy of the tree's parts they use: gpu_check.sh
@@ -33,6 +43,7 @@ mkdir -p "$T/tests/integration" "$T/results/gpu" "$WORK/bin"
 cp -r "$S/bench" "$S/configs" "$S/scripts" "$T/"
 cp "$S/tests/lib.sh" "$T/tests/"
 cp "$S/tests/integration/test_cuda.sh" "$T/tests/integration/"
+chmod -R u+w "$T" # (a read-only source's modes: lib.sh removes $WORK at the end)
 echo "# one line per GPU run" >"$T/results/gpu/INDEX"
 cp "$S/tests/integration/fake-slurm/nvidia-smi" "$WORK/bin/"
 # python3 for gpu_check.sh's PyTorch runs: the one here (peer.py's command
@@ -41,7 +52,10 @@ cp "$S/tests/integration/fake-slurm/nvidia-smi" "$WORK/bin/"
 # version, the first run bounded)
 printf '#!/bin/sh\nexec sleep 300\n' >"$WORK/bin/slow-python"
 chmod +x "$WORK/bin/nvidia-smi" "$WORK/bin/slow-python"
-export PATH=$WORK/bin:$PATH FAKE_GPUS=1
+# no GPU even on a GPU node (make check there): every run stops at its absence
+export PATH=$WORK/bin:$PATH FAKE_GPUS=1 CUDA_VISIBLE_DEVICES=
+# the settings of gpu_check.sh and of its runs that the caller may have set
+unset GPU_CHECK_SECONDS HCNN_CUDA_CONV HCNN_CUDA_LAYOUT COMPARE_ROUNDS COMPARE_FORMAT
 
 case_begin bundle_packs
 # (XZ_OPT=-0: a quick compression; the tree copy has no MNIST to pack)
@@ -118,26 +132,27 @@ else
     case_ok
 fi
 
-# GPU_CHECK_SECONDS: a python3 that sleeps past it in the machine section,
-# then the tests and benchmarks left skipped
+# GPU_CHECK_SECONDS: a python3 that sleeps past it in the machine section
+# (cut: 35 s less the bundle's unpacking are left), then the tests and
+# benchmarks left skipped
 touch "$WORK/t2"
 start=$(date +%s)
-timeout -k 5 120 env GPU_CHECK_SECONDS=30 PYTHON="$WORK/bin/slow-python" \
+timeout -k 5 120 env GPU_CHECK_SECONDS=45 PYTHON="$WORK/bin/slow-python" \
     bash "$T/bench/gpu_check.sh" "$WORK/b.tar.xz" "" "tests bench" >"$WORK/cut.out" 2>&1
 rc=$? took=$(($(date +%s) - start))
 D=$(run_dir "$WORK/t2")
 L=$D/session.log
 case_begin gpu_check_seconds_cuts
-n=$(grep -cE '^gpu_check.sh: (cut after|skipped, GPU_CHECK_SECONDS=30 spent)' "$L" 2>/dev/null)
+n=$(grep -cE '^gpu_check.sh: (cut after|skipped, GPU_CHECK_SECONDS=45 spent)' "$L" 2>/dev/null)
 line=$(index_line "$D")
 if [ "$rc" -ne 0 ] || [ ! -f "$L" ]; then
     case_fail "exit $rc, session.log ${D:-not written}: $(tail -n 5 "$WORK/cut.out")"
-elif [ "$took" -gt 45 ]; then
-    case_fail "took ${took} s under GPU_CHECK_SECONDS=30"
+elif [ "$took" -gt 60 ]; then
+    case_fail "took ${took} s under GPU_CHECK_SECONDS=45"
 elif ! grep -q '^gpu_check.sh: cut after' "$L" || ! grep -q '^gpu_check.sh: skipped' "$L" ||
     ! grep -q 's: done' "$L"; then
     case_fail "expected a cut run, skipped runs and the end: $(grep -E 'cut|skipped|done' "$L" | head -n 5)"
-elif ! grep -q "| .*$n run(s) cut or skipped by GPU_CHECK_SECONDS=30" <<<"$line"; then
+elif ! grep -q "| .*$n run(s) cut or skipped by GPU_CHECK_SECONDS=45" <<<"$line"; then
     case_fail "results/gpu/INDEX does not count the $n cut or skipped: '$line'"
 else
     echo "# ${took} s; $n run(s) cut or skipped: $(grep -m 1 '^gpu_check.sh: cut after' "$L" | cut -c 1-120)"
