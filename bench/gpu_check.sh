@@ -5,15 +5,16 @@
 #   tests   tests/integration/test_cuda.sh under each convolution choice (HCNN_CUDA_CONV
 #           unset, cudnn, im2col; side by side), and the conformance suite's
 #           whole log
-#   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile;
-#           with NHWC activations in fp32, tf32, bf16: HCNN_CUDA_LAYOUT=nhwc;
-#           bf16 by cuDNN's graphs in both layouts: HCNN_CUDA_CONV=cudnn),
-#           and bench/compare.sh against PyTorch on the same GPU: ResNet-18
+#   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile),
+#           bench/compare.sh against PyTorch on the same GPU: ResNet-18
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256; PyTorch
 #           in NCHW and channels_last in the same alternated rounds, its
 #           faster median the reference (issue 42), 2 rounds, not 3, to keep
 #           "tests kernels bench" near 8 minutes (below; COMPARE_ROUNDS,
-#           COMPARE_FORMAT=nchw|channels_last|best in the environment)
+#           COMPARE_FORMAT=nchw|channels_last|best in the environment); then,
+#           where GPU_CHECK_SECONDS cuts first, hcnn bench with NHWC
+#           activations in fp32, tf32, bf16 (HCNN_CUDA_LAYOUT=nhwc) and bf16
+#           by cuDNN's graphs in both layouts (HCNN_CUDA_CONV=cudnn)
 #   kernels the kernel time of hcnn bench's timed steps (bench/kernel_share.so,
 #           a CUPTI injection library: the share and the ten longest kernels),
 #           ResNet-18 batch 128 fp32 under each convolution choice and with
@@ -272,6 +273,33 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
             > "$O/bench_resnet_b128_$m.log" 2>&1
         echo "exit $?"; grep -E '^# step_ms|^# shares|images_per_s' "$O/bench_resnet_b128_$m.log" | tail -n 3
     done
+    # PyTorch in both memory formats, the faster the reference (compare.sh's
+    # --torch-format best).  A PyTorch run is 12-15 s on the H100 (its import,
+    # CUDA's start, cudnn.benchmark's search; 2026-11-27's session.log: 42-54 s
+    # a configuration of 3 rounds, hcnn 2-3 s of each round), so the second
+    # format adds ~13 s a round: ~200 s over five configurations at 3 rounds
+    # (tests kernels bench ~600 s instead of 397 s); at 2 rounds ~300 s for the
+    # comparisons, ~450 s in all before the kernels and diagnostics added on
+    # 2026-11-29 (docs/gpu-nodes.md: perhaps 600 s, past GPU_CHECK_SECONDS=550).
+    # The median of 2 rounds is their mean: the round lines in compare.log
+    # show the spread.
+    cr=${COMPARE_ROUNDS:-2} cf=${COMPARE_FORMAT:-best}
+    for spec in "resnet18 128 fp32" "resnet18 128 tf32" "resnet18 128 bf16" "lenet 64 fp32" "lenet 256 fp32"; do
+        set -- $spec
+        stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3 --torch-format $cf" | tee -a "$O/compare.log"
+        steps=()
+        [ "$1" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
+        HCNN=$HCNN PYTHON=$B/python bounded $((60 * cr + 60)) bench/compare.sh --device cuda --model "$1" \
+            --batch "$2" --precision "$3" --rounds "$cr" --torch-format "$cf" --threads 4 "${steps[@]}" \
+            >> "$O/compare.log" 2>&1
+        echo "exit $?"
+        # this configuration's part of compare.log: each format's median, the reference, the ratio
+        # shellcheck disable=SC2016 # sed's $: the last line
+        sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" |
+            grep -E '^pytorch_mode=|^pytorch_best_mode=|^hcnn_median=|^compare.sh: ' | tail -n 6
+    done
+    # The diagnostics below come after the comparisons (the targets):
+    # where GPU_CHECK_SECONDS cuts the section, it cuts these.
     # NHWC activations (HCNN_CUDA_LAYOUT=nhwc: cuDNN's plans on NHWC
     # tensors, the im2col path's NHWC kernels): whether auto should choose
     # them, in each precision, against the runs above and compare.sh's
@@ -295,36 +323,14 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
         echo "exit $?"; grep -E '^# step_ms|images_per_s' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | tail -n 2
         grep -m 3 '^# plan' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | cut -c 1-600
     done
+    # (the end of the section: not bounded, so shown after any cut)
     # each line: precision, layout, the shape, its batch, the ways chosen for
     # forward, data and filter gradient, then the medians (ms) of im2col,
     # im2col_image, cudnn, transposed and transposed_cudnn (the data
     # gradient of stride 1 alone) and winograd_cudnn (3x3 stride-1 layers
     # of >= 32 channels) for each pass (0: not a candidate)
     stamp "the convolutions' measured ways (HCNN_CUDA_CONV=auto), $O/cache/hcnn"
-    grep -h '^key\|^conv' "$O"/cache/hcnn/cuda-conv-*.txt 2>/dev/null | head -n 80
-    # PyTorch in both memory formats, the faster the reference (compare.sh's
-    # --torch-format best).  A PyTorch run is 12-15 s on the H100 (its import,
-    # CUDA's start, cudnn.benchmark's search; 2026-11-27's session.log: 42-54 s
-    # a configuration of 3 rounds, hcnn 2-3 s of each round), so the second
-    # format adds ~13 s a round: ~200 s over five configurations at 3 rounds
-    # (tests kernels bench ~600 s instead of 397 s); at 2 rounds ~300 s for the
-    # comparisons, ~450 s in all.  The median of 2 rounds is their mean: the
-    # round lines in compare.log show the spread.
-    cr=${COMPARE_ROUNDS:-2} cf=${COMPARE_FORMAT:-best}
-    for spec in "resnet18 128 fp32" "resnet18 128 tf32" "resnet18 128 bf16" "lenet 64 fp32" "lenet 256 fp32"; do
-        set -- $spec
-        stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3 --torch-format $cf" | tee -a "$O/compare.log"
-        steps=()
-        [ "$1" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
-        HCNN=$HCNN PYTHON=$B/python bounded $((60 * cr + 60)) bench/compare.sh --device cuda --model "$1" \
-            --batch "$2" --precision "$3" --rounds "$cr" --torch-format "$cf" --threads 4 "${steps[@]}" \
-            >> "$O/compare.log" 2>&1
-        echo "exit $?"
-        # this configuration's part of compare.log: each format's median, the reference, the ratio
-        # shellcheck disable=SC2016 # sed's $: the last line
-        sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" |
-            grep -E '^pytorch_mode=|^pytorch_best_mode=|^hcnn_median=|^compare.sh: ' | tail -n 6
-    done
+    grep -h '^key\|^conv' "$O"/cache/hcnn/cuda-conv-*.txt 2>/dev/null | head -n 120
 fi
 
 if [[ " $SECTIONS " == *" cpu "* ]]; then
