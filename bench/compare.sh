@@ -8,6 +8,7 @@
 #                    [--device cpu|cuda] [--precision fp32|tf32|bf16]
 #                    [--torch-format nchw|channels_last|best]
 #                    [--peer-modes one|best|all|MODE,MODE...]
+#                    [--peer-process per-run|server]
 #
 # --channels-last: PyTorch's model and batches in channels_last (NHWC), the
 # layout oneDNN prefers on CPUs (the default, NCHW, is hcnn's); a fair
@@ -46,6 +47,20 @@
 #   pytorch_mode=<mode> median=M hcnn_ratio=X/M compared=0|1
 # and pytorch_best_mode=<mode>, the compared mode with the highest median,
 # which is the last line's pytorch_median.
+# --peer-process: how PyTorch's runs are made
+#   per-run  a python3 process for each run (the default on the CPU, where
+#            its start is 1-2 s)
+#   server   one python3 process a mode (peer.py --serve, started before
+#            the first round, ended with compare.sh), which makes that
+#            mode's runs: each a line to it, its model, optimiser and batches
+#            made again from the same seed, so that a run measures what a
+#            process of its own would (never a run of another mode before
+#            it in the same process: below, at serve_start); torch's import
+#            and CUDA's start (12-15 s a run on the H100 of 2026-11-27,
+#            against 0.2-3 s of timed steps) are paid once a mode.  The
+#            default with --device cuda.  The servers wait, idle, while the
+#            other runs run.  A server that dies stops compare.sh (exit 1),
+#            its output shown
 # --device cuda: hcnn's CUDA backend (a build configured --with-cuda)
 # against PyTorch on the same GPU (cuDNN, its fastest algorithms:
 # cudnn.benchmark); --precision sets both sides alike (fp32: no TF32
@@ -68,7 +83,7 @@ usage() {
 }
 
 model=lenet batch=64 threads=2 rounds=5 mkldnn=1 channels_last=0 device=cpu precision=fp32
-peer_modes=one torch_format=''
+peer_modes=one torch_format='' peer_process=''
 warmup='' repeats='' steps=''
 # val OPTION [VALUE...]: OPTION must have a non-empty value
 val() { if [ $# -lt 2 ] || [ -z "$2" ]; then echo "compare.sh: $1 needs a value (see --help)" >&2; exit 2; fi; }
@@ -87,6 +102,7 @@ while [ $# -gt 0 ]; do
     --precision) val "$@"; precision=$2; shift 2 ;;
     --peer-modes) val "$@"; peer_modes=$2; shift 2 ;;
     --torch-format) val "$@"; torch_format=$2; shift 2 ;;
+    --peer-process) val "$@"; peer_process=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -101,6 +117,11 @@ for v in batch threads rounds; do
 done
 case $device in cpu | cuda) ;; *) echo "compare.sh: --device '$device': expected cpu or cuda" >&2; exit 2 ;; esac
 case $precision in fp32 | tf32 | bf16) ;; *) echo "compare.sh: --precision '$precision': expected fp32, tf32 or bf16" >&2; exit 2 ;; esac
+case $peer_process in
+'') if [ "$device" = cuda ]; then peer_process=server; else peer_process=per-run; fi ;;
+per-run | server) ;;
+*) echo "compare.sh: --peer-process '$peer_process': expected per-run or server" >&2; exit 2 ;;
+esac
 [ "$device" = cuda ] || [ "$precision" != tf32 ] ||
     { echo "compare.sh: --precision tf32 needs --device cuda (TF32 is a GPU format; on the CPU use fp32 or bf16)" >&2; exit 2; }
 
@@ -219,8 +240,67 @@ mode_args() {
 # mode_format MODE: peer.py's memory format for MODE's layout
 mode_format() { if [ "${1#*_}" = nhwc ]; then echo channels_last; else echo contiguous; fi; }
 
+# The PyTorch servers (--peer-process server): one peer.py --serve a mode,
+# started before the first round, on two FIFOs (its input and output, our
+# ends in srv_in[MODE] and srv_out[MODE]).  A server a mode, not one for
+# all: what a run leaves in its process affects the next run there.  On a
+# 2-core Zen 5 (2026-11-30, torch 1.13, LeNet-5 batch 64) channels_last
+# ran at 28.8-29.5k images/s after an NCHW run in the same process,
+# 17.2-18.6k in a process of its own; runs of one mode served one after
+# another kept a fresh process's rate (medians 18.1k against 18.0k
+# channels_last, 23.4k against 23.3k NCHW, 7 alternated rounds).
+declare -A srv_pid=() srv_in=() srv_out=()
+srv_fds=()
+# closed CMD...: exec CMD without the servers' pipes (a process holding a
+# server's input would keep it from seeing its end)
+closed() {
+    local fd
+    for fd in "${srv_fds[@]}"; do eval "exec $fd>&-"; done
+    exec "$@"
+}
+serve_start() { # MODE
+    mkfifo "$tmp/in_$1" "$tmp/out_$1"
+    (closed "${peer_cmd[@]}" --serve) < "$tmp/in_$1" > "$tmp/out_$1" 2>&1 &
+    srv_pid[$1]=$!
+    local i o
+    exec {i}> "$tmp/in_$1" {o}< "$tmp/out_$1"
+    srv_in[$1]=$i srv_out[$1]=$o
+    srv_fds+=("$i" "$o")
+}
+serve_stop() {
+    local fd m
+    for fd in "${srv_fds[@]}"; do eval "exec $fd>&-"; done # their input's end: an idle server exits
+    for m in "${!srv_pid[@]}"; do
+        kill "${srv_pid[$m]}" 2>/dev/null || true # one still in a run (compare.sh stopping)
+        wait "${srv_pid[$m]}" 2>/dev/null || true
+    done
+    srv_fds=() srv_pid=()
+}
+# served MODE NAME ARGS...: one run of MODE's server with ARGS (peer.py's
+# options after the server's), its output in $tmp/NAME.log; prints its
+# images_per_s
+served() {
+    local mode=$1 name=$2 log="$tmp/$2.log" line rc=''
+    shift 2
+    : > "$log"
+    # (a subshell ignoring SIGPIPE: a dead server's pipe fails the write, not compare.sh)
+    ( trap '' PIPE; printf '%s\n' "$(printf '%q ' "$@")" >&"${srv_in[$mode]}" ) 2>/dev/null || true
+    while IFS= read -r line <&"${srv_out[$mode]}"; do
+        case $line in
+        peer_served=*' status='*) rc=${line##* status=}; break ;;
+        *) printf '%s\n' "$line" >> "$log" ;;
+        esac
+    done
+    if [ -z "$rc" ]; then
+        echo "compare.sh: $name: its PyTorch server (${peer_cmd[*]} --serve) ended before answering: $*" >&2
+        tail -n 20 "$log" >&2
+        return 1
+    fi
+    rate_of "$name" "$rc" "${peer_cmd[*]} --serve, the line: $*"
+}
+
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'serve_stop; rm -rf "$tmp"' EXIT
 
 # Until 'hcnn bench' exists, emulate it with one epoch of synthetic training
 # (rate of the whole epoch, warm-up included; no repeats).
@@ -240,19 +320,27 @@ if ! "$PY" -c 'import torch' > /dev/null 2>&1; then
     echo "compare.sh: python3-torch not installed ($PY cannot import torch): running hcnn only; apt-get install python3-torch for the comparison" >&2
 fi
 
-# run NAME CMD...: runs CMD, prints its images_per_s (the last line's value)
+# run NAME CMD...: runs CMD (without the PyTorch server's pipes), prints its
+# images_per_s (the last line's value)
 run() {
     local name=$1 log="$tmp/$1.log" rc=0
     shift
-    "$@" > "$log" 2>&1 || rc=$?
-    local rate
+    (closed "$@") > "$log" 2>&1 || rc=$?
+    rate_of "$name" "$rc" "$*"
+}
+
+# rate_of NAME STATUS WHAT: prints the images_per_s of $tmp/NAME.log's last
+# line, or says the run (WHAT) failed and returns 1
+rate_of() {
+    local name=$1 log="$tmp/$1.log" rc=$2 rate
+    shift 2
     if [ "$name" = hcnn ] && [ "$bench_mode" = train ]; then
         rate=$(sed -n 's/^epoch=.* images_per_s=\([0-9.]*\).*/\1/p' "$log" | tail -n 1)
     else
         rate=$(tail -n 1 "$log" | sed -n 's/^images_per_s=\([0-9.]*\)$/\1/p')
     fi
     if [ "$rc" -ne 0 ] || [ -z "$rate" ]; then
-        echo "compare.sh: $name failed (exit $rc): $*" >&2
+        echo "compare.sh: $name failed (exit $rc): $1" >&2
         tail -n 20 "$log" >&2
         return 1
     fi
@@ -267,7 +355,11 @@ peer() {
     local r
     local -a extra
     mapfile -t extra < <(mode_args "$1")
-    r=$(run "pytorch_$1" "${peer_cmd[@]}" "${extra[@]}") || return 1
+    if [ "$peer_process" = server ]; then
+        r=$(served "$1" "pytorch_$1" "${extra[@]}") || return 1
+    else
+        r=$(run "pytorch_$1" "${peer_cmd[@]}" "${extra[@]}") || return 1
+    fi
     # the format it ran in (peer.py's header, from its tensors' strides):
     # a layout not applied would compare hcnn with NCHW twice, unsaid
     local want got
@@ -283,9 +375,11 @@ peer() {
 # faster A B: the larger of two rates
 faster() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 
-echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode device=$device precision=$precision peer_modes=$peer_modes torch_format=$torch_format"
+echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode peer_process=$peer_process device=$device precision=$precision peer_modes=$peer_modes torch_format=$torch_format"
 echo "hcnn:    ${hcnn_cmd[*]}"
 if [ "$have_torch" = 1 ]; then
+    # (with a server: each line the command of a process of its own, the same run)
+    [ "$peer_process" = per-run ] || echo "peer_server: ${peer_cmd[*]} --serve (one a mode)"
     if [ "$peer_modes" = one ]; then
         echo "pytorch: ${peer_cmd[*]} $(mode_args "${modes[0]}" | paste -sd ' ')"
     else
@@ -294,6 +388,9 @@ if [ "$have_torch" = 1 ]; then
 fi
 
 nm=${#modes[@]}
+if [ "$have_torch" = 1 ] && [ "$peer_process" = server ]; then
+    for m in "${modes[@]}"; do serve_start "$m"; done
+fi
 : > "$tmp/h"
 for m in "${modes[@]}"; do : > "$tmp/p_$m"; done
 for ((i = 1; i <= rounds; i++)); do

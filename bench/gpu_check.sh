@@ -9,9 +9,10 @@
 #           bench/compare.sh against PyTorch on the same GPU: ResNet-18
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256; PyTorch
 #           in NCHW and channels_last in the same alternated rounds, its
-#           faster median the reference (issue 42), 2 rounds, not 3, to keep
-#           "tests kernels bench" near 8 minutes (below; COMPARE_ROUNDS,
-#           COMPARE_FORMAT=nchw|channels_last|best in the environment); then,
+#           faster median the reference (issue 42), 3 rounds, each PyTorch
+#           mode's runs made by one process (compare.sh's --peer-process
+#           server, below; COMPARE_ROUNDS, COMPARE_FORMAT=nchw|channels_last|best
+#           and COMPARE_PEER_PROCESS=server|per-run in the environment); then,
 #           where GPU_CHECK_SECONDS cuts first, hcnn bench with NHWC
 #           activations in fp32, tf32, bf16 (HCNN_CUDA_LAYOUT=nhwc) and bf16
 #           by cuDNN's graphs in both layouts (HCNN_CUDA_CONV=cudnn)
@@ -274,25 +275,39 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
         echo "exit $?"; grep -E '^# step_ms|^# shares|images_per_s' "$O/bench_resnet_b128_$m.log" | tail -n 3
     done
     # PyTorch in both memory formats, the faster the reference (compare.sh's
-    # --torch-format best).  A PyTorch run is 12-15 s on the H100 (its import,
-    # CUDA's start, cudnn.benchmark's search; 2026-11-27's session.log: 42-54 s
-    # a configuration of 3 rounds, hcnn 2-3 s of each round), so the second
-    # format adds ~13 s a round: ~200 s over five configurations at 3 rounds
-    # (tests kernels bench ~600 s instead of 397 s); at 2 rounds ~300 s for the
-    # comparisons, ~450 s in all before the kernels and diagnostics added on
-    # 2026-11-29 (docs/gpu-nodes.md: perhaps 600 s, past GPU_CHECK_SECONDS=550).
-    # The median of 2 rounds is their mean: the round lines in compare.log
-    # show the spread.
-    cr=${COMPARE_ROUNDS:-2} cf=${COMPARE_FORMAT:-best}
+    # --torch-format best).  A PyTorch process took 12-15 s on the H100
+    # (2026-11-27's session.log: 42-54 s a configuration of 3 rounds, hcnn
+    # 2-3 s of each round), of which its timed steps and warm-up are 0.3-1 s:
+    # the rest its import, CUDA's start and cudnn.benchmark's first search.
+    # A process a run, in both formats, made a configuration ~60 s at 2
+    # rounds, ~90 s at 3 (~300 and ~450 s for the five).  compare.sh's
+    # --peer-process server (its default on cuda) starts each format's
+    # PyTorch once and has it make that format's runs: an estimated 25-30 s
+    # a configuration at 3 rounds, ~140 s for the five (not yet measured on
+    # a GPU).  A configuration whose PyTorch side fails with servers (exit 1,
+    # "compare.sh: pytorch_...") is run again with a process a run, 2 rounds,
+    # said in session.log and compare.log.
+    cr=${COMPARE_ROUNDS:-3} cf=${COMPARE_FORMAT:-best} cp=${COMPARE_PEER_PROCESS:-server}
     for spec in "resnet18 128 fp32" "resnet18 128 tf32" "resnet18 128 bf16" "lenet 64 fp32" "lenet 256 fp32"; do
         set -- $spec
         stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3 --torch-format $cf" | tee -a "$O/compare.log"
         steps=()
         [ "$1" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
-        HCNN=$HCNN PYTHON=$B/python bounded $((60 * cr + 60)) bench/compare.sh --device cuda --model "$1" \
+        HCNN=$HCNN PYTHON=$B/python bounded $((30 * cr + 60)) bench/compare.sh --device cuda --model "$1" \
             --batch "$2" --precision "$3" --rounds "$cr" --torch-format "$cf" --threads 4 "${steps[@]}" \
-            >> "$O/compare.log" 2>&1
-        echo "exit $?"
+            --peer-process "$cp" >> "$O/compare.log" 2>&1
+        rc=$?
+        echo "exit $rc"
+        # shellcheck disable=SC2016 # sed's $: the last line
+        if [ "$rc" = 1 ] && [ "$cp" = server ] &&
+            sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" | grep -q '^compare.sh: pytorch_'; then
+            stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3 --torch-format $cf" \
+                "--rounds 2 --peer-process per-run (PyTorch failed with its servers)" | tee -a "$O/compare.log"
+            HCNN=$HCNN PYTHON=$B/python bounded 180 bench/compare.sh --device cuda --model "$1" --batch "$2" \
+                --precision "$3" --rounds 2 --torch-format "$cf" --threads 4 "${steps[@]}" \
+                --peer-process per-run >> "$O/compare.log" 2>&1
+            echo "exit $?"
+        fi
         # this configuration's part of compare.log: each format's median, the reference, the ratio
         # shellcheck disable=SC2016 # sed's $: the last line
         sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" |

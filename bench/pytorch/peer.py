@@ -55,17 +55,37 @@ PyTorch's cuDNN chose and where its step goes (bench/gpu_check.sh's
 kernels_pytorch_*.log).  Without a profiler attached the two calls do
 nothing.
 
+--serve reads runs from stdin, one a line (further options, added to
+this command line's: a run's --precision, --memory-format, --model,
+--batch...), and answers each with the output a process of its own would
+print (the header, the repeats, images_per_s=) then one line
+
+    peer_served=<K> status=<the exit status that process would have had>
+
+torch is imported, its threads and the CUDA context made once; each run
+builds its model, optimiser and batches again from --seed, as a process
+of its own would.  What a fresh process would spend on the rest (the import
+and CUDA's start: 12-15 s a run on the H100 of 2026-11-27, 1-2 s on a
+2-core CPU) is spent once: bench/compare.sh --peer-process server runs
+its PyTorch side this way (the default with --device cuda).  --device,
+--threads, --blas-threads and --no-mkldnn are the server's: a line that
+changes one is refused (status 2); so is a line with --serve.  The
+server ends at the end of its input (exit 0).
+
 Exit status: 0 success, 1 the tensors are not in the memory format asked,
 2 bad command line, 77 python3-torch not installed (or --device cuda without
 a GPU PyTorch can use).
 """
 
 import argparse
+import gc
 import importlib
 import os
+import shlex
 import statistics
 import sys
 import time
+import traceback
 
 
 def parse_args(argv):
@@ -102,6 +122,9 @@ def parse_args(argv):
     p.add_argument("--profiler-windows", action="store_true",
                    help="--device cuda: cudaProfilerStart/Stop around each timed repeat "
                    "(for a CUDA profiler or bench/kernel_share.so)")
+    p.add_argument("--serve", action="store_true",
+                   help="read runs from stdin, one a line of further options; answer each "
+                   "with its output and a line peer_served=K status=N (torch loaded once)")
     p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                    help="fp32 (on cuda: no TF32), tf32 (cuda only), bf16 (torch.autocast "
                    "to bfloat16, FP32 master weights; cpu or cuda); default fp32")
@@ -211,6 +234,10 @@ def build_model(torch, name):
     return ResNet18(), (3, 32, 32)
 
 
+# the options a --serve process fixes at its start (a run's line may not change them)
+SERVER_OPTIONS = ("device", "threads", "blas_threads", "no_mkldnn")
+
+
 def main(argv):
     a = parse_args(argv)
     # Before torch loads OpenBLAS: the BLAS calls PyTorch makes inside its own
@@ -226,11 +253,49 @@ def main(argv):
     torch.set_num_interop_threads(1)
     torch.set_num_threads(a.threads)
     torch.backends.mkldnn.enabled = not a.no_mkldnn
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("peer.py: --device cuda: PyTorch sees no usable GPU", file=sys.stderr)
+        return 77
+    if a.serve:
+        return serve(torch, [w for w in argv if w != "--serve"], a)
+    return run(torch, a)
+
+
+def serve(torch, argv, server):
+    """--serve: a run for each line of stdin (argv and the line's options),
+    its output, then peer_served=K status=N; 0 at the end of the input."""
+    k = 0
+    for line in sys.stdin:
+        words = shlex.split(line)
+        if not words:
+            continue
+        k += 1
+        try:
+            a = parse_args(argv + words)
+            changed = ["--" + o.replace("_", "-") for o in SERVER_OPTIONS
+                       if getattr(a, o) != getattr(server, o)]
+            if a.serve or changed:
+                print("peer.py --serve: a run cannot change %s (the server's; start another)"
+                      % ", ".join(changed or ["--serve"]), file=sys.stderr)
+                status = 2
+            else:
+                status = run(torch, a)
+        except SystemExit as e:  # parse_args' error: its message is out
+            status = e.code if isinstance(e.code, int) else 2
+        except Exception:  # what would have ended a process of its own
+            traceback.print_exc()
+            status = 1
+        gc.collect()  # the run's model, batches and optimiser state
+        sys.stderr.flush()
+        print("peer_served=%d status=%d" % (k, status), flush=True)
+    return 0
+
+
+def run(torch, a):
+    """One measurement: the model, batches and optimiser from a.seed, the
+    header, the timed repeats, images_per_s=; its exit status."""
     torch.manual_seed(a.seed)
     if a.device == "cuda":
-        if not torch.cuda.is_available():
-            print("peer.py: --device cuda: PyTorch sees no usable GPU", file=sys.stderr)
-            return 77
         torch.backends.cudnn.benchmark = True
         tf32 = a.precision == "tf32"
         torch.backends.cudnn.allow_tf32 = tf32

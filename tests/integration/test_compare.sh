@@ -43,6 +43,8 @@ exit2 compare_torch_format_peer_modes "--torch-format and --peer-modes both pick
     "$CMP" --torch-format best --peer-modes all
 exit2 compare_torch_format_channels_last "--channels-last contradicts --torch-format nchw" \
     "$CMP" --torch-format nchw --channels-last
+exit2 compare_peer_process_unknown "--peer-process 'fork': expected per-run or server" \
+    "$CMP" --peer-process fork
 
 # peer.py parses its command line before importing torch: python3 suffices
 if [ -x "$PY" ]; then
@@ -91,7 +93,8 @@ else
 fi
 
 TORCH_CASES="peer_bf16_cpu peer_bf16_emulated peer_memory_format compare_peer_modes_best
-    compare_peer_modes_list compare_torch_format_best compare_torch_format_ignored"
+    compare_peer_modes_list compare_torch_format_best compare_torch_format_ignored peer_serve
+    compare_peer_server compare_peer_server_dies"
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
     for c in $TORCH_CASES; do
         case_begin "$c"
@@ -236,6 +239,77 @@ if "$CMP" "${SHORT[@]}" --rounds 2 --peer-modes bf16_nhwc,fp32_nchw >"$WORK/list
     case_ok
 else
     case_fail "${why:-exit status}: $(tail -n 4 "$WORK/list.log")"
+fi
+
+# peer.py --serve: a run a line, each answered with its output and
+# peer_served=K status=N; a line that changes one of the server's options
+# is refused (status 2) and the server goes on; a served run measures the
+# same training as a process of its own (the same losses, one thread)
+case_begin peer_serve
+printf '%s\n' '--memory-format contiguous' '--threads 2' '' '--memory-format channels_last --batch 8' |
+    timeout -k 5 120 "$PY" "$PEER" --serve "${SHORT[@]}" --threads 1 >"$WORK/srv.log" 2>"$WORK/srv.err"
+rc=$?
+"$PY" "$PEER" "${SHORT[@]}" --threads 1 --memory-format contiguous >"$WORK/own.log" 2>&1
+loss() { sed -n 's/^repeat=1 .* loss=\([0-9.]*\) .*/\1/p' "$1" | head -n 1; }
+served=$(grep '^peer_served=' "$WORK/srv.log" | paste -sd ' ')
+if [ $rc -eq 0 ] && [ "$served" = "peer_served=1 status=0 peer_served=2 status=2 peer_served=3 status=0" ] &&
+   grep -q 'a run cannot change --threads' "$WORK/srv.err" &&
+   [ "$(grep -c '^images_per_s=' "$WORK/srv.log")" -eq 2 ] &&
+   grep -qE '^peer torch=.* batch=8 threads=1 .* layout=nhwc memory_format=channels_last ' "$WORK/srv.log" &&
+   [ -n "$(loss "$WORK/own.log")" ] && [ "$(loss "$WORK/srv.log")" = "$(loss "$WORK/own.log")" ]; then
+    case_ok
+else
+    case_fail "exit $rc; $served; served loss $(loss "$WORK/srv.log"), own $(loss "$WORK/own.log"): $(tail -n 3 "$WORK/srv.err")"
+fi
+
+# a python3 that records each start (its pid and arguments), for counting
+# the processes compare.sh makes
+# shellcheck disable=SC2016 # the wrapper's own variables, expanded when it runs
+{
+    echo '#!/usr/bin/env bash'
+    echo 'echo "$$ $*" >> "$PY_STARTS"'
+    echo "exec '$PY' \"\$@\""
+} >"$WORK/py-counts"
+chmod +x "$WORK/py-counts"
+
+# --peer-process server: one PyTorch process a mode makes that mode's runs
+# (2 rounds x 2 modes: 2 servers, not 4 processes; plus compare.sh's check
+# that torch imports), the output as with a process a run, and no server
+# left when compare.sh ends
+case_begin compare_peer_server
+export PY_STARTS=$WORK/starts
+: >"$PY_STARTS"
+rc=0
+PYTHON="$WORK/py-counts" timeout -k 5 300 "$CMP" "${SHORT[@]}" --rounds 2 --torch-format best \
+    --peer-process server >"$WORK/ps.log" 2>&1 || rc=$?
+left=""
+while read -r pid _; do if kill -0 "$pid" 2>/dev/null; then left+=" $pid"; fi; done <"$PY_STARTS"
+if [ $rc -eq 0 ] &&
+   grep -qE '^compare: .* peer_process=server device=cpu precision=fp32 peer_modes=fp32_nchw,fp32_nhwc torch_format=best$' "$WORK/ps.log" &&
+   [ "$(grep -c -- '--serve$' "$PY_STARTS")" -eq 2 ] && [ "$(wc -l <"$PY_STARTS")" -eq 3 ] && [ -z "$left" ] &&
+   why=$(check_modes "$WORK/ps.log" 2 "fp32_nchw fp32_nhwc" "fp32_nchw fp32_nhwc"); then
+    case_ok
+else
+    case_fail "exit $rc; ${why:-}; starts: $(paste -sd ';' "$PY_STARTS"); left running:${left:- none}: $(tail -n 3 "$WORK/ps.log")"
+fi
+
+# a server that ends early (its input cut after the first line: it answers
+# one run and exits): compare.sh says so and stops (exit 1), no hang
+case_begin compare_peer_server_dies
+{
+    echo '#!/usr/bin/env bash'
+    echo "case \" \$* \" in *' --serve '*) exec '$PY' \"\$@\" < <(head -n 1) ;; esac"
+    echo "exec '$PY' \"\$@\""
+} >"$WORK/py-one-run"
+chmod +x "$WORK/py-one-run"
+rc=0
+PYTHON="$WORK/py-one-run" timeout -k 5 300 "$CMP" "${SHORT[@]}" --rounds 2 --torch-format best \
+    --peer-process server >"$WORK/pd.log" 2>"$WORK/pd.err" || rc=$?
+if [ $rc -eq 1 ] && grep -q 'its PyTorch server (.* --serve) ended before answering' "$WORK/pd.err" &&
+   [ "$(grep -c '^round=' "$WORK/pd.log")" -eq 1 ]; then
+    case_ok
+else
+    case_fail "exit $rc, expected 1: $(tail -n 3 "$WORK/pd.err")"
 fi
 
 finish

@@ -55,7 +55,7 @@ chmod +x "$WORK/bin/nvidia-smi" "$WORK/bin/slow-python"
 # no GPU even on a GPU node (make check there): every run stops at its absence
 export PATH=$WORK/bin:$PATH FAKE_GPUS=1 CUDA_VISIBLE_DEVICES=
 # the settings of gpu_check.sh and of its runs that the caller may have set
-unset GPU_CHECK_SECONDS HCNN_CUDA_CONV HCNN_CUDA_LAYOUT COMPARE_ROUNDS COMPARE_FORMAT
+unset GPU_CHECK_SECONDS HCNN_CUDA_CONV HCNN_CUDA_LAYOUT COMPARE_ROUNDS COMPARE_FORMAT COMPARE_PEER_PROCESS
 
 case_begin bundle_packs
 # (XZ_OPT=-0: a quick compression; the tree copy has no MNIST to pack)
