@@ -50,14 +50,16 @@
 # --peer-process: how PyTorch's runs are made
 #   per-run  a python3 process for each run (the default on the CPU, where
 #            its start is 1-2 s)
-#   server   one python3 process a mode (peer.py --serve, started before
-#            the first round, ended with compare.sh), which makes that
-#            mode's runs: each a line to it, its model, optimiser and batches
-#            made again from the same seed, so that a run measures what a
-#            process of its own would (never a run of another mode before
-#            it in the same process: below, at serve_start); torch's import
-#            and CUDA's start (12-15 s a run on the H100 of 2026-11-27,
-#            against 0.2-3 s of timed steps) are paid once a mode.  The
+#   server   one python3 process a mode (peer.py --serve, started and
+#            ready, torch imported and CUDA started, before the first round;
+#            ended with compare.sh), which makes that mode's runs: each a
+#            line to it, its model, optimiser and batches made again from
+#            the same seed, so that a run measures what a process of its own
+#            would (never a run of another mode before it in the same
+#            process: below, at serve_start), except that cuDNN's algorithm
+#            choices are made once, in a mode's first run; torch's import and
+#            CUDA's start (12-15 s a run on the H100 of 2026-11-27, against
+#            0.3-1 s of warm-up and timed steps) are paid once a mode.  The
 #            default with --device cuda.  The servers wait, idle, while the
 #            other runs run.  A server that dies stops compare.sh (exit 1),
 #            its output shown
@@ -255,7 +257,7 @@ srv_fds=()
 # server's input would keep it from seeing its end)
 closed() {
     local fd
-    for fd in "${srv_fds[@]}"; do eval "exec $fd>&-"; done
+    for fd in ${srv_fds[@]+"${srv_fds[@]}"}; do eval "exec $fd>&-"; done
     exec "$@"
 }
 serve_start() { # MODE
@@ -267,11 +269,25 @@ serve_start() { # MODE
     srv_in[$1]=$i srv_out[$1]=$o
     srv_fds+=("$i" "$o")
 }
+# serve_ready: waits for each server's peer_ready (torch imported, CUDA
+# started), so that no server starts during a timed run
+serve_ready() {
+    local m line
+    for m in "${!srv_pid[@]}"; do
+        while IFS= read -r line <&"${srv_out[$m]}"; do
+            [ "$line" = peer_ready ] && continue 2
+            printf '%s\n' "$line" >> "$tmp/server_$m.log"
+        done
+        echo "compare.sh: the PyTorch server of $m (${peer_cmd[*]} --serve) ended before it was ready:" >&2
+        tail -n 20 "$tmp/server_$m.log" >&2 2>/dev/null
+        return 1
+    done
+}
 serve_stop() {
     local fd m
-    for fd in "${srv_fds[@]}"; do eval "exec $fd>&-"; done # their input's end: an idle server exits
+    for fd in ${srv_fds[@]+"${srv_fds[@]}"}; do eval "exec $fd>&-"; done # (their input's end)
     for m in "${!srv_pid[@]}"; do
-        kill "${srv_pid[$m]}" 2>/dev/null || true # one still in a run (compare.sh stopping)
+        kill "${srv_pid[$m]}" 2>/dev/null || true # idle, or in a run when compare.sh stops early
         wait "${srv_pid[$m]}" 2>/dev/null || true
     done
     srv_fds=() srv_pid=()
@@ -285,7 +301,7 @@ served() {
     : > "$log"
     # (a subshell ignoring SIGPIPE: a dead server's pipe fails the write, not compare.sh)
     ( trap '' PIPE; printf '%s\n' "$(printf '%q ' "$@")" >&"${srv_in[$mode]}" ) 2>/dev/null || true
-    while IFS= read -r line <&"${srv_out[$mode]}"; do
+    while IFS= read -r line <&"${srv_out[$mode]}" || [ -n "$line" ]; do
         case $line in
         peer_served=*' status='*) rc=${line##* status=}; break ;;
         *) printf '%s\n' "$line" >> "$log" ;;
@@ -390,6 +406,7 @@ fi
 nm=${#modes[@]}
 if [ "$have_torch" = 1 ] && [ "$peer_process" = server ]; then
     for m in "${modes[@]}"; do serve_start "$m"; done
+    serve_ready || exit 1
 fi
 : > "$tmp/h"
 for m in "${modes[@]}"; do : > "$tmp/p_$m"; done

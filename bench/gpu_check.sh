@@ -293,14 +293,19 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
         stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3 --torch-format $cf" | tee -a "$O/compare.log"
         steps=()
         [ "$1" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
-        HCNN=$HCNN PYTHON=$B/python bounded $((30 * cr + 60)) bench/compare.sh --device cuda --model "$1" \
+        cs=$((30 * cr + 60)) # a server a mode: ~25-30 s a configuration at 3 rounds; a process a run ~90
+        [ "$cp" = server ] || cs=$((60 * cr + 60))
+        HCNN=$HCNN PYTHON=$B/python bounded "$cs" bench/compare.sh --device cuda --model "$1" \
             --batch "$2" --precision "$3" --rounds "$cr" --torch-format "$cf" --threads 4 "${steps[@]}" \
             --peer-process "$cp" >> "$O/compare.log" 2>&1
         rc=$?
         echo "exit $rc"
+        # (PyTorch's failures: a run's, or its server's; not hcnn's, nor a layout not applied)
         # shellcheck disable=SC2016 # sed's $: the last line
-        if [ "$rc" = 1 ] && [ "$cp" = server ] &&
-            sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" | grep -q '^compare.sh: pytorch_'; then
+        if [ "$rc" = 1 ] && [ "$cp" = server ] && sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" |
+            grep -qE '^compare.sh: pytorch_[a-z0-9_]+( failed |: its PyTorch server )|PyTorch server of .* ended before'; then
+            # shellcheck disable=SC2016
+            sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" | grep -E '^compare.sh: ' | head -n 3
             stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3 --torch-format $cf" \
                 "--rounds 2 --peer-process per-run (PyTorch failed with its servers)" | tee -a "$O/compare.log"
             HCNN=$HCNN PYTHON=$B/python bounded 180 bench/compare.sh --device cuda --model "$1" --batch "$2" \
@@ -425,9 +430,11 @@ if [ -n "$index" ]; then
     done
     [ -f "$O/conformance.log" ] && add "conformance $(grep -oE '^\[  PASSED  \] [0-9]+' "$O/conformance.log" | awk '{ print $4 " passed" }' | tail -n 1)"
     # (with PyTorch's reference layout when both ran: pytorch_best_mode=PREC_nchw|nhwc)
-    [ -f "$O/compare.log" ] && add "$(awk '/^=== .*compare.sh/ { l = ""; for (i = 1; i < NF; i++) { if ($i == "--model") m = $(i + 1); if ($i == "--batch") b = $(i + 1); if ($i == "--precision") p = $(i + 1) } }
+    # (a configuration run again with a process a run: "(per-run, 2 rounds)")
+    [ -f "$O/compare.log" ] && add "$(awk '/^=== .*compare.sh/ { l = ""; for (i = 1; i < NF; i++) { if ($i == "--model") m = $(i + 1); if ($i == "--batch") b = $(i + 1); if ($i == "--precision") p = $(i + 1) }
+            t = index($0, "(PyTorch failed with its servers)") ? " (per-run, 2 rounds)" : "" }
         /^pytorch_best_mode=/ { l = $0; sub(/.*_/, "", l); l = " (" l ")" }
-        /^hcnn_median=/ { r = $3; sub(/ratio=/, "", r); s = s (s == "" ? "vs PyTorch: " : ", ") m " b" b " " p " " r "x" l }
+        /^hcnn_median=/ { r = $3; sub(/ratio=/, "", r); s = s (s == "" ? "vs PyTorch: " : ", ") m " b" b " " p " " r "x" l t }
         END { print s }' "$O/compare.log")"
     for f in "$O"/kernels_resnet_b128_auto.log "$O"/kernels_resnet_b128_im2col.log; do
         if [ -f "$f" ]; then

@@ -55,22 +55,29 @@ PyTorch's cuDNN chose and where its step goes (bench/gpu_check.sh's
 kernels_pytorch_*.log).  Without a profiler attached the two calls do
 nothing.
 
---serve reads runs from stdin, one a line (further options, added to
-this command line's: a run's --precision, --memory-format, --model,
+--serve: a server of runs.  It imports torch, sets its threads and (with
+--device cuda) makes its CUDA context, prints
+
+    peer_ready
+
+then reads runs from stdin, one a line (further options, added to this
+command line's: a run's --precision, --memory-format, --model,
 --batch...), and answers each with the output a process of its own would
 print (the header, the repeats, images_per_s=) then one line
 
     peer_served=<K> status=<the exit status that process would have had>
 
-torch is imported, its threads and the CUDA context made once; each run
-builds its model, optimiser and batches again from --seed, as a process
-of its own would.  What a fresh process would spend on the rest (the import
-and CUDA's start: 12-15 s a run on the H100 of 2026-11-27, 1-2 s on a
-2-core CPU) is spent once: bench/compare.sh --peer-process server runs
-its PyTorch side this way (the default with --device cuda).  --device,
---threads, --blas-threads and --no-mkldnn are the server's: a line that
-changes one is refused (status 2); so is a line with --serve.  The
-server ends at the end of its input (exit 0).
+Each run builds its model, optimiser and batches again from --seed, and
+after it the memory PyTorch cached on the GPU goes back to the driver; the
+import and CUDA's start (12-15 s a run with the rest of a fresh process on
+the H100 of 2026-11-27, 1-2 s on a 2-core CPU) are spent once.  What does
+carry over from run to run: cuDNN's algorithm choices (cudnn.benchmark
+searches a shape once a process; a process of its own would search again)
+and Python's once-only warnings.  bench/compare.sh --peer-process server
+runs its PyTorch side this way, a server a mode (the default with
+--device cuda).  --device, --threads, --blas-threads and --no-mkldnn are
+the server's: a line that changes one is refused (status 2); so is a line
+with --serve.  The server ends at the end of its input (exit 0).
 
 Exit status: 0 success, 1 the tensors are not in the memory format asked,
 2 bad command line, 77 python3-torch not installed (or --device cuda without
@@ -264,14 +271,16 @@ def main(argv):
 def serve(torch, argv, server):
     """--serve: a run for each line of stdin (argv and the line's options),
     its output, then peer_served=K status=N; 0 at the end of the input."""
+    if server.device == "cuda":
+        torch.zeros(1, device="cuda")  # the context, before the first run's clock
+    print("peer_ready", flush=True)
     k = 0
     for line in sys.stdin:
-        words = shlex.split(line)
-        if not words:
+        if not line.strip():
             continue
         k += 1
         try:
-            a = parse_args(argv + words)
+            a = parse_args(argv + shlex.split(line))
             changed = ["--" + o.replace("_", "-") for o in SERVER_OPTIONS
                        if getattr(a, o) != getattr(server, o)]
             if a.serve or changed:
@@ -280,12 +289,14 @@ def serve(torch, argv, server):
                 status = 2
             else:
                 status = run(torch, a)
-        except SystemExit as e:  # parse_args' error: its message is out
-            status = e.code if isinstance(e.code, int) else 2
+        except SystemExit as e:  # parse_args' error (its message is out), or --help
+            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
         except Exception:  # what would have ended a process of its own
             traceback.print_exc()
             status = 1
         gc.collect()  # the run's model, batches and optimiser state
+        if server.device == "cuda":
+            torch.cuda.empty_cache()  # the next run allocates as a fresh process would
         sys.stderr.flush()
         print("peer_served=%d status=%d" % (k, status), flush=True)
     return 0

@@ -244,22 +244,29 @@ fi
 # peer.py --serve: a run a line, each answered with its output and
 # peer_served=K status=N; a line that changes one of the server's options
 # is refused (status 2) and the server goes on; a served run measures the
-# same training as a process of its own (the same losses, one thread)
+# same training as a process of its own (the same loss, one thread), the
+# first and the last, after runs of another batch and layout (nothing of
+# them carried over: the seed, the model, the batches)
 case_begin peer_serve
-printf '%s\n' '--memory-format contiguous' '--threads 2' '' '--memory-format channels_last --batch 8' |
+printf '%s\n' '--memory-format contiguous' '--threads 2' '' '--memory-format channels_last --batch 8' \
+    '--memory-format contiguous' |
     timeout -k 5 120 "$PY" "$PEER" --serve "${SHORT[@]}" --threads 1 >"$WORK/srv.log" 2>"$WORK/srv.err"
 rc=$?
 "$PY" "$PEER" "${SHORT[@]}" --threads 1 --memory-format contiguous >"$WORK/own.log" 2>&1
-loss() { sed -n 's/^repeat=1 .* loss=\([0-9.]*\) .*/\1/p' "$1" | head -n 1; }
-served=$(grep '^peer_served=' "$WORK/srv.log" | paste -sd ' ')
-if [ $rc -eq 0 ] && [ "$served" = "peer_served=1 status=0 peer_served=2 status=2 peer_served=3 status=0" ] &&
+# loss LOG: the first repeat's loss of each run in LOG, on one line
+loss() { sed -n 's/^repeat=1 .* loss=\([0-9.]*\) .*/\1/p' "$1" | paste -sd ' '; }
+served=$(grep -E '^peer_(served=|ready$)' "$WORK/srv.log" | paste -sd ' ')
+own=$(loss "$WORK/own.log")
+read -r -a sl <<<"$(loss "$WORK/srv.log")"
+if [ $rc -eq 0 ] &&
+   [ "$served" = "peer_ready peer_served=1 status=0 peer_served=2 status=2 peer_served=3 status=0 peer_served=4 status=0" ] &&
    grep -q 'a run cannot change --threads' "$WORK/srv.err" &&
-   [ "$(grep -c '^images_per_s=' "$WORK/srv.log")" -eq 2 ] &&
+   [ "$(grep -c '^images_per_s=' "$WORK/srv.log")" -eq 3 ] &&
    grep -qE '^peer torch=.* batch=8 threads=1 .* layout=nhwc memory_format=channels_last ' "$WORK/srv.log" &&
-   [ -n "$(loss "$WORK/own.log")" ] && [ "$(loss "$WORK/srv.log")" = "$(loss "$WORK/own.log")" ]; then
+   [ -n "$own" ] && [ "${#sl[@]}" -eq 3 ] && [ "${sl[0]}" = "$own" ] && [ "${sl[2]}" = "$own" ]; then
     case_ok
 else
-    case_fail "exit $rc; $served; served loss $(loss "$WORK/srv.log"), own $(loss "$WORK/own.log"): $(tail -n 3 "$WORK/srv.err")"
+    case_fail "exit $rc; $served; served losses ${sl[*]}, own $own: $(tail -n 3 "$WORK/srv.err")"
 fi
 
 # a python3 that records each start (its pid and arguments), for counting

@@ -8,7 +8,9 @@
 # bundle's libraries; every section but "cpu" runs through, every hcnn run
 # stopping at "no usable GPU" (none exits 2, a bad command line); the run's
 # folder is named from the GPU (tests/integration/fake-slurm/nvidia-smi:
-# an H100) and its INDEX line finished; GPU_CHECK_SECONDS cuts the run that
+# an H100) and its INDEX line finished; each comparison, its PyTorch
+# servers finding no GPU, is run again with a process a run (where torch is
+# installed); GPU_CHECK_SECONDS cuts the run that
 # outlasts it (a python3 that sleeps), skips the rest, and the run still
 # ends with its summary.  CUDA_VISIBLE_DEVICES is emptied: on a GPU node
 # too the scripts run to the GPU's absence.  Skipped (77) in other builds
@@ -118,6 +120,21 @@ elif [ -n "$nogpu" ]; then
     case_fail "runs that did not reach the GPU's absence: $nogpu: $(tail -n 2 $nogpu | head -n 6)"
 elif ! ls "$D"/bench_resnet_b128_bf16_cudnn_nhwc.log "$D"/compare.log >/dev/null 2>&1; then
     case_fail "a run's log is missing: $(ls "$D")"
+else
+    case_ok
+fi
+
+# PyTorch's servers (compare.sh --peer-process server) find no GPU and end
+# before they are ready: each comparison is run again with a process a
+# run (the retry a loan relies on when the servers fail), said in
+# session.log, and stops at hcnn's GPU's absence
+case_begin compare_retries_per_run
+if ! "${PYTHON:-/usr/bin/python3}" -c 'import torch' >/dev/null 2>&1; then
+    case_skip "no python3-torch here (${PYTHON:-/usr/bin/python3}): compare.sh runs hcnn alone, no servers"
+elif [ "$(grep -c '(PyTorch failed with its servers)$' "$L")" -ne 5 ] ||
+    [ "$(grep -c 'PyTorch server of .* ended before it was ready' "$D/compare.log")" -lt 5 ] ||
+    [ "$(grep -c -- '--peer-process per-run (PyTorch failed' "$D/compare.log")" -ne 5 ]; then
+    case_fail "expected 5 retries: $(grep -E 'PyTorch (failed|server)' "$L" "$D/compare.log" | head -n 6)"
 else
     case_ok
 fi
