@@ -256,9 +256,12 @@ srv_fds=()
 # closed CMD...: exec CMD without the servers' pipes (a process holding a
 # server's input would keep it from seeing its end)
 closed() {
+    close_pipes
+    exec "$@"
+}
+close_pipes() {
     local fd
     for fd in ${srv_fds[@]+"${srv_fds[@]}"}; do eval "exec $fd>&-"; done
-    exec "$@"
 }
 serve_start() { # MODE
     mkfifo "$tmp/in_$1" "$tmp/out_$1"
@@ -284,8 +287,8 @@ serve_ready() {
     done
 }
 serve_stop() {
-    local fd m
-    for fd in ${srv_fds[@]+"${srv_fds[@]}"}; do eval "exec $fd>&-"; done # (their input's end)
+    local m
+    close_pipes # (their input's end)
     for m in "${!srv_pid[@]}"; do
         kill "${srv_pid[$m]}" 2>/dev/null || true # idle, or in a run when compare.sh stops early
         wait "${srv_pid[$m]}" 2>/dev/null || true

@@ -288,35 +288,36 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
     # "compare.sh: pytorch_...") is run again with a process a run, 2 rounds,
     # said in session.log and compare.log.
     cr=${COMPARE_ROUNDS:-3} cf=${COMPARE_FORMAT:-best} cp=${COMPARE_PEER_PROCESS:-server}
+    # compare_part: the last configuration's part of compare.log (from its === line)
+    # shellcheck disable=SC2016 # sed's $: the last line
+    compare_part() { sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log"; }
+    # compare BOUND ROUNDS PEER_PROCESS: compare.sh on this configuration (model, batch, prec, steps)
+    compare() {
+        HCNN=$HCNN PYTHON=$B/python bounded "$1" bench/compare.sh --device cuda --model "$model" --batch "$batch" \
+            --precision "$prec" --rounds "$2" --torch-format "$cf" --threads 4 "${steps[@]}" \
+            --peer-process "$3" >> "$O/compare.log" 2>&1
+    }
     for spec in "resnet18 128 fp32" "resnet18 128 tf32" "resnet18 128 bf16" "lenet 64 fp32" "lenet 256 fp32"; do
-        set -- $spec
-        stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3 --torch-format $cf" | tee -a "$O/compare.log"
+        read -r model batch prec <<<"$spec"
+        stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf" | tee -a "$O/compare.log"
         steps=()
-        [ "$1" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
+        [ "$model" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
         cs=$((30 * cr + 60)) # a server a mode: ~25-30 s a configuration at 3 rounds; a process a run ~90
         [ "$cp" = server ] || cs=$((60 * cr + 60))
-        HCNN=$HCNN PYTHON=$B/python bounded "$cs" bench/compare.sh --device cuda --model "$1" \
-            --batch "$2" --precision "$3" --rounds "$cr" --torch-format "$cf" --threads 4 "${steps[@]}" \
-            --peer-process "$cp" >> "$O/compare.log" 2>&1
+        compare "$cs" "$cr" "$cp"
         rc=$?
         echo "exit $rc"
         # (PyTorch's failures: a run's, or its server's; not hcnn's, nor a layout not applied)
-        # shellcheck disable=SC2016 # sed's $: the last line
-        if [ "$rc" = 1 ] && [ "$cp" = server ] && sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" |
+        if [ "$rc" = 1 ] && [ "$cp" = server ] && compare_part |
             grep -qE '^compare.sh: pytorch_[a-z0-9_]+( failed |: its PyTorch server )|PyTorch server of .* ended before'; then
-            # shellcheck disable=SC2016
-            sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" | grep -E '^compare.sh: ' | head -n 3
-            stamp "bench/compare.sh --device cuda --model $1 --batch $2 --precision $3 --torch-format $cf" \
+            compare_part | grep -E '^compare.sh: ' | head -n 3
+            stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf" \
                 "--rounds 2 --peer-process per-run (PyTorch failed with its servers)" | tee -a "$O/compare.log"
-            HCNN=$HCNN PYTHON=$B/python bounded 180 bench/compare.sh --device cuda --model "$1" --batch "$2" \
-                --precision "$3" --rounds 2 --torch-format "$cf" --threads 4 "${steps[@]}" \
-                --peer-process per-run >> "$O/compare.log" 2>&1
+            compare 180 2 per-run
             echo "exit $?"
         fi
         # this configuration's part of compare.log: each format's median, the reference, the ratio
-        # shellcheck disable=SC2016 # sed's $: the last line
-        sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log" |
-            grep -E '^pytorch_mode=|^pytorch_best_mode=|^hcnn_median=|^compare.sh: ' | tail -n 6
+        compare_part | grep -E '^pytorch_mode=|^pytorch_best_mode=|^hcnn_median=|^compare.sh: ' | tail -n 6
     done
     # The diagnostics below come after the comparisons (the targets):
     # where GPU_CHECK_SECONDS cuts the section, it cuts these.
