@@ -8,7 +8,7 @@
 #                    [--device cpu|cuda] [--precision fp32|tf32|bf16]
 #                    [--torch-format nchw|channels_last|best]
 #                    [--peer-modes one|best|all|MODE,MODE...]
-#                    [--peer-process per-run|server]
+#                    [--peer-process per-run|server] [--peer-timeout SECONDS]
 #
 # --channels-last: PyTorch's model and batches in channels_last (NHWC), the
 # layout oneDNN prefers on CPUs (the default, NCHW, is hcnn's); a fair
@@ -63,6 +63,12 @@
 #            default with --device cuda.  The servers wait, idle, while the
 #            other runs run.  A server that dies stops compare.sh (exit 1),
 #            its output shown
+# --peer-timeout SECONDS: a PyTorch run that has not answered after
+# SECONDS stops compare.sh (exit 1), saying so: a process a run is ended
+# (timeout -k 5), a server not ready or not answering is ended when
+# compare.sh stops.  0 (the default): no limit.  For a caller with a time
+# budget (bench/gpu_check.sh), so that a hung PyTorch costs SECONDS and
+# says where, not the caller's whole bound with nothing said
 # --device cuda: hcnn's CUDA backend (a build configured --with-cuda)
 # against PyTorch on the same GPU (cuDNN, its fastest algorithms:
 # cudnn.benchmark); --precision sets both sides alike (fp32: no TF32
@@ -85,7 +91,7 @@ usage() {
 }
 
 model=lenet batch=64 threads=2 rounds=5 mkldnn=1 channels_last=0 device=cpu precision=fp32
-peer_modes=one torch_format='' peer_process=''
+peer_modes=one torch_format='' peer_process='' peer_timeout=0
 warmup='' repeats='' steps=''
 # val OPTION [VALUE...]: OPTION must have a non-empty value
 val() { if [ $# -lt 2 ] || [ -z "$2" ]; then echo "compare.sh: $1 needs a value (see --help)" >&2; exit 2; fi; }
@@ -105,6 +111,7 @@ while [ $# -gt 0 ]; do
     --peer-modes) val "$@"; peer_modes=$2; shift 2 ;;
     --torch-format) val "$@"; torch_format=$2; shift 2 ;;
     --peer-process) val "$@"; peer_process=$2; shift 2 ;;
+    --peer-timeout) val "$@"; peer_timeout=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -117,6 +124,10 @@ done
 for v in batch threads rounds; do
     [ "${!v}" -ge 1 ] || { echo "compare.sh: --$v must be >= 1" >&2; exit 2; }
 done
+case $peer_timeout in
+'' | *[!0-9]*) echo "compare.sh: --peer-timeout '$peer_timeout': expected whole seconds (0: no limit)" >&2; exit 2 ;;
+esac
+peer_timeout=$((10#$peer_timeout))
 case $device in cpu | cuda) ;; *) echo "compare.sh: --device '$device': expected cpu or cuda" >&2; exit 2 ;; esac
 case $precision in fp32 | tf32 | bf16) ;; *) echo "compare.sh: --precision '$precision': expected fp32, tf32 or bf16" >&2; exit 2 ;; esac
 case $peer_process in
@@ -275,22 +286,39 @@ serve_start() { # MODE
 # serve_ready: waits for each server's peer_ready (torch imported, CUDA
 # started), so that no server starts during a timed run
 serve_ready() {
-    local m line
+    local m line st
+    deadline=$((SECONDS + peer_timeout))
     for m in "${!srv_pid[@]}"; do
-        while IFS= read -r line <&"${srv_out[$m]}"; do
+        st=0
+        while peer_read "${srv_out[$m]}" || { st=$?; false; }; do
             [ "$line" = peer_ready ] && continue 2
             printf '%s\n' "$line" >> "$tmp/server_$m.log"
         done
-        echo "compare.sh: the PyTorch server of $m (${peer_cmd[*]} --serve) ended before it was ready:" >&2
+        if [ "$st" -gt 128 ]; then
+            echo "compare.sh: the PyTorch server of $m (${peer_cmd[*]} --serve) was not ready after $peer_timeout s (--peer-timeout):" >&2
+        else
+            echo "compare.sh: the PyTorch server of $m (${peer_cmd[*]} --serve) ended before it was ready:" >&2
+        fi
         tail -n 20 "$tmp/server_$m.log" >&2 2>/dev/null
         return 1
     done
 }
+# peer_read FD: reads a line of a server's output from FD into the caller's
+# line; with --peer-timeout, by $deadline (status > 128 past it)
+peer_read() {
+    line=''
+    if [ "$peer_timeout" -eq 0 ]; then IFS= read -r line <&"$1"; return; fi
+    [ "$SECONDS" -lt "$deadline" ] || return 142
+    IFS= read -r -t $((deadline - SECONDS)) line <&"$1"
+}
 serve_stop() {
-    local m
+    local m i
     close_pipes # (their input's end)
     for m in "${!srv_pid[@]}"; do
         kill "${srv_pid[$m]}" 2>/dev/null || true # idle, or in a run when compare.sh stops early
+        # (a server hung in a CUDA call may not end on TERM: KILL after 5 s)
+        for ((i = 0; i < 50; i++)); do kill -0 "${srv_pid[$m]}" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "${srv_pid[$m]}" 2>/dev/null || true
         wait "${srv_pid[$m]}" 2>/dev/null || true
     done
     srv_fds=() srv_pid=()
@@ -299,19 +327,25 @@ serve_stop() {
 # options after the server's), its output in $tmp/NAME.log; prints its
 # images_per_s
 served() {
-    local mode=$1 name=$2 log="$tmp/$2.log" line rc=''
+    local mode=$1 name=$2 log="$tmp/$2.log" line rc='' st=0
     shift 2
     : > "$log"
+    deadline=$((SECONDS + peer_timeout))
     # (a subshell ignoring SIGPIPE: a dead server's pipe fails the write, not compare.sh)
     ( trap '' PIPE; printf '%s\n' "$(printf '%q ' "$@")" >&"${srv_in[$mode]}" ) 2>/dev/null || true
-    while IFS= read -r line <&"${srv_out[$mode]}" || [ -n "$line" ]; do
+    while peer_read "${srv_out[$mode]}" || { st=$?; [ "$st" -le 128 ] && [ -n "$line" ]; }; do
         case $line in
         peer_served=*' status='*) rc=${line##* status=}; break ;;
         *) printf '%s\n' "$line" >> "$log" ;;
         esac
+        [ "$st" -eq 0 ] || break # (its last line, unended)
     done
     if [ -z "$rc" ]; then
-        echo "compare.sh: $name: its PyTorch server (${peer_cmd[*]} --serve) ended before answering: $*" >&2
+        if [ "$st" -gt 128 ]; then
+            echo "compare.sh: $name: its PyTorch server (${peer_cmd[*]} --serve) did not answer in $peer_timeout s (--peer-timeout): $*" >&2
+        else
+            echo "compare.sh: $name: its PyTorch server (${peer_cmd[*]} --serve) ended before answering: $*" >&2
+        fi
         tail -n 20 "$log" >&2
         return 1
     fi
@@ -377,7 +411,9 @@ peer() {
     if [ "$peer_process" = server ]; then
         r=$(served "$1" "pytorch_$1" "${extra[@]}") || return 1
     else
-        r=$(run "pytorch_$1" "${peer_cmd[@]}" "${extra[@]}") || return 1
+        local limit=()
+        [ "$peer_timeout" -eq 0 ] || limit=(timeout -k 5 "$peer_timeout")
+        r=$(run "pytorch_$1" ${limit[@]+"${limit[@]}"} "${peer_cmd[@]}" "${extra[@]}") || return 1
     fi
     # the format it ran in (peer.py's header, from its tensors' strides):
     # a layout not applied would compare hcnn with NCHW twice, unsaid
@@ -394,7 +430,7 @@ peer() {
 # faster A B: the larger of two rates
 faster() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 
-echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode peer_process=$peer_process device=$device precision=$precision peer_modes=$peer_modes torch_format=$torch_format"
+echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode peer_process=$peer_process peer_timeout=$peer_timeout device=$device precision=$precision peer_modes=$peer_modes torch_format=$torch_format"
 echo "hcnn:    ${hcnn_cmd[*]}"
 if [ "$have_torch" = 1 ]; then
     # (with a server: each line the command of a process of its own, the same run)

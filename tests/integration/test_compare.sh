@@ -45,6 +45,7 @@ exit2 compare_torch_format_channels_last "--channels-last contradicts --torch-fo
     "$CMP" --torch-format nchw --channels-last
 exit2 compare_peer_process_unknown "--peer-process 'fork': expected per-run or server" \
     "$CMP" --peer-process fork
+exit2 compare_peer_timeout_bad "--peer-timeout '1m': expected whole seconds" "$CMP" --peer-timeout 1m
 
 # peer.py parses its command line before importing torch: python3 suffices
 if [ -x "$PY" ]; then
@@ -292,7 +293,7 @@ PYTHON="$WORK/py-counts" timeout -k 5 300 "$CMP" "${SHORT[@]}" --rounds 2 --torc
 left=""
 while read -r pid _; do if kill -0 "$pid" 2>/dev/null; then left+=" $pid"; fi; done <"$PY_STARTS"
 if [ $rc -eq 0 ] &&
-   grep -qE '^compare: .* peer_process=server device=cpu precision=fp32 peer_modes=fp32_nchw,fp32_nhwc torch_format=best$' "$WORK/ps.log" &&
+   grep -qE '^compare: .* peer_process=server peer_timeout=0 device=cpu precision=fp32 peer_modes=fp32_nchw,fp32_nhwc torch_format=best$' "$WORK/ps.log" &&
    [ "$(grep -c -- '--serve$' "$PY_STARTS")" -eq 2 ] && [ "$(wc -l <"$PY_STARTS")" -eq 3 ] && [ -z "$left" ] &&
    why=$(check_modes "$WORK/ps.log" 2 "fp32_nchw fp32_nhwc" "fp32_nchw fp32_nhwc"); then
     case_ok
@@ -318,5 +319,38 @@ if [ $rc -eq 1 ] && grep -q 'its PyTorch server (.* --serve) ended before answer
 else
     case_fail "exit $rc, expected 1: $(tail -n 3 "$WORK/pd.err")"
 fi
+
+# --peer-timeout: a server that stops answering after its first run (its
+# input held open, never read again), and a process a run that hangs: each
+# stops compare.sh (exit 1) after about SECONDS, saying which and why,
+# with no PyTorch process left running
+case_begin compare_peer_timeout
+{
+    echo '#!/usr/bin/env bash'
+    echo 'echo "$$ $*" >> "$PY_STARTS"'
+    echo "case \" \$* \" in *' --serve '*) exec '$PY' \"\$@\" < <(head -n 1; exec sleep 20) ;;"
+    echo "*' --model '*) exec sleep 20 ;; esac"
+    echo "exec '$PY' \"\$@\""
+} >"$WORK/py-hangs"
+chmod +x "$WORK/py-hangs"
+why=""
+for proc in server per-run; do
+    : >"$PY_STARTS"
+    rc=0
+    PYTHON="$WORK/py-hangs" timeout -k 5 120 "$CMP" "${SHORT[@]}" --rounds 2 --peer-process $proc \
+        --peer-timeout 3 >"$WORK/pt.log" 2>"$WORK/pt.err" || rc=$?
+    left=""
+    while read -r pid _; do if kill -0 "$pid" 2>/dev/null; then left+=" $pid"; fi; done <"$PY_STARTS"
+    if [ $proc = server ]; then
+        said='its PyTorch server \(.* --serve\) did not answer in 3 s \(--peer-timeout\)' rounds=1
+    else
+        said='pytorch_fp32_nchw failed \(exit 124\)' rounds=0
+    fi
+    if [ $rc -ne 1 ] || ! grep -qE "$said" "$WORK/pt.err" || [ -n "$left" ] ||
+        ! grep -q ' peer_timeout=3 ' "$WORK/pt.log" || [ "$(grep -c '^round=' "$WORK/pt.log")" -ne $rounds ]; then
+        why+=" $proc: exit $rc, $(grep -c '^round=' "$WORK/pt.log") round(s), left running:${left:- none}: $(tail -n 2 "$WORK/pt.err" | paste -sd ' ');"
+    fi
+done
+if [ -z "$why" ]; then case_ok; else case_fail "$why"; fi
 
 finish
