@@ -87,7 +87,9 @@ struct hcnn_cudnn_conv {
     int winograd;           /* 1: Winograd's algorithms alone (HCNN_WAY_WINOGRAD_CUDNN) */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
-    cudnnConvolutionDescriptor_t conv;
+    /* a pass's own: its algorithm's math type set on it (TF32: the
+     * ranking's entry's, as cuDNN's legacy API asks; FP32: FMA) */
+    cudnnConvolutionDescriptor_t conv[HCNN_PASSES];
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
@@ -114,7 +116,8 @@ static void plan_free(hcnn_cudnn_conv *p)
     cudnnDestroyTensorDescriptor(p->x);
     cudnnDestroyTensorDescriptor(p->y);
     cudnnDestroyFilterDescriptor(p->w);
-    cudnnDestroyConvolutionDescriptor(p->conv);
+    for (int pass = 0; pass < HCNN_PASSES; pass++)
+        cudnnDestroyConvolutionDescriptor(p->conv[pass]);
 }
 
 int hcnn_cudnn_create(hcnn_backend *be)
@@ -183,8 +186,9 @@ static int winograd(cudnnConvolutionBwdFilterAlgo_t a)
 }
 
 /* a ranking's first usable entry: a direct sum (Winograd's for a
- * Winograd plan), deterministic, of the allowed math, within the
- * workspace (-1: none) */
+ * Winograd plan), deterministic, of the allowed math (FP32: no tensor
+ * cores; never FP32 data rounded to FP16, TENSOR_OP_MATH_ALLOW_CONVERSION,
+ * which TF32 is not), within the workspace (-1: none) */
 template <typename Perf>
 static int first_usable(const Perf *perf, int count, int fp32, size_t limit, int wino)
 {
@@ -193,6 +197,8 @@ static int first_usable(const Perf *perf, int count, int fp32, size_t limit, int
             perf[i].memory > limit || !(wino ? winograd(perf[i].algo) : direct_sum(perf[i].algo)))
             continue;
         if (fp32 && perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH)
+            continue;
+        if (perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
             continue;
         return i;
     }
@@ -209,7 +215,8 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     HCNN_CUDNN(cudnnCreateTensorDescriptor(&p->x));
     HCNN_CUDNN(cudnnCreateTensorDescriptor(&p->y));
     HCNN_CUDNN(cudnnCreateFilterDescriptor(&p->w));
-    HCNN_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv));
+    for (int pass = 0; pass < HCNN_PASSES; pass++)
+        HCNN_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv[pass]));
     /* x, y in the instance's layout (the sizes are n, c, h, w in both); the
      * filter [out][in][kh][kw] in both (backend.h) */
     const cudnnTensorFormat_t act =
@@ -219,12 +226,17 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
                                           g->ow));
     HCNN_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->d.out_c,
                                           g->c, g->kh, g->kw));
-    HCNN_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, g->ph, g->pw, g->sh, g->sw, 1, 1,
-                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     const int fp32 = p->precision == HCNN_PRECISION_FP32;
-    HCNN_CUDNN(cudnnSetConvolutionMathType(p->conv, fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+    for (int pass = 0; pass < HCNN_PASSES; pass++) {
+        HCNN_CUDNN(cudnnSetConvolution2dDescriptor(p->conv[pass], g->ph, g->pw, g->sh, g->sw, 1,
+                                                   1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        HCNN_CUDNN(cudnnSetConvolutionMathType(p->conv[pass],
+                                               fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+    }
+    cudnnConvolutionDescriptor_t cf = p->conv[HCNN_PASS_FORWARD], cd = p->conv[HCNN_PASS_DATA],
+                                 cw = p->conv[HCNN_PASS_FILTER];
     int on, oc, oh, ow;
-    HCNN_CUDNN(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &on, &oc, &oh, &ow));
+    HCNN_CUDNN(cudnnGetConvolution2dForwardOutputDim(cf, p->x, p->w, &on, &oc, &oh, &ow));
     if (on != n || oc != p->d.out_c || oh != g->oh || ow != g->ow) {
         plan_free(p);
         return 0;
@@ -236,13 +248,13 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     /* a ranking refused as a whole (not supported: the NHWC activations
      * with a KCRS filter, say) is the same as one without a usable entry:
      * the im2col path, not the end of the job */
-    if (cudnnGetConvolutionForwardAlgorithm_v7(dnn->handle, p->x, p->w, p->conv, p->y,
+    if (cudnnGetConvolutionForwardAlgorithm_v7(dnn->handle, p->x, p->w, cf, p->y,
                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,
                                                fp) != CUDNN_STATUS_SUCCESS ||
-        cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn->handle, p->w, p->y, p->conv, p->x,
+        cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn->handle, p->w, p->y, cd, p->x,
                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
                                                     dp) != CUDNN_STATUS_SUCCESS ||
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn->handle, p->x, p->y, p->conv, p->w,
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn->handle, p->x, p->y, cw, p->w,
                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
                                                       &nw, wp) != CUDNN_STATUS_SUCCESS) {
         plan_free(p);
@@ -256,24 +268,35 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
         plan_free(p);
         return 0;
     }
-    /* the sizes the calls themselves ask for, under the math type they run with */
+    /* each pass's descriptor under its algorithm's math type (TF32: the
+     * entry's, DEFAULT or TENSOR_OP; FP32 stays FMA), then the sizes the
+     * calls themselves ask for under it; a size cuDNN will not give (not
+     * supported, say) is a pass without a plan: the im2col path, not the
+     * end of the job */
+    const cudnnStatus_t ok = CUDNN_STATUS_SUCCESS;
+    int found[HCNN_PASSES] = {f >= 0, dd >= 0, ww >= 0};
     size_t need[HCNN_PASSES] = {0, 0, 0};
     if (f >= 0) {
         p->fwd = fp[f].algo;
-        HCNN_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(dnn->handle, p->x, p->w, p->conv, p->y,
-                                                           p->fwd, &need[HCNN_PASS_FORWARD]));
+        found[HCNN_PASS_FORWARD] =
+            (fp32 || cudnnSetConvolutionMathType(cf, fp[f].mathType) == ok) &&
+            cudnnGetConvolutionForwardWorkspaceSize(dnn->handle, p->x, p->w, cf, p->y, p->fwd,
+                                                    &need[HCNN_PASS_FORWARD]) == ok;
     }
     if (dd >= 0) {
         p->bwd_data = dp[dd].algo;
-        HCNN_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(
-            dnn->handle, p->w, p->y, p->conv, p->x, p->bwd_data, &need[HCNN_PASS_DATA]));
+        found[HCNN_PASS_DATA] =
+            (fp32 || cudnnSetConvolutionMathType(cd, dp[dd].mathType) == ok) &&
+            cudnnGetConvolutionBackwardDataWorkspaceSize(dnn->handle, p->w, p->y, cd, p->x,
+                                                         p->bwd_data, &need[HCNN_PASS_DATA]) == ok;
     }
     if (ww >= 0) {
         p->bwd_filter = wp[ww].algo;
-        HCNN_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-            dnn->handle, p->x, p->y, p->conv, p->w, p->bwd_filter, &need[HCNN_PASS_FILTER]));
+        found[HCNN_PASS_FILTER] =
+            (fp32 || cudnnSetConvolutionMathType(cw, wp[ww].mathType) == ok) &&
+            cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                dnn->handle, p->x, p->y, cw, p->w, p->bwd_filter, &need[HCNN_PASS_FILTER]) == ok;
     }
-    const int found[HCNN_PASSES] = {f >= 0, dd >= 0, ww >= 0};
     p->workspace = 0;
     for (int pass = 0; pass < HCNN_PASSES; pass++) {
         p->has[pass] = found[pass] && need[pass] <= limit;
@@ -496,8 +519,9 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
         return did;
     }
     const float one = 1.0f, zero = 0.0f;
-    HCNN_CUDNN(cudnnConvolutionForward(handle_of(be), &one, p->x, x, p->w, w, p->conv, p->fwd,
-                                       ex->ws, workspace_bytes(p, ex), &zero, p->y, y));
+    HCNN_CUDNN(cudnnConvolutionForward(handle_of(be), &one, p->x, x, p->w, w,
+                                       p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
+                                       workspace_bytes(p, ex), &zero, p->y, y));
     return 0;
 }
 
@@ -509,8 +533,9 @@ void hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
         hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__,
                        "y += conv(x, w) asked of a bf16 plan (its graphs write y)");
     const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
-    HCNN_CUDNN(cudnnConvolutionForward(handle_of(be), &one, p->x, x, p->w, w, p->conv, p->fwd,
-                                       ex->ws, workspace_bytes(p, ex), &beta, p->y, y));
+    HCNN_CUDNN(cudnnConvolutionForward(handle_of(be), &one, p->x, x, p->w, w,
+                                       p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
+                                       workspace_bytes(p, ex), &beta, p->y, y));
 }
 
 /* bf16: dw += the filter gradient's graph of the rounded x and dy */
@@ -540,9 +565,9 @@ void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p
         return;
     }
     const float one = 1.0f; /* dw += */
-    HCNN_CUDNN(cudnnConvolutionBackwardFilter(handle_of(be), &one, p->x, x, p->y, dy, p->conv,
-                                              p->bwd_filter, ex->ws, workspace_bytes(p, ex), &one,
-                                              p->w, dw));
+    HCNN_CUDNN(cudnnConvolutionBackwardFilter(handle_of(be), &one, p->x, x, p->y, dy,
+                                              p->conv[HCNN_PASS_FILTER], p->bwd_filter, ex->ws,
+                                              workspace_bytes(p, ex), &one, p->w, dw));
 }
 
 void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
@@ -556,9 +581,9 @@ void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
         return;
     }
     const float one = 1.0f, beta = dx_acc ? 1.0f : 0.0f;
-    HCNN_CUDNN(cudnnConvolutionBackwardData(handle_of(be), &one, p->w, w, p->y, dy, p->conv,
-                                            p->bwd_data, ex->ws, workspace_bytes(p, ex), &beta,
-                                            p->x, dx));
+    HCNN_CUDNN(cudnnConvolutionBackwardData(handle_of(be), &one, p->w, w, p->y, dy,
+                                            p->conv[HCNN_PASS_DATA], p->bwd_data, ex->ws,
+                                            workspace_bytes(p, ex), &beta, p->x, dx));
 }
 
 void hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
