@@ -31,9 +31,13 @@
  * first whose numerical notes allow hcnn's determinism and precision (not
  * NONDETERMINISTIC, no FFT or Winograd transform, no reduction below FP32,
  * no inputs converted down) and whose plan finalises within the workspace.
- * At most GRAPH_TRIES engines of a ranking are tried: a runtime-compiled
- * engine compiles its kernel when its plan is finalised, once per shape and
- * instance.
+ * At most GRAPH_TRIES engines of a ranking are tried, and of those at most
+ * one runtime-compiled engine: it compiles its kernel when its plan is
+ * finalised (NVRTC: of the order of a second, not measured here), once per
+ * shape and instance, whether the plan is then kept or refused (over the
+ * workspace), so that a ranking of compiled engines the workspace refuses
+ * costs one compilation, not eight, for each graph of each shape.  A count,
+ * not a time limit: the same engines on every run and rank.
  *
  * Unmeasured: written 2026-11-29 without a GPU.  Everything that can fail
  * before a plan exists (an engine refusing the layout, the data types or
@@ -287,7 +291,7 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
     TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                  count, &got, cfgs),
         "heuristics results");
-    int refused = 0, too_big = 0;
+    int refused = 0, too_big = 0, compiled = 0;
     for (int64_t i = 0; i < got && i < count; i++) {
         cudnnBackendDescriptor_t engine;
         int64_t one = 0;
@@ -296,6 +300,11 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &one, &engine),
             "engine of a configuration");
         if (!notes_allowed(engine)) {
+            refused++;
+            continue;
+        }
+        const int compiles_here = compiles(engine);
+        if (compiles_here && compiled++) {
             refused++;
             continue;
         }
@@ -317,7 +326,7 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
         }
         gp->plan = plan;
         gp->workspace = (size_t)ws;
-        gp->compiled = compiles(engine);
+        gp->compiled = compiles_here;
         if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
                                      &one, &gp->engine) != CUDNN_STATUS_SUCCESS)
             gp->engine = -1;
@@ -325,8 +334,8 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
     }
     snprintf(gp->why, sizeof gp->why,
              "none of the first %d engines of cuDNN's heuristics (mode %s) is usable (%d "
-             "nondeterministic, FFT, Winograd or reduced precision; %d over the workspace; the "
-             "rest refused the plan)",
+             "nondeterministic, FFT, Winograd, reduced precision or a second runtime-compiled "
+             "one; %d over the workspace; the rest refused the plan)",
              (int)count, mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", refused, too_big);
     return 0;
 }
