@@ -768,6 +768,7 @@ static int conv_bf16_cases(const hcnn_backend *be, char *why, size_t cap)
         ref_conv_bwd_data(&e.d, wr, dyr, (int)n, gx);
         ref_conv_fwd(&e.d, e.x, e.w, e.b, (int)n, y32);
         double *want_dw = plus(e.dw0, gw, e.nw), *want_db = plus(e.db0, gb, oc);
+        double *want_dxacc = plus(e.dx0, gx, e.nx);
         float *y = dvec(be, e.ny), *dw = dvec(be, e.nw), *db = dvec(be, oc), *dx = dvec(be, e.nx);
         float *host_y = hvec(e.ny);
         for (size_t k = 0; k < sizeof execs / sizeof *execs; k++) {
@@ -795,6 +796,13 @@ static int conv_bf16_cases(const hcnn_backend *be, char *why, size_t cap)
             TRY(check_dev(be, what, db, want_db, oc, TOL_CONV, why, cap));
             conv_name(e.cc, e.xc, "bf16 conv_bwd dx (overwritten)", what, sizeof what);
             TRY(check_act(be, what, dx, gx, e.n, e.c, e.np_in, TOL_CONV, why, cap));
+            /* dx += (a residual block's sum): on a GPU with cuDNN, the graph
+             * whose epilogue adds the dx before and writes dx in place */
+            put(be, dw, e.dw0, e.nw), put(be, db, e.db0, oc);
+            put_act(be, dx, e.dx0, e.n, e.c, e.np_in);
+            TRY(conv_run(&e, CONV_BWD, NULL, NULL, dw, db, dx, 1, (int)n, why, cap));
+            conv_name(e.cc, e.xc, "bf16 conv_bwd dx (dx_acc)", what, sizeof what);
+            TRY(check_act(be, what, dx, want_dxacc, e.n, e.c, e.np_in, TOL_CONV, why, cap));
             TRY(conv_ws_ok(&e, why, cap));
             arena_pop(m2);
         }
