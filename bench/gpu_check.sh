@@ -12,17 +12,20 @@
 #           faster median the reference (issue 42), 3 rounds, each PyTorch
 #           mode's runs made by one process (compare.sh's --peer-process
 #           server, below; COMPARE_ROUNDS, COMPARE_FORMAT=nchw|channels_last|best
-#           and COMPARE_PEER_PROCESS=server|per-run in the environment); then,
-#           where GPU_CHECK_SECONDS cuts first, hcnn bench with NHWC
-#           activations in fp32, tf32, bf16 (HCNN_CUDA_LAYOUT=nhwc) and bf16
-#           by cuDNN's graphs in both layouts (HCNN_CUDA_CONV=cudnn)
+#           and COMPARE_PEER_PROCESS=server|per-run in the environment); its
+#           diagnostics: hcnn bench with NHWC activations in fp32, tf32, bf16
+#           (HCNN_CUDA_LAYOUT=nhwc) and bf16 by cuDNN's graphs in both
+#           layouts (HCNN_CUDA_CONV=cudnn)
 #   kernels the kernel time of hcnn bench's timed steps (bench/kernel_share.so,
 #           a CUPTI injection library: the share and the ten longest kernels),
-#           ResNet-18 batch 128 fp32 under each convolution choice and with
-#           the data gradient transposed by cuDNN, cuDNN's Winograd, bf16
-#           (auto), LeNet-5 batch 256 with and without CUDA graphs; PyTorch's
-#           ResNet-18 batch 128 fp32 step (bench/pytorch/peer.py
-#           --profiler-windows) under the same library
+#           ResNet-18 batch 128 fp32 under each convolution choice, LeNet-5
+#           batch 256 with and without CUDA graphs; its diagnostics: ResNet-18
+#           with the data gradient transposed by cuDNN, cuDNN's Winograd, bf16
+#           (auto), and PyTorch's ResNet-18 batch 128 fp32 step
+#           (bench/pytorch/peer.py --profiler-windows) under the same library
+#   (run in this order: tests; kernels' and bench's runs that targets are
+#   judged by; their diagnostics, where GPU_CHECK_SECONDS cuts first; cpu;
+#   nsight)
 #   cpu     bench/validate_threads.sh: hcnn bench on the CPU at 1, 2, 4, 8, 16
 #           threads against hcnn plan --node here's prediction (ResNet-18 batch
 #           64, LeNet-5 batch 256: the thread-scaling measurements) and
@@ -53,12 +56,16 @@
 # run with under 5 s left is skipped.  Each cut or skipped run is named in
 # session.log and counted in the INDEX line, and the run still ends with
 # its summary: for a device call whose limit would otherwise kill the
-# script mid-run (docs/gpu-nodes.md, "The GPU test machine").
+# script mid-run (docs/gpu-nodes.md, "The GPU test machine").  What a run
+# leaves running when it ends or is cut (a timeout inside it starts a
+# process group of its own, out of reach of the bound's) is killed and
+# named in session.log.
 #
 # Writes session.log (session-2.log, ... when OUTDIR has one) and one log per
 # run to OUTDIR, relative to the source tree's root.  Without OUTDIR: a new
 # folder results/gpu/DATE-GPU-COMMIT (UTC date, the GPU's model, the build's
-# commit from the bundle, else the tree's; -2, -3... when it exists), and a
+# commit from the bundle, else the tree's; then the sections, e.g. -cpu,
+# for a call without the tests; -2, -3... when it exists), and a
 # line for it in results/gpu/INDEX, finished with the headline results (the
 # tests passed, the ratios to PyTorch, the kernel share) when the run ends.
 # PyTorch runs with the machine's own python3 and libraries (PYTHON, else
@@ -71,6 +78,7 @@ set -u
 bundle=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 O=${2:-}
 SECTIONS=${3:-tests kernels bench cpu}
+has() { [[ " $SECTIONS " == *" $1 "* ]]; } # has SECTION: SECTION asked for
 t0=$(date +%s)
 budget=${GPU_CHECK_SECONDS:-0}
 case $budget in
@@ -100,6 +108,11 @@ if [ -z "$O" ]; then
     *) commit=${commit:0:7} ;;
     esac
     run=$(date -u +%F)-${g:-gpu}-$commit
+    # a call without the tests (the CPU sweep's, Nsight's: a second call of a
+    # loan, perhaps on a machine lent afresh, without the first call's
+    # folder) names its sections, so that its folder and INDEX line do not
+    # take the first call's name
+    has tests || run=$run-$(echo "$SECTIONS" | tr -s ' ' '-' | tr -cd 'a-z0-9-')
     base=$run n=2
     while [ -e "results/gpu/$run" ]; do run=$base-$n; n=$((n + 1)); done
     O=results/gpu/$run index=$R/results/gpu/INDEX
@@ -121,7 +134,7 @@ stamp() { echo "=== $(($(date +%s) - t0))s: $*"; }
 # shorter; skipped (status 124) with under 5 s left.  The runs cut or
 # skipped are named in session.log and in $B/cut (the INDEX line counts them).
 bounded() {
-    local s=$1 left rc what
+    local s=$1 left rc what tok
     shift
     what="${1##*/} ${*:2}" what=${what:0:160}
     if [ "$budget" -gt 0 ]; then
@@ -130,17 +143,42 @@ bounded() {
             echo "gpu_check.sh: skipped, GPU_CHECK_SECONDS=$budget spent: $what" | tee -a "$B/cut" >&3
             return 124
         fi
-        if [ "$left" -lt "$s" ]; then
-            timeout -k 5 "$left" "$@" 3>&-
-            rc=$?
-            if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-                echo "gpu_check.sh: cut after ${left} s by GPU_CHECK_SECONDS=$budget (its own bound: $s s): $what" |
-                    tee -a "$B/cut" >&3
-            fi
-            return "$rc"
-        fi
     fi
-    timeout -k 5 "$s" "$@" 3>&- # (fd 3 closed: a process a run leaves behind holds no session.log)
+    # (fd 3 closed: a process a run leaves behind holds no session.log)
+    tok=$BASHPID.$(date +%s%N)
+    if [ "$budget" -gt 0 ] && [ "$left" -lt "$s" ]; then
+        HCNN_GPU_CHECK_RUN=$tok timeout -k 5 "$left" "$@" 3>&-
+        rc=$?
+        if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+            echo "gpu_check.sh: cut after ${left} s by GPU_CHECK_SECONDS=$budget (its own bound: $s s): $what" |
+                tee -a "$B/cut" >&3
+        fi
+    else
+        HCNN_GPU_CHECK_RUN=$tok timeout -k 5 "$s" "$@" 3>&-
+        rc=$?
+    fi
+    sweep "$tok" "$what"
+    return "$rc"
+}
+# sweep TOKEN WHAT: kills what a run left running, named in session.log:
+# the processes whose environment holds HCNN_GPU_CHECK_RUN=TOKEN.  timeout
+# kills its own process group only, and a timeout inside the run (each of
+# test_cuda.sh's hcnn runs has one) starts a group of its own: cut by
+# bounded, such a run would go on using the GPU beside the next runs
+sweep() {
+    local p e pid left=()
+    for p in /proc/[0-9]*; do
+        pid=${p#/proc/}
+        while IFS= read -r -d '' e; do
+            if [ "$e" = "HCNN_GPU_CHECK_RUN=$1" ]; then
+                e=$(cat "$p/comm" 2>/dev/null)
+                kill -9 "$pid" 2>/dev/null && left+=("$pid $e")
+                break
+            fi
+        done 2>/dev/null <"$p/environ"
+    done
+    local IFS=';'
+    [ ${#left[@]} -eq 0 ] || echo "gpu_check.sh: killed ${#left[@]} process(es) left running by $2: ${left[*]}" >&3
 }
 
 stamp "the machine"
@@ -163,7 +201,7 @@ export PMIX_MCA_mca_base_component_path=$B/root/usr/lib/x86_64-linux-gnu/pmix2/l
 export PMIX_MCA_pcompress_base_silence_warning=1
 export PATH=$B/root/usr/bin:$PATH
 # CUDA's libraries: the toolkit's, else wherever the machine has them
-libdir() { dirname "$(find /usr/local/cuda* /usr/lib /opt -name "$1" 2>/dev/null | head -n 1)"; }
+libdir() { dirname "$(timeout -k 5 30 find /usr/local/cuda* /usr/lib /opt -name "$1" 2>/dev/null | head -n 1)"; }
 LD_LIBRARY_PATH=$B/lib:$(libdir libcublas.so.13):$(libdir libcudart.so.13):$(libdir libcudnn.so.9)
 # CUPTI for bench/kernel_share.so: the machine's, else the bundle's
 cupti=$(libdir libcupti.so.13)
@@ -181,18 +219,18 @@ export XDG_CACHE_HOME=$O/cache
 if [ -d "$B/mnist" ] && [ ! -e data/mnist/train-images-idx3-ubyte ]; then
     mkdir -p data/mnist && cp "$B"/mnist/*.gz data/mnist/
 fi
-if ! "$HCNN" --version; then
+if ! timeout -k 5 60 "$HCNN" --version; then
     [ -d "$B/build1" ] || { echo "gpu_check.sh: hcnn does not start here"; exit 1; }
     echo "gpu_check.sh: the first build does not start here: build1 instead"
     export HCNN_BUILDDIR=$B/build1 HCNN=$B/build1/hcnn
-    "$HCNN" --version || exit 1
+    timeout -k 5 60 "$HCNN" --version || exit 1
 fi
 # PyTorch with the machine's libraries, not the bundle's
 printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$PY" > "$B/python" && chmod +x "$B/python"
 modes=im2col
 grep -q '^#define HCNN_HAVE_CUDNN 1' "$HCNN_BUILDDIR/config.h" && modes="auto cudnn im2col"
 
-if [[ " $SECTIONS " == *" tests "* ]]; then
+if has tests; then
     stamp "the conformance suite on cuda"
     HCNN_CONFORMANCE_BACKENDS=cuda bounded 120 "$HCNN_BUILDDIR/tests/conformance/test_backend" \
         > "$O/conformance.log" 2>&1
@@ -212,61 +250,87 @@ if [[ " $SECTIONS " == *" tests "* ]]; then
     done
 fi
 
-if [[ " $SECTIONS " == *" kernels "* ]]; then
-    ks=$HCNN_BUILDDIR/bench/kernel_share.so
-    if [ ! -f "$ks" ]; then
-        echo "gpu_check.sh: $ks missing (a build without CUPTI): no kernel times"
-    else
-        kbench() { # name, convolution choice, hcnn bench arguments...
-            local name=$1 m=$2
-            shift 2
-            stamp "kernel time: $name"
-            CUDA_INJECTION64_PATH=$ks HCNN_CUDA_CONV=$m bounded 90 "$HCNN" bench "$@" \
-                > "$O/kernels_$name.log" 2>&1
-            echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|captured' "$O/kernels_$name.log"
-        }
-        for m in $modes; do
-            kbench "resnet_b128_$m" "$m" --config configs/cifar_resnet18.yaml --set device=cuda \
-                --set batch_size=128 --warmup 3 --repeats 3 --steps 5
-        done
-        # the data gradient by the transposed convolution through cuDNN's
-        # forward (src/cuda/conv.cu; 2026-11-29, not yet run on a GPU):
-        # against the H100's dcol = W^T dY GEMM (..._nt_n_tilesize64x64x8,
-        # 3.6 ms a step) and col2im (2.0 ms)
-        kbench resnet_b128_transposed cudnn,transposed_cudnn,im2col --config configs/cifar_resnet18.yaml \
-            --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5
-        # cuDNN's Winograd for every pass that has one (src/cuda/conv_cudnn.cu;
-        # ResNet-18's 3x3 layers of >= 32 channels, the rest by im2col;
-        # 2026-11-29, not yet run on a GPU): its plan lines say which passes
-        # cuDNN offers it for, its kernel_top lines what it costs
-        kbench resnet_b128_winograd winograd_cudnn --config configs/cifar_resnet18.yaml \
-            --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5
-        grep -E '^# plan layer[1-4]\.1\.conv1' "$O/kernels_resnet_b128_winograd.log" | cut -c 1-400
-        # bf16, the furthest from its target (0.86x PyTorch autocast on the
-        # H100, 1.3x asked): where its step goes once the GEMMs run on tensor
-        # cores (no bf16 kernel log since the H200's of 2026-11-27, which
-        # named im2col, the bf16 conversions and col2im)
-        kbench resnet_b128_bf16 auto --config configs/cifar_resnet18.yaml --set device=cuda \
-            --set batch_size=128 --set precision=bf16 --warmup 3 --repeats 3 --steps 5
-        for g in auto off; do
-            kbench "lenet_b256_graphs_$g" auto --config configs/mnist_lenet.yaml --set device=cuda \
-                --set batch_size=256 --set cuda_graphs=$g --warmup 20 \
-                --repeats 3 --steps 50
-        done
-        # PyTorch's own kernels for the same step (bench/pytorch/peer.py
-        # --profiler-windows: FP32, NCHW, cudnn.benchmark; its own libraries,
-        # CUPTI found as above), against kernels_resnet_b128_auto.log: which
-        # algorithms its cuDNN picked (the kernels' names: Winograd, implicit
-        # GEMM) and where its step goes (12-15 s; added 2026-11-29, not yet run)
-        stamp "kernel time: pytorch_resnet_b128_fp32"
-        LD_LIBRARY_PATH=$cupti CUDA_INJECTION64_PATH=$ks bounded 90 "$PY" bench/pytorch/peer.py \
-            --device cuda --model resnet18 --batch 128 --threads 4 --precision fp32 --warmup 3 \
-            --repeats 3 --steps 5 --profiler-windows >"$O/kernels_pytorch_resnet_b128_fp32.log" 2>&1
-        echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|^peer' "$O/kernels_pytorch_resnet_b128_fp32.log"
-    fi
-fi
+# The kernel times (bench/kernel_share.so: CUPTI) of hcnn bench, ResNet-18
+# batch 128 fp32 under each convolution choice and LeNet-5 batch 256 with
+# and without CUDA graphs (the kernel-share target's runs).  Their own
+# XDG_CACHE_HOME: HCNN_CUDA_CONV=auto's ways measured under CUPTI (its cost
+# a launch: 21 s for the first auto run on the H100, 3 s without) would
+# otherwise be the ways of every later run, the comparisons' included
+ks=$HCNN_BUILDDIR/bench/kernel_share.so
+kbench() { # name, bound (s), convolution choice, hcnn bench arguments...
+    local name=$1 s=$2 m=$3
+    shift 3
+    stamp "kernel time: $name"
+    XDG_CACHE_HOME=$O/cache-cupti CUDA_INJECTION64_PATH=$ks HCNN_CUDA_CONV=$m bounded "$s" "$HCNN" bench "$@" \
+        > "$O/kernels_$name.log" 2>&1
+    echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|captured' "$O/kernels_$name.log"
+}
+kernels_targets() {
+    local m g
+    for m in $modes; do
+        kbench "resnet_b128_$m" 90 "$m" --config configs/cifar_resnet18.yaml --set device=cuda \
+            --set batch_size=128 --warmup 3 --repeats 3 --steps 5
+    done
+    for g in auto off; do
+        kbench "lenet_b256_graphs_$g" 90 auto --config configs/mnist_lenet.yaml --set device=cuda \
+            --set batch_size=256 --set cuda_graphs=$g --warmup 20 \
+            --repeats 3 --steps 50
+    done
+}
+# The kernel times of ways that have not yet run on a GPU (60 s each: the
+# runs above took 2-21 s on the H100), and PyTorch's own step
+kernels_diagnostics() {
+    # the data gradient by the transposed convolution through cuDNN's
+    # forward (src/cuda/conv.cu; 2026-11-29, not yet run on a GPU):
+    # against the H100's dcol = W^T dY GEMM (..._nt_n_tilesize64x64x8,
+    # 3.6 ms a step) and col2im (2.0 ms)
+    kbench resnet_b128_transposed 60 cudnn,transposed_cudnn,im2col --config configs/cifar_resnet18.yaml \
+        --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5
+    # cuDNN's Winograd for every pass that has one (src/cuda/conv_cudnn.cu;
+    # ResNet-18's 3x3 layers of >= 32 channels, the rest by im2col;
+    # 2026-11-29, not yet run on a GPU): its plan lines say which passes
+    # cuDNN offers it for, its kernel_top lines what it costs
+    kbench resnet_b128_winograd 60 winograd_cudnn --config configs/cifar_resnet18.yaml \
+        --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5
+    grep -E '^# plan layer[1-4]\.1\.conv1' "$O/kernels_resnet_b128_winograd.log" | cut -c 1-400
+    # bf16, the furthest from its target (0.86x PyTorch autocast on the
+    # H100, 1.3x asked): where its step goes once the GEMMs run on tensor
+    # cores (no bf16 kernel log since the H200's of 2026-11-27, which
+    # named im2col, the bf16 conversions and col2im)
+    kbench resnet_b128_bf16 60 auto --config configs/cifar_resnet18.yaml --set device=cuda \
+        --set batch_size=128 --set precision=bf16 --warmup 3 --repeats 3 --steps 5
+    # PyTorch's own kernels for the same step (bench/pytorch/peer.py
+    # --profiler-windows: FP32, NCHW, cudnn.benchmark; its own libraries,
+    # CUPTI found as above), against kernels_resnet_b128_auto.log: which
+    # algorithms its cuDNN picked (the kernels' names: Winograd, implicit
+    # GEMM) and where its step goes (12-15 s; added 2026-11-29, not yet run)
+    stamp "kernel time: pytorch_resnet_b128_fp32"
+    LD_LIBRARY_PATH=$cupti CUDA_INJECTION64_PATH=$ks bounded 60 "$PY" bench/pytorch/peer.py \
+        --device cuda --model resnet18 --batch 128 --threads 4 --precision fp32 --warmup 3 \
+        --repeats 3 --steps 5 --profiler-windows >"$O/kernels_pytorch_resnet_b128_fp32.log" 2>&1
+    echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|^peer' "$O/kernels_pytorch_resnet_b128_fp32.log"
+}
 
-if [[ " $SECTIONS " == *" bench "* ]]; then
+# hcnn bench ResNet-18 batch 128 fp32 under each convolution choice, then
+# the comparisons with PyTorch (the targets).  PyTorch in both memory
+# formats, the faster the reference (compare.sh's --torch-format best).  A
+# PyTorch process took 12-15 s on the H100 (2026-11-27's session.log: 42-54
+# s a configuration of 3 rounds, hcnn 2-3 s of each round), of which its
+# timed steps and warm-up are 0.3-1 s: the rest its import, CUDA's start
+# and cudnn.benchmark's first search.  A process a run, in both formats,
+# made a configuration ~60 s at 2 rounds, ~90 s at 3 (~300 and ~450 s for
+# the five).  compare.sh's --peer-process server (its default on cuda)
+# starts each format's PyTorch once and has it make that format's runs: an
+# estimated 25-30 s a configuration at 3 rounds, ~140 s for the five (not
+# yet measured on a GPU).  A configuration whose PyTorch side fails with
+# servers (exit 1, "compare.sh: pytorch_..." or "... PyTorch server ...")
+# is run again with a process a run, 2 rounds, and so are the
+# configurations after it (a second failure of the servers would cost as
+# much again), said in session.log and compare.log.  A PyTorch run that
+# has not answered in 60 s (compare.sh's --peer-timeout) fails so, saying
+# where, rather than spending the comparison's whole bound.
+bench_targets() {
+    local m spec model batch prec rc steps cs cr=${COMPARE_ROUNDS:-3} cp=${COMPARE_PEER_PROCESS:-server} after=""
     for m in $modes; do
         stamp "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=$m"
         HCNN_CUDA_CONV=$m bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
@@ -274,20 +338,6 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
             > "$O/bench_resnet_b128_$m.log" 2>&1
         echo "exit $?"; grep -E '^# step_ms|^# shares|images_per_s' "$O/bench_resnet_b128_$m.log" | tail -n 3
     done
-    # PyTorch in both memory formats, the faster the reference (compare.sh's
-    # --torch-format best).  A PyTorch process took 12-15 s on the H100
-    # (2026-11-27's session.log: 42-54 s a configuration of 3 rounds, hcnn
-    # 2-3 s of each round), of which its timed steps and warm-up are 0.3-1 s:
-    # the rest its import, CUDA's start and cudnn.benchmark's first search.
-    # A process a run, in both formats, made a configuration ~60 s at 2
-    # rounds, ~90 s at 3 (~300 and ~450 s for the five).  compare.sh's
-    # --peer-process server (its default on cuda) starts each format's
-    # PyTorch once and has it make that format's runs: an estimated 25-30 s
-    # a configuration at 3 rounds, ~140 s for the five (not yet measured on
-    # a GPU).  A configuration whose PyTorch side fails with servers (exit 1,
-    # "compare.sh: pytorch_...") is run again with a process a run, 2 rounds,
-    # said in session.log and compare.log.
-    cr=${COMPARE_ROUNDS:-3} cf=${COMPARE_FORMAT:-best} cp=${COMPARE_PEER_PROCESS:-server}
     # compare_part: the last configuration's part of compare.log (from its === line)
     # shellcheck disable=SC2016 # sed's $: the last line
     compare_part() { sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log"; }
@@ -295,11 +345,12 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
     compare() {
         HCNN=$HCNN PYTHON=$B/python bounded "$1" bench/compare.sh --device cuda --model "$model" --batch "$batch" \
             --precision "$prec" --rounds "$2" --torch-format "$cf" --threads 4 "${steps[@]}" \
-            --peer-process "$3" >> "$O/compare.log" 2>&1
+            --peer-process "$3" --peer-timeout 60 >> "$O/compare.log" 2>&1
     }
     for spec in "resnet18 128 fp32" "resnet18 128 tf32" "resnet18 128 bf16" "lenet 64 fp32" "lenet 256 fp32"; do
         read -r model batch prec <<<"$spec"
-        stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf" | tee -a "$O/compare.log"
+        stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf$after" |
+            tee -a "$O/compare.log"
         steps=()
         [ "$model" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
         cs=$((30 * cr + 60)) # a server a mode: ~25-30 s a configuration at 3 rounds; a process a run ~90
@@ -309,18 +360,22 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
         echo "exit $rc"
         # (PyTorch's failures: a run's, or its server's; not hcnn's, nor a layout not applied)
         if [ "$rc" = 1 ] && [ "$cp" = server ] && compare_part |
-            grep -qE '^compare.sh: pytorch_[a-z0-9_]+( failed |: its PyTorch server )|PyTorch server of .* ended before'; then
+            grep -qE '^compare.sh: pytorch_[a-z0-9_]+( failed |: its PyTorch server )|PyTorch server of .* (ended before|was not ready)'; then
             compare_part | grep -E '^compare.sh: ' | head -n 3
+            cp=per-run cr=2 after=" --rounds 2 --peer-process per-run (PyTorch failed with its servers before)"
             stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf" \
                 "--rounds 2 --peer-process per-run (PyTorch failed with its servers)" | tee -a "$O/compare.log"
-            compare 180 2 per-run
+            compare "$((60 * cr + 60))" "$cr" "$cp"
             echo "exit $?"
         fi
         # this configuration's part of compare.log: each format's median, the reference, the ratio
         compare_part | grep -E '^pytorch_mode=|^pytorch_best_mode=|^hcnn_median=|^compare.sh: ' | tail -n 6
     done
-    # The diagnostics below come after the comparisons (the targets):
-    # where GPU_CHECK_SECONDS cuts the section, it cuts these.
+}
+# NHWC activations and bf16 by cuDNN's graphs (never yet run on a GPU),
+# then the convolutions' measured ways
+bench_diagnostics() {
+    local p lay
     # NHWC activations (HCNN_CUDA_LAYOUT=nhwc: cuDNN's plans on NHWC
     # tensors, the im2col path's NHWC kernels): whether auto should choose
     # them, in each precision, against the runs above and compare.sh's
@@ -352,9 +407,20 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
     # of >= 32 channels) for each pass (0: not a candidate)
     stamp "the convolutions' measured ways (HCNN_CUDA_CONV=auto), $O/cache/hcnn"
     grep -h '^key\|^conv' "$O"/cache/hcnn/cuda-conv-*.txt 2>/dev/null | head -n 120
-fi
+}
 
-if [[ " $SECTIONS " == *" cpu "* ]]; then
+# The sections' targets first, then their diagnostics: where
+# GPU_CHECK_SECONDS cuts, it cuts those (runs that have never run on a
+# GPU, where a hang is likeliest, come after every measurement a target
+# is judged by)
+cf=${COMPARE_FORMAT:-best}
+has kernels && [ ! -f "$ks" ] && echo "gpu_check.sh: $ks missing (a build without CUPTI): no kernel times"
+has kernels && [ -f "$ks" ] && kernels_targets
+has bench && bench_targets
+has kernels && [ -f "$ks" ] && kernels_diagnostics
+has bench && bench_diagnostics
+
+if has cpu; then
     cores=$(nproc)
     stamp "CPU thread scaling up to $cores threads, blas_kernels: auto, against hcnn plan's thread model"
     last=1
@@ -370,14 +436,14 @@ if [[ " $SECTIONS " == *" cpu "* ]]; then
     bounded 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \
         --warmup 1 --repeats 3 --steps 2 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 2>&1 | tail -n 1
 fi
-if [[ " $SECTIONS " == *" nsight "* ]]; then
+if has nsight; then
     # the bench both tools run: one configuration, the layers' NVTX ranges
     # in every step (a replayed CUDA graph has none: cuda_graphs off), the
     # convolutions as im2col + cuBLAS (the im2col and batch-norm kernels are
     # what the doc reads), no re-execution for BLAS kernels under a profiler
     nbench=("$HCNN" bench --config configs/cifar_resnet18.yaml --set device=cuda --set batch_size=128
             --set cuda_graphs=off --set blas_kernels=env)
-    "$HCNN" --version | grep '^NVTX:'
+    timeout -k 5 60 "$HCNN" --version | grep '^NVTX:'
     ncu=$(command -v ncu)
     for c in /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
         if [ -z "$ncu" ] && [ -x "$c" ]; then ncu=$c; fi
@@ -385,7 +451,7 @@ if [[ " $SECTIONS " == *" nsight "* ]]; then
     if [ -z "$ncu" ]; then
         echo "gpu_check.sh: no ncu (Nsight Compute) on PATH, in /usr/local/cuda*/bin or /opt/nvidia/nsight-compute"
     else
-        stamp "Nsight Compute: $("$ncu" --version 2>&1 | tail -n 1); 12 kernels of layer2.0.conv1/bn1"
+        stamp "Nsight Compute: $(timeout -k 5 30 "$ncu" --version 2>&1 | tail -n 1); 12 kernels of layer2.0.conv1/bn1"
         # rows 16 and 17 of hcnn bench's profile table of ResNet-18 (from 0):
         # layer2.0.conv1 and layer2.0.bn1 (src/core/trace.h: "<pass> <row>
         # <name> (<kind>)"); a push/pop range of the default domain is
@@ -402,7 +468,7 @@ if [[ " $SECTIONS " == *" nsight "* ]]; then
     if ! command -v nsys >/dev/null; then
         echo "gpu_check.sh: no nsys (Nsight Systems) on PATH: its part skipped"
     else
-        stamp "Nsight Systems: $(nsys --version 2>&1 | head -n 1); hcnn bench 2 + 3 steps"
+        stamp "Nsight Systems: $(timeout -k 5 30 nsys --version 2>&1 | head -n 1); hcnn bench 2 + 3 steps"
         HCNN_CUDA_CONV=im2col bounded 60 nsys profile --trace=cuda,nvtx,osrt --force-overwrite=true \
             --output="$B/nsys_resnet" "${nbench[@]}" --warmup 2 --repeats 1 --steps 3 \
             > "$O/nsight_nsys.log" 2>&1
@@ -431,9 +497,9 @@ if [ -n "$index" ]; then
     done
     [ -f "$O/conformance.log" ] && add "conformance $(grep -oE '^\[  PASSED  \] [0-9]+' "$O/conformance.log" | awk '{ print $4 " passed" }' | tail -n 1)"
     # (with PyTorch's reference layout when both ran: pytorch_best_mode=PREC_nchw|nhwc)
-    # (a configuration run again with a process a run: "(per-run, 2 rounds)")
+    # (a configuration run again, or after such, with a process a run: "(per-run, 2 rounds)")
     [ -f "$O/compare.log" ] && add "$(awk '/^=== .*compare.sh/ { l = ""; for (i = 1; i < NF; i++) { if ($i == "--model") m = $(i + 1); if ($i == "--batch") b = $(i + 1); if ($i == "--precision") p = $(i + 1) }
-            t = index($0, "(PyTorch failed with its servers)") ? " (per-run, 2 rounds)" : "" }
+            t = index($0, "(PyTorch failed with its servers") ? " (per-run, 2 rounds)" : "" }
         /^pytorch_best_mode=/ { l = $0; sub(/.*_/, "", l); l = " (" l ")" }
         /^hcnn_median=/ { r = $3; sub(/ratio=/, "", r); s = s (s == "" ? "vs PyTorch: " : ", ") m " b" b " " p " " r "x" l t }
         END { print s }' "$O/compare.log")"
@@ -454,7 +520,9 @@ if [ -n "$index" ]; then
     echo "gpu_check.sh: logs in $O; results/gpu/INDEX: $(grep "^$run " "$index")"
 fi
 # session.log whole before returning (the recipe packs it next): the tee
-# ends when the script's last copies of its pipe are closed
+# ends when the script's last copies of its pipe are closed (waited for 10 s
+# at most: a process still holding the pipe must not keep the packing from
+# running)
 exec >&- 2>&- 3>&-
-wait "$tee_pid"
+for ((i = 0; i < 100; i++)); do kill -0 "$tee_pid" 2>/dev/null || break; sleep 0.1; done
 exit 0

@@ -280,7 +280,7 @@ else case_fail "$(grep -h -E 'FAILED|fatal|error' "$WORK"/conf_chunk_*.log | gre
 # plan naming the way; the way refused for the forward and the filter
 # gradient, with a message (and transposed_cudnn by a build without cuDNN).
 case_begin transposed_data_gradient
-TR=(env HCNN_CUDA_CONV=im2col,transposed,im2col)
+TR=(env "HCNN_CUDA_CONV=im2col,transposed,im2col")
 CONV_CHECKS=conv_fwd,conv_relu,conv_bwd,conv_bwd_filter,conv_bwd_data,conv_bf16,conv_workspace
 tr_ok=1 tr_why=
 for spec in "nhwc default" "nchw 20000" "nhwc 20000"; do

@@ -8,10 +8,11 @@
 # bundle's libraries; every section but "cpu" runs through, every hcnn run
 # stopping at "no usable GPU" (none exits 2, a bad command line); the run's
 # folder is named from the GPU (tests/integration/fake-slurm/nvidia-smi:
-# an H100) and its INDEX line finished; each comparison, its PyTorch
-# servers finding no GPU, is run again with a process a run (where torch is
+# an H100) and its INDEX line finished; the first comparison, its PyTorch
+# servers finding no GPU, is run again with a process a run, the rest so at once (where torch is
 # installed); GPU_CHECK_SECONDS cuts the run that
-# outlasts it (a python3 that sleeps), skips the rest, and the run still
+# outlasts it (a python3 that sleeps under a timeout of its own, which the
+# cut must not leave running), skips the rest, and the run still
 # ends with its summary.  CUDA_VISIBLE_DEVICES is emptied: on a GPU node
 # too the scripts run to the GPU's absence.  Skipped (77) in other builds
 # and without Debian's Open MPI 4 layout (what the bundle packs).
@@ -51,8 +52,11 @@ cp "$S/tests/integration/fake-slurm/nvidia-smi" "$WORK/bin/"
 # python3 for gpu_check.sh's PyTorch runs: the one here (peer.py's command
 # line is checked, then it stops without torch or a GPU), or one that
 # sleeps (the run GPU_CHECK_SECONDS cuts: the machine section's PyTorch
-# version, the first run bounded)
-printf '#!/bin/sh\nexec sleep 300\n' >"$WORK/bin/slow-python"
+# version, the first run bounded) under a timeout of its own, as
+# test_cuda.sh's runs are: its process group, not the bound's, which the
+# cut must not leave running (the pids in $INNER_PIDS)
+export INNER_PIDS=$WORK/inner-pids
+printf '#!/bin/sh\ntimeout 300 sleep 300 &\necho $! >>"$INNER_PIDS"\nwait\n' >"$WORK/bin/slow-python"
 chmod +x "$WORK/bin/nvidia-smi" "$WORK/bin/slow-python"
 # no GPU even on a GPU node (make check there): every run stops at its absence
 export PATH=$WORK/bin:$PATH FAKE_GPUS=1 CUDA_VISIBLE_DEVICES=
@@ -125,16 +129,19 @@ else
 fi
 
 # PyTorch's servers (compare.sh --peer-process server) find no GPU and end
-# before they are ready: each comparison is run again with a process a
-# run (the retry a loan relies on when the servers fail), said in
-# session.log, and stops at hcnn's GPU's absence
+# before they are ready: the first comparison is run again with a process a
+# run (the retry a loan relies on when the servers fail), and the four
+# after it are run so at once (no servers tried again), said in
+# session.log and the INDEX line; each stops at hcnn's GPU's absence
 case_begin compare_retries_per_run
 if ! "${PYTHON:-/usr/bin/python3}" -c 'import torch' >/dev/null 2>&1; then
     case_skip "no python3-torch here (${PYTHON:-/usr/bin/python3}): compare.sh runs hcnn alone, no servers"
-elif [ "$(grep -c '(PyTorch failed with its servers)$' "$L")" -ne 5 ] ||
-    [ "$(grep -c 'PyTorch server of .* ended before it was ready' "$D/compare.log")" -lt 5 ] ||
+elif [ "$(grep -c '(PyTorch failed with its servers)$' "$L")" -ne 1 ] ||
+    [ "$(grep -c '(PyTorch failed with its servers before)$' "$L")" -ne 4 ] ||
+    [ "$(grep -c '^peer_server: ' "$D/compare.log")" -ne 1 ] ||
+    [ "$(grep -c 'PyTorch server of .* ended before it was ready' "$D/compare.log")" -ne 1 ] ||
     [ "$(grep -c -- '--peer-process per-run (PyTorch failed' "$D/compare.log")" -ne 5 ]; then
-    case_fail "expected 5 retries: $(grep -E 'PyTorch (failed|server)' "$L" "$D/compare.log" | head -n 6)"
+    case_fail "expected 1 retry and 4 runs with a process a run: $(grep -E 'PyTorch (failed|server)' "$L" "$D/compare.log" | head -n 6)"
 else
     case_ok
 fi
@@ -175,6 +182,9 @@ elif [ "$cut_s" -gt 35 ]; then
     case_fail "a run given ${cut_s} s by GPU_CHECK_SECONDS=45: more than the 35 s it leaves"
 elif ! grep -q "| .*$n run(s) cut or skipped by GPU_CHECK_SECONDS=45" <<<"$line"; then
     case_fail "results/gpu/INDEX does not count the $n cut or skipped: '$line'"
+elif ! grep -q '^gpu_check.sh: killed [1-9][0-9]* process(es) left running by slow-python' "$L" ||
+    ! [ -s "$INNER_PIDS" ] || while read -r p; do kill -0 "$p" 2>/dev/null && exit 0; done <"$INNER_PIDS"; then
+    case_fail "the cut run's inner timeout ($(paste -sd ' ' "$INNER_PIDS" 2>/dev/null)) left running or not named: $(grep -m 2 'killed' "$L")"
 else
     echo "# ${took} s; $n run(s) cut or skipped: $(grep -m 1 '^gpu_check.sh: cut after' "$L" | cut -c 1-120)"
     case_ok
