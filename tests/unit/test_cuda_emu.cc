@@ -103,6 +103,11 @@ __global__ void k_store(float *p) { p[global_index()] = 1.0f; }
 
 __global__ void k_nothing() {}
 
+/* p[i] = 1, one thread: an index out of bounds on purpose */
+__global__ void k_store_at(float *p, long i) { p[i] = 1.0f; }
+/* *out = p[i], one thread */
+__global__ void k_load_at(const float *p, long i, float *out) { *out = p[i]; }
+
 /* every thread counts itself and writes down its built-ins */
 __global__ void k_index(unsigned int *hits, unsigned int *info) {
     unsigned int threads = blockDim.x * blockDim.y * blockDim.z;
@@ -764,8 +769,9 @@ static void test_gemmex_bf16() {
 
 #ifdef HCNN_CUDA_EMULATION
 
-/* Runs f in a child; true if it died of SIGABRT with `needle` on stderr. */
-template <class F> static bool aborts_with(F f, const char *needle) {
+/* Runs f in a child; true if it died of signal sig (SIGABRT: an abort)
+ * with `needle` on stderr. */
+template <class F> static bool dies_with(F f, const char *needle, int sig = SIGABRT) {
     fflush(stdout);
     int fd[2];
     if (pipe(fd) != 0)
@@ -786,7 +792,7 @@ template <class F> static bool aborts_with(F f, const char *needle) {
     close(fd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    bool ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT &&
+    bool ok = WIFSIGNALED(status) && WTERMSIG(status) == sig &&
               err.find(needle) != std::string::npos;
     if (!ok)
         printf("# child status %d, stderr: %s\n", status, err.c_str());
@@ -797,19 +803,19 @@ template <class F> static bool aborts_with(F f, const char *needle) {
 
 static void test_syncthreads_in_plain_launch_aborts() {
     float *d = dev_floats(64);
-    CHECK(aborts_with(
+    CHECK(dies_with(
         [d] {
             HCNN_LAUNCH(k_sync_plain, 1, 64, 0, d);
             cudaDeviceSynchronize();
         },
         "k_sync_plain")); /* "...: launch it with HCNN_LAUNCH_BARRIER, at k_sync_plain" */
-    CHECK(aborts_with(
+    CHECK(dies_with(
         [d] {
             HCNN_LAUNCH(k_sync_plain, 1, 64, 0, d);
             cudaDeviceSynchronize();
         },
         "launch it with HCNN_LAUNCH_BARRIER"));
-    CHECK(aborts_with(
+    CHECK(dies_with(
         [d] {
             HCNN_LAUNCH_BARRIER(k_diverge, 1, 64, 0, 0, d);
             cudaDeviceSynchronize();
@@ -830,6 +836,47 @@ static void test_new_memory_is_nan() {
     CHECK_CUDA(cudaMallocHost(&p, 64));
     CHECK(bits(*static_cast<float *>(p)) == 0x7fc00000u);
     CHECK_CUDA(cudaFreeHost(p));
+}
+
+/* Out of bounds, as compute-sanitizer's memcheck finds it on a GPU: past
+ * the 256-byte rounding of a block, a read or a write faults in its guard
+ * page (SIGSEGV, the block named); past its size within the rounding, or
+ * below its start, a write is found at cudaFree (abort, the offset named);
+ * within the block, nothing is said */
+static void test_out_of_bounds() {
+    float *d = dev_floats(1000), *out = dev_floats(1); /* 4000 bytes: 4096 rounded */
+    HCNN_LAUNCH(k_store_at, 1, 1, 0, d, 999L);
+    HCNN_LAUNCH(k_load_at, 1, 1, 0, d, 999L, out);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK(download(out, 1)[0] == 1.0f);
+    CHECK(dies_with(
+        [d] {
+            HCNN_LAUNCH(k_store_at, 1, 1, 0, d, 1024L);
+            cudaDeviceSynchronize();
+        },
+        "device memory accessed out of bounds", SIGSEGV));
+    CHECK(dies_with(
+        [d, out] {
+            HCNN_LAUNCH(k_load_at, 1, 1, 0, d, 1030L, out);
+            cudaDeviceSynchronize();
+        },
+        "4120 bytes past the start of a block of 4000 bytes", SIGSEGV));
+    CHECK(dies_with(
+        [d] {
+            HCNN_LAUNCH(k_store_at, 1, 1, 0, d, 1000L); /* inside the rounding */
+            cudaFree(d);
+        },
+        "the 4 bytes at +4000 from the start of a block of 4000 bytes at"));
+    float *e = dev_floats(100); /* 400 bytes: 512 at the end of a page, 3584 below */
+    CHECK(dies_with(
+        [e] {
+            HCNN_LAUNCH(k_store_at, 1, 1, 0, e, -1L);
+            cudaFree(e);
+        },
+        "the 4 bytes at -4 from the start of a block of 400 bytes at"));
+    CHECK_CUDA(cudaFree(e));
+    CHECK_CUDA(cudaFree(out));
+    CHECK_CUDA(cudaFree(d));
 }
 
 static void test_memcpy_kind_checked() {
@@ -968,6 +1015,7 @@ static const test_case cases[] = {
 #ifdef HCNN_CUDA_EMULATION
     {"syncthreads_in_plain_launch_aborts", test_syncthreads_in_plain_launch_aborts},
     {"new_memory_is_nan", test_new_memory_is_nan},
+    {"out_of_bounds", test_out_of_bounds},
     {"memcpy_kind_checked", test_memcpy_kind_checked},
     {"stale_read_without_sync", test_stale_read_without_sync},
     {"shared_memory_limit", test_shared_memory_limit},

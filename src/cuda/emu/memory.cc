@@ -5,16 +5,29 @@
  * handed out first fit from a free list, in multiples of 256 bytes (CUDA's
  * alignment), filled with NaN on cudaMalloc and again on cudaFree, so that
  * reading what no kernel wrote, or what was freed, shows.  A copy's kind is
- * checked against where its pointers are, which finds swapped copies. */
+ * checked against where its pointers are, which finds swapped copies.
+ *
+ * Out-of-bounds accesses, what compute-sanitizer's memcheck finds on a GPU:
+ * each block ends against a page of its own that nothing may touch
+ * (PROT_NONE), so that a kernel reading or writing past the 256-byte
+ * rounding of its block faults there, and the fault is reported as such
+ * (the block, how far past its end) before the process ends with SIGSEGV.
+ * What lies between the block and its pages' edges (below the block,
+ * and past its size within the rounding) stays NaN, checked at cudaFree:
+ * a write there (an index -1, or one past the end) ends the process with
+ * the block and the offset named. */
 #include "emu_internal.h"
 #include "hcnn/env.h"
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sys/mman.h>
+#include <unistd.h>
 
 namespace hcnn_emu {
 
@@ -23,10 +36,11 @@ namespace {
 constexpr size_t align = 256;
 constexpr uint32_t nan_bits = 0x7fc00000u;
 
-/* A live block: its length in the arena, and the size asked for, which
- * bounds the copies (a copy past it is a bug even inside the rounding). */
+/* A live block: its pages in the arena (from span_off, span bytes, the
+ * last its guard page), and the size asked for, which bounds the copies (a
+ * copy past it is a bug even inside the rounding).  Keyed by its start. */
 struct block {
-    size_t length, size;
+    size_t span_off, span, size;
 };
 
 /* State: the arena and its blocks (offsets from base). */
@@ -56,6 +70,10 @@ size_t arena_mib() {
     return static_cast<size_t>(mib);
 }
 
+/* the arena, for the fault handler (on_fault, below) */
+const arena *arena_for_faults = nullptr;
+void on_fault(int sig, siginfo_t *si, void *);
+
 arena &the_arena() {
     static arena *a = [] {
         auto *r = new arena{};
@@ -68,6 +86,13 @@ arena &the_arena() {
         r->base = static_cast<char *>(p);
         r->free_bytes = r->size;
         r->free_list[0] = r->size;
+        arena_for_faults = r;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_fault;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, nullptr);
         return r;
     }();
     return *a;
@@ -78,7 +103,7 @@ void fill_nan(void *p, size_t bytes) {
 }
 
 /* First fit; returns the offset, or SIZE_MAX when nothing fits. */
-size_t arena_take(arena &a, size_t len, size_t size) {
+size_t arena_take(arena &a, size_t len) {
     for (auto it = a.free_list.begin(); it != a.free_list.end(); ++it) {
         if (it->second < len)
             continue;
@@ -86,11 +111,73 @@ size_t arena_take(arena &a, size_t len, size_t size) {
         a.free_list.erase(it);
         if (rest)
             a.free_list[off + len] = rest;
-        a.live[off] = block{len, size};
         a.free_bytes -= len;
         return off;
     }
     return SIZE_MAX;
+}
+
+size_t page_bytes() {
+    static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    return p;
+}
+
+/* A block's guard page: untouchable (on) or back to read-write (off) */
+void guard(arena &a, const block &b, bool on) {
+    char *g = a.base + b.span_off + b.span - page_bytes();
+    if (mprotect(g, page_bytes(), on ? PROT_NONE : PROT_READ | PROT_WRITE) != 0)
+        die("cudaMalloc", "cannot %s the guard page at %p: %s", on ? "protect" : "release",
+            static_cast<void *>(g), strerror(errno));
+}
+
+/* The byte of the NaN fill at arena offset off (fills start 4-aligned) */
+unsigned char nan_byte(size_t off) {
+    const uint32_t v = nan_bits;
+    unsigned char b[4];
+    memcpy(b, &v, 4);
+    return b[off % 4];
+}
+
+/* At cudaFree: the bytes around the block, below it and past its size up to
+ * its guard page, still the NaN they were filled with */
+void check_margins(const arena &a, size_t start, const block &b) {
+    const size_t end = b.span_off + b.span - page_bytes();
+    for (size_t o = b.span_off; o < end; o++) {
+        if (o == start)
+            o = start + b.size; /* the block itself: anything */
+        if (o < end && static_cast<unsigned char>(a.base[o]) != nan_byte(o))
+            die("cudaFree",
+                "device memory written out of bounds: the 4 bytes at %+lld from the start of a "
+                "block of %zu bytes at %p (%s) were changed (a kernel or copy wrote outside the "
+                "block)",
+                static_cast<long long>(o - o % 4) - static_cast<long long>(start), b.size,
+                static_cast<void *>(a.base + start), o < start ? "below its start" : "past its end");
+    }
+}
+
+/* A fault in a guard page: the block it ends, and how far past its end */
+void on_fault(int sig, siginfo_t *si, void *) {
+    const arena *a = arena_for_faults;
+    const char *at = static_cast<const char *>(si->si_addr);
+    if (a && at >= a->base && at < a->base + a->size) {
+        const size_t off = static_cast<size_t>(at - a->base);
+        auto it = a->live.upper_bound(off);
+        if (it != a->live.begin()) {
+            --it;
+            char msg[300];
+            const int n = snprintf(msg, sizeof msg,
+                                   "hcnn: cuda emulation: device memory accessed out of bounds "
+                                   "at %p: %zu bytes past the start of a block of %zu bytes at "
+                                   "%p (its guard page; compute-sanitizer's memcheck on a GPU)\n",
+                                   si->si_addr, off - it->first, it->second.size,
+                                   static_cast<void *>(a->base + it->first));
+            if (n > 0) {
+                const ssize_t w = write(2, msg, std::min(static_cast<size_t>(n), sizeof msg - 1));
+                (void)w;
+            }
+        }
+    }
+    signal(sig, SIG_DFL); /* the access faults again, and the process ends with SIGSEGV */
 }
 
 /* Returns a block to the free list, merged with its free neighbours. */
@@ -193,12 +280,19 @@ cudaError_t cudaMalloc(void **devPtr, size_t size) {
     arena &a = the_arena();
     if (size > a.size)
         return record(cudaErrorMemoryAllocation);
-    size_t len = (size + align - 1) / align * align;
-    size_t off = arena_take(a, len, size);
+    /* whole pages, the last the guard; the block at their end, 256-aligned */
+    const size_t len = (size + align - 1) / align * align, page = page_bytes();
+    const block b{0, (len + page - 1) / page * page + page, size};
+    if (b.span > a.size)
+        return record(cudaErrorMemoryAllocation);
+    const size_t off = arena_take(a, b.span);
     if (off == SIZE_MAX)
         return record(cudaErrorMemoryAllocation);
-    fill_nan(a.base + off, len);
-    *devPtr = a.base + off;
+    const size_t start = off + b.span - page - len;
+    a.live[start] = block{off, b.span, size};
+    fill_nan(a.base + off, b.span - page);
+    guard(a, a.live[start], true);
+    *devPtr = a.base + start;
     return cudaSuccess;
 }
 
@@ -216,10 +310,13 @@ cudaError_t cudaFree(void *devPtr) {
     auto it = a.live.find(static_cast<size_t>(static_cast<char *>(devPtr) - a.base));
     if (it == a.live.end())
         return record(cudaErrorInvalidValue);
-    size_t off = it->first, len = it->second.length;
+    const size_t start = it->first;
+    const block b = it->second;
     a.live.erase(it);
-    fill_nan(a.base + off, len);
-    arena_give(a, off, len);
+    check_margins(a, start, b);
+    guard(a, b, false);
+    fill_nan(a.base + b.span_off, b.span);
+    arena_give(a, b.span_off, b.span);
     return cudaSuccess;
 }
 
