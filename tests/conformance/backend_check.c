@@ -38,8 +38,12 @@ static struct {
     const hcnn_backend *be;
     void *p;
     int kind;
+    size_t guard_at; /* a backend tensor of dvec: its n floats, the guard after them; else 0 */
 } g_arena[ARENA_MAX];
 static int g_narena;
+/* the first guard found overwritten as its tensor was freed (arena_pop):
+ * the check that wrote it fails (run_check), whether or not it looked */
+static char g_guard_why[256];
 
 static void *keep(const hcnn_backend *be, void *p, int kind, size_t bytes)
 {
@@ -51,6 +55,7 @@ static void *keep(const hcnn_backend *be, void *p, int kind, size_t bytes)
         longjmp(g_bail, 1);
     }
     g_arena[g_narena].be = be, g_arena[g_narena].p = p, g_arena[g_narena].kind = kind;
+    g_arena[g_narena].guard_at = 0;
     g_narena++;
     return p;
 }
@@ -60,6 +65,19 @@ void arena_pop(int mark)
     while (g_narena > mark) {
         g_narena--;
         const hcnn_backend *be = g_arena[g_narena].be;
+        const size_t n = g_arena[g_narena].guard_at;
+        if (n && !g_guard_why[0]) {
+            float g[GUARD];
+            be->download(be, g, (const float *)g_arena[g_narena].p + n, sizeof g);
+            for (int i = 0; i < GUARD; i++)
+                if (g[i] != GUARD_VALUE) {
+                    snprintf(g_guard_why, sizeof g_guard_why,
+                             "a tensor of %zu floats: the float %d past its end was overwritten "
+                             "(%g), found as it was freed",
+                             n, i, (double)g[i]);
+                    break;
+                }
+        }
         if (g_arena[g_narena].kind == MEM_DEV)
             be->free(be, g_arena[g_narena].p);
         else if (g_arena[g_narena].kind == MEM_PINNED)
@@ -123,6 +141,7 @@ float *dvec(const hcnn_backend *be, size_t n)
     for (int i = 0; i < GUARD; i++)
         g[i] = GUARD_VALUE;
     put(be, d + n, g, GUARD);
+    g_arena[g_narena - 1].guard_at = n; /* (dev_bytes kept it last) */
     return d;
 }
 float *dnew(const hcnn_backend *be, const float *h, size_t n)
@@ -228,6 +247,7 @@ int run_check(const hcnn_backend *be, check_fn fn, char *why, size_t cap)
 {
     memset(&g_rec, 0, sizeof g_rec);
     why[0] = '\0';
+    g_guard_why[0] = '\0';
     const int mark = g_narena;
     volatile int ok = 0;
     if (setjmp(g_bail) == 0)
@@ -236,6 +256,10 @@ int run_check(const hcnn_backend *be, check_fn fn, char *why, size_t cap)
         snprintf(why, cap, "%s", g_bail_why);
     be->sync(be);
     arena_pop(mark);
+    if (ok && g_guard_why[0]) {
+        snprintf(why, cap, "%s", g_guard_why);
+        ok = 0;
+    }
     return ok;
 }
 

@@ -11,7 +11,9 @@
  * reaches tensors only through be->upload and be->download (a backend's
  * pointers may not be the host's): dvec/dnew/dnan make a tensor of n floats
  * followed by GUARD guard floats that no operation may touch; check_dev
- * compares one with its reference and checks its guard.  Everything a check
+ * compares one with its reference and checks its guard, and every guard is
+ * checked again as its tensor is freed (an overwritten one fails the check
+ * that freed it, whether it looked or not).  Everything a check
  * allocates is freed when it returns (arena_mark/arena_pop free earlier); an
  * allocation that fails ends the check, failed.  The references are in
  * tests/conformance/backend_ref.c; nothing here comes from src/. */
