@@ -263,7 +263,7 @@ kbench() { # name, bound (s), convolution choice, hcnn bench arguments...
     stamp "kernel time: $name"
     XDG_CACHE_HOME=$O/cache-cupti CUDA_INJECTION64_PATH=$ks HCNN_CUDA_CONV=$m bounded "$s" "$HCNN" bench "$@" \
         > "$O/kernels_$name.log" 2>&1
-    echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|captured' "$O/kernels_$name.log"
+    echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|captured|^# setup_ms' "$O/kernels_$name.log"
 }
 kernels_targets() {
     local m g
@@ -336,7 +336,7 @@ bench_targets() {
         HCNN_CUDA_CONV=$m bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5 \
             > "$O/bench_resnet_b128_$m.log" 2>&1
-        echo "exit $?"; grep -E '^# step_ms|^# shares|images_per_s' "$O/bench_resnet_b128_$m.log" | tail -n 3
+        echo "exit $?"; grep -E '^# setup_ms|^# step_ms|^# shares|images_per_s' "$O/bench_resnet_b128_$m.log" | tail -n 4
     done
     # compare_part: the last configuration's part of compare.log (from its === line)
     # shellcheck disable=SC2016 # sed's $: the last line
@@ -385,7 +385,7 @@ bench_diagnostics() {
         HCNN_CUDA_LAYOUT=nhwc bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --set precision=$p --warmup 3 --repeats 3 \
             --steps 5 > "$O/bench_resnet_b128_nhwc_$p.log" 2>&1
-        echo "exit $?"; grep -E '^hcnn: device|^# step_ms|images_per_s' "$O/bench_resnet_b128_nhwc_$p.log" | tail -n 3
+        echo "exit $?"; grep -E '^hcnn: device|^# setup_ms|^# step_ms|images_per_s' "$O/bench_resnet_b128_nhwc_$p.log" | tail -n 4
     done
     # bf16 by cuDNN's graphs for every pass that has an engine
     # (src/cuda/conv_graph.cu, written 2026-11-29 without a GPU): the step
@@ -396,7 +396,7 @@ bench_diagnostics() {
         HCNN_CUDA_CONV=cudnn HCNN_CUDA_LAYOUT=$lay bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --set precision=bf16 --warmup 3 --repeats 3 \
             --steps 5 > "$O/bench_resnet_b128_bf16_cudnn_$lay.log" 2>&1
-        echo "exit $?"; grep -E '^# step_ms|images_per_s' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | tail -n 2
+        echo "exit $?"; grep -E '^# setup_ms|^# step_ms|images_per_s' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | tail -n 3
         grep -m 3 '^# plan' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | cut -c 1-600
     done
     # (the end of the section: not bounded, so shown after any cut)

@@ -35,11 +35,13 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, hcnn_run_opts *
     cfg->max_steps = 0;
     cfg->csv[0] = cfg->checkpoint_dir[0] = '\0';
     hcnn_run r;
+    const double t_setup = hcnn_now();
     int rc = hcnn_run_setup(&r, cfg, comm, 1);
     if (!rc)
         rc = hcnn_train_prepare(&r);
     if (!rc)
         rc = hcnn_run_profile_enable(&r);
+    const double setup_s = hcnn_now() - t_setup;
     double rate[64];
     int nrate = 0;
     if (!rc) {
@@ -63,8 +65,16 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, hcnn_run_opts *
         const int graphs = r.graphs.on;
         if (graphs)
             hcnn_run_profile_pause(&r);
+        const double t_warmup = hcnn_now();
         for (int i = 0; i < warmup && !rc; i++)
             rc = hcnn_train_next_step(&r, 0, spe, &st) < 0 ? HCNN_EINVAL : HCNN_OK;
+        r.be->sync(r.be);
+        /* what the set-up and the first steps cost before the timed ones: the
+         * data, the model, the buffers, the backend's plans (on a GPU cuDNN's,
+         * and HCNN_CUDA_CONV=auto's measurements where nothing is cached) */
+        if (run_is_root(&r) && !opts->quiet && !rc)
+            printf("# setup_ms=%.1f warmup_ms=%.1f (the run's set-up; its %d warm-up steps)\n",
+                   setup_s * 1e3, (hcnn_now() - t_warmup) * 1e3, warmup);
         hcnn_profile_reset(&r.prof);
         for (int k = 0; k < repeats && !rc && nrate < 64; k++) {
             if (comm->size > 1)

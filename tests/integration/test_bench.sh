@@ -4,6 +4,7 @@
 # of a residual block), the shares of the step, and as its last line
 # images_per_s=<median of the repeats>.  Timings themselves are not judged
 # here (benchmarks, not timed tests); their form and consistency are.
+# Before the repeats, one line says what the set-up and the warm-up took.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 RES="$HCNN_SRCDIR/configs/synthetic_resnet.yaml"
 BENCH=(bench --config "$RES" --warmup 1 --repeats 3 --steps 2 --set batch_size=16)
@@ -43,6 +44,11 @@ check_bench() {
         echo "no shares line"; return 1
     fi
     if ! grep -qE '^gemm_share=[0-9.]+$' "$log"; then echo "no gemm_share line"; return 1; fi
+    # what came before the timed steps, before the first of them
+    if ! grep -qE '^# setup_ms=[0-9]+\.[0-9] warmup_ms=[0-9]+\.[0-9] \(the run.s set-up; its 1 warm-up steps\)$' "$log" ||
+        [ "$(grep -n -m 1 -E '^# setup_ms=|^repeat=' "$log" | cut -d: -f2 | cut -c1-7)" != "# setup" ]; then
+        echo "no '# setup_ms=... warmup_ms=...' line before the repeats"; return 1
+    fi
     return 0
 }
 
