@@ -308,16 +308,23 @@ serve_ready() {
 peer_read() {
     line=''
     if [ "$peer_timeout" -eq 0 ]; then IFS= read -r line <&"$1"; return; fi
-    [ "$SECONDS" -lt "$deadline" ] || return 142
-    IFS= read -r -t $((deadline - SECONDS)) line <&"$1"
+    local t=$((deadline - SECONDS))
+    [ "$t" -gt 0 ] || return 142
+    IFS= read -r -t "$t" line <&"$1"
 }
 serve_stop() {
-    local m i
+    local m i alive
     close_pipes # (their input's end)
+    # idle, or in a run when compare.sh stops early: TERM to each, then
+    # KILL to any still there 5 s later (a server hung in a CUDA call)
+    for m in "${!srv_pid[@]}"; do kill "${srv_pid[$m]}" 2>/dev/null || true; done
+    for ((i = 0; i < 50; i++)); do
+        alive=0
+        for m in "${!srv_pid[@]}"; do kill -0 "${srv_pid[$m]}" 2>/dev/null && alive=1; done
+        [ "$alive" = 1 ] || break
+        sleep 0.1
+    done
     for m in "${!srv_pid[@]}"; do
-        kill "${srv_pid[$m]}" 2>/dev/null || true # idle, or in a run when compare.sh stops early
-        # (a server hung in a CUDA call may not end on TERM: KILL after 5 s)
-        for ((i = 0; i < 50; i++)); do kill -0 "${srv_pid[$m]}" 2>/dev/null || break; sleep 0.1; done
         kill -9 "${srv_pid[$m]}" 2>/dev/null || true
         wait "${srv_pid[$m]}" 2>/dev/null || true
     done

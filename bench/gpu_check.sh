@@ -166,17 +166,12 @@ bounded() {
 # test_cuda.sh's hcnn runs has one) starts a group of its own: cut by
 # bounded, such a run would go on using the GPU beside the next runs
 sweep() {
-    local p e pid left=()
-    for p in /proc/[0-9]*; do
-        pid=${p#/proc/}
-        while IFS= read -r -d '' e; do
-            if [ "$e" = "HCNN_GPU_CHECK_RUN=$1" ]; then
-                e=$(cat "$p/comm" 2>/dev/null)
-                kill -9 "$pid" 2>/dev/null && left+=("$pid $e")
-                break
-            fi
-        done 2>/dev/null <"$p/environ"
-    done
+    local f pid name left=()
+    while read -r f; do
+        pid=${f#/proc/} pid=${pid%/environ}
+        name=$(cat "/proc/$pid/comm" 2>/dev/null)
+        kill -9 "$pid" 2>/dev/null && left+=("$pid $name")
+    done < <(grep -lsxzF "HCNN_GPU_CHECK_RUN=$1" /proc/[0-9]*/environ)
     local IFS=';'
     [ ${#left[@]} -eq 0 ] || echo "gpu_check.sh: killed ${#left[@]} process(es) left running by $2: ${left[*]}" >&3
 }
@@ -336,7 +331,7 @@ bench_targets() {
         HCNN_CUDA_CONV=$m bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5 \
             > "$O/bench_resnet_b128_$m.log" 2>&1
-        echo "exit $?"; grep -E '^# setup_ms|^# step_ms|^# shares|images_per_s' "$O/bench_resnet_b128_$m.log" | tail -n 4
+        echo "exit $?"; grep -E '^# setup_ms|^# step_ms|^# shares|^images_per_s' "$O/bench_resnet_b128_$m.log"
     done
     # compare_part: the last configuration's part of compare.log (from its === line)
     # shellcheck disable=SC2016 # sed's $: the last line
@@ -385,7 +380,7 @@ bench_diagnostics() {
         HCNN_CUDA_LAYOUT=nhwc bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --set precision=$p --warmup 3 --repeats 3 \
             --steps 5 > "$O/bench_resnet_b128_nhwc_$p.log" 2>&1
-        echo "exit $?"; grep -E '^hcnn: device|^# setup_ms|^# step_ms|images_per_s' "$O/bench_resnet_b128_nhwc_$p.log" | tail -n 4
+        echo "exit $?"; grep -E '^hcnn: device|^# setup_ms|^# step_ms|^images_per_s' "$O/bench_resnet_b128_nhwc_$p.log"
     done
     # bf16 by cuDNN's graphs for every pass that has an engine
     # (src/cuda/conv_graph.cu, written 2026-11-29 without a GPU): the step
@@ -396,7 +391,7 @@ bench_diagnostics() {
         HCNN_CUDA_CONV=cudnn HCNN_CUDA_LAYOUT=$lay bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
             --set device=cuda --set batch_size=128 --set precision=bf16 --warmup 3 --repeats 3 \
             --steps 5 > "$O/bench_resnet_b128_bf16_cudnn_$lay.log" 2>&1
-        echo "exit $?"; grep -E '^# setup_ms|^# step_ms|images_per_s' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | tail -n 3
+        echo "exit $?"; grep -E '^# setup_ms|^# step_ms|^images_per_s' "$O/bench_resnet_b128_bf16_cudnn_$lay.log"
         grep -m 3 '^# plan' "$O/bench_resnet_b128_bf16_cudnn_$lay.log" | cut -c 1-600
     done
     # (the end of the section: not bounded, so shown after any cut)

@@ -95,7 +95,7 @@ fi
 
 TORCH_CASES="peer_bf16_cpu peer_bf16_emulated peer_memory_format compare_peer_modes_best
     compare_peer_modes_list compare_torch_format_best compare_torch_format_ignored peer_serve
-    compare_peer_server compare_peer_server_dies"
+    compare_peer_server compare_peer_server_dies compare_peer_timeout"
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
     for c in $TORCH_CASES; do
         case_begin "$c"
@@ -328,8 +328,8 @@ case_begin compare_peer_timeout
 {
     echo '#!/usr/bin/env bash'
     echo 'echo "$$ $*" >> "$PY_STARTS"'
-    echo "case \" \$* \" in *' --serve '*) exec '$PY' \"\$@\" < <(head -n 1; exec sleep 20) ;;"
-    echo "*' --model '*) exec sleep 20 ;; esac"
+    echo "case \" \$* \" in *' --serve '*) exec '$PY' \"\$@\" < <(head -n 1; exec sleep 40) ;;"
+    echo "*' --model '*) exec sleep 40 ;; esac"
     echo "exec '$PY' \"\$@\""
 } >"$WORK/py-hangs"
 chmod +x "$WORK/py-hangs"
@@ -338,16 +338,16 @@ for proc in server per-run; do
     : >"$PY_STARTS"
     rc=0
     PYTHON="$WORK/py-hangs" timeout -k 5 120 "$CMP" "${SHORT[@]}" --rounds 2 --peer-process $proc \
-        --peer-timeout 3 >"$WORK/pt.log" 2>"$WORK/pt.err" || rc=$?
+        --peer-timeout 10 >"$WORK/pt.log" 2>"$WORK/pt.err" || rc=$?
     left=""
     while read -r pid _; do if kill -0 "$pid" 2>/dev/null; then left+=" $pid"; fi; done <"$PY_STARTS"
     if [ $proc = server ]; then
-        said='its PyTorch server \(.* --serve\) did not answer in 3 s \(--peer-timeout\)' rounds=1
+        said='its PyTorch server \(.* --serve\) did not answer in 10 s \(--peer-timeout\)' rounds=1
     else
         said='pytorch_fp32_nchw failed \(exit 124\)' rounds=0
     fi
     if [ $rc -ne 1 ] || ! grep -qE "$said" "$WORK/pt.err" || [ -n "$left" ] ||
-        ! grep -q ' peer_timeout=3 ' "$WORK/pt.log" || [ "$(grep -c '^round=' "$WORK/pt.log")" -ne $rounds ]; then
+        ! grep -q ' peer_timeout=10 ' "$WORK/pt.log" || [ "$(grep -c '^round=' "$WORK/pt.log")" -ne $rounds ]; then
         why+=" $proc: exit $rc, $(grep -c '^round=' "$WORK/pt.log") round(s), left running:${left:- none}: $(tail -n 2 "$WORK/pt.err" | paste -sd ' ');"
     fi
 done
