@@ -39,6 +39,9 @@
  *   what no kernel wrote shows.  A copy's kind is checked against where its
  *   pointers are (device: inside the arena), and its device side must lie
  *   inside the size a live cudaMalloc asked for: cudaErrorInvalidValue.
+ *   Each block ends against a PROT_NONE guard page (an access past its
+ *   256-byte rounding faults there, named), and the bytes below it and past
+ *   its size stay NaN, checked at cudaFree (a write there aborts, named).
  *   cudaMallocHost memory (host memory, tracked) is filled with NaN too.
  * - Streams are queues that run only when something waits for them, in
  *   order, on the waiting thread: cudaStreamSynchronize (of stream 0: as a

@@ -11,7 +11,10 @@
  * each block ends against a page of its own that nothing may touch
  * (PROT_NONE), so that a kernel reading or writing past the 256-byte
  * rounding of its block faults there, and the fault is reported as such
- * (the block, how far past its end) before the process ends with SIGSEGV.
+ * (the block, the offset from its start) before the handler there was
+ * before takes it (by default: the process ends with SIGSEGV).  A guard
+ * page splits the arena's mapping: Linux's vm.max_map_count (65530 by
+ * default) bounds the live blocks to about 32000 (a run has tens).
  * What lies between the block and its pages' edges (below the block,
  * and past its size within the rounding) stays NaN, checked at cudaFree:
  * a write there (an index -1, or one past the end) ends the process with
@@ -70,8 +73,10 @@ size_t arena_mib() {
     return static_cast<size_t>(mib);
 }
 
-/* the arena, for the fault handler (on_fault, below) */
+/* the arena, for the fault handler (on_fault, below), and the SIGSEGV
+ * action it replaced */
 const arena *arena_for_faults = nullptr;
+struct sigaction fault_before;
 void on_fault(int sig, siginfo_t *si, void *);
 
 arena &the_arena() {
@@ -92,7 +97,7 @@ arena &the_arena() {
         sa.sa_sigaction = on_fault;
         sa.sa_flags = SA_SIGINFO;
         sigemptyset(&sa.sa_mask);
-        sigaction(SIGSEGV, &sa, nullptr);
+        sigaction(SIGSEGV, &sa, &fault_before);
         return r;
     }();
     return *a;
@@ -122,12 +127,13 @@ size_t page_bytes() {
     return p;
 }
 
-/* A block's guard page: untouchable (on) or back to read-write (off) */
+/* A block's guard page: untouchable (on: cudaMalloc) or back to read-write
+ * (off: cudaFree) */
 void guard(arena &a, const block &b, bool on) {
     char *g = a.base + b.span_off + b.span - page_bytes();
     if (mprotect(g, page_bytes(), on ? PROT_NONE : PROT_READ | PROT_WRITE) != 0)
-        die("cudaMalloc", "cannot %s the guard page at %p: %s", on ? "protect" : "release",
-            static_cast<void *>(g), strerror(errno));
+        die(on ? "cudaMalloc" : "cudaFree", "cannot %s the guard page at %p: %s",
+            on ? "protect" : "release", static_cast<void *>(g), strerror(errno));
 }
 
 /* The byte of the NaN fill at arena offset off (fills start 4-aligned) */
@@ -155,7 +161,8 @@ void check_margins(const arena &a, size_t start, const block &b) {
     }
 }
 
-/* A fault in a guard page: the block it ends, and how far past its end */
+/* A fault in a guard page: the block it ends and the offset from its start
+ * said; then the handler there was before (SIG_DFL: the process ends) */
 void on_fault(int sig, siginfo_t *si, void *) {
     const arena *a = arena_for_faults;
     const char *at = static_cast<const char *>(si->si_addr);
@@ -177,7 +184,9 @@ void on_fault(int sig, siginfo_t *si, void *) {
             }
         }
     }
-    signal(sig, SIG_DFL); /* the access faults again, and the process ends with SIGSEGV */
+    /* the access faults again, under the handler there was before (ASan's,
+     * a test framework's, or none) */
+    sigaction(sig, &fault_before, nullptr);
 }
 
 /* Returns a block to the free list, merged with its free neighbours. */
