@@ -271,7 +271,8 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     /* each pass's descriptor under its algorithm's math type (TF32: the
      * entry's, DEFAULT or TENSOR_OP; FP32 stays FMA), then the sizes the
      * calls themselves ask for under it; a size cuDNN will not give (not
-     * supported, say) is a pass without a plan: the im2col path, not the
+     * supported, say) is a pass without an algorithm, as a ranking without
+     * a usable entry is (below: the plan dropped, the im2col path), not the
      * end of the job */
     const cudnnStatus_t ok = CUDNN_STATUS_SUCCESS;
     int found[HCNN_PASSES] = {f >= 0, dd >= 0, ww >= 0};

@@ -36,8 +36,9 @@
  * finalised (NVRTC: of the order of a second, not measured here), once per
  * shape and instance, whether the plan is then kept or refused (over the
  * workspace), so that a ranking of compiled engines the workspace refuses
- * costs one compilation, not eight, for each graph of each shape.  A count,
- * not a time limit: the same engines on every run and rank.
+ * costs one compilation, not eight (two a graph at most: mode A's ranking,
+ * then the fallback's).  A count, not a time limit: the same engines on
+ * every run and rank.
  *
  * Unmeasured: written 2026-11-29 without a GPU.  Everything that can fail
  * before a plan exists (an engine refusing the layout, the data types or

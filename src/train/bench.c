@@ -68,7 +68,8 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, hcnn_run_opts *
         const double t_warmup = hcnn_now();
         for (int i = 0; i < warmup && !rc; i++)
             rc = hcnn_train_next_step(&r, 0, spe, &st) < 0 ? HCNN_EINVAL : HCNN_OK;
-        r.be->sync(r.be);
+        if (!rc)
+            r.be->sync(r.be);
         /* what the set-up and the first steps cost before the timed ones: the
          * data, the model, the buffers, the backend's plans (on a GPU cuDNN's,
          * and HCNN_CUDA_CONV=auto's measurements where nothing is cached) */

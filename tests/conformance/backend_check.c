@@ -38,7 +38,8 @@ static struct {
     const hcnn_backend *be;
     void *p;
     int kind;
-    size_t guard_at; /* a backend tensor of dvec: its n floats, the guard after them; else 0 */
+    int guarded;     /* a backend tensor of dvec: GUARD floats after its guard_at */
+    size_t guard_at;
 } g_arena[ARENA_MAX];
 static int g_narena;
 /* the first guard found overwritten as its tensor was freed (arena_pop):
@@ -55,7 +56,7 @@ static void *keep(const hcnn_backend *be, void *p, int kind, size_t bytes)
         longjmp(g_bail, 1);
     }
     g_arena[g_narena].be = be, g_arena[g_narena].p = p, g_arena[g_narena].kind = kind;
-    g_arena[g_narena].guard_at = 0;
+    g_arena[g_narena].guarded = 0;
     g_narena++;
     return p;
 }
@@ -66,7 +67,7 @@ void arena_pop(int mark)
         g_narena--;
         const hcnn_backend *be = g_arena[g_narena].be;
         const size_t n = g_arena[g_narena].guard_at;
-        if (n && !g_guard_why[0]) {
+        if (g_arena[g_narena].guarded && !g_guard_why[0]) {
             float g[GUARD];
             be->download(be, g, (const float *)g_arena[g_narena].p + n, sizeof g);
             for (int i = 0; i < GUARD; i++)
@@ -141,7 +142,7 @@ float *dvec(const hcnn_backend *be, size_t n)
     for (int i = 0; i < GUARD; i++)
         g[i] = GUARD_VALUE;
     put(be, d + n, g, GUARD);
-    g_arena[g_narena - 1].guard_at = n; /* (dev_bytes kept it last) */
+    g_arena[g_narena - 1].guarded = 1, g_arena[g_narena - 1].guard_at = n; /* (kept last) */
     return d;
 }
 float *dnew(const hcnn_backend *be, const float *h, size_t n)
