@@ -248,9 +248,12 @@ fi
 # The kernel times (bench/kernel_share.so: CUPTI) of hcnn bench, ResNet-18
 # batch 128 fp32 under each convolution choice and LeNet-5 batch 256 with
 # and without CUDA graphs (the kernel-share target's runs).  Their own
-# XDG_CACHE_HOME: HCNN_CUDA_CONV=auto's ways measured under CUPTI (its cost
-# a launch: 21 s for the first auto run on the H100, 3 s without) would
-# otherwise be the ways of every later run, the comparisons' included
+# XDG_CACHE_HOME: HCNN_CUDA_CONV=auto's ways measured under CUPTI, which
+# adds its cost to every launch timed, would otherwise be the ways of
+# every later run, the comparisons' included (the H100's first auto run,
+# measuring under CUPTI, took 21 s, the runs after it 2-3 s; the bench
+# section's first auto run now measures again, without CUPTI: up to that
+# difference more, not yet measured)
 ks=$HCNN_BUILDDIR/bench/kernel_share.so
 kbench() { # name, bound (s), convolution choice, hcnn bench arguments...
     local name=$1 s=$2 m=$3
