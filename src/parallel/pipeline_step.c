@@ -38,15 +38,20 @@ void hcnn_pipe_poll(void *arg)
         hcnn_grad_sync_poll(&p->sync);
 }
 
-/* MPI_Wait, counted as pipeline bubble. */
+/* MPI_Wait, counted as pipeline bubble.  Its range is pushed at every wait
+ * of the plan, a transfer the polls already completed included (an empty
+ * range, as "allreduce wait" is): a step's ranges are then the same
+ * whatever the timing, so two steps' timelines line up in Nsight. */
 static void wait_bubble(hcnn_pipe *p, MPI_Request *req)
 {
-    if (*req == MPI_REQUEST_NULL)
+    hcnn_trace_push("pipeline wait");
+    if (*req == MPI_REQUEST_NULL) {
+        hcnn_trace_pop();
         return;
+    }
     const double t0 = hcnn_now();
     hcnn_watch_context("pipeline stage %d: activations or gradients from or to rank %d / %d",
                        p->stage, p->prev, p->next);
-    hcnn_trace_push("pipeline wait");
     HCNN_MPI(MPI_Wait(req, MPI_STATUS_IGNORE));
     hcnn_trace_pop();
     hcnn_watch_context(NULL);
