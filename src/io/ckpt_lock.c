@@ -15,6 +15,7 @@
 
 #include "hcnn/ckpt_lock.h"
 #include "hcnn/common.h"
+#include "hcnn/watchdog.h"
 
 /* One "key=value" line of a lock's text into out ("" if absent). */
 static void lock_field(const char *text, const char *key, char *out, size_t cap)
@@ -104,45 +105,6 @@ static const char *lock_stale(const char *text, double age, char *why, size_t ca
 
 /* Removes what killed writers leave in a directory only a training run
  * writes to: checkpoint and final-link temporaries, write probes. */
-/* A stall watchdog's heartbeat directory (.hcnn-watch-<pid>-<time>) is
- * left behind by a job that was killed (its ranks remove it as they end).
- * One whose heartbeats have all been still for HCNN_LOCK_STALE_S is of no
- * live job (a live rank rewrites its file every second, and this run's
- * own is fresh; fs_now: the file system's clock, as the lock's): removed
- * with its files.  Returns 1 when removed. */
-static int remove_stale_watch_dir(const char *path, time_t fs_now)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return 0;
-    const time_t now = fs_now;
-    if (difftime(now, st.st_mtime) < HCNN_LOCK_STALE_S)
-        return 0;
-    DIR *d = opendir(path);
-    if (!d)
-        return 0;
-    struct dirent *e;
-    char file[HCNN_FILE_PATH_MAX + 600];
-    int fresh = 0;
-    while (!fresh && (e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-        fresh = lstat(file, &st) != 0 || !S_ISREG(st.st_mode) ||
-                difftime(now, st.st_mtime) < HCNN_LOCK_STALE_S;
-    }
-    if (!fresh) {
-        rewinddir(d);
-        while ((e = readdir(d)) != NULL)
-            if (!strncmp(e->d_name, "rank-", 5)) {
-                snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-                unlink(file);
-            }
-    }
-    closedir(d);
-    return !fresh && rmdir(path) == 0;
-}
-
 static void clean_leftovers(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -157,7 +119,7 @@ static void clean_leftovers(const char *dir)
         if (!strncmp(n, ".hcnn-watch-", 12)) {
             char path[HCNN_FILE_PATH_MAX + 300];
             snprintf(path, sizeof path, "%s/%s", dir, n);
-            watch += remove_stale_watch_dir(path, fs_now);
+            watch += hcnn_watchdog_remove_stale_dir(path, fs_now);
             continue;
         }
         const int tmp = (!strncmp(n, "ckpt-s", 6) || !strncmp(n, "final.hcnn", 10) ||

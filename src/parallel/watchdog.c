@@ -1,5 +1,6 @@
 /* Stall watchdog (contract and design in include/hcnn/watchdog.h). */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -197,14 +198,19 @@ static void append(char *buf, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
-static _Noreturn void report_stall(const mark *m, const char *context, double waited)
+/* What every other rank is doing, from its heartbeat, against this rank's
+ * call (at step): those not in this call at this step (behind, stopped,
+ * computing, in another call) have not arrived.  Returns 1 when the survey
+ * is settled: some rank has not arrived, or every rank waiting in the same
+ * call beat within the last period (a deadlock, then).  Unsettled: a rank
+ * seen in the same call has missed a beat, so it may be stopped there and
+ * will read as stopped once its heartbeat is STALE_S old. */
+static int survey(long step, const char *call, const char *context, char *missing, size_t mcap,
+                  char *waiting, size_t wcap, int *other_call, int *computing)
 {
-    const long step = atomic_load(&W.step);
-    const char *call = atomic_load(&m->call);
-    /* every other rank, from its heartbeat: those not in this call at this
-     * step (behind, stopped, computing, in another call) have not arrived */
-    char missing[2048] = "", waiting[1024] = "";
-    int other_call = 0, computing = 0;
+    missing[0] = waiting[0] = '\0';
+    *other_call = *computing = 0;
+    int late = 0;
     /* heartbeat ages by the clock of the file system that holds them: the
      * other ranks' nodes wrote them, and clocks differ between nodes */
     const time_t fs_now = hcnn_fs_now(W.dir);
@@ -214,26 +220,54 @@ static _Noreturn void report_stall(const mark *m, const char *context, double wa
         beat b;
         char what[512];
         if (!read_beat(j, &b, fs_now)) {
-            append(missing, sizeof missing, "%s%d (no heartbeat file: another node with no "
-                                            "shared directory, or it never started)",
+            append(missing, mcap, "%s%d (no heartbeat file: another node with no "
+                                  "shared directory, or it never started)",
                    missing[0] ? "; " : "", j);
             continue;
         }
         beat_text(&b, what, sizeof what);
         if (b.age > STALE_S) {
-            append(missing, sizeof missing, "%s%d (no heartbeat for %.0f s: stopped or dead; "
-                                            "last seen %s)",
+            append(missing, mcap, "%s%d (no heartbeat for %.0f s: stopped or dead; "
+                                  "last seen %s)",
                    missing[0] ? "; " : "", j, b.age, what);
         } else if (b.step == step && b.inside_ms >= 0 && !strcmp(b.call, call ? call : "") &&
                    !strcmp(b.context, context)) {
-            append(waiting, sizeof waiting, "%s%d", waiting[0] ? ", " : "", j);
+            append(waiting, wcap, "%s%d", waiting[0] ? ", " : "", j);
+            late |= b.age > HEARTBEAT_S + 1; /* whole seconds: 2 is a missed beat */
         } else {
-            other_call += b.inside_ms >= 0;
-            computing += b.inside_ms < 0;
-            append(missing, sizeof missing, "%s%d (%s%s)", missing[0] ? "; " : "", j,
+            *other_call += b.inside_ms >= 0;
+            *computing += b.inside_ms < 0;
+            append(missing, mcap, "%s%d (%s%s)", missing[0] ? "; " : "", j,
                    b.step < step ? "behind, " : "", what);
         }
     }
+    return missing[0] || !late;
+}
+
+/* Reports the stall of m's call (in it since `since`) and ends the job;
+ * returns only if the call ended while the survey settled. */
+static void report_stall(const mark *m, const char *context, long long since)
+{
+    const long step = atomic_load(&W.step);
+    const char *call = atomic_load(&m->call);
+    char missing[2048], waiting[1024];
+    int other_call, computing;
+    /* a rank stopped inside this same call looks like one waiting here until
+     * its heartbeat is STALE_S old: a survey that would call the stall a
+     * deadlock on such evidence is taken again each period, STALE_S + 2
+     * periods at most (this rank's own heartbeat kept current meanwhile;
+     * the call ending meanwhile ends the report) */
+    for (int t = 0; !survey(step, call, context, missing, sizeof missing, waiting,
+                            sizeof waiting, &other_call, &computing) &&
+                    t < STALE_S + 2;
+         t++) {
+        struct timespec period = {HEARTBEAT_S, 0};
+        nanosleep(&period, NULL);
+        if (atomic_load_explicit(&m->since_ns, memory_order_acquire) != since)
+            return;
+        write_heartbeat();
+    }
+    const double waited = (double)(now_ns() - since) * 1e-9;
     fprintf(stderr,
             "hcnn: rank %d of %d: error: stalled %.0f s (stall_timeout_s %g) in %s at %s:%d%s%s%s "
             "at step %ld; ranks that have not arrived: %s%s%s%s%s; ending the job\n",
@@ -265,12 +299,72 @@ static void *watch(void *arg)
             const long long since = atomic_load_explicit(&W.marks[s].since_ns, memory_order_acquire);
             const double waited = since ? (double)(now_ns() - since) * 1e-9 : 0.0;
             if (since && waited > W.timeout_s)
-                report_stall(&W.marks[s], W.context[s], waited);
+                report_stall(&W.marks[s], W.context[s], since);
         }
         struct timespec period = {HEARTBEAT_S, 0};
         nanosleep(&period, NULL);
     }
     return NULL;
+}
+
+int hcnn_watchdog_remove_stale_dir(const char *path, time_t fs_now)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        difftime(fs_now, st.st_mtime) < HCNN_WATCH_DIR_STALE_S)
+        return 0;
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    char file[HCNN_FILE_PATH_MAX + 600];
+    int fresh = 0;
+    while (!fresh && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+        fresh = lstat(file, &st) != 0 || !S_ISREG(st.st_mode) ||
+                difftime(fs_now, st.st_mtime) < HCNN_WATCH_DIR_STALE_S;
+    }
+    if (!fresh) {
+        rewinddir(d);
+        while ((e = readdir(d)) != NULL)
+            if (!strncmp(e->d_name, "rank-", 5)) {
+                snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+                unlink(file);
+            }
+    }
+    closedir(d);
+    return !fresh && rmdir(path) == 0;
+}
+
+/* The heartbeat directories killed jobs left in tmp (hcnn-watch-*) that
+ * belong to this user: removed, with one line when there were any.  Every
+ * rank sweeps its node's tmp (node-local: the ranks of other nodes cannot);
+ * ranks sharing a node race harmlessly (one removes, the others find it gone). */
+static void sweep_tmp(const char *tmp, int rank)
+{
+    DIR *d = opendir(tmp);
+    if (!d)
+        return;
+    const time_t fs_now = hcnn_fs_now(tmp);
+    const uid_t me = getuid();
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "hcnn-watch-", 11))
+            continue;
+        char path[HCNN_FILE_PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", tmp, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && st.st_uid == me)
+            removed += hcnn_watchdog_remove_stale_dir(path, fs_now);
+    }
+    closedir(d);
+    if (removed)
+        printf("hcnn: rank %d: %s: removed %d stall-watchdog director%s (hcnn-watch-*) left by "
+               "killed jobs\n",
+               rank, tmp, removed, removed > 1 ? "ies" : "y");
 }
 
 int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
@@ -284,11 +378,13 @@ int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
     /* the job's own directory: two jobs on one checkpoint_dir (the second
      * refused by its lock, or before it) must not read each other's
      * heartbeats as their own ranks' */
-    if (dir && dir[0])
+    if (dir && dir[0]) {
         snprintf(W.dir, sizeof W.dir, "%s/.hcnn-watch-%ld-%ld", dir, token[0], token[1]);
-    else
-        snprintf(W.dir, sizeof W.dir, "%s/hcnn-watch-%ld-%ld",
-                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", token[0], token[1]);
+    } else {
+        const char *tmp = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+        sweep_tmp(tmp, c->rank);
+        snprintf(W.dir, sizeof W.dir, "%s/hcnn-watch-%ld-%ld", tmp, token[0], token[1]);
+    }
     char why[sizeof W.dir + 64];
     if (hcnn_mkdir_p_why(W.dir, why, sizeof why) != HCNN_OK)
         fprintf(stderr, "hcnn: rank %d: warning: the stall watchdog has no heartbeat directory "

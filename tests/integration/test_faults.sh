@@ -19,7 +19,8 @@ mpi_setup
 export HCNN_FAIL_AT="" # set per case; mpirun -x needs it to exist
 
 # launch NAME RANKS STRATEGY-ARGS... -- train overrides: output in $WORK/NAME.log,
-# exit status in $rc, seconds in $took; runs that end by themselves are
+# exit status in $rc, seconds in $took (blas_kernels=env: no BLAS kernel
+# measurement, up to a minute, inside a case's window); runs that end by themselves are
 # bounded by 60 s (180 s for the longer checkpoint-failure runs, which a
 # sanitizer build slows several times)
 launch() {
@@ -29,10 +30,11 @@ launch() {
     start=$(date +%s)
     local limit=${LIMIT:-60}
     if [ "$np" -eq 0 ]; then
-        timeout "$limit" "$HCNN" train --config "$CFG" -q --set csv= "$@" >"$WORK/$name.log" 2>&1
+        timeout "$limit" "$HCNN" train --config "$CFG" -q --set csv= --set blas_kernels=env "$@" \
+            >"$WORK/$name.log" 2>&1
     else
         timeout "$limit" mpirun --oversubscribe --bind-to none -np "$np" -x HCNN_FAIL_AT "$HCNN" train --config "$CFG" -q --set csv= \
-            --set threads=1 "$@" >"$WORK/$name.log" 2>&1
+            --set blas_kernels=env --set threads=1 "$@" >"$WORK/$name.log" 2>&1
     fi
     rc=$?
     took=$(( $(date +%s) - start ))
@@ -144,7 +146,7 @@ else case_fail "exit $rc: $(cat "$WORK/nfl.log")"; fi
 # stop_rank NAME: SIGSTOP the rank-1 process of the job writing $WORK/NAME.log
 stop_rank_1() {
     local p
-    for _ in $(seq 1 100); do
+    for _ in $(seq 1 600); do
         for p in $(pgrep -f "hcnn.* train --config $CFG"); do
             if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
                 grep -q '^epoch=1 ' "$WORK/$1.log" 2>/dev/null; then
@@ -181,13 +183,16 @@ done
 # enters a barrier the others never do): each report says what every other
 # rank is doing, from its heartbeat: its step, its call, where and why
 # (issue 37: rank 1 once read rank 0 at step -1 from a half-written
-# heartbeat while rank 0 said it was at step 32)
+# heartbeat while rank 0 said it was at step 32).  No checkpoint_dir: the
+# heartbeats go to $TMPDIR, a folder of this test's (the case after checks
+# what these jobs, ended by their watchdogs, leave there)
+mkdir -p "$WORK/tmp"
 for layout in "${LAYOUTS[@]:1}"; do
     read -r kind np extra <<<"$layout"
     case_begin "stall_report_describes_ranks_$kind"
     # shellcheck disable=SC2086
-    HCNN_FAIL_AT=1:5:collective launch "sr_$kind" "$np" $extra --set epochs=100 --set stall_timeout_s=3 \
-        --set checkpoint_dir=
+    TMPDIR=$WORK/tmp HCNN_FAIL_AT=1:5:collective launch "sr_$kind" "$np" $extra --set epochs=100 \
+        --set stall_timeout_s=3 --set checkpoint_dir=
     # the source file as the compiler named it: src/... in the source
     # directory, ../../src/... in a build directory of its own (make distcheck)
     if [ $rc -ne 0 ] && [ "$took" -lt 30 ] &&
@@ -200,6 +205,33 @@ for layout in "${LAYOUTS[@]:1}"; do
         case_fail "exit $rc after ${took}s: $(grep 'hcnn: rank' "$WORK/sr_$kind.log")"
     fi
 done
+
+# ---- what killed jobs leave in $TMPDIR: removed by the next job there ------
+# the jobs above, ended by their watchdogs, left their heartbeat folders
+# (hcnn-watch-*, with each rank's file); aged past a minute (what a live
+# rank's never are: it rewrites its file every second) the next job's ranks
+# remove them and say so; a fresh folder (a live job's), a folder holding
+# another file, and another user's are kept
+case_begin stall_dirs_left_in_tmpdir_removed
+left=$(find "$WORK/tmp" -maxdepth 1 -name 'hcnn-watch-*' | wc -l)
+mkdir -p "$WORK/tmp/hcnn-watch-1-1" "$WORK/tmp/hcnn-watch-2-2" "$WORK/tmp/hcnn-watch-3-3" \
+    "$WORK/tmp/hcnn-watch-4-4"
+echo 0 >"$WORK/tmp/hcnn-watch-1-1/rank-0"
+echo 0 >"$WORK/tmp/hcnn-watch-2-2/rank-0"
+echo 0 >"$WORK/tmp/hcnn-watch-3-3/rank-0"
+echo 0 >"$WORK/tmp/hcnn-watch-3-3/notes"
+echo 0 >"$WORK/tmp/hcnn-watch-4-4/rank-0"
+chown -R nobody "$WORK/tmp/hcnn-watch-4-4" 2>/dev/null || rm -r "$WORK/tmp/hcnn-watch-4-4"
+find "$WORK/tmp" -path '*/hcnn-watch-2-2*' -prune -o -exec touch -h -d '-2 min' {} +
+want="./hcnn-watch-2-2 ./hcnn-watch-3-3 $([ -d "$WORK/tmp/hcnn-watch-4-4" ] && echo './hcnn-watch-4-4 ')"
+TMPDIR=$WORK/tmp launch wt 2 --set strategy=data --set epochs=1 --set stall_timeout_s=30 --set checkpoint_dir=
+kept=$(cd "$WORK/tmp" && find . -maxdepth 1 -name 'hcnn-watch-*' | sort | tr '\n' ' ')
+if [ "$left" -ge 1 ] && [ $rc -eq 0 ] && [ "$kept" = "$want" ] &&
+    grep -q "^hcnn: rank [01]: $WORK/tmp: removed [0-9]* stall-watchdog director" "$WORK/wt.log"; then
+    case_ok
+else
+    case_fail "left by the stalled jobs $left; exit $rc; kept '$kept', expected '$want': $(grep 'hcnn' "$WORK/wt.log" | head -n 5)"
+fi
 
 # ---- the checkpoint directory ------------------------------------------------
 case_begin checkpoint_dir_not_a_directory
@@ -369,7 +401,7 @@ launch_bg_kill() {
     launch kill9 2 --set strategy=data --set epochs=100000 --set checkpoint_every=1 --set checkpoint_dir="$WORK/kill9" &
     job=$!
     local p
-    for _ in $(seq 1 200); do
+    for _ in $(seq 1 1200); do
         for p in $(pgrep -f "hcnn.* train --config $CFG"); do
             if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
                 ls "$WORK/kill9"/ckpt-s*.hcnn >/dev/null 2>&1; then
@@ -381,9 +413,9 @@ launch_bg_kill() {
     done
     return 1
 }
-t0=$(date +%s)
 launch_bg_kill
 killed=$?
+t0=$(date +%s) # the job ends within 30 s of the kill
 wait $job
 took=$(( $(date +%s) - t0 ))
 last=$(ls "$WORK/kill9"/ckpt-s*.hcnn 2>/dev/null | tail -n 1)
@@ -402,7 +434,7 @@ done
 LIMIT=180 launch vanish 2 --set strategy=data --set dataset=mnist --set data_dir="$WORK/vanish" --set epochs=400 \
     --set model.classes=10 --set model.blocks.7.out=10 &
 job=$!
-for _ in $(seq 1 200); do grep -q '^epoch=1 ' "$WORK/vanish.log" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1 1200); do grep -q '^epoch=1 ' "$WORK/vanish.log" 2>/dev/null && break; sleep 0.05; done
 rm -f "$WORK/vanish"/*
 wait $job
 if grep -q '^epoch=1 ' "$WORK/vanish.log" && grep -q '^epoch=400 ' "$WORK/vanish.log" && ! grep -q error "$WORK/vanish.log"; then case_ok
@@ -416,7 +448,7 @@ case_begin sigterm_to_hcnn_mpirun_exits_75
 job=$! # the script itself, not a timeout wrapper (which would signal mpirun too)
 ( sleep 60; kill -KILL $job 2>/dev/null ) &
 guard=$!
-for _ in $(seq 1 200); do grep -q '^epoch=2 ' "$WORK/pt.log" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1 1200); do grep -q '^epoch=2 ' "$WORK/pt.log" 2>/dev/null && break; sleep 0.05; done
 kill -TERM $job
 wait $job
 rc=$?
