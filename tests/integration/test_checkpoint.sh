@@ -147,7 +147,10 @@ case_begin sigkill_while_writing_keeps_a_loadable_checkpoint
 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/kill" --set epochs=100000 --set checkpoint_every=1 \
     --set checkpoint_keep=1 >"$WORK/kill.log" 2>&1 &
 pid=$!
-sleep 2
+# killed once a first checkpoint is in place (a slow start under a sanitizer
+# is waited for), half a second later: among the next checkpoints' writes
+for _ in $(seq 600); do ls "$WORK/kill"/ckpt-s*.hcnn >/dev/null 2>&1 && break; sleep 0.1; done
+sleep 0.5
 kill -KILL "$pid"
 wait "$pid" 2>/dev/null
 if "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/kill" --set epochs=100000 --set max_steps=1 \

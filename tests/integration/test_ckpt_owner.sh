@@ -129,7 +129,8 @@ a=$!
 BG="$BG $a"
 for _ in $(seq 200); do grep -q '^epoch=' "$WORK/del_a.log" && break; sleep 0.05; done
 rm -f "$L/.hcnn-lock"
-sleep 6 # one heartbeat (5 s) and a margin
+# made again by A's next heartbeat (every 5 s; up to 30 s on a loaded machine)
+for _ in $(seq 300); do grep -qx "pid=$a" "$L/.hcnn-lock" 2>/dev/null && break; sleep 0.1; done
 "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$L" --set epochs=2 >"$WORK/del_b.out" 2>"$WORK/del_b.err"
 rc=$?
 case_begin deleted_lock_made_again_by_its_run
@@ -138,28 +139,27 @@ else case_fail "exit $rc; $(cat "$WORK/del_b.err"); $(grep error "$WORK/del_a.lo
 kill -USR1 "$a" 2>/dev/null
 wait "$a"
 # deleted, and another run takes it before the live run's heartbeat makes
-# it again (tried until it does: C's start races A's next heartbeat); then
-# A's checkpoint (SIGUSR1: A writes none otherwise) finds C holding it
+# it again (A stopped meanwhile, so C always wins that race, however slowly
+# C starts); then A's checkpoint (SIGUSR1: A writes none otherwise) finds C
+# holding it
 L2=$WORK/deleted2
 BIG=(--set synthetic_train=32768 --set synthetic_test=64 --set checkpoint_every=0)
 "$HCNN" train "${C[@]}" "${BIG[@]}" --set checkpoint_dir="$L2" --set epochs=1000 >"$WORK/del_a.log" 2>&1 &
 a=$!
 BG="$BG $a"
 for _ in $(seq 600); do grep -q '^hcnn: checkpoints: run' "$WORK/del_a.log" && break; sleep 0.05; done
-taken=0
-for _ in 1 2 3 4 5 6; do
-    rm -f "$L2/.hcnn-lock"
-    "$HCNN" train "${C[@]}" "${BIG[@]}" --set checkpoint_dir="$L2" --set epochs=1000 >"$WORK/del_c.out" 2>&1 &
-    c=$!
-    BG="$BG $c"
-    for _ in $(seq 600); do
-        grep -q '^hcnn: checkpoints: run\|error' "$WORK/del_c.out" && break
-        sleep 0.05
-    done
-    if grep -q '^hcnn: checkpoints: run' "$WORK/del_c.out"; then taken=1; break; fi
-    wait "$c"
-    sleep 1
+kill -STOP "$a"
+rm -f "$L2/.hcnn-lock"
+"$HCNN" train "${C[@]}" "${BIG[@]}" --set checkpoint_dir="$L2" --set epochs=1000 >"$WORK/del_c.out" 2>&1 &
+c=$!
+BG="$BG $c"
+for _ in $(seq 600); do
+    grep -q '^hcnn: checkpoints: run\|error' "$WORK/del_c.out" && break
+    sleep 0.05
 done
+taken=0
+grep -q '^hcnn: checkpoints: run' "$WORK/del_c.out" && taken=1
+kill -CONT "$a"
 kill -USR1 "$a" 2>/dev/null
 wait "$a"
 arc=$?
