@@ -268,7 +268,7 @@ if ${CC:-cc} -shared -fPIC -o "$WORK/ahead.so" "$WORK/ahead.c" -ldl 2>"$WORK/ahe
     rc=$?
     kill -USR1 "$ka" 2>/dev/null
     wait "$ka"
-    if [ $rc -eq 1 ] && grep -q "is in use by run .*(pid $ka,.*heartbeat [0-9] s ago" "$WORK/clock_b.err" &&
+    if [ $rc -eq 1 ] && grep -q "is in use by run .*(pid $ka,.*heartbeat [0-9][0-9]* s ago" "$WORK/clock_b.err" &&
         ! grep -q "taking over" "$WORK/clock_b.out"; then case_ok
     else case_fail "exit $rc; $(cat "$WORK/clock_b.err"; grep 'taking over' "$WORK/clock_b.out")"; fi
 else

@@ -68,8 +68,9 @@ yaml_case() { # name lines-generator pattern
     rc=$?
     took=$(( $(date +%s) - start ))
     # linear: about 1 s here (Zen 5), 26 s under ASan on a loaded machine;
-    # quadratic was over 120 s without sanitizers
-    if [ $rc -eq 2 ] && [ "$took" -lt 60 ] && grep -q "$pattern" "$WORK/$name.err"; then case_ok
+    # quadratic was over 120 s without sanitizers: the timeout is the check
+    # (no bound tighter than that: a loaded machine is not a slow parser)
+    if [ $rc -eq 2 ] && grep -q "$pattern" "$WORK/$name.err"; then case_ok
     else case_fail "exit $rc after ${took}s: $(cat "$WORK/$name.err")"; fi
 }
 keys200k() { seq 1 200000 | sed 's/.*/  k&: 1/'; }

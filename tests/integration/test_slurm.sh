@@ -513,8 +513,12 @@ kill -TERM "$JOBPID"
 t0=$(date +%s)
 end_job
 took=$(($(date +%s) - t0))
-sleep 0.5
-left=$(pgrep -f "results/$JOBID" | tr '\n' ' ')
+# the job's processes gone (their teardown may take a moment on a loaded machine)
+for _ in $(seq 50); do
+    left=$(pgrep -f "results/$JOBID" | tr '\n' ' ')
+    [ -z "$left" ] && break
+    sleep 0.1
+done
 if ! grep -q '^srun ' "$WORK/s_term.slurm"; then
     case_fail "the sweep never launched a run (exit $rc)"; show s_term
 elif [ "$rc" -eq 75 ] && [ "$took" -lt 20 ] && [ -z "$left" ] && grep -q "stopped by SIGTERM" "$WORK/s_term.out"; then
