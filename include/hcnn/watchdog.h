@@ -11,18 +11,20 @@
  * small heartbeat file every second (its step, and the MPI call it is in
  * with its file, line, purpose and duration, or none) in a directory all
  * ranks share (<checkpoint_dir>/.hcnn-watch, else $TMPDIR/hcnn-watch-<job>,
- * node-local); a rank whose file has not changed for 3 s is stopped or
+ * node-local); a rank whose file has not changed for over 3 s is stopped or
  * dead, one at an earlier step is behind, one in another call took another
  * path; a report that finds every rank waiting in the same call (a
- * deadlock) while one of them has missed a beat waits, up to 5 s, for that
- * rank to read as stopped or to beat again (a rank stopped inside the call
- * is not called deadlocked).  Then MPI_Abort ends every rank.
+ * deadlock) while one of them has missed a beat looks again each second,
+ * up to 5 times, for that rank to read as stopped or to beat again (a rank
+ * stopped inside the call is not called deadlocked).  Then MPI_Abort ends
+ * every rank.
  *
  * The ranks remove the directory as they end; a job that is killed (or
  * ended by its watchdog) leaves it, with its ranks' files.  Such leftovers
  * are removed by the next run that finds them: in the checkpoint directory
  * by the run taking it (ckpt_lock.c), in $TMPDIR by every rank whose
- * watchdog starts there (its node's /tmp: the user's own directories only).
+ * watchdog starts there (a job of 2 ranks or more, stall_timeout_s > 0, no
+ * checkpoint_dir; its node's /tmp: the user's own directories only).
  *
  * The marks are process-wide state, the one exception to "a run is a
  * struct passed down": MPI calls sit in every layer of the code, like the
@@ -39,13 +41,15 @@ struct hcnn_comm;
 int hcnn_watchdog_start(const struct hcnn_comm *c, double timeout_s, const char *dir);
 void hcnn_watchdog_stop(void);
 
-/* Removes path, a heartbeat directory of a job that is no longer alive, with
- * its rank-* files: one whose files (and itself) have all been still for
+/* Removes path, a heartbeat directory of a job that is no longer alive: one
+ * that holds only heartbeat files (rank-*, and the clock probes a rank
+ * killed mid-report leaves), itself and they still for
  * HCNN_WATCH_DIR_STALE_S by fs_now (the clock of the file system that holds
- * it, hcnn_fs_now).  A live rank rewrites its file every second.  Returns 1
- * when removed, 0 when kept (alive, not a directory, other files in it). */
+ * it, hcnn_fs_now; a live rank rewrites its file every second).  A link is
+ * never followed; mine_only: only a directory this user owns.  Returns 1
+ * when removed, 0 when left untouched. */
 #define HCNN_WATCH_DIR_STALE_S 60
-int hcnn_watchdog_remove_stale_dir(const char *path, time_t fs_now);
+int hcnn_watchdog_remove_stale_dir(const char *path, time_t fs_now, int mine_only);
 
 /* The optimiser step the rank is at (reported, compared across ranks). */
 void hcnn_watch_step(long step);

@@ -119,7 +119,7 @@ static void clean_leftovers(const char *dir)
         if (!strncmp(n, ".hcnn-watch-", 12)) {
             char path[HCNN_FILE_PATH_MAX + 300];
             snprintf(path, sizeof path, "%s/%s", dir, n);
-            watch += hcnn_watchdog_remove_stale_dir(path, fs_now);
+            watch += hcnn_watchdog_remove_stale_dir(path, fs_now, 0);
             continue;
         }
         const int tmp = (!strncmp(n, "ckpt-s", 6) || !strncmp(n, "final.hcnn", 10) ||

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -198,15 +199,26 @@ static void append(char *buf, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The stalled call, copied once (the trainer may leave it and start another
+ * meanwhile: the copy is whole when `since` is unchanged after it, as in
+ * describe_self). */
+typedef struct stalled {
+    long long since;
+    char call[64], file[192], context[sizeof W.context[0]];
+    int line;
+} stalled;
+
 /* What every other rank is doing, from its heartbeat, against this rank's
- * call (at step): those not in this call at this step (behind, stopped,
+ * call at `step`: those not in this call at this step (behind, stopped,
  * computing, in another call) have not arrived.  Returns 1 when the survey
  * is settled: some rank has not arrived, or every rank waiting in the same
  * call beat within the last period (a deadlock, then).  Unsettled: a rank
- * seen in the same call has missed a beat, so it may be stopped there and
- * will read as stopped once its heartbeat is STALE_S old. */
-static int survey(long step, const char *call, const char *context, char *missing, size_t mcap,
-                  char *waiting, size_t wcap, int *other_call, int *computing)
+ * seen in the same call has missed a beat (its heartbeat 2 s old or more,
+ * in the whole seconds of the file system's clock: a live rank's is 1 s at
+ * most, read as 2 at a second's edge), so it may be stopped there and will
+ * read as stopped once its heartbeat is over STALE_S old. */
+static int survey(long step, const stalled *c, char *missing, size_t mcap, char *waiting,
+                  size_t wcap, int *other_call, int *computing)
 {
     missing[0] = waiting[0] = '\0';
     *other_call = *computing = 0;
@@ -230,10 +242,13 @@ static int survey(long step, const char *call, const char *context, char *missin
             append(missing, mcap, "%s%d (no heartbeat for %.0f s: stopped or dead; "
                                   "last seen %s)",
                    missing[0] ? "; " : "", j, b.age, what);
-        } else if (b.step == step && b.inside_ms >= 0 && !strcmp(b.call, call ? call : "") &&
-                   !strcmp(b.context, context)) {
+        } else if (b.step == step && b.inside_ms >= 0 && !strcmp(b.call, c->call) &&
+                   !strcmp(b.context, c->context)) {
+            const int missed = b.age >= HEARTBEAT_S + 1;
             append(waiting, wcap, "%s%d", waiting[0] ? ", " : "", j);
-            late |= b.age > HEARTBEAT_S + 1; /* whole seconds: 2 is a missed beat */
+            if (missed)
+                append(waiting, wcap, " (heartbeat %.0f s old)", b.age);
+            late |= missed;
         } else {
             *other_call += b.inside_ms >= 0;
             *computing += b.inside_ms < 0;
@@ -244,36 +259,57 @@ static int survey(long step, const char *call, const char *context, char *missin
     return missing[0] || !late;
 }
 
-/* Reports the stall of m's call (in it since `since`) and ends the job;
- * returns only if the call ended while the survey settled. */
+/* the call of mark m is still the one stalled since c->since, and the
+ * watchdog has not been stopped */
+static int still_stalled(const mark *m, const stalled *c)
+{
+    return atomic_load(&W.running) &&
+           atomic_load_explicit(&m->since_ns, memory_order_acquire) == c->since;
+}
+
+/* Reports the stall of m's call (in it since `since`, with `context`) and
+ * ends the job; returns without a report if the call ends, or the watchdog
+ * is stopped, before the report is made. */
 static void report_stall(const mark *m, const char *context, long long since)
 {
     const long step = atomic_load(&W.step);
-    const char *call = atomic_load(&m->call);
+    stalled c = {.since = since, .line = atomic_load(&m->line)};
+    const char *call = atomic_load(&m->call), *file = atomic_load(&m->file);
+    snprintf(c.call, sizeof c.call, "%s", call ? call : "");
+    snprintf(c.file, sizeof c.file, "%s", file ? file : "?");
+    memcpy(c.context, context, sizeof c.context);
+    c.context[sizeof c.context - 1] = '\0';
+    if (!still_stalled(m, &c))
+        return;
     char missing[2048], waiting[1024];
     int other_call, computing;
     /* a rank stopped inside this same call looks like one waiting here until
-     * its heartbeat is STALE_S old: a survey that would call the stall a
-     * deadlock on such evidence is taken again each period, STALE_S + 2
-     * periods at most (this rank's own heartbeat kept current meanwhile;
-     * the call ending meanwhile ends the report) */
-    for (int t = 0; !survey(step, call, context, missing, sizeof missing, waiting,
-                            sizeof waiting, &other_call, &computing) &&
+     * its heartbeat is over STALE_S old: a survey that would call the stall
+     * a deadlock on such evidence is taken again each period, STALE_S + 2
+     * periods at most (this rank's own heartbeat kept current meanwhile) */
+    int settled;
+    for (int t = 0; !(settled = survey(step, &c, missing, sizeof missing, waiting,
+                                       sizeof waiting, &other_call, &computing)) &&
                     t < STALE_S + 2;
          t++) {
         struct timespec period = {HEARTBEAT_S, 0};
         nanosleep(&period, NULL);
-        if (atomic_load_explicit(&m->since_ns, memory_order_acquire) != since)
+        if (!still_stalled(m, &c))
             return;
         write_heartbeat();
     }
+    if (!still_stalled(m, &c))
+        return;
     const double waited = (double)(now_ns() - since) * 1e-9;
     fprintf(stderr,
             "hcnn: rank %d of %d: error: stalled %.0f s (stall_timeout_s %g) in %s at %s:%d%s%s%s "
             "at step %ld; ranks that have not arrived: %s%s%s%s%s; ending the job\n",
-            W.rank, W.size, waited, W.timeout_s, call, atomic_load(&m->file),
-            atomic_load(&m->line), context[0] ? " (" : "", context, context[0] ? ")" : "", step,
-            missing[0] ? missing : "none found (all heartbeats current: a deadlock)",
+            W.rank, W.size, waited, W.timeout_s, c.call, c.file, c.line,
+            c.context[0] ? " (" : "", c.context, c.context[0] ? ")" : "", step,
+            missing[0] ? missing
+            : settled  ? "none found (all heartbeats current: a deadlock)"
+                       : "none found (a rank waiting in the same call has missed heartbeats: "
+                         "stopped there, or a deadlock)",
             waiting[0] ? "; waiting in the same call: " : "", waiting,
             other_call ? "; ranks alive in another MPI call took another path than this one"
                        : "",
@@ -307,48 +343,63 @@ static void *watch(void *arg)
     return NULL;
 }
 
-int hcnn_watchdog_remove_stale_dir(const char *path, time_t fs_now)
+/* a file a heartbeat directory holds: a rank's heartbeat (rank-N, and its
+ * rank-N.tmp while written) or a clock probe (.hcnn-clock-PID, hcnn_fs_now) */
+static int heartbeat_file(const char *name)
 {
+    return !strncmp(name, "rank-", 5) || !strncmp(name, ".hcnn-clock-", 12);
+}
+
+int hcnn_watchdog_remove_stale_dir(const char *path, time_t fs_now, int mine_only)
+{
+    /* through a descriptor of the directory itself (never a link: a shared
+     * TMPDIR that is not sticky lets others swap names), its entries by
+     * name relative to it */
+    const int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
     struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
-        difftime(fs_now, st.st_mtime) < HCNN_WATCH_DIR_STALE_S)
+    if (fstat(fd, &st) != 0 || (mine_only && st.st_uid != getuid()) ||
+        difftime(fs_now, st.st_mtime) < HCNN_WATCH_DIR_STALE_S) {
+        close(fd);
         return 0;
-    DIR *d = opendir(path);
-    if (!d)
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
         return 0;
+    }
+    /* first pass: only heartbeat files, regular, all still: else untouched */
     struct dirent *e;
-    char file[HCNN_FILE_PATH_MAX + 600];
-    int fresh = 0;
-    while (!fresh && (e = readdir(d)) != NULL) {
+    int keep = 0;
+    while (!keep && (e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-        fresh = lstat(file, &st) != 0 || !S_ISREG(st.st_mode) ||
-                difftime(fs_now, st.st_mtime) < HCNN_WATCH_DIR_STALE_S;
+        keep = !heartbeat_file(e->d_name) ||
+               fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+               difftime(fs_now, st.st_mtime) < HCNN_WATCH_DIR_STALE_S;
     }
-    if (!fresh) {
+    if (!keep) {
         rewinddir(d);
         while ((e = readdir(d)) != NULL)
-            if (!strncmp(e->d_name, "rank-", 5)) {
-                snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-                unlink(file);
-            }
+            if (heartbeat_file(e->d_name))
+                unlinkat(fd, e->d_name, 0);
     }
-    closedir(d);
-    return !fresh && rmdir(path) == 0;
+    closedir(d); /* closes fd */
+    return !keep && rmdir(path) == 0;
 }
 
 /* The heartbeat directories killed jobs left in tmp (hcnn-watch-*) that
  * belong to this user: removed, with one line when there were any.  Every
- * rank sweeps its node's tmp (node-local: the ranks of other nodes cannot);
- * ranks sharing a node race harmlessly (one removes, the others find it gone). */
+ * rank sweeps its node's tmp (node-local: the ranks of other nodes cannot;
+ * its age by this node's clock); ranks sharing a node race harmlessly (one
+ * removes, the others find it gone; each says what it removed). */
 static void sweep_tmp(const char *tmp, int rank)
 {
     DIR *d = opendir(tmp);
     if (!d)
         return;
-    const time_t fs_now = hcnn_fs_now(tmp);
-    const uid_t me = getuid();
+    const time_t now = time(NULL);
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
@@ -356,9 +407,7 @@ static void sweep_tmp(const char *tmp, int rank)
             continue;
         char path[HCNN_FILE_PATH_MAX + 300];
         snprintf(path, sizeof path, "%s/%s", tmp, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && st.st_uid == me)
-            removed += hcnn_watchdog_remove_stale_dir(path, fs_now);
+        removed += hcnn_watchdog_remove_stale_dir(path, now, 1);
     }
     closedir(d);
     if (removed)

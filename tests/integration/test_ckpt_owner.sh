@@ -147,13 +147,13 @@ BIG=(--set synthetic_train=32768 --set synthetic_test=64 --set checkpoint_every=
 "$HCNN" train "${C[@]}" "${BIG[@]}" --set checkpoint_dir="$L2" --set epochs=1000 >"$WORK/del_a.log" 2>&1 &
 a=$!
 BG="$BG $a"
-for _ in $(seq 600); do grep -q '^hcnn: checkpoints: run' "$WORK/del_a.log" && break; sleep 0.05; done
-kill -STOP "$a"
+for _ in $(seq 1200); do grep -q '^hcnn: checkpoints: run' "$WORK/del_a.log" && break; sleep 0.05; done
+kill -STOP "$a" # (under 60 s: longer reads as a heartbeat that lapsed)
 rm -f "$L2/.hcnn-lock"
 "$HCNN" train "${C[@]}" "${BIG[@]}" --set checkpoint_dir="$L2" --set epochs=1000 >"$WORK/del_c.out" 2>&1 &
 c=$!
 BG="$BG $c"
-for _ in $(seq 600); do
+for _ in $(seq 1000); do
     grep -q '^hcnn: checkpoints: run\|error' "$WORK/del_c.out" && break
     sleep 0.05
 done

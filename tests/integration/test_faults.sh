@@ -163,7 +163,7 @@ for layout in "${LAYOUTS[@]:1}"; do
     read -r kind np extra <<<"$layout"
     case_begin "stall_watchdog_$kind"
     # shellcheck disable=SC2086
-    launch "st_$kind" "$np" $extra --set epochs=100000 --set stall_timeout_s=3 \
+    LIMIT=180 launch "st_$kind" "$np" $extra --set epochs=100000 --set stall_timeout_s=3 \
         --set checkpoint_dir="$WORK/st_$kind" &
     job=$!
     stopped=$(stop_rank_1 "st_$kind")
@@ -211,22 +211,28 @@ done
 # (hcnn-watch-*, with each rank's file); aged past a minute (what a live
 # rank's never are: it rewrites its file every second) the next job's ranks
 # remove them and say so; a fresh folder (a live job's), a folder holding
-# another file, and another user's are kept
+# another file, another user's (when the test runs as root) and a link to a
+# folder are left untouched
 case_begin stall_dirs_left_in_tmpdir_removed
 left=$(find "$WORK/tmp" -maxdepth 1 -name 'hcnn-watch-*' | wc -l)
 mkdir -p "$WORK/tmp/hcnn-watch-1-1" "$WORK/tmp/hcnn-watch-2-2" "$WORK/tmp/hcnn-watch-3-3" \
-    "$WORK/tmp/hcnn-watch-4-4"
+    "$WORK/tmp/hcnn-watch-4-4" "$WORK/victim"
 echo 0 >"$WORK/tmp/hcnn-watch-1-1/rank-0"
+echo 0 >"$WORK/tmp/hcnn-watch-1-1/.hcnn-clock-99" # a rank killed mid-report
 echo 0 >"$WORK/tmp/hcnn-watch-2-2/rank-0"
 echo 0 >"$WORK/tmp/hcnn-watch-3-3/rank-0"
 echo 0 >"$WORK/tmp/hcnn-watch-3-3/notes"
 echo 0 >"$WORK/tmp/hcnn-watch-4-4/rank-0"
+echo 0 >"$WORK/victim/rank-0"
+ln -s "$WORK/victim" "$WORK/tmp/hcnn-watch-5-5" # a link is never followed
 chown -R nobody "$WORK/tmp/hcnn-watch-4-4" 2>/dev/null || rm -r "$WORK/tmp/hcnn-watch-4-4"
-find "$WORK/tmp" -path '*/hcnn-watch-2-2*' -prune -o -exec touch -h -d '-2 min' {} +
-want="./hcnn-watch-2-2 ./hcnn-watch-3-3 $([ -d "$WORK/tmp/hcnn-watch-4-4" ] && echo './hcnn-watch-4-4 ')"
+find "$WORK/tmp" "$WORK/victim" -exec touch -h -d '-2 min' {} +
+touch -d '+1 hour' "$WORK/tmp/hcnn-watch-2-2" "$WORK/tmp/hcnn-watch-2-2/rank-0" # a live job's
+want="./hcnn-watch-2-2 ./hcnn-watch-3-3 $([ -d "$WORK/tmp/hcnn-watch-4-4" ] && echo './hcnn-watch-4-4 ')./hcnn-watch-5-5 "
 TMPDIR=$WORK/tmp launch wt 2 --set strategy=data --set epochs=1 --set stall_timeout_s=30 --set checkpoint_dir=
 kept=$(cd "$WORK/tmp" && find . -maxdepth 1 -name 'hcnn-watch-*' | sort | tr '\n' ' ')
 if [ "$left" -ge 1 ] && [ $rc -eq 0 ] && [ "$kept" = "$want" ] &&
+    [ -f "$WORK/tmp/hcnn-watch-3-3/rank-0" ] && [ -f "$WORK/victim/rank-0" ] &&
     grep -q "^hcnn: rank [01]: $WORK/tmp: removed [0-9]* stall-watchdog director" "$WORK/wt.log"; then
     case_ok
 else
@@ -398,7 +404,9 @@ fi
 # ---- a rank killed mid-step ---------------------------------------------------
 case_begin sigkill_one_rank_mid_step
 launch_bg_kill() {
-    launch kill9 2 --set strategy=data --set epochs=100000 --set checkpoint_every=1 --set checkpoint_dir="$WORK/kill9" &
+    # (bounded by 180 s: a survivor that hangs fails the 30 s check, whenever
+    # the kill came)
+    LIMIT=180 launch kill9 2 --set strategy=data --set epochs=100000 --set checkpoint_every=1 --set checkpoint_dir="$WORK/kill9" &
     job=$!
     local p
     for _ in $(seq 1 1200); do
