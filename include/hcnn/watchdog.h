@@ -24,7 +24,10 @@
  * are removed by the next run that finds them: in the checkpoint directory
  * by the run taking it (ckpt_lock.c), in $TMPDIR by every rank whose
  * watchdog starts there (a job of 2 ranks or more, stall_timeout_s > 0, no
- * checkpoint_dir; its node's /tmp: the user's own directories only).
+ * checkpoint_dir; its node's /tmp: the user's own directories only).  In
+ * $TMPDIR the job's directory is made with mode 700 and must be the user's
+ * alone: one another user made first under the same name (or a link) is
+ * refused, with a warning, and the ranks' report then names no other rank.
  *
  * The marks are process-wide state, the one exception to "a run is a
  * struct passed down": MPI calls sit in every layer of the code, like the
@@ -43,9 +46,10 @@ void hcnn_watchdog_stop(void);
 
 /* Removes path, a heartbeat directory of a job that is no longer alive: one
  * that holds only heartbeat files (rank-*, and the clock probes a rank
- * killed mid-report leaves), itself and they still for
+ * killed mid-report leaves), it and all of them still for
  * HCNN_WATCH_DIR_STALE_S by fs_now (the clock of the file system that holds
- * it, hcnn_fs_now; a live rank rewrites its file every second).  A link is
+ * it, hcnn_fs_now, or, node-local, the caller's; a live rank rewrites its
+ * file every second).  A link is
  * never followed; mine_only: only a directory this user owns.  Returns 1
  * when removed, 0 when left untouched. */
 #define HCNN_WATCH_DIR_STALE_S 60

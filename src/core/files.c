@@ -89,9 +89,11 @@ time_t hcnn_fs_now(const char *dir)
     char path[HCNN_FILE_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/.hcnn-clock-%ld", dir, (long)getpid());
     time_t t = time(NULL);
-    /* O_NOFOLLOW: in a shared /tmp a link planted under this name is refused
-     * (this node's clock then), not followed to truncate what it names */
-    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* O_NOFOLLOW: a link planted under this name is refused (this node's
+     * clock then), not followed to truncate what it names; O_NONBLOCK: a
+     * FIFO there fails the open instead of blocking it */
+    const int fd =
+        open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     if (fd >= 0) {
         struct stat st;
         if (fstat(fd, &st) == 0)

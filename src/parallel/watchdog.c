@@ -38,6 +38,7 @@ static struct watchdog {
     double timeout_s;
     int rank, size, thread_level;
     char dir[HCNN_FILE_PATH_MAX + 64];
+    int beats; /* 1: dir is the job's heartbeat directory (else no side channel) */
     atomic_long step;
     mark marks[2];
     char context[2][96];   /* written by the marked thread, read after a stall */
@@ -75,6 +76,10 @@ void hcnn_watch_context(const char *fmt, ...)
 {
     if (!atomic_load_explicit(&W.running, memory_order_relaxed))
         return;
+    /* the watchdog copies the context while the call after it runs and
+     * checks since_ns again after (describe_self, report_stall): the writes
+     * below stay after the leave that cleared since_ns */
+    atomic_thread_fence(memory_order_release);
     char *ctx = W.context[slot()];
     if (!fmt) {
         ctx[0] = '\0';
@@ -113,6 +118,7 @@ static void describe_self(char *text, size_t cap)
         ctx[sizeof ctx - 1] = '\0';
         const char *call = atomic_load(&m->call), *file = atomic_load(&m->file);
         const int line = atomic_load(&m->line);
+        atomic_thread_fence(memory_order_acquire); /* the copy above before the check */
         if (atomic_load_explicit(&m->since_ns, memory_order_acquire) != since)
             continue; /* it left the call meanwhile: not inside it now */
         for (char *c = ctx; *c; c++)
@@ -130,10 +136,18 @@ static void write_heartbeat(void)
     char path[sizeof W.dir + 32], tmp[sizeof W.dir + 40], text[256];
     heartbeat_path(path, sizeof path, W.rank);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (!W.beats)
+        return;
     describe_self(text, sizeof text);
-    FILE *fp = fopen(tmp, "w");
-    if (!fp)
+    /* never through a link (O_NOFOLLOW), never blocked by a FIFO (O_NONBLOCK) */
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                        0644);
+    FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!fp) {
+        if (fd >= 0)
+            close(fd);
         return; /* the side channel is best effort: the timeout still fires */
+    }
     const int ok = fputs(text, fp) >= 0;
     if (fclose(fp) == 0 && ok)
         rename(tmp, path);
@@ -153,6 +167,8 @@ static int read_beat(int j, beat *b, time_t fs_now)
     heartbeat_path(path, sizeof path, j);
     struct stat st;
     memset(b, 0, sizeof *b);
+    if (!W.beats)
+        return 0;
     FILE *fp = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? fopen(path, "r") : NULL;
     if (!fp)
         return 0;
@@ -225,7 +241,7 @@ static int survey(long step, const stalled *c, char *missing, size_t mcap, char 
     int late = 0;
     /* heartbeat ages by the clock of the file system that holds them: the
      * other ranks' nodes wrote them, and clocks differ between nodes */
-    const time_t fs_now = hcnn_fs_now(W.dir);
+    const time_t fs_now = W.beats ? hcnn_fs_now(W.dir) : time(NULL);
     for (int j = 0; j < W.size; j++) {
         if (j == W.rank)
             continue;
@@ -279,6 +295,7 @@ static void report_stall(const mark *m, const char *context, long long since)
     snprintf(c.file, sizeof c.file, "%s", file ? file : "?");
     memcpy(c.context, context, sizeof c.context);
     c.context[sizeof c.context - 1] = '\0';
+    atomic_thread_fence(memory_order_acquire); /* the copy above before the check */
     if (!still_stalled(m, &c))
         return;
     char missing[2048], waiting[1024];
@@ -416,6 +433,33 @@ static void sweep_tmp(const char *tmp, int rank)
                rank, tmp, removed, removed > 1 ? "ies" : "y");
 }
 
+/* The job's heartbeat directory in a shared tmp, under a name others can
+ * guess: made by this user alone (mode 0700; the job's other ranks on this
+ * node find it so), never one another user made first, nor a link (the
+ * files in such a one could be links to this user's files, which the
+ * heartbeats would overwrite).  Returns 1 when path is usable, else 0 with
+ * why. */
+static int own_tmp_dir(const char *path, char *why, size_t cap)
+{
+    struct stat st;
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        snprintf(why, cap, "%s: %s", path, strerror(errno));
+        return 0;
+    }
+    if (lstat(path, &st) != 0) {
+        snprintf(why, cap, "%s: %s", path, strerror(errno));
+        return 0;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)) {
+        snprintf(why, cap, "%s: %s, owner uid %ld, mode %03o: expected a directory of this "
+                           "user's alone (uid %ld, mode 700)",
+                 path, hcnn_file_kind(st.st_mode), (long)st.st_uid,
+                 (unsigned)(st.st_mode & 0777), (long)getuid());
+        return 0;
+    }
+    return 1;
+}
+
 int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
 {
     if (timeout_s <= 0.0 || c->size < 2)
@@ -427,15 +471,18 @@ int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
     /* the job's own directory: two jobs on one checkpoint_dir (the second
      * refused by its lock, or before it) must not read each other's
      * heartbeats as their own ranks' */
+    char why[sizeof W.dir + 128];
     if (dir && dir[0]) {
         snprintf(W.dir, sizeof W.dir, "%s/.hcnn-watch-%ld-%ld", dir, token[0], token[1]);
+        W.beats = hcnn_mkdir_p_why(W.dir, why, sizeof why) == HCNN_OK;
     } else {
         const char *tmp = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
         sweep_tmp(tmp, c->rank);
         snprintf(W.dir, sizeof W.dir, "%s/hcnn-watch-%ld-%ld", tmp, token[0], token[1]);
+        W.beats = hcnn_mkdir_p_why(tmp, why, sizeof why) == HCNN_OK &&
+                  own_tmp_dir(W.dir, why, sizeof why);
     }
-    char why[sizeof W.dir + 64];
-    if (hcnn_mkdir_p_why(W.dir, why, sizeof why) != HCNN_OK)
+    if (!W.beats)
         fprintf(stderr, "hcnn: rank %d: warning: the stall watchdog has no heartbeat directory "
                         "(%s): it will not name the ranks that stall\n",
                 c->rank, why);
@@ -457,6 +504,8 @@ void hcnn_watchdog_stop(void)
     if (!atomic_exchange(&W.running, 0))
         return;
     pthread_join(W.thread, NULL);
+    if (!W.beats)
+        return;
     char path[sizeof W.dir + 32];
     heartbeat_path(path, sizeof path, W.rank);
     unlink(path);
