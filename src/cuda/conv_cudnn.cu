@@ -103,6 +103,7 @@ struct hcnn_cudnn_conv {
 struct hcnn_cudnn {
     cudnnHandle_t handle;
     int nplans;
+    int full_said; /* the warning that the table is full, given once */
     hcnn_cudnn_conv plans[CUDNN_PLANS];
 };
 
@@ -368,9 +369,17 @@ static const hcnn_cudnn_conv *plan_for(const hcnn_backend *be, const hcnn_conv_d
         if (!p->short_of && p->workspace <= limit)
             return p;
     }
-    if (dnn->nplans == CUDNN_PLANS)
-        hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__,
-                       "more convolution shapes than the backend keeps plans for (256)");
+    if (dnn->nplans == CUDNN_PLANS) {
+        /* the shapes planned keep their plans; a new one runs by im2col, the
+         * way that needs none (it ended the job before: a run is never lost
+         * for a table's size) */
+        if (!dnn->full_said)
+            hcnn_warn("cuDNN convolutions: more shapes (and image counts) than the backend keeps "
+                      "plans for (%d): the shapes after those run by im2col + GEMM",
+                      CUDNN_PLANS);
+        dnn->full_said = 1;
+        return NULL;
+    }
     hcnn_cudnn_conv *p = &dnn->plans[dnn->nplans++];
     memset(p, 0, sizeof *p);
     p->d = key;
