@@ -27,7 +27,8 @@
  * checkpoint_dir; its node's /tmp: the user's own directories only).  In
  * $TMPDIR the job's directory is made with mode 700 and must be the user's
  * alone: one another user made first under the same name (or a link) is
- * refused, with a warning, and the ranks' report then names no other rank.
+ * refused, with a warning, and a stall report then says what the other
+ * ranks do is unknown.
  *
  * The marks are process-wide state, the one exception to "a run is a
  * struct passed down": MPI calls sit in every layer of the code, like the

@@ -374,8 +374,9 @@ static const hcnn_cudnn_conv *plan_for(const hcnn_backend *be, const hcnn_conv_d
          * way that needs none (it ended the job before: a run is never lost
          * for a table's size) */
         if (!dnn->full_said)
-            hcnn_warn("cuDNN convolutions: more shapes (and image counts) than the backend keeps "
-                      "plans for (%d): the shapes after those run by im2col + GEMM",
+            hcnn_warn("cuDNN convolutions: more plans (shape, image count, algorithm family) "
+                      "than the backend keeps (%d): convolutions beyond those run by im2col + "
+                      "GEMM",
                       CUDNN_PLANS);
         dnn->full_said = 1;
         return NULL;

@@ -58,6 +58,9 @@ void hcnn_watch_enter(const char *call, const char *file, int line)
     if (!atomic_load_explicit(&W.running, memory_order_relaxed))
         return;
     mark *m = &W.marks[slot()];
+    /* the stores below stay after the leave that cleared since_ns (the
+     * watchdog's copy of them is checked against since_ns again) */
+    atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&m->call, call, memory_order_relaxed);
     atomic_store_explicit(&m->file, file, memory_order_relaxed);
     atomic_store_explicit(&m->line, line, memory_order_relaxed);
@@ -133,11 +136,11 @@ static void describe_self(char *text, size_t cap)
 
 static void write_heartbeat(void)
 {
+    if (!W.beats)
+        return;
     char path[sizeof W.dir + 32], tmp[sizeof W.dir + 40], text[256];
     heartbeat_path(path, sizeof path, W.rank);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (!W.beats)
-        return;
     describe_self(text, sizeof text);
     /* never through a link (O_NOFOLLOW), never blocked by a FIFO (O_NONBLOCK) */
     const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
@@ -238,6 +241,11 @@ static int survey(long step, const stalled *c, char *missing, size_t mcap, char 
 {
     missing[0] = waiting[0] = '\0';
     *other_call = *computing = 0;
+    if (!W.beats) {
+        snprintf(missing, mcap, "unknown (no heartbeat directory: see this rank's warning at "
+                                "start)");
+        return 1;
+    }
     int late = 0;
     /* heartbeat ages by the clock of the file system that holds them: the
      * other ranks' nodes wrote them, and clocks differ between nodes */
@@ -451,8 +459,8 @@ static int own_tmp_dir(const char *path, char *why, size_t cap)
         return 0;
     }
     if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)) {
-        snprintf(why, cap, "%s: %s, owner uid %ld, mode %03o: expected a directory of this "
-                           "user's alone (uid %ld, mode 700)",
+        snprintf(why, cap, "%s: %s, owner uid %ld, mode %03o: expected a directory owned by "
+                           "this user alone (uid %ld) with mode 700",
                  path, hcnn_file_kind(st.st_mode), (long)st.st_uid,
                  (unsigned)(st.st_mode & 0777), (long)getuid());
         return 0;

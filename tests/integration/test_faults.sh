@@ -239,6 +239,26 @@ else
     case_fail "left by the stalled jobs $left; exit $rc; kept '$kept', expected '$want': $(grep 'hcnn' "$WORK/wt.log" | head -n 5)"
 fi
 
+# with no heartbeat directory (TMPDIR a file, for the ranks only: mpirun
+# keeps its own), a warning at start; a stall is still reported and ends the
+# job, saying the other ranks' state is unknown rather than naming them
+case_begin stall_report_without_heartbeat_directory
+: >"$WORK/not_a_dir"
+start=$(date +%s)
+HCNN_FAIL_AT=1:5:collective timeout 180 mpirun --oversubscribe --bind-to none -np 2 -x HCNN_FAIL_AT \
+    -x TMPDIR="$WORK/not_a_dir" "$HCNN" train --config "$CFG" -q --set csv= --set blas_kernels=env \
+    --set threads=1 --set strategy=data --set epochs=100 --set stall_timeout_s=3 --set checkpoint_dir= \
+    >"$WORK/nodir.log" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$took" -lt 60 ] &&
+    grep -q "warning: the stall watchdog has no heartbeat directory (.*not_a_dir" "$WORK/nodir.log" &&
+    grep -q "error: stalled .* ranks that have not arrived: unknown (no heartbeat directory" "$WORK/nodir.log"; then
+    case_ok
+else
+    case_fail "exit $rc after ${took}s: $(grep 'hcnn: rank' "$WORK/nodir.log")"
+fi
+
 # ---- the checkpoint directory ------------------------------------------------
 case_begin checkpoint_dir_not_a_directory
 launch cd1 0 --set checkpoint_dir=/dev/null/ck
