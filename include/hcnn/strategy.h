@@ -114,10 +114,19 @@ int hcnn_strategy_init(hcnn_strategy *s, const hcnn_config *cfg, const hcnn_comm
 void hcnn_strategy_free(hcnn_strategy *s);
 
 /* The pipeline's partition: a contiguous split of n block costs into S
- * non-empty stages minimising the largest (dynamic programming, O(S n^2));
- * bounds[0..S], stage s = blocks [bounds[s], bounds[s+1]).  hcnn plan
- * partitions with it too. */
-int hcnn_pipe_balance(const double *cost, int n, int S, int *bounds);
+ * non-empty stages minimising the largest (dynamic programming, O(S n^2)),
+ * no stage starting at a block no_cut marks (NULL: any; when no split keeps
+ * to the marks, the best split ignoring them); bounds[0..S], stage s =
+ * blocks [bounds[s], bounds[s+1]).  hcnn plan partitions with it too. */
+int hcnn_pipe_balance(const double *cost, int n, int S, const unsigned char *no_cut, int *bounds);
+
+/* The blocks no measured partition starts a stage at (no_cut[0..nlayers)):
+ * a batch-norm right after a convolution.  Together, the convolution
+ * gathers the batch-norm's statistics as it writes its output (chain.c);
+ * apart, the batch-norm sums them itself, in another order: a partition
+ * that cut there moved a ResNet's update by 2.4e-7, and the measured
+ * partition, which timing decides, made two runs of one config differ. */
+void hcnn_pipe_no_cut(const hcnn_net *net, unsigned char *no_cut);
 
 /* The batch for a step or inference in backend memory: x and y themselves
  * when the backend's memory is the host's, else uploaded into x_dev, y_dev

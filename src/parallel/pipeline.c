@@ -119,22 +119,23 @@ static int measure_costs(hcnn_net *net, int cap, double *cost)
     return rc;
 }
 
-int hcnn_pipe_balance(const double *cost, int n, int S, int *bounds)
+void hcnn_pipe_no_cut(const hcnn_net *net, unsigned char *no_cut)
+{
+    for (int i = 0; i < net->nlayers; i++)
+        no_cut[i] = i > 0 && net->layers[i - 1].kind == HCNN_BLOCK_CONV &&
+                    net->layers[i].kind == HCNN_BLOCK_BN;
+}
+
+/* The dynamic programme of hcnn_pipe_balance with stage starts at blocks
+ * no_cut marks refused (NULL: none); 0 when no partition keeps to them. */
+static int balance(const double *cost, int n, int S, const unsigned char *no_cut,
+                   double *best_cells, int *cut_cells, int *bounds)
 {
     /* best[k][j]: the least largest stage of blocks [0, j) in k stages;
      * cut[k][j]: where its last stage starts (tables of the call's own) */
-    const size_t cells = (size_t)(S + 1) * (size_t)(n + 1);
-    double *best_cells = malloc(sizeof(double) * cells);
-    int *cut_cells = malloc(sizeof(int) * cells);
-    double pre[HCNN_MAX_BLOCKS + 1];
-    if (!best_cells || !cut_cells || n > HCNN_MAX_BLOCKS) {
-        free(best_cells), free(cut_cells);
-        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the pipeline partition's tables "
-                                            "(%d stages, %d blocks)",
-                               S, n);
-    }
 #define best(k, j) best_cells[(size_t)(k) * (size_t)(n + 1) + (size_t)(j)]
 #define cut(k, j) cut_cells[(size_t)(k) * (size_t)(n + 1) + (size_t)(j)]
+    double pre[HCNN_MAX_BLOCKS + 1];
     pre[0] = 0.0;
     for (int i = 0; i < n; i++)
         pre[i + 1] = pre[i] + cost[i];
@@ -142,13 +143,17 @@ int hcnn_pipe_balance(const double *cost, int n, int S, int *bounds)
         best(1, j) = pre[j], cut(1, j) = 0;
     for (int k = 2; k <= S; k++)
         for (int j = k; j <= n; j++) {
-            best(k, j) = INFINITY;
+            best(k, j) = INFINITY, cut(k, j) = -1;
             for (int i = k - 1; i < j; i++) {
+                if ((no_cut && no_cut[i]) || cut(k - 1, i) < 0)
+                    continue;
                 double v = fmax(best(k - 1, i), pre[j] - pre[i]);
                 if (v < best(k, j))
                     best(k, j) = v, cut(k, j) = i;
             }
         }
+    if (cut(S, n) < 0)
+        return 0;
     bounds[S] = n;
     for (int k = S, j = n; k >= 1; k--) {
         bounds[k - 1] = cut(k, j);
@@ -156,6 +161,24 @@ int hcnn_pipe_balance(const double *cost, int n, int S, int *bounds)
     }
 #undef best
 #undef cut
+    return 1;
+}
+
+int hcnn_pipe_balance(const double *cost, int n, int S, const unsigned char *no_cut, int *bounds)
+{
+    const size_t cells = (size_t)(S + 1) * (size_t)(n + 1);
+    double *best_cells = malloc(sizeof(double) * cells);
+    int *cut_cells = malloc(sizeof(int) * cells);
+    if (!best_cells || !cut_cells || n > HCNN_MAX_BLOCKS) {
+        free(best_cells), free(cut_cells);
+        return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the pipeline partition's tables "
+                                            "(%d stages, %d blocks)",
+                               S, n);
+    }
+    /* S <= n (checked by the configuration): without constraints there is
+     * always a partition; with them, too few places to cut take none */
+    if (!balance(cost, n, S, no_cut, best_cells, cut_cells, bounds))
+        balance(cost, n, S, NULL, best_cells, cut_cells, bounds);
     free(best_cells), free(cut_cells);
     return HCNN_OK;
 }
@@ -197,7 +220,9 @@ int hcnn_pipe_init(hcnn_pipe *p, const hcnn_config *cfg, const hcnn_comm *comm, 
             p->bounds[s] = cfg->partition[s];
         p->bounds[p->S] = nl;
     } else {
-        if ((rc = hcnn_pipe_balance(cost, nl, p->S, p->bounds)))
+        unsigned char no_cut[HCNN_MAX_BLOCKS];
+        hcnn_pipe_no_cut(net, no_cut);
+        if ((rc = hcnn_pipe_balance(cost, nl, p->S, no_cut, p->bounds)))
             return rc;
     }
     for (int s = 0; s < p->S; s++) {

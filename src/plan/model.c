@@ -453,7 +453,9 @@ int hcnn_plan_step(const hcnn_net *net, const hcnn_layout *lay, const hcnn_pass_
         double c[HCNN_MAX_BLOCKS];
         for (int i = 0; i < L; i++)
             c[i] = cost->fwd[i] + cost->bwd[i];
-        const int rc = hcnn_pipe_balance(c, L, S, m->bounds);
+        unsigned char no_cut[HCNN_MAX_BLOCKS];
+        hcnn_pipe_no_cut(net, no_cut);
+        const int rc = hcnn_pipe_balance(c, L, S, no_cut, m->bounds);
         if (rc)
             return rc;
         double fw[HCNN_MAX_BLOCKS], bw[HCNN_MAX_BLOCKS];

@@ -20,6 +20,7 @@
 #include "net_fixture.h"
 #include "hcnn/node.h"
 #include "hcnn/plan.h"
+#include "hcnn/strategy.h"
 
 /* ---- a backend whose every pass is one phase of `pieces` equal pieces --------------- */
 
@@ -277,6 +278,43 @@ static void test_sharded_step_priced(void **state)
     free(be);
 }
 
+/* The measured partition never starts a stage at a batch-norm right after
+ * its convolution (that cut moves bits: the convolution no longer gathers
+ * the statistics); with the cost of the small ResNet's conv1 alone larger
+ * than all the rest, the best split is [0, 1] without the rule, [0, 2]
+ * with it; where no split keeps to the rule, the best split is taken. */
+static void test_partition_keeps_conv_with_bn(void **state)
+{
+    (void)state;
+    model *m = model_load("configs/synthetic_resnet.yaml", hcnn_backend_cpu());
+    const hcnn_net *net = &m->net;
+    assert_true(net->nlayers >= 4);
+    assert_int_equal(net->layers[0].kind, HCNN_BLOCK_CONV);
+    assert_int_equal(net->layers[1].kind, HCNN_BLOCK_BN);
+    unsigned char no_cut[HCNN_MAX_BLOCKS];
+    hcnn_pipe_no_cut(net, no_cut);
+    int marked = 0;
+    for (int i = 0; i < net->nlayers; i++)
+        marked += no_cut[i];
+    assert_int_equal(no_cut[1], 1);
+    assert_int_equal(marked, 1); /* the other convolutions are inside residual blocks */
+    double cost[HCNN_MAX_BLOCKS];
+    for (int i = 0; i < net->nlayers; i++)
+        cost[i] = i == 0 ? 100.0 : 1.0;
+    int bounds[3];
+    assert_int_equal(hcnn_pipe_balance(cost, net->nlayers, 2, NULL, bounds), 0);
+    assert_int_equal(bounds[1], 1);
+    assert_int_equal(hcnn_pipe_balance(cost, net->nlayers, 2, no_cut, bounds), 0);
+    assert_int_equal(bounds[0], 0);
+    assert_int_equal(bounds[1], 2);
+    assert_int_equal(bounds[2], net->nlayers);
+    /* two blocks, two stages, the only cut refused: taken anyway */
+    const unsigned char refuse[2] = {0, 1};
+    assert_int_equal(hcnn_pipe_balance(cost, 2, 2, refuse, bounds), 0);
+    assert_int_equal(bounds[1], 1);
+    model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_barriers_counted),
         cmocka_unit_test(test_units_cut_whole_passes),
         cmocka_unit_test(test_sharded_step_priced),
+        cmocka_unit_test(test_partition_keeps_conv_with_bn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
