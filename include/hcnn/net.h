@@ -152,9 +152,10 @@ static inline const float *hcnn_acts_output(const hcnn_acts *a)
 }
 
 /* Samples of a work unit when n samples go through blocks [first, last)
- * by whole-network execution (per-sample blocks, conv_algo not batched:
- * each unit carried through all the blocks by one thread), or 0 when they
- * go block by block. */
+ * by whole-network execution (every block of the network per-sample,
+ * whichever blocks the range holds, and conv_algo not batched: each unit
+ * carried through all the blocks by one thread), or 0 when they go block
+ * by block. */
 int hcnn_net_unit_images(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n);
 
 /* Largest per-sample activation (input or output) of blocks [first, last). */

@@ -43,15 +43,20 @@ static int per_sample_blocks(const hcnn_net *net, int first, int last)
     return 1;
 }
 
-/* Whether blocks [first, last) run this way, whatever the thread count:
- * per-sample blocks, and at most 256 MiB of units' gradient buffers (a
- * large network without batch-norm takes the per-block path). */
-static int whole_net_eligible(const hcnn_net *net, hcnn_conv_algo algo, int first, int last)
+/* Whether a network's blocks run this way, whatever the thread count:
+ * every block of the network per-sample, and at most 256 MiB of units'
+ * gradient buffers (a large network without batch-norm takes the per-block
+ * path).  The whole network decides, not the blocks a pipeline stage
+ * holds: the partition is measured, and it must not move bits (the small
+ * ResNet's last stage of dropout .. fc alone ran by units, one holding a
+ * residual block too block by block, and fc's gradient differed by 1e-7
+ * between partitions [0, 4] and [0, 6] at 64 samples a micro-batch). */
+static int whole_net_eligible(const hcnn_net *net, hcnn_conv_algo algo)
 {
     const double unit_grad_bytes =
         (double)HCNN_MAX_UNITS * (double)(net->nparams + 1) * sizeof(float);
     return algo != HCNN_CONV_BATCHED && unit_grad_bytes <= 256.0 * 1048576.0 &&
-           per_sample_blocks(net, first, last);
+           per_sample_blocks(net, 0, net->nlayers);
 }
 
 /* Workspace one thread needs to run a unit of up to `images` samples. */
@@ -67,7 +72,8 @@ static size_t unit_ws(const hcnn_net *net, const hcnn_ctx *ctx, int first, int l
 
 int hcnn_net_unit_images(const hcnn_net *net, const hcnn_ctx *ctx, int first, int last, int n)
 {
-    return whole_net_eligible(net, ctx->conv_algo, first, last) ? unit_images(net, n) : 0;
+    (void)first, (void)last; /* the network decides, not the range (whole_net_eligible) */
+    return whole_net_eligible(net, ctx->conv_algo) ? unit_images(net, n) : 0;
 }
 
 /* ---- scratch ---------------------------------------------------------------- */
@@ -107,7 +113,7 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
         tmp = l->tmp_per_sample * capacity > tmp ? l->tmp_per_sample * capacity : tmp;
     }
     const int nt = be->threads(be);
-    const int whole = whole_net_eligible(net, net->conv_algo, first, last) &&
+    const int whole = whole_net_eligible(net, net->conv_algo) &&
                       unit_images(net, capacity) > 0;
     if (whole) { /* a slice for each thread, for a unit of the largest size */
         const size_t per = unit_ws(net, &s->ctx, first, last, unit_images(net, capacity));
@@ -315,7 +321,7 @@ static void unit_thread(void *arg, int t, int nt)
 static int units_wanted(const hcnn_net *net, const net_job *j)
 {
     const hcnn_acts *a = j->acts;
-    if (!whole_net_eligible(net, j->ctx->conv_algo, a->first, a->last) || !units_of(net, j->n))
+    if (!whole_net_eligible(net, j->ctx->conv_algo) || !units_of(net, j->n))
         return 0;
     if (j->s && (!j->s->ulayers || j->s->first != a->first || j->s->last != a->last ||
                  units_of(net, j->n) > j->s->units))

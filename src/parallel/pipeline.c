@@ -175,11 +175,17 @@ int hcnn_pipe_balance(const double *cost, int n, int S, const unsigned char *no_
                                             "(%d stages, %d blocks)",
                                S, n);
     }
-    /* S <= n (checked by the configuration): without constraints there is
-     * always a partition; with them, too few places to cut take none */
-    if (!balance(cost, n, S, no_cut, best_cells, cut_cells, bounds))
-        balance(cost, n, S, NULL, best_cells, cut_cells, bounds);
+    /* S <= n (checked by the configuration): without constraints there is a
+     * partition for finite costs; with them, more stages than places to cut
+     * take the best ignoring them (whose bits then depend on the costs) */
+    const int found = balance(cost, n, S, no_cut, best_cells, cut_cells, bounds) ||
+                      balance(cost, n, S, NULL, best_cells, cut_cells, bounds);
     free(best_cells), free(cut_cells);
+    if (!found)
+        return hcnn_error_code(HCNN_EINVAL, "no partition of %d blocks into %d stages by their "
+                                            "costs (more stages than blocks, or a cost not "
+                                            "finite)",
+                               n, S);
     return HCNN_OK;
 }
 

@@ -2,6 +2,7 @@
 # Pipeline strategy: the same model as serial training for S = 2 and 4
 # stages, M = 1 and 4 micro-batches, both schedules, 2 replicas x 2 stages
 # (allreduce_progress test and thread) and an uneven explicit partition;
+# the same bits wherever a measured partition may cut;
 # activation memory bounds of the schedules; configurations that cannot
 # run; a failing rank.
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
@@ -51,6 +52,27 @@ case_begin balanced_partition_printed
 if grep -q 'balanced from a measured warm-up' "$WORK/s4_m4_1f1b.log" &&
    [ "$(grep -c '^hcnn: stage [0-9]: blocks' "$WORK/s4_m4_1f1b.log")" -eq 4 ]; then case_ok
 else case_fail "$(grep 'hcnn: ' "$WORK/s4_m4_1f1b.log")"; fi
+
+# the measured partition is timed, so a run's bits must not depend on where
+# it cuts: the small ResNet at 64 samples a micro-batch (whole-network units
+# possible), cut after the stem's convolution and batch-norm, after the
+# first residual block, before the tail of per-sample blocks (dropout .. fc)
+case_begin any_measured_cut_same_bits
+RES="$HCNN_SRCDIR/configs/synthetic_resnet.yaml"
+for cut in 2 4 6; do
+    "${MPIRUN[@]}" -np 2 "$HCNN" train --config "$RES" -q --set csv= --set epochs=1 --set max_steps=2 \
+        --set threads=1 --set blas_kernels=env --set batch_size=64 --set strategy=pipeline \
+        --set stages=2 --set microbatches=1 --set "partition=[0,$cut]" \
+        --set checkpoint_dir="$WORK/cut$cut" >"$WORK/cut$cut.log" 2>&1
+done
+if [ ! -f "$WORK/cut2/final.hcnn" ] || [ ! -f "$WORK/cut4/final.hcnn" ] || [ ! -f "$WORK/cut6/final.hcnn" ]; then
+    case_fail "a run failed: $(tail -n 2 "$WORK"/cut*.log)"
+elif same_bits "$WORK/cut2/final.hcnn" "$WORK/cut4/final.hcnn" &&
+    same_bits "$WORK/cut6/final.hcnn" "$WORK/cut4/final.hcnn"; then
+    case_ok
+else
+    case_fail "cut 2: $("$HCNN" diff "$WORK/cut2/final.hcnn" "$WORK/cut4/final.hcnn" --tol 0 2>&1 | tail -n 1); cut 6: $("$HCNN" diff "$WORK/cut6/final.hcnn" "$WORK/cut4/final.hcnn" --tol 0 2>&1 | tail -n 1)"
+fi
 
 # activations stored per stage: 1F1B at most S - s (<= S), GPipe M
 peak() { grep "^stage=$2 " "$WORK/$1.log" | head -n 1 | tr ' ' '\n' | sed -n 's/^peak_stored_microbatches=//p'; }
