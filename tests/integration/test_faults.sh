@@ -241,7 +241,8 @@ fi
 
 # with no heartbeat directory (TMPDIR a file, for the ranks only: mpirun
 # keeps its own), a warning at start; a stall is still reported and ends the
-# job, saying the other ranks' state is unknown rather than naming them
+# job (a hang: the timeout's 124), saying the other ranks' state is unknown
+# rather than naming them
 case_begin stall_report_without_heartbeat_directory
 : >"$WORK/not_a_dir"
 start=$(date +%s)
@@ -251,7 +252,7 @@ HCNN_FAIL_AT=1:5:collective timeout 180 mpirun --oversubscribe --bind-to none -n
     >"$WORK/nodir.log" 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$took" -lt 60 ] &&
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
     grep -q "warning: the stall watchdog has no heartbeat directory (.*not_a_dir" "$WORK/nodir.log" &&
     grep -q "error: stalled .* ranks that have not arrived: unknown (no heartbeat directory" "$WORK/nodir.log"; then
     case_ok
