@@ -170,8 +170,6 @@ static int read_beat(int j, beat *b, time_t fs_now)
     heartbeat_path(path, sizeof path, j);
     struct stat st;
     memset(b, 0, sizeof *b);
-    if (!W.beats)
-        return 0;
     FILE *fp = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? fopen(path, "r") : NULL;
     if (!fp)
         return 0;
@@ -249,7 +247,7 @@ static int survey(long step, const stalled *c, char *missing, size_t mcap, char 
     int late = 0;
     /* heartbeat ages by the clock of the file system that holds them: the
      * other ranks' nodes wrote them, and clocks differ between nodes */
-    const time_t fs_now = W.beats ? hcnn_fs_now(W.dir) : time(NULL);
+    const time_t fs_now = hcnn_fs_now(W.dir);
     for (int j = 0; j < W.size; j++) {
         if (j == W.rank)
             continue;
