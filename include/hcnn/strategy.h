@@ -115,9 +115,10 @@ void hcnn_strategy_free(hcnn_strategy *s);
 
 /* The pipeline's partition: a contiguous split of n block costs into S
  * non-empty stages minimising the largest (dynamic programming, O(S n^2)),
- * no stage starting at a block no_cut marks (NULL: any; when no split keeps
- * to the marks, as with more stages than places to cut, the best split
- * ignoring them); bounds[0..S], stage s = blocks [bounds[s], bounds[s+1]).
+ * no stage starting at a block no_cut marks (NULL: any; with more stages
+ * than unmarked places to cut, marks from the network's start are dropped
+ * until there are S - 1 places, and the stages start at all of them,
+ * whatever the costs); bounds[0..S], stage s = blocks [bounds[s], bounds[s+1]).
  * HCNN_EINVAL when there is none (S > n, a cost not finite).  hcnn plan
  * partitions with it too. */
 int hcnn_pipe_balance(const double *cost, int n, int S, const unsigned char *no_cut, int *bounds);

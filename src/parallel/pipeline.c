@@ -127,7 +127,8 @@ void hcnn_pipe_no_cut(const hcnn_net *net, unsigned char *no_cut)
 }
 
 /* The dynamic programme of hcnn_pipe_balance with stage starts at blocks
- * no_cut marks refused (NULL: none); 0 when no partition keeps to them. */
+ * no_cut marks refused (NULL: none), 1 <= S <= n; 0 when no partition
+ * keeps to them (a cost not finite). */
 static int balance(const double *cost, int n, int S, const unsigned char *no_cut,
                    double *best_cells, int *cut_cells, int *bounds)
 {
@@ -175,11 +176,24 @@ int hcnn_pipe_balance(const double *cost, int n, int S, const unsigned char *no_
                                             "(%d stages, %d blocks)",
                                S, n);
     }
-    /* S <= n (checked by the configuration): without constraints there is a
-     * partition for finite costs; with them, more stages than places to cut
-     * take the best ignoring them (whose bits then depend on the costs) */
-    const int found = balance(cost, n, S, no_cut, best_cells, cut_cells, bounds) ||
-                      balance(cost, n, S, NULL, best_cells, cut_cells, bounds);
+    /* With more stages than places to cut, refused places are allowed again
+     * from the network's start until there are S - 1: the partition is then
+     * every allowed place, the same whatever the measured costs (a cost-led
+     * choice of which refusal to drop would make the bits depend on timing). */
+    unsigned char relaxed[HCNN_MAX_BLOCKS];
+    if (no_cut && S >= 1 && S <= n) {
+        int places = 0;
+        for (int i = 1; i < n; i++)
+            places += !no_cut[i];
+        for (int i = 0; i < n; i++) {
+            relaxed[i] = no_cut[i];
+            if (i > 0 && relaxed[i] && places < S - 1)
+                relaxed[i] = 0, places++;
+        }
+        no_cut = relaxed;
+    }
+    const int found = S >= 1 && S <= n &&
+                      balance(cost, n, S, no_cut, best_cells, cut_cells, bounds);
     free(best_cells), free(cut_cells);
     if (!found)
         return hcnn_error_code(HCNN_EINVAL, "no partition of %d blocks into %d stages by their "

@@ -312,6 +312,23 @@ static void test_partition_keeps_conv_with_bn(void **state)
     const unsigned char refuse[2] = {0, 1};
     assert_int_equal(hcnn_pipe_balance(cost, 2, 2, refuse, bounds), 0);
     assert_int_equal(bounds[1], 1);
+    /* conv, bn, conv, bn, conv, bn in 4 stages: places 2 and 4 allowed, the
+     * first refusal (1) dropped; the stages start at 1, 2 and 4 whatever
+     * the costs (timed costs must not choose which refusal goes) */
+    const unsigned char pairs[6] = {0, 1, 0, 1, 0, 1};
+    const double costs[2][6] = {{1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 50, 50}};
+    int b4[5];
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(hcnn_pipe_balance(costs[k], 6, 4, pairs, b4), 0);
+        assert_int_equal(b4[0], 0);
+        assert_int_equal(b4[1], 1);
+        assert_int_equal(b4[2], 2);
+        assert_int_equal(b4[3], 4);
+        assert_int_equal(b4[4], 6);
+    }
+    /* more stages than blocks: refused, never read from unset tables */
+    int b3[4];
+    assert_int_equal(hcnn_pipe_balance(cost, 2, 3, NULL, b3), HCNN_EINVAL);
     model_free(m);
 }
 
