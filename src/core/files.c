@@ -170,7 +170,15 @@ static int afile_open(hcnn_afile *a, const char *path, char *why, size_t cap)
         snprintf(why, cap, "%s: path too long", path);
         return HCNN_EIO;
     }
-    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    char host[64] = "";
+    if (gethostname(host, sizeof host) != 0)
+        host[0] = '\0';
+    host[sizeof host - 1] = '\0';
+    for (char *c = host; *c; c++) /* a name, never a path */
+        if (*c == '/')
+            *c = '_';
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%s.%ld", path, host[0] ? host : "host",
+             (long)getpid());
     a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (a->fd < 0) {
         snprintf(why, cap, "cannot create %s: %s", a->tmp, strerror(errno));

@@ -20,7 +20,7 @@
 
 enum { ROLE_PARAM = 0, ROLE_STATE = 1 };
 
-/* dir + '/' + tensor name + ".num_batches_tracked.npy" + ".tmp.<pid>" */
+/* dir + '/' + tensor name + ".num_batches_tracked.npy" (the temporary name: hcnn_afile) */
 #define PATHBUF (HCNN_PATH_MAX + HCNN_TENSOR_NAME_MAX + 64)
 
 /* ---- names, shapes, paths --------------------------------------------- */
