@@ -466,9 +466,10 @@ void hcnn_cuda_conv_fwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
     if (dnn && !hcnn_cudnn_conv_aligned(dnn, HCNN_PASS_FORWARD, y))
         dnn = NULL;
     const int nhwc = be->layout == HCNN_LAYOUT_NHWC;
-    if (dnn) {
-        /* what cuDNN's engine added of the bias and the ReLU: the rest here */
-        const int done = hcnn_cudnn_conv_fwd(be, dnn, ex, x, w, b, y);
+    /* what cuDNN's engine added of the bias and the ReLU (the rest here);
+     * a call cuDNN refuses takes the im2col path below */
+    const int done = dnn ? hcnn_cudnn_conv_fwd(be, dnn, ex, x, w, b, y) : HCNN_CUDNN_REFUSED;
+    if (done != HCNN_CUDNN_REFUSED) {
         bias_relu(be, d, y, done & HCNN_CUDNN_DID_BIAS ? NULL : b, n,
                   relu && !(done & HCNN_CUDNN_DID_RELU));
         if (ex->stats && nhwc) /* none gathered, as on the im2col path below */
@@ -620,9 +621,7 @@ static void data_transposed(const hcnn_backend *be, const hcnn_conv_desc *d, con
     et.stats = NULL, et.relu = 0;
     const hcnn_cudnn_conv *p =
         by_cudnn ? hcnn_cuda_conv_transposed_plan(be, d, n, et.ws_floats * sizeof(float)) : NULL;
-    if (p)
-        hcnn_cudnn_conv_fwd_into(be, p, &et, dy, wt, dx_acc, dx);
-    else
+    if (!p || hcnn_cudnn_conv_fwd_into(be, p, &et, dy, wt, dx_acc, dx) == HCNN_CUDNN_REFUSED)
         forward_im2col(be, &t, &et, dy, wt, NULL, dx, n, chunk_images(be, &t, n), 0, dx_acc);
 }
 
@@ -634,18 +633,19 @@ void hcnn_cuda_conv_bwd_by(const hcnn_backend *be, const hcnn_conv_desc *d, cons
     const hcnn_cudnn_conv *dnn_x = dx ? way_plan(be, d, ex, n, data, HCNN_PASS_DATA) : NULL;
     if (dnn_x && !hcnn_cudnn_conv_aligned(dnn_x, HCNN_PASS_DATA, dx))
         dnn_x = NULL;
+    /* each gradient cuDNN runs is done; one it refuses is left to the ways below */
     if (dnn_w && dnn_w == dnn_x) { /* both by one plan (in bf16, dy rounded once) */
-        hcnn_cudnn_conv_bwd(be, dnn_w, ex, x, w, dy, dw, dx, dx_acc);
-        return;
+        const int left = hcnn_cudnn_conv_bwd(be, dnn_w, ex, x, w, dy, dw, dx, dx_acc);
+        if (!left)
+            return;
+        dw = left & HCNN_CUDNN_LEFT_FILTER ? dw : NULL;
+        dx = left & HCNN_CUDNN_LEFT_DATA ? dx : NULL;
+        dnn_w = dnn_x = NULL;
     }
-    if (dnn_w) {
-        hcnn_cudnn_conv_bwd_filter(be, dnn_w, ex, x, dy, dw);
+    if (dnn_w && hcnn_cudnn_conv_bwd_filter(be, dnn_w, ex, x, dy, dw) != HCNN_CUDNN_REFUSED)
         dw = NULL;
-    }
-    if (dnn_x) {
-        hcnn_cudnn_conv_bwd_data(be, dnn_x, ex, w, dy, dx, dx_acc);
+    if (dnn_x && hcnn_cudnn_conv_bwd_data(be, dnn_x, ex, w, dy, dx, dx_acc) != HCNN_CUDNN_REFUSED)
         dx = NULL;
-    }
     if (dx && (data == HCNN_WAY_TRANSPOSED || data == HCNN_WAY_TRANSPOSED_CUDNN) &&
         hcnn_cuda_conv_transposable(d)) {
         data_transposed(be, d, ex, w, dy, dx, dx_acc, n, data == HCNN_WAY_TRANSPOSED_CUDNN);

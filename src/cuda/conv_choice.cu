@@ -296,6 +296,14 @@ static int measure(const hcnn_backend *be, const hcnn_conv_desc *d, int n, conv_
         int rounds[HCNN_WAYS] = {0};
         for (int k = 0; k < nc; k++) /* warm-up: plans, cuBLAS's heuristics, caches */
             run_way(be, d, &b, n, pass, (hcnn_conv_way)cand[k]);
+        /* a cuDNN way whose first run cuDNN refused (conv_cudnn.cu, refused:
+         * the pass dropped from its plan, said once) ran by im2col: not a
+         * candidate */
+        int kept = 0;
+        for (int k = 0; k < nc; k++)
+            if (runs_way(be, d, n, pass, cand[k], plan))
+                cand[kept++] = cand[k];
+        nc = kept;
         for (int r = 0; r < MEASURE_ROUNDS; r++)
             for (int k = 0; k < nc; k++) {
                 const int w = cand[(k + r) % nc];
@@ -367,9 +375,18 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
     conv_choice *c = find(s, d, precision, layout);
     if (c) /* chosen at the shape's first call, for every call after it */
         return c->way;
-    if (s->n == CHOICE_SHAPES)
-        hcnn_cuda_fail("convolution ways", __FILE__, __LINE__,
-                       "more convolution shapes than the backend keeps choices for (128)");
+    if (s->n == CHOICE_SHAPES) {
+        /* the shapes chosen keep their ways; a new one runs by im2col (it
+         * ended the job before: a run is never lost for a table's size) */
+        static const int im2col[HCNN_PASSES] = {HCNN_WAY_IM2COL, HCNN_WAY_IM2COL,
+                                                HCNN_WAY_IM2COL};
+        if (!s->full_said)
+            hcnn_warn("CUDA convolutions: more shapes than the backend keeps ways for (%d): "
+                      "the shapes beyond them run by im2col + GEMM",
+                      CHOICE_SHAPES);
+        s->full_said = 1;
+        return im2col;
+    }
     c = &s->shapes[s->n++];
     memset(c, 0, sizeof *c);
     c->g = d->g, c->out_c = d->out_c, c->n = n > 0 ? n : 1;
@@ -434,7 +451,7 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
     const int same = ways[0] == ways[1] && ways[1] == ways[2] && ways[0] != HCNN_WAY_CUDNN &&
                      ways[0] != HCNN_WAY_WINOGRAD_CUDNN;
     for (int p = 0; p < (same ? 1 : HCNN_PASSES); p++) {
-        char how[400] = "";
+        char how[600] = "";
         const hcnn_cudnn_conv *plan =
             ways[p] == HCNN_WAY_CUDNN ? hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
             : ways[p] == HCNN_WAY_WINOGRAD_CUDNN
@@ -606,8 +623,13 @@ int hcnn_cuda_adopt_conv_choices(const hcnn_backend *be, const char *text, int *
         memset(&d, 0, sizeof d);
         d.g = theirs.g, d.out_c = theirs.out_c;
         conv_choice *mine = find(s, &d, theirs.precision, theirs.layout);
-        if (!mine || mine->agreed || mine->n != theirs.n)
+        if (!mine || mine->agreed)
             continue; /* not a shape of this rank's, or a lower rank's taken already */
+        /* first called over another number of images (a batch the ranks
+         * share unevenly): its ways all the same, checked for this rank's
+         * own number, so that every rank sums the shape alike; its medians
+         * (of another call) not taken */
+        const int same_n = mine->n == theirs.n;
         if (!memcmp(mine->way, theirs.way, sizeof mine->way)) {
             mine->agreed = 1, mine->refused = 0;
             continue;
@@ -623,7 +645,8 @@ int hcnn_cuda_adopt_conv_choices(const hcnn_backend *be, const char *text, int *
         }
         mine->agreed = 1, mine->refused = 0;
         memcpy(mine->way, theirs.way, sizeof mine->way);
-        memcpy(mine->ms, theirs.ms, sizeof mine->ms);
+        if (same_n)
+            memcpy(mine->ms, theirs.ms, sizeof mine->ms);
         mine->from = FROM_RANK;
         ++*changed;
     }

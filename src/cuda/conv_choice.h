@@ -37,6 +37,7 @@ struct hcnn_conv_choices {
     char path[HCNN_FILE_PATH_MAX];     /* "" where there is no cache directory */
     int warned;                        /* the cache could not be written: said once */
     int lock_waits;                    /* slices waited for the lock so far */
+    int full_said;                     /* the warning that the table is full, given once */
 };
 
 /* the ways' names (HCNN_CUDA_CONV, the lines, the plan lines) */

@@ -107,6 +107,7 @@ struct hcnn_cudnn {
     hcnn_cudnn_conv plans[CUDNN_PLANS];
 };
 
+/* the descriptors made so far (p zeroed before its making) */
 static void plan_free(hcnn_cudnn_conv *p)
 {
     if (p->precision == HCNN_PRECISION_BF16) {
@@ -114,11 +115,17 @@ static void plan_free(hcnn_cudnn_conv *p)
             hcnn_graph_plan_free(&p->graph[k]);
         return;
     }
-    cudnnDestroyTensorDescriptor(p->x);
-    cudnnDestroyTensorDescriptor(p->y);
-    cudnnDestroyFilterDescriptor(p->w);
+    if (p->x)
+        cudnnDestroyTensorDescriptor(p->x);
+    if (p->y)
+        cudnnDestroyTensorDescriptor(p->y);
+    if (p->w)
+        cudnnDestroyFilterDescriptor(p->w);
     for (int pass = 0; pass < HCNN_PASSES; pass++)
-        cudnnDestroyConvolutionDescriptor(p->conv[pass]);
+        if (p->conv[pass])
+            cudnnDestroyConvolutionDescriptor(p->conv[pass]);
+    p->x = p->y = NULL, p->w = NULL;
+    memset(p->conv, 0, sizeof p->conv);
 }
 
 int hcnn_cudnn_create(hcnn_backend *be)
@@ -129,8 +136,24 @@ int hcnn_cudnn_create(hcnn_backend *be)
     struct hcnn_cudnn *dnn = (struct hcnn_cudnn *)hcnn_calloc(sizeof *dnn, "cuDNN plans");
     if (!dnn)
         return HCNN_ENOMEM;
-    HCNN_CUDNN(cudnnCreate(&dnn->handle));
-    HCNN_CUDNN(cudnnSetStream(dnn->handle, cu->stream));
+    if (cu->conv_mode == HCNN_CONV_MODE_FORCED) { /* HCNN_CUDA_CONV asks for cuDNN: it must start */
+        HCNN_CUDNN(cudnnCreate(&dnn->handle));
+        HCNN_CUDNN(cudnnSetStream(dnn->handle, cu->stream));
+        cu->dnn = dnn;
+        return HCNN_OK;
+    }
+    /* a cuDNN that does not start (a library or driver it does not match,
+     * a sub-library that does not load) leaves the job to conv.cu's ways */
+    cudnnStatus_t s = cudnnCreate(&dnn->handle);
+    if (s == CUDNN_STATUS_SUCCESS && (s = cudnnSetStream(dnn->handle, cu->stream)) !=
+                                         CUDNN_STATUS_SUCCESS)
+        cudnnDestroy(dnn->handle);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        hcnn_warn("cuDNN %d.%d.%d does not start (%s): every convolution runs by im2col + GEMM",
+                  CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, cudnnGetErrorString(s));
+        hcnn_free(dnn);
+        return HCNN_OK;
+    }
     cu->dnn = dnn;
     return HCNN_OK;
 }
@@ -213,31 +236,41 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
 {
     const hcnn_conv_geom *g = &p->d.g;
     const int n = p->n;
-    HCNN_CUDNN(cudnnCreateTensorDescriptor(&p->x));
-    HCNN_CUDNN(cudnnCreateTensorDescriptor(&p->y));
-    HCNN_CUDNN(cudnnCreateFilterDescriptor(&p->w));
+    /* a descriptor cuDNN refuses (a tensor past its 32-bit element counts,
+     * say) is a shape without a plan, as a ranking without a usable entry */
+#define MAKE(call)                                                                                 \
+    do {                                                                                           \
+        if ((call) != CUDNN_STATUS_SUCCESS) {                                                      \
+            plan_free(p);                                                                          \
+            return 0;                                                                              \
+        }                                                                                          \
+    } while (0)
+    MAKE(cudnnCreateTensorDescriptor(&p->x));
+    MAKE(cudnnCreateTensorDescriptor(&p->y));
+    MAKE(cudnnCreateFilterDescriptor(&p->w));
     for (int pass = 0; pass < HCNN_PASSES; pass++)
-        HCNN_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv[pass]));
+        MAKE(cudnnCreateConvolutionDescriptor(&p->conv[pass]));
     /* x, y in the instance's layout (the sizes are n, c, h, w in both); the
      * filter [out][in][kh][kw] in both (backend.h) */
     const cudnnTensorFormat_t act =
         p->layout == HCNN_LAYOUT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-    HCNN_CUDNN(cudnnSetTensor4dDescriptor(p->x, act, CUDNN_DATA_FLOAT, n, g->c, g->h, g->w));
-    HCNN_CUDNN(cudnnSetTensor4dDescriptor(p->y, act, CUDNN_DATA_FLOAT, n, p->d.out_c, g->oh,
-                                          g->ow));
-    HCNN_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->d.out_c,
-                                          g->c, g->kh, g->kw));
+    MAKE(cudnnSetTensor4dDescriptor(p->x, act, CUDNN_DATA_FLOAT, n, g->c, g->h, g->w));
+    MAKE(cudnnSetTensor4dDescriptor(p->y, act, CUDNN_DATA_FLOAT, n, p->d.out_c, g->oh, g->ow));
+    MAKE(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->d.out_c, g->c,
+                                    g->kh, g->kw));
     const int fp32 = p->precision == HCNN_PRECISION_FP32;
     for (int pass = 0; pass < HCNN_PASSES; pass++) {
-        HCNN_CUDNN(cudnnSetConvolution2dDescriptor(p->conv[pass], g->ph, g->pw, g->sh, g->sw, 1,
-                                                   1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-        HCNN_CUDNN(cudnnSetConvolutionMathType(p->conv[pass],
-                                               fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+        MAKE(cudnnSetConvolution2dDescriptor(p->conv[pass], g->ph, g->pw, g->sh, g->sw, 1, 1,
+                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        MAKE(cudnnSetConvolutionMathType(p->conv[pass], fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
     }
+#undef MAKE
     cudnnConvolutionDescriptor_t cf = p->conv[HCNN_PASS_FORWARD], cd = p->conv[HCNN_PASS_DATA],
                                  cw = p->conv[HCNN_PASS_FILTER];
-    int on, oc, oh, ow;
-    HCNN_CUDNN(cudnnGetConvolution2dForwardOutputDim(cf, p->x, p->w, &on, &oc, &oh, &ow));
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    if (cudnnGetConvolution2dForwardOutputDim(cf, p->x, p->w, &on, &oc, &oh, &ow) !=
+        CUDNN_STATUS_SUCCESS)
+        on = -1; /* refused below */
     if (on != n || oc != p->d.out_c || oh != g->oh || ow != g->ow) {
         plan_free(p);
         return 0;
@@ -328,7 +361,7 @@ static int plan_make_graphs(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t l
             gp->workspace > p->workspace)
             p->workspace = gp->workspace;
     }
-    p->has[HCNN_PASS_FORWARD] = p->graph[HCNN_GRAPH_FORWARD].plan != NULL;
+    p->has[HCNN_PASS_FORWARD] = p->graph[HCNN_GRAPH_FORWARD].plan != NULL; /* none run yet */
     /* dx = and dx += both, so that a call of either runs the pass's way */
     p->has[HCNN_PASS_DATA] =
         p->graph[HCNN_GRAPH_DATA].plan != NULL && p->graph[HCNN_GRAPH_DATA_ACC].plan != NULL;
@@ -392,7 +425,7 @@ static const hcnn_cudnn_conv *plan_for(const hcnn_backend *be, const hcnn_conv_d
                                             : plan_make(dnn, p, limit))
         return p;
     if (limit < CUDNN_WORKSPACE_BYTES)
-        p->short_of = limit;
+        p->short_of = limit ? limit : 1; /* > 0: the entry is not a live plan */
     else
         p->none = 1;
     return NULL;
@@ -495,6 +528,59 @@ static size_t w_floats(const hcnn_cudnn_conv *p)
     return (size_t)p->d.out_c * p->d.g.c * p->d.g.kh * p->d.g.kw;
 }
 
+/* ---- the calls -------------------------------------------------------------- */
+
+static const char *const pass_names[HCNN_PASSES] = {"forward", "data gradient",
+                                                    "filter gradient"};
+
+/* A call cuDNN refuses when it runs: an algorithm of the ranking, or a
+ * graph's engine, whose set-up and workspace query succeeded and which then
+ * will not run the call (not supported, a launch that failed).  cuDNN
+ * checks a call before it launches anything, so nothing was written: the
+ * plan's pass is dropped (every call of the shape after it takes the
+ * im2col path, whose workspace each call also has: conv_choice.cu,
+ * workspace_floats), one warning names it, and the caller runs this call
+ * by im2col + GEMM.  cuDNN is never the only path, at its first run no
+ * less than at its planning (a fault inside a kernel is another matter:
+ * CUDA's sticky error, which the next check ends the job on).  This rank
+ * may so take another way than the others for the shape: its results then
+ * differ from theirs by summation order, as the warning says. */
+static int refused(const hcnn_cudnn_conv *p, int pass, const char *call, cudnnStatus_t s)
+{
+    hcnn_cudnn_conv *q = (hcnn_cudnn_conv *)p; /* an entry of the instance's table */
+    const int was = q->has[pass];
+    q->has[pass] = 0;
+    if (was) {
+        char detail[200] = "";
+#if CUDNN_MAJOR >= 9
+        cudnnGetLastErrorString(detail, sizeof detail);
+#endif
+        const hcnn_conv_geom *g = &p->d.g;
+        hcnn_warn("cuDNN convolution %dx%dx%d -> %d channels (kernel %dx%d, stride %d, %d "
+                  "images, %s): %s returned %s%s%.200s: its %s runs by im2col + GEMM from now "
+                  "on (this rank's bits may differ from ranks whose cuDNN runs it)",
+                  g->c, g->h, g->w, p->d.out_c, g->kh, g->kw, g->sh, p->n,
+                  p->precision == HCNN_PRECISION_BF16 ? "bf16 graph" : "legacy API", call,
+                  cudnnGetErrorString(s), detail[0] ? ": " : "", detail, pass_names[pass]);
+    }
+    return HCNN_CUDNN_REFUSED;
+}
+
+/* bf16: runs graph k of p; a graph cuDNN refuses is not run again */
+static cudnnStatus_t graph_run(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                               hcnn_graph_kind k, const void *a, const void *b, const float *bias,
+                               float *out, const hcnn_exec *ex)
+{
+    hcnn_graph_plan *gp = (hcnn_graph_plan *)&p->graph[k];
+    const cudnnStatus_t s = hcnn_graph_plan_run(handle_of(be), gp, k, a, b, bias, out, ex->ws,
+                                                workspace_bytes(p, ex));
+    if (s != CUDNN_STATUS_SUCCESS) {
+        gp->refused = 1;
+        snprintf(gp->why, sizeof gp->why, "refused when run: %s", cudnnGetErrorString(s));
+    }
+    return s;
+}
+
 /* bf16: the forward's graph with what HCNN_CUDNN_DID_* `did` names (the
  * bias, the ReLU after it) in the same engine, made at its first call
  * within the plan's workspace (never inside a graph capture, where nothing
@@ -508,7 +594,7 @@ static const hcnn_graph_plan *graph_fused(const hcnn_backend *be, const hcnn_cud
     if (!gp->made && !cuda_of(be)->capturing)
         hcnn_graph_plan_make(handle_of(be), &p->d, p->n, p->layout == HCNN_LAYOUT_NHWC, k,
                              p->workspace, gp);
-    return gp->plan ? gp : NULL;
+    return hcnn_graph_plan_usable(gp) ? gp : NULL;
 }
 
 int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
@@ -517,94 +603,112 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
     if (p->precision == HCNN_PRECISION_BF16) {
         __nv_bfloat16 *wb, *xb;
         bf16_pair(be, p, w, w_floats(p), 1, x, in_floats(p), &wb, &xb);
-        /* the most of the bias and the ReLU a graph takes: both, the bias, none */
-        int did = (b ? HCNN_CUDNN_DID_BIAS : 0) | (ex->relu ? HCNN_CUDNN_DID_RELU : 0);
-        const hcnn_graph_plan *gp = did ? graph_fused(be, p, did) : NULL;
-        if (!gp && b && ex->relu)
-            gp = graph_fused(be, p, did = HCNN_CUDNN_DID_BIAS);
-        if (!gp)
-            gp = &p->graph[HCNN_GRAPH_FORWARD], did = 0;
-        hcnn_graph_plan_run(handle_of(be), gp, (hcnn_graph_kind)(HCNN_GRAPH_FORWARD + did), xb, wb,
-                            did & HCNN_CUDNN_DID_BIAS ? b : NULL, y, ex->ws,
-                            workspace_bytes(p, ex));
-        return did;
+        /* the most of the bias and the ReLU a graph takes: both, the bias,
+         * none; a fused graph cuDNN refuses to run, the next of them */
+        const int full = (b ? HCNN_CUDNN_DID_BIAS : 0) | (ex->relu ? HCNN_CUDNN_DID_RELU : 0);
+        const int tries[3] = {full, b && ex->relu ? HCNN_CUDNN_DID_BIAS : 0, 0};
+        cudnnStatus_t s = CUDNN_STATUS_NOT_SUPPORTED;
+        for (int t = 0; t < 3; t++) {
+            const int did = tries[t];
+            if (t > 0 && did == tries[t - 1])
+                continue;
+            if (did && !graph_fused(be, p, did))
+                continue;
+            s = graph_run(be, p, (hcnn_graph_kind)(HCNN_GRAPH_FORWARD + did), xb, wb,
+                          did & HCNN_CUDNN_DID_BIAS ? b : NULL, y, ex);
+            if (s == CUDNN_STATUS_SUCCESS)
+                return did;
+        }
+        return refused(p, HCNN_PASS_FORWARD, "cudnnBackendExecute (forward)", s);
     }
     const float one = 1.0f, zero = 0.0f;
-    HCNN_CUDNN(cudnnConvolutionForward(handle_of(be), &one, p->x, x, p->w, w,
-                                       p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
-                                       workspace_bytes(p, ex), &zero, p->y, y));
-    return 0;
+    const cudnnStatus_t s = cudnnConvolutionForward(
+        handle_of(be), &one, p->x, x, p->w, w, p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
+        workspace_bytes(p, ex), &zero, p->y, y);
+    return s == CUDNN_STATUS_SUCCESS ? 0
+                                     : refused(p, HCNN_PASS_FORWARD, "cudnnConvolutionForward", s);
 }
 
-void hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
-                              const hcnn_exec *ex, const float *x, const float *w, int acc,
-                              float *y)
+int hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                             const hcnn_exec *ex, const float *x, const float *w, int acc,
+                             float *y)
 {
     if (p->precision == HCNN_PRECISION_BF16)
         hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__,
                        "y += conv(x, w) asked of a bf16 plan (its graphs write y)");
     const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
-    HCNN_CUDNN(cudnnConvolutionForward(handle_of(be), &one, p->x, x, p->w, w,
-                                       p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
-                                       workspace_bytes(p, ex), &beta, p->y, y));
+    const cudnnStatus_t s = cudnnConvolutionForward(
+        handle_of(be), &one, p->x, x, p->w, w, p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
+        workspace_bytes(p, ex), &beta, p->y, y);
+    return s == CUDNN_STATUS_SUCCESS
+               ? 0
+               : refused(p, HCNN_PASS_FORWARD, "cudnnConvolutionForward (transposed)", s);
 }
 
 /* bf16: dw += the filter gradient's graph of the rounded x and dy */
-static void filter_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
-                         const __nv_bfloat16 *xb, const __nv_bfloat16 *dyb, float *dw)
+static int filter_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                        const __nv_bfloat16 *xb, const __nv_bfloat16 *dyb, float *dw)
 {
-    hcnn_graph_plan_run(handle_of(be), &p->graph[HCNN_GRAPH_FILTER], HCNN_GRAPH_FILTER, xb, dyb,
-                        NULL, dw, ex->ws, workspace_bytes(p, ex));
+    const cudnnStatus_t s = graph_run(be, p, HCNN_GRAPH_FILTER, xb, dyb, NULL, dw, ex);
+    return s == CUDNN_STATUS_SUCCESS
+               ? 0
+               : refused(p, HCNN_PASS_FILTER, "cudnnBackendExecute (filter gradient)", s);
 }
 
 /* bf16: dx = (or +=, dx_acc) the data gradient's graph of the rounded dy and w */
-static void data_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
-                       const __nv_bfloat16 *dyb, const __nv_bfloat16 *wb, float *dx, int dx_acc)
+static int data_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                      const __nv_bfloat16 *dyb, const __nv_bfloat16 *wb, float *dx, int dx_acc)
 {
     const hcnn_graph_kind k = dx_acc ? HCNN_GRAPH_DATA_ACC : HCNN_GRAPH_DATA;
-    hcnn_graph_plan_run(handle_of(be), &p->graph[k], k, dyb, wb, NULL, dx, ex->ws,
-                        workspace_bytes(p, ex));
+    const cudnnStatus_t s = graph_run(be, p, k, dyb, wb, NULL, dx, ex);
+    return s == CUDNN_STATUS_SUCCESS
+               ? 0
+               : refused(p, HCNN_PASS_DATA, "cudnnBackendExecute (data gradient)", s);
 }
 
-void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
-                                const hcnn_exec *ex, const float *x, const float *dy, float *dw)
+int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                               const hcnn_exec *ex, const float *x, const float *dy, float *dw)
 {
     if (p->precision == HCNN_PRECISION_BF16) {
         __nv_bfloat16 *xb, *dyb;
         bf16_pair(be, p, x, in_floats(p), 0, dy, out_floats(p), &xb, &dyb);
-        filter_graph(be, p, ex, xb, dyb, dw);
-        return;
+        return filter_graph(be, p, ex, xb, dyb, dw);
     }
     const float one = 1.0f; /* dw += */
-    HCNN_CUDNN(cudnnConvolutionBackwardFilter(handle_of(be), &one, p->x, x, p->y, dy,
-                                              p->conv[HCNN_PASS_FILTER], p->bwd_filter, ex->ws,
-                                              workspace_bytes(p, ex), &one, p->w, dw));
+    const cudnnStatus_t s = cudnnConvolutionBackwardFilter(
+        handle_of(be), &one, p->x, x, p->y, dy, p->conv[HCNN_PASS_FILTER], p->bwd_filter, ex->ws,
+        workspace_bytes(p, ex), &one, p->w, dw);
+    return s == CUDNN_STATUS_SUCCESS
+               ? 0
+               : refused(p, HCNN_PASS_FILTER, "cudnnConvolutionBackwardFilter", s);
 }
 
-void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
-                              const hcnn_exec *ex, const float *w, const float *dy, float *dx,
-                              int dx_acc)
+int hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                             const hcnn_exec *ex, const float *w, const float *dy, float *dx,
+                             int dx_acc)
 {
     if (p->precision == HCNN_PRECISION_BF16) {
         __nv_bfloat16 *wb, *dyb;
         bf16_pair(be, p, w, w_floats(p), 1, dy, out_floats(p), &wb, &dyb);
-        data_graph(be, p, ex, dyb, wb, dx, dx_acc);
-        return;
+        return data_graph(be, p, ex, dyb, wb, dx, dx_acc);
     }
     const float one = 1.0f, beta = dx_acc ? 1.0f : 0.0f;
-    HCNN_CUDNN(cudnnConvolutionBackwardData(handle_of(be), &one, p->w, w, p->y, dy,
-                                            p->conv[HCNN_PASS_DATA], p->bwd_data, ex->ws,
-                                            workspace_bytes(p, ex), &beta, p->x, dx));
+    const cudnnStatus_t s = cudnnConvolutionBackwardData(
+        handle_of(be), &one, p->w, w, p->y, dy, p->conv[HCNN_PASS_DATA], p->bwd_data, ex->ws,
+        workspace_bytes(p, ex), &beta, p->x, dx);
+    return s == CUDNN_STATUS_SUCCESS ? 0
+                                     : refused(p, HCNN_PASS_DATA, "cudnnConvolutionBackwardData", s);
 }
 
-void hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
-                         const float *x, const float *w, const float *dy, float *dw, float *dx,
-                         int dx_acc)
+int hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                        const float *x, const float *w, const float *dy, float *dw, float *dx,
+                        int dx_acc)
 {
-    if (p->precision != HCNN_PRECISION_BF16) {
-        hcnn_cudnn_conv_bwd_filter(be, p, ex, x, dy, dw);
-        hcnn_cudnn_conv_bwd_data(be, p, ex, w, dy, dx, dx_acc);
-        return;
+    if (p->precision != HCNN_PRECISION_BF16) { /* the filter's first, then the data's */
+        const int left = hcnn_cudnn_conv_bwd_filter(be, p, ex, x, dy, dw) ? HCNN_CUDNN_LEFT_FILTER
+                                                                          : 0;
+        return left | (hcnn_cudnn_conv_bwd_data(be, p, ex, w, dy, dx, dx_acc) ? HCNN_CUDNN_LEFT_DATA
+                                                                              : 0);
     }
     /* dy, x and w in one buffer, dy rounded once: each conversion reads 4
      * and writes 2 bytes a value, and dy is the size of the layer's output
@@ -617,8 +721,8 @@ void hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const
     bf16_operand(be, p, dy, ny, 0, dyb);
     bf16_operand(be, p, x, nx, 0, xb);
     bf16_operand(be, p, w, w_floats(p), 1, wb);
-    filter_graph(be, p, ex, xb, dyb, dw);
-    data_graph(be, p, ex, dyb, wb, dx, dx_acc);
+    const int left = filter_graph(be, p, ex, xb, dyb, dw) ? HCNN_CUDNN_LEFT_FILTER : 0;
+    return left | (data_graph(be, p, ex, dyb, wb, dx, dx_acc) ? HCNN_CUDNN_LEFT_DATA : 0);
 }
 
 static const char *fwd_name(cudnnConvolutionFwdAlgo_t a)
@@ -666,13 +770,13 @@ void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, siz
 {
     if (p->precision == HCNN_PRECISION_BF16) {
         /* the data gradient's pass needs both its graphs: the missing one's why */
-        const int acc_missing =
-            p->graph[HCNN_GRAPH_DATA].plan && !p->graph[HCNN_GRAPH_DATA_ACC].plan;
+        const int acc_missing = hcnn_graph_plan_usable(&p->graph[HCNN_GRAPH_DATA]) &&
+                                !hcnn_graph_plan_usable(&p->graph[HCNN_GRAPH_DATA_ACC]);
         const hcnn_graph_kind k = pass == HCNN_PASS_FORWARD ? HCNN_GRAPH_FORWARD
                                   : pass == HCNN_PASS_FILTER ? HCNN_GRAPH_FILTER
                                   : acc_missing              ? HCNN_GRAPH_DATA_ACC
                                                              : HCNN_GRAPH_DATA;
-        char how[400];
+        char how[600];
         hcnn_graph_plan_describe(&p->graph[k], how, sizeof how);
         if (k == HCNN_GRAPH_DATA_ACC) {
             snprintf(buf, cap, "dx +=: %s", how);
@@ -685,7 +789,7 @@ void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, siz
             const hcnn_graph_plan *gp = &p->graph[HCNN_GRAPH_FORWARD + f];
             if (gp->made && len < cap)
                 len += (size_t)snprintf(buf + len, cap - len, "; with %s: %s", with[f - 1],
-                                        gp->plan ? "fused" : gp->why);
+                                        hcnn_graph_plan_usable(gp) ? "fused" : gp->why);
         }
         return;
     }
@@ -741,30 +845,34 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
                         const float *x, const float *w, const float *b, float *y)
 {
     (void)be, (void)p, (void)ex, (void)x, (void)w, (void)b, (void)y;
-    return 0;
+    return HCNN_CUDNN_REFUSED; /* no plan is ever made: the caller's im2col, should it ask */
 }
-void hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
-                              const hcnn_exec *ex, const float *x, const float *w, int acc,
-                              float *y)
+int hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                             const hcnn_exec *ex, const float *x, const float *w, int acc,
+                             float *y)
 {
     (void)be, (void)p, (void)ex, (void)x, (void)w, (void)acc, (void)y;
+    return HCNN_CUDNN_REFUSED;
 }
-void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
-                                const hcnn_exec *ex, const float *x, const float *dy, float *dw)
+int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                               const hcnn_exec *ex, const float *x, const float *dy, float *dw)
 {
     (void)be, (void)p, (void)ex, (void)x, (void)dy, (void)dw;
+    return HCNN_CUDNN_REFUSED;
 }
-void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
-                              const hcnn_exec *ex, const float *w, const float *dy, float *dx,
-                              int dx_acc)
+int hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                             const hcnn_exec *ex, const float *w, const float *dy, float *dx,
+                             int dx_acc)
 {
     (void)be, (void)p, (void)ex, (void)w, (void)dy, (void)dx, (void)dx_acc;
+    return HCNN_CUDNN_REFUSED;
 }
-void hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
-                         const float *x, const float *w, const float *dy, float *dw, float *dx,
-                         int dx_acc)
+int hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                        const float *x, const float *w, const float *dy, float *dw, float *dx,
+                        int dx_acc)
 {
     (void)be, (void)p, (void)ex, (void)x, (void)w, (void)dy, (void)dw, (void)dx, (void)dx_acc;
+    return HCNN_CUDNN_LEFT_FILTER | HCNN_CUDNN_LEFT_DATA;
 }
 void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, size_t cap)
 {

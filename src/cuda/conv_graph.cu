@@ -43,8 +43,10 @@
  * Unmeasured: written 2026-11-29 without a GPU.  Everything that can fail
  * before a plan exists (an engine refusing the layout, the data types or
  * the workspace) leaves the pass without one, said in the describe line,
- * and the pass takes the im2col path; only a failing execution ends the
- * job. */
+ * and the pass takes the im2col path; an execution cuDNN refuses is
+ * returned to conv_cudnn.cu, which drops the graph and takes the next way
+ * (its `refused`). */
+#include <float.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -213,6 +215,18 @@ static int pointwise(hcnn_graph_plan *gp, cudnnPointwiseMode_t mode, cudnnBacken
     TRY(set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode), "pointwise mode");
     TRY(set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec),
         "pointwise precision");
+    if (mode == CUDNN_POINTWISE_RELU_FWD) {
+        /* hcnn's ReLU (src/core/hd.h): max(x, 0), no slope; set as
+         * cudnn-frontend sets them (its upper clip a float's largest in FP32
+         * math), not left to the library's defaults */
+        const double lower = 0.0, upper = FLT_MAX, slope = 0.0;
+        TRY(set(pw, CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP, CUDNN_TYPE_DOUBLE, 1, &lower),
+            "ReLU lower clip");
+        TRY(set(pw, CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP, CUDNN_TYPE_DOUBLE, 1, &upper),
+            "ReLU upper clip");
+        TRY(set(pw, CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE, CUDNN_TYPE_DOUBLE, 1, &slope),
+            "ReLU slope");
+    }
     TRY(cudnnBackendFinalize(pw), "pointwise finalize");
     TRY(create(gp, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, out), "pointwise operation");
     TRY(set(*out, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
@@ -229,8 +243,13 @@ static int pointwise(hcnn_graph_plan *gp, cudnnPointwiseMode_t mode, cudnnBacken
     return 1;
 }
 
+/* why engines of a ranking were passed over, counted for the describe
+ * line (a GPU session reads which rule refused them without a rerun) */
+enum { NOTE_OK, NOTE_NONDETERMINISTIC, NOTE_TRANSFORM, NOTE_PRECISION, NOTE_OTHER, NOTE_KINDS };
+
 /* whether an engine's numerical notes keep hcnn's results: deterministic,
- * a direct sum (as conv_cudnn.cu's direct_sum), FP32 reductions */
+ * a direct sum (as conv_cudnn.cu's direct_sum), FP32 reductions; else the
+ * first note that refuses it (NOTE_*) */
 static int notes_allowed(cudnnBackendDescriptor_t engine)
 {
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
@@ -238,15 +257,22 @@ static int notes_allowed(cudnnBackendDescriptor_t engine)
     if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
                                  CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count,
                                  notes) != CUDNN_STATUS_SUCCESS)
-        return 0;
+        return NOTE_OTHER;
     for (int64_t i = 0; i < count; i++)
         switch (notes[i]) {
         case CUDNN_NUMERICAL_NOTE_TENSOR_CORE: /* what bf16 is for */
         case CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP: break;
-        default: return 0; /* down-converted inputs, lower-precision reductions, FFT,
-                              Winograd, atomics */
+        case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC: return NOTE_NONDETERMINISTIC;
+        case CUDNN_NUMERICAL_NOTE_FFT:
+        case CUDNN_NUMERICAL_NOTE_WINOGRAD:
+        case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
+        case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
+        case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13: return NOTE_TRANSFORM;
+        case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+        case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION: return NOTE_PRECISION;
+        default: return NOTE_OTHER;
         }
-    return 1;
+    return NOTE_OK;
 }
 
 static int compiles(cudnnBackendDescriptor_t engine)
@@ -281,7 +307,7 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
     if (count > GRAPH_TRIES)
         count = GRAPH_TRIES;
     if (count < 1) {
-        snprintf(gp->why, sizeof gp->why, "cuDNN's heuristics (mode %s) offer no engine",
+        snprintf(gp->why, sizeof gp->why, "heuristics %s: no engine",
                  mode == CUDNN_HEUR_MODE_A ? "A" : "fallback");
         return 0;
     }
@@ -292,7 +318,8 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
     TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                  count, &got, cfgs),
         "heuristics results");
-    int refused = 0, too_big = 0, compiled = 0;
+    int refused[NOTE_KINDS] = {0}, too_big = 0, compiled = 0, second_compiled = 0, no_plan = 0;
+    char first_refusal[128] = ""; /* the first plan's refusal, cuDNN's words */
     for (int64_t i = 0; i < got && i < count; i++) {
         cudnnBackendDescriptor_t engine;
         int64_t one = 0;
@@ -300,28 +327,43 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
         TRY(cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE,
                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &one, &engine),
             "engine of a configuration");
-        if (!notes_allowed(engine)) {
-            refused++;
+        const int note = notes_allowed(engine);
+        if (note != NOTE_OK) {
+            refused[note]++;
             continue;
         }
         const int compiles_here = compiles(engine);
         if (compiles_here && compiled++) {
-            refused++;
+            second_compiled++;
             continue;
         }
         cudnnBackendDescriptor_t plan;
         if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
-            CUDNN_STATUS_SUCCESS)
+            CUDNN_STATUS_SUCCESS) {
+            no_plan++;
             continue;
+        }
         int64_t ws = 0;
-        if (set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
-            set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                &cfgs[i]) ||
-            cudnnBackendFinalize(plan) ||
-            cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                     CUDNN_TYPE_INT64, 1, &one, &ws) ||
-            ws < 0 || (size_t)ws > limit) {
-            too_big += ws > 0 && (size_t)ws > limit;
+        cudnnStatus_t st = set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                     1, &cfgs[i]);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = cudnnBackendFinalize(plan);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                          CUDNN_TYPE_INT64, 1, &one, &ws);
+        if (st != CUDNN_STATUS_SUCCESS || ws < 0 || (size_t)ws > limit) {
+            if (st == CUDNN_STATUS_SUCCESS && ws > 0 && (size_t)ws > limit) {
+                too_big++;
+            } else {
+                if (!no_plan++ && st != CUDNN_STATUS_SUCCESS) {
+                    char detail[80] = "";
+                    cudnnGetLastErrorString(detail, sizeof detail);
+                    snprintf(first_refusal, sizeof first_refusal, " (first: %s%s%.60s)",
+                             cudnnGetErrorString(st), detail[0] ? ": " : "", detail);
+                }
+            }
             cudnnBackendDestroyDescriptor(plan);
             continue;
         }
@@ -334,10 +376,11 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
         return 1;
     }
     snprintf(gp->why, sizeof gp->why,
-             "none of the first %d engines of cuDNN's heuristics (mode %s) is usable (%d "
-             "nondeterministic, FFT, Winograd, reduced precision or a second runtime-compiled "
-             "one; %d over the workspace; the rest refused the plan)",
-             (int)count, mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", refused, too_big);
+             "heuristics %s, %d engines: %d nondeterministic, %d FFT/Winograd, %d reduced "
+             "precision, %d other notes, %d 2nd compiled, %d over workspace, %d no plan%s",
+             mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", (int)count,
+             refused[NOTE_NONDETERMINISTIC], refused[NOTE_TRANSFORM], refused[NOTE_PRECISION],
+             refused[NOTE_OTHER], second_compiled, too_big, no_plan, first_refusal);
     return 0;
 }
 
@@ -413,7 +456,7 @@ static int make(cudnnHandle_t h, const hcnn_conv_desc *d, int n, int nhwc, hcnn_
         return 1;
     char second[sizeof gp->why];
     memcpy(second, gp->why, sizeof second);
-    snprintf(gp->why, sizeof gp->why, "%.150s; %.160s", first, second); /* both, cut to fit */
+    snprintf(gp->why, sizeof gp->why, "%.230s; %.230s", first, second); /* both, cut to fit */
     return 0;
 }
 
@@ -437,7 +480,7 @@ void hcnn_graph_plan_free(hcnn_graph_plan *gp)
 }
 
 
-void hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp, hcnn_graph_kind kind,
+cudnnStatus_t hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp, hcnn_graph_kind kind,
                          const void *a, const void *b, const void *bias, void *out, void *ws,
                          size_t ws_bytes)
 {
@@ -462,14 +505,22 @@ void hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp, hcnn_graph_
     if (!hcnn_graph_plan_aligned(kind, a, b, out))
         hcnn_cuda_fail("cuDNN graph", __FILE__, __LINE__,
                        "a tensor is not 16-byte aligned, as its descriptor says");
+    /* what cuDNN refuses here goes back to the caller (conv_cudnn.cu: the
+     * pass by im2col from then on); the pack is destroyed either way */
     cudnnBackendDescriptor_t pack;
-    HCNN_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
-    HCNN_CUDNN(set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids));
-    HCNN_CUDNN(set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, ptrs));
-    HCNN_CUDNN(set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
-    HCNN_CUDNN(cudnnBackendFinalize(pack));
-    HCNN_CUDNN(cudnnBackendExecute(h, gp->plan, pack));
+    cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+    if (s != CUDNN_STATUS_SUCCESS)
+        return s;
+    if ((s = set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids)) ==
+            CUDNN_STATUS_SUCCESS &&
+        (s = set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, ptrs)) ==
+            CUDNN_STATUS_SUCCESS &&
+        (s = set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws)) ==
+            CUDNN_STATUS_SUCCESS &&
+        (s = cudnnBackendFinalize(pack)) == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendExecute(h, gp->plan, pack);
     cudnnBackendDestroyDescriptor(pack);
+    return s;
 }
 
 int hcnn_graph_plan_aligned(hcnn_graph_kind kind, const void *a, const void *b, const void *out)
@@ -493,13 +544,13 @@ int hcnn_graph_plan_make(cudnnHandle_t h, const hcnn_conv_desc *d, int n, int nh
     return 0;
 }
 void hcnn_graph_plan_free(hcnn_graph_plan *gp) { (void)gp; }
-void hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp, hcnn_graph_kind kind,
-                         const void *a, const void *b, const void *bias, void *out, void *ws,
-                         size_t ws_bytes)
+cudnnStatus_t hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp,
+                                  hcnn_graph_kind kind, const void *a, const void *b,
+                                  const void *bias, void *out, void *ws, size_t ws_bytes)
 {
     (void)h, (void)gp, (void)kind, (void)a, (void)b, (void)bias, (void)out, (void)ws;
     (void)ws_bytes;
-    hcnn_cuda_fail("cuDNN graph", __FILE__, __LINE__, "no graphs before cuDNN 9");
+    return CUDNN_STATUS_NOT_SUPPORTED; /* never made: no plan to run */
 }
 int hcnn_graph_plan_aligned(hcnn_graph_kind kind, const void *a, const void *b, const void *out)
 {
@@ -510,7 +561,7 @@ int hcnn_graph_plan_aligned(hcnn_graph_kind kind, const void *a, const void *b, 
 
 void hcnn_graph_plan_describe(const hcnn_graph_plan *gp, char *buf, size_t cap)
 {
-    if (!gp->plan)
+    if (!hcnn_graph_plan_usable(gp))
         snprintf(buf, cap, "no cuDNN graph plan (%s)", gp->why);
     else
         snprintf(buf, cap,

@@ -42,7 +42,8 @@ typedef struct hcnn_graph_plan {
     int64_t engine;                /* cuDNN's global engine index */
     int compiled;                  /* the engine compiles its kernel at set-up */
     int made;                      /* tried (plan NULL: without success) */
-    char why[320];
+    int refused;                   /* cuDNN refused to run it: unused since (why says) */
+    char why[480];
     /* the descriptors the plan was made from (the graph, its tensors and
      * operations, the engine configurations): kept for the plan's life */
     cudnnBackendDescriptor_t owned[56];
@@ -55,14 +56,20 @@ typedef struct hcnn_graph_plan {
 int hcnn_graph_plan_make(cudnnHandle_t h, const hcnn_conv_desc *d, int n, int nhwc,
                          hcnn_graph_kind kind, size_t limit, hcnn_graph_plan *gp);
 void hcnn_graph_plan_free(hcnn_graph_plan *gp);
-/* Runs gp on the handle's stream.  Operands by kind: forward (x, w, b or
- * NULL, y),
+/* Runs gp on the handle's stream: CUDNN_STATUS_SUCCESS, or what cuDNN
+ * refused the call with (nothing run; the caller takes another way).
+ * Operands by kind: forward (x, w, b or NULL, y),
  * data (dy, w, NULL, dx), filter (x, dy, NULL, dw); the inputs and the
  * forward's and data gradient's output 16-byte aligned
  * (hcnn_graph_plan_aligned), the bias and dw 4. */
-void hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp, hcnn_graph_kind kind,
-                         const void *a, const void *b, const void *bias, void *out, void *ws,
-                         size_t ws_bytes);
+cudnnStatus_t hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp,
+                                  hcnn_graph_kind kind, const void *a, const void *b,
+                                  const void *bias, void *out, void *ws, size_t ws_bytes);
+/* a plan made and never refused when run */
+static inline int hcnn_graph_plan_usable(const hcnn_graph_plan *gp)
+{
+    return gp->plan != NULL && !gp->refused;
+}
 /* whether the pointers of a call (as hcnn_graph_plan_run's a, b, out) are
  * aligned as the graph's tensors are declared */
 int hcnn_graph_plan_aligned(hcnn_graph_kind kind, const void *a, const void *b, const void *out);

@@ -210,27 +210,35 @@ int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass);
 /* whether p's pass can write out (a bf16 graph's output is declared 16-byte
  * aligned; a call whose is not takes the im2col way) */
 int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out);
+/* The calls below: what cuDNN refuses when it runs (nothing written) drops
+ * the plan's pass with one warning (conv_cudnn.cu, refused) and returns
+ * HCNN_CUDNN_REFUSED: the caller then runs the call by im2col + GEMM. */
+enum { HCNN_CUDNN_REFUSED = -1 };
 /* y = conv(x, w), + b and the ReLU (ex->relu) where the plan does them in
  * the same engine (bf16 graphs): returns what it did of them
- * (HCNN_CUDNN_DID_*), the caller the rest */
+ * (HCNN_CUDNN_DID_*), the caller the rest; or HCNN_CUDNN_REFUSED */
 enum { HCNN_CUDNN_DID_BIAS = 1, HCNN_CUDNN_DID_RELU = 2 };
 int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
                         const float *x, const float *w, const float *b, float *y);
 /* y = conv(x, w), or y += it (acc), with neither bias nor ReLU: an FP32 or
- * TF32 plan's (the legacy API's beta; the transposed data gradient) */
-void hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
-                              const hcnn_exec *ex, const float *x, const float *w, int acc,
-                              float *y);
-void hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
-                                const hcnn_exec *ex, const float *x, const float *dy, float *dw);
-void hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
-                              const hcnn_exec *ex, const float *w, const float *dy, float *dx,
-                              int dx_acc);
+ * TF32 plan's (the legacy API's beta; the transposed data gradient); 0 or
+ * HCNN_CUDNN_REFUSED */
+int hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                             const hcnn_exec *ex, const float *x, const float *w, int acc,
+                             float *y);
+/* 0 or HCNN_CUDNN_REFUSED */
+int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                               const hcnn_exec *ex, const float *x, const float *dy, float *dw);
+int hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                             const hcnn_exec *ex, const float *w, const float *dy, float *dx,
+                             int dx_acc);
 /* dw += and dx = (or +=, dx_acc) by one plan, the filter's first, as the
- * two calls above: in bf16 dy is rounded once for both graphs */
-void hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
-                         const float *x, const float *w, const float *dy, float *dw, float *dx,
-                         int dx_acc);
+ * two calls above: in bf16 dy is rounded once for both graphs.  Returns the
+ * gradients left to the caller (HCNN_CUDNN_LEFT_*: those cuDNN refused) */
+enum { HCNN_CUDNN_LEFT_FILTER = 1, HCNN_CUDNN_LEFT_DATA = 2 };
+int hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
+                        const float *x, const float *w, const float *dy, float *dw, float *dx,
+                        int dx_acc);
 /* "cuDNN 9.19.0 implicit_gemm (...)": the plan's algorithm for a pass */
 void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, size_t cap);
 /* bias.cu */
