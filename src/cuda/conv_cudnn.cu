@@ -566,6 +566,12 @@ static int refused(const hcnn_cudnn_conv *p, int pass, const char *call, cudnnSt
     return HCNN_CUDNN_REFUSED;
 }
 
+/* 0 when cuDNN ran the call (status s), else its refusal (above) */
+static int call_result(const hcnn_cudnn_conv *p, int pass, const char *call, cudnnStatus_t s)
+{
+    return s == CUDNN_STATUS_SUCCESS ? 0 : refused(p, pass, call, s);
+}
+
 /* bf16: runs graph k of p; a graph cuDNN refuses is not run again */
 static cudnnStatus_t graph_run(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                hcnn_graph_kind k, const void *a, const void *b, const float *bias,
@@ -625,8 +631,7 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
     const cudnnStatus_t s = cudnnConvolutionForward(
         handle_of(be), &one, p->x, x, p->w, w, p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
         workspace_bytes(p, ex), &zero, p->y, y);
-    return s == CUDNN_STATUS_SUCCESS ? 0
-                                     : refused(p, HCNN_PASS_FORWARD, "cudnnConvolutionForward", s);
+    return call_result(p, HCNN_PASS_FORWARD, "cudnnConvolutionForward", s);
 }
 
 int hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
@@ -640,9 +645,7 @@ int hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
     const cudnnStatus_t s = cudnnConvolutionForward(
         handle_of(be), &one, p->x, x, p->w, w, p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
         workspace_bytes(p, ex), &beta, p->y, y);
-    return s == CUDNN_STATUS_SUCCESS
-               ? 0
-               : refused(p, HCNN_PASS_FORWARD, "cudnnConvolutionForward (transposed)", s);
+    return call_result(p, HCNN_PASS_FORWARD, "cudnnConvolutionForward (transposed)", s);
 }
 
 /* bf16: dw += the filter gradient's graph of the rounded x and dy */
@@ -650,9 +653,7 @@ static int filter_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
                         const __nv_bfloat16 *xb, const __nv_bfloat16 *dyb, float *dw)
 {
     const cudnnStatus_t s = graph_run(be, p, HCNN_GRAPH_FILTER, xb, dyb, NULL, dw, ex);
-    return s == CUDNN_STATUS_SUCCESS
-               ? 0
-               : refused(p, HCNN_PASS_FILTER, "cudnnBackendExecute (filter gradient)", s);
+    return call_result(p, HCNN_PASS_FILTER, "cudnnBackendExecute (filter gradient)", s);
 }
 
 /* bf16: dx = (or +=, dx_acc) the data gradient's graph of the rounded dy and w */
@@ -661,9 +662,7 @@ static int data_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hc
 {
     const hcnn_graph_kind k = dx_acc ? HCNN_GRAPH_DATA_ACC : HCNN_GRAPH_DATA;
     const cudnnStatus_t s = graph_run(be, p, k, dyb, wb, NULL, dx, ex);
-    return s == CUDNN_STATUS_SUCCESS
-               ? 0
-               : refused(p, HCNN_PASS_DATA, "cudnnBackendExecute (data gradient)", s);
+    return call_result(p, HCNN_PASS_DATA, "cudnnBackendExecute (data gradient)", s);
 }
 
 int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
@@ -678,9 +677,7 @@ int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
     const cudnnStatus_t s = cudnnConvolutionBackwardFilter(
         handle_of(be), &one, p->x, x, p->y, dy, p->conv[HCNN_PASS_FILTER], p->bwd_filter, ex->ws,
         workspace_bytes(p, ex), &one, p->w, dw);
-    return s == CUDNN_STATUS_SUCCESS
-               ? 0
-               : refused(p, HCNN_PASS_FILTER, "cudnnConvolutionBackwardFilter", s);
+    return call_result(p, HCNN_PASS_FILTER, "cudnnConvolutionBackwardFilter", s);
 }
 
 int hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
@@ -696,8 +693,7 @@ int hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
     const cudnnStatus_t s = cudnnConvolutionBackwardData(
         handle_of(be), &one, p->w, w, p->y, dy, p->conv[HCNN_PASS_DATA], p->bwd_data, ex->ws,
         workspace_bytes(p, ex), &beta, p->x, dx);
-    return s == CUDNN_STATUS_SUCCESS ? 0
-                                     : refused(p, HCNN_PASS_DATA, "cudnnConvolutionBackwardData", s);
+    return call_result(p, HCNN_PASS_DATA, "cudnnConvolutionBackwardData", s);
 }
 
 int hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
