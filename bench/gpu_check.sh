@@ -388,7 +388,8 @@ bench_diagnostics() {
     # bf16 by cuDNN's graphs for every pass that has an engine
     # (src/cuda/conv_graph.cu, written 2026-11-29 without a GPU): the step
     # time in each layout and the first layers' plans (the engine, or why
-    # none), against the bf16 runs above (auto: measured, graphs included)
+    # none), against the bf16 runs above (auto: im2col, no graphs made;
+    # this run's # setup_ms is what making them costs)
     for lay in nchw nhwc; do
         stamp "hcnn bench ResNet-18 batch 128 bf16, HCNN_CUDA_CONV=cudnn (cuDNN graphs), HCNN_CUDA_LAYOUT=$lay"
         HCNN_CUDA_CONV=cudnn HCNN_CUDA_LAYOUT=$lay bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
