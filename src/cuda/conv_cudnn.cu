@@ -390,10 +390,10 @@ static const hcnn_cudnn_conv *plan_for(const hcnn_backend *be, const hcnn_conv_d
     /* bf16 graphs only where asked (HCNN_CUDA_CONV=cudnn or measure), not
      * in auto: every process makes its plans again (the workspace is sized
      * for any way), up to 7 graphs a shape and image count, each of whose
-     * engines may compile its kernel (NVRTC, about a second each by
-     * NVIDIA's account, unmeasured here): ResNet-18's 11 shapes at 3 image
-     * counts could take minutes before the first step, a cost no GPU has
-     * measured yet (gpu_check.sh's cudnn runs print it, # setup_ms) */
+     * engines may compile its kernel (NVRTC: of the order of a second,
+     * conv_graph.cu's estimate): ResNet-18's 11 shapes at 3 image counts
+     * could take minutes before the first step, a cost no GPU has measured
+     * yet (gpu_check.sh's cudnn runs print it, # setup_ms) */
     if (cu->precision == HCNN_PRECISION_BF16 && cu->conv_mode == HCNN_CONV_MODE_AUTO)
         return NULL;
     limit = limit < CUDNN_WORKSPACE_BYTES ? limit : CUDNN_WORKSPACE_BYTES;
