@@ -65,13 +65,14 @@ int hcnn_open_regular(const char *path, const char *what, int code, int *fd);
  * message (HCNN_ENOMEM if the stream cannot be made). */
 int hcnn_fopen_regular(const char *path, const char *what, int code, FILE **f);
 
-/* A file being written under a temporary name: path.tmp.<host>.<pid>, one
- * no other live process has (the conv-way cache in a home directory that
- * a job's nodes share is written by many nodes, whose pids may meet). */
+/* A file being written under a temporary name: path.tmp.<host>.<pid>
+ * (<host>: 8 hex digits of the host name's hash), one no other live process
+ * has (the conv-way cache in a home directory that a job's nodes share is
+ * written by many nodes, whose pids may meet). */
 typedef struct hcnn_afile {
     int fd;
     char path[HCNN_FILE_PATH_MAX];
-    char tmp[HCNN_FILE_PATH_MAX + 96];
+    char tmp[HCNN_FILE_PATH_MAX + 48];
 } hcnn_afile;
 
 int hcnn_afile_open(hcnn_afile *a, const char *path);

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,15 +171,17 @@ static int afile_open(hcnn_afile *a, const char *path, char *why, size_t cap)
         snprintf(why, cap, "%s: path too long", path);
         return HCNN_EIO;
     }
-    char host[64] = "";
+    /* the host as 8 hex digits of its name's FNV-1a hash: a short name
+     * (a 64-character host name would push a long export's file name past
+     * 255) that other nodes' pids do not meet */
+    char host[256] = "";
     if (gethostname(host, sizeof host) != 0)
         host[0] = '\0';
     host[sizeof host - 1] = '\0';
-    for (char *c = host; *c; c++) /* a name, never a path */
-        if (*c == '/')
-            *c = '_';
-    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%s.%ld", path, host[0] ? host : "host",
-             (long)getpid());
+    uint32_t h = 2166136261u;
+    for (const char *c = host; *c; c++)
+        h = (h ^ (unsigned char)*c) * 16777619u;
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%08x.%ld", path, (unsigned)h, (long)getpid());
     a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (a->fd < 0) {
         snprintf(why, cap, "cannot create %s: %s", a->tmp, strerror(errno));

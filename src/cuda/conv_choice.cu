@@ -465,11 +465,13 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
             APPEND(" %s, col2im gathered", how);
         else
             APPEND("%s %s by %s", p ? "," : "", pass_names[p], how);
+        if (hcnn_cudnn_conv_refusal(plan, p)[0]) /* its way's cuDNN refused it when run */
+            APPEND(" (not by cuDNN: %s)", hcnn_cudnn_conv_refusal(plan, p));
     }
     /* a pass HCNN_CUDA_CONV asked cuDNN, its Winograd or the transposed
      * way for that does not take it: why (the layer's reasons once) */
     int winograd_said = 0;
-    for (int p = 0; cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++)
+    for (int p = 0; c && cu->conv_mode == HCNN_CONV_MODE_FORCED && p < HCNN_PASSES; p++)
         if (ways[p] == cu->conv_forced[p]) {
             continue;
         } else if (cu->conv_forced[p] == HCNN_WAY_WINOGRAD_CUDNN) {
@@ -500,14 +502,15 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                            : "no cuDNN plan for the transposed shape");
         } else if (cu->conv_forced[p] == HCNN_WAY_CUDNN) {
             const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
-            char why[400] = "no cuDNN plan for this shape";
+            char why[600] = "no cuDNN plan for this shape";
             if (plan)
                 hcnn_cudnn_conv_describe(plan, p, why, sizeof why);
             APPEND("; the %s not by cuDNN: %s", pass_names[p], why);
         }
     static const char *const from[] = {"HCNN_CUDA_CONV", "the rule", "measured", "cached",
                                        "a lower rank's"};
-    APPEND(" (ways: %s", c ? from[c->from] : "the rule");
+    APPEND(" (ways: %s", c ? from[c->from]
+                           : "im2col: more convolution shapes than the backend keeps ways for");
     if (c && (c->from == FROM_MEASURED || c->from == FROM_CACHE || c->from == FROM_RANK))
         for (int p = 0; p < HCNN_PASSES; p++)
             for (int w = 0, first = 1; w < HCNN_WAYS; w++)

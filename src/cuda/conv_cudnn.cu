@@ -97,6 +97,7 @@ struct hcnn_cudnn_conv {
     int none;         /* 1: cuDNN has no plan for it (im2col) */
     size_t short_of;  /* > 0: no algorithm fits this many bytes or fewer (im2col) */
     int has[HCNN_PASSES];                 /* the passes it runs */
+    char refusal[HCNN_PASSES][224];       /* a pass cuDNN refused to run: the call and why */
     hcnn_graph_plan graph[HCNN_GRAPHS];   /* bf16: the graphs (the rest unused) */
 };
 
@@ -262,7 +263,8 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     for (int pass = 0; pass < HCNN_PASSES; pass++) {
         MAKE(cudnnSetConvolution2dDescriptor(p->conv[pass], g->ph, g->pw, g->sh, g->sw, 1, 1,
                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-        MAKE(cudnnSetConvolutionMathType(p->conv[pass], fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+        MAKE(cudnnSetConvolutionMathType(p->conv[pass],
+                                         fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
     }
 #undef MAKE
     cudnnConvolutionDescriptor_t cf = p->conv[HCNN_PASS_FORWARD], cd = p->conv[HCNN_PASS_DATA],
@@ -463,6 +465,11 @@ size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p)
 
 int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass) { return p && p->has[pass]; }
 
+const char *hcnn_cudnn_conv_refusal(const hcnn_cudnn_conv *p, int pass)
+{
+    return p ? p->refusal[pass] : "";
+}
+
 /* bf16: a graph's output is declared 16-byte aligned (conv_graph.cu): the
  * forward's y, the data gradient's dx (dw: 4) */
 int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out)
@@ -544,26 +551,57 @@ static const char *const pass_names[HCNN_PASSES] = {"forward", "data gradient",
 
 /* A call cuDNN refuses when it runs: an algorithm of the ranking, or a
  * graph's engine, whose set-up and workspace query succeeded and which then
- * will not run the call (not supported, a launch that failed).  cuDNN
- * checks a call before it launches anything, so nothing was written: the
- * plan's pass is dropped (every call of the shape after it takes the
+ * will not run the call.  Only a refusal of its parameters or of support
+ * (the BAD_PARAM and NOT_SUPPORTED families, which cuDNN gives when it
+ * checks a call, before it launches anything; not NOT_SUPPORTED_BAD_LAUNCH_
+ * PARAM, a kernel's launch refused, maybe after others of the call ran),
+ * with no CUDA error pending, and not inside a CUDA graph's capture: the
+ * plan's pass is then dropped (every call of the shape after it takes the
  * im2col path, whose workspace each call also has: conv_choice.cu,
- * workspace_floats), one warning names it, and the caller runs this call
- * by im2col + GEMM.  cuDNN is never the only path, at its first run no
- * less than at its planning (a fault inside a kernel is another matter:
- * CUDA's sticky error, which the next check ends the job on).  This rank
- * may so take another way than the others for the shape: its results then
- * differ from theirs by summation order, as the warning says. */
-static int refused(const hcnn_cudnn_conv *p, int pass, const char *call, cudnnStatus_t s)
+ * workspace_floats), one warning names it, the describe line says it, and
+ * the caller runs this call by im2col + GEMM.  Anything else (an execution
+ * that failed: the output may be half written, and a call that adds to it
+ * cannot be run again) ends the job as before.  cuDNN is never the only
+ * path, at its first run no less than at its planning (every shape's first
+ * run is outside a capture: capture starts at a step's second sighting).
+ * This rank may so take another way than the others for the shape: its
+ * results then differ from theirs by summation order, as the warning says. */
+static void refusal_or_fail(const hcnn_backend *be, const char *call, cudnnStatus_t s,
+                            char *detail, size_t cap)
 {
+    detail[0] = '\0';
+#if CUDNN_MAJOR >= 9
+    cudnnGetLastErrorString(detail, cap);
+    const int category = CUDNN_STATUS_CATEGORY(s);
+    const int before_launch =
+        (category == CUDNN_STATUS_BAD_PARAM || category == CUDNN_STATUS_NOT_SUPPORTED) &&
+        s != CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM;
+#else
+    (void)cap;
+    const int before_launch = s == CUDNN_STATUS_BAD_PARAM || s == CUDNN_STATUS_NOT_SUPPORTED;
+#endif
+    const cudaError_t pending = cudaGetLastError(); /* a launch error cuDNN left: not refused */
+    if (before_launch && pending == cudaSuccess && !cuda_of(be)->capturing)
+        return;
+    char why[480];
+    snprintf(why, sizeof why, "%s returned %s%s%.200s%s%s%s", call, cudnnGetErrorString(s),
+             detail[0] ? ": " : "", detail, pending != cudaSuccess ? "; CUDA: " : "",
+             pending != cudaSuccess ? cudaGetErrorString(pending) : "",
+             cuda_of(be)->capturing ? " (inside a CUDA graph's capture)" : "");
+    hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__, why);
+}
+
+static int refused(const hcnn_backend *be, const hcnn_cudnn_conv *p, int pass, const char *call,
+                   cudnnStatus_t s)
+{
+    char detail[200];
+    refusal_or_fail(be, call, s, detail, sizeof detail);
     hcnn_cudnn_conv *q = (hcnn_cudnn_conv *)p; /* an entry of the instance's table */
     const int was = q->has[pass];
     q->has[pass] = 0;
+    snprintf(q->refusal[pass], sizeof q->refusal[pass], "%s refused it (%s%s%.120s)", call,
+             cudnnGetErrorString(s), detail[0] ? ": " : "", detail);
     if (was) {
-        char detail[200] = "";
-#if CUDNN_MAJOR >= 9
-        cudnnGetLastErrorString(detail, sizeof detail);
-#endif
         const hcnn_conv_geom *g = &p->d.g;
         hcnn_warn("cuDNN convolution %dx%dx%d -> %d channels (kernel %dx%d, stride %d, %d "
                   "images, %s): %s returned %s%s%.200s: its %s runs by im2col + GEMM from now "
@@ -576,12 +614,14 @@ static int refused(const hcnn_cudnn_conv *p, int pass, const char *call, cudnnSt
 }
 
 /* 0 when cuDNN ran the call (status s), else its refusal (above) */
-static int call_result(const hcnn_cudnn_conv *p, int pass, const char *call, cudnnStatus_t s)
+static int call_result(const hcnn_backend *be, const hcnn_cudnn_conv *p, int pass,
+                       const char *call, cudnnStatus_t s)
 {
-    return s == CUDNN_STATUS_SUCCESS ? 0 : refused(p, pass, call, s);
+    return s == CUDNN_STATUS_SUCCESS ? 0 : refused(be, p, pass, call, s);
 }
 
-/* bf16: runs graph k of p; a graph cuDNN refuses is not run again */
+/* bf16: runs graph k of p; a graph cuDNN refuses (refusal_or_fail: else
+ * the end of the job) is not run again */
 static cudnnStatus_t graph_run(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                hcnn_graph_kind k, const void *a, const void *b, const float *bias,
                                float *out, const hcnn_exec *ex)
@@ -590,8 +630,11 @@ static cudnnStatus_t graph_run(const hcnn_backend *be, const hcnn_cudnn_conv *p,
     const cudnnStatus_t s = hcnn_graph_plan_run(handle_of(be), gp, k, a, b, bias, out, ex->ws,
                                                 workspace_bytes(p, ex));
     if (s != CUDNN_STATUS_SUCCESS) {
+        char detail[200];
+        refusal_or_fail(be, "cudnnBackendExecute", s, detail, sizeof detail);
         gp->refused = 1;
-        snprintf(gp->why, sizeof gp->why, "refused when run: %s", cudnnGetErrorString(s));
+        snprintf(gp->why, sizeof gp->why, "refused when run: %s%s%.200s", cudnnGetErrorString(s),
+                 detail[0] ? ": " : "", detail);
     }
     return s;
 }
@@ -634,13 +677,13 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
             if (s == CUDNN_STATUS_SUCCESS)
                 return did;
         }
-        return refused(p, HCNN_PASS_FORWARD, "cudnnBackendExecute (forward)", s);
+        return refused(be, p, HCNN_PASS_FORWARD, "cudnnBackendExecute (forward)", s);
     }
     const float one = 1.0f, zero = 0.0f;
     const cudnnStatus_t s = cudnnConvolutionForward(
         handle_of(be), &one, p->x, x, p->w, w, p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
         workspace_bytes(p, ex), &zero, p->y, y);
-    return call_result(p, HCNN_PASS_FORWARD, "cudnnConvolutionForward", s);
+    return call_result(be, p, HCNN_PASS_FORWARD, "cudnnConvolutionForward", s);
 }
 
 int hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
@@ -654,7 +697,7 @@ int hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
     const cudnnStatus_t s = cudnnConvolutionForward(
         handle_of(be), &one, p->x, x, p->w, w, p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
         workspace_bytes(p, ex), &beta, p->y, y);
-    return call_result(p, HCNN_PASS_FORWARD, "cudnnConvolutionForward (transposed)", s);
+    return call_result(be, p, HCNN_PASS_FORWARD, "cudnnConvolutionForward (transposed)", s);
 }
 
 /* bf16: dw += the filter gradient's graph of the rounded x and dy */
@@ -662,7 +705,7 @@ static int filter_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
                         const __nv_bfloat16 *xb, const __nv_bfloat16 *dyb, float *dw)
 {
     const cudnnStatus_t s = graph_run(be, p, HCNN_GRAPH_FILTER, xb, dyb, NULL, dw, ex);
-    return call_result(p, HCNN_PASS_FILTER, "cudnnBackendExecute (filter gradient)", s);
+    return call_result(be, p, HCNN_PASS_FILTER, "cudnnBackendExecute (filter gradient)", s);
 }
 
 /* bf16: dx = (or +=, dx_acc) the data gradient's graph of the rounded dy and w */
@@ -671,7 +714,7 @@ static int data_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hc
 {
     const hcnn_graph_kind k = dx_acc ? HCNN_GRAPH_DATA_ACC : HCNN_GRAPH_DATA;
     const cudnnStatus_t s = graph_run(be, p, k, dyb, wb, NULL, dx, ex);
-    return call_result(p, HCNN_PASS_DATA, "cudnnBackendExecute (data gradient)", s);
+    return call_result(be, p, HCNN_PASS_DATA, "cudnnBackendExecute (data gradient)", s);
 }
 
 int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
@@ -686,7 +729,7 @@ int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
     const cudnnStatus_t s = cudnnConvolutionBackwardFilter(
         handle_of(be), &one, p->x, x, p->y, dy, p->conv[HCNN_PASS_FILTER], p->bwd_filter, ex->ws,
         workspace_bytes(p, ex), &one, p->w, dw);
-    return call_result(p, HCNN_PASS_FILTER, "cudnnConvolutionBackwardFilter", s);
+    return call_result(be, p, HCNN_PASS_FILTER, "cudnnConvolutionBackwardFilter", s);
 }
 
 int hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
@@ -702,7 +745,7 @@ int hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
     const cudnnStatus_t s = cudnnConvolutionBackwardData(
         handle_of(be), &one, p->w, w, p->y, dy, p->conv[HCNN_PASS_DATA], p->bwd_data, ex->ws,
         workspace_bytes(p, ex), &beta, p->x, dx);
-    return call_result(p, HCNN_PASS_DATA, "cudnnConvolutionBackwardData", s);
+    return call_result(be, p, HCNN_PASS_DATA, "cudnnConvolutionBackwardData", s);
 }
 
 int hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
@@ -773,6 +816,10 @@ static const char *bwd_filter_name(cudnnConvolutionBwdFilterAlgo_t a)
 
 void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, size_t cap)
 {
+    if (p->refusal[pass][0]) { /* refused when run: by im2col since */
+        snprintf(buf, cap, "%s: by im2col + GEMM since", p->refusal[pass]);
+        return;
+    }
     if (p->precision == HCNN_PRECISION_BF16) {
         /* the data gradient's pass needs both its graphs: the missing one's why */
         const int acc_missing = hcnn_graph_plan_usable(&p->graph[HCNN_GRAPH_DATA]) &&
@@ -840,6 +887,11 @@ int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass)
 {
     (void)p, (void)pass;
     return 0;
+}
+const char *hcnn_cudnn_conv_refusal(const hcnn_cudnn_conv *p, int pass)
+{
+    (void)p, (void)pass;
+    return "";
 }
 int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out)
 {

@@ -337,14 +337,12 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
             second_compiled++;
             continue;
         }
-        cudnnBackendDescriptor_t plan;
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
-            CUDNN_STATUS_SUCCESS) {
-            no_plan++;
-            continue;
-        }
+        cudnnBackendDescriptor_t plan = NULL;
         int64_t ws = 0;
-        cudnnStatus_t st = set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+        cudnnStatus_t st =
+            cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
         if (st == CUDNN_STATUS_SUCCESS)
             st = set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                      1, &cfgs[i]);
@@ -364,7 +362,8 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
                              cudnnGetErrorString(st), detail[0] ? ": " : "", detail);
                 }
             }
-            cudnnBackendDestroyDescriptor(plan);
+            if (plan)
+                cudnnBackendDestroyDescriptor(plan);
             continue;
         }
         gp->plan = plan;

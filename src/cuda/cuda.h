@@ -207,11 +207,14 @@ const hcnn_cudnn_conv *hcnn_cudnn_conv_winograd_for(const hcnn_backend *be,
 size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p);
 /* whether p runs pass (HCNN_PASS_*; a bf16 plan may lack some; p NULL: 0) */
 int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass);
+/* "" or, for a pass cuDNN refused when it ran (dropped since), the call and why */
+const char *hcnn_cudnn_conv_refusal(const hcnn_cudnn_conv *p, int pass);
 /* whether p's pass can write out (a bf16 graph's output is declared 16-byte
  * aligned; a call whose is not takes the im2col way) */
 int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out);
-/* The calls below: what cuDNN refuses when it runs (nothing written) drops
- * the plan's pass with one warning (conv_cudnn.cu, refused) and returns
+/* The calls below: a call cuDNN refuses before it launches anything (its
+ * parameters or support; conv_cudnn.cu, refused: any other failure ends the
+ * job) drops the plan's pass with one warning and returns
  * HCNN_CUDNN_REFUSED: the caller then runs the call by im2col + GEMM. */
 enum { HCNN_CUDNN_REFUSED = -1 };
 /* y = conv(x, w), + b and the ReLU (ex->relu) where the plan does them in

@@ -167,10 +167,14 @@ static int balance(const double *cost, int n, int S, const unsigned char *no_cut
 
 int hcnn_pipe_balance(const double *cost, int n, int S, const unsigned char *no_cut, int *bounds)
 {
+    if (S < 1 || S > n || n > HCNN_MAX_BLOCKS)
+        return hcnn_error_code(HCNN_EINVAL, "no partition of %d blocks into %d stages (1 to "
+                                            "min(blocks, %d) stages)",
+                               n, S, HCNN_MAX_BLOCKS);
     const size_t cells = (size_t)(S + 1) * (size_t)(n + 1);
     double *best_cells = malloc(sizeof(double) * cells);
     int *cut_cells = malloc(sizeof(int) * cells);
-    if (!best_cells || !cut_cells || n > HCNN_MAX_BLOCKS) {
+    if (!best_cells || !cut_cells) {
         free(best_cells), free(cut_cells);
         return hcnn_error_code(HCNN_ENOMEM, "cannot allocate the pipeline partition's tables "
                                             "(%d stages, %d blocks)",
@@ -181,7 +185,7 @@ int hcnn_pipe_balance(const double *cost, int n, int S, const unsigned char *no_
      * every allowed place, the same whatever the measured costs (a cost-led
      * choice of which refusal to drop would make the bits depend on timing). */
     unsigned char relaxed[HCNN_MAX_BLOCKS];
-    if (no_cut && S >= 1 && S <= n) {
+    if (no_cut) {
         int places = 0;
         for (int i = 1; i < n; i++)
             places += !no_cut[i];
@@ -192,13 +196,11 @@ int hcnn_pipe_balance(const double *cost, int n, int S, const unsigned char *no_
         }
         no_cut = relaxed;
     }
-    const int found = S >= 1 && S <= n &&
-                      balance(cost, n, S, no_cut, best_cells, cut_cells, bounds);
+    const int found = balance(cost, n, S, no_cut, best_cells, cut_cells, bounds);
     free(best_cells), free(cut_cells);
     if (!found)
         return hcnn_error_code(HCNN_EINVAL, "no partition of %d blocks into %d stages by their "
-                                            "costs (more stages than blocks, or a cost not "
-                                            "finite)",
+                                            "costs (a cost not finite)",
                                n, S);
     return HCNN_OK;
 }

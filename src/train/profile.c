@@ -140,7 +140,7 @@ static void print_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     }
     if (top >= 0)
         j->fwd_total += fw, j->bwd_total += bw;
-    char how[384], plan[64];
+    char how[1024], plan[64];
     plan_name(l, j->ctx, j->n, how, sizeof how, plan, sizeof plan);
     if (flops == 0.0) {
         fprintf(j->out, "  %-18s %-8s %9.3f %9.3f %9s %10s %10s %9s %s\n", l->name,
@@ -173,7 +173,7 @@ static void plan_row(void *arg, const hcnn_layer *l, int top, int need_dx)
     plan_job *j = arg;
     if (!l->ops->describe)
         return;
-    char how[384], name[32];
+    char how[1024], name[32];
     plan_name(l, j->ctx, j->n, how, sizeof how, name, sizeof name);
     if (j->out)
         fprintf(j->out, "# plan %s: %s\n", l->name, how);

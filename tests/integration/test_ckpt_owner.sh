@@ -62,7 +62,8 @@ if [ $rc -eq 0 ] && [ -n "$last" ] && [ "$got" = "$last" ] &&
     grep -q '^hcnn: checkpoints: run .*continues its line' "$WORK/auto.log"; then case_ok
 else case_fail "exit $rc; resumed '$got', its last checkpoint was '$last'; $(grep -E 'error|checkpoints:' "$WORK/auto.log")"; fi
 case_begin takeover_removes_leftover_temporaries
-# what a writer killed mid-write leaves (hcnn_afile's name.tmp.pid)
+# what a writer killed mid-write leaves (hcnn_afile's name.tmp.<host>.<pid>; the
+# checkpoint writer's name.tmp.<pid>)
 head -c 100000 /dev/zero >"$D/ckpt-s0000000999.hcnn.tmp.4242"
 "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$D" --set epochs=100 --set lr=0.01 \
     --set max_steps=300 --resume auto >"$WORK/clean.log" 2>&1

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 static const hcnn_backend *the_gpu, *the_cpu;
@@ -102,6 +103,13 @@ static void test_more_shapes_than_the_table() {
         CHECK(ey <= 1e-5);
         CHECK(ew <= 1e-5);
         CHECK(ex_ <= 1e-5);
+        /* the describe line says why a shape beyond the table runs by im2col */
+        char line[2048];
+        the_gpu->conv_describe(the_gpu, &d, &ex, n, line, sizeof line);
+        const bool said = strstr(line, "more convolution shapes than the backend keeps") != nullptr;
+        if (said != (k > 128))
+            printf("# shape %d: %s\n", k, line);
+        CHECK(said == (k > 128));
     }
 }
 
