@@ -733,10 +733,17 @@ void hcnn_cuda_conv_way_describe(const hcnn_backend *be, const hcnn_conv_desc *d
         snprintf(buf, cap, "the transposed convolution: dy by the flipped filters in %s", how);
     } else if (transposed) {
         const hcnn_conv_desc t = transposed_desc(d);
+        /* the transposed shape's plan, where cuDNN refused its forward when run */
+        const hcnn_cudnn_conv *refused =
+            way == HCNN_WAY_TRANSPOSED_CUDNN && cuda_of(be)->precision != HCNN_PRECISION_BF16
+                ? hcnn_cudnn_conv_for(be, &t, n, HCNN_CUDNN_ANY_WORKSPACE)
+                : NULL;
+        const char *why = hcnn_cudnn_conv_refusal(refused, HCNN_PASS_FORWARD);
         snprintf(buf, cap,
                  "the transposed convolution: im2col of dy + cuBLAS GEMM by the flipped filters "
-                 "on the GPU%s, chunks of %d images",
-                 nhwc, chunk_images(be, &t, n));
+                 "on the GPU%s, chunks of %d images%s%s%s",
+                 nhwc, chunk_images(be, &t, n), why[0] ? " (not by cuDNN: " : "", why,
+                 why[0] ? ")" : "");
     } else {
         snprintf(buf, cap, "im2col + cuBLAS GEMM on the GPU%s, chunks of %d images", nhwc,
                  chunk_images(be, d, n));

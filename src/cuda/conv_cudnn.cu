@@ -97,7 +97,7 @@ struct hcnn_cudnn_conv {
     int none;         /* 1: cuDNN has no plan for it (im2col) */
     size_t short_of;  /* > 0: no algorithm fits this many bytes or fewer (im2col) */
     int has[HCNN_PASSES];                 /* the passes it runs */
-    char refusal[HCNN_PASSES][224];       /* a pass cuDNN refused to run: the call and why */
+    char refusal[HCNN_PASSES][320];       /* a pass cuDNN refused to run: the call and why */
     hcnn_graph_plan graph[HCNN_GRAPHS];   /* bf16: the graphs (the rest unused) */
 };
 
@@ -554,7 +554,8 @@ static const char *const pass_names[HCNN_PASSES] = {"forward", "data gradient",
  * will not run the call.  Only a refusal of its parameters or of support
  * (the BAD_PARAM and NOT_SUPPORTED families, which cuDNN gives when it
  * checks a call, before it launches anything; not NOT_SUPPORTED_BAD_LAUNCH_
- * PARAM, a kernel's launch refused, maybe after others of the call ran),
+ * PARAM or _SHARED_MEMORY_INSUFFICIENT, a kernel's launch refused, maybe
+ * after others of the call ran),
  * with no CUDA error pending, and not inside a CUDA graph's capture: the
  * plan's pass is then dropped (every call of the shape after it takes the
  * im2col path, whose workspace each call also has: conv_choice.cu,
@@ -566,21 +567,26 @@ static const char *const pass_names[HCNN_PASSES] = {"forward", "data gradient",
  * run is outside a capture: capture starts at a step's second sighting).
  * This rank may so take another way than the others for the shape: its
  * results then differ from theirs by summation order, as the warning says. */
+/* detail: cuDNN's words for s, read here unless the caller has them (cuDNN
+ * clears them when read) */
 static void refusal_or_fail(const hcnn_backend *be, const char *call, cudnnStatus_t s,
                             char *detail, size_t cap)
 {
-    detail[0] = '\0';
 #if CUDNN_MAJOR >= 9
-    cudnnGetLastErrorString(detail, cap);
+    if (!detail[0])
+        cudnnGetLastErrorString(detail, cap);
     const int category = CUDNN_STATUS_CATEGORY(s);
     const int before_launch =
         (category == CUDNN_STATUS_BAD_PARAM || category == CUDNN_STATUS_NOT_SUPPORTED) &&
-        s != CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM;
+        s != CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM &&
+        s != CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT;
 #else
     (void)cap;
     const int before_launch = s == CUDNN_STATUS_BAD_PARAM || s == CUDNN_STATUS_NOT_SUPPORTED;
 #endif
-    const cudaError_t pending = cudaGetLastError(); /* a launch error cuDNN left: not refused */
+    /* an error of the CUDA runtime pending (hcnn's, or one cuDNN's calls
+     * left there): not a refusal; the job ends, naming it */
+    const cudaError_t pending = cudaGetLastError();
     if (before_launch && pending == cudaSuccess && !cuda_of(be)->capturing)
         return;
     char why[480];
@@ -591,10 +597,12 @@ static void refusal_or_fail(const hcnn_backend *be, const char *call, cudnnStatu
     hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__, why);
 }
 
+/* known: cuDNN's words for s if the caller read them already, else NULL */
 static int refused(const hcnn_backend *be, const hcnn_cudnn_conv *p, int pass, const char *call,
-                   cudnnStatus_t s)
+                   cudnnStatus_t s, const char *known)
 {
     char detail[200];
+    snprintf(detail, sizeof detail, "%s", known ? known : "");
     refusal_or_fail(be, call, s, detail, sizeof detail);
     hcnn_cudnn_conv *q = (hcnn_cudnn_conv *)p; /* an entry of the instance's table */
     const int was = q->has[pass];
@@ -617,21 +625,22 @@ static int refused(const hcnn_backend *be, const hcnn_cudnn_conv *p, int pass, c
 static int call_result(const hcnn_backend *be, const hcnn_cudnn_conv *p, int pass,
                        const char *call, cudnnStatus_t s)
 {
-    return s == CUDNN_STATUS_SUCCESS ? 0 : refused(be, p, pass, call, s);
+    return s == CUDNN_STATUS_SUCCESS ? 0 : refused(be, p, pass, call, s, NULL);
 }
 
 /* bf16: runs graph k of p; a graph cuDNN refuses (refusal_or_fail: else
- * the end of the job) is not run again */
+ * the end of the job) is not run again; detail: cuDNN's words for a
+ * refusal (cap bytes) */
 static cudnnStatus_t graph_run(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                hcnn_graph_kind k, const void *a, const void *b, const float *bias,
-                               float *out, const hcnn_exec *ex)
+                               float *out, const hcnn_exec *ex, char *detail, size_t cap)
 {
     hcnn_graph_plan *gp = (hcnn_graph_plan *)&p->graph[k];
     const cudnnStatus_t s = hcnn_graph_plan_run(handle_of(be), gp, k, a, b, bias, out, ex->ws,
                                                 workspace_bytes(p, ex));
+    detail[0] = '\0';
     if (s != CUDNN_STATUS_SUCCESS) {
-        char detail[200];
-        refusal_or_fail(be, "cudnnBackendExecute", s, detail, sizeof detail);
+        refusal_or_fail(be, "cudnnBackendExecute", s, detail, cap);
         gp->refused = 1;
         snprintf(gp->why, sizeof gp->why, "refused when run: %s%s%.200s", cudnnGetErrorString(s),
                  detail[0] ? ": " : "", detail);
@@ -666,6 +675,7 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
         const int full = (b ? HCNN_CUDNN_DID_BIAS : 0) | (ex->relu ? HCNN_CUDNN_DID_RELU : 0);
         const int tries[3] = {full, b && ex->relu ? HCNN_CUDNN_DID_BIAS : 0, 0};
         cudnnStatus_t s = CUDNN_STATUS_NOT_SUPPORTED;
+        char detail[200] = "";
         for (int t = 0; t < 3; t++) {
             const int did = tries[t];
             if (t > 0 && did == tries[t - 1])
@@ -673,11 +683,11 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
             if (did && !graph_fused(be, p, did))
                 continue;
             s = graph_run(be, p, (hcnn_graph_kind)(HCNN_GRAPH_FORWARD + did), xb, wb,
-                          did & HCNN_CUDNN_DID_BIAS ? b : NULL, y, ex);
+                          did & HCNN_CUDNN_DID_BIAS ? b : NULL, y, ex, detail, sizeof detail);
             if (s == CUDNN_STATUS_SUCCESS)
                 return did;
         }
-        return refused(be, p, HCNN_PASS_FORWARD, "cudnnBackendExecute (forward)", s);
+        return refused(be, p, HCNN_PASS_FORWARD, "cudnnBackendExecute (forward)", s, detail);
     }
     const float one = 1.0f, zero = 0.0f;
     const cudnnStatus_t s = cudnnConvolutionForward(
@@ -704,8 +714,13 @@ int hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
 static int filter_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
                         const __nv_bfloat16 *xb, const __nv_bfloat16 *dyb, float *dw)
 {
-    const cudnnStatus_t s = graph_run(be, p, HCNN_GRAPH_FILTER, xb, dyb, NULL, dw, ex);
-    return call_result(be, p, HCNN_PASS_FILTER, "cudnnBackendExecute (filter gradient)", s);
+    char detail[200];
+    const cudnnStatus_t s =
+        graph_run(be, p, HCNN_GRAPH_FILTER, xb, dyb, NULL, dw, ex, detail, sizeof detail);
+    return s == CUDNN_STATUS_SUCCESS
+               ? 0
+               : refused(be, p, HCNN_PASS_FILTER, "cudnnBackendExecute (filter gradient)", s,
+                         detail);
 }
 
 /* bf16: dx = (or +=, dx_acc) the data gradient's graph of the rounded dy and w */
@@ -713,8 +728,11 @@ static int data_graph(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hc
                       const __nv_bfloat16 *dyb, const __nv_bfloat16 *wb, float *dx, int dx_acc)
 {
     const hcnn_graph_kind k = dx_acc ? HCNN_GRAPH_DATA_ACC : HCNN_GRAPH_DATA;
-    const cudnnStatus_t s = graph_run(be, p, k, dyb, wb, NULL, dx, ex);
-    return call_result(be, p, HCNN_PASS_DATA, "cudnnBackendExecute (data gradient)", s);
+    char detail[200];
+    const cudnnStatus_t s = graph_run(be, p, k, dyb, wb, NULL, dx, ex, detail, sizeof detail);
+    return s == CUDNN_STATUS_SUCCESS
+               ? 0
+               : refused(be, p, HCNN_PASS_DATA, "cudnnBackendExecute (data gradient)", s, detail);
 }
 
 int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,

@@ -62,13 +62,15 @@ if [ $rc -eq 0 ] && [ -n "$last" ] && [ "$got" = "$last" ] &&
     grep -q '^hcnn: checkpoints: run .*continues its line' "$WORK/auto.log"; then case_ok
 else case_fail "exit $rc; resumed '$got', its last checkpoint was '$last'; $(grep -E 'error|checkpoints:' "$WORK/auto.log")"; fi
 case_begin takeover_removes_leftover_temporaries
-# what a writer killed mid-write leaves (hcnn_afile's name.tmp.<host>.<pid>; the
-# checkpoint writer's name.tmp.<pid>)
-head -c 100000 /dev/zero >"$D/ckpt-s0000000999.hcnn.tmp.4242"
+# what writers killed mid-write leave: a checkpoint by hcnn_afile
+# (name.tmp.<host hash>.<pid>), final.hcnn by the checkpoint writer (name.tmp.<pid>)
+head -c 100000 /dev/zero >"$D/ckpt-s0000000999.hcnn.tmp.0badc0de.4242"
+head -c 100000 /dev/zero >"$D/final.hcnn.tmp.4243"
 "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$D" --set epochs=100 --set lr=0.01 \
     --set max_steps=300 --resume auto >"$WORK/clean.log" 2>&1
-if [ ! -e "$D/ckpt-s0000000999.hcnn.tmp.4242" ] && grep -q 'removed 1 temporary file' "$WORK/clean.log"; then case_ok
-else case_fail "$(ls "$D")"; fi
+if [ ! -e "$D/ckpt-s0000000999.hcnn.tmp.0badc0de.4242" ] && [ ! -e "$D/final.hcnn.tmp.4243" ] &&
+    grep -q 'removed 2 temporary files' "$WORK/clean.log"; then case_ok
+else case_fail "$(ls "$D"); $(grep 'temporary' "$WORK/clean.log")"; fi
 
 expect_fail resume_auto_refuses_another_model \
     "newest checkpoint in .*belongs to another run .*differ in the model" \
