@@ -26,6 +26,8 @@
 #   (run in this order: tests; kernels' and bench's runs that targets are
 #   judged by; their diagnostics, where GPU_CHECK_SECONDS cuts first; cpu;
 #   nsight)
+#   diagnostics  kernels' and bench's diagnostics alone, without their
+#           targets' runs: a second call's, when the first was cut there
 #   cpu     bench/validate_threads.sh: hcnn bench on the CPU at 1, 2, 4, 8, 16
 #           threads against hcnn plan --node here's prediction (ResNet-18 batch
 #           64, LeNet-5 batch 256: the thread-scaling measurements) and
@@ -220,6 +222,16 @@ if ! timeout -k 5 60 "$HCNN" --version; then
     export HCNN_BUILDDIR=$B/build1 HCNN=$B/build1/hcnn
     timeout -k 5 60 "$HCNN" --version || exit 1
 fi
+# OpenBLAS 0.3.21 does not know the GPU machine's Xeon (a VM's CPU model,
+# AVX-512 and AMX): its own choice, which the runs with blas_kernels: env
+# take (the tests' CPU references), was Prescott's generic kernels in every
+# session up to 2026-11-30, when hcnn's blas_kernels: auto measured
+# SkylakeX's 4.7-5.8x faster there
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo &&
+    timeout -k 5 60 "$HCNN" --version 2>/dev/null | grep -q 'kernels: Prescott'; then
+    export OPENBLAS_CORETYPE=SkylakeX
+    echo "gpu_check.sh: OpenBLAS chose Prescott's kernels on an AVX-512 CPU: OPENBLAS_CORETYPE=SkylakeX for every run"
+fi
 # PyTorch with the machine's libraries, not the bundle's
 printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$PY" > "$B/python" && chmod +x "$B/python"
 modes=im2col
@@ -413,11 +425,13 @@ bench_diagnostics() {
 # GPU, where a hang is likeliest, come after every measurement a target
 # is judged by)
 cf=${COMPARE_FORMAT:-best}
-has kernels && [ ! -f "$ks" ] && echo "gpu_check.sh: $ks missing (a build without CUPTI): no kernel times"
+{ has kernels || has diagnostics; } && [ ! -f "$ks" ] && echo "gpu_check.sh: $ks missing (a build without CUPTI): no kernel times"
 has kernels && [ -f "$ks" ] && kernels_targets
 has bench && bench_targets
-has kernels && [ -f "$ks" ] && kernels_diagnostics
-has bench && bench_diagnostics
+# ("diagnostics" alone: both sections' diagnostics without their targets,
+# for a loan's second call after a first that the bound cut there)
+{ has kernels || has diagnostics; } && [ -f "$ks" ] && kernels_diagnostics
+{ has bench || has diagnostics; } && bench_diagnostics
 
 if has cpu; then
     cores=$(nproc)

@@ -34,7 +34,10 @@
 # Prints a table and as its last lines the points' result and
 # "N passed, N failed"; exits 1 when a point misses.
 . "${HCNN_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib.sh"
-cores=$(nproc)
+# (the machine's: tests/lib.sh sets OMP_NUM_THREADS=2 where it is unset,
+# which nproc would report instead; on the GPU machine's 16 cores,
+# 2026-11-30, the sweep then ran no point)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 threads=("$@")
 [ ${#threads[@]} -gt 0 ] || threads=(1 2 4 8 16 32 64)
 rounds=${ROUNDS:-3}

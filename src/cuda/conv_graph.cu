@@ -318,6 +318,15 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
     TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                  count, &got, cfgs),
         "heuristics results");
+    if (got < 1) {
+        /* cuDNN 9.19 on an H200 (2026-11-30): 8 ranked by mode A and 6 by
+         * the fallback for every bf16 graph in NCHW and for the forward
+         * with a bias alone in NHWC, none of them returned */
+        snprintf(gp->why, sizeof gp->why,
+                 "heuristics %s: no engine configuration returned (%d ranked)",
+                 mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", (int)count);
+        return 0;
+    }
     int refused[NOTE_KINDS] = {0}, too_big = 0, compiled = 0, second_compiled = 0, no_plan = 0;
     char first_refusal[128] = ""; /* the first plan's refusal, cuDNN's words */
     for (int64_t i = 0; i < got && i < count; i++) {
@@ -377,7 +386,7 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
     snprintf(gp->why, sizeof gp->why,
              "heuristics %s, %d engines: %d nondeterministic, %d FFT/Winograd, %d reduced "
              "precision, %d other notes, %d 2nd compiled, %d over workspace, %d no plan%s",
-             mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", (int)count,
+             mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", (int)(got < count ? got : count),
              refused[NOTE_NONDETERMINISTIC], refused[NOTE_TRANSFORM], refused[NOTE_PRECISION],
              refused[NOTE_OTHER], second_compiled, too_big, no_plan, first_refusal);
     return 0;

@@ -103,6 +103,22 @@ else
     if [ -n "$miss" ]; then case_fail "session.log lacks:$miss"; else case_ok; fi
 fi
 
+case_begin diagnostics_alone
+# the diagnostics without the targets' runs (a loan's second call)
+touch "$WORK/t3"
+timeout -k 5 300 env PYTHON="${PYTHON:-/usr/bin/python3}" \
+    bash "$T/bench/gpu_check.sh" "$WORK/b.tar.xz" "" diagnostics >"$WORK/diag.out" 2>&1
+rc=$?
+DD=$(run_dir "$WORK/t3")
+if [ "$rc" -ne 0 ] || [ ! -f "$DD/session.log" ]; then
+    case_fail "exit $rc, session.log ${DD:-not written}: $(tail -n 5 "$WORK/diag.out")"
+elif ! grep -qF 'HCNN_CUDA_CONV=cudnn (cuDNN graphs), HCNN_CUDA_LAYOUT=nhwc' "$DD/session.log" ||
+    ! grep -qE 'kernel time: pytorch_resnet_b128_fp32|kernel_share.so missing' "$DD/session.log" ||
+    grep -qE 'test_cuda.sh under|HCNN_CUDA_CONV=(auto|im2col)$|bench/compare.sh|kernel time: resnet_b128_auto' "$DD/session.log" ||
+    [ "${DD##*-}" != diagnostics ]; then
+    case_fail "$DD: not the diagnostics alone: $(grep '^=== ' "$DD/session.log" | cut -c 1-100 | tr '\n' ' ')"
+else case_ok; fi
+
 case_begin hcnn_starts_from_bundle
 # hcnn --version under the bundle's environment: its BLAS from the bundle's lib/
 if grep -qE '^hcnn [0-9]' "$L" && grep -qE '^BLAS library: /.*/lib/lib' "$L" &&
