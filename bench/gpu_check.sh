@@ -24,8 +24,8 @@
 #           (auto), and PyTorch's ResNet-18 batch 128 fp32 step
 #           (bench/pytorch/peer.py --profiler-windows) under the same library
 #   (run in this order: tests; kernels' and bench's runs that targets are
-#   judged by; their diagnostics, where GPU_CHECK_SECONDS cuts first; cpu;
-#   nsight)
+#   judged by; their diagnostics, where GPU_CHECK_SECONDS cuts first;
+#   nsight, bounded at about a minute; cpu, which takes what is left)
 #   diagnostics  kernels' and bench's diagnostics alone, without their
 #           targets' runs: a second call's, when the first was cut there
 #   cpu     bench/validate_threads.sh: hcnn bench on the CPU at 1, 2, 4, 8, 16
@@ -226,7 +226,7 @@ fi
 # AVX-512 and AMX): its own choice, which the runs with blas_kernels: env
 # take (the tests' CPU references), was Prescott's generic kernels in every
 # session up to 2026-11-30, when hcnn's blas_kernels: auto measured
-# SkylakeX's 4.7-5.8x faster there
+# SkylakeX's 4.7-8.6x faster there
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo &&
     timeout -k 5 60 "$HCNN" --version 2>/dev/null | grep -q 'kernels: Prescott'; then
     export OPENBLAS_CORETYPE=SkylakeX
@@ -433,22 +433,6 @@ has bench && bench_targets
 { has kernels || has diagnostics; } && [ -f "$ks" ] && kernels_diagnostics
 { has bench || has diagnostics; } && bench_diagnostics
 
-if has cpu; then
-    cores=$(nproc)
-    stamp "CPU thread scaling up to $cores threads, blas_kernels: auto, against hcnn plan's thread model"
-    last=1
-    for t in 1 2 4 8 16 32 64; do [ "$t" -le "$cores" ] && last=$t; done
-    # shellcheck disable=SC2086 # CPU_THREADS: a list of thread counts, e.g. "1 4 16"
-    # the two thread-scaling models, one round each (a loan's minutes; the script's
-    # default adds the small batches and 3 rounds a point: CPU_MODELS, CPU_ROUNDS)
-    MODELS=${CPU_MODELS:-resnet18:64 lenet:256} ROUNDS=${CPU_ROUNDS:-1} \
-        HCNN=$HCNN HCNN_SRCDIR=$R bounded 580 bench/validate_threads.sh ${CPU_THREADS:-} \
-        > "$O/validate_threads.log" 2>&1
-    echo "exit $?"; grep -E '^# |passed' "$O/validate_threads.log"
-    stamp "PyTorch on the CPU, ResNet-18 batch 64, $last threads"
-    bounded 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \
-        --warmup 1 --repeats 3 --steps 2 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 2>&1 | tail -n 1
-fi
 if has nsight; then
     # the bench both tools run: one configuration, the layers' NVTX ranges
     # in every step (a replayed CUDA graph has none: cuda_graphs off), the
@@ -492,6 +476,22 @@ if has nsight; then
         done
         grep -A 12 '=== nsys stats --report nvtx_gpu_proj_sum' "$O/nsight_nsys.log" | cut -c1-200
     fi
+fi
+if has cpu; then
+    cores=$(nproc)
+    stamp "CPU thread scaling up to $cores threads, blas_kernels: auto, against hcnn plan's thread model"
+    last=1
+    for t in 1 2 4 8 16 32 64; do [ "$t" -le "$cores" ] && last=$t; done
+    # shellcheck disable=SC2086 # CPU_THREADS: a list of thread counts, e.g. "1 4 16"
+    # the two thread-scaling models, one round each (a loan's minutes; the script's
+    # default adds the small batches and 3 rounds a point: CPU_MODELS, CPU_ROUNDS)
+    MODELS=${CPU_MODELS:-resnet18:64 lenet:256} ROUNDS=${CPU_ROUNDS:-1} \
+        HCNN=$HCNN HCNN_SRCDIR=$R bounded 580 bench/validate_threads.sh ${CPU_THREADS:-} \
+        > "$O/validate_threads.log" 2>&1
+    echo "exit $?"; grep -E '^# |passed' "$O/validate_threads.log"
+    stamp "PyTorch on the CPU, ResNet-18 batch 64, $last threads"
+    bounded 120 "$B/python" bench/pytorch/peer.py --model resnet18 --batch 64 --threads "$last" \
+        --warmup 1 --repeats 3 --steps 2 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 2>&1 | tail -n 1
 fi
 stamp "done"
 ncut=0

@@ -15,11 +15,14 @@ T_NAME=""
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hcnn-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-case_begin() { T_NAME="$1"; echo "[ RUN      ] $T_NAME"; }
-case_ok() { echo "[       OK ] $T_NAME"; T_PASSED=$((T_PASSED + 1)); }
+# (each result line ends with the case's whole seconds, "(12 s)": which
+# cases a GPU check's bounded minutes go to, 2026-11-30)
+case_begin() { T_NAME="$1"; T_START=$SECONDS; echo "[ RUN      ] $T_NAME"; }
+case_took() { echo "($((SECONDS - ${T_START:-$SECONDS})) s)"; }
+case_ok() { echo "[       OK ] $T_NAME $(case_took)"; T_PASSED=$((T_PASSED + 1)); }
 case_fail() {
     echo "# $T_NAME: $*"
-    echo "[  FAILED  ] $T_NAME"
+    echo "[  FAILED  ] $T_NAME $(case_took)"
     T_FAILED=$((T_FAILED + 1))
     T_FAILED_NAMES="$T_FAILED_NAMES $T_NAME"
 }

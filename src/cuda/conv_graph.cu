@@ -319,9 +319,11 @@ static int pick_engine(hcnn_graph_plan *gp, cudnnHandle_t h, cudnnBackendDescrip
                                  count, &got, cfgs),
         "heuristics results");
     if (got < 1) {
-        /* cuDNN 9.19 on an H200 (2026-11-30): 8 ranked by mode A and 6 by
-         * the fallback for every bf16 graph in NCHW and for the forward
-         * with a bias alone in NHWC, none of them returned */
+        /* cuDNN 9.19 on an H200 (2026-11-30): every bf16 graph of LeNet-5
+         * and a tiny ResNet in NCHW, and in NHWC some of LeNet-5's (the
+         * one-channel conv1's fused forwards and data gradient, both
+         * filter gradients): mode A ranked 8, the fallback 3-6, and none
+         * of them was returned */
         snprintf(gp->why, sizeof gp->why,
                  "heuristics %s: no engine configuration returned (%d ranked)",
                  mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", (int)count);

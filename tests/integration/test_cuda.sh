@@ -808,9 +808,13 @@ else
             fi
             if [ -z "$found" ]; then
                 # (every convolution pass's plan says why it has no graph)
+                # (and no ranking returned engines that were then refused:
+                # "heuristics A, 8 engines: ...")
                 if [ $lay = nchw ] && grep -q '^# plan' "$WORK/graphs_nchw_lenet.log" &&
                     ! grep -h '^# plan' "$WORK"/graphs_nchw_*.log |
-                    grep -v -q 'no engine configuration returned'; then
+                    grep -v -q 'no engine configuration returned' &&
+                    ! grep -h '^# plan' "$WORK"/graphs_nchw_*.log |
+                    grep -q -E 'heuristics (A|fallback), [0-9]+ engines:'; then
                     echo "# nchw: cuDNN returned no engine configuration for any bf16 graph: every pass by im2col"
                     case_ok
                 else

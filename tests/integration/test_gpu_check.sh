@@ -112,6 +112,8 @@ rc=$?
 DD=$(run_dir "$WORK/t3")
 if [ "$rc" -ne 0 ] || [ ! -f "$DD/session.log" ]; then
     case_fail "exit $rc, session.log ${DD:-not written}: $(tail -n 5 "$WORK/diag.out")"
+elif grep -qE 'unbound variable|syntax error|command not found|bad substitution|^exit 2$' "$DD/session.log"; then
+    case_fail "$DD/session.log: $(grep -B 1 -E 'unbound variable|syntax error|command not found|bad substitution|^exit 2$' "$DD/session.log" | head -n 4)"
 elif ! grep -qF 'HCNN_CUDA_CONV=cudnn (cuDNN graphs), HCNN_CUDA_LAYOUT=nhwc' "$DD/session.log" ||
     ! grep -qE 'kernel time: pytorch_resnet_b128_fp32|kernel_share.so missing' "$DD/session.log" ||
     grep -qE 'test_cuda.sh under|HCNN_CUDA_CONV=(auto|im2col)$|bench/compare.sh|kernel time: resnet_b128_auto' "$DD/session.log" ||
