@@ -296,7 +296,7 @@ static int measure(const hcnn_backend *be, const hcnn_conv_desc *d, int n, conv_
         int rounds[HCNN_WAYS] = {0};
         for (int k = 0; k < nc; k++) /* warm-up: plans, cuBLAS's heuristics, caches */
             run_way(be, d, &b, n, pass, (hcnn_conv_way)cand[k]);
-        /* a cuDNN way whose first run cuDNN refused (conv_cudnn.cu, refused:
+        /* a cuDNN way whose first run cuDNN refused (conv_cudnn_call.cu, refused:
          * the pass dropped from its plan, said once) ran by im2col: not a
          * candidate */
         int kept = 0;

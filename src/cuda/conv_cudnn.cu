@@ -20,7 +20,7 @@
  *
  * bf16: the legacy API's bf16 convolutions write bf16, where hcnn's bf16
  * keeps FP32 outputs (backend.h), so a bf16 plan is made of cuDNN graphs
- * instead (conv_graph.cu): the inputs rounded to bfloat16 here (x, w, dy:
+ * instead (conv_graph.cu): the inputs rounded to bfloat16 by conv_cudnn_call.cu (x, w, dy:
  * copies in the backend's bf16 buffer, as the im2col path rounds its
  * columns), FP32 accumulation and outputs, the forward's bias and the ReLU
  * after it (hcnn_exec.relu) in the same engine.  A pass whose graph has no
@@ -309,7 +309,7 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
 }
 
 /* bf16: p's graphs within limit bytes of workspace (the forward with the
- * bias or the ReLU in its engine is made at its first call, graph_fused).  Kept when no pass has one,
+ * bias or the ReLU in its engine is made at its first call, conv_cudnn_call.cu's graph_fused).  Kept when no pass has one,
  * so that the describe line can say why (has[] all 0); 0 only when that
  * may be the workspace's doing (limit below cuDNN's: p freed, short_of). */
 static int plan_make_graphs(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)

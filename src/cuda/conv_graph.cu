@@ -19,7 +19,7 @@
  *
  * A tensor's dimensions are always n, c, h, w; its strides give the layout:
  * NCHW or NHWC for the activations, and for the bf16 copy of the filter
- * KCRS or, in NHWC, KRSC (the layout NHWC engines read; conv_cudnn.cu
+ * KCRS or, in NHWC, KRSC (the layout NHWC engines read; conv_cudnn_call.cu
  * writes the copy so); the FP32 filter gradient stays KCRS, as backend.h
  * keeps the weights.  Alignment: the bf16 copies and the activations (Y, DX,
  * net.c rounds each to 64 bytes) are declared 16-byte aligned, checked at
@@ -44,7 +44,7 @@
  * before a plan exists (an engine refusing the layout, the data types or
  * the workspace) leaves the pass without one, said in the describe line,
  * and the pass takes the im2col path; an execution cuDNN refuses is
- * returned to conv_cudnn.cu, which drops the graph and takes the next way
+ * returned to conv_cudnn_call.cu, which drops the graph and takes the next way
  * (its `refused`). */
 #include <float.h>
 #include <stdint.h>
@@ -515,8 +515,8 @@ cudnnStatus_t hcnn_graph_plan_run(cudnnHandle_t h, const hcnn_graph_plan *gp, hc
     if (!hcnn_graph_plan_aligned(kind, a, b, out))
         hcnn_cuda_fail("cuDNN graph", __FILE__, __LINE__,
                        "a tensor is not 16-byte aligned, as its descriptor says");
-    /* what cuDNN refuses here goes back to the caller (conv_cudnn.cu: the
-     * pass by im2col from then on); the pack is destroyed either way */
+    /* what cuDNN refuses here goes back to the caller (conv_cudnn_call.cu:
+     * the pass by im2col from then on); the pack is destroyed either way */
     cudnnBackendDescriptor_t pack;
     cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
     if (s != CUDNN_STATUS_SUCCESS)

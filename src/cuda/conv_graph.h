@@ -57,7 +57,7 @@ int hcnn_graph_plan_make(cudnnHandle_t h, const hcnn_conv_desc *d, int n, int nh
                          hcnn_graph_kind kind, size_t limit, hcnn_graph_plan *gp);
 void hcnn_graph_plan_free(hcnn_graph_plan *gp);
 /* Runs gp on the handle's stream: CUDNN_STATUS_SUCCESS, or cuDNN's status
- * (the caller decides: conv_cudnn.cu takes another way for a refusal
+ * (the caller decides: conv_cudnn_call.cu takes another way for a refusal
  * before launch, ends the job for a failure).
  * Operands by kind: forward (x, w, b or NULL, y),
  * data (dy, w, NULL, dx), filter (x, dy, NULL, dw); the inputs and the

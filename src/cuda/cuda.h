@@ -185,8 +185,8 @@ const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, 
 size_t hcnn_cuda_conv_choices(const hcnn_backend *be, char *buf, size_t cap);
 int hcnn_cuda_adopt_conv_choices(const hcnn_backend *be, const char *text, int *changed,
                                  int *refused);
-/* conv_cudnn.cu: the convolution's passes through cuDNN where this build
- * has it (hcnn_cudnn_conv_for() NULL: no plan, the im2col path; the plan's
+/* conv_cudnn.cu (the plans) and conv_cudnn_call.cu (the calls below): the
+ * convolution's passes through cuDNN where this build has it (hcnn_cudnn_conv_for() NULL: no plan, the im2col path; the plan's
  * type hcnn_cudnn_conv above) */
 /* limit: the workspace bytes the call has (HCNN_CUDNN_ANY_WORKSPACE when
  * sizing it) */
@@ -213,7 +213,7 @@ const char *hcnn_cudnn_conv_refusal(const hcnn_cudnn_conv *p, int pass);
  * aligned; a call whose is not takes the im2col way) */
 int hcnn_cudnn_conv_aligned(const hcnn_cudnn_conv *p, int pass, const void *out);
 /* The calls below: a call cuDNN refuses before it launches anything (its
- * parameters or support; conv_cudnn.cu, refused: any other failure ends the
+ * parameters or support; conv_cudnn_call.cu, refused: any other failure ends the
  * job) drops the plan's pass with one warning and returns
  * HCNN_CUDNN_REFUSED: the caller then runs the call by im2col + GEMM. */
 enum { HCNN_CUDNN_REFUSED = -1 };
