@@ -11,6 +11,7 @@
 #define HCNN_HD_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #if defined(__CUDACC__)
@@ -165,62 +166,47 @@ HCNN_HD void hcnn_hd_bn_affine(float gamma, float beta, float mean, float invstd
  * in the order (image, band), in double: *mean, then *m2, the pieces' own
  * deviations plus their means' from the channel's (Chan, Golub and
  * LeVeque's pairwise update, summed in one order).  The CPU's and the
- * GPU's batch-norms both take their statistics this way (src/cpu/bn.c
- * from the convolution's bands, src/cuda/bn.cu from its plane table,
- * src/cuda/bn_nhwc.cu from its row blocks as the bands of one plane). */
-/* (the loads are issued HCNN_HD_BN_AHEAD pieces ahead of the sums, which
- * keep their order and so their bits: on a GPU a thread sums one
- * channel's pieces, and with one load at a time it waited on each in turn,
- * bn_channel_stats_kernel 78 us for layer2.0.bn1's 128 channels x 128
- * images on an H200, Nsight Compute, 2026-11-30; not yet timed since) */
-#define HCNN_HD_BN_AHEAD 8
+ * GPU's batch-norms both take their statistics this way: src/cpu/bn.c by
+ * hcnn_hd_bn_table_stats from the convolution's bands, src/cuda/bn.cu's
+ * bn_channel_stats_kernel from its plane table or bn_nhwc.cu's row blocks
+ * (the bands of one plane) by the piece functions below, in this order. */
+/* piece q's values: band_px, or the last band's `last` (the plane's rest) */
+HCNN_HD double hcnn_hd_bn_piece_px(int q, int bands, int band_px, double last)
+{
+    return q % bands + 1 == bands ? last : (double)band_px;
+}
+
+/* where piece q of channel ch starts: its pair (mean, m2) */
+HCNN_HD size_t hcnn_hd_bn_piece_at(int q, int c, int ch, int bands)
+{
+    const int i = q / bands, k = q - i * bands;
+    return (((size_t)i * c + ch) * bands + k) * 2;
+}
+
+/* the two sums a piece adds, one expression each: the CUDA kernel that
+ * stages the pieces (src/cuda/bn.cu, bn_channel_stats_kernel) adds them
+ * with these, in this order, for these bits */
+HCNN_HD void hcnn_hd_bn_add_mean(double *sum, double px, float m) { *sum += px * m; }
+
+HCNN_HD void hcnn_hd_bn_add_dev(double *ss, double px, float m, float s2, double mu)
+{
+    const double d = m - mu;
+    *ss += s2 + px * d * d;
+}
+
 HCNN_HD void hcnn_hd_bn_table_stats(const float *part, int n, int c, int ch, int bands, int band_px,
                                     int np, double *mean, double *m2)
 {
     const double cnt = (double)n * np, last = (double)(np - (bands - 1) * band_px);
     const int pieces = n * bands;
     double sum = 0.0, ss = 0.0;
-    for (int p0 = 0; p0 < pieces; p0 += HCNN_HD_BN_AHEAD) {
-        float m[HCNN_HD_BN_AHEAD];
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-        for (int j = 0; j < HCNN_HD_BN_AHEAD; j++) {
-            /* (past the last piece: the last piece's, loaded and not summed) */
-            const int q = p0 + j < pieces ? p0 + j : pieces - 1, i = q / bands, k = q - i * bands;
-            m[j] = part[(((size_t)i * c + ch) * bands + k) * 2];
-        }
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-        for (int j = 0; j < HCNN_HD_BN_AHEAD; j++) {
-            const int q = p0 + j, k = q % bands;
-            if (q < pieces)
-                sum += (k + 1 == bands ? last : (double)band_px) * m[j];
-        }
-    }
+    for (int q = 0; q < pieces; q++)
+        hcnn_hd_bn_add_mean(&sum, hcnn_hd_bn_piece_px(q, bands, band_px, last),
+                            part[hcnn_hd_bn_piece_at(q, c, ch, bands)]);
     const double mu = sum / cnt;
-    for (int p0 = 0; p0 < pieces; p0 += HCNN_HD_BN_AHEAD) {
-        float m[HCNN_HD_BN_AHEAD], s2[HCNN_HD_BN_AHEAD];
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-        for (int j = 0; j < HCNN_HD_BN_AHEAD; j++) {
-            const int q = p0 + j < pieces ? p0 + j : pieces - 1, i = q / bands, k = q - i * bands;
-            const float *o = part + (((size_t)i * c + ch) * bands + k) * 2;
-            m[j] = o[0];
-            s2[j] = o[1];
-        }
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-        for (int j = 0; j < HCNN_HD_BN_AHEAD; j++) {
-            const int q = p0 + j, k = q % bands;
-            if (q < pieces) {
-                const double d = m[j] - mu;
-                ss += s2[j] + (k + 1 == bands ? last : (double)band_px) * d * d;
-            }
-        }
+    for (int q = 0; q < pieces; q++) {
+        const float *o = part + hcnn_hd_bn_piece_at(q, c, ch, bands);
+        hcnn_hd_bn_add_dev(&ss, hcnn_hd_bn_piece_px(q, bands, band_px, last), o[0], o[1], mu);
     }
     *mean = mu, *m2 = ss;
 }

@@ -1,8 +1,9 @@
 /* Batch normalisation of the CUDA backend: training (batch statistics,
  * running statistics) and inference forwards with the fused addition and
  * ReLU, and the backward with the fused ReLU mask.  This file's kernels are
- * NCHW's; an NHWC instance (be->layout) runs bn_nhwc.cu's, row blocks in
- * place of planes, in as many passes and launches.
+ * NCHW's, but for the channel kernels, which an NHWC instance (be->layout)
+ * shares; it runs bn_nhwc.cu's for the rest, row blocks in place of
+ * planes, in as many passes and launches.
  *
  * Each pass reads the tensors at most twice and takes at most 3 launches:
  *   forward   plane_stats (each plane's mean and sum of squared deviations
@@ -25,8 +26,10 @@
  * planes are added in double, images in order.  A plane's 17 partial sums
  * are 17 threads of one warp, totalled through shared memory by the
  * first; its mean is known to the block before the deviations' pass, which
- * reads the plane again from cache within the same launch.  No atomics: the
- * same bits every run.
+ * reads the plane again from cache within the same launch.  A channel's
+ * planes are added by one thread, in order, from rows its block stages in
+ * shared memory (below, "a channel's sums over the rows of a table").  No
+ * atomics: the same bits every run.
  *
  * A batch whose table does not fit the reduction scratch (more than about
  * a million planes) runs in pieces of whole images: the forward merges the
@@ -105,24 +108,91 @@ static void plane_stats(const hcnn_backend *be, const float *x, size_t planes, i
     HCNN_CUDA_LAUNCHED();
 }
 
-/* A channel's statistics from a piece of nb images of the table
- * (hcnn_hd_bn_table_stats), merged with the pieces' before it (done values
- * a channel, their mean and m2 in state[2 ch]); at the last piece, the
- * saved and running statistics */
+/* ---- a channel's sums over the rows of a table -------------------------------------
+ * The tables above (plane_stats', bwd_plane's; bn_nhwc.cu's row blocks')
+ * hold a value or a pair a (row, channel), and a channel's sums run over its
+ * rows in order, in double (the CPU's order).  A thread a channel walking
+ * its rows waited on each load in turn: bn_channel_stats_kernel took 78 us
+ * for layer2.0.bn1's 128 channels x 128 images, one block at 6% occupancy
+ * (H200, Nsight Compute, 2026-11-30), bwd_channel_kernel 15.2 us.  Here a
+ * block takes CHANNEL_TILE channels: all its threads load ROWS_STAGED rows
+ * of them at once into shared memory (neighbouring threads, neighbouring
+ * channels: NCHW's [image][channel] tables are read in whole lines), then
+ * its first warp, a thread a channel, adds them in order from there.  The
+ * same operations in the same order as before: the same bits. */
+#define CHANNEL_TILE 32
+#define STAGE_LOADS 16 /* loads a thread has in flight */
+#define ROWS_STAGED (HCNN_CUDA_BLOCK / CHANNEL_TILE * STAGE_LOADS)
+
+/* row q of channel ch: ((q / bands * c + ch) * bands + q % bands) * stride
+ * (bands > 1: bands of a plane, hcnn_hd_bn_piece_at's pieces) */
+typedef struct channel_rows {
+    const float *table;
+    int c, bands, stride;
+} channel_rows;
+
+static unsigned channel_blocks(int c) { return (unsigned)((c + CHANNEL_TILE - 1) / CHANNEL_TILE); }
+
+/* rows [r0, r0 + rows) of the block's channels [ch0, ch0 + CHANNEL_TILE):
+ * the first `width` (1, 2) floats of each into tile[row][0..width)[channel] */
+static __device__ void stage_rows(channel_rows t, int r0, int rows, int ch0, int width,
+                                  float (*tile)[2][CHANNEL_TILE])
+{
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int k = 0; k < STAGE_LOADS; k++) {
+        const int e = k * HCNN_CUDA_BLOCK + (int)threadIdx.x, r = e / CHANNEL_TILE;
+        const int j = e - r * CHANNEL_TILE, ch = ch0 + j;
+        if (r < rows && ch < t.c) {
+            const int q = r0 + r, i = q / t.bands;
+            const float *o =
+                t.table + (((size_t)i * t.c + ch) * t.bands + (q - i * t.bands)) * t.stride;
+            tile[r][0][j] = o[0];
+            if (width > 1)
+                tile[r][1][j] = o[1];
+        }
+    }
+}
+
+/* A channel's statistics from a piece of nb images of the table: src/core/
+ * hd.h's hcnn_hd_bn_table_stats (its piece functions, pieces in order)
+ * over the staged rows, merged with the pieces' before it (done values a
+ * channel, their mean and m2 in state[2 ch]); at the last piece, the saved
+ * and running statistics */
 static __global__ void bn_channel_stats_kernel(const float *table, int nb, int c, int np,
                                                int bands, int band_px, double done, int last,
                                                double *state, float eps, float momentum,
                                                float *save_mean, float *save_invstd,
                                                float *running_mean, float *running_var)
 {
-    const size_t ch = HCNN_CUDA_INDEX();
-    if (ch >= (size_t)c)
+    __shared__ float tile[ROWS_STAGED][2][CHANNEL_TILE];
+    const int j = (int)threadIdx.x, ch0 = (int)blockIdx.x * CHANNEL_TILE, ch = ch0 + j;
+    const int adds = j < CHANNEL_TILE && ch < c; /* (every thread stages) */
+    const channel_rows t = {table, c, bands, 2};
+    const int pieces = nb * bands;
+    const double cnt = (double)nb * np, last_px = (double)(np - (bands - 1) * band_px);
+    double sum = 0.0, ss = 0.0, mu = 0.0;
+    for (int sweep = 0; sweep < 2; sweep++) { /* the means, then the deviations */
+        for (int r0 = 0; r0 < pieces; r0 += ROWS_STAGED) {
+            const int rows = pieces - r0 < ROWS_STAGED ? pieces - r0 : ROWS_STAGED;
+            stage_rows(t, r0, rows, ch0, sweep + 1, tile);
+            __syncthreads();
+            for (int r = 0; adds && r < rows; r++) {
+                const double px = hcnn_hd_bn_piece_px(r0 + r, bands, band_px, last_px);
+                if (sweep == 0)
+                    hcnn_hd_bn_add_mean(&sum, px, tile[r][0][j]);
+                else
+                    hcnn_hd_bn_add_dev(&ss, px, tile[r][0][j], tile[r][1][j], mu);
+            }
+            __syncthreads();
+        }
+        mu = sum / cnt;
+    }
+    if (!adds)
         return;
-    double mean_b, m2_b, mean = done > 0.0 ? state[2 * ch] : 0.0,
-                         m2 = done > 0.0 ? state[2 * ch + 1] : 0.0;
-    hcnn_hd_bn_table_stats(table, nb, c, (int)ch, bands, band_px, np, &mean_b, &m2_b);
-    const double cnt = (double)nb * np;
-    hcnn_hd_bn_merge(done, &mean, &m2, cnt, mean_b, m2_b);
+    double mean = done > 0.0 ? state[2 * ch] : 0.0, m2 = done > 0.0 ? state[2 * ch + 1] : 0.0;
+    hcnn_hd_bn_merge(done, &mean, &m2, cnt, mu, ss);
     if (!last) {
         state[2 * ch] = mean, state[2 * ch + 1] = m2;
         return;
@@ -130,6 +200,17 @@ static __global__ void bn_channel_stats_kernel(const float *table, int nb, int c
     save_mean[ch] = (float)mean;
     save_invstd[ch] =
         hcnn_hd_bn_finish(mean, m2, done + cnt, eps, momentum, &running_mean[ch], &running_var[ch]);
+}
+
+void hcnn_cuda_bn_table_stats(const hcnn_backend *be, const float *table, int nb, int c, int np,
+                              int bands, int band_px, double done, int last, double *state,
+                              float eps, float momentum, float *save_mean, float *save_invstd,
+                              float *running_mean, float *running_var)
+{
+    HCNN_LAUNCH_BARRIER(bn_channel_stats_kernel, channel_blocks(c), HCNN_CUDA_BLOCK, 0,
+                        cuda_of(be)->stream, table, nb, c, np, bands, band_px, done, last, state,
+                        eps, momentum, save_mean, save_invstd, running_mean, running_var);
+    HCNN_CUDA_LAUNCHED();
 }
 
 /* y = act(x * a + b + add), a, b from the saved statistics (training) */
@@ -196,22 +277,33 @@ static __global__ void bwd_plane_kernel(const float *x, const float *dy, size_t 
     }
 }
 
-/* The channel's two sums over a piece of nb images of the table, in double,
- * images in order, carried in acc[2 ch] from the pieces before it (first:
- * none); at the last piece, dbeta and dgamma accumulated and the two means
- * dx needs */
+/* The channel's two sums over a piece of nb rows of the table (images; NHWC:
+ * row blocks), in double, rows in order, carried in acc[2 ch] from the
+ * pieces before it (first: none); at the last piece, dbeta and dgamma
+ * accumulated and the two means dx needs */
 static __global__ void bwd_channel_kernel(const float *table, int nb, int c, int first, int last,
                                           double cnt, double *acc, float *dgamma, float *dbeta,
                                           float *mdy, float *mdyx)
 {
-    const size_t ch = HCNN_CUDA_INDEX();
-    if (ch >= (size_t)c)
-        return;
-    double sdy = first ? 0.0 : acc[2 * ch], sdyx = first ? 0.0 : acc[2 * ch + 1];
-    for (int i = 0; i < nb; i++) { /* the CPU's order */
-        sdy += table[2 * ((size_t)i * c + ch)];
-        sdyx += table[2 * ((size_t)i * c + ch) + 1];
+    __shared__ float tile[ROWS_STAGED][2][CHANNEL_TILE];
+    const int j = (int)threadIdx.x, ch0 = (int)blockIdx.x * CHANNEL_TILE, ch = ch0 + j;
+    const int adds = j < CHANNEL_TILE && ch < c;
+    const channel_rows t = {table, c, 1, 2};
+    double sdy = 0.0, sdyx = 0.0;
+    if (adds)
+        sdy = first ? 0.0 : acc[2 * ch], sdyx = first ? 0.0 : acc[2 * ch + 1];
+    for (int r0 = 0; r0 < nb; r0 += ROWS_STAGED) {
+        const int rows = nb - r0 < ROWS_STAGED ? nb - r0 : ROWS_STAGED;
+        stage_rows(t, r0, rows, ch0, 2, tile);
+        __syncthreads();
+        for (int r = 0; adds && r < rows; r++) { /* the CPU's order */
+            sdy += tile[r][0][j];
+            sdyx += tile[r][1][j];
+        }
+        __syncthreads();
     }
+    if (!adds)
+        return;
     if (!last) {
         acc[2 * ch] = sdy, acc[2 * ch + 1] = sdyx;
         return;
@@ -220,6 +312,16 @@ static __global__ void bwd_channel_kernel(const float *table, int nb, int c, int
     dgamma[ch] += (float)sdyx;
     mdy[ch] = (float)(sdy / cnt);
     mdyx[ch] = (float)(sdyx / cnt);
+}
+
+void hcnn_cuda_bn_table_sums(const hcnn_backend *be, const float *table, int nb, int c, int first,
+                             int last, double cnt, double *acc, float *dgamma, float *dbeta,
+                             float *mdy, float *mdyx)
+{
+    HCNN_LAUNCH_BARRIER(bwd_channel_kernel, channel_blocks(c), HCNN_CUDA_BLOCK, 0,
+                        cuda_of(be)->stream, table, nb, c, first, last, cnt, acc, dgamma, dbeta,
+                        mdy, mdyx);
+    HCNN_CUDA_LAUNCHED();
 }
 
 static __global__ void bwd_dx_kernel(const float *x, const float *dy, size_t total, int c, int np,
@@ -235,6 +337,87 @@ static __global__ void bwd_dx_kernel(const float *x, const float *dy, size_t tot
     hcnn_hd_bn_affine(gamma[ch], beta[ch], mean[ch], invstd[ch], &a, &b);
     const float g = hcnn_hd_bn_grad(dy[k], x[k], relu, a, b);
     dx[k] = hcnn_hd_bn_dx(g, x[k], a, mean[ch], invstd[ch], mdy[ch], mdyx[ch]);
+}
+
+/* ---- bn_apply and bwd_dx four elements a thread ------------------------------------
+ * On the H200 (Nsight Compute, 2026-11-30, layer2.0.bn1) bn_apply_kernel
+ * and bwd_dx_kernel were bound by their index arithmetic, not by memory
+ * (72% and 73% of the SMs' throughput, 24% and 31% of the memory roof): a
+ * thread an element, its channel by a 64-bit division and remainder.  The
+ * kernels below take a float4 a thread and its channel by two of hd.h's
+ * 32-bit dividers, the elements' values by the same expressions (the same
+ * bits).  They run where the quads stay within a channel (np a multiple of
+ * 4) or, NHWC's planes of one pixel, hold four neighbouring channels (c a
+ * multiple of 4), the tensors 16-byte aligned, fewer than 2^32 quads;
+ * elsewhere the kernels above. */
+typedef struct quad_geom {
+    hcnn_hd_divider per, c; /* quads a plane and channels (spread: 1 and c / 4) */
+    int spread;             /* 0: a quad's elements in one channel; 1: channels ch .. ch + 3 */
+} quad_geom;
+
+/* the geometry, or 0 where the four-element kernels do not apply */
+static int quad_geom_of(size_t total, int c, int np, const void *const *ptrs, int nptrs,
+                        quad_geom *g)
+{
+    g->spread = np % 4 != 0;
+    if (total % 4 || total / 4 > 0xffffffffu || (g->spread && (np != 1 || c % 4)))
+        return 0;
+    for (int i = 0; i < nptrs; i++)
+        if (ptrs[i] && (uintptr_t)ptrs[i] % 16)
+            return 0;
+    g->per = hcnn_hd_divider_of(g->spread ? 1u : (uint32_t)(np / 4));
+    g->c = hcnn_hd_divider_of((uint32_t)(g->spread ? c / 4 : c));
+    return 1;
+}
+
+/* quad k's first channel */
+static __device__ int quad_channel(quad_geom g, uint32_t k)
+{
+    const uint32_t plane = hcnn_hd_div(g.per, k), ch = plane - hcnn_hd_div(g.c, plane) * g.c.d;
+    return (int)(g.spread ? 4 * ch : ch);
+}
+
+static __global__ void bn_apply4_kernel(const float4 *x, unsigned quads, quad_geom g,
+                                        const float *gamma, const float *beta, const float *mean,
+                                        const float *invstd, const float4 *add, int relu,
+                                        float4 *y)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= quads)
+        return;
+    const int ch = quad_channel(g, (uint32_t)k);
+    const float4 xv = x[k], av = add ? add[k] : xv;
+    const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, as[4] = {av.x, av.y, av.z, av.w};
+    float out[4], a, b;
+    for (int j = 0; j < 4; j++) {
+        const int cj = ch + j * g.spread;
+        if (j == 0 || g.spread)
+            hcnn_hd_bn_affine(gamma[cj], beta[cj], mean[cj], invstd[cj], &a, &b);
+        out[j] = hcnn_hd_bn_apply(xs[j], a, b, add != NULL, as[j], relu);
+    }
+    y[k] = float4{out[0], out[1], out[2], out[3]};
+}
+
+static __global__ void bwd_dx4_kernel(const float4 *x, const float4 *dy, unsigned quads,
+                                      quad_geom g, const float *gamma, const float *beta,
+                                      const float *mean, const float *invstd, int relu,
+                                      const float *mdy, const float *mdyx, float4 *dx)
+{
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= quads)
+        return;
+    const int ch = quad_channel(g, (uint32_t)k);
+    const float4 xv = x[k], dv = dy[k];
+    const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, ds[4] = {dv.x, dv.y, dv.z, dv.w};
+    float out[4], a, b;
+    for (int j = 0; j < 4; j++) {
+        const int cj = ch + j * g.spread;
+        if (j == 0 || g.spread)
+            hcnn_hd_bn_affine(gamma[cj], beta[cj], mean[cj], invstd[cj], &a, &b);
+        const float gj = hcnn_hd_bn_grad(ds[j], xs[j], relu, a, b);
+        out[j] = hcnn_hd_bn_dx(gj, xs[j], a, mean[cj], invstd[cj], mdy[cj], mdyx[cj]);
+    }
+    dx[k] = float4{out[0], out[1], out[2], out[3]};
 }
 
 /* The scratch of a call: `per` doubles a channel (what the pieces carry
@@ -272,15 +455,27 @@ void hcnn_cuda_bn_gather(const hcnn_backend *be, const float *y, int n, int c, i
     stats->bands = 1, stats->band_px = np;
 }
 
+/* channel ch's total over a piece of nb images of plane_stats' totals, in
+ * double, images in order (the CPU's), carried in acc[ch]; at the last
+ * piece added to db[ch] */
 static __global__ void channel_total_kernel(const float *table, int nb, int c, int first, int last,
                                             double *acc, float *db)
 {
-    const size_t ch = HCNN_CUDA_INDEX();
-    if (ch >= (size_t)c)
+    __shared__ float tile[ROWS_STAGED][2][CHANNEL_TILE];
+    const int j = (int)threadIdx.x, ch0 = (int)blockIdx.x * CHANNEL_TILE, ch = ch0 + j;
+    const int adds = j < CHANNEL_TILE && ch < c;
+    const channel_rows t = {table, c, 1, 1};
+    double s = adds && !first ? acc[ch] : 0.0;
+    for (int r0 = 0; r0 < nb; r0 += ROWS_STAGED) {
+        const int rows = nb - r0 < ROWS_STAGED ? nb - r0 : ROWS_STAGED;
+        stage_rows(t, r0, rows, ch0, 1, tile);
+        __syncthreads();
+        for (int r = 0; adds && r < rows; r++)
+            s += tile[r][0][j];
+        __syncthreads();
+    }
+    if (!adds)
         return;
-    double s = first ? 0.0 : acc[ch];
-    for (int i = 0; i < nb; i++) /* the CPU's order */
-        s += table[(size_t)i * c + ch];
     if (last)
         db[ch] += (float)s;
     else
@@ -306,9 +501,9 @@ void hcnn_cuda_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, i
     for (int i0 = 0; i0 < n; i0 += piece) {
         const int nb = n - i0 < piece ? n - i0 : piece;
         plane_stats(be, dy + (size_t)i0 * c * np, (size_t)nb * c, np, 0, table);
-        HCNN_LAUNCH(channel_total_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK,
-                    cuda_of(be)->stream, (const float *)table, nb, c, i0 == 0, i0 + nb == n, acc,
-                    db);
+        HCNN_LAUNCH_BARRIER(channel_total_kernel, channel_blocks(c), HCNN_CUDA_BLOCK, 0,
+                            cuda_of(be)->stream, (const float *)table, nb, c, i0 == 0,
+                            i0 + nb == n, acc, db);
         HCNN_CUDA_LAUNCHED();
     }
 }
@@ -317,8 +512,15 @@ static void bn_apply(const hcnn_backend *be, const float *x, size_t total, int c
                      const float *gamma, const float *beta, const float *save_mean,
                      const float *save_invstd, const float *add, int relu, float *y)
 {
-    HCNN_LAUNCH(bn_apply_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, x,
-                total, c, np, gamma, beta, save_mean, save_invstd, add, relu, y);
+    const void *const ptrs[] = {x, add, y};
+    quad_geom g;
+    if (quad_geom_of(total, c, np, ptrs, 3, &g))
+        HCNN_LAUNCH(bn_apply4_kernel, hcnn_cuda_blocks(total / 4), HCNN_CUDA_BLOCK,
+                    cuda_of(be)->stream, (const float4 *)x, (unsigned)(total / 4), g, gamma, beta,
+                    save_mean, save_invstd, (const float4 *)add, relu, (float4 *)y);
+    else
+        HCNN_LAUNCH(bn_apply_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
+                    x, total, c, np, gamma, beta, save_mean, save_invstd, add, relu, y);
     HCNN_CUDA_LAUNCHED();
 }
 
@@ -337,13 +539,10 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
         bn_apply(be, x, total, c, 1, gamma, beta, save_mean, save_invstd, add, relu, y);
         return;
     }
-    cudaStream_t st = cuda_of(be)->stream;
     if (stats && stats->bands > 0) { /* gathered by the convolution (conv.cu) */
-        HCNN_LAUNCH(bn_channel_stats_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
-                    (const float *)stats->part, n, c, np, stats->bands, stats->band_px, 0.0, 1,
-                    (double *)NULL, eps, momentum, save_mean, save_invstd, running_mean,
-                    running_var);
-        HCNN_CUDA_LAUNCHED();
+        hcnn_cuda_bn_table_stats(be, stats->part, n, c, np, stats->bands, stats->band_px, 0.0, 1,
+                                 NULL, eps, momentum, save_mean, save_invstd, running_mean,
+                                 running_var);
         bn_apply(be, x, total, c, np, gamma, beta, save_mean, save_invstd, add, relu, y);
         return;
     }
@@ -353,10 +552,8 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
     for (int i0 = 0; i0 < n; i0 += piece) {
         const int nb = n - i0 < piece ? n - i0 : piece;
         plane_stats(be, x + (size_t)i0 * c * np, (size_t)nb * c, np, 1, table);
-        HCNN_LAUNCH(bn_channel_stats_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
-                    (const float *)table, nb, c, np, 1, np, (double)i0 * np, i0 + nb == n, state,
-                    eps, momentum, save_mean, save_invstd, running_mean, running_var);
-        HCNN_CUDA_LAUNCHED();
+        hcnn_cuda_bn_table_stats(be, table, nb, c, np, 1, np, (double)i0 * np, i0 + nb == n, state,
+                                 eps, momentum, save_mean, save_invstd, running_mean, running_var);
     }
     bn_apply(be, x, total, c, np, gamma, beta, save_mean, save_invstd, add, relu, y);
 }
@@ -401,15 +598,22 @@ void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, i
                             x + off, dy + off, planes, c, np, gamma, beta, save_mean, save_invstd,
                             relu, table);
         HCNN_CUDA_LAUNCHED();
-        HCNN_LAUNCH(bwd_channel_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
-                    (const float *)table, nb, c, i0 == 0, i0 + nb == n, (double)n * np, acc,
-                    dgamma, dbeta, mdy, mdyx);
-        HCNN_CUDA_LAUNCHED();
+        hcnn_cuda_bn_table_sums(be, table, nb, c, i0 == 0, i0 + nb == n, (double)n * np, acc,
+                                dgamma, dbeta, mdy, mdyx);
     }
     if (!dx)
         return;
-    HCNN_LAUNCH(bwd_dx_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, dy, total, c,
-                nhwc ? 1 : np, gamma, beta, save_mean, save_invstd, relu, (const float *)mdy,
-                (const float *)mdyx, dx);
+    const int plane = nhwc ? 1 : np; /* NHWC: planes of one pixel */
+    const void *const ptrs[] = {x, dy, dx};
+    quad_geom g;
+    if (quad_geom_of(total, c, plane, ptrs, 3, &g))
+        HCNN_LAUNCH(bwd_dx4_kernel, hcnn_cuda_blocks(total / 4), HCNN_CUDA_BLOCK, st,
+                    (const float4 *)x, (const float4 *)dy, (unsigned)(total / 4), g, gamma, beta,
+                    save_mean, save_invstd, relu, (const float *)mdy, (const float *)mdyx,
+                    (float4 *)dx);
+    else
+        HCNN_LAUNCH(bwd_dx_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, dy, total, c,
+                    plane, gamma, beta, save_mean, save_invstd, relu, (const float *)mdy,
+                    (const float *)mdyx, dx);
     HCNN_CUDA_LAUNCHED();
 }

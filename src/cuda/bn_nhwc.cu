@@ -8,11 +8,11 @@
  * pixel.  Each pass reads the tensors at most twice and takes at most 3
  * launches, as NCHW's:
  *   forward   nhwc_block_stats (each row block's mean and sum of squared
- *             deviations of each channel), nhwc_channel_stats (each
+ *             deviations of each channel), bn.cu's bn_channel_stats (each
  *             channel's statistics from its blocks' pairs and the running
  *             statistics), then bn.cu's bn_apply (with the addition and ReLU);
  *   backward  nhwc_bwd_block (each block's sums of g and g * xhat),
- *             nhwc_bwd_channel (dgamma, dbeta and the two means), then
+ *             bn.cu's bwd_channel (dgamma, dbeta and the two means), then
  *             bn.cu's bwd_dx;
  *   inference bn.cu's bn_infer alone.
  *
@@ -20,11 +20,11 @@
  * pairs would not fit the reduction scratch): one thread a (block,
  * channel), so that a warp reads neighbouring channels of a row, summing
  * its block as the CPU sums a plane (16 lanes and a tail,
- * hcnn_hd_lanes_total); then one thread a channel merges its blocks in
- * block order, in double: the forward's pairs by src/core/hd.h's
+ * hcnn_hd_lanes_total); then bn.cu's channel kernels merge each channel's
+ * blocks in block order, in double: the forward's pairs as src/core/hd.h's
  * hcnn_hd_bn_table_stats (the blocks as the bands of one plane of `rows`
  * values: Chan et al.'s update, as the CPU and the NCHW kernels), the
- * backward's two sums added as bn.cu's bwd_channel adds images.  The order
+ * backward's two sums added as NCHW's images.  The order
  * depends on the shape only, and no atomics: the same bits every run.
  * Not NCHW's bits: other blocks (tests/unit/test_cuda_bn.cc compares the
  * two within a few roundings).
@@ -115,7 +115,7 @@ static __global__ void nhwc_block_stats_kernel(const float *x, int rows, int c, 
 
 /* thread k = b c + ch: block b's sums of g and g * (x - m) * is of channel
  * ch (bwd_plane's, over the block's rows in its order), at table[2 k] and
- * table[2 k + 1], blocks in order as nhwc_bwd_channel reads them */
+ * table[2 k + 1], blocks in order as bn.cu's bwd_channel reads them */
 static __global__ void nhwc_bwd_block_kernel(const float *x, const float *dy, int rows, int c,
                                              int per, int blocks, const float *gamma,
                                              const float *beta, const float *mean,
@@ -152,44 +152,6 @@ static __global__ void nhwc_bwd_block_kernel(const float *x, const float *dy, in
     table[2 * k + 1] = hcnn_hd_lanes_total(s2, t2);
 }
 
-/* channel ch's statistics from its blocks' pairs (bn.cu's
- * bn_channel_stats in one piece: hcnn_hd_bn_merge with nothing before is
- * the pair itself), the saved and running statistics */
-static __global__ void nhwc_channel_stats_kernel(const float *table, int rows, int c, int per,
-                                                 int blocks, float eps, float momentum,
-                                                 float *save_mean, float *save_invstd,
-                                                 float *running_mean, float *running_var)
-{
-    const size_t ch = HCNN_CUDA_INDEX();
-    if (ch >= (size_t)c)
-        return;
-    double mean, m2;
-    hcnn_hd_bn_table_stats(table, 1, c, (int)ch, blocks, per, rows, &mean, &m2);
-    save_mean[ch] = (float)mean;
-    save_invstd[ch] = hcnn_hd_bn_finish(mean, m2, (double)rows, eps, momentum, &running_mean[ch],
-                                        &running_var[ch]);
-}
-
-/* channel ch's two sums over its blocks, in double, blocks in order (bn.cu's
- * bwd_channel in one piece): dbeta and dgamma accumulated, the two means dx
- * needs */
-static __global__ void nhwc_bwd_channel_kernel(const float *table, int blocks, int c, double cnt,
-                                               float *dgamma, float *dbeta, float *mdy, float *mdyx)
-{
-    const size_t ch = HCNN_CUDA_INDEX();
-    if (ch >= (size_t)c)
-        return;
-    double sdy = 0.0, sdyx = 0.0;
-    for (int b = 0; b < blocks; b++) {
-        sdy += table[2 * ((size_t)b * c + ch)];
-        sdyx += table[2 * ((size_t)b * c + ch) + 1];
-    }
-    dbeta[ch] += (float)sdy;
-    dgamma[ch] += (float)sdyx;
-    mdy[ch] = (float)(sdy / cnt);
-    mdyx[ch] = (float)(sdyx / cnt);
-}
-
 void hcnn_cuda_bn_nhwc_stats(const hcnn_backend *be, const float *x, int n, int c, int np,
                              float eps, float momentum, float *running_mean, float *running_var,
                              float *save_mean, float *save_invstd)
@@ -202,10 +164,10 @@ void hcnn_cuda_bn_nhwc_stats(const hcnn_backend *be, const float *x, int n, int 
     HCNN_LAUNCH(nhwc_block_stats_kernel, hcnn_cuda_blocks((size_t)blocks * c), HCNN_CUDA_BLOCK, st,
                 x, rows, c, per, blocks, table);
     HCNN_CUDA_LAUNCHED();
-    HCNN_LAUNCH(nhwc_channel_stats_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
-                (const float *)table, rows, c, per, blocks, eps, momentum, save_mean, save_invstd,
-                running_mean, running_var);
-    HCNN_CUDA_LAUNCHED();
+    /* the blocks as the bands of one plane of `rows` values, table[(ch
+     * blocks + b) * 2] (hcnn_hd_bn_piece_at of image 0) */
+    hcnn_cuda_bn_table_stats(be, table, 1, c, rows, blocks, per, 0.0, 1, NULL, eps, momentum,
+                             save_mean, save_invstd, running_mean, running_var);
 }
 
 void hcnn_cuda_bn_nhwc_bwd_sums(const hcnn_backend *be, const float *x, const float *dy, int n,
@@ -224,7 +186,7 @@ void hcnn_cuda_bn_nhwc_bwd_sums(const hcnn_backend *be, const float *x, const fl
     HCNN_LAUNCH(nhwc_bwd_block_kernel, hcnn_cuda_blocks((size_t)blocks * c), HCNN_CUDA_BLOCK, st, x,
                 dy, rows, c, per, blocks, gamma, beta, save_mean, save_invstd, relu, table);
     HCNN_CUDA_LAUNCHED();
-    HCNN_LAUNCH(nhwc_bwd_channel_kernel, hcnn_cuda_blocks((size_t)c), HCNN_CUDA_BLOCK, st,
-                (const float *)table, blocks, c, (double)rows, dgamma, dbeta, *mdy, *mdyx);
-    HCNN_CUDA_LAUNCHED();
+    /* the blocks as the rows of one piece, table[(b c + ch) * 2] */
+    hcnn_cuda_bn_table_sums(be, table, blocks, c, 1, 1, (double)rows, NULL, dgamma, dbeta, *mdy,
+                            *mdyx);
 }

@@ -303,6 +303,21 @@ void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c
 void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,
                       int np, const float *gamma, const float *beta, const float *save_mean,
                       const float *save_invstd, int relu, float *dx, float *dgamma, float *dbeta);
+/* a channel's sums over a table's rows (bn.cu's plane tables, bn_nhwc.cu's
+ * row blocks): the training statistics from its pieces (src/core/hd.h,
+ * hcnn_hd_bn_table_stats: nb images of `bands` pieces, pairs at
+ * hcnn_hd_bn_piece_at), merged with `done` values before them in state[2 ch]
+ * (0: none; then state unused where last), at the last piece the saved and
+ * running statistics; and the backward's two sums from nb rows of pairs
+ * [row][c][2], carried in acc[2 ch] unless first, at the last dgamma and
+ * dbeta accumulated and the two means over cnt values */
+void hcnn_cuda_bn_table_stats(const hcnn_backend *be, const float *table, int nb, int c, int np,
+                              int bands, int band_px, double done, int last, double *state,
+                              float eps, float momentum, float *save_mean, float *save_invstd,
+                              float *running_mean, float *running_var);
+void hcnn_cuda_bn_table_sums(const hcnn_backend *be, const float *table, int nb, int c, int first,
+                             int last, double cnt, double *acc, float *dgamma, float *dbeta,
+                             float *mdy, float *mdyx);
 /* bn_nhwc.cu: NHWC's per-channel sums (x, dy [n][np][c]), for bn.cu's
  * three when be->layout is NHWC: the training statistics (save_*, the running
  * ones updated), and the backward's (dgamma, dbeta accumulated; *mdy and

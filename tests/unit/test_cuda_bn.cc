@@ -7,7 +7,10 @@
  * of one piece (the backward's bits; the forward's merged statistics
  * within 1e-6).  An NHWC instance (HCNN_CUDA_LAYOUT=nhwc) takes 3 launches
  * a pass too, gives NCHW's results within 2e-6 (y: 1e-5; inference: the same bits)
- * and the same bits on every run.  The values themselves are the
+ * and the same bits on every run.  The channel kernels (rows staged in
+ * shared memory, added a thread a channel) give src/core/hd.h's sums on the
+ * host bit for bit, and bn_apply and bwd_dx four elements a thread give the
+ * bits of one, in either layout.  The values themselves are the
  * conformance suite's (tests/conformance: bn_fwd_train, bn_bwd against a
  * double reference, in either layout).
  * Output in cmocka's format, as tests/lib.sh prints it. */
@@ -248,7 +251,182 @@ static void test_pieces() {
 
 /* ---- NHWC (HCNN_CUDA_LAYOUT=nhwc): x, add, y, dy, dx [n][np][c] ---- */
 
+/* ---- the channel kernels against src/core/hd.h's sums, bit for bit ---- */
+
+/* more rows than a block of bn.cu's channel kernels stages at once (128),
+ * more channels than one block takes (32: the second block part full) */
+enum { SN = 150, SC = 40, SNP = 20, TN = 50, TBANDS = 3, TBAND_PX = 7, TNP = 19 };
+
+static std::vector<float> uniform(size_t n, float lo, float hi, uint64_t s) {
+    std::vector<float> v(n);
+    for (float &e : v) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        e = lo + (hi - lo) * (float)((double)(s >> 40) / (double)(1ull << 24));
+    }
+    return v;
+}
+
+/* a plane's sum as the CPU and bwd_plane add it: 16 lanes (lane l: elements
+ * l, l + 16, ... of the whole blocks of 16) and the tail, hcnn_hd_lanes_total;
+ * of dy (x NULL) or of dy * (x - m) * is */
+static float plane_sum(const float *dy, const float *x, int np, float m, float is) {
+    float acc[16] = {0.0f}, tail = 0.0f;
+    const int whole = np / 16 * 16;
+    for (int i = 0; i < np; i++) {
+        const float v = x ? dy[i] * (x[i] - m) * is : dy[i];
+        if (i < whole)
+            acc[i % 16] += v;
+        else
+            tail += v;
+    }
+    return hcnn_hd_lanes_total(acc, tail);
+}
+
+static void check_bits(const char *what, const std::vector<float> &got,
+                       const std::vector<float> &want) {
+    for (size_t k = 0; k < got.size(); k++)
+        if (memcmp(&got[k], &want[k], sizeof(float)) != 0) {
+            printf("# %s[%zu]: %.9g, expected %.9g (src/core/hd.h's sums on the host)\n", what, k,
+                   (double)got[k], (double)want[k]);
+            ++case_failures;
+            return;
+        }
+}
+
+/* The forward's statistics from a given table of TN images x TBANDS bands
+ * (150 pieces): hcnn_hd_bn_table_stats and hcnn_hd_bn_finish's bits; the
+ * backward's dbeta and dgamma (no ReLU) and the bias gradient's channel sum
+ * over SN images: each plane's lanes, planes added in double, images in
+ * order.  A row staged twice or left out, or added out of order, changes
+ * the bits (a cancelling pair in each table makes the order show). */
+static void test_channel_sums_bits() {
+    const hcnn_backend *be = the_backend;
+    const float eps = 1e-5f, momentum = 0.1f;
+    /* forward */
+    const size_t pieces = (size_t)TN * SC * TBANDS, ftotal = (size_t)TN * SC * TNP;
+    std::vector<float> table = uniform(2 * pieces, 0.0f, 4.0f, 7);
+    for (size_t k = 0; k < pieces; k++)
+        table[2 * k] -= 2.0f; /* means in [-2, 2), deviations' sums in [0, 4) */
+    /* the first two pieces' means +-2^30: they cancel, and the pieces
+     * between and after them come out rounded to 2^-20 or exact by the
+     * order they are added in (floats of one scale add exactly in double in
+     * any order, and the float results would not show it) */
+    for (int ch = 0; ch < SC; ch++)
+        table[hcnn_hd_bn_piece_at(0, SC, ch, TBANDS)] = 0x1p30f,
+        table[hcnn_hd_bn_piece_at(1, SC, ch, TBANDS)] = -0x1p30f;
+    const std::vector<float> zc(SC, 0.0f), one(SC, 1.0f);
+    float *dtable = dev_copy(be, table), *fx = dev_copy(be, uniform(ftotal, -1.0f, 1.0f, 8)),
+          *fy = dev_copy(be, std::vector<float>(ftotal, 0.0f)), *gamma = dev_copy(be, one),
+          *beta = dev_copy(be, zc), *mean = dev_copy(be, zc), *invstd = dev_copy(be, zc),
+          *rmean = dev_copy(be, zc), *rvar = dev_copy(be, one);
+    hcnn_bn_stats stats = {};
+    stats.part = dtable, stats.cap = 2 * pieces, stats.bands = TBANDS, stats.band_px = TBAND_PX;
+    be->bn_fwd_train(be, fx, TN, SC, TNP, gamma, beta, eps, momentum, rmean, rvar, mean, invstd,
+                     nullptr, 0, &stats, fy);
+    std::vector<float> wm(SC), wis(SC), wrm(SC, 0.0f), wrv(SC, 1.0f);
+    for (int ch = 0; ch < SC; ch++) {
+        double m, m2;
+        hcnn_hd_bn_table_stats(table.data(), TN, SC, ch, TBANDS, TBAND_PX, TNP, &m, &m2);
+        wm[ch] = (float)m;
+        wis[ch] = hcnn_hd_bn_finish(m, m2, (double)TN * (double)TNP, eps, momentum, &wrm[ch], &wrv[ch]);
+    }
+    check_bits("save_mean", host(be, mean, SC), wm);
+    check_bits("save_invstd", host(be, invstd, SC), wis);
+    check_bits("running_mean", host(be, rmean, SC), wrm);
+    check_bits("running_var", host(be, rvar, SC), wrv);
+    /* backward and the channel sum */
+    const size_t total = (size_t)SN * SC * SNP;
+    const std::vector<float> m = uniform(SC, -0.5f, 0.5f, 11), is = uniform(SC, 0.5f, 2.0f, 12);
+    std::vector<float> x = uniform(total, -2.0f, 2.0f, 9), dy = uniform(total, -1.0f, 1.0f, 10);
+    /* the same cancelling pair: +-2^36 in the first element of the first
+     * two images' planes (x equal there: g * xhat cancels too) */
+    for (int ch = 0; ch < SC; ch++) {
+        const size_t a = (size_t)ch * SNP, b = ((size_t)SC + ch) * SNP;
+        dy[a] = 0x1p36f, dy[b] = -0x1p36f, x[b] = x[a];
+    }
+    float *dx_in = dev_copy(be, x), *ddy = dev_copy(be, dy), *dm = dev_copy(be, m),
+          *dis = dev_copy(be, is), *dx = dev_copy(be, std::vector<float>(total, 0.0f)),
+          *dgamma = dev_copy(be, zc), *dbeta = dev_copy(be, zc), *db = dev_copy(be, zc);
+    be->bn_bwd(be, dx_in, ddy, SN, SC, SNP, gamma, beta, dm, dis, 0, dx, dgamma, dbeta);
+    hcnn_cuda_channel_sum_acc(be, ddy, SN, SC, SNP, db);
+    std::vector<float> wdb(SC), wdg(SC);
+    for (int ch = 0; ch < SC; ch++) {
+        double sdy = 0.0, sdyx = 0.0;
+        for (int i = 0; i < SN; i++) {
+            const size_t o = ((size_t)i * SC + ch) * SNP;
+            sdy += plane_sum(&dy[o], nullptr, SNP, 0.0f, 0.0f);
+            sdyx += plane_sum(&dy[o], &x[o], SNP, m[ch], is[ch]);
+        }
+        wdb[ch] = 0.0f + (float)sdy, wdg[ch] = 0.0f + (float)sdyx;
+    }
+    check_bits("dbeta", host(be, dbeta, SC), wdb);
+    check_bits("dgamma", host(be, dgamma, SC), wdg);
+    check_bits("channel sum", host(be, db, SC), wdb);
+    for (float *p : {dtable, fx, fy, gamma, beta, mean, invstd, rmean, rvar, dx_in, ddy, dm, dis,
+                     dx, dgamma, dbeta, db})
+        be->free(be, p);
+}
+
+/* bn_apply and bwd_dx four elements a thread (bn.cu's bn_apply4, bwd_dx4:
+ * NCHW planes of a multiple of 4; NHWC: channels a multiple of 4) give the
+ * bits of a thread an element (the same tensors one float off 16-byte
+ * alignment take those kernels), through the fused addition and ReLU */
+static void quads_match_elements(const hcnn_backend *be, const char *four, const char *dx4) {
+    enum { QN = 6, QC = 8, QNP = 12 };
+    const size_t total = (size_t)QN * QC * QNP;
+    const std::vector<float> x = uniform(total, -2.0f, 2.0f, 21), dy = uniform(total, -1.0f, 1.0f, 22),
+                             add = uniform(total, -1.0f, 1.0f, 23), gamma = uniform(QC, 0.5f, 1.5f, 24),
+                             beta = uniform(QC, -0.2f, 0.2f, 25);
+    std::vector<float> got[2][4];
+    for (int off = 0; off < 2; off++) { /* 0: aligned, 1: one float past */
+        auto at = [&](const std::vector<float> &v) {
+            std::vector<float> h(total + 4, 0.0f);
+            std::copy(v.begin(), v.end(), h.begin() + off);
+            return dev_copy(be, h);
+        };
+        const std::vector<float> zc(QC, 0.0f), one(QC, 1.0f);
+        float *bx = at(x), *bdy = at(dy), *badd = at(add), *by = at(std::vector<float>(total, 0.0f)),
+              *bdx = at(std::vector<float>(total, 0.0f)), *g = dev_copy(be, gamma),
+              *b = dev_copy(be, beta), *m = dev_copy(be, zc), *is = dev_copy(be, zc),
+              *rm = dev_copy(be, zc), *rv = dev_copy(be, one), *dg = dev_copy(be, zc),
+              *db = dev_copy(be, zc);
+        const std::string fwd = joined(launches_of(be, [&] {
+            be->bn_fwd_train(be, bx + off, QN, QC, QNP, g, b, 1e-5f, 0.1f, rm, rv, m, is,
+                             badd + off, 1, nullptr, by + off);
+        }));
+        const std::string bwd = joined(launches_of(be, [&] {
+            be->bn_bwd(be, bx + off, bdy + off, QN, QC, QNP, g, b, m, is, 1, bdx + off, dg, db);
+        }));
+        const bool quads = fwd.find(four) != std::string::npos, dquads = bwd.find(dx4) != std::string::npos;
+        if (quads != (off == 0) || dquads != (off == 0)) {
+            printf("# %s alignment: launches %s / %s\n", off ? "one float off" : "16-byte", fwd.c_str(),
+                   bwd.c_str());
+            ++case_failures;
+        }
+        const std::vector<float> yh = host(be, by, total + 4), dxh = host(be, bdx, total + 4);
+        got[off][0].assign(yh.begin() + off, yh.begin() + off + (long)total);
+        got[off][1].assign(dxh.begin() + off, dxh.begin() + off + (long)total);
+        got[off][2] = host(be, dg, QC), got[off][3] = host(be, db, QC);
+        for (float *p : {bx, bdy, badd, by, bdx, g, b, m, is, rm, rv, dg, db})
+            be->free(be, p);
+    }
+    const char *names[] = {"y", "dx", "dgamma", "dbeta"};
+    for (int k = 0; k < 4; k++)
+        if (memcmp(got[0][k].data(), got[1][k].data(), got[0][k].size() * sizeof(float)) != 0) {
+            printf("# %s: four elements a thread give other bits than one\n", names[k]);
+            ++case_failures;
+        }
+}
+
+static void test_quads_match_elements() {
+    quads_match_elements(the_backend, "bn_apply4_kernel", "bwd_dx4_kernel");
+}
+
 static const hcnn_backend *the_nhwc_backend;
+
+static void test_nhwc_quads_match_elements() {
+    quads_match_elements(the_nhwc_backend, "bn_apply4_kernel", "bwd_dx4_kernel");
+}
 
 /* [N][C][NP] -> [N][NP][C] (to 1), or back */
 static std::vector<float> transposed(const std::vector<float> &v, int to) {
@@ -277,8 +455,8 @@ static void infer(const bn_dev &d) {
                        d.dx);
 }
 
-/* forward: nhwc_block_stats, nhwc_channel_stats, bn_apply; backward:
- * nhwc_bwd_block, nhwc_bwd_channel, bwd_dx: 3 launches and 2 passes over x
+/* forward: nhwc_block_stats, bn.cu's bn_channel_stats, bn_apply; backward:
+ * nhwc_bwd_block, bn.cu's bwd_channel, bwd_dx: 3 launches and 2 passes over x
  * each (a block's second pass reads it from cache); inference: one.  The
  * statistics of a convolution (NCHW's table) are ignored: the same
  * launches and bits as without them */
@@ -287,9 +465,9 @@ static void test_nhwc_launches_per_call() {
     const bn_io io = nhwc_inputs(make_inputs());
     const bn_dev d = dev_setup(be, io), s = dev_setup(be, io);
     CHECK_LAUNCHES(launches_of(be, [&] { forward(d, nullptr); }),
-                   "nhwc_block_stats_kernel nhwc_channel_stats_kernel bn_apply_kernel");
+                   "nhwc_block_stats_kernel bn_channel_stats_kernel bn_apply_kernel");
     CHECK_LAUNCHES(launches_of(be, [&] { backward(d); }),
-                   "nhwc_bwd_block_kernel nhwc_bwd_channel_kernel bwd_dx_kernel");
+                   "nhwc_bwd_block_kernel bwd_channel_kernel bwd_dx_kernel");
     CHECK_LAUNCHES(launches_of(be, [&] { infer(d); }), "bn_infer_kernel");
     hcnn_bn_stats stats = {};
     stats.cap = TOTAL;
@@ -298,7 +476,7 @@ static void test_nhwc_launches_per_call() {
     CHECK(stats.bands == 0);
     stats.bands = 1, stats.band_px = NP; /* as if gathered: ignored all the same */
     CHECK_LAUNCHES(launches_of(be, [&] { forward(s, &stats); }),
-                   "nhwc_block_stats_kernel nhwc_channel_stats_kernel bn_apply_kernel");
+                   "nhwc_block_stats_kernel bn_channel_stats_kernel bn_apply_kernel");
     const auto a = results(d), b = results(s);
     for (size_t k : {0, 2, 3, 4, 5})
         if (memcmp(a[k].data(), b[k].data(), a[k].size() * sizeof(float)) != 0) {
@@ -340,9 +518,9 @@ static void test_nhwc_matches_nchw() {
         if (small) /* the two means and one block's pairs: one block of 400 rows */
             cu->scratch_doubles = 2 * (size_t)C;
         CHECK_LAUNCHES(launches_of(be, [&] { forward(d, nullptr); }),
-                       "nhwc_block_stats_kernel nhwc_channel_stats_kernel bn_apply_kernel");
+                       "nhwc_block_stats_kernel bn_channel_stats_kernel bn_apply_kernel");
         CHECK_LAUNCHES(launches_of(be, [&] { backward(d); }),
-                       "nhwc_bwd_block_kernel nhwc_bwd_channel_kernel bwd_dx_kernel");
+                       "nhwc_bwd_block_kernel bwd_channel_kernel bwd_dx_kernel");
         auto b = results(d);
         /* the backward again from NCHW's statistics: its own sums' differences only */
         be->upload(be, d.mean, a[2].data(), C * sizeof(float));
@@ -400,9 +578,12 @@ static const test_case cases[] = {
     {"launches_per_call", test_launches_per_call},
     {"gathered_statistics", test_gathered_statistics},
     {"pieces", test_pieces},
+    {"channel_sums_bits", test_channel_sums_bits},
+    {"quads_match_elements", test_quads_match_elements},
     {"nhwc_launches_per_call", test_nhwc_launches_per_call},
     {"nhwc_matches_nchw", test_nhwc_matches_nchw},
     {"nhwc_repeatable", test_nhwc_repeatable},
+    {"nhwc_quads_match_elements", test_nhwc_quads_match_elements},
 };
 
 int main() {

@@ -123,6 +123,11 @@ struct uint3 {
     unsigned int x, y, z;
 };
 
+/* CUDA's vector type (vector_types.h: four floats, 16-byte aligned) */
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+
 struct dim3 {
     unsigned int x, y, z;
     constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1)
