@@ -20,9 +20,10 @@
 #           a CUPTI injection library: the share and the ten longest kernels),
 #           ResNet-18 batch 128 fp32 under each convolution choice, LeNet-5
 #           batch 256 with and without CUDA graphs; its diagnostics: ResNet-18
-#           with the data gradient transposed by cuDNN, cuDNN's Winograd, bf16
-#           (auto), and PyTorch's ResNet-18 batch 128 fp32 step
-#           (bench/pytorch/peer.py --profiler-windows) under the same library
+#           in tf32 with PyTorch's tf32 step beside it (bench/pytorch/peer.py
+#           --profiler-windows, under the same library), bf16 (auto), the data
+#           gradient transposed by cuDNN, cuDNN's Winograd, and PyTorch's fp32
+#           step
 #   (run in this order: tests; kernels' and bench's runs that targets are
 #   judged by; their diagnostics, where GPU_CHECK_SECONDS cuts first;
 #   nsight, bounded at about a minute; cpu, which takes what is left)
@@ -287,9 +288,25 @@ kernels_targets() {
             --repeats 3 --steps 50
     done
 }
-# The kernel times of ways that have not yet run on a GPU (60 s each: the
-# runs above took 2-21 s on the H100), and PyTorch's own step
+# The kernel times the targets' runs leave open (60 s each: the runs above
+# took 2-21 s on the H100), the unreached target's first, and PyTorch's own
+# steps
 kernels_diagnostics() {
+    # TF32, the target not reached (0.98x PyTorch on the H200 of 2026-11-30,
+    # 1.5x asked; PyTorch's TF32 twice its FP32, hcnn's 1.4x): hcnn's
+    # kernels in TF32 (none logged yet: the runs above are FP32), then
+    # PyTorch's for the same step (bench/pytorch/peer.py --profiler-windows:
+    # NCHW, cudnn.benchmark; its own libraries, CUPTI found as above), the
+    # two logs side by side: which kernels PyTorch's 2x comes from
+    kbench resnet_b128_tf32 60 auto --config configs/cifar_resnet18.yaml --set device=cuda \
+        --set batch_size=128 --set precision=tf32 --warmup 3 --repeats 3 --steps 5
+    pytorch_kernels tf32
+    # bf16, 1.41x PyTorch autocast on the H200 (1.12x in its first round):
+    # where its step goes once the GEMMs run on tensor cores (no bf16 kernel
+    # log since the H200's of 2026-11-27, which named im2col, the bf16
+    # conversions and col2im)
+    kbench resnet_b128_bf16 60 auto --config configs/cifar_resnet18.yaml --set device=cuda \
+        --set batch_size=128 --set precision=bf16 --warmup 3 --repeats 3 --steps 5
     # the data gradient by the transposed convolution through cuDNN's
     # forward (src/cuda/conv.cu; 2026-11-29, not yet run on a GPU):
     # against the H100's dcol = W^T dY GEMM (..._nt_n_tilesize64x64x8,
@@ -297,28 +314,24 @@ kernels_diagnostics() {
     kbench resnet_b128_transposed 60 cudnn,transposed_cudnn,im2col --config configs/cifar_resnet18.yaml \
         --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5
     # cuDNN's Winograd for every pass that has one (src/cuda/conv_cudnn.cu;
-    # ResNet-18's 3x3 layers of >= 32 channels, the rest by im2col;
-    # 2026-11-29, not yet run on a GPU): its plan lines say which passes
-    # cuDNN offers it for, its kernel_top lines what it costs
+    # ResNet-18's 3x3 layers of >= 32 channels, the rest by im2col): its
+    # plan lines say which passes cuDNN offers it for, its kernel_top lines
+    # what it costs (auto took it for the four stride-1 3x3 shapes on the
+    # H200 of 2026-11-30)
     kbench resnet_b128_winograd 60 winograd_cudnn --config configs/cifar_resnet18.yaml \
         --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5
     grep -E '^# plan layer[1-4]\.1\.conv1' "$O/kernels_resnet_b128_winograd.log" | cut -c 1-400
-    # bf16, the furthest from its target (0.86x PyTorch autocast on the
-    # H100, 1.3x asked): where its step goes once the GEMMs run on tensor
-    # cores (no bf16 kernel log since the H200's of 2026-11-27, which
-    # named im2col, the bf16 conversions and col2im)
-    kbench resnet_b128_bf16 60 auto --config configs/cifar_resnet18.yaml --set device=cuda \
-        --set batch_size=128 --set precision=bf16 --warmup 3 --repeats 3 --steps 5
-    # PyTorch's own kernels for the same step (bench/pytorch/peer.py
-    # --profiler-windows: FP32, NCHW, cudnn.benchmark; its own libraries,
-    # CUPTI found as above), against kernels_resnet_b128_auto.log: which
+    # PyTorch's FP32 step, against kernels_resnet_b128_auto.log: which
     # algorithms its cuDNN picked (the kernels' names: Winograd, implicit
     # GEMM) and where its step goes (12-15 s; added 2026-11-29, not yet run)
-    stamp "kernel time: pytorch_resnet_b128_fp32"
+    pytorch_kernels fp32
+}
+pytorch_kernels() { # precision: PyTorch's ResNet-18 batch 128 under the same library
+    stamp "kernel time: pytorch_resnet_b128_$1"
     LD_LIBRARY_PATH=$cupti CUDA_INJECTION64_PATH=$ks bounded 60 "$PY" bench/pytorch/peer.py \
-        --device cuda --model resnet18 --batch 128 --threads 4 --precision fp32 --warmup 3 \
-        --repeats 3 --steps 5 --profiler-windows >"$O/kernels_pytorch_resnet_b128_fp32.log" 2>&1
-    echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|^peer' "$O/kernels_pytorch_resnet_b128_fp32.log"
+        --device cuda --model resnet18 --batch 128 --threads 4 --precision "$1" --warmup 3 \
+        --repeats 3 --steps 5 --profiler-windows >"$O/kernels_pytorch_resnet_b128_$1.log" 2>&1
+    echo "exit $?"; grep -E '^kernel_(share|top)|^images_per_s|^peer' "$O/kernels_pytorch_resnet_b128_$1.log"
 }
 
 # hcnn bench ResNet-18 batch 128 fp32 under each convolution choice, then

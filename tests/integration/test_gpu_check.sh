@@ -98,7 +98,9 @@ else
         grep -qF -- "$stamp" "$L" || miss+=" '$stamp'"
     done
     # kernels: its runs where the build has CUPTI's kernel_share.so, else the line saying so
-    grep -qE 'kernel time: pytorch_resnet_b128_fp32|kernel_share.so missing' "$L" || miss+=" kernels"
+    for k in resnet_b128_tf32 pytorch_resnet_b128_tf32 pytorch_resnet_b128_fp32; do
+        grep -qE "kernel time: $k\$|kernel_share.so missing" "$L" || miss+=" kernels($k)"
+    done
     grep -qE 'no ncu|Nsight Compute:' "$L" || miss+=" nsight"
     if [ -n "$miss" ]; then case_fail "session.log lacks:$miss"; else case_ok; fi
 fi
@@ -116,6 +118,7 @@ elif grep -qE 'unbound variable|syntax error|command not found|bad substitution|
     case_fail "$DD/session.log: $(grep -B 1 -E 'unbound variable|syntax error|command not found|bad substitution|^exit 2$' "$DD/session.log" | head -n 4)"
 elif ! grep -qF 'HCNN_CUDA_CONV=cudnn (cuDNN graphs), HCNN_CUDA_LAYOUT=nhwc' "$DD/session.log" ||
     ! grep -qE 'kernel time: pytorch_resnet_b128_fp32|kernel_share.so missing' "$DD/session.log" ||
+    ! grep -qE 'kernel time: resnet_b128_tf32$|kernel_share.so missing' "$DD/session.log" ||
     grep -qE 'test_cuda.sh under|HCNN_CUDA_CONV=(auto|im2col)$|bench/compare.sh|kernel time: resnet_b128_auto' "$DD/session.log" ||
     [ "${DD##*-}" != diagnostics ]; then
     case_fail "$DD: not the diagnostics alone: $(grep '^=== ' "$DD/session.log" | cut -c 1-100 | tr '\n' ' ')"
