@@ -24,8 +24,8 @@
  * summed in 16 lanes (lane l takes elements l, l + 16, ... of the whole
  * blocks of 16) plus a tail, the lanes added pairwise (hcnn_hd_lanes_total);
  * planes are added in double, images in order.  A plane's 17 partial sums
- * are 17 threads of one warp, totalled through shared memory by the
- * first; its mean is known to the block before the deviations' pass, which
+ * are 17 threads of one warp (16 of half a warp where it has no tail),
+ * totalled through shared memory by the first; its mean is known to the block before the deviations' pass, which
  * reads the plane again from cache within the same launch.  A channel's
  * planes are added by one thread, in order, from rows its block stages in
  * shared memory (below, "a channel's sums over the rows of a table").  No
@@ -41,10 +41,14 @@
 
 #define LANES 16
 #define SLOTS (LANES + 1) /* the lanes and the tail of a plane */
-/* the threads of a plane (its SLOTS sums on the first SLOTS) and the
- * planes of a block */
-#define PLANE_THREADS 32
-#define PLANES_PER_BLOCK (HCNN_CUDA_BLOCK / PLANE_THREADS)
+/* the threads of a plane: a warp, its SLOTS sums on the first SLOTS; or,
+ * where np is a multiple of LANES (no tail: ResNet-18's planes), half a
+ * warp, its lanes alone, so that every thread sums and a warp reads two
+ * planes' 64-byte runs at once (on the H200, 2026-11-30, plane_stats_kernel
+ * and bwd_plane_kernel reached 45% and 42% of the memory roof with 15 of
+ * each warp's 32 threads idle; not yet timed since) */
+#define MAX_PLANES_PER_BLOCK (HCNN_CUDA_BLOCK / LANES)
+static __host__ __device__ int plane_threads(int np) { return np % LANES ? 32 : LANES; }
 
 /* slot l of a plane p of np values: lane l's sum over the whole blocks of
  * 16, or (l == LANES) the tail's, in order, of x (sq 0) or (x - m)^2 */
@@ -60,9 +64,10 @@ static __device__ float slot_sum(const float *p, int np, int l, int sq, float m)
     return s;
 }
 
-static unsigned plane_blocks(size_t planes)
+static unsigned plane_blocks(size_t planes, int np)
 {
-    return (unsigned)((planes + PLANES_PER_BLOCK - 1) / PLANES_PER_BLOCK);
+    const size_t per = (size_t)(HCNN_CUDA_BLOCK / plane_threads(np));
+    return (unsigned)((planes + per - 1) / per);
 }
 
 /* stats 1: table[2 q] = plane q's mean (its total over np as a float, the
@@ -72,14 +77,17 @@ static unsigned plane_blocks(size_t planes)
 static __global__ void plane_stats_kernel(const float *x, size_t planes, int np, int stats,
                                           float *table)
 {
-    __shared__ float slot[PLANES_PER_BLOCK][SLOTS];
-    __shared__ float mean[PLANES_PER_BLOCK];
-    const int w = (int)threadIdx.x / PLANE_THREADS, l = (int)threadIdx.x % PLANE_THREADS;
-    const size_t q = (size_t)blockIdx.x * PLANES_PER_BLOCK + w;
+    __shared__ float slot[MAX_PLANES_PER_BLOCK][SLOTS];
+    __shared__ float mean[MAX_PLANES_PER_BLOCK];
+    const int pt = plane_threads(np), w = (int)threadIdx.x / pt, l = (int)threadIdx.x % pt;
+    const size_t q = (size_t)blockIdx.x * (HCNN_CUDA_BLOCK / pt) + w;
     const int on = q < planes && l < SLOTS;
     const float *p = on ? x + q * (size_t)np : x;
-    if (on)
+    if (on) {
         slot[w][l] = slot_sum(p, np, l, 0, 0.0f);
+        if (pt == LANES && l == 0) /* the tail's sum: none (a 17th thread's is 0 too) */
+            slot[w][LANES] = 0.0f;
+    }
     __syncthreads();
     if (on && l == 0) {
         const float tot = hcnn_hd_lanes_total(slot[w], slot[w][LANES]);
@@ -91,8 +99,11 @@ static __global__ void plane_stats_kernel(const float *x, size_t planes, int np,
     if (!stats) /* the same for every thread of the launch */
         return;
     __syncthreads();
-    if (on)
+    if (on) {
         slot[w][l] = slot_sum(p, np, l, 1, mean[w]);
+        if (pt == LANES && l == 0)
+            slot[w][LANES] = 0.0f;
+    }
     __syncthreads();
     if (on && l == 0) {
         table[2 * q] = mean[w];
@@ -103,7 +114,7 @@ static __global__ void plane_stats_kernel(const float *x, size_t planes, int np,
 static void plane_stats(const hcnn_backend *be, const float *x, size_t planes, int np, int stats,
                         float *table)
 {
-    HCNN_LAUNCH_BARRIER(plane_stats_kernel, plane_blocks(planes), HCNN_CUDA_BLOCK, 0,
+    HCNN_LAUNCH_BARRIER(plane_stats_kernel, plane_blocks(planes, np), HCNN_CUDA_BLOCK, 0,
                         cuda_of(be)->stream, x, planes, np, stats, table);
     HCNN_CUDA_LAUNCHED();
 }
@@ -250,9 +261,9 @@ static __global__ void bwd_plane_kernel(const float *x, const float *dy, size_t 
                                         const float *mean, const float *invstd, int relu,
                                         float *table)
 {
-    __shared__ float sg[PLANES_PER_BLOCK][SLOTS], sgx[PLANES_PER_BLOCK][SLOTS];
-    const int w = (int)threadIdx.x / PLANE_THREADS, l = (int)threadIdx.x % PLANE_THREADS;
-    const size_t q = (size_t)blockIdx.x * PLANES_PER_BLOCK + w;
+    __shared__ float sg[MAX_PLANES_PER_BLOCK][SLOTS], sgx[MAX_PLANES_PER_BLOCK][SLOTS];
+    const int pt = plane_threads(np), w = (int)threadIdx.x / pt, l = (int)threadIdx.x % pt;
+    const size_t q = (size_t)blockIdx.x * (HCNN_CUDA_BLOCK / pt) + w;
     const int on = q < planes && l < SLOTS;
     if (on) {
         const int ch = (int)(q % (size_t)c), whole = np / LANES * LANES;
@@ -269,6 +280,8 @@ static __global__ void bwd_plane_kernel(const float *x, const float *dy, size_t 
             s2 += g * (xp[i] - m) * is;
         }
         sg[w][l] = s1, sgx[w][l] = s2;
+        if (pt == LANES && l == 0) /* no tail (plane_stats_kernel) */
+            sg[w][LANES] = 0.0f, sgx[w][LANES] = 0.0f;
     }
     __syncthreads();
     if (on && l == 0) {
@@ -594,7 +607,7 @@ void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, i
     for (int i0 = 0; !nhwc && i0 < n; i0 += piece) {
         const int nb = n - i0 < piece ? n - i0 : piece;
         const size_t planes = (size_t)nb * c, off = (size_t)i0 * c * np;
-        HCNN_LAUNCH_BARRIER(bwd_plane_kernel, plane_blocks(planes), HCNN_CUDA_BLOCK, 0, st,
+        HCNN_LAUNCH_BARRIER(bwd_plane_kernel, plane_blocks(planes, np), HCNN_CUDA_BLOCK, 0, st,
                             x + off, dy + off, planes, c, np, gamma, beta, save_mean, save_invstd,
                             relu, table);
         HCNN_CUDA_LAUNCHED();

@@ -255,7 +255,7 @@ static void test_pieces() {
 
 /* more rows than a block of bn.cu's channel kernels stages at once (128),
  * more channels than one block takes (32: the second block part full) */
-enum { SN = 150, SC = 40, SNP = 20, TN = 50, TBANDS = 3, TBAND_PX = 7, TNP = 19 };
+enum { SN = 150, SC = 40, TN = 50, TBANDS = 3, TBAND_PX = 7, TNP = 19 };
 
 static std::vector<float> uniform(size_t n, float lo, float hi, uint64_t s) {
     std::vector<float> v(n);
@@ -293,11 +293,73 @@ static void check_bits(const char *what, const std::vector<float> &got,
         }
 }
 
+/* plane_stats_kernel's pair of a plane: its mean (the lanes' total over np
+ * as a float) and the sum of squared deviations from it */
+static void plane_pair(const float *x, int np, float *mean, float *m2) {
+    std::vector<float> d(x, x + np);
+    *mean = plane_sum(x, nullptr, np, 0.0f, 0.0f) / (float)np;
+    for (float &v : d)
+        v = (v - *mean) * (v - *mean);
+    *m2 = plane_sum(d.data(), nullptr, np, 0.0f, 0.0f);
+}
+
+/* Over SN images of planes of np values: the forward's statistics from x
+ * (plane_stats, then the channel kernel: each plane's pair, hd.h's table
+ * statistics), the backward's dbeta and dgamma (no ReLU) and the bias
+ * gradient's channel sum of the same dy, against the host's sums in the
+ * same order, bit for bit */
+static void plane_sums_bits(const hcnn_backend *be, int np) {
+    const size_t total = (size_t)SN * SC * np;
+    const std::vector<float> zc(SC, 0.0f), one(SC, 1.0f);
+    const std::vector<float> m = uniform(SC, -0.5f, 0.5f, 11), is = uniform(SC, 0.5f, 2.0f, 12);
+    std::vector<float> x = uniform(total, -2.0f, 2.0f, 9), dy = uniform(total, -1.0f, 1.0f, 10);
+    /* a cancelling pair: +-2^36 in the first element of the first two
+     * images' planes (x equal there: g * xhat cancels too) */
+    for (int ch = 0; ch < SC; ch++) {
+        const size_t a = (size_t)ch * np, b = ((size_t)SC + ch) * np;
+        dy[a] = 0x1p36f, dy[b] = -0x1p36f, x[b] = x[a];
+    }
+    float *dx_in = dev_copy(be, x), *ddy = dev_copy(be, dy), *dm = dev_copy(be, m),
+          *dis = dev_copy(be, is), *dx = dev_copy(be, std::vector<float>(total, 0.0f)),
+          *y = dev_copy(be, std::vector<float>(total, 0.0f)), *gamma = dev_copy(be, one),
+          *beta = dev_copy(be, zc), *mean = dev_copy(be, zc), *invstd = dev_copy(be, zc),
+          *rmean = dev_copy(be, zc), *rvar = dev_copy(be, one), *dgamma = dev_copy(be, zc),
+          *dbeta = dev_copy(be, zc), *db = dev_copy(be, zc);
+    be->bn_fwd_train(be, dx_in, SN, SC, np, gamma, beta, 1e-5f, 0.1f, rmean, rvar, mean, invstd,
+                     nullptr, 0, nullptr, y);
+    be->bn_bwd(be, dx_in, ddy, SN, SC, np, gamma, beta, dm, dis, 0, dx, dgamma, dbeta);
+    hcnn_cuda_channel_sum_acc(be, ddy, SN, SC, np, db);
+    std::vector<float> table(2 * (size_t)SN * SC), wm(SC), wis(SC), wrm(SC, 0.0f), wrv(SC, 1.0f),
+        wdb(SC), wdg(SC);
+    for (size_t q = 0; q < (size_t)SN * SC; q++)
+        plane_pair(&x[q * np], np, &table[2 * q], &table[2 * q + 1]);
+    for (int ch = 0; ch < SC; ch++) {
+        double mu, m2, sdy = 0.0, sdyx = 0.0;
+        hcnn_hd_bn_table_stats(table.data(), SN, SC, ch, 1, np, np, &mu, &m2);
+        wm[ch] = (float)mu;
+        wis[ch] = hcnn_hd_bn_finish(mu, m2, (double)SN * (double)np, 1e-5f, 0.1f, &wrm[ch], &wrv[ch]);
+        for (int i = 0; i < SN; i++) {
+            const size_t o = ((size_t)i * SC + ch) * np;
+            sdy += plane_sum(&dy[o], nullptr, np, 0.0f, 0.0f);
+            sdyx += plane_sum(&dy[o], &x[o], np, m[ch], is[ch]);
+        }
+        wdb[ch] = 0.0f + (float)sdy, wdg[ch] = 0.0f + (float)sdyx;
+    }
+    printf("# planes of %d values (%s)\n", np, np % 16 ? "a warp a plane" : "half a warp a plane");
+    check_bits("save_mean from x", host(be, mean, SC), wm);
+    check_bits("save_invstd from x", host(be, invstd, SC), wis);
+    check_bits("dbeta", host(be, dbeta, SC), wdb);
+    check_bits("dgamma", host(be, dgamma, SC), wdg);
+    check_bits("channel sum", host(be, db, SC), wdb);
+    for (float *p : {dx_in, ddy, dm, dis, dx, y, gamma, beta, mean, invstd, rmean, rvar, dgamma,
+                     dbeta, db})
+        be->free(be, p);
+}
+
 /* The forward's statistics from a given table of TN images x TBANDS bands
- * (150 pieces): hcnn_hd_bn_table_stats and hcnn_hd_bn_finish's bits; the
- * backward's dbeta and dgamma (no ReLU) and the bias gradient's channel sum
- * over SN images: each plane's lanes, planes added in double, images in
- * order.  A row staged twice or left out, or added out of order, changes
+ * (150 pieces): hcnn_hd_bn_table_stats and hcnn_hd_bn_finish's bits; then
+ * plane_sums_bits over SN images: each plane's lanes, planes added in
+ * double, images in order.  A row staged twice or left out, or added out of order, changes
  * the bits (a cancelling pair in each table makes the order show). */
 static void test_channel_sums_bits() {
     const hcnn_backend *be = the_backend;
@@ -334,37 +396,12 @@ static void test_channel_sums_bits() {
     check_bits("save_invstd", host(be, invstd, SC), wis);
     check_bits("running_mean", host(be, rmean, SC), wrm);
     check_bits("running_var", host(be, rvar, SC), wrv);
-    /* backward and the channel sum */
-    const size_t total = (size_t)SN * SC * SNP;
-    const std::vector<float> m = uniform(SC, -0.5f, 0.5f, 11), is = uniform(SC, 0.5f, 2.0f, 12);
-    std::vector<float> x = uniform(total, -2.0f, 2.0f, 9), dy = uniform(total, -1.0f, 1.0f, 10);
-    /* the same cancelling pair: +-2^36 in the first element of the first
-     * two images' planes (x equal there: g * xhat cancels too) */
-    for (int ch = 0; ch < SC; ch++) {
-        const size_t a = (size_t)ch * SNP, b = ((size_t)SC + ch) * SNP;
-        dy[a] = 0x1p36f, dy[b] = -0x1p36f, x[b] = x[a];
-    }
-    float *dx_in = dev_copy(be, x), *ddy = dev_copy(be, dy), *dm = dev_copy(be, m),
-          *dis = dev_copy(be, is), *dx = dev_copy(be, std::vector<float>(total, 0.0f)),
-          *dgamma = dev_copy(be, zc), *dbeta = dev_copy(be, zc), *db = dev_copy(be, zc);
-    be->bn_bwd(be, dx_in, ddy, SN, SC, SNP, gamma, beta, dm, dis, 0, dx, dgamma, dbeta);
-    hcnn_cuda_channel_sum_acc(be, ddy, SN, SC, SNP, db);
-    std::vector<float> wdb(SC), wdg(SC);
-    for (int ch = 0; ch < SC; ch++) {
-        double sdy = 0.0, sdyx = 0.0;
-        for (int i = 0; i < SN; i++) {
-            const size_t o = ((size_t)i * SC + ch) * SNP;
-            sdy += plane_sum(&dy[o], nullptr, SNP, 0.0f, 0.0f);
-            sdyx += plane_sum(&dy[o], &x[o], SNP, m[ch], is[ch]);
-        }
-        wdb[ch] = 0.0f + (float)sdy, wdg[ch] = 0.0f + (float)sdyx;
-    }
-    check_bits("dbeta", host(be, dbeta, SC), wdb);
-    check_bits("dgamma", host(be, dgamma, SC), wdg);
-    check_bits("channel sum", host(be, db, SC), wdb);
-    for (float *p : {dtable, fx, fy, gamma, beta, mean, invstd, rmean, rvar, dx_in, ddy, dm, dis,
-                     dx, dgamma, dbeta, db})
+    for (float *p : {dtable, fx, fy, gamma, beta, mean, invstd, rmean, rvar})
         be->free(be, p);
+    /* the planes' kernels and the channels' together, with a tail after the
+     * 16 lanes (a warp a plane) and without (half a warp a plane) */
+    plane_sums_bits(be, 20);
+    plane_sums_bits(be, 32);
 }
 
 /* bn_apply and bwd_dx four elements a thread (bn.cu's bn_apply4, bwd_dx4:
