@@ -185,7 +185,9 @@ HCNN_HD size_t hcnn_hd_bn_piece_at(int q, int c, int ch, int bands)
 
 /* the two sums a piece adds, one expression each: the CUDA kernel that
  * stages the pieces (src/cuda/bn.cu, bn_channel_stats_kernel) adds them
- * with these, in this order, for these bits */
+ * with these, in this order, for these bits (nvcc may fuse the multiply
+ * and add where the CPU's compiler does not: the GPU's last bits may
+ * differ from the CPU's, not from run to run) */
 HCNN_HD void hcnn_hd_bn_add_mean(double *sum, double px, float m) { *sum += px * m; }
 
 HCNN_HD void hcnn_hd_bn_add_dev(double *ss, double px, float m, float s2, double mu)

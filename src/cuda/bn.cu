@@ -1,9 +1,10 @@
 /* Batch normalisation of the CUDA backend: training (batch statistics,
  * running statistics) and inference forwards with the fused addition and
  * ReLU, and the backward with the fused ReLU mask.  This file's kernels are
- * NCHW's, but for the channel kernels, which an NHWC instance (be->layout)
- * shares; it runs bn_nhwc.cu's for the rest, row blocks in place of
- * planes, in as many passes and launches.
+ * NCHW's, but for the channel kernels and the element-wise ones (bn_apply,
+ * bn_infer, bwd_dx), which an NHWC instance (be->layout) shares; it runs
+ * bn_nhwc.cu's sums over row blocks in place of plane_stats and bwd_plane,
+ * in as many passes and launches.
  *
  * Each pass reads the tensors at most twice and takes at most 3 launches:
  *   forward   plane_stats (each plane's mean and sum of squared deviations
@@ -25,8 +26,9 @@
  * blocks of 16) plus a tail, the lanes added pairwise (hcnn_hd_lanes_total);
  * planes are added in double, images in order.  A plane's 17 partial sums
  * are 17 threads of one warp (16 of half a warp where it has no tail),
- * totalled through shared memory by the first; its mean is known to the block before the deviations' pass, which
- * reads the plane again from cache within the same launch.  A channel's
+ * totalled through shared memory by the first; its mean is known to the
+ * block before the deviations' pass, which reads the plane again from
+ * cache within the same launch.  A channel's
  * planes are added by one thread, in order, from rows its block stages in
  * shared memory (below, "a channel's sums over the rows of a table").  No
  * atomics: the same bits every run.
@@ -128,9 +130,13 @@ static void plane_stats(const hcnn_backend *be, const float *x, size_t planes, i
  * (H200, Nsight Compute, 2026-11-30), bwd_channel_kernel 15.2 us.  Here a
  * block takes CHANNEL_TILE channels: all its threads load ROWS_STAGED rows
  * of them at once into shared memory (neighbouring threads, neighbouring
- * channels: NCHW's [image][channel] tables are read in whole lines), then
+ * channels: NCHW's [image][channel] tables, one band a plane, are read in
+ * whole lines; bands of a plane and NHWC's [channel][block] are not), then
  * its first warp, a thread a channel, adds them in order from there.  The
- * same operations in the same order as before: the same bits. */
+ * same operations in the same order as before: the same bits (on the
+ * emulation against src/core/hd.h, tests/unit/test_cuda_bn; on a GPU not
+ * yet run, nvcc's PTX of the old and new bn_channel_stats_kernel has the
+ * same multiply, fused multiply-add and add a piece). */
 #define CHANNEL_TILE 32
 #define STAGE_LOADS 16 /* loads a thread has in flight */
 #define ROWS_STAGED (HCNN_CUDA_BLOCK / CHANNEL_TILE * STAGE_LOADS)

@@ -17,6 +17,7 @@
 #include "../../src/cuda/cuda.h" /* private: the backend's state and its bn.cu calls */
 #include "cc_cases.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -307,8 +308,10 @@ static void plane_pair(const float *x, int np, float *mean, float *m2) {
  * (plane_stats, then the channel kernel: each plane's pair, hd.h's table
  * statistics), the backward's dbeta and dgamma (no ReLU) and the bias
  * gradient's channel sum of the same dy, against the host's sums in the
- * same order, bit for bit */
-static void plane_sums_bits(const hcnn_backend *be, int np) {
+ * same order, bit for bit; with piece > 0, the reduction scratch holding
+ * `piece` images (the forward's pieces merged by hcnn_hd_bn_merge, the
+ * backward's sums carried over) */
+static void plane_sums_bits(const hcnn_backend *be, int np, int piece) {
     const size_t total = (size_t)SN * SC * np;
     const std::vector<float> zc(SC, 0.0f), one(SC, 1.0f);
     const std::vector<float> m = uniform(SC, -0.5f, 0.5f, 11), is = uniform(SC, 0.5f, 2.0f, 12);
@@ -325,19 +328,54 @@ static void plane_sums_bits(const hcnn_backend *be, int np) {
           *beta = dev_copy(be, zc), *mean = dev_copy(be, zc), *invstd = dev_copy(be, zc),
           *rmean = dev_copy(be, zc), *rvar = dev_copy(be, one), *dgamma = dev_copy(be, zc),
           *dbeta = dev_copy(be, zc), *db = dev_copy(be, zc);
-    be->bn_fwd_train(be, dx_in, SN, SC, np, gamma, beta, 1e-5f, 0.1f, rmean, rvar, mean, invstd,
-                     nullptr, 0, nullptr, y);
-    be->bn_bwd(be, dx_in, ddy, SN, SC, np, gamma, beta, dm, dis, 0, dx, dgamma, dbeta);
-    hcnn_cuda_channel_sum_acc(be, ddy, SN, SC, np, db);
+    hcnn_cuda *cu = cuda_of(be);
+    const size_t keep = cu->scratch_doubles;
+    /* the scratch of `piece` images: `per` doubles a channel, then the table
+     * (bn.cu, scratch_layout) */
+    auto pieces_of = [&](int per, int floats) {
+        if (piece > 0)
+            cu->scratch_doubles =
+                (size_t)per * SC + (size_t)piece * (((size_t)SC * floats + 1) / 2);
+    };
+    /* each call's channel launches: one a piece */
+    auto count = [](const std::vector<std::string> &v, const char *name) {
+        return (int)std::count(v.begin(), v.end(), std::string(name));
+    };
+    const int want = piece > 0 ? (SN + piece - 1) / piece : 1;
+    pieces_of(2, 2);
+    const int fwd = count(launches_of(be, [&] {
+        be->bn_fwd_train(be, dx_in, SN, SC, np, gamma, beta, 1e-5f, 0.1f, rmean, rvar, mean, invstd,
+                         nullptr, 0, nullptr, y);
+    }), "bn_channel_stats_kernel");
+    pieces_of(3, 2);
+    const int bwd = count(launches_of(be, [&] {
+        be->bn_bwd(be, dx_in, ddy, SN, SC, np, gamma, beta, dm, dis, 0, dx, dgamma, dbeta);
+    }), "bwd_channel_kernel");
+    pieces_of(1, 1);
+    const int tot =
+        count(launches_of(be, [&] { hcnn_cuda_channel_sum_acc(be, ddy, SN, SC, np, db); }),
+              "channel_total_kernel");
+    cu->scratch_doubles = keep;
+    if (fwd != want || bwd != want || tot != want) {
+        printf("# channel launches %d, %d, %d, expected %d each\n", fwd, bwd, tot, want);
+        ++case_failures;
+    }
     std::vector<float> table(2 * (size_t)SN * SC), wm(SC), wis(SC), wrm(SC, 0.0f), wrv(SC, 1.0f),
         wdb(SC), wdg(SC);
     for (size_t q = 0; q < (size_t)SN * SC; q++)
         plane_pair(&x[q * np], np, &table[2 * q], &table[2 * q + 1]);
     for (int ch = 0; ch < SC; ch++) {
-        double mu, m2, sdy = 0.0, sdyx = 0.0;
-        hcnn_hd_bn_table_stats(table.data(), SN, SC, ch, 1, np, np, &mu, &m2);
+        double mu = 0.0, m2 = 0.0, done = 0.0, sdy = 0.0, sdyx = 0.0;
+        const int step = piece > 0 ? piece : SN;
+        for (int i0 = 0; i0 < SN; i0 += step) { /* bn.cu's pieces, merged in order */
+            const int nb = SN - i0 < step ? SN - i0 : step;
+            double pm, pm2;
+            hcnn_hd_bn_table_stats(&table[2 * (size_t)i0 * SC], nb, SC, ch, 1, np, np, &pm, &pm2);
+            hcnn_hd_bn_merge(done, &mu, &m2, (double)nb * np, pm, pm2);
+            done += (double)nb * np;
+        }
         wm[ch] = (float)mu;
-        wis[ch] = hcnn_hd_bn_finish(mu, m2, (double)SN * (double)np, 1e-5f, 0.1f, &wrm[ch], &wrv[ch]);
+        wis[ch] = hcnn_hd_bn_finish(mu, m2, done, 1e-5f, 0.1f, &wrm[ch], &wrv[ch]);
         for (int i = 0; i < SN; i++) {
             const size_t o = ((size_t)i * SC + ch) * np;
             sdy += plane_sum(&dy[o], nullptr, np, 0.0f, 0.0f);
@@ -345,7 +383,9 @@ static void plane_sums_bits(const hcnn_backend *be, int np) {
         }
         wdb[ch] = 0.0f + (float)sdy, wdg[ch] = 0.0f + (float)sdyx;
     }
-    printf("# planes of %d values (%s)\n", np, np % 16 ? "a warp a plane" : "half a warp a plane");
+    printf("# planes of %d values (%s), %s\n", np,
+           np % 16 ? "a warp a plane" : "half a warp a plane",
+           piece > 0 ? "in pieces" : "in one piece");
     check_bits("save_mean from x", host(be, mean, SC), wm);
     check_bits("save_invstd from x", host(be, invstd, SC), wis);
     check_bits("dbeta", host(be, dbeta, SC), wdb);
@@ -390,7 +430,8 @@ static void test_channel_sums_bits() {
         double m, m2;
         hcnn_hd_bn_table_stats(table.data(), TN, SC, ch, TBANDS, TBAND_PX, TNP, &m, &m2);
         wm[ch] = (float)m;
-        wis[ch] = hcnn_hd_bn_finish(m, m2, (double)TN * (double)TNP, eps, momentum, &wrm[ch], &wrv[ch]);
+        wis[ch] =
+            hcnn_hd_bn_finish(m, m2, (double)TN * (double)TNP, eps, momentum, &wrm[ch], &wrv[ch]);
     }
     check_bits("save_mean", host(be, mean, SC), wm);
     check_bits("save_invstd", host(be, invstd, SC), wis);
@@ -400,19 +441,24 @@ static void test_channel_sums_bits() {
         be->free(be, p);
     /* the planes' kernels and the channels' together, with a tail after the
      * 16 lanes (a warp a plane) and without (half a warp a plane) */
-    plane_sums_bits(be, 20);
-    plane_sums_bits(be, 32);
+    plane_sums_bits(be, 20, 0);
+    plane_sums_bits(be, 32, 0);
+    /* pieces of 140 images (two staging rounds) and 10 */
+    plane_sums_bits(be, 32, 140);
 }
 
 /* bn_apply and bwd_dx four elements a thread (bn.cu's bn_apply4, bwd_dx4:
  * NCHW planes of a multiple of 4; NHWC: channels a multiple of 4) give the
  * bits of a thread an element (the same tensors one float off 16-byte
  * alignment take those kernels), through the fused addition and ReLU */
-static void quads_match_elements(const hcnn_backend *be, const char *four, const char *dx4) {
-    enum { QN = 6, QC = 8, QNP = 12 };
-    const size_t total = (size_t)QN * QC * QNP;
-    const std::vector<float> x = uniform(total, -2.0f, 2.0f, 21), dy = uniform(total, -1.0f, 1.0f, 22),
-                             add = uniform(total, -1.0f, 1.0f, 23), gamma = uniform(QC, 0.5f, 1.5f, 24),
+static void quads_match_elements(const hcnn_backend *be, int np) {
+    const char *four = "bn_apply4_kernel", *dx4 = "bwd_dx4_kernel";
+    enum { QN = 6, QC = 8 };
+    const size_t total = (size_t)QN * QC * np;
+    const std::vector<float> x = uniform(total, -2.0f, 2.0f, 21),
+                             dy = uniform(total, -1.0f, 1.0f, 22),
+                             add = uniform(total, -1.0f, 1.0f, 23),
+                             gamma = uniform(QC, 0.5f, 1.5f, 24),
                              beta = uniform(QC, -0.2f, 0.2f, 25);
     std::vector<float> got[2][4];
     for (int off = 0; off < 2; off++) { /* 0: aligned, 1: one float past */
@@ -422,22 +468,24 @@ static void quads_match_elements(const hcnn_backend *be, const char *four, const
             return dev_copy(be, h);
         };
         const std::vector<float> zc(QC, 0.0f), one(QC, 1.0f);
-        float *bx = at(x), *bdy = at(dy), *badd = at(add), *by = at(std::vector<float>(total, 0.0f)),
-              *bdx = at(std::vector<float>(total, 0.0f)), *g = dev_copy(be, gamma),
+        const std::vector<float> zero(total, 0.0f);
+        float *bx = at(x), *bdy = at(dy), *badd = at(add), *by = at(zero), *bdx = at(zero),
+              *g = dev_copy(be, gamma),
               *b = dev_copy(be, beta), *m = dev_copy(be, zc), *is = dev_copy(be, zc),
               *rm = dev_copy(be, zc), *rv = dev_copy(be, one), *dg = dev_copy(be, zc),
               *db = dev_copy(be, zc);
         const std::string fwd = joined(launches_of(be, [&] {
-            be->bn_fwd_train(be, bx + off, QN, QC, QNP, g, b, 1e-5f, 0.1f, rm, rv, m, is,
+            be->bn_fwd_train(be, bx + off, QN, QC, np, g, b, 1e-5f, 0.1f, rm, rv, m, is,
                              badd + off, 1, nullptr, by + off);
         }));
         const std::string bwd = joined(launches_of(be, [&] {
-            be->bn_bwd(be, bx + off, bdy + off, QN, QC, QNP, g, b, m, is, 1, bdx + off, dg, db);
+            be->bn_bwd(be, bx + off, bdy + off, QN, QC, np, g, b, m, is, 1, bdx + off, dg, db);
         }));
-        const bool quads = fwd.find(four) != std::string::npos, dquads = bwd.find(dx4) != std::string::npos;
+        const bool quads = fwd.find(four) != std::string::npos,
+                   dquads = bwd.find(dx4) != std::string::npos;
         if (quads != (off == 0) || dquads != (off == 0)) {
-            printf("# %s alignment: launches %s / %s\n", off ? "one float off" : "16-byte", fwd.c_str(),
-                   bwd.c_str());
+            printf("# %s alignment: launches %s / %s\n", off ? "one float off" : "16-byte",
+                   fwd.c_str(), bwd.c_str());
             ++case_failures;
         }
         const std::vector<float> yh = host(be, by, total + 4), dxh = host(be, bdx, total + 4);
@@ -456,13 +504,14 @@ static void quads_match_elements(const hcnn_backend *be, const char *four, const
 }
 
 static void test_quads_match_elements() {
-    quads_match_elements(the_backend, "bn_apply4_kernel", "bwd_dx4_kernel");
+    quads_match_elements(the_backend, 12); /* a quad within a plane */
+    quads_match_elements(the_backend, 1);  /* planes of one pixel: 4 channels a quad */
 }
 
 static const hcnn_backend *the_nhwc_backend;
 
 static void test_nhwc_quads_match_elements() {
-    quads_match_elements(the_nhwc_backend, "bn_apply4_kernel", "bwd_dx4_kernel");
+    quads_match_elements(the_nhwc_backend, 12); /* 4 channels a quad */
 }
 
 /* [N][C][NP] -> [N][NP][C] (to 1), or back */
