@@ -28,10 +28,10 @@
  * are 17 threads of one warp (16 of half a warp where it has no tail),
  * totalled through shared memory by the first; its mean is known to the
  * block before the deviations' pass, which reads the plane again from
- * cache within the same launch.  A channel's
- * planes are added by one thread, in order, from rows its block stages in
- * shared memory (below, "a channel's sums over the rows of a table").  No
- * atomics: the same bits every run.
+ * cache within the same launch.  A channel's planes are added by one
+ * thread, in order, from rows its block stages in shared memory (below,
+ * "a channel's sums over the rows of a table").  No atomics: the same bits
+ * every run.
  *
  * A batch whose table does not fit the reduction scratch (more than about
  * a million planes) runs in pieces of whole images: the forward merges the
