@@ -167,8 +167,8 @@ HCNN_HD void hcnn_hd_bn_affine(float gamma, float beta, float mean, float invstd
  * deviations plus their means' from the channel's (Chan, Golub and
  * LeVeque's pairwise update, summed in one order).  The CPU's and the
  * GPU's batch-norms both take their statistics this way: src/cpu/bn.c by
- * hcnn_hd_bn_table_stats from the convolution's bands, src/cuda/bn.cu's
- * bn_channel_stats_kernel from its plane table or bn_nhwc.cu's row blocks
+ * hcnn_hd_bn_table_stats from the convolution's bands, src/cuda/bn_channel.cu's
+ * bn_channel_stats_kernel from bn.cu's plane table or bn_nhwc.cu's row blocks
  * (the bands of one plane) by the piece functions below, in this order. */
 /* piece q's values: band_px, or the last band's `last` (the plane's rest) */
 HCNN_HD double hcnn_hd_bn_piece_px(int q, int bands, int band_px, double last)
@@ -184,7 +184,7 @@ HCNN_HD size_t hcnn_hd_bn_piece_at(int q, int c, int ch, int bands)
 }
 
 /* the two sums a piece adds, one expression each: the CUDA kernel that
- * stages the pieces (src/cuda/bn.cu, bn_channel_stats_kernel) adds them
+ * stages the pieces (src/cuda/bn_channel.cu, bn_channel_stats_kernel) adds them
  * with these, in this order, for these bits (nvcc may fuse the multiply
  * and add where the CPU's compiler does not: the GPU's last bits may
  * differ from the CPU's, not from run to run) */

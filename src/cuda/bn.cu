@@ -1,10 +1,11 @@
 /* Batch normalisation of the CUDA backend: training (batch statistics,
  * running statistics) and inference forwards with the fused addition and
  * ReLU, and the backward with the fused ReLU mask.  This file's kernels are
- * NCHW's, but for the channel kernels and the element-wise ones (bn_apply,
- * bn_infer, bwd_dx), which an NHWC instance (be->layout) shares; it runs
- * bn_nhwc.cu's sums over row blocks in place of plane_stats and bwd_plane,
- * in as many passes and launches.
+ * NCHW's, but for the element-wise ones (bn_apply, bn_infer, bwd_dx),
+ * which an NHWC instance (be->layout) shares; it runs bn_nhwc.cu's sums
+ * over row blocks in place of plane_stats and bwd_plane, in as many
+ * passes and launches.  The channel kernels, both layouts', are
+ * bn_channel.cu's.
  *
  * Each pass reads the tensors at most twice and takes at most 3 launches:
  *   forward   plane_stats (each plane's mean and sum of squared deviations
@@ -29,8 +30,8 @@
  * totalled through shared memory by the first; its mean is known to the
  * block before the deviations' pass, which reads the plane again from
  * cache within the same launch.  A channel's planes are added by one
- * thread, in order, from rows its block stages in shared memory (below,
- * "a channel's sums over the rows of a table").  No atomics: the same bits
+ * thread, in order, from rows its block stages in shared memory
+ * (bn_channel.cu, shared with bn_nhwc.cu).  No atomics: the same bits
  * every run.
  *
  * A batch whose table does not fit the reduction scratch (more than about
@@ -121,115 +122,6 @@ static void plane_stats(const hcnn_backend *be, const float *x, size_t planes, i
     HCNN_CUDA_LAUNCHED();
 }
 
-/* ---- a channel's sums over the rows of a table -------------------------------------
- * The tables above (plane_stats', bwd_plane's; bn_nhwc.cu's row blocks')
- * hold a value or a pair a (row, channel), and a channel's sums run over its
- * rows in order, in double (the CPU's order).  A thread a channel walking
- * its rows waited on each load in turn: bn_channel_stats_kernel took 78 us
- * for layer2.0.bn1's 128 channels x 128 images, one block at 6% occupancy
- * (H200, Nsight Compute, 2026-11-30), bwd_channel_kernel 15.2 us.  Here a
- * block takes CHANNEL_TILE channels: all its threads load ROWS_STAGED rows
- * of them at once into shared memory (neighbouring threads, neighbouring
- * channels: NCHW's [image][channel] tables, one band a plane, are read in
- * whole lines; bands of a plane and NHWC's [channel][block] are not), then
- * its first warp, a thread a channel, adds them in order from there.  The
- * same operations in the same order as before: the same bits (on the
- * emulation against src/core/hd.h, tests/unit/test_cuda_bn; on a GPU not
- * yet run, nvcc's PTX of the old and new bn_channel_stats_kernel has the
- * same multiply, fused multiply-add and add a piece). */
-#define CHANNEL_TILE 32
-#define STAGE_LOADS 16 /* loads a thread has in flight */
-#define ROWS_STAGED (HCNN_CUDA_BLOCK / CHANNEL_TILE * STAGE_LOADS)
-
-/* row q of channel ch: ((q / bands * c + ch) * bands + q % bands) * stride
- * (bands > 1: bands of a plane, hcnn_hd_bn_piece_at's pieces) */
-typedef struct channel_rows {
-    const float *table;
-    int c, bands, stride;
-} channel_rows;
-
-static unsigned channel_blocks(int c) { return (unsigned)((c + CHANNEL_TILE - 1) / CHANNEL_TILE); }
-
-/* rows [r0, r0 + rows) of the block's channels [ch0, ch0 + CHANNEL_TILE):
- * the first `width` (1, 2) floats of each into tile[row][0..width)[channel] */
-static __device__ void stage_rows(channel_rows t, int r0, int rows, int ch0, int width,
-                                  float (*tile)[2][CHANNEL_TILE])
-{
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-    for (int k = 0; k < STAGE_LOADS; k++) {
-        const int e = k * HCNN_CUDA_BLOCK + (int)threadIdx.x, r = e / CHANNEL_TILE;
-        const int j = e - r * CHANNEL_TILE, ch = ch0 + j;
-        if (r < rows && ch < t.c) {
-            const int q = r0 + r, i = q / t.bands;
-            const float *o =
-                t.table + (((size_t)i * t.c + ch) * t.bands + (q - i * t.bands)) * t.stride;
-            tile[r][0][j] = o[0];
-            if (width > 1)
-                tile[r][1][j] = o[1];
-        }
-    }
-}
-
-/* A channel's statistics from a piece of nb images of the table: src/core/
- * hd.h's hcnn_hd_bn_table_stats (its piece functions, pieces in order)
- * over the staged rows, merged with the pieces' before it (done values a
- * channel, their mean and m2 in state[2 ch]); at the last piece, the saved
- * and running statistics */
-static __global__ void bn_channel_stats_kernel(const float *table, int nb, int c, int np,
-                                               int bands, int band_px, double done, int last,
-                                               double *state, float eps, float momentum,
-                                               float *save_mean, float *save_invstd,
-                                               float *running_mean, float *running_var)
-{
-    __shared__ float tile[ROWS_STAGED][2][CHANNEL_TILE];
-    const int j = (int)threadIdx.x, ch0 = (int)blockIdx.x * CHANNEL_TILE, ch = ch0 + j;
-    const int adds = j < CHANNEL_TILE && ch < c; /* (every thread stages) */
-    const channel_rows t = {table, c, bands, 2};
-    const int pieces = nb * bands;
-    const double cnt = (double)nb * np, last_px = (double)(np - (bands - 1) * band_px);
-    double sum = 0.0, ss = 0.0, mu = 0.0;
-    for (int sweep = 0; sweep < 2; sweep++) { /* the means, then the deviations */
-        for (int r0 = 0; r0 < pieces; r0 += ROWS_STAGED) {
-            const int rows = pieces - r0 < ROWS_STAGED ? pieces - r0 : ROWS_STAGED;
-            stage_rows(t, r0, rows, ch0, sweep + 1, tile);
-            __syncthreads();
-            for (int r = 0; adds && r < rows; r++) {
-                const double px = hcnn_hd_bn_piece_px(r0 + r, bands, band_px, last_px);
-                if (sweep == 0)
-                    hcnn_hd_bn_add_mean(&sum, px, tile[r][0][j]);
-                else
-                    hcnn_hd_bn_add_dev(&ss, px, tile[r][0][j], tile[r][1][j], mu);
-            }
-            __syncthreads();
-        }
-        mu = sum / cnt;
-    }
-    if (!adds)
-        return;
-    double mean = done > 0.0 ? state[2 * ch] : 0.0, m2 = done > 0.0 ? state[2 * ch + 1] : 0.0;
-    hcnn_hd_bn_merge(done, &mean, &m2, cnt, mu, ss);
-    if (!last) {
-        state[2 * ch] = mean, state[2 * ch + 1] = m2;
-        return;
-    }
-    save_mean[ch] = (float)mean;
-    save_invstd[ch] =
-        hcnn_hd_bn_finish(mean, m2, done + cnt, eps, momentum, &running_mean[ch], &running_var[ch]);
-}
-
-void hcnn_cuda_bn_table_stats(const hcnn_backend *be, const float *table, int nb, int c, int np,
-                              int bands, int band_px, double done, int last, double *state,
-                              float eps, float momentum, float *save_mean, float *save_invstd,
-                              float *running_mean, float *running_var)
-{
-    HCNN_LAUNCH_BARRIER(bn_channel_stats_kernel, channel_blocks(c), HCNN_CUDA_BLOCK, 0,
-                        cuda_of(be)->stream, table, nb, c, np, bands, band_px, done, last, state,
-                        eps, momentum, save_mean, save_invstd, running_mean, running_var);
-    HCNN_CUDA_LAUNCHED();
-}
-
 /* y = act(x * a + b + add), a, b from the saved statistics (training) */
 static __global__ void bn_apply_kernel(const float *x, size_t total, int c, int np,
                                        const float *gamma, const float *beta, const float *mean,
@@ -294,53 +186,6 @@ static __global__ void bwd_plane_kernel(const float *x, const float *dy, size_t 
         table[2 * q] = hcnn_hd_lanes_total(sg[w], sg[w][LANES]);
         table[2 * q + 1] = hcnn_hd_lanes_total(sgx[w], sgx[w][LANES]);
     }
-}
-
-/* The channel's two sums over a piece of nb rows of the table (images; NHWC:
- * row blocks), in double, rows in order, carried in acc[2 ch] from the
- * pieces before it (first: none); at the last piece, dbeta and dgamma
- * accumulated and the two means dx needs */
-static __global__ void bwd_channel_kernel(const float *table, int nb, int c, int first, int last,
-                                          double cnt, double *acc, float *dgamma, float *dbeta,
-                                          float *mdy, float *mdyx)
-{
-    __shared__ float tile[ROWS_STAGED][2][CHANNEL_TILE];
-    const int j = (int)threadIdx.x, ch0 = (int)blockIdx.x * CHANNEL_TILE, ch = ch0 + j;
-    const int adds = j < CHANNEL_TILE && ch < c;
-    const channel_rows t = {table, c, 1, 2};
-    double sdy = 0.0, sdyx = 0.0;
-    if (adds)
-        sdy = first ? 0.0 : acc[2 * ch], sdyx = first ? 0.0 : acc[2 * ch + 1];
-    for (int r0 = 0; r0 < nb; r0 += ROWS_STAGED) {
-        const int rows = nb - r0 < ROWS_STAGED ? nb - r0 : ROWS_STAGED;
-        stage_rows(t, r0, rows, ch0, 2, tile);
-        __syncthreads();
-        for (int r = 0; adds && r < rows; r++) { /* the CPU's order */
-            sdy += tile[r][0][j];
-            sdyx += tile[r][1][j];
-        }
-        __syncthreads();
-    }
-    if (!adds)
-        return;
-    if (!last) {
-        acc[2 * ch] = sdy, acc[2 * ch + 1] = sdyx;
-        return;
-    }
-    dbeta[ch] += (float)sdy;
-    dgamma[ch] += (float)sdyx;
-    mdy[ch] = (float)(sdy / cnt);
-    mdyx[ch] = (float)(sdyx / cnt);
-}
-
-void hcnn_cuda_bn_table_sums(const hcnn_backend *be, const float *table, int nb, int c, int first,
-                             int last, double cnt, double *acc, float *dgamma, float *dbeta,
-                             float *mdy, float *mdyx)
-{
-    HCNN_LAUNCH_BARRIER(bwd_channel_kernel, channel_blocks(c), HCNN_CUDA_BLOCK, 0,
-                        cuda_of(be)->stream, table, nb, c, first, last, cnt, acc, dgamma, dbeta,
-                        mdy, mdyx);
-    HCNN_CUDA_LAUNCHED();
 }
 
 static __global__ void bwd_dx_kernel(const float *x, const float *dy, size_t total, int c, int np,
@@ -474,33 +319,6 @@ void hcnn_cuda_bn_gather(const hcnn_backend *be, const float *y, int n, int c, i
     stats->bands = 1, stats->band_px = np;
 }
 
-/* channel ch's total over a piece of nb images of plane_stats' totals, in
- * double, images in order (the CPU's), carried in acc[ch]; at the last
- * piece added to db[ch] */
-static __global__ void channel_total_kernel(const float *table, int nb, int c, int first, int last,
-                                            double *acc, float *db)
-{
-    __shared__ float tile[ROWS_STAGED][2][CHANNEL_TILE];
-    const int j = (int)threadIdx.x, ch0 = (int)blockIdx.x * CHANNEL_TILE, ch = ch0 + j;
-    const int adds = j < CHANNEL_TILE && ch < c;
-    const channel_rows t = {table, c, 1, 1};
-    double s = adds && !first ? acc[ch] : 0.0;
-    for (int r0 = 0; r0 < nb; r0 += ROWS_STAGED) {
-        const int rows = nb - r0 < ROWS_STAGED ? nb - r0 : ROWS_STAGED;
-        stage_rows(t, r0, rows, ch0, 1, tile);
-        __syncthreads();
-        for (int r = 0; adds && r < rows; r++)
-            s += tile[r][0][j];
-        __syncthreads();
-    }
-    if (!adds)
-        return;
-    if (last)
-        db[ch] += (float)s;
-    else
-        acc[ch] = s;
-}
-
 /* The convolution's bias gradient (bias.cu's other sums are per column):
  * db[ch] += the sum of channel ch of dy [n][c][np], as the CPU's
  * (src/cpu/bias.c: each plane in the 16-lane order, planes added in double,
@@ -520,10 +338,7 @@ void hcnn_cuda_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, i
     for (int i0 = 0; i0 < n; i0 += piece) {
         const int nb = n - i0 < piece ? n - i0 : piece;
         plane_stats(be, dy + (size_t)i0 * c * np, (size_t)nb * c, np, 0, table);
-        HCNN_LAUNCH_BARRIER(channel_total_kernel, channel_blocks(c), HCNN_CUDA_BLOCK, 0,
-                            cuda_of(be)->stream, (const float *)table, nb, c, i0 == 0,
-                            i0 + nb == n, acc, db);
-        HCNN_CUDA_LAUNCHED();
+        hcnn_cuda_channel_totals(be, table, nb, c, i0 == 0, i0 + nb == n, acc, db);
     }
 }
 

@@ -303,9 +303,10 @@ void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c
 void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,
                       int np, const float *gamma, const float *beta, const float *save_mean,
                       const float *save_invstd, int relu, float *dx, float *dgamma, float *dbeta);
-/* a channel's sums over a table's rows (bn.cu's plane tables, bn_nhwc.cu's
- * row blocks): the training statistics from its pieces (src/core/hd.h,
- * hcnn_hd_bn_table_stats: nb images of `bands` pieces, pairs at
+/* bn_channel.cu: a channel's sums over a table's rows (bn.cu's plane
+ * tables, bn_nhwc.cu's row blocks): the training statistics from its
+ * pieces (src/core/hd.h, hcnn_hd_bn_table_stats: nb images of `bands`
+ * pieces, pairs at
  * hcnn_hd_bn_piece_at), merged with `done` values before them in state[2 ch]
  * (0: none; then state unused where last), at the last piece the saved and
  * running statistics; and the backward's two sums from nb rows of pairs
@@ -318,6 +319,10 @@ void hcnn_cuda_bn_table_stats(const hcnn_backend *be, const float *table, int nb
 void hcnn_cuda_bn_table_sums(const hcnn_backend *be, const float *table, int nb, int c, int first,
                              int last, double cnt, double *acc, float *dgamma, float *dbeta,
                              float *mdy, float *mdyx);
+/* and the totals of nb rows of single values [row][c] (plane_stats'
+ * totals), carried in acc[ch] unless first, at the last added to db */
+void hcnn_cuda_channel_totals(const hcnn_backend *be, const float *table, int nb, int c, int first,
+                              int last, double *acc, float *db);
 /* bn_nhwc.cu: NHWC's per-channel sums (x, dy [n][np][c]), for bn.cu's
  * three when be->layout is NHWC: the training statistics (save_*, the running
  * ones updated), and the backward's (dgamma, dbeta accumulated; *mdy and

@@ -145,28 +145,28 @@ bug transposed_cublas_operand src/cuda/gemm.cu \
 # the legacy default stream, which a non-blocking stream's work does not precede
 bug download_without_sync src/cuda/backend.cu \
     '/static void cuda_download(/,/^}/{s/cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s)/cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)/;/cudaStreamSynchronize/d}'
-# The batch-norm's kernels (src/cuda/bn.cu), one bug each:
+# The batch-norm's kernels (src/cuda/bn.cu, bn_channel.cu), one bug each:
 # a plane's total read before its lanes are written (a barrier left out)
 bug plane_stats_without_barrier src/cuda/bn.cu \
     '/static __global__ void plane_stats_kernel/,/^}/{0,/__syncthreads();/{/__syncthreads();/d}}' \
     bn_fwd_train,conv_fwd_bn_stats
 # the channel's variance over its last piece's values alone
-bug bn_channel_stats_last_piece_count src/cuda/bn.cu \
+bug bn_channel_stats_last_piece_count src/cuda/bn_channel.cu \
     's/hcnn_hd_bn_finish(mean, m2, done + cnt,/hcnn_hd_bn_finish(mean, m2, cnt,/' bn_fwd_train
 # the backward's plane sums without the tail after the 16 lanes' blocks
 bug bwd_plane_without_tail src/cuda/bn.cu \
     '/static __global__ void bwd_plane_kernel/,/^}/s/hi = l < LANES ? whole : np;/hi = whole;/' bn_bwd
 # the backward's channel sums not restarted at a call's first piece
-bug bwd_channel_sums_carried_over src/cuda/bn.cu \
+bug bwd_channel_sums_carried_over src/cuda/bn_channel.cu \
     's/sdy = first ? 0.0 : acc\[2 \* ch\]/sdy = acc[2 * ch]/' bn_bwd
 # a channel's staged rows added before the block has written them (the
 # barrier after stage_rows left out)
-bug bn_channel_stats_before_staged src/cuda/bn.cu \
+bug bn_channel_stats_before_staged src/cuda/bn_channel.cu \
     '/static __global__ void bn_channel_stats_kernel/,/^}/{0,/__syncthreads();/{/__syncthreads();/d}}' \
     bn_fwd_train
 # the rows of a second staging round added again from the first's (a
 # round's start not advanced: rows [0, 128) twice for a batch of 150)
-bug bwd_channel_rounds_restart src/cuda/bn.cu \
+bug bwd_channel_rounds_restart src/cuda/bn_channel.cu \
     '/static __global__ void bwd_channel_kernel/,/^}/s/stage_rows(t, r0, rows, ch0, 2, tile);/stage_rows(t, 0, rows, ch0, 2, tile);/' \
     bn_bwd
 # NHWC's four neighbouring channels of a quad normalised with the first's
@@ -174,7 +174,7 @@ bug bwd_channel_rounds_restart src/cuda/bn.cu \
 bug bn_apply4_one_channel_a_quad src/cuda/bn.cu \
     '0,/if (j == 0 || g.spread)/s/if (j == 0 || g.spread)/if (j == 0)/' bn_fwd_train nhwc
 # the bias gradient overwritten instead of accumulated
-bug channel_total_overwrites src/cuda/bn.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' conv_bwd
+bug channel_total_overwrites src/cuda/bn_channel.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' conv_bwd
 # im2col's window (NCHW: a thread per channel and output pixel writing its
 # taps, src/cuda/conv.cu): the channel's rows of the columns taken one row
 # apart instead of kh*kw (the windows of channel ci and ci + 1 overlap)
