@@ -8,11 +8,11 @@
  * pixel.  Each pass reads the tensors at most twice and takes at most 3
  * launches, as NCHW's:
  *   forward   nhwc_block_stats (each row block's mean and sum of squared
- *             deviations of each channel), bn.cu's bn_channel_stats (each
+ *             deviations of each channel), bn_channel.cu's bn_channel_stats (each
  *             channel's statistics from its blocks' pairs and the running
  *             statistics), then bn.cu's bn_apply (with the addition and ReLU);
  *   backward  nhwc_bwd_block (each block's sums of g and g * xhat),
- *             bn.cu's bwd_channel (dgamma, dbeta and the two means), then
+ *             bn_channel.cu's bwd_channel (dgamma, dbeta and the two means), then
  *             bn.cu's bwd_dx;
  *   inference bn.cu's bn_infer alone.
  *
@@ -20,7 +20,7 @@
  * pairs would not fit the reduction scratch): one thread a (block,
  * channel), so that a warp reads neighbouring channels of a row, summing
  * its block as the CPU sums a plane (16 lanes and a tail,
- * hcnn_hd_lanes_total); then bn.cu's channel kernels merge each channel's
+ * hcnn_hd_lanes_total); then bn_channel.cu's kernels merge each channel's
  * blocks in block order, in double: the forward's pairs as src/core/hd.h's
  * hcnn_hd_bn_table_stats (the blocks as the bands of one plane of `rows`
  * values: Chan et al.'s update, as the CPU and the NCHW kernels), the
@@ -115,7 +115,7 @@ static __global__ void nhwc_block_stats_kernel(const float *x, int rows, int c, 
 
 /* thread k = b c + ch: block b's sums of g and g * (x - m) * is of channel
  * ch (bwd_plane's, over the block's rows in its order), at table[2 k] and
- * table[2 k + 1], blocks in order as bn.cu's bwd_channel reads them */
+ * table[2 k + 1], blocks in order as bn_channel.cu's bwd_channel reads them */
 static __global__ void nhwc_bwd_block_kernel(const float *x, const float *dy, int rows, int c,
                                              int per, int blocks, const float *gamma,
                                              const float *beta, const float *mean,

@@ -254,7 +254,7 @@ static void test_pieces() {
 
 /* ---- the channel kernels against src/core/hd.h's sums, bit for bit ---- */
 
-/* more rows than a block of bn.cu's channel kernels stages at once (128),
+/* more rows than a block of bn_channel.cu's kernels stages at once (128),
  * more channels than one block takes (32: the second block part full) */
 enum { SN = 150, SC = 40, TN = 50, TBANDS = 3, TBAND_PX = 7, TNP = 19 };
 
@@ -541,8 +541,8 @@ static void infer(const bn_dev &d) {
                        d.dx);
 }
 
-/* forward: nhwc_block_stats, bn.cu's bn_channel_stats, bn_apply; backward:
- * nhwc_bwd_block, bn.cu's bwd_channel, bwd_dx: 3 launches and 2 passes over x
+/* forward: nhwc_block_stats, bn_channel.cu's bn_channel_stats, bn_apply; backward:
+ * nhwc_bwd_block, bn_channel.cu's bwd_channel, bwd_dx: 3 launches and 2 passes over x
  * each (a block's second pass reads it from cache); inference: one.  The
  * statistics of a convolution (NCHW's table) are ignored: the same
  * launches and bits as without them */
