@@ -7,6 +7,7 @@
 #                    [--channels-last] [--warmup N] [--repeats N] [--steps N]
 #                    [--device cpu|cuda] [--precision fp32|tf32|bf16]
 #                    [--torch-format nchw|channels_last|best]
+#                    [--hcnn-layout auto|nchw|nhwc|best]
 #                    [--peer-modes one|best|all|MODE,MODE...]
 #                    [--peer-process per-run|server] [--peer-timeout SECONDS]
 #
@@ -22,7 +23,22 @@
 #                 default with --device cuda (cuDNN's tensor-core kernels
 #                 prefer NHWC; the targets are set against PyTorch's faster
 #                 layout).  Its output is --peer-modes' with those two modes.
-# Each PyTorch run's header must name the memory format asked for
+# --hcnn-layout (--device cuda): hcnn's activation layout
+# (HCNN_CUDA_LAYOUT, docs/gpu-nodes.md):
+#   auto          the environment's (unset: auto, NCHW): the default
+#   nchw, nhwc    that layout
+#   best          both, in the same alternated rounds (their order rotating
+#                 from round to round), hcnn's rate the faster of the two
+#                 medians, as PyTorch's with --torch-format best: whether
+#                 NHWC should be auto's choice.  Each round line adds
+#                 hcnn_nchw_images_per_s, hcnn_nhwc_images_per_s and
+#                 hcnn_layout=<the round's faster>; after the rounds one
+#                 line a layout
+#                   hcnn_layout=<layout> median=M ratio=M/<PyTorch's median>
+#                 and hcnn_best_layout=<layout>, the last line's hcnn_median.
+# Each hcnn run in a layout asked for must say it ran in it (its header's
+# "hcnn: device: ... NHWC activations"), each PyTorch run's header must
+# name the memory format asked for
 # (peer.py checks its tensors' strides): a run in another stops compare.sh
 # (exit 1).
 # --precision on the CPU: fp32 (default) or bf16 (hcnn: precision: bf16,
@@ -91,7 +107,7 @@ usage() {
 }
 
 model=lenet batch=64 threads=2 rounds=5 mkldnn=1 channels_last=0 device=cpu precision=fp32
-peer_modes=one torch_format='' peer_process='' peer_timeout=0
+peer_modes=one torch_format='' peer_process='' peer_timeout=0 hcnn_layout=auto
 warmup='' repeats='' steps=''
 # val OPTION [VALUE...]: OPTION must have a non-empty value
 val() { if [ $# -lt 2 ] || [ -z "$2" ]; then echo "compare.sh: $1 needs a value (see --help)" >&2; exit 2; fi; }
@@ -110,6 +126,7 @@ while [ $# -gt 0 ]; do
     --precision) val "$@"; precision=$2; shift 2 ;;
     --peer-modes) val "$@"; peer_modes=$2; shift 2 ;;
     --torch-format) val "$@"; torch_format=$2; shift 2 ;;
+    --hcnn-layout) val "$@"; hcnn_layout=$2; shift 2 ;;
     --peer-process) val "$@"; peer_process=$2; shift 2 ;;
     --peer-timeout) val "$@"; peer_timeout=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
@@ -137,6 +154,15 @@ per-run | server) ;;
 esac
 [ "$device" = cuda ] || [ "$precision" != tf32 ] ||
     { echo "compare.sh: --precision tf32 needs --device cuda (TF32 is a GPU format; on the CPU use fp32 or bf16)" >&2; exit 2; }
+# hcnn's layouts: none (auto: the environment's), or those run each round
+case $hcnn_layout in
+auto) hlayouts=() ;;
+nchw | nhwc) hlayouts=("$hcnn_layout") ;;
+best) hlayouts=(nchw nhwc) ;;
+*) echo "compare.sh: --hcnn-layout '$hcnn_layout': expected auto, nchw, nhwc or best" >&2; exit 2 ;;
+esac
+[ "$device" = cuda ] || [ "$hcnn_layout" = auto ] ||
+    { echo "compare.sh: --hcnn-layout $hcnn_layout needs --device cuda (the CPU backend's activations are NCHW)" >&2; exit 2; }
 
 # PyTorch's memory format: --torch-format, else --peer-modes' or
 # --channels-last's choice, else the device's default
@@ -394,7 +420,7 @@ run() {
 rate_of() {
     local name=$1 log="$tmp/$1.log" rc=$2 rate
     shift 2
-    if [ "$name" = hcnn ] && [ "$bench_mode" = train ]; then
+    if [ "${name%%_*}" = hcnn ] && [ "$bench_mode" = train ]; then
         rate=$(sed -n 's/^epoch=.* images_per_s=\([0-9.]*\).*/\1/p' "$log" | tail -n 1)
     else
         rate=$(tail -n 1 "$log" | sed -n 's/^images_per_s=\([0-9.]*\)$/\1/p')
@@ -436,9 +462,44 @@ peer() {
 }
 # faster A B: the larger of two rates
 faster() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
+# ratio A B: A/B, or NA where B is
+ratio() { if [ "$2" = NA ]; then echo NA; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; fi; }
 
-echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode peer_process=$peer_process peer_timeout=$peer_timeout device=$device precision=$precision peer_modes=$peer_modes torch_format=$torch_format"
-echo "hcnn:    ${hcnn_cmd[*]}"
+# hcnn_round I: hcnn's runs of round I: one in the environment's layout
+# (--hcnn-layout auto), or one a layout asked for, their order rotated by
+# one a round, each checked to have run in it; appends the rates to $tmp/h
+# (auto) or $tmp/h_LAYOUT, and sets h (the round's rate: its faster
+# layout's), hl (that layout; '' for auto) and hlog (its log)
+hcnn_round() {
+    local j lay r n=${#hlayouts[@]}
+    if [ "$n" -eq 0 ]; then
+        h=$(run hcnn "${hcnn_cmd[@]}") || return 1
+        hl='' hlog=$tmp/hcnn.log
+        echo "$h" >> "$tmp/h"
+        return 0
+    fi
+    h='' hl=''
+    for ((j = 0; j < n; j++)); do
+        lay=${hlayouts[$((($1 - 1 + j) % n))]}
+        r=$(run "hcnn_$lay" env "HCNN_CUDA_LAYOUT=$lay" "${hcnn_cmd[@]}") || return 1
+        # (a layout not applied would time one layout twice, unsaid)
+        if ! grep -q "^hcnn: device: .* ${lay^^} activations" "$tmp/hcnn_$lay.log"; then
+            echo "compare.sh: hcnn_$lay did not say it ran in ${lay^^} (HCNN_CUDA_LAYOUT=$lay): $(grep -m 1 '^hcnn: device' "$tmp/hcnn_$lay.log" || echo 'no "hcnn: device" line')" >&2
+            return 1
+        fi
+        echo "$r" > "$tmp/hrate_$lay"
+        echo "$r" >> "$tmp/h_$lay"
+        if [ -z "$h" ] || faster "$r" "$h"; then h=$r hl=$lay; fi
+    done
+    hlog=$tmp/hcnn_$hl.log
+}
+
+echo "compare: model=$model config=$config batch=$batch threads=$threads rounds=$rounds warmup=$warmup repeats=$repeats steps=$steps lr=$lr momentum=$momentum weight_decay=$weight_decay nesterov=$nesterov mkldnn=$mkldnn channels_last=$channels_last hcnn=$bench_mode hcnn_layout=$hcnn_layout peer_process=$peer_process peer_timeout=$peer_timeout device=$device precision=$precision peer_modes=$peer_modes torch_format=$torch_format"
+if [ ${#hlayouts[@]} -eq 0 ]; then
+    echo "hcnn:    ${hcnn_cmd[*]}"
+else
+    for lay in "${hlayouts[@]}"; do echo "hcnn_$lay: HCNN_CUDA_LAYOUT=$lay ${hcnn_cmd[*]}"; done
+fi
 if [ "$have_torch" = 1 ]; then
     # (with a server: each line the command of a process of its own, the same run)
     [ "$peer_process" = per-run ] || echo "peer_server: ${peer_cmd[*]} --serve (one a mode)"
@@ -455,6 +516,7 @@ if [ "$have_torch" = 1 ] && [ "$peer_process" = server ]; then
     serve_ready || exit 1
 fi
 : > "$tmp/h"
+for lay in ${hlayouts[@]+"${hlayouts[@]}"}; do : > "$tmp/h_$lay"; done
 for m in "${modes[@]}"; do : > "$tmp/p_$m"; done
 for ((i = 1; i <= rounds; i++)); do
     # this round's order of the modes: rotated by one a round
@@ -462,14 +524,13 @@ for ((i = 1; i <= rounds; i++)); do
     for ((j = 0; j < nm; j++)); do order+=("${modes[$(((i - 1 + j) % nm))]}"); done
     if [ "$have_torch" = 1 ] && [ $((i % 2)) -eq 0 ]; then
         for m in "${order[@]}"; do peer "$m" || exit 1; done
-        h=$(run hcnn "${hcnn_cmd[@]}") || exit 1
+        hcnn_round "$i" || exit 1
     else
-        h=$(run hcnn "${hcnn_cmd[@]}") || exit 1
+        hcnn_round "$i" || exit 1
         if [ "$have_torch" = 1 ]; then
             for m in "${order[@]}"; do peer "$m" || exit 1; done
         fi
     fi
-    echo "$h" >> "$tmp/h"
     line="round=$i hcnn_images_per_s=$h"
     p=NA pmode=''
     if [ "$have_torch" = 1 ]; then
@@ -480,19 +541,41 @@ for ((i = 1; i <= rounds; i++)); do
         line+=" pytorch_images_per_s=$p ratio=$(awk -v a="$h" -v b="$p" 'BEGIN { printf "%.3f", a / b }')"
     fi
     # hcnn bench's share of the step spent waiting for data (target <= 0.01)
-    dw=$(sed -n 's/^# shares of the step:.* data_wait=\([0-9.]*\).*/\1/p' "$tmp/hcnn.log" | tail -n 1)
+    dw=$(sed -n 's/^# shares of the step:.* data_wait=\([0-9.]*\).*/\1/p' "$hlog" | tail -n 1)
     [ -z "$dw" ] || line+=" hcnn_data_wait_share=$dw"
     if [ "$have_torch" = 1 ] && [ "$peer_modes" != one ]; then
         for m in "${modes[@]}"; do line+=" pytorch_${m}_images_per_s=$(cat "$tmp/rate_$m")"; done
         line+=" pytorch_mode=$pmode"
     fi
+    if [ -n "$hl" ]; then
+        for lay in "${hlayouts[@]}"; do line+=" hcnn_${lay}_images_per_s=$(cat "$tmp/hrate_$lay")"; done
+        line+=" hcnn_layout=$hl"
+    fi
     echo "$line"
 done
 
 # the BLAS kernels hcnn ran with, from its header ("...; OpenBLAS 0.3.21 kernels: X (...)")
-kernels=$(head -n 1 "$tmp/hcnn.log" | sed -n 's/.*; \([^;]*kernels[^(]*\).*/\1/p')
+kernels=$(head -n 1 "$hlog" | sed -n 's/.*; \([^;]*kernels[^(]*\).*/\1/p')
 [ -z "$kernels" ] || echo "hcnn_blas=${kernels% }"
-hm=$(median < "$tmp/h")
+# hcnn's median: of its runs, or its faster layout's (hbest)
+hbest=''
+if [ ${#hlayouts[@]} -eq 0 ]; then
+    hm=$(median < "$tmp/h")
+else
+    hm=NA
+    for lay in "${hlayouts[@]}"; do
+        median < "$tmp/h_$lay" > "$tmp/hmed_$lay"
+        if [ "$hm" = NA ] || faster "$(cat "$tmp/hmed_$lay")" "$hm"; then hm=$(cat "$tmp/hmed_$lay") hbest=$lay; fi
+    done
+fi
+# layout_lines PM: a line for each of hcnn's layouts (ratio against PM) and the faster
+layout_lines() {
+    [ -n "$hbest" ] || return 0
+    for lay in "${hlayouts[@]}"; do
+        echo "hcnn_layout=$lay median=$(cat "$tmp/hmed_$lay") ratio=$(ratio "$(cat "$tmp/hmed_$lay")" "$1")"
+    done
+    echo "hcnn_best_layout=$hbest"
+}
 if [ "$have_torch" = 1 ]; then
     pm=NA best=''
     for m in $compared; do
@@ -508,8 +591,10 @@ if [ "$have_torch" = 1 ]; then
         done
         echo "pytorch_best_mode=$best"
     fi
+    layout_lines "$pm"
     echo "hcnn_median=$hm pytorch_median=$pm ratio=$(awk -v a="$hm" -v b="$pm" 'BEGIN { printf "%.3f", a / b }')"
 else
     echo "compare.sh: PyTorch not measured (python3-torch not installed)"
+    layout_lines NA
     echo "hcnn_median=$hm pytorch_median=NA ratio=NA"
 fi

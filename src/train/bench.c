@@ -56,6 +56,12 @@ int hcnn_bench(const hcnn_config *cfg_in, const hcnn_comm *comm, hcnn_run_opts *
                    cfg->model.name, hcnn_strategy_name(cfg->strategy), comm->size,
                    comm->size > 1 ? "s" : "", r.threads, cfg->batch_size, warmup, repeats, steps,
                    hcnn_blas_describe(blas, sizeof blas));
+            /* the backend as train's header names it: on the GPU its
+             * precision and activation layout (bench/compare.sh checks
+             * that the layout it asked for is the one that ran) */
+            char where[512];
+            r.be->describe(r.be, where, sizeof where);
+            printf("hcnn: device: %s\n", where);
             hcnn_report_compute_setup(&r);
             fflush(stdout);
         }

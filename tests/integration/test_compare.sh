@@ -43,6 +43,9 @@ exit2 compare_torch_format_peer_modes "--torch-format and --peer-modes both pick
     "$CMP" --torch-format best --peer-modes all
 exit2 compare_torch_format_channels_last "--channels-last contradicts --torch-format nchw" \
     "$CMP" --torch-format nchw --channels-last
+exit2 compare_hcnn_layout_unknown "--hcnn-layout 'channels_last': expected auto, nchw, nhwc or best" \
+    "$CMP" --device cuda --hcnn-layout channels_last
+exit2 compare_hcnn_layout_cpu "--hcnn-layout best needs --device cuda" "$CMP" --hcnn-layout best
 exit2 compare_peer_process_unknown "--peer-process 'fork': expected per-run or server" \
     "$CMP" --peer-process fork
 exit2 compare_peer_timeout_bad "--peer-timeout '1m': expected whole seconds" "$CMP" --peer-timeout 1m
@@ -91,6 +94,72 @@ if PYTHON=/bin/false "$CMP" "${SHORT[@]}" --rounds 1 --peer-modes best >"$WORK/n
     case_ok
 else
     case_fail "$(tail -n 3 "$WORK/nt.log") $(tail -n 3 "$WORK/nt.err")"
+fi
+
+# --hcnn-layout best on a device hcnn can run (the emulation build, a GPU;
+# PyTorch left out: the peer's CUDA runs need a GPU): each round line has
+# both layouts' rates, its rate and hcnn_layout the faster's; a line a
+# layout; the last line's hcnn_median the faster median, hcnn_best_layout
+# its layout.  Then an hcnn that drops HCNN_CUDA_LAYOUT (runs NCHW whatever
+# it is asked): its NHWC run's header says NCHW, and compare.sh stops
+# (exit 1) rather than time NCHW twice
+check_layouts() {
+    awk -v rounds="$2" '
+        function fail(why) { print why; bad = 1; exit 1 }
+        /^round=/ {
+            nr++
+            for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
+            a = v["hcnn_nchw_images_per_s"]; b = v["hcnn_nhwc_images_per_s"]
+            if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/) fail("round " nr ": no rate a layout: " $0)
+            if (v["hcnn_images_per_s"] != (b + 0 > a + 0 ? b : a) || v["hcnn_layout"] != (b + 0 > a + 0 ? "nhwc" : "nchw"))
+                fail("round " nr ": hcnn_images_per_s/hcnn_layout are not the faster layout: " $0)
+            delete v
+        }
+        /^hcnn_layout=/ {
+            if (NF != 3 || $2 !~ /^median=[0-9.]+$/ || $3 != "ratio=NA") fail("bad layout line: " $0)
+            split($1, l, "="); split($2, m, "="); med[l[2]] = m[2]
+            if (best == "" || m[2] + 0 > med[best] + 0) best = l[2]
+        }
+        /^hcnn_best_layout=/ { split($0, s, "="); said = s[2] }
+        { last = $0 }
+        END {
+            if (bad) exit 1
+            if (nr != rounds) { print nr " round lines, expected " rounds; exit 1 }
+            if (length(med) != 2) { print length(med) " layout lines, expected 2"; exit 1 }
+            if (said != best) { print "hcnn_best_layout=" said ", expected " best; exit 1 }
+            if (last !~ ("^hcnn_median=" med[best] " pytorch_median=NA ratio=NA$")) {
+                print "last line: " last ", expected hcnn_median=" med[best]; exit 1
+            }
+        }' "$1"
+}
+if "$HCNN" bench --config "$HCNN_SRCDIR/configs/mnist_lenet.yaml" --set device=cuda --set batch_size=8 \
+    --warmup 0 --repeats 1 --steps 1 >"$WORK/probe.log" 2>&1; then
+    case_begin compare_hcnn_layout_best
+    if PYTHON=/bin/false "$CMP" "${SHORT[@]}" --rounds 2 --device cuda --hcnn-layout best \
+        >"$WORK/hl.log" 2>"$WORK/hl.err" &&
+       grep -qE '^compare: .* hcnn_layout=best .* device=cuda ' "$WORK/hl.log" &&
+       grep -qE '^hcnn_nhwc: HCNN_CUDA_LAYOUT=nhwc .* bench .*--set device=cuda ' "$WORK/hl.log" &&
+       why=$(check_layouts "$WORK/hl.log" 2); then
+        case_ok
+    else
+        case_fail "${why:-exit status or header}: $(tail -n 4 "$WORK/hl.log") $(tail -n 2 "$WORK/hl.err")"
+    fi
+    case_begin compare_hcnn_layout_ignored
+    printf '#!/bin/sh\nunset HCNN_CUDA_LAYOUT\nexec "%s" "$@"\n' "$HCNN" >"$WORK/hcnn-ignores"
+    chmod +x "$WORK/hcnn-ignores"
+    rc=0
+    HCNN="$WORK/hcnn-ignores" PYTHON=/bin/false "$CMP" "${SHORT[@]}" --rounds 1 --device cuda \
+        --hcnn-layout nhwc >"$WORK/hli.log" 2>"$WORK/hli.err" || rc=$?
+    if [ $rc -eq 1 ] && grep -q '^compare.sh: hcnn_nhwc did not say it ran in NHWC (HCNN_CUDA_LAYOUT=nhwc): hcnn: device: .* NCHW activations' "$WORK/hli.err"; then
+        case_ok
+    else
+        case_fail "exit $rc, expected 1: $(tail -n 3 "$WORK/hli.err")"
+    fi
+else
+    for c in compare_hcnn_layout_best compare_hcnn_layout_ignored; do
+        case_begin $c
+        case_skip "hcnn cannot run device: cuda here (a CPU build, or no GPU): $(grep -m 1 -i 'error\|cuda' "$WORK/probe.log" | cut -c 1-160)"
+    done
 fi
 
 TORCH_CASES="peer_bf16_cpu peer_bf16_emulated peer_memory_format compare_peer_modes_best
