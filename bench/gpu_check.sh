@@ -9,19 +9,22 @@
 #           bench/compare.sh against PyTorch on the same GPU: ResNet-18
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256; PyTorch
 #           in NCHW and channels_last in the same alternated rounds, its
-#           faster median the reference (issue 42), 3 rounds, each PyTorch
+#           faster median the reference (issue 42), and ResNet-18's hcnn
+#           likewise in NCHW and NHWC activations (compare.sh --hcnn-layout
+#           best: whether auto should choose NHWC), 3 rounds, each PyTorch
 #           mode's runs made by one process (compare.sh's --peer-process
-#           server, below; COMPARE_ROUNDS, COMPARE_FORMAT=nchw|channels_last|best
-#           and COMPARE_PEER_PROCESS=server|per-run in the environment); its
-#           diagnostics: hcnn bench with NHWC activations in fp32, tf32, bf16
-#           (HCNN_CUDA_LAYOUT=nhwc) and bf16 by cuDNN's graphs in both
-#           layouts (HCNN_CUDA_CONV=cudnn)
+#           server, below; COMPARE_ROUNDS, COMPARE_FORMAT=nchw|channels_last|best,
+#           COMPARE_HCNN_LAYOUT=auto|nchw|nhwc|best and
+#           COMPARE_PEER_PROCESS=server|per-run in the environment); its
+#           diagnostics: bf16 by cuDNN's graphs in both layouts
+#           (HCNN_CUDA_CONV=cudnn)
 #   kernels the kernel time of hcnn bench's timed steps (bench/kernel_share.so,
-#           a CUPTI injection library: the share and the ten longest kernels),
+#           a CUPTI injection library: the share and the twenty longest kernels),
 #           ResNet-18 batch 128 fp32 under each convolution choice, LeNet-5
 #           batch 256 with and without CUDA graphs; its diagnostics: ResNet-18
 #           in tf32 with PyTorch's tf32 step beside it (bench/pytorch/peer.py
-#           --profiler-windows, under the same library), bf16 (auto), the data
+#           --profiler-windows, under the same library) and in tf32 with NHWC
+#           activations, bf16 (auto), the data
 #           gradient transposed by cuDNN, cuDNN's Winograd, and PyTorch's fp32
 #           step
 #   (run in this order: tests; kernels' and bench's runs that targets are
@@ -301,6 +304,12 @@ kernels_diagnostics() {
     kbench resnet_b128_tf32 60 auto --config configs/cifar_resnet18.yaml --set device=cuda \
         --set batch_size=128 --set precision=tf32 --warmup 3 --repeats 3 --steps 5
     pytorch_kernels tf32
+    # the same TF32 step in NHWC activations (cuDNN's tensor-core
+    # convolutions read NHWC; never yet run on a GPU): its kernels, and its
+    # plan lines, the ways auto measured for each shape in NHWC
+    HCNN_CUDA_LAYOUT=nhwc kbench resnet_b128_tf32_nhwc 60 auto --config configs/cifar_resnet18.yaml \
+        --set device=cuda --set batch_size=128 --set precision=tf32 --warmup 3 --repeats 3 --steps 5
+    grep -E '^hcnn: device|^# plan layer[1-4]\.1\.conv1' "$O/kernels_resnet_b128_tf32_nhwc.log" | cut -c 1-600
     # bf16, 1.41x PyTorch autocast on the H200 (1.12x in its first round):
     # where its step goes once the GEMMs run on tensor cores (no bf16 kernel
     # log since the H200's of 2026-11-27, which named im2col, the bf16
@@ -340,7 +349,9 @@ pytorch_kernels() { # precision: PyTorch's ResNet-18 batch 128 under the same li
 # PyTorch process took 12-15 s on the H100 (2026-11-27's session.log: 42-54
 # s a configuration of 3 rounds, hcnn 2-3 s of each round), of which its
 # timed steps and warm-up are 0.3-1 s: the rest its import, CUDA's start
-# and cudnn.benchmark's first search.  A process a run, in both formats,
+# and cudnn.benchmark's first search.  hcnn in both layouts (ResNet-18,
+# --hcnn-layout best) adds an hcnn run a round: ~3 s at batch 128 on the
+# H100 (a bound of 10 s a round more).  A process a run, in both formats,
 # made a configuration ~60 s at 2 rounds, ~90 s at 3 (~300 and ~450 s for
 # the five).  compare.sh's --peer-process server (its default on cuda)
 # starts each format's PyTorch once and has it make that format's runs: an
@@ -353,7 +364,7 @@ pytorch_kernels() { # precision: PyTorch's ResNet-18 batch 128 under the same li
 # has not answered in 60 s (compare.sh's --peer-timeout) fails so, saying
 # where, rather than spending the comparison's whole bound.
 bench_targets() {
-    local m spec model batch prec rc steps cs cr=${COMPARE_ROUNDS:-3} cp=${COMPARE_PEER_PROCESS:-server} after=""
+    local m spec model batch prec rc steps cs hl cr=${COMPARE_ROUNDS:-3} cp=${COMPARE_PEER_PROCESS:-server} after=""
     for m in $modes; do
         stamp "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=$m"
         HCNN_CUDA_CONV=$m bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
@@ -367,17 +378,18 @@ bench_targets() {
     # compare BOUND ROUNDS PEER_PROCESS: compare.sh on this configuration (model, batch, prec, steps)
     compare() {
         HCNN=$HCNN PYTHON=$B/python bounded "$1" bench/compare.sh --device cuda --model "$model" --batch "$batch" \
-            --precision "$prec" --rounds "$2" --torch-format "$cf" --threads 4 "${steps[@]}" \
-            --peer-process "$3" --peer-timeout 60 >> "$O/compare.log" 2>&1
+            --precision "$prec" --rounds "$2" --torch-format "$cf" --hcnn-layout "$hl" --threads 4 \
+            "${steps[@]}" --peer-process "$3" --peer-timeout 60 >> "$O/compare.log" 2>&1
     }
     for spec in "resnet18 128 fp32" "resnet18 128 tf32" "resnet18 128 bf16" "lenet 64 fp32" "lenet 256 fp32"; do
         read -r model batch prec <<<"$spec"
-        stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf$after" |
+        steps=() hl=auto
+        [ "$model" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5) hl=${COMPARE_HCNN_LAYOUT:-best}
+        stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf --hcnn-layout $hl$after" |
             tee -a "$O/compare.log"
-        steps=()
-        [ "$model" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5)
         cs=$((30 * cr + 60)) # a server a mode: ~25-30 s a configuration at 3 rounds; a process a run ~90
         [ "$cp" = server ] || cs=$((60 * cr + 60))
+        [ "$hl" != best ] || cs=$((cs + 10 * cr))
         compare "$cs" "$cr" "$cp"
         rc=$?
         echo "exit $rc"
@@ -387,29 +399,22 @@ bench_targets() {
             compare_part | grep -E '^compare.sh: ' | head -n 3
             cp=per-run cr=2 after=" --rounds 2 --peer-process per-run (PyTorch failed with its servers before)"
             stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf" \
-                "--rounds 2 --peer-process per-run (PyTorch failed with its servers)" | tee -a "$O/compare.log"
-            compare "$((60 * cr + 60))" "$cr" "$cp"
+                "--hcnn-layout $hl --rounds 2 --peer-process per-run (PyTorch failed with its servers)" | tee -a "$O/compare.log"
+            cs=$((60 * cr + 60))
+            [ "$hl" != best ] || cs=$((cs + 10 * cr))
+            compare "$cs" "$cr" "$cp"
             echo "exit $?"
         fi
-        # this configuration's part of compare.log: each format's median, the reference, the ratio
-        compare_part | grep -E '^pytorch_mode=|^pytorch_best_mode=|^hcnn_median=|^compare.sh: ' | tail -n 6
+        # this configuration's part of compare.log: each format's median, the
+        # reference, each hcnn layout's median and ratio, the ratio
+        compare_part | grep -E '^pytorch_mode=|^pytorch_best_mode=|^hcnn_layout=|^hcnn_best_layout=|^hcnn_median=|^compare.sh: ' | tail -n 9
     done
 }
-# NHWC activations and bf16 by cuDNN's graphs (never yet run on a GPU),
-# then the convolutions' measured ways
+# bf16 by cuDNN's graphs (never yet run on a GPU for ResNet-18), then the
+# convolutions' measured ways (NHWC activations in each precision: the
+# targets' comparisons above, --hcnn-layout best)
 bench_diagnostics() {
-    local p lay
-    # NHWC activations (HCNN_CUDA_LAYOUT=nhwc: cuDNN's plans on NHWC
-    # tensors, the im2col path's NHWC kernels): whether auto should choose
-    # them, in each precision, against the runs above and compare.sh's
-    # (about 10 s each on the H100)
-    for p in fp32 tf32 bf16; do
-        stamp "hcnn bench ResNet-18 batch 128 $p, HCNN_CUDA_LAYOUT=nhwc"
-        HCNN_CUDA_LAYOUT=nhwc bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
-            --set device=cuda --set batch_size=128 --set precision=$p --warmup 3 --repeats 3 \
-            --steps 5 > "$O/bench_resnet_b128_nhwc_$p.log" 2>&1
-        echo "exit $?"; grep -E '^hcnn: device|^# setup_ms|^# step_ms|^images_per_s' "$O/bench_resnet_b128_nhwc_$p.log"
-    done
+    local lay
     # bf16 by cuDNN's graphs for every pass that has an engine
     # (src/cuda/conv_graph.cu, written 2026-11-29 without a GPU): the step
     # time in each layout and the first layers' plans (the engine, or why
@@ -522,12 +527,16 @@ if [ -n "$index" ]; then
             END { if (p + f > 0) printf "test_cuda %s %d of %d", m, p, p + f; else printf "test_cuda %s: no result", m }' "$f")"
     done
     [ -f "$O/conformance.log" ] && add "conformance $(grep -oE '^\[  PASSED  \] [0-9]+' "$O/conformance.log" | awk '{ print $4 " passed" }' | tail -n 1)"
-    # (with PyTorch's reference layout when both ran: pytorch_best_mode=PREC_nchw|nhwc)
+    # (with PyTorch's reference layout when both ran: pytorch_best_mode=PREC_nchw|nhwc,
+    # and hcnn's faster layout when both ran: hcnn_best_layout=, "(hcnn nhwc, PyTorch nchw)")
     # (a configuration run again, or after such, with a process a run: "(per-run, 2 rounds)")
-    [ -f "$O/compare.log" ] && add "$(awk '/^=== .*compare.sh/ { l = ""; for (i = 1; i < NF; i++) { if ($i == "--model") m = $(i + 1); if ($i == "--batch") b = $(i + 1); if ($i == "--precision") p = $(i + 1) }
+    [ -f "$O/compare.log" ] && add "$(awk '/^=== .*compare.sh/ { pl = ""; hl = ""; for (i = 1; i < NF; i++) { if ($i == "--model") m = $(i + 1); if ($i == "--batch") b = $(i + 1); if ($i == "--precision") p = $(i + 1) }
             t = index($0, "(PyTorch failed with its servers") ? " (per-run, 2 rounds)" : "" }
-        /^pytorch_best_mode=/ { l = $0; sub(/.*_/, "", l); l = " (" l ")" }
-        /^hcnn_median=/ { r = $3; sub(/ratio=/, "", r); s = s (s == "" ? "vs PyTorch: " : ", ") m " b" b " " p " " r "x" l t }
+        /^pytorch_best_mode=/ { pl = $0; sub(/.*_/, "", pl) }
+        /^hcnn_best_layout=/ { hl = $0; sub(/.*=/, "", hl) }
+        /^hcnn_median=/ { r = $3; sub(/ratio=/, "", r)
+            l = hl != "" ? " (hcnn " hl (pl != "" ? ", PyTorch " pl : "") ")" : (pl != "" ? " (" pl ")" : "")
+            s = s (s == "" ? "vs PyTorch: " : ", ") m " b" b " " p " " r "x" l t }
         END { print s }' "$O/compare.log")"
     for f in "$O"/kernels_resnet_b128_auto.log "$O"/kernels_resnet_b128_im2col.log; do
         if [ -f "$f" ]; then

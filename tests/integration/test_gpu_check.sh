@@ -93,12 +93,13 @@ else
     miss=""
     for stamp in "the conformance suite on cuda" "test_cuda.sh under each convolution choice" \
         "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=" "HCNN_CUDA_LAYOUT=nhwc" \
-        "bench/compare.sh --device cuda --model resnet18 --batch 128 --precision bf16" \
-        "bench/compare.sh --device cuda --model lenet --batch 256" "s: done"; do
+        "bench/compare.sh --device cuda --model resnet18 --batch 128 --precision bf16 --torch-format best --hcnn-layout best" \
+        "bench/compare.sh --device cuda --model lenet --batch 256 --precision fp32 --torch-format best --hcnn-layout auto" \
+        "s: done"; do
         grep -qF -- "$stamp" "$L" || miss+=" '$stamp'"
     done
     # kernels: its runs where the build has CUPTI's kernel_share.so, else the line saying so
-    for k in resnet_b128_tf32 pytorch_resnet_b128_tf32 pytorch_resnet_b128_fp32; do
+    for k in resnet_b128_tf32 pytorch_resnet_b128_tf32 resnet_b128_tf32_nhwc pytorch_resnet_b128_fp32; do
         grep -qE "kernel time: $k\$|kernel_share.so missing" "$L" || miss+=" kernels($k)"
     done
     grep -qE 'no ncu|Nsight Compute:' "$L" || miss+=" nsight"
