@@ -3,12 +3,21 @@
  * im2col + cuBLAS path): the forward, the data gradient and the filter
  * gradient (and the forward of the transposed data gradient, conv.cu) as
  * cuDNN's convolution calls on the FP32 tensors as they are
- * (the activations NCHW or, in an NHWC instance, CUDNN_TENSOR_NHWC; the
- * filter always KCRS, CUDNN_TENSOR_NCHW), with the bias and its gradient
- * by bias.cu as on the im2col path.  The NHWC descriptors are unmeasured
- * (written 2026-11-29 without a GPU): where cuDNN's heuristics offer no
- * usable algorithm for them the convolution takes conv.cu's NHWC im2col
- * path as for any shape without one, and conv_choice.cu's rule is NCHW's.
+ * (the activations NCHW or, in an NHWC instance, CUDNN_TENSOR_NHWC), with
+ * the bias and its gradient by bias.cu as on the im2col path.  The filter
+ * is KCRS in NCHW; in NHWC it is a KRSC copy (CUDNN_TENSOR_NHWC: every
+ * tensor of the call in one format, the one cuDNN's TF32 tensor-core
+ * kernels read, ..._nhwckrsc_nhwc_..., and PyTorch's channels_last gives
+ * them; tensors in another cuDNN transposes itself, 16% of the kernel time
+ * of hcnn's TF32 step by cuDNN in NCHW on the H200 of 2026-11-27,
+ * docs/gpu-nodes.md; 2026-12-01, in place of a KCRS filter beside NHWC
+ * activations), which
+ * conv_cudnn_call.cu writes in the workspace's first part at each call
+ * (and the filter gradient, computed KRSC, adds back to the KCRS one).
+ * The NHWC descriptors are unmeasured (written 2026-11-29 and 2026-12-01
+ * without a GPU): where cuDNN's heuristics offer no usable algorithm for
+ * them the convolution takes conv.cu's NHWC im2col path as for any shape
+ * without one, and conv_choice.cu's rule is NCHW's.
  *
  * Algorithms: for each convolution shape and batch, the first of cuDNN's
  * heuristic ranking (cudnnGet*Algorithm_v7: no timing, so the same choice on
@@ -212,14 +221,23 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     MAKE(cudnnCreateFilterDescriptor(&p->w));
     for (int pass = 0; pass < HCNN_PASSES; pass++)
         MAKE(cudnnCreateConvolutionDescriptor(&p->conv[pass]));
-    /* x, y in the instance's layout (the sizes are n, c, h, w in both); the
-     * filter [out][in][kh][kw] in both (backend.h) */
+    /* x, y and the filter in the instance's layout (the sizes are n, c, h,
+     * w in both; the filter KCRS, or in NHWC its KRSC copy: krsc_bytes) */
     const cudnnTensorFormat_t act =
         p->layout == HCNN_LAYOUT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     MAKE(cudnnSetTensor4dDescriptor(p->x, act, CUDNN_DATA_FLOAT, n, g->c, g->h, g->w));
     MAKE(cudnnSetTensor4dDescriptor(p->y, act, CUDNN_DATA_FLOAT, n, p->d.out_c, g->oh, g->ow));
-    MAKE(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->d.out_c, g->c,
-                                    g->kh, g->kw));
+    MAKE(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, act, p->d.out_c, g->c, g->kh, g->kw));
+    if (p->layout == HCNN_LAYOUT_NHWC) {
+        const size_t w_bytes = sizeof(float) * p->d.out_c * g->c * g->kh * g->kw;
+        p->krsc_bytes = (w_bytes + 255) / 256 * 256;
+    }
+    /* the two copies come out of the caller's workspace first */
+    if (limit < 2 * p->krsc_bytes) {
+        plan_free(p);
+        return 0;
+    }
+    limit -= 2 * p->krsc_bytes;
     const int fp32 = p->precision == HCNN_PRECISION_FP32;
     for (int pass = 0; pass < HCNN_PASSES; pass++) {
         MAKE(cudnnSetConvolution2dDescriptor(p->conv[pass], g->ph, g->pw, g->sh, g->sw, 1, 1,
@@ -305,6 +323,7 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
         plan_free(p);
         return 0;
     }
+    p->workspace += 2 * p->krsc_bytes;
     return 1;
 }
 
@@ -512,7 +531,7 @@ void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, siz
         return;
     }
     const char *math = p->precision == HCNN_PRECISION_FP32 ? "FMA math" : "TF32 allowed";
-    const char *nhwc = p->layout == HCNN_LAYOUT_NHWC ? " NHWC" : "";
+    const char *nhwc = p->layout == HCNN_LAYOUT_NHWC ? " NHWC (KRSC filter copy)" : "";
     const char *algo = pass == HCNN_PASS_FORWARD ? fwd_name(p->fwd)
                        : pass == HCNN_PASS_DATA  ? bwd_data_name(p->bwd_data)
                                                  : bwd_filter_name(p->bwd_filter);

@@ -37,7 +37,14 @@ struct hcnn_cudnn_conv {
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
-    size_t workspace; /* bytes: the largest of the three */
+    size_t workspace; /* bytes: the largest of the three, krsc_bytes' two copies included */
+    /* FP32 and TF32 in NHWC: the bytes (256-byte multiples) of one KRSC
+     * copy of the filter, as the plan's filter descriptor says it
+     * (conv_cudnn.cu); the caller's workspace starts with two (the filter's,
+     * then its gradient's: conv_cudnn_call.cu), cuDNN's own after them.
+     * 0: the filter as the caller keeps it, KCRS (NCHW; bf16's graphs,
+     * whose rounded copies are KRSC in NHWC anyway) */
+    size_t krsc_bytes;
     int none;         /* 1: cuDNN has no plan for it (im2col) */
     size_t short_of;  /* > 0: no algorithm fits this many bytes or fewer (im2col) */
     int has[HCNN_PASSES];                 /* the passes it runs */

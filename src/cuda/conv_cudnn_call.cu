@@ -14,29 +14,50 @@
 
 #if HCNN_HAVE_CUDNN && !defined(HCNN_CUDA_EMULATION)
 
-/* the caller's workspace, which conv_workspace sized for this plan */
+/* cuDNN's part of the caller's workspace, which conv_workspace sized for
+ * this plan: all of it but the KRSC filter copies at its start (p->krsc_bytes:
+ * FP32 and TF32 in NHWC), its bytes and where it starts */
 static size_t workspace_bytes(const hcnn_cudnn_conv *p, const hcnn_exec *ex)
 {
     const size_t have = ex->ws_floats * sizeof(float);
     if (have < p->workspace)
         hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__,
                        "the workspace is smaller than the algorithms chosen need");
-    return have;
+    return have - 2 * p->krsc_bytes;
+}
+static void *workspace_of(const hcnn_cudnn_conv *p, const hcnn_exec *ex)
+{
+    return (char *)ex->ws + 2 * p->krsc_bytes;
 }
 
 static cudnnHandle_t handle_of(const hcnn_backend *be) { return cuda_of(be)->dnn->handle; }
 
-/* wb[k][t][c] = w[k][c][t] rounded to bfloat16 (t: the kh*kw taps): the
- * filter KRSC, as an NHWC graph reads it (conv_graph.cu) */
-static __global__ void to_bf16_krsc_kernel(const float *w, unsigned total, int c, int taps,
-                                           __nv_bfloat16 *wb)
+/* out[k][t][c] = w[k][c][t] (t: the kh*kw taps), as it is or rounded to
+ * bfloat16: the filter KRSC, as an NHWC plan reads it (conv_graph.cu's
+ * graphs; the legacy API's NHWC filter descriptor, conv_cudnn.cu) */
+static __device__ void krsc_store(float *out, float v) { *out = v; }
+static __device__ void krsc_store(__nv_bfloat16 *out, float v) { *out = __float2bfloat16(v); }
+template <typename T>
+static __global__ void to_krsc_kernel(const float *w, unsigned total, int c, int taps, T *out)
 {
     const unsigned i = (unsigned)HCNN_CUDA_INDEX();
     if (i >= total)
         return;
     const unsigned ci = i % (unsigned)c, t = i / (unsigned)c % (unsigned)taps;
     const unsigned k = i / ((unsigned)c * (unsigned)taps);
-    wb[i] = __float2bfloat16(w[((size_t)k * c + ci) * taps + t]);
+    krsc_store(&out[i], w[((size_t)k * c + ci) * taps + t]);
+}
+
+/* dw[k][c][t] += g[k][t][c]: a filter gradient cuDNN computed KRSC, added
+ * to the caller's KCRS one (as its beta = 1 would have added it there) */
+static __global__ void add_krsc_kernel(const float *g, unsigned total, int c, int taps, float *dw)
+{
+    const unsigned i = (unsigned)HCNN_CUDA_INDEX();
+    if (i >= total)
+        return;
+    const unsigned t = i % (unsigned)taps, ci = i / (unsigned)taps % (unsigned)c;
+    const unsigned k = i / ((unsigned)c * (unsigned)taps);
+    dw[i] += g[((size_t)k * taps + t) * c + ci];
 }
 
 /* bf16: ab = a's n floats rounded to bfloat16; a the filter when filter
@@ -46,7 +67,7 @@ static void bf16_operand(const hcnn_backend *be, const hcnn_cudnn_conv *p, const
 {
     if (filter && p->layout == HCNN_LAYOUT_NHWC && n > 0) {
         const int taps = p->d.g.kh * p->d.g.kw;
-        HCNN_LAUNCH(to_bf16_krsc_kernel, hcnn_cuda_blocks(n), HCNN_CUDA_BLOCK,
+        HCNN_LAUNCH(to_krsc_kernel<__nv_bfloat16>, hcnn_cuda_blocks(n), HCNN_CUDA_BLOCK,
                     cuda_of(be)->stream, a, (unsigned)n, p->d.g.c, taps, ab);
         HCNN_CUDA_LAUNCHED();
     } else {
@@ -78,6 +99,21 @@ static size_t out_floats(const hcnn_cudnn_conv *p)
 static size_t w_floats(const hcnn_cudnn_conv *p)
 {
     return (size_t)p->d.out_c * p->d.g.c * p->d.g.kh * p->d.g.kw;
+}
+
+/* FP32 and TF32: the filter as p's descriptor reads it: w itself (KCRS),
+ * or in NHWC its KRSC copy, written to the workspace's first part */
+static const float *filter_of(const hcnn_backend *be, const hcnn_cudnn_conv *p,
+                              const hcnn_exec *ex, const float *w)
+{
+    if (!p->krsc_bytes)
+        return w;
+    float *wk = ex->ws;
+    const size_t n = w_floats(p);
+    HCNN_LAUNCH(to_krsc_kernel<float>, hcnn_cuda_blocks(n), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
+                w, (unsigned)n, p->d.g.c, p->d.g.kh * p->d.g.kw, wk);
+    HCNN_CUDA_LAUNCHED();
+    return wk;
 }
 
 /* ---- the calls -------------------------------------------------------------- */
@@ -172,8 +208,9 @@ static cudnnStatus_t graph_run(const hcnn_backend *be, const hcnn_cudnn_conv *p,
                                float *out, const hcnn_exec *ex, char *detail, size_t cap)
 {
     hcnn_graph_plan *gp = (hcnn_graph_plan *)&p->graph[k];
-    const cudnnStatus_t s = hcnn_graph_plan_run(handle_of(be), gp, k, a, b, bias, out, ex->ws,
-                                                workspace_bytes(p, ex));
+    const size_t ws_bytes = workspace_bytes(p, ex);
+    const cudnnStatus_t s =
+        hcnn_graph_plan_run(handle_of(be), gp, k, a, b, bias, out, workspace_of(p, ex), ws_bytes);
     detail[0] = '\0';
     if (s != CUDNN_STATUS_SUCCESS) {
         refusal_or_fail(be, "cudnnBackendExecute", s, detail, cap);
@@ -226,9 +263,10 @@ int hcnn_cudnn_conv_fwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const 
         return refused(be, p, HCNN_PASS_FORWARD, "cudnnBackendExecute (forward)", s, detail);
     }
     const float one = 1.0f, zero = 0.0f;
+    const size_t ws_bytes = workspace_bytes(p, ex);
     const cudnnStatus_t s = cudnnConvolutionForward(
-        handle_of(be), &one, p->x, x, p->w, w, p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
-        workspace_bytes(p, ex), &zero, p->y, y);
+        handle_of(be), &one, p->x, x, p->w, filter_of(be, p, ex, w), p->conv[HCNN_PASS_FORWARD],
+        p->fwd, workspace_of(p, ex), ws_bytes, &zero, p->y, y);
     return call_result(be, p, HCNN_PASS_FORWARD, "cudnnConvolutionForward", s);
 }
 
@@ -240,9 +278,10 @@ int hcnn_cudnn_conv_fwd_into(const hcnn_backend *be, const hcnn_cudnn_conv *p,
         hcnn_cuda_fail("cuDNN convolution", __FILE__, __LINE__,
                        "y += conv(x, w) asked of a bf16 plan (its graphs write y)");
     const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
+    const size_t ws_bytes = workspace_bytes(p, ex);
     const cudnnStatus_t s = cudnnConvolutionForward(
-        handle_of(be), &one, p->x, x, p->w, w, p->conv[HCNN_PASS_FORWARD], p->fwd, ex->ws,
-        workspace_bytes(p, ex), &beta, p->y, y);
+        handle_of(be), &one, p->x, x, p->w, filter_of(be, p, ex, w), p->conv[HCNN_PASS_FORWARD],
+        p->fwd, workspace_of(p, ex), ws_bytes, &beta, p->y, y);
     return call_result(be, p, HCNN_PASS_FORWARD, "cudnnConvolutionForward (transposed)", s);
 }
 
@@ -279,10 +318,20 @@ int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
         bf16_pair(be, p, x, in_floats(p), 0, dy, out_floats(p), &xb, &dyb);
         return filter_graph(be, p, ex, xb, dyb, dw);
     }
-    const float one = 1.0f; /* dw += */
+    /* dw += (KCRS); in NHWC the gradient KRSC in the workspace's second
+     * copy (= ), then added to dw */
+    const float one = 1.0f, zero = 0.0f;
+    const size_t ws_bytes = workspace_bytes(p, ex);
+    float *gk = p->krsc_bytes ? (float *)((char *)ex->ws + p->krsc_bytes) : dw;
     const cudnnStatus_t s = cudnnConvolutionBackwardFilter(
-        handle_of(be), &one, p->x, x, p->y, dy, p->conv[HCNN_PASS_FILTER], p->bwd_filter, ex->ws,
-        workspace_bytes(p, ex), &one, p->w, dw);
+        handle_of(be), &one, p->x, x, p->y, dy, p->conv[HCNN_PASS_FILTER], p->bwd_filter,
+        workspace_of(p, ex), ws_bytes, p->krsc_bytes ? &zero : &one, p->w, gk);
+    if (s == CUDNN_STATUS_SUCCESS && p->krsc_bytes) {
+        const size_t n = w_floats(p);
+        HCNN_LAUNCH(add_krsc_kernel, hcnn_cuda_blocks(n), HCNN_CUDA_BLOCK, cuda_of(be)->stream, gk,
+                    (unsigned)n, p->d.g.c, p->d.g.kh * p->d.g.kw, dw);
+        HCNN_CUDA_LAUNCHED();
+    }
     return call_result(be, p, HCNN_PASS_FILTER, "cudnnConvolutionBackwardFilter", s);
 }
 
@@ -296,9 +345,10 @@ int hcnn_cudnn_conv_bwd_data(const hcnn_backend *be, const hcnn_cudnn_conv *p,
         return data_graph(be, p, ex, dyb, wb, dx, dx_acc);
     }
     const float one = 1.0f, beta = dx_acc ? 1.0f : 0.0f;
+    const size_t ws_bytes = workspace_bytes(p, ex);
     const cudnnStatus_t s = cudnnConvolutionBackwardData(
-        handle_of(be), &one, p->w, w, p->y, dy, p->conv[HCNN_PASS_DATA], p->bwd_data, ex->ws,
-        workspace_bytes(p, ex), &beta, p->x, dx);
+        handle_of(be), &one, p->w, filter_of(be, p, ex, w), p->y, dy, p->conv[HCNN_PASS_DATA],
+        p->bwd_data, workspace_of(p, ex), ws_bytes, &beta, p->x, dx);
     return call_result(be, p, HCNN_PASS_DATA, "cudnnConvolutionBackwardData", s);
 }
 
