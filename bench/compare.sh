@@ -398,6 +398,9 @@ else
     hcnn_cmd=("$HCNN" train --config "$config" --set "batch_size=$batch" --set "threads=$threads"
         --set dataset=synthetic --set "synthetic_train=$((batch * (warmup + repeats * steps)))"
         --set "synthetic_test=$batch" --set epochs=1 --set csv= --set checkpoint_dir= -q)
+    # (-q: no header, so no layout line to check a run by)
+    [ ${#hlayouts[@]} -eq 0 ] ||
+        { echo "compare.sh: --hcnn-layout $hcnn_layout needs an hcnn with the bench command" >&2; exit 2; }
 fi
 
 have_torch=1

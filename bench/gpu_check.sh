@@ -9,15 +9,17 @@
 #           bench/compare.sh against PyTorch on the same GPU: ResNet-18
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256; PyTorch
 #           in NCHW and channels_last in the same alternated rounds, its
-#           faster median the reference (issue 42), and ResNet-18's hcnn
-#           likewise in NCHW and NHWC activations (compare.sh --hcnn-layout
-#           best: whether auto should choose NHWC), 3 rounds, each PyTorch
-#           mode's runs made by one process (compare.sh's --peer-process
-#           server, below; COMPARE_ROUNDS, COMPARE_FORMAT=nchw|channels_last|best,
-#           COMPARE_HCNN_LAYOUT=auto|nchw|nhwc|best and
-#           COMPARE_PEER_PROCESS=server|per-run in the environment); its
-#           diagnostics: bf16 by cuDNN's graphs in both layouts
-#           (HCNN_CUDA_CONV=cudnn)
+#           faster median the reference (issue 42), and in TF32 (the target
+#           not reached) hcnn likewise in NCHW and NHWC activations
+#           (compare.sh --hcnn-layout best: whether auto should choose
+#           NHWC), 3 rounds, each PyTorch mode's runs made by one process
+#           (compare.sh's --peer-process server, below; COMPARE_ROUNDS,
+#           COMPARE_FORMAT=nchw|channels_last|best,
+#           COMPARE_HCNN_LAYOUT=auto|nchw|nhwc|best for every ResNet-18
+#           comparison, and COMPARE_PEER_PROCESS=server|per-run in the
+#           environment); its diagnostics: hcnn bench with NHWC activations
+#           in fp32 and bf16 (HCNN_CUDA_LAYOUT=nhwc) and bf16 by cuDNN's
+#           graphs in both layouts (HCNN_CUDA_CONV=cudnn)
 #   kernels the kernel time of hcnn bench's timed steps (bench/kernel_share.so,
 #           a CUPTI injection library: the share and the twenty longest kernels),
 #           ResNet-18 batch 128 fp32 under each convolution choice, LeNet-5
@@ -349,9 +351,12 @@ pytorch_kernels() { # precision: PyTorch's ResNet-18 batch 128 under the same li
 # PyTorch process took 12-15 s on the H100 (2026-11-27's session.log: 42-54
 # s a configuration of 3 rounds, hcnn 2-3 s of each round), of which its
 # timed steps and warm-up are 0.3-1 s: the rest its import, CUDA's start
-# and cudnn.benchmark's first search.  hcnn in both layouts (ResNet-18,
-# --hcnn-layout best) adds an hcnn run a round: ~3 s at batch 128 on the
-# H100 (a bound of 10 s a round more).  A process a run, in both formats,
+# and cudnn.benchmark's first search.  hcnn in both layouts (TF32,
+# --hcnn-layout best) adds an hcnn run a round, ~3 s at batch 128 on the
+# H100, and its first NHWC run measures the convolutions' ways in NHWC
+# (~20 s: a fresh auto run of ResNet-18 took 24 s on the H200 of
+# 2026-11-30, a cached one 2 s): a bound of 10 s a round and 30 s more,
+# some 30 s of a loan (estimated).  A process a run, in both formats,
 # made a configuration ~60 s at 2 rounds, ~90 s at 3 (~300 and ~450 s for
 # the five).  compare.sh's --peer-process server (its default on cuda)
 # starts each format's PyTorch once and has it make that format's runs: an
@@ -381,15 +386,18 @@ bench_targets() {
             --precision "$prec" --rounds "$2" --torch-format "$cf" --hcnn-layout "$hl" --threads 4 \
             "${steps[@]}" --peer-process "$3" --peer-timeout 60 >> "$O/compare.log" 2>&1
     }
-    for spec in "resnet18 128 fp32" "resnet18 128 tf32" "resnet18 128 bf16" "lenet 64 fp32" "lenet 256 fp32"; do
-        read -r model batch prec <<<"$spec"
-        steps=() hl=auto
-        [ "$model" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5) hl=${COMPARE_HCNN_LAYOUT:-best}
+    # (model, batch, precision, hcnn's layouts: both in TF32 only, the
+    # target not reached, where NHWC may be what reaches it)
+    for spec in "resnet18 128 fp32 auto" "resnet18 128 tf32 best" "resnet18 128 bf16 auto" \
+        "lenet 64 fp32 auto" "lenet 256 fp32 auto"; do
+        read -r model batch prec hl <<<"$spec"
+        steps=()
+        [ "$model" = resnet18 ] && steps=(--warmup 3 --repeats 3 --steps 5) hl=${COMPARE_HCNN_LAYOUT:-$hl}
         stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf --hcnn-layout $hl$after" |
             tee -a "$O/compare.log"
         cs=$((30 * cr + 60)) # a server a mode: ~25-30 s a configuration at 3 rounds; a process a run ~90
         [ "$cp" = server ] || cs=$((60 * cr + 60))
-        [ "$hl" != best ] || cs=$((cs + 10 * cr))
+        [ "$hl" != best ] || cs=$((cs + 10 * cr + 30))
         compare "$cs" "$cr" "$cp"
         rc=$?
         echo "exit $rc"
@@ -401,7 +409,7 @@ bench_targets() {
             stamp "bench/compare.sh --device cuda --model $model --batch $batch --precision $prec --torch-format $cf" \
                 "--hcnn-layout $hl --rounds 2 --peer-process per-run (PyTorch failed with its servers)" | tee -a "$O/compare.log"
             cs=$((60 * cr + 60))
-            [ "$hl" != best ] || cs=$((cs + 10 * cr))
+            [ "$hl" != best ] || cs=$((cs + 10 * cr + 30))
             compare "$cs" "$cr" "$cp"
             echo "exit $?"
         fi
@@ -410,11 +418,21 @@ bench_targets() {
         compare_part | grep -E '^pytorch_mode=|^pytorch_best_mode=|^hcnn_layout=|^hcnn_best_layout=|^hcnn_median=|^compare.sh: ' | tail -n 9
     done
 }
-# bf16 by cuDNN's graphs (never yet run on a GPU for ResNet-18), then the
-# convolutions' measured ways (NHWC activations in each precision: the
-# targets' comparisons above, --hcnn-layout best)
+# NHWC activations and bf16 by cuDNN's graphs (never yet run on a GPU for
+# ResNet-18), then the convolutions' measured ways
 bench_diagnostics() {
-    local lay
+    local p lay
+    # NHWC activations (HCNN_CUDA_LAYOUT=nhwc: cuDNN's plans on NHWC
+    # tensors, the im2col path's NHWC kernels) in the precisions whose
+    # comparisons above ran NCHW alone (TF32's ran both): whether auto
+    # should choose them, against those runs (about 10 s each on the H100)
+    for p in fp32 bf16; do
+        stamp "hcnn bench ResNet-18 batch 128 $p, HCNN_CUDA_LAYOUT=nhwc"
+        HCNN_CUDA_LAYOUT=nhwc bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
+            --set device=cuda --set batch_size=128 --set precision=$p --warmup 3 --repeats 3 \
+            --steps 5 > "$O/bench_resnet_b128_nhwc_$p.log" 2>&1
+        echo "exit $?"; grep -E '^hcnn: device|^# setup_ms|^# step_ms|^images_per_s' "$O/bench_resnet_b128_nhwc_$p.log"
+    done
     # bf16 by cuDNN's graphs for every pass that has an engine
     # (src/cuda/conv_graph.cu, written 2026-11-29 without a GPU): the step
     # time in each layout and the first layers' plans (the engine, or why
@@ -435,7 +453,7 @@ bench_diagnostics() {
     # gradient of stride 1 alone) and winograd_cudnn (3x3 stride-1 layers
     # of >= 32 channels) for each pass (0: not a candidate)
     stamp "the convolutions' measured ways (HCNN_CUDA_CONV=auto), $O/cache/hcnn"
-    grep -h '^key\|^conv' "$O"/cache/hcnn/cuda-conv-*.txt 2>/dev/null | head -n 120
+    grep -h '^key\|^conv' "$O"/cache/hcnn/cuda-conv-*.txt 2>/dev/null | head -n 400
 }
 
 # The sections' targets first, then their diagnostics: where

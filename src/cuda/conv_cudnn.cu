@@ -260,8 +260,8 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int nf = 0, nd = 0, nw = 0;
-    /* a ranking refused as a whole (not supported: the NHWC activations
-     * with a KCRS filter, say) is the same as one without a usable entry:
+    /* a ranking refused as a whole (not supported: a format or shape it
+     * has no algorithm for, say) is the same as one without a usable entry:
      * the im2col path, not the end of the job */
     if (cudnnGetConvolutionForwardAlgorithm_v7(dnn->handle, p->x, p->w, cf, p->y,
                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,

@@ -111,7 +111,9 @@ check_layouts() {
             for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
             a = v["hcnn_nchw_images_per_s"]; b = v["hcnn_nhwc_images_per_s"]
             if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/) fail("round " nr ": no rate a layout: " $0)
-            if (v["hcnn_images_per_s"] != (b + 0 > a + 0 ? b : a) || v["hcnn_layout"] != (b + 0 > a + 0 ? "nhwc" : "nchw"))
+            # (a tie: the layout that ran first, which rotates from round to round)
+            fl = b + 0 > a + 0 ? "nhwc" : a + 0 > b + 0 ? "nchw" : v["hcnn_layout"]
+            if (v["hcnn_images_per_s"] != (fl == "nhwc" ? b : a) || v["hcnn_layout"] != fl || (fl != "nchw" && fl != "nhwc"))
                 fail("round " nr ": hcnn_images_per_s/hcnn_layout are not the faster layout: " $0)
             delete v
         }

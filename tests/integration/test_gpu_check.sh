@@ -61,7 +61,8 @@ chmod +x "$WORK/bin/nvidia-smi" "$WORK/bin/slow-python"
 # no GPU even on a GPU node (make check there): every run stops at its absence
 export PATH=$WORK/bin:$PATH FAKE_GPUS=1 CUDA_VISIBLE_DEVICES=
 # the settings of gpu_check.sh and of its runs that the caller may have set
-unset GPU_CHECK_SECONDS HCNN_CUDA_CONV HCNN_CUDA_LAYOUT COMPARE_ROUNDS COMPARE_FORMAT COMPARE_PEER_PROCESS
+unset GPU_CHECK_SECONDS HCNN_CUDA_CONV HCNN_CUDA_LAYOUT COMPARE_ROUNDS COMPARE_FORMAT COMPARE_PEER_PROCESS \
+    COMPARE_HCNN_LAYOUT
 
 case_begin bundle_packs
 # (XZ_OPT=-0: a quick compression; the tree copy has no MNIST to pack)
@@ -93,7 +94,8 @@ else
     miss=""
     for stamp in "the conformance suite on cuda" "test_cuda.sh under each convolution choice" \
         "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=" "HCNN_CUDA_LAYOUT=nhwc" \
-        "bench/compare.sh --device cuda --model resnet18 --batch 128 --precision bf16 --torch-format best --hcnn-layout best" \
+        "bench/compare.sh --device cuda --model resnet18 --batch 128 --precision tf32 --torch-format best --hcnn-layout best" \
+        "bench/compare.sh --device cuda --model resnet18 --batch 128 --precision bf16 --torch-format best --hcnn-layout auto" \
         "bench/compare.sh --device cuda --model lenet --batch 256 --precision fp32 --torch-format best --hcnn-layout auto" \
         "s: done"; do
         grep -qF -- "$stamp" "$L" || miss+=" '$stamp'"
