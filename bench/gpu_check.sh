@@ -3,8 +3,8 @@
 # root there, with a bundle of scripts/gpu-bundle.sh (a --with-cuda build
 # made elsewhere, with the libraries the machine lacks):
 #   tests   tests/integration/test_cuda.sh under each convolution choice (HCNN_CUDA_CONV
-#           unset, cudnn, im2col; side by side), and the conformance suite's
-#           whole log
+#           unset, cudnn, im2col; side by side) and test_compare_cuda.sh
+#           beside them, and the conformance suite's whole log
 #   bench   hcnn bench ResNet-18 batch 128 (each choice, per-layer profile),
 #           bench/compare.sh against PyTorch on the same GPU: ResNet-18
 #           batch 128 in fp32, tf32, bf16, LeNet-5 batch 64 and 256; PyTorch
@@ -254,6 +254,10 @@ if has tests; then
         HCNN_CUDA_CONV=$m bounded 300 bash tests/integration/test_cuda.sh > "$O/test_cuda_$m.log" 2>&1 &
         pids+=($!)
     done
+    # beside them: the device line's convolution ways, compare.sh's
+    # --hcnn-layout (LeNet-5, a step a run: seconds)
+    bounded 120 bash tests/integration/test_compare_cuda.sh > "$O/test_compare_cuda.log" 2>&1 &
+    cpid=$!
     i=0
     for m in $modes; do
         wait "${pids[$i]}"
@@ -261,6 +265,9 @@ if has tests; then
         grep -E '^\[  (FAILED|PASSED)|^# |FAIL' "$O/test_cuda_$m.log" | head -n 40
         i=$((i + 1))
     done
+    wait "$cpid"
+    echo "--- tests/integration/test_compare_cuda.sh exit $?"
+    grep -E '^\[  (FAILED|PASSED|SKIPPED)|^# |FAIL' "$O/test_compare_cuda.log" | head -n 20
 fi
 
 # The kernel times (bench/kernel_share.so: CUPTI) of hcnn bench, ResNet-18

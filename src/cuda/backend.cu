@@ -192,8 +192,10 @@ static const char *precision_text(hcnn_precision p)
 
 static void cuda_describe(const hcnn_backend *be, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "cuda: %s; one stream, cuBLAS (%s), im2col + GEMM convolutions, %s activations",
-             cuda_of(be)->name, precision_text(cuda_of(be)->precision),
+    char conv[160];
+    hcnn_cuda_conv_mode_text(cuda_of(be), conv, sizeof conv);
+    snprintf(buf, cap, "cuda: %s; one stream, cuBLAS (%s), %s, %s activations", cuda_of(be)->name,
+             precision_text(cuda_of(be)->precision), conv,
              be->layout == HCNN_LAYOUT_NHWC ? "NHWC" : "NCHW");
 }
 

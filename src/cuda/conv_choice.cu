@@ -147,6 +147,21 @@ static int measures(const hcnn_cuda *cu)
 #endif
 }
 
+/* "convolutions by ...": HCNN_CUDA_CONV's ways (cuDNN, where they name it,
+ * started or ended the job), each shape's measured fastest, or the rule */
+void hcnn_cuda_conv_mode_text(const hcnn_cuda *cu, char *buf, size_t cap)
+{
+    if (cu->conv_mode == HCNN_CONV_MODE_FORCED)
+        snprintf(buf, cap, "convolutions by HCNN_CUDA_CONV=%s,%s,%s",
+                 hcnn_conv_way_names[cu->conv_forced[0]], hcnn_conv_way_names[cu->conv_forced[1]],
+                 hcnn_conv_way_names[cu->conv_forced[2]]);
+    else if (measures(cu))
+        snprintf(buf, cap, "convolutions by each shape's fastest way, measured (im2col + GEMM%s)",
+                 !cu->dnn ? ", no cuDNN" : cu->conv_direct ? ", cuDNN without Winograd" : ", cuDNN");
+    else
+        snprintf(buf, cap, "convolutions by rule (im2col + GEMM%s)", cu->dnn ? ", cuDNN" : ", no cuDNN");
+}
+
 static int same_shape(const conv_choice *c, const hcnn_conv_desc *d, int precision, int layout)
 {
     return c->out_c == d->out_c && c->precision == precision && c->layout == layout &&

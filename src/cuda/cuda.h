@@ -178,6 +178,8 @@ static inline int hcnn_cuda_conv_forces(const hcnn_cuda *cu, int way)
     return 0;
 }
 void hcnn_cuda_conv_choice_destroy(hcnn_cuda *cu);
+/* how this instance chooses its convolutions' ways, for the device line */
+void hcnn_cuda_conv_mode_text(const hcnn_cuda *cu, char *buf, size_t cap);
 /* the ways of d's passes for calls of n images (made at the shape's first
  * call: the scratch's sizing, before the first step) */
 const int *hcnn_cuda_conv_ways(const hcnn_backend *be, const hcnn_conv_desc *d, int n);

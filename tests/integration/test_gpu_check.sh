@@ -45,7 +45,7 @@ S=$HCNN_SRCDIR T=$WORK/tree
 mkdir -p "$T/tests/integration" "$T/results/gpu" "$WORK/bin"
 cp -r "$S/bench" "$S/configs" "$S/scripts" "$T/"
 cp "$S/tests/lib.sh" "$T/tests/"
-cp "$S/tests/integration/test_cuda.sh" "$T/tests/integration/"
+cp "$S/tests/integration/test_cuda.sh" "$S/tests/integration/test_compare_cuda.sh" "$T/tests/integration/"
 chmod -R u+w "$T" # (a read-only source's modes: lib.sh removes $WORK at the end)
 echo "# one line per GPU run" >"$T/results/gpu/INDEX"
 cp "$S/tests/integration/fake-slurm/nvidia-smi" "$WORK/bin/"
@@ -93,6 +93,7 @@ if [ "$rc" -ne 0 ] || [ ! -f "$L" ]; then
 else
     miss=""
     for stamp in "the conformance suite on cuda" "test_cuda.sh under each convolution choice" \
+        "--- tests/integration/test_compare_cuda.sh exit" \
         "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=" "HCNN_CUDA_LAYOUT=nhwc" \
         "bench/compare.sh --device cuda --model resnet18 --batch 128 --precision tf32 --torch-format best --hcnn-layout best" \
         "bench/compare.sh --device cuda --model resnet18 --batch 128 --precision bf16 --torch-format best --hcnn-layout auto" \
