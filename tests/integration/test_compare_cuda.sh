@@ -8,6 +8,9 @@
 . "${HCNN_SRCDIR:-.}/tests/lib.sh"
 CMP="$HCNN_SRCDIR/bench/compare.sh"
 export HCNN
+# the measured ways' cache of the test's own (HCNN_CUDA_CONV=measure writes
+# it), not the user's (~/.cache/hcnn), as test_cuda.sh's
+export XDG_CACHE_HOME="$WORK/cache"
 # one step or two: the form, not the rate
 SHORT=(--model lenet --batch 16 --warmup 0 --repeats 1 --steps 1)
 BENCH=(bench --config "$HCNN_SRCDIR/configs/mnist_lenet.yaml" --set device=cuda --set batch_size=8
