@@ -252,7 +252,7 @@ static __global__ void bn_apply4_kernel(const float4 *x, unsigned quads, quad_ge
     const int ch = quad_channel(g, (uint32_t)k);
     const float4 xv = x[k], av = add ? add[k] : xv;
     const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, as[4] = {av.x, av.y, av.z, av.w};
-    float out[4], a, b;
+    float out[4], a = 0.0f, b = 0.0f; /* (set at j == 0: for the compiler) */
     for (int j = 0; j < 4; j++) {
         const int cj = ch + j * g.spread;
         if (j == 0 || g.spread)
@@ -273,7 +273,7 @@ static __global__ void bwd_dx4_kernel(const float4 *x, const float4 *dy, unsigne
     const int ch = quad_channel(g, (uint32_t)k);
     const float4 xv = x[k], dv = dy[k];
     const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, ds[4] = {dv.x, dv.y, dv.z, dv.w};
-    float out[4], a, b;
+    float out[4], a = 0.0f, b = 0.0f; /* (set at j == 0: for the compiler) */
     for (int j = 0; j < 4; j++) {
         const int cj = ch + j * g.spread;
         if (j == 0 || g.spread)
