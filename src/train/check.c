@@ -23,13 +23,14 @@
 
 /* Every rank runs the same BLAS kernels (blas_kernels: each rank applied
  * it before MPI started, from its node's measurement or cache): kernels
- * give different bits, and one slow node's choice would hold the job. */
+ * give different bits, and one slow node's choice would hold the job.  A
+ * device backend's step calls no CPU BLAS: its ranks are not held to it. */
 static int check_blas_kernels(const hcnn_config *cfg, const hcnn_comm *comm)
 {
     enum { LEN = 32 };
     char mine[LEN] = {0};
     snprintf(mine, LEN, "%s", hcnn_blas_kernels());
-    if (comm->size == 1)
+    if (comm->size == 1 || cfg->device != HCNN_DEVICE_CPU)
         return HCNN_OK;
     char *all = malloc((size_t)LEN * (size_t)comm->size);
     if (!all)

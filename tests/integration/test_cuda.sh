@@ -727,6 +727,21 @@ if grep -qE '^hcnn: device: cuda: GPU [0-9]+ of [0-9]+: .*compute capability .*d
     case_ok
 else case_fail "no device line: $(grep -m1 'device' "$WORK/lenet_cuda.log")"; fi
 
+# blas_kernels: auto measures OpenBLAS's kernels for the CPU backend's
+# GEMMs only: on cuda the header says it did not (ResNet-18's measurement
+# took ~25 s before every first GPU run), and no BLAS cache file is written
+case_begin blas_kernels_auto_not_measured_on_cuda
+if ! "$HCNN" --version | grep -q '^BLAS: OpenBLAS'; then
+    case_skip "not an OpenBLAS build: blas_kernels auto measures nothing"
+else
+    XDG_CACHE_HOME="$WORK/blas_cache" "${T[@]}" "$HCNN" train "${COMMON[@]}" "${LENET[@]}" --set device=cuda \
+        --set blas_kernels=auto --set max_steps=1 --set checkpoint_dir= >"$WORK/blas_auto.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q 'OpenBLAS [^ ]* kernels: [A-Za-z0-9_]* (auto: not measured: device cuda runs the GEMMs)' \
+        "$WORK/blas_auto.log" && [ -z "$(ls "$WORK/blas_cache/hcnn" 2>/dev/null)" ]; then case_ok
+    else case_fail "exit $rc, cache '$(ls "$WORK/blas_cache/hcnn" 2>/dev/null)': $(grep -m1 'kernels' "$WORK/blas_auto.log")"; fi
+fi
+
 if [ "$EMU" = 1 ]; then
     # the emulation's device memory is HCNN_EMU_DEVICE_MB: too little of it
     # is the GPU's out-of-memory, reported with what was asked and free
