@@ -47,6 +47,9 @@ expect_fail() {
     fi
 }
 
+# asan_build: hcnn was built with --enable-sanitizers (it links libasan)
+asan_build() { ldd "$HCNN" 2>/dev/null | grep -q libasan; }
+
 # same_bits A B: the checkpoints A and B hold the same tensors, bit for bit
 # (their META differs: each run has its own identity and write time)
 same_bits() { "$HCNN" diff "$1" "$2" --tol 0 >/dev/null 2>&1; }

@@ -22,7 +22,7 @@ if [ ! -x "$HCNN" ]; then
     finish
 fi
 # an ASan build maps its shadow memory where valgrind cannot follow
-if ldd "$HCNN" 2>/dev/null | grep -q libasan; then
+if asan_build; then
     case_skip "$HCNN is built with --enable-sanitizers: valgrind needs a normal build"
     finish
 fi

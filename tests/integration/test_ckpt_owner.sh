@@ -338,7 +338,7 @@ if [ $rc -eq 75 ] && [ "$lines" -eq "$saved" ] && [ "$rows" -eq "$saved" ]; then
 else case_fail "exit $rc; $lines epoch lines and $rows CSV rows for $saved epochs in the checkpoint"; fi
 
 # ---- memory limits (ulimit -v: meaningless under ASan's shadow memory) -----------------
-if ldd "$HCNN" 2>/dev/null | grep -q libasan; then
+if asan_build; then
     for n in no_hang_before_main no_hang_under_limit_in_training checkpoint_memory_reserved_up_front; do
         case_begin $n; case_skip "an --enable-sanitizers build: ulimit -v cannot hold ASan's shadow memory"
     done

@@ -11,7 +11,7 @@ CFG="$HCNN_SRCDIR/configs/synthetic_small.yaml"
 # memory checks need one run through the code; 131 of the test's 161 s
 # there, 2026-12-01).  The default, BLIS and nvcc stages run them whole.
 SAN=0
-ldd "$HCNN" 2>/dev/null | grep -q libasan && SAN=1
+asan_build && SAN=1
 
 # refused NAME PATTERN OVERRIDE...: train refuses it within 20 s, naming PATTERN
 refused() {
