@@ -305,14 +305,16 @@ for policy in stop continue; do
         mv "$dir" "$dir.moved" && : >"$dir"
         pkill -CONT -f -- "checkpoint_dir=$dir\$"
         for _ in $(seq 1 200); do grep -q "could not be written" "$WORK/$name.log" && break; sleep 0.05; done
-        if [ "$policy" = continue ]; then
+        if [ "$policy" = continue ] && [ $ended = 0 ]; then
             # the directory back, the run writes there again; then SIGUSR1
-            # to the ranks (not to timeout or mpirun) ends it with a
-            # checkpoint there and exit 75, rather than its 300 epochs
-            # (~18 s serial, 43 s under the sanitizers)
+            # to the ranks (not to timeout or mpirun: the pattern starts
+            # with the program, its path's regex characters escaped) ends
+            # it with a checkpoint there and exit 75, rather than its 300
+            # epochs (~18 s serial, 43 s under the sanitizers)
             rm -f "$dir" && mkdir -p "$dir"
             for _ in $(seq 1 600); do ls "$dir"/ckpt-s*.hcnn >/dev/null 2>&1 && break; sleep 0.05; done
-            pkill -USR1 -f -- "^$HCNN train .*checkpoint_dir=$dir\$"
+            program=$(printf '%s' "$HCNN" | sed 's/[][\\.*^$+?(){}|]/\\&/g')
+            pkill -USR1 -f -- "^$program train .*checkpoint_dir=$dir\$"
         fi
         wait $job
         rc=$?
