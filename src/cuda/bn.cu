@@ -1,11 +1,11 @@
 /* Batch normalisation of the CUDA backend: training (batch statistics,
  * running statistics) and inference forwards with the fused addition and
  * ReLU, and the backward with the fused ReLU mask.  This file's kernels are
- * NCHW's, but for the element-wise ones (bn_apply, bn_infer, bwd_dx),
- * which an NHWC instance (be->layout) shares; it runs bn_nhwc.cu's sums
- * over row blocks in place of plane_stats and bwd_plane, in as many
- * passes and launches.  The channel kernels, both layouts', are
- * bn_channel.cu's.
+ * NCHW's, but for the element-wise ones (bn_apply, training's and
+ * inference's, and bwd_dx), which an NHWC instance (be->layout) shares; it
+ * runs bn_nhwc.cu's sums over row blocks in place of plane_stats and
+ * bwd_plane, in as many passes and launches.  The channel kernels, both
+ * layouts', are bn_channel.cu's.
  *
  * Each pass reads the tensors at most twice and takes at most 3 launches:
  *   forward   plane_stats (each plane's mean and sum of squared deviations
@@ -122,33 +122,39 @@ static void plane_stats(const hcnn_backend *be, const float *x, size_t planes, i
     HCNN_CUDA_LAUNCHED();
 }
 
-/* y = act(x * a + b + add), a, b from the saved statistics (training) */
-static __global__ void bn_apply_kernel(const float *x, size_t total, int c, int np,
-                                       const float *gamma, const float *beta, const float *mean,
-                                       const float *invstd, const float *add, int relu, float *y)
+/* Where a channel's a and b of y = act(x * a + b + add) come from: the
+ * saved statistics (training; scale the saved invstd: hcnn_hd_bn_affine)
+ * or the running ones (inference; scale the running variance:
+ * hcnn_hd_bn_infer_scale), with the CPU's operations (src/cpu/bn.c), so
+ * that training and inference share the element-wise kernels below */
+typedef struct bn_coefs {
+    const float *gamma, *beta, *mean, *scale;
+    float eps; /* inference's */
+    int infer;
+} bn_coefs;
+
+static __device__ void channel_affine(bn_coefs k, int ch, float *a, float *b)
 {
-    const size_t k = HCNN_CUDA_INDEX();
-    if (k >= total)
-        return;
-    const int ch = (int)(k / (size_t)np % (size_t)c);
-    float a, b;
-    hcnn_hd_bn_affine(gamma[ch], beta[ch], mean[ch], invstd[ch], &a, &b);
-    y[k] = hcnn_hd_bn_apply(x[k], a, b, add != NULL, add ? add[k] : 0.0f, relu);
+    if (k.infer) {
+        *a = hcnn_hd_bn_infer_scale(k.gamma[ch], k.scale[ch], k.eps);
+        *b = k.beta[ch] - k.mean[ch] * *a;
+    } else {
+        hcnn_hd_bn_affine(k.gamma[ch], k.beta[ch], k.mean[ch], k.scale[ch], a, b);
+    }
 }
 
-/* the same from the running statistics (inference) */
-static __global__ void bn_infer_kernel(const float *x, size_t total, int c, int np,
-                                       const float *gamma, const float *beta, float eps,
-                                       const float *rmean, const float *rvar, const float *add,
-                                       int relu, float *y)
+/* y = act(x * a + b + add), a thread an element (bn_apply4_kernel below
+ * where the tensors allow) */
+static __global__ void bn_apply_kernel(const float *x, size_t total, int c, int np, bn_coefs k,
+                                       const float *add, int relu, float *y)
 {
-    const size_t k = HCNN_CUDA_INDEX();
-    if (k >= total)
+    const size_t e = HCNN_CUDA_INDEX();
+    if (e >= total)
         return;
-    const int ch = (int)(k / (size_t)np % (size_t)c);
-    const float a = hcnn_hd_bn_infer_scale(gamma[ch], rvar[ch], eps);
-    const float b = beta[ch] - rmean[ch] * a;
-    y[k] = hcnn_hd_bn_apply(x[k], a, b, add != NULL, add ? add[k] : 0.0f, relu);
+    const int ch = (int)(e / (size_t)np % (size_t)c);
+    float a, b;
+    channel_affine(k, ch, &a, &b);
+    y[e] = hcnn_hd_bn_apply(x[e], a, b, add != NULL, add ? add[e] : 0.0f, relu);
 }
 
 /* The backward's two sums of each plane, with the CPU's additions
@@ -213,7 +219,8 @@ static __global__ void bwd_dx_kernel(const float *x, const float *dy, size_t tot
  * bits).  They run where the quads stay within a channel (np a multiple of
  * 4) or, NHWC's planes of one pixel, hold four neighbouring channels (c a
  * multiple of 4), the tensors 16-byte aligned, fewer than 2^32 quads;
- * elsewhere the kernels above. */
+ * elsewhere the kernels above.  Inference goes by bn_apply too (it had a
+ * kernel of its own, a thread an element, still dividing in 64 bits). */
 typedef struct quad_geom {
     hcnn_hd_divider per, c; /* quads a plane and channels (spread: 1 and c / 4) */
     int spread;             /* 0: a quad's elements in one channel; 1: channels ch .. ch + 3 */
@@ -241,25 +248,22 @@ static __device__ int quad_channel(quad_geom g, uint32_t k)
     return (int)(g.spread ? 4 * ch : ch);
 }
 
-static __global__ void bn_apply4_kernel(const float4 *x, unsigned quads, quad_geom g,
-                                        const float *gamma, const float *beta, const float *mean,
-                                        const float *invstd, const float4 *add, int relu,
-                                        float4 *y)
+static __global__ void bn_apply4_kernel(const float4 *x, unsigned quads, quad_geom g, bn_coefs k,
+                                        const float4 *add, int relu, float4 *y)
 {
-    const size_t k = HCNN_CUDA_INDEX();
-    if (k >= quads)
+    const size_t e = HCNN_CUDA_INDEX();
+    if (e >= quads)
         return;
-    const int ch = quad_channel(g, (uint32_t)k);
-    const float4 xv = x[k], av = add ? add[k] : xv;
+    const int ch = quad_channel(g, (uint32_t)e);
+    const float4 xv = x[e], av = add ? add[e] : xv;
     const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, as[4] = {av.x, av.y, av.z, av.w};
     float out[4], a = 0.0f, b = 0.0f; /* (set at j == 0: for the compiler) */
     for (int j = 0; j < 4; j++) {
-        const int cj = ch + j * g.spread;
         if (j == 0 || g.spread)
-            hcnn_hd_bn_affine(gamma[cj], beta[cj], mean[cj], invstd[cj], &a, &b);
+            channel_affine(k, ch + j * g.spread, &a, &b);
         out[j] = hcnn_hd_bn_apply(xs[j], a, b, add != NULL, as[j], relu);
     }
-    y[k] = float4{out[0], out[1], out[2], out[3]};
+    y[e] = float4{out[0], out[1], out[2], out[3]};
 }
 
 static __global__ void bwd_dx4_kernel(const float4 *x, const float4 *dy, unsigned quads,
@@ -342,19 +346,20 @@ void hcnn_cuda_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, i
     }
 }
 
+/* y = act(x * a + b + add) over [.][c][np] (NHWC: np 1), four elements a
+ * thread where quad_geom_of allows */
 static void bn_apply(const hcnn_backend *be, const float *x, size_t total, int c, int np,
-                     const float *gamma, const float *beta, const float *save_mean,
-                     const float *save_invstd, const float *add, int relu, float *y)
+                     bn_coefs k, const float *add, int relu, float *y)
 {
     const void *const ptrs[] = {x, add, y};
     quad_geom g;
     if (quad_geom_of(total, c, np, ptrs, 3, &g))
         HCNN_LAUNCH(bn_apply4_kernel, hcnn_cuda_blocks(total / 4), HCNN_CUDA_BLOCK,
-                    cuda_of(be)->stream, (const float4 *)x, (unsigned)(total / 4), g, gamma, beta,
-                    save_mean, save_invstd, (const float4 *)add, relu, (float4 *)y);
+                    cuda_of(be)->stream, (const float4 *)x, (unsigned)(total / 4), g, k,
+                    (const float4 *)add, relu, (float4 *)y);
     else
         HCNN_LAUNCH(bn_apply_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
-                    x, total, c, np, gamma, beta, save_mean, save_invstd, add, relu, y);
+                    x, total, c, np, k, add, relu, y);
     HCNN_CUDA_LAUNCHED();
 }
 
@@ -367,17 +372,18 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
     const size_t total = (size_t)n * c * np;
     if (total == 0)
         return;
+    const bn_coefs k = {gamma, beta, save_mean, save_invstd, 0.0f, 0};
     if (be->layout == HCNN_LAYOUT_NHWC) { /* from x, stats unused (bn_nhwc.cu) */
         hcnn_cuda_bn_nhwc_stats(be, x, n, c, np, eps, momentum, running_mean, running_var,
                                 save_mean, save_invstd);
-        bn_apply(be, x, total, c, 1, gamma, beta, save_mean, save_invstd, add, relu, y);
+        bn_apply(be, x, total, c, 1, k, add, relu, y);
         return;
     }
     if (stats && stats->bands > 0) { /* gathered by the convolution (conv.cu) */
         hcnn_cuda_bn_table_stats(be, stats->part, n, c, np, stats->bands, stats->band_px, 0.0, 1,
                                  NULL, eps, momentum, save_mean, save_invstd, running_mean,
                                  running_var);
-        bn_apply(be, x, total, c, np, gamma, beta, save_mean, save_invstd, add, relu, y);
+        bn_apply(be, x, total, c, np, k, add, relu, y);
         return;
     }
     double *state;
@@ -389,7 +395,7 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
         hcnn_cuda_bn_table_stats(be, table, nb, c, np, 1, np, (double)i0 * np, i0 + nb == n, state,
                                  eps, momentum, save_mean, save_invstd, running_mean, running_var);
     }
-    bn_apply(be, x, total, c, np, gamma, beta, save_mean, save_invstd, add, relu, y);
+    bn_apply(be, x, total, c, np, k, add, relu, y);
 }
 
 void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
@@ -402,9 +408,8 @@ void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c
         return;
     /* NHWC's [rows][c] is NCHW with planes of one pixel, element-wise */
     const int plane = be->layout == HCNN_LAYOUT_NHWC ? 1 : np;
-    HCNN_LAUNCH(bn_infer_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream, x,
-                total, c, plane, gamma, beta, eps, running_mean, running_var, add, relu, y);
-    HCNN_CUDA_LAUNCHED();
+    const bn_coefs k = {gamma, beta, running_mean, running_var, eps, 1};
+    bn_apply(be, x, total, c, plane, k, add, relu, y);
 }
 
 void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,

@@ -4,9 +4,9 @@
  * and saved statistics stay per channel.
  *
  * Here are the per-channel sums; the element-wise kernels are bn.cu's
- * (bn_apply, bn_infer, bwd_dx), which read [rows][c] as NCHW planes of one
- * pixel.  Each pass reads the tensors at most twice and takes at most 3
- * launches, as NCHW's:
+ * (bn_apply, training's and inference's, and bwd_dx), which read [rows][c]
+ * as NCHW planes of one pixel.  Each pass reads the tensors at most twice
+ * and takes at most 3 launches, as NCHW's:
  *   forward   nhwc_block_stats (each row block's mean and sum of squared
  *             deviations of each channel), bn_channel.cu's bn_channel_stats (each
  *             channel's statistics from its blocks' pairs and the running
@@ -14,7 +14,7 @@
  *   backward  nhwc_bwd_block (each block's sums of g and g * xhat),
  *             bn_channel.cu's bwd_channel (dgamma, dbeta and the two means), then
  *             bn.cu's bwd_dx;
- *   inference bn.cu's bn_infer alone.
+ *   inference bn.cu's bn_apply alone (a and b from the running statistics).
  *
  * The sums run over row blocks of NHWC_ROWS rows (more where the blocks'
  * pairs would not fit the reduction scratch): one thread a (block,

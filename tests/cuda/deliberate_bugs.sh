@@ -173,6 +173,10 @@ bug bwd_channel_rounds_restart src/cuda/bn_channel.cu \
 # a and b (bn_apply four elements a thread, src/cuda/bn.cu)
 bug bn_apply4_one_channel_a_quad src/cuda/bn.cu \
     '0,/if (j == 0 || g.spread)/s/if (j == 0 || g.spread)/if (j == 0)/' bn_fwd_train nhwc
+# inference's shift b = beta - running_mean a with the mean's sign turned
+# (bn_apply's a and b from the running statistics, src/cuda/bn.cu)
+bug bn_infer_shift_sign src/cuda/bn.cu \
+    's/\*b = k\.beta\[ch\] - k\.mean\[ch\] \* \*a;/*b = k.beta[ch] + k.mean[ch] * *a;/' bn_fwd_infer
 # the bias gradient overwritten instead of accumulated
 bug channel_total_overwrites src/cuda/bn_channel.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' conv_bwd
 # im2col's window (NCHW: a thread per channel and output pixel writing its

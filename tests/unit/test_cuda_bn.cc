@@ -450,7 +450,8 @@ static void test_channel_sums_bits() {
 /* bn_apply and bwd_dx four elements a thread (bn.cu's bn_apply4, bwd_dx4:
  * NCHW planes of a multiple of 4; NHWC: channels a multiple of 4) give the
  * bits of a thread an element (the same tensors one float off 16-byte
- * alignment take those kernels), through the fused addition and ReLU */
+ * alignment take those kernels), through the fused addition and ReLU; so
+ * does inference (bn_apply from the running statistics the forward left) */
 static void quads_match_elements(const hcnn_backend *be, int np) {
     const char *four = "bn_apply4_kernel", *dx4 = "bwd_dx4_kernel";
     enum { QN = 6, QC = 8 };
@@ -460,7 +461,7 @@ static void quads_match_elements(const hcnn_backend *be, int np) {
                              add = uniform(total, -1.0f, 1.0f, 23),
                              gamma = uniform(QC, 0.5f, 1.5f, 24),
                              beta = uniform(QC, -0.2f, 0.2f, 25);
-    std::vector<float> got[2][4];
+    std::vector<float> got[2][5];
     for (int off = 0; off < 2; off++) { /* 0: aligned, 1: one float past */
         auto at = [&](const std::vector<float> &v) {
             std::vector<float> h(total + 4, 0.0f);
@@ -470,7 +471,7 @@ static void quads_match_elements(const hcnn_backend *be, int np) {
         const std::vector<float> zc(QC, 0.0f), one(QC, 1.0f);
         const std::vector<float> zero(total, 0.0f);
         float *bx = at(x), *bdy = at(dy), *badd = at(add), *by = at(zero), *bdx = at(zero),
-              *g = dev_copy(be, gamma),
+              *bi = at(zero), *g = dev_copy(be, gamma),
               *b = dev_copy(be, beta), *m = dev_copy(be, zc), *is = dev_copy(be, zc),
               *rm = dev_copy(be, zc), *rv = dev_copy(be, one), *dg = dev_copy(be, zc),
               *db = dev_copy(be, zc);
@@ -481,22 +482,29 @@ static void quads_match_elements(const hcnn_backend *be, int np) {
         const std::string bwd = joined(launches_of(be, [&] {
             be->bn_bwd(be, bx + off, bdy + off, QN, QC, np, g, b, m, is, 1, bdx + off, dg, db);
         }));
+        const std::string inf = joined(launches_of(be, [&] {
+            be->bn_fwd_infer(be, bx + off, QN, QC, np, g, b, 1e-5f, rm, rv, badd + off, 1,
+                             bi + off);
+        }));
         const bool quads = fwd.find(four) != std::string::npos,
-                   dquads = bwd.find(dx4) != std::string::npos;
-        if (quads != (off == 0) || dquads != (off == 0)) {
-            printf("# %s alignment: launches %s / %s\n", off ? "one float off" : "16-byte",
-                   fwd.c_str(), bwd.c_str());
+                   dquads = bwd.find(dx4) != std::string::npos,
+                   iquads = inf.find(four) != std::string::npos;
+        if (quads != (off == 0) || dquads != (off == 0) || iquads != (off == 0)) {
+            printf("# %s alignment: launches %s / %s / %s\n", off ? "one float off" : "16-byte",
+                   fwd.c_str(), bwd.c_str(), inf.c_str());
             ++case_failures;
         }
         const std::vector<float> yh = host(be, by, total + 4), dxh = host(be, bdx, total + 4);
         got[off][0].assign(yh.begin() + off, yh.begin() + off + (long)total);
         got[off][1].assign(dxh.begin() + off, dxh.begin() + off + (long)total);
         got[off][2] = host(be, dg, QC), got[off][3] = host(be, db, QC);
-        for (float *p : {bx, bdy, badd, by, bdx, g, b, m, is, rm, rv, dg, db})
+        const std::vector<float> ih = host(be, bi, total + 4);
+        got[off][4].assign(ih.begin() + off, ih.begin() + off + (long)total);
+        for (float *p : {bx, bdy, badd, by, bdx, bi, g, b, m, is, rm, rv, dg, db})
             be->free(be, p);
     }
-    const char *names[] = {"y", "dx", "dgamma", "dbeta"};
-    for (int k = 0; k < 4; k++)
+    const char *names[] = {"y", "dx", "dgamma", "dbeta", "inference's y"};
+    for (int k = 0; k < 5; k++)
         if (memcmp(got[0][k].data(), got[1][k].data(), got[0][k].size() * sizeof(float)) != 0) {
             printf("# %s: four elements a thread give other bits than one\n", names[k]);
             ++case_failures;
@@ -554,7 +562,7 @@ static void test_nhwc_launches_per_call() {
                    "nhwc_block_stats_kernel bn_channel_stats_kernel bn_apply_kernel");
     CHECK_LAUNCHES(launches_of(be, [&] { backward(d); }),
                    "nhwc_bwd_block_kernel bwd_channel_kernel bwd_dx_kernel");
-    CHECK_LAUNCHES(launches_of(be, [&] { infer(d); }), "bn_infer_kernel");
+    CHECK_LAUNCHES(launches_of(be, [&] { infer(d); }), "bn_apply_kernel");
     hcnn_bn_stats stats = {};
     stats.cap = TOTAL;
     stats.part = (float *)be->alloc(be, stats.cap * sizeof(float), "statistics table");
