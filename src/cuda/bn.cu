@@ -123,38 +123,40 @@ static void plane_stats(const hcnn_backend *be, const float *x, size_t planes, i
 }
 
 /* Where a channel's a and b of y = act(x * a + b + add) come from: the
- * saved statistics (training; scale the saved invstd: hcnn_hd_bn_affine)
- * or the running ones (inference; scale the running variance:
- * hcnn_hd_bn_infer_scale), with the CPU's operations (src/cpu/bn.c), so
- * that training and inference share the element-wise kernels below */
+ * saved statistics (training: hcnn_hd_bn_affine of the saved mean and
+ * invstd) or the running ones (inference: a = gamma / sqrt(running_var +
+ * eps), hcnn_hd_bn_infer_scale, and b from the running mean), with the
+ * CPU's operations (src/cpu/bn.c), so that training and inference share
+ * the element-wise kernels below */
 typedef struct bn_coefs {
-    const float *gamma, *beta, *mean, *scale;
-    float eps; /* inference's */
+    const float *gamma, *beta, *mean;
+    const float *invstd_or_var; /* the saved invstd (training), the running variance (inference) */
+    float eps;                  /* inference's */
     int infer;
 } bn_coefs;
 
-static __device__ void channel_affine(bn_coefs k, int ch, float *a, float *b)
+static __device__ void channel_affine(bn_coefs co, int ch, float *a, float *b)
 {
-    if (k.infer) {
-        *a = hcnn_hd_bn_infer_scale(k.gamma[ch], k.scale[ch], k.eps);
-        *b = k.beta[ch] - k.mean[ch] * *a;
+    if (co.infer) {
+        *a = hcnn_hd_bn_infer_scale(co.gamma[ch], co.invstd_or_var[ch], co.eps);
+        *b = co.beta[ch] - co.mean[ch] * *a;
     } else {
-        hcnn_hd_bn_affine(k.gamma[ch], k.beta[ch], k.mean[ch], k.scale[ch], a, b);
+        hcnn_hd_bn_affine(co.gamma[ch], co.beta[ch], co.mean[ch], co.invstd_or_var[ch], a, b);
     }
 }
 
 /* y = act(x * a + b + add), a thread an element (bn_apply4_kernel below
  * where the tensors allow) */
-static __global__ void bn_apply_kernel(const float *x, size_t total, int c, int np, bn_coefs k,
+static __global__ void bn_apply_kernel(const float *x, size_t total, int c, int np, bn_coefs co,
                                        const float *add, int relu, float *y)
 {
-    const size_t e = HCNN_CUDA_INDEX();
-    if (e >= total)
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= total)
         return;
-    const int ch = (int)(e / (size_t)np % (size_t)c);
+    const int ch = (int)(k / (size_t)np % (size_t)c);
     float a, b;
-    channel_affine(k, ch, &a, &b);
-    y[e] = hcnn_hd_bn_apply(x[e], a, b, add != NULL, add ? add[e] : 0.0f, relu);
+    channel_affine(co, ch, &a, &b);
+    y[k] = hcnn_hd_bn_apply(x[k], a, b, add != NULL, add ? add[k] : 0.0f, relu);
 }
 
 /* The backward's two sums of each plane, with the CPU's additions
@@ -219,8 +221,8 @@ static __global__ void bwd_dx_kernel(const float *x, const float *dy, size_t tot
  * bits).  They run where the quads stay within a channel (np a multiple of
  * 4) or, NHWC's planes of one pixel, hold four neighbouring channels (c a
  * multiple of 4), the tensors 16-byte aligned, fewer than 2^32 quads;
- * elsewhere the kernels above.  Inference goes by bn_apply too (it had a
- * kernel of its own, a thread an element, still dividing in 64 bits). */
+ * elsewhere the kernels above.  Inference goes by bn_apply's two too
+ * (bn_coefs). */
 typedef struct quad_geom {
     hcnn_hd_divider per, c; /* quads a plane and channels (spread: 1 and c / 4) */
     int spread;             /* 0: a quad's elements in one channel; 1: channels ch .. ch + 3 */
@@ -248,22 +250,22 @@ static __device__ int quad_channel(quad_geom g, uint32_t k)
     return (int)(g.spread ? 4 * ch : ch);
 }
 
-static __global__ void bn_apply4_kernel(const float4 *x, unsigned quads, quad_geom g, bn_coefs k,
+static __global__ void bn_apply4_kernel(const float4 *x, unsigned quads, quad_geom g, bn_coefs co,
                                         const float4 *add, int relu, float4 *y)
 {
-    const size_t e = HCNN_CUDA_INDEX();
-    if (e >= quads)
+    const size_t k = HCNN_CUDA_INDEX();
+    if (k >= quads)
         return;
-    const int ch = quad_channel(g, (uint32_t)e);
-    const float4 xv = x[e], av = add ? add[e] : xv;
+    const int ch = quad_channel(g, (uint32_t)k);
+    const float4 xv = x[k], av = add ? add[k] : xv;
     const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, as[4] = {av.x, av.y, av.z, av.w};
     float out[4], a = 0.0f, b = 0.0f; /* (set at j == 0: for the compiler) */
     for (int j = 0; j < 4; j++) {
         if (j == 0 || g.spread)
-            channel_affine(k, ch + j * g.spread, &a, &b);
+            channel_affine(co, ch + j * g.spread, &a, &b);
         out[j] = hcnn_hd_bn_apply(xs[j], a, b, add != NULL, as[j], relu);
     }
-    y[e] = float4{out[0], out[1], out[2], out[3]};
+    y[k] = float4{out[0], out[1], out[2], out[3]};
 }
 
 static __global__ void bwd_dx4_kernel(const float4 *x, const float4 *dy, unsigned quads,
@@ -349,17 +351,17 @@ void hcnn_cuda_channel_sum_acc(const hcnn_backend *be, const float *dy, int n, i
 /* y = act(x * a + b + add) over [.][c][np] (NHWC: np 1), four elements a
  * thread where quad_geom_of allows */
 static void bn_apply(const hcnn_backend *be, const float *x, size_t total, int c, int np,
-                     bn_coefs k, const float *add, int relu, float *y)
+                     bn_coefs co, const float *add, int relu, float *y)
 {
     const void *const ptrs[] = {x, add, y};
     quad_geom g;
     if (quad_geom_of(total, c, np, ptrs, 3, &g))
         HCNN_LAUNCH(bn_apply4_kernel, hcnn_cuda_blocks(total / 4), HCNN_CUDA_BLOCK,
-                    cuda_of(be)->stream, (const float4 *)x, (unsigned)(total / 4), g, k,
+                    cuda_of(be)->stream, (const float4 *)x, (unsigned)(total / 4), g, co,
                     (const float4 *)add, relu, (float4 *)y);
     else
         HCNN_LAUNCH(bn_apply_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
-                    x, total, c, np, k, add, relu, y);
+                    x, total, c, np, co, add, relu, y);
     HCNN_CUDA_LAUNCHED();
 }
 
@@ -372,18 +374,18 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
     const size_t total = (size_t)n * c * np;
     if (total == 0)
         return;
-    const bn_coefs k = {gamma, beta, save_mean, save_invstd, 0.0f, 0};
+    const bn_coefs co = {gamma, beta, save_mean, save_invstd, 0.0f, 0};
     if (be->layout == HCNN_LAYOUT_NHWC) { /* from x, stats unused (bn_nhwc.cu) */
         hcnn_cuda_bn_nhwc_stats(be, x, n, c, np, eps, momentum, running_mean, running_var,
                                 save_mean, save_invstd);
-        bn_apply(be, x, total, c, 1, k, add, relu, y);
+        bn_apply(be, x, total, c, 1, co, add, relu, y);
         return;
     }
     if (stats && stats->bands > 0) { /* gathered by the convolution (conv.cu) */
         hcnn_cuda_bn_table_stats(be, stats->part, n, c, np, stats->bands, stats->band_px, 0.0, 1,
                                  NULL, eps, momentum, save_mean, save_invstd, running_mean,
                                  running_var);
-        bn_apply(be, x, total, c, np, k, add, relu, y);
+        bn_apply(be, x, total, c, np, co, add, relu, y);
         return;
     }
     double *state;
@@ -395,7 +397,7 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
         hcnn_cuda_bn_table_stats(be, table, nb, c, np, 1, np, (double)i0 * np, i0 + nb == n, state,
                                  eps, momentum, save_mean, save_invstd, running_mean, running_var);
     }
-    bn_apply(be, x, total, c, np, k, add, relu, y);
+    bn_apply(be, x, total, c, np, co, add, relu, y);
 }
 
 void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c, int np,
@@ -408,8 +410,8 @@ void hcnn_cuda_bn_fwd_infer(const hcnn_backend *be, const float *x, int n, int c
         return;
     /* NHWC's [rows][c] is NCHW with planes of one pixel, element-wise */
     const int plane = be->layout == HCNN_LAYOUT_NHWC ? 1 : np;
-    const bn_coefs k = {gamma, beta, running_mean, running_var, eps, 1};
-    bn_apply(be, x, total, c, plane, k, add, relu, y);
+    const bn_coefs co = {gamma, beta, running_mean, running_var, eps, 1};
+    bn_apply(be, x, total, c, plane, co, add, relu, y);
 }
 
 void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, int n, int c,

@@ -176,7 +176,7 @@ bug bn_apply4_one_channel_a_quad src/cuda/bn.cu \
 # inference's shift b = beta - running_mean a with the mean's sign turned
 # (bn_apply's a and b from the running statistics, src/cuda/bn.cu)
 bug bn_infer_shift_sign src/cuda/bn.cu \
-    's/\*b = k\.beta\[ch\] - k\.mean\[ch\] \* \*a;/*b = k.beta[ch] + k.mean[ch] * *a;/' bn_fwd_infer
+    's/\*b = co\.beta\[ch\] - co\.mean\[ch\] \* \*a;/*b = co.beta[ch] + co.mean[ch] * *a;/' bn_fwd_infer
 # the bias gradient overwritten instead of accumulated
 bug channel_total_overwrites src/cuda/bn_channel.cu 's/db\[ch\] += (float)s;/db[ch] = (float)s;/' conv_bwd
 # im2col's window (NCHW: a thread per channel and output pixel writing its
