@@ -318,8 +318,8 @@ int hcnn_cudnn_conv_bwd_filter(const hcnn_backend *be, const hcnn_cudnn_conv *p,
         bf16_pair(be, p, x, in_floats(p), 0, dy, out_floats(p), &xb, &dyb);
         return filter_graph(be, p, ex, xb, dyb, dw);
     }
-    /* dw += (KCRS); in NHWC the gradient KRSC in the workspace's second
-     * copy (= ), then added to dw */
+    /* dw += the gradient (KCRS: beta 1); in NHWC the gradient KRSC written
+     * to the workspace's second copy (beta 0), then added to dw */
     const float one = 1.0f, zero = 0.0f;
     const size_t ws_bytes = workspace_bytes(p, ex);
     float *gk = p->krsc_bytes ? (float *)((char *)ex->ws + p->krsc_bytes) : dw;
