@@ -29,9 +29,10 @@
 #           activations, bf16 (auto), the data
 #           gradient transposed by cuDNN, cuDNN's Winograd, and PyTorch's fp32
 #           step
-#   (run in this order: tests; kernels' and bench's runs that targets are
-#   judged by; their diagnostics, where GPU_CHECK_SECONDS cuts first;
-#   nsight, bounded at about a minute; cpu, which takes what is left)
+#   (run in this order: tests; bench's and kernels' runs that targets are
+#   judged by, the TF32 comparison first (its target not reached); their
+#   diagnostics, where GPU_CHECK_SECONDS cuts first; nsight, bounded at
+#   about a minute; cpu, which takes what is left)
 #   diagnostics  kernels' and bench's diagnostics alone, without their
 #           targets' runs: a second call's, when the first was cut there
 #   cpu     bench/validate_threads.sh: hcnn bench on the CPU at 1, 2, 4, 8, 16
@@ -48,11 +49,12 @@
 #           (nsight_ncu.log), and, where nsys is installed, Nsight Systems on 5
 #           steps of the same bench with its NVTX, NVTX-on-GPU and kernel
 #           summaries (nsight_nsys.log).  Not in the default SECTIONS (those
-#           take about 8 minutes of a 15-minute loan): its own call,
-#           bench/gpu_check.sh BUNDLE "" nsight, estimated at under a minute
-#           (not yet measured; bounded: ncu 60 s, nsys 60 s, its summaries
-#           3 x 30 s).  Needs a build with NVTX (hcnn --version: "NVTX:
-#           ranges compiled in"; on by default with --with-cuda)
+#           took 541 s under GPU_CHECK_SECONDS=550 on 2026-11-30, cut): its
+#           own call, bench/gpu_check.sh BUNDLE "" nsight, about 10 s for
+#           ncu on the H200 (2026-11-30; nsys not installed there; bounded:
+#           ncu 60 s, nsys 60 s, its summaries 3 x 30 s).  Needs a build
+#           with NVTX (hcnn --version: "NVTX: ranges compiled in"; on by
+#           default with --with-cuda)
 #
 #   bench/gpu_check.sh BUNDLE.tar.xz [OUTDIR] [SECTIONS]
 #   (OUTDIR "" or none: the run's own folder under results/gpu/, below;
@@ -144,7 +146,11 @@ stamp() { echo "=== $(($(date +%s) - t0))s: $*"; }
 bounded() {
     local s=$1 left rc what tok
     shift
-    what="${1##*/} ${*:2}" what=${what:0:160}
+    # (with the convolution choice and layout it was given: three
+    # test_cuda.sh run side by side, told apart)
+    what="${HCNN_CUDA_CONV:+HCNN_CUDA_CONV=$HCNN_CUDA_CONV }"
+    what+="${HCNN_CUDA_LAYOUT:+HCNN_CUDA_LAYOUT=$HCNN_CUDA_LAYOUT }${1##*/} ${*:2}"
+    what=${what:0:200}
     if [ "$budget" -gt 0 ]; then
         left=$((budget - 10 - ($(date +%s) - t0)))
         if [ "$left" -lt 5 ]; then
@@ -216,8 +222,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # the measurements' cache in the logs: HCNN_CUDA_CONV=auto's measured ways
 # (src/cuda/conv_choice.cu: each convolution shape's passes timed by way),
 # which the first ResNet-18 run writes and the later ones read, are results.
-# (The BLAS kernels' table of blas_kernels: auto goes there too: measured
-# in each session, as on a machine lent fresh it would be anyway.)
+# (The BLAS kernels' table of blas_kernels: auto goes there too, from the
+# runs on the CPU: a device: cuda run measures none since a1055ed.)
 export XDG_CACHE_HOME=$O/cache
 if [ -d "$B/mnist" ] && [ ! -e data/mnist/train-images-idx3-ubyte ]; then
     mkdir -p data/mnist && cp "$B"/mnist/*.gz data/mnist/
@@ -360,11 +366,12 @@ pytorch_kernels() { # precision: PyTorch's ResNet-18 batch 128 under the same li
 # timed steps and warm-up are 0.3-1 s: the rest its import, CUDA's start
 # and cudnn.benchmark's first search.  hcnn in both layouts (TF32,
 # --hcnn-layout best) adds an hcnn run a round, ~3 s at batch 128 on the
-# H100, and its first NHWC run measures the convolutions' ways in NHWC
-# (~20 s: a fresh auto run of ResNet-18 took 24 s on the H200 of
-# 2026-11-30, a cached one 2 s): a bound of 10 s a round and 30 s more,
-# some 30 s of a loan (estimated).  A process a run, in both formats,
-# made a configuration ~60 s at 2 rounds, ~90 s at 3 (~300 and ~450 s for
+# H100, and its first NHWC run measures the convolutions' ways in NHWC (on
+# the H200 of 2026-11-30 the first auto run's setup_ms was 2183, that
+# under HCNN_CUDA_CONV=cudnn, which measures none, 936; the auto run's 24
+# s were blas_kernels: auto's measurement, which device: cuda no longer
+# makes): a bound of 10 s a round and 30 s more (estimated).  A process a
+# run, in both formats, made a configuration ~60 s at 2 rounds, ~90 s at 3 (~300 and ~450 s for
 # the five).  compare.sh's --peer-process server (its default on cuda)
 # starts each format's PyTorch once and has it make that format's runs: an
 # estimated 25-30 s a configuration at 3 rounds, ~140 s for the five (not
@@ -377,13 +384,6 @@ pytorch_kernels() { # precision: PyTorch's ResNet-18 batch 128 under the same li
 # where, rather than spending the comparison's whole bound.
 bench_targets() {
     local m spec model batch prec rc steps cs hl cr=${COMPARE_ROUNDS:-3} cp=${COMPARE_PEER_PROCESS:-server} after=""
-    for m in $modes; do
-        stamp "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=$m"
-        HCNN_CUDA_CONV=$m bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
-            --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5 \
-            > "$O/bench_resnet_b128_$m.log" 2>&1
-        echo "exit $?"; grep -E '^# setup_ms|^# step_ms|^# shares|^images_per_s' "$O/bench_resnet_b128_$m.log"
-    done
     # compare_part: the last configuration's part of compare.log (from its === line)
     # shellcheck disable=SC2016 # sed's $: the last line
     compare_part() { sed -n '/^=== /h; /^=== /!H; ${x; p}' "$O/compare.log"; }
@@ -394,8 +394,9 @@ bench_targets() {
             "${steps[@]}" --peer-process "$3" --peer-timeout 60 >> "$O/compare.log" 2>&1
     }
     # (model, batch, precision, hcnn's layouts: both in TF32 only, the
-    # target not reached, where NHWC may be what reaches it)
-    for spec in "resnet18 128 fp32 auto" "resnet18 128 tf32 best" "resnet18 128 bf16 auto" \
+    # target not reached, where NHWC may be what reaches it; TF32 first, so
+    # that a loan's first call measures it whatever the bounds cut)
+    for spec in "resnet18 128 tf32 best" "resnet18 128 fp32 auto" "resnet18 128 bf16 auto" \
         "lenet 64 fp32 auto" "lenet 256 fp32 auto"; do
         read -r model batch prec hl <<<"$spec"
         steps=()
@@ -423,6 +424,16 @@ bench_targets() {
         # this configuration's part of compare.log: each format's median, the
         # reference, each hcnn layout's median and ratio, the ratio
         compare_part | grep -E '^pytorch_mode=|^pytorch_best_mode=|^hcnn_layout=|^hcnn_best_layout=|^hcnn_median=|^compare.sh: ' | tail -n 9
+    done
+    # then the per-layer profile of the FP32 step under each convolution
+    # choice (2 s each on the H200 of 2026-11-30 but auto's, whose 24 s were
+    # blas_kernels: auto's measurement, no longer made on cuda)
+    for m in $modes; do
+        stamp "hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=$m"
+        HCNN_CUDA_CONV=$m bounded 90 "$HCNN" bench --config configs/cifar_resnet18.yaml \
+            --set device=cuda --set batch_size=128 --warmup 3 --repeats 3 --steps 5 \
+            > "$O/bench_resnet_b128_$m.log" 2>&1
+        echo "exit $?"; grep -E '^# setup_ms|^# step_ms|^# shares|^images_per_s' "$O/bench_resnet_b128_$m.log"
     done
 }
 # NHWC activations and bf16 by cuDNN's graphs (never yet run on a GPU for
@@ -469,8 +480,8 @@ bench_diagnostics() {
 # is judged by)
 cf=${COMPARE_FORMAT:-best}
 { has kernels || has diagnostics; } && [ ! -f "$ks" ] && echo "gpu_check.sh: $ks missing (a build without CUPTI): no kernel times"
-has kernels && [ -f "$ks" ] && kernels_targets
 has bench && bench_targets
+has kernels && [ -f "$ks" ] && kernels_targets
 # ("diagnostics" alone: both sections' diagnostics without their targets,
 # for a loan's second call after a first that the bound cut there)
 { has kernels || has diagnostics; } && [ -f "$ks" ] && kernels_diagnostics
@@ -541,15 +552,17 @@ ncut=0
 [ -f "$B/cut" ] && ncut=$(wc -l <"$B/cut")
 [ "$ncut" -gt 0 ] && echo "gpu_check.sh: $ncut run(s) cut or skipped by GPU_CHECK_SECONDS=$budget (above)"
 if [ -n "$index" ]; then
-    # the headline: tests passed per convolution choice, conformance, the
-    # ratios to PyTorch (medians), ResNet-18's kernel share, the CPU sweep
+    # the headline: tests passed per convolution choice and
+    # test_compare_cuda.sh's, conformance, the ratios to PyTorch (medians),
+    # ResNet-18's kernel share, the CPU sweep
     hl=""
     add() { if [ -n "$1" ]; then hl+="${hl:+; }$1"; fi; }
-    for f in "$O"/test_cuda_*.log; do
+    # (test_cuda.sh's under each choice, "test_cuda auto 43 of 45", and test_compare_cuda.sh's)
+    for f in "$O"/test_cuda_*.log "$O"/test_compare_cuda.log; do
         [ -f "$f" ] || continue
-        m=${f##*/test_cuda_} m=${m%.log}
+        m=${f##*/} m=${m%.log} m=${m/#test_cuda_/test_cuda }
         add "$(awk -v m="$m" '/^\[  PASSED  \] [0-9]+ test/ { p = $4 } /^\[  FAILED  \] [0-9]+ test/ { f = $4 }
-            END { if (p + f > 0) printf "test_cuda %s %d of %d", m, p, p + f; else printf "test_cuda %s: no result", m }' "$f")"
+            END { if (p + f > 0) printf "%s %d of %d", m, p, p + f; else printf "%s: no result", m }' "$f")"
     done
     [ -f "$O/conformance.log" ] && add "conformance $(grep -oE '^\[  PASSED  \] [0-9]+' "$O/conformance.log" | awk '{ print $4 " passed" }' | tail -n 1)"
     # (with PyTorch's reference layout when both ran: pytorch_best_mode=PREC_nchw|nhwc,

@@ -8,7 +8,8 @@
 # bundle's libraries; every section but "cpu" runs through, every hcnn run
 # stopping at "no usable GPU" (none exits 2, a bad command line); the run's
 # folder is named from the GPU (tests/integration/fake-slurm/nvidia-smi:
-# an H100) and its INDEX line finished; the first comparison, its PyTorch
+# an H100) and its INDEX line finished; the TF32 comparison comes first
+# after the tests; the first comparison, its PyTorch
 # servers finding no GPU, is run again with a process a run, the rest so at once (where torch is
 # installed); GPU_CHECK_SECONDS cuts the run that
 # outlasts it (a python3 that sleeps under a timeout of its own, which the
@@ -106,6 +107,18 @@ else
         grep -qE "kernel time: $k\$|kernel_share.so missing" "$L" || miss+=" kernels($k)"
     done
     grep -qE 'no ncu|Nsight Compute:' "$L" || miss+=" nsight"
+    # the order a loan's first call needs: the TF32 comparison (the target
+    # not reached) the first comparison, before the fp32 bench runs and the
+    # kernel-time targets, right after the tests
+    first=$(grep -m 1 -n '^=== .*: bench/compare.sh' "$L")
+    if ! grep -q -- '--precision tf32 ' <<<"$first"; then
+        miss+=" the TF32 comparison first (first: '${first#*: }')"
+    else
+        for later in 'hcnn bench ResNet-18 batch 128 fp32, HCNN_CUDA_CONV=' 'kernel time: resnet_b128_'; do
+            n=$(grep -m 1 -nF -- "$later" "$L" | cut -d: -f1)
+            [ -z "$n" ] || [ "$n" -gt "${first%%:*}" ] || miss+=" '$later' after the TF32 comparison"
+        done
+    fi
     if [ -n "$miss" ]; then case_fail "session.log lacks:$miss"; else case_ok; fi
 fi
 
