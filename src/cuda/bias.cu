@@ -16,24 +16,41 @@ static __global__ void row_sum_kernel(const float *dy, int n, int m, float *db)
     db[j] += s;
 }
 
-/* y[i][j] += b[j], then the ReLU if relu */
-static __global__ void add_row_bias_kernel(float *y, const float *b, size_t total, int m, int relu)
+/* The addition below finds each element's bias by hd.h's 32-bit dividers
+ * (a GPU has no division instruction: a 64-bit division and remainder a
+ * thread bound the H200's bn_apply_kernel, bn.cu) where the elements
+ * number fewer than 2^32 (narrow), else by 64-bit ones (unmeasured on a
+ * GPU, 2026-12-02).  y is [rows][m], or
+ * [n][c][np] as [n c][np] (row: the plane, m: its channel's count c). */
+typedef struct bias_geom {
+    hcnn_hd_divider np, m; /* np 1: rows of m */
+    int narrow;
+} bias_geom;
+
+static bias_geom bias_geom_of(size_t total, int np, int m)
 {
-    const size_t k = HCNN_CUDA_INDEX();
-    if (k >= total)
-        return;
-    const float v = y[k] + b[k % (size_t)m];
-    y[k] = relu ? hcnn_hd_relu(v) : v;
+    bias_geom g = {hcnn_hd_divider_of((uint32_t)np), hcnn_hd_divider_of((uint32_t)m),
+                   total <= 0xffffffffu};
+    return g;
 }
 
-/* y[i][c][p] += bias[c], then the ReLU if relu */
-static __global__ void add_channel_bias_kernel(float *y, const float *bias, size_t total, int c,
-                                               int np, int relu)
+/* element k's bias: (k / np) % m */
+static __device__ size_t bias_index(bias_geom g, size_t k)
+{
+    if (!g.narrow)
+        return k / g.np.d % g.m.d;
+    const uint32_t row = g.np.d == 1 ? (uint32_t)k : hcnn_hd_div(g.np, (uint32_t)k);
+    return row - hcnn_hd_div(g.m, row) * g.m.d;
+}
+
+/* y[i][j] += b[j] (np 1) or y[i][c][p] += b[c], then the ReLU if relu */
+static __global__ void add_bias_kernel(float *y, const float *b, size_t total, bias_geom g,
+                                       int relu)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const float v = y[k] + bias[k / (size_t)np % (size_t)c];
+    const float v = y[k] + b[bias_index(g, k)];
     y[k] = relu ? hcnn_hd_relu(v) : v;
 }
 
@@ -52,8 +69,8 @@ void hcnn_cuda_add_row_bias_relu(const hcnn_backend *be, float *y, const float *
     const size_t total = (size_t)n * m;
     if (total == 0)
         return;
-    HCNN_LAUNCH(add_row_bias_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                cuda_of(be)->stream, y, b, total, m, relu);
+    HCNN_LAUNCH(add_bias_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
+                y, b, total, bias_geom_of(total, 1, m), relu);
     HCNN_CUDA_LAUNCHED();
 }
 
@@ -68,8 +85,8 @@ void hcnn_cuda_add_channel_bias_relu(const hcnn_backend *be, float *y, const flo
     const size_t total = (size_t)n * c * np;
     if (total == 0)
         return;
-    HCNN_LAUNCH(add_channel_bias_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK,
-                cuda_of(be)->stream, y, bias, total, c, np, relu);
+    HCNN_LAUNCH(add_bias_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
+                y, bias, total, bias_geom_of(total, np, c), relu);
     HCNN_CUDA_LAUNCHED();
 }
 

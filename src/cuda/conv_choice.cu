@@ -483,6 +483,18 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
         if (hcnn_cudnn_conv_refusal(plan, p)[0]) /* its way's cuDNN refused it when run */
             APPEND(" (not by cuDNN: %s)", hcnn_cudnn_conv_refusal(plan, p));
     }
+    /* auto: a pass the shape's cuDNN plan (direct sums) does not run, its
+     * other passes it does, why: that way was no candidate for it (its
+     * Winograd or transposed ways may have been) */
+    const hcnn_cudnn_conv *direct = cu->conv_mode != HCNN_CONV_MODE_FORCED
+                                        ? hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
+                                        : NULL;
+    for (int p = 0; direct && p < HCNN_PASSES; p++)
+        if (!hcnn_cudnn_conv_has(direct, p) && !hcnn_cudnn_conv_refusal(direct, p)[0]) {
+            char why[600];
+            hcnn_cudnn_conv_describe(direct, p, why, sizeof why);
+            APPEND("; the %s has no cuDNN direct-sum plan: %s", pass_names[p], why);
+        }
     /* a pass HCNN_CUDA_CONV asked cuDNN, its Winograd or the transposed
      * way for that does not take it: why (the layer's reasons once) */
     int winograd_said = 0;
@@ -520,7 +532,7 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
             char why[600] = "no cuDNN plan for this shape";
             if (plan)
                 hcnn_cudnn_conv_describe(plan, p, why, sizeof why);
-            APPEND("; the %s not by cuDNN: %s", pass_names[p], why);
+            APPEND("; the %s has no cuDNN direct-sum plan: %s", pass_names[p], why);
         }
     static const char *const from[] = {"HCNN_CUDA_CONV", "the rule", "measured", "cached",
                                        "a lower rank's"};

@@ -15,9 +15,10 @@
  * conv_cudnn_call.cu writes in the workspace's first part at each call
  * (and the filter gradient, computed KRSC, adds back to the KCRS one).
  * The NHWC descriptors are unmeasured (written 2026-11-29 and 2026-12-01
- * without a GPU): where cuDNN's heuristics offer no usable algorithm for
- * them the convolution takes conv.cu's NHWC im2col path as for any shape
- * without one, and conv_choice.cu's rule is NCHW's.
+ * without a GPU): a pass for which cuDNN's heuristics offer no usable
+ * algorithm takes conv.cu's NHWC im2col path as for any shape without one
+ * (the plan's other passes keep cuDNN; the # plan line says why), and
+ * conv_choice.cu's rule is NCHW's.
  *
  * Algorithms: for each convolution shape and batch, the first of cuDNN's
  * heuristic ranking (cudnnGet*Algorithm_v7: no timing, so the same choice on
@@ -200,9 +201,17 @@ static int first_usable(const Perf *perf, int count, int fp32, size_t limit, int
     return -1;
 }
 
-/* p's descriptors and algorithms within limit bytes of workspace; 0: cuDNN
- * has no deterministic algorithm for a pass within it (p freed).  A
- * Winograd plan keeps the passes that have one (0: none has) */
+/* p's descriptors and algorithms within limit bytes of workspace; 0: no
+ * pass has a deterministic algorithm within it, or a descriptor cuDNN
+ * refused (p freed).  A plan keeps the passes that have one, the others
+ * running by im2col (conv_choice.cu offers cuDNN per pass; before
+ * 2026-12-02 a direct-sum plan lacking one pass was dropped whole, which
+ * would have sent an NHWC shape whose filter gradient cuDNN has no
+ * deterministic algorithm for to im2col in all three, unsaid), with the
+ * reason for the # plan line (lack); below cuDNN's most workspace a
+ * direct-sum plan lacking a pass is dropped (short_of, as one lacking all:
+ * a call with more makes it again, the missing pass perhaps the
+ * workspace's doing) */
 static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
 {
     const hcnn_conv_geom *g = &p->d.g;
@@ -233,6 +242,7 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
         p->krsc_bytes = (w_bytes + 255) / 256 * 256;
     }
     /* the two copies come out of the caller's workspace first */
+    const int most = limit >= CUDNN_WORKSPACE_BYTES;
     if (limit < 2 * p->krsc_bytes) {
         plan_free(p);
         return 0;
@@ -279,10 +289,6 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     const int f = first_usable(fp, nf, fp32, limit, wino),
               dd = first_usable(dp, nd, fp32, limit, wino),
               ww = first_usable(wp, nw, fp32, limit, wino);
-    if (!wino && (f < 0 || dd < 0 || ww < 0)) {
-        plan_free(p);
-        return 0;
-    }
     /* each pass's descriptor under its algorithm's math type (TF32: the
      * entry's, DEFAULT or TENSOR_OP; FP32 stays FMA), then the sizes the
      * calls themselves ask for under it; a size cuDNN will not give (not
@@ -313,13 +319,21 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
             cudnnGetConvolutionBackwardFilterWorkspaceSize(
                 dnn->handle, p->x, p->y, cw, p->w, p->bwd_filter, &need[HCNN_PASS_FILTER]) == ok;
     }
+    const int ranked[HCNN_PASSES] = {f >= 0, dd >= 0, ww >= 0};
     p->workspace = 0;
+    p->limit = limit;
     for (int pass = 0; pass < HCNN_PASSES; pass++) {
         p->has[pass] = found[pass] && need[pass] <= limit;
+        p->need[pass] = need[pass];
+        p->lack[pass] = p->has[pass]  ? CUDNN_RUNS_IT
+                        : !ranked[pass] ? CUDNN_NO_ALGORITHM
+                        : !found[pass]  ? CUDNN_NO_SIZE
+                                        : CUDNN_OVER_WORKSPACE;
         if (p->has[pass] && need[pass] > p->workspace)
             p->workspace = need[pass];
     }
-    if (p->has[0] + p->has[1] + p->has[2] < (wino ? 1 : HCNN_PASSES)) {
+    const int passes = p->has[0] + p->has[1] + p->has[2];
+    if (!passes || (passes < HCNN_PASSES && !wino && !most)) {
         plan_free(p);
         return 0;
     }
@@ -532,6 +546,28 @@ void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, siz
     }
     const char *math = p->precision == HCNN_PRECISION_FP32 ? "FMA math" : "TF32 allowed";
     const char *nhwc = p->layout == HCNN_LAYOUT_NHWC ? " NHWC (KRSC filter copy)" : "";
+    if (!p->has[pass]) { /* the plan runs the other passes */
+        const char *family = p->winograd ? "Winograd" : "direct-sum";
+        const double mib = 1.0 / 1048576.0;
+        if (p->lack[pass] == CUDNN_OVER_WORKSPACE)
+            snprintf(buf, cap,
+                     "cuDNN %d.%d.%d%s: its %s algorithm for this pass asks %.1f MiB of "
+                     "workspace, beyond the %.1f MiB the plan has",
+                     CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, family,
+                     (double)p->need[pass] * mib, (double)p->limit * mib);
+        else if (p->lack[pass] == CUDNN_NO_SIZE)
+            snprintf(buf, cap,
+                     "cuDNN %d.%d.%d%s refused its %s algorithm's math type or workspace size "
+                     "for this pass",
+                     CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, family);
+        else
+            snprintf(buf, cap,
+                     "cuDNN %d.%d.%d%s: its heuristics rank no deterministic %s algorithm of %s "
+                     "for this pass within %.1f MiB",
+                     CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, family, math,
+                     (double)p->limit * mib);
+        return;
+    }
     const char *algo = pass == HCNN_PASS_FORWARD ? fwd_name(p->fwd)
                        : pass == HCNN_PASS_DATA  ? bwd_data_name(p->bwd_data)
                                                  : bwd_filter_name(p->bwd_filter);

@@ -23,6 +23,15 @@
  * about 100 */
 #define CUDNN_PLANS 256
 
+/* why an FP32 or TF32 plan does not run a pass (has[pass] 0), for the
+ * # plan lines (conv_cudnn.cu, hcnn_cudnn_conv_describe) */
+typedef enum {
+    CUDNN_RUNS_IT,        /* has[pass] 1 */
+    CUDNN_NO_ALGORITHM,   /* no usable entry in cuDNN's ranking (first_usable) */
+    CUDNN_NO_SIZE,        /* cuDNN would not give the entry's math type or workspace size */
+    CUDNN_OVER_WORKSPACE, /* the entry's workspace (need[pass]) beyond the plan's limit */
+} hcnn_cudnn_lack;
+
 struct hcnn_cudnn_conv {
     hcnn_conv_desc d;
     int n;
@@ -48,6 +57,9 @@ struct hcnn_cudnn_conv {
     int none;         /* 1: cuDNN has no plan for it (im2col) */
     size_t short_of;  /* > 0: no algorithm fits this many bytes or fewer (im2col) */
     int has[HCNN_PASSES];                 /* the passes it runs */
+    hcnn_cudnn_lack lack[HCNN_PASSES];    /* FP32 and TF32: why not, where has[pass] is 0 */
+    size_t need[HCNN_PASSES];             /* bytes the pass's algorithm asked */
+    size_t limit;                         /* bytes it was made within, KRSC copies excluded */
     char refusal[HCNN_PASSES][320];       /* a pass cuDNN refused to run: the call and why */
     hcnn_graph_plan graph[HCNN_GRAPHS];   /* bf16: the graphs (the rest unused) */
 };

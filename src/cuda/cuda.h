@@ -244,7 +244,8 @@ enum { HCNN_CUDNN_LEFT_FILTER = 1, HCNN_CUDNN_LEFT_DATA = 2 };
 int hcnn_cudnn_conv_bwd(const hcnn_backend *be, const hcnn_cudnn_conv *p, const hcnn_exec *ex,
                         const float *x, const float *w, const float *dy, float *dw, float *dx,
                         int dx_acc);
-/* "cuDNN 9.19.0 implicit_gemm (...)": the plan's algorithm for a pass */
+/* "cuDNN 9.19.0 implicit_gemm (...)": the plan's algorithm for a pass, or
+ * why the plan does not run it (refused when run, or none offered) */
 void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, size_t cap);
 /* bias.cu */
 void hcnn_cuda_row_sum_acc(const hcnn_backend *be, const float *dy, int n, int m, float *db);
