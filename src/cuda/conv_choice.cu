@@ -372,9 +372,13 @@ static const conv_choice *cached(const hcnn_backend *be, struct hcnn_conv_choice
             if (!runs_way(be, d, n, p, c->way[p], plan))
                 return NULL; /* a build or a precision without that plan: measured again */
             /* measured without the Winograd way (HCNN_CUDA_CONV=direct, or
-             * before it was one) where this instance has it: again */
+             * before it was one) or without cuDNN's direct sums (before
+             * 2026-12-02 a plan lacking one pass was dropped whole) where
+             * this instance has them: again */
             if (c->ms[p][HCNN_WAY_WINOGRAD_CUDNN] <= 0 &&
                 runs_way(be, d, n, p, HCNN_WAY_WINOGRAD_CUDNN, plan))
+                return NULL;
+            if (c->ms[p][HCNN_WAY_CUDNN] <= 0 && runs_way(be, d, n, p, HCNN_WAY_CUDNN, plan))
                 return NULL;
         }
         return c;
@@ -490,7 +494,8 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                                         ? hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE)
                                         : NULL;
     for (int p = 0; direct && p < HCNN_PASSES; p++)
-        if (!hcnn_cudnn_conv_has(direct, p) && !hcnn_cudnn_conv_refusal(direct, p)[0]) {
+        if (!hcnn_cudnn_conv_has(direct, p) && !hcnn_cudnn_conv_refusal(direct, p)[0] &&
+            ways[p] != HCNN_WAY_WINOGRAD_CUDNN && ways[p] != HCNN_WAY_TRANSPOSED_CUDNN) {
             char why[600];
             hcnn_cudnn_conv_describe(direct, p, why, sizeof why);
             APPEND("; the %s has no cuDNN direct-sum plan: %s", pass_names[p], why);
@@ -511,11 +516,20 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                        d->g.kh, d->g.kw, d->g.sh, d->g.sw, d->g.ph, d->g.pw, d->g.c, d->out_c);
             else if (bf16 && !winograd_said)
                 APPEND("; not by cuDNN's Winograd: bf16 (its graphs are direct sums)");
-            else if (shape && !bf16)
-                APPEND("; the %s not by cuDNN's Winograd: cuDNN's heuristics offer no "
-                       "deterministic Winograd algorithm for it within 512 MiB%s",
-                       pass_names[p],
-                       be->layout == HCNN_LAYOUT_NHWC ? " for NHWC activations" : "");
+            else if (shape && !bf16) {
+                /* the Winograd plan's reason for the pass where it runs others */
+                const hcnn_cudnn_conv *wp =
+                    hcnn_cudnn_conv_winograd_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
+                char why[600];
+                if (wp)
+                    hcnn_cudnn_conv_describe(wp, p, why, sizeof why);
+                else
+                    snprintf(why, sizeof why,
+                             "cuDNN's heuristics offer no deterministic Winograd algorithm for "
+                             "any pass within 512 MiB%s",
+                             be->layout == HCNN_LAYOUT_NHWC ? " for NHWC activations" : "");
+                APPEND("; the %s not by cuDNN's Winograd: %s", pass_names[p], why);
+            }
             winograd_said = 1;
         } else if (cu->conv_forced[p] >= HCNN_WAY_TRANSPOSED) {
             if (!hcnn_cuda_conv_transposable(d))
@@ -526,13 +540,13 @@ void hcnn_cuda_conv_describe(const hcnn_backend *be, const hcnn_conv_desc *d,
                 APPEND("; the %s not transposed by cuDNN: %s", pass_names[p],
                        cu->precision == HCNN_PRECISION_BF16
                            ? "bf16 (its graphs have no dx += for it)"
-                           : "no cuDNN plan for the transposed shape");
+                           : "no cuDNN algorithm for the transposed shape's forward");
         } else if (cu->conv_forced[p] == HCNN_WAY_CUDNN) {
             const hcnn_cudnn_conv *plan = hcnn_cudnn_conv_for(be, d, n, HCNN_CUDNN_ANY_WORKSPACE);
             char why[600] = "no cuDNN plan for this shape";
             if (plan)
                 hcnn_cudnn_conv_describe(plan, p, why, sizeof why);
-            APPEND("; the %s has no cuDNN direct-sum plan: %s", pass_names[p], why);
+            APPEND("; the %s not by cuDNN: %s", pass_names[p], why);
         }
     static const char *const from[] = {"HCNN_CUDA_CONV", "the rule", "measured", "cached",
                                        "a lower rank's"};

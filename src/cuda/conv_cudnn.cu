@@ -270,21 +270,21 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
     cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int nf = 0, nd = 0, nw = 0;
-    /* a ranking refused as a whole (not supported: a format or shape it
-     * has no algorithm for, say) is the same as one without a usable entry:
-     * the im2col path, not the end of the job */
+    /* a pass's ranking refused as a whole (not supported: a format or shape
+     * it has no algorithm for, say) is the same as one without a usable
+     * entry: that pass's im2col path, not the end of the job */
     if (cudnnGetConvolutionForwardAlgorithm_v7(dnn->handle, p->x, p->w, cf, p->y,
                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,
-                                               fp) != CUDNN_STATUS_SUCCESS ||
-        cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn->handle, p->w, p->y, cd, p->x,
+                                               fp) != CUDNN_STATUS_SUCCESS)
+        nf = 0;
+    if (cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn->handle, p->w, p->y, cd, p->x,
                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
-                                                    dp) != CUDNN_STATUS_SUCCESS ||
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn->handle, p->x, p->y, cw, p->w,
+                                                    dp) != CUDNN_STATUS_SUCCESS)
+        nd = 0;
+    if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn->handle, p->x, p->y, cw, p->w,
                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                                                      &nw, wp) != CUDNN_STATUS_SUCCESS) {
-        plan_free(p);
-        return 0;
-    }
+                                                      &nw, wp) != CUDNN_STATUS_SUCCESS)
+        nw = 0;
     const int wino = p->winograd;
     const int f = first_usable(fp, nf, fp32, limit, wino),
               dd = first_usable(dp, nd, fp32, limit, wino),
@@ -293,8 +293,9 @@ static int plan_make(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t limit)
      * entry's, DEFAULT or TENSOR_OP; FP32 stays FMA), then the sizes the
      * calls themselves ask for under it; a size cuDNN will not give (not
      * supported, say) is a pass without an algorithm, as a ranking without
-     * a usable entry is (below: the plan dropped, the im2col path), not the
-     * end of the job */
+     * a usable entry is (below: that pass on the im2col path, the plan
+     * dropped where no pass or, below cuDNN's most workspace, not every
+     * pass has one), not the end of the job */
     const cudnnStatus_t ok = CUDNN_STATUS_SUCCESS;
     int found[HCNN_PASSES] = {f >= 0, dd >= 0, ww >= 0};
     size_t need[HCNN_PASSES] = {0, 0, 0};
@@ -371,8 +372,9 @@ static int plan_make_graphs(struct hcnn_cudnn *dnn, hcnn_cudnn_conv *p, size_t l
 /* The plan of a convolution over n images within limit bytes of workspace:
  * descriptors and algorithms, made at its first call (the scratch's sizing,
  * before the first step), kept for the instance's life; NULL when there is
- * none: no cuDNN, bf16, no deterministic direct-sum algorithm, or none
- * within the workspace (a call over fewer images than the workspace was
+ * none: no cuDNN, bf16 in auto, no deterministic algorithm (direct sums,
+ * or Winograd's) for any pass, or not for every pass within a workspace
+ * below cuDNN's most (a call over fewer images than the workspace was
  * sized for, whose algorithms may want more: the im2col path, which never
  * needs more for fewer images, and for which conv_workspace also sized
  * it). */
@@ -397,16 +399,24 @@ static const hcnn_cudnn_conv *plan_for(const hcnn_backend *be, const hcnn_conv_d
     hcnn_conv_desc key;
     memset(&key, 0, sizeof key);
     key.g = d->g, key.out_c = d->out_c;
+    /* a live plan that fits wins over an entry saying none fits a limit
+     * this small (short_of), whichever was made first: the same plan
+     * whatever the order of the calls */
+    int short_of = 0;
     for (int i = 0; i < dnn->nplans; i++) {
         const hcnn_cudnn_conv *p = &dnn->plans[i];
         if (p->n != n || p->precision != cu->precision || p->winograd != wino ||
             p->d.out_c != key.out_c || memcmp(&p->d.g, &key.g, sizeof key.g) != 0)
             continue;
-        if (p->none || (p->short_of && limit <= p->short_of))
+        if (p->none)
             return NULL;
-        if (!p->short_of && p->workspace <= limit)
+        if (p->short_of && limit <= p->short_of)
+            short_of = 1;
+        else if (!p->short_of && p->workspace <= limit)
             return p;
     }
+    if (short_of)
+        return NULL;
     if (dnn->nplans == CUDNN_PLANS) {
         /* the shapes planned keep their plans; a new one runs by im2col, the
          * way that needs none (it ended the job before: a run is never lost

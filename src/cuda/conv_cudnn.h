@@ -46,7 +46,7 @@ struct hcnn_cudnn_conv {
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
-    size_t workspace; /* bytes: the largest of the three, krsc_bytes' two copies included */
+    size_t workspace; /* bytes: the largest of the passes it has, krsc_bytes' two copies included */
     /* FP32 and TF32 in NHWC: the bytes (256-byte multiples) of one KRSC
      * copy of the filter, as the plan's filter descriptor says it
      * (conv_cudnn.cu); the caller's workspace starts with two (the filter's,

@@ -207,7 +207,7 @@ int hcnn_cudnn_winograd_shape(const hcnn_conv_desc *d);
 const hcnn_cudnn_conv *hcnn_cudnn_conv_winograd_for(const hcnn_backend *be,
                                                     const hcnn_conv_desc *d, int n, size_t limit);
 size_t hcnn_cudnn_conv_workspace(const hcnn_cudnn_conv *p);
-/* whether p runs pass (HCNN_PASS_*; a bf16 plan may lack some; p NULL: 0) */
+/* whether p runs pass (HCNN_PASS_*; a plan may lack some; p NULL: 0) */
 int hcnn_cudnn_conv_has(const hcnn_cudnn_conv *p, int pass);
 /* "" or, for a pass cuDNN refused when it ran (dropped since), the call and why */
 const char *hcnn_cudnn_conv_refusal(const hcnn_cudnn_conv *p, int pass);
