@@ -16,41 +16,15 @@ static __global__ void row_sum_kernel(const float *dy, int n, int m, float *db)
     db[j] += s;
 }
 
-/* The addition below finds each element's bias by hd.h's 32-bit dividers
- * (a GPU has no division instruction: a 64-bit division and remainder a
- * thread bound the H200's bn_apply_kernel, bn.cu) where the elements
- * number fewer than 2^32 (narrow), else by 64-bit ones (unmeasured on a
- * GPU, 2026-12-02).  y is [rows][m], or
- * [n][c][np] as [n c][np] (row: the plane, m: its channel's count c). */
-typedef struct bias_geom {
-    hcnn_hd_divider np, m; /* np 1: rows of m */
-    int narrow;
-} bias_geom;
-
-static bias_geom bias_geom_of(size_t total, int np, int m)
-{
-    bias_geom g = {hcnn_hd_divider_of((uint32_t)np), hcnn_hd_divider_of((uint32_t)m),
-                   total <= 0xffffffffu};
-    return g;
-}
-
-/* element k's bias: (k / np) % m */
-static __device__ size_t bias_index(bias_geom g, size_t k)
-{
-    if (!g.narrow)
-        return k / g.np.d % g.m.d;
-    const uint32_t row = g.np.d == 1 ? (uint32_t)k : hcnn_hd_div(g.np, (uint32_t)k);
-    return row - hcnn_hd_div(g.m, row) * g.m.d;
-}
-
-/* y[i][j] += b[j] (np 1) or y[i][c][p] += b[c], then the ReLU if relu */
-static __global__ void add_bias_kernel(float *y, const float *b, size_t total, bias_geom g,
-                                       int relu)
+/* y[i][j] += b[j] (np 1) or y[i][c][p] += b[c], then the ReLU if relu
+ * (the channel by cuda.h's 32-bit dividers) */
+static __global__ void add_bias_kernel(float *y, const float *b, size_t total,
+                                       hcnn_cuda_channels g, int relu)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const float v = y[k] + b[bias_index(g, k)];
+    const float v = y[k] + b[hcnn_cuda_channel(g, k)];
     y[k] = relu ? hcnn_hd_relu(v) : v;
 }
 
@@ -70,7 +44,7 @@ void hcnn_cuda_add_row_bias_relu(const hcnn_backend *be, float *y, const float *
     if (total == 0)
         return;
     HCNN_LAUNCH(add_bias_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
-                y, b, total, bias_geom_of(total, 1, m), relu);
+                y, b, total, hcnn_cuda_channels_of(total, m, 1), relu);
     HCNN_CUDA_LAUNCHED();
 }
 
@@ -86,7 +60,7 @@ void hcnn_cuda_add_channel_bias_relu(const hcnn_backend *be, float *y, const flo
     if (total == 0)
         return;
     HCNN_LAUNCH(add_bias_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
-                y, bias, total, bias_geom_of(total, np, c), relu);
+                y, bias, total, hcnn_cuda_channels_of(total, c, np), relu);
     HCNN_CUDA_LAUNCHED();
 }
 

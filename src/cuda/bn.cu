@@ -145,38 +145,15 @@ static __device__ void channel_affine(bn_coefs co, int ch, float *a, float *b)
     }
 }
 
-/* element k's channel over [.][c][np] by two of hd.h's 32-bit dividers
- * (d: np's and c's; narrow where the elements number fewer than 2^32, as
- * the four-element kernels below), else by a 64-bit division */
-typedef struct elem_geom {
-    hcnn_hd_divider np, c;
-    int narrow;
-} elem_geom;
-
-static elem_geom elem_geom_of(size_t total, int c, int np)
-{
-    elem_geom g = {hcnn_hd_divider_of((uint32_t)np), hcnn_hd_divider_of((uint32_t)c),
-                   total <= 0xffffffffu};
-    return g;
-}
-
-static __device__ int elem_channel(elem_geom g, size_t k)
-{
-    if (!g.narrow)
-        return (int)(k / g.np.d % g.c.d);
-    const uint32_t plane = hcnn_hd_div(g.np, (uint32_t)k);
-    return (int)(plane - hcnn_hd_div(g.c, plane) * g.c.d);
-}
-
 /* y = act(x * a + b + add), a thread an element (bn_apply4_kernel below
  * where the tensors allow) */
-static __global__ void bn_apply_kernel(const float *x, size_t total, elem_geom eg, bn_coefs co,
-                                       const float *add, int relu, float *y)
+static __global__ void bn_apply_kernel(const float *x, size_t total, hcnn_cuda_channels eg,
+                                       bn_coefs co, const float *add, int relu, float *y)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const int ch = elem_channel(eg, k);
+    const int ch = hcnn_cuda_channel(eg, k);
     float a, b;
     channel_affine(co, ch, &a, &b);
     y[k] = hcnn_hd_bn_apply(x[k], a, b, add != NULL, add ? add[k] : 0.0f, relu);
@@ -219,15 +196,15 @@ static __global__ void bwd_plane_kernel(const float *x, const float *dy, size_t 
     }
 }
 
-static __global__ void bwd_dx_kernel(const float *x, const float *dy, size_t total, elem_geom eg,
-                                     const float *gamma, const float *beta, const float *mean,
-                                     const float *invstd, int relu, const float *mdy,
-                                     const float *mdyx, float *dx)
+static __global__ void bwd_dx_kernel(const float *x, const float *dy, size_t total,
+                                     hcnn_cuda_channels eg, const float *gamma, const float *beta,
+                                     const float *mean, const float *invstd, int relu,
+                                     const float *mdy, const float *mdyx, float *dx)
 {
     const size_t k = HCNN_CUDA_INDEX();
     if (k >= total)
         return;
-    const int ch = elem_channel(eg, k);
+    const int ch = hcnn_cuda_channel(eg, k);
     float a, b;
     hcnn_hd_bn_affine(gamma[ch], beta[ch], mean[ch], invstd[ch], &a, &b);
     const float g = hcnn_hd_bn_grad(dy[k], x[k], relu, a, b);
@@ -245,9 +222,9 @@ static __global__ void bwd_dx_kernel(const float *x, const float *dy, size_t tot
  * 4) or, NHWC's planes of one pixel, hold four neighbouring channels (c a
  * multiple of 4), the tensors 16-byte aligned, fewer than 2^32 quads;
  * elsewhere the kernels above (NCHW's 7x7 planes, say), which since
- * 2026-12-02 take their channel by the same dividers too (elem_geom;
- * unmeasured on a GPU).  Inference goes by bn_apply's two too
- * (bn_coefs). */
+ * 2026-12-02 take their channel by the same dividers too (cuda.h's
+ * hcnn_cuda_channels; unmeasured on a GPU).  Inference goes by bn_apply's
+ * two too (bn_coefs). */
 typedef struct quad_geom {
     hcnn_hd_divider per, c; /* quads a plane and channels (spread: 1 and c / 4) */
     int spread;             /* 0: a quad's elements in one channel; 1: channels ch .. ch + 3 */
@@ -386,7 +363,7 @@ static void bn_apply(const hcnn_backend *be, const float *x, size_t total, int c
                     (const float4 *)add, relu, (float4 *)y);
     else
         HCNN_LAUNCH(bn_apply_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, cuda_of(be)->stream,
-                    x, total, elem_geom_of(total, c, np), co, add, relu, y);
+                    x, total, hcnn_cuda_channels_of(total, c, np), co, add, relu, y);
     HCNN_CUDA_LAUNCHED();
 }
 
@@ -479,7 +456,7 @@ void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, i
                     (float4 *)dx);
     else
         HCNN_LAUNCH(bwd_dx_kernel, hcnn_cuda_blocks(total), HCNN_CUDA_BLOCK, st, x, dy, total,
-                    elem_geom_of(total, c, plane), gamma, beta, save_mean, save_invstd, relu,
-                    (const float *)mdy, (const float *)mdyx, dx);
+                    hcnn_cuda_channels_of(total, c, plane), gamma, beta, save_mean, save_invstd,
+                    relu, (const float *)mdy, (const float *)mdyx, dx);
     HCNN_CUDA_LAUNCHED();
 }

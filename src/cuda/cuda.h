@@ -95,6 +95,34 @@ static inline unsigned hcnn_cuda_blocks(size_t n)
 /* the index of this thread's output */
 #define HCNN_CUDA_INDEX() ((size_t)blockIdx.x * blockDim.x + threadIdx.x)
 
+/* element k's channel over [.][c][np], (k / np) % c (rows of c: np 1), by
+ * two of hd.h's 32-bit dividers where the elements number fewer than 2^32
+ * (narrow), else by a 64-bit division: a GPU has no division instruction,
+ * and a 64-bit division and remainder a thread bound the H200's
+ * bn_apply_kernel (Nsight Compute, 2026-11-30, bn.cu).  For the kernels a
+ * thread an element (bn.cu's, bias.cu's); the dividers' gain there is
+ * unmeasured on a GPU (2026-12-02). */
+typedef struct hcnn_cuda_channels {
+    hcnn_hd_divider np, c;
+    int narrow;
+} hcnn_cuda_channels;
+
+/* total >= 1, c >= 1, np >= 1 */
+static inline hcnn_cuda_channels hcnn_cuda_channels_of(size_t total, int c, int np)
+{
+    hcnn_cuda_channels g = {hcnn_hd_divider_of((uint32_t)np), hcnn_hd_divider_of((uint32_t)c),
+                            total <= 0xffffffffu};
+    return g;
+}
+
+HCNN_HD int hcnn_cuda_channel(hcnn_cuda_channels g, size_t k)
+{
+    if (!g.narrow)
+        return (int)(k / g.np.d % g.c.d);
+    const uint32_t plane = g.np.d == 1 ? (uint32_t)k : hcnn_hd_div(g.np, (uint32_t)k);
+    return (int)(plane - hcnn_hd_div(g.c, plane) * g.c.d);
+}
+
 /* ---- the table's operations, by file ------------------------------------------- */
 /* gemm.cu */
 void hcnn_cuda_gemm(const hcnn_backend *be, int ta, int tb, int m, int n, int k, float alpha,

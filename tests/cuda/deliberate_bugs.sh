@@ -173,11 +173,10 @@ bug bwd_channel_rounds_restart src/cuda/bn_channel.cu \
 # a and b (bn_apply four elements a thread, src/cuda/bn.cu)
 bug bn_apply4_one_channel_a_quad src/cuda/bn.cu \
     '0,/if (j == 0 || g.spread)/s/if (j == 0 || g.spread)/if (j == 0)/' bn_fwd_train nhwc
-# an element's channel (bn_apply and bwd_dx a thread an element, their
-# 32-bit dividers: NCHW's planes of 49 in test_cuda_bn) as k / c, not k / np
-bug bn_elem_channel_divider src/cuda/bn.cu \
-    's/const uint32_t plane = hcnn_hd_div(g.np, (uint32_t)k);/const uint32_t plane = hcnn_hd_div(g.c, (uint32_t)k);/' \
-    bn_fwd_train
+# an element's plane (cuda.h's 32-bit dividers; bn_apply and bwd_dx a
+# thread an element: NCHW's planes of 49 in test_cuda_bn) as k / c, not k / np
+bug channel_plane_divider src/cuda/cuda.h \
+    's/hcnn_hd_div(g.np, (uint32_t)k);/hcnn_hd_div(g.c, (uint32_t)k);/' bn_fwd_train
 # inference's shift b = beta - running_mean a with the mean's sign turned
 # (bn_apply's a and b from the running statistics, src/cuda/bn.cu)
 bug bn_infer_shift_sign src/cuda/bn.cu \
@@ -247,10 +246,12 @@ bug chunked_forward_relu_forgotten src/cuda/conv.cu \
 bug image_forward_relu_forgotten src/cuda/bias.cu \
     '/static __global__ void add_bias_kernel/,/^}/s/y\[k\] = relu ? hcnn_hd_relu(v) : v;/y[k] = v;/' \
     conv_relu auto "$WAYS"
-# the bias of an element by its row's quotient by the channels, not the
-# remainder (bias.cu's 32-bit dividers): NHWC's rows of c, NCHW's planes
-bug bias_index_quotient src/cuda/bias.cu \
-    's/return row - hcnn_hd_div(g.m, row) \* g.m.d;/return hcnn_hd_div(g.m, row);/' conv_fwd nhwc
+# an element's channel (cuda.h's 32-bit dividers, bias.cu's addition and
+# bn.cu's kernels a thread an element) by the plane's quotient by the
+# channels, not the remainder: NHWC's rows of c
+bug channel_by_quotient src/cuda/cuda.h \
+    's/return (int)(plane - hcnn_hd_div(g.c, plane) \* g.c.d);/return (int)hcnn_hd_div(g.c, plane);/' \
+    conv_fwd nhwc
 # The data gradient as a transposed convolution, under $TRANSPOSED: the
 # filters transposed but not flipped; dy padded as the forward pads x (the
 # same for a kernel of 2p + 1: the suite's unpadded 3x3 shows it); the sum
