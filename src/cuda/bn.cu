@@ -384,8 +384,8 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
         return;
     }
     if (stats && stats->bands > 0) { /* gathered by the convolution (conv.cu) */
-        hcnn_cuda_bn_table_stats(be, stats->part, n, c, np, stats->bands, stats->band_px, 0.0, 1,
-                                 NULL, eps, momentum, save_mean, save_invstd, running_mean,
+        hcnn_cuda_bn_table_stats(be, stats->part, n, c, np, stats->bands, stats->band_px, 0, 0.0,
+                                 1, NULL, eps, momentum, save_mean, save_invstd, running_mean,
                                  running_var);
         bn_apply(be, x, total, c, np, co, add, relu, y);
         return;
@@ -396,8 +396,9 @@ void hcnn_cuda_bn_fwd_train(const hcnn_backend *be, const float *x, int n, int c
     for (int i0 = 0; i0 < n; i0 += piece) {
         const int nb = n - i0 < piece ? n - i0 : piece;
         plane_stats(be, x + (size_t)i0 * c * np, (size_t)nb * c, np, 1, table);
-        hcnn_cuda_bn_table_stats(be, table, nb, c, np, 1, np, (double)i0 * np, i0 + nb == n, state,
-                                 eps, momentum, save_mean, save_invstd, running_mean, running_var);
+        hcnn_cuda_bn_table_stats(be, table, nb, c, np, 1, np, 0, (double)i0 * np, i0 + nb == n,
+                                 state, eps, momentum, save_mean, save_invstd, running_mean,
+                                 running_var);
     }
     bn_apply(be, x, total, c, np, co, add, relu, y);
 }

@@ -13,8 +13,8 @@
  * (H200, Nsight Compute, 2026-11-30), bwd_channel_kernel 15.2 us.  Here a
  * block takes CHANNEL_TILE channels: all its threads load ROWS_STAGED rows
  * of them at once into shared memory (neighbouring threads, neighbouring
- * channels: NCHW's [image][channel] tables, one band a plane, are read in
- * whole lines; bands of a plane and NHWC's [channel][block] are not), then
+ * channels: NCHW's [image][channel] tables, one band a plane, and NHWC's
+ * [block][channel] are read in whole lines; bands of a plane are not), then
  * its first warp, a thread a channel, adds them in order from there.  The
  * same operations in the same order as before: the same bits (on the
  * emulation against src/core/hd.h, tests/unit/test_cuda_bn; on a GPU not
@@ -25,10 +25,12 @@
 #define ROWS_STAGED (HCNN_CUDA_BLOCK / CHANNEL_TILE * STAGE_LOADS)
 
 /* row q of channel ch: ((q / bands * c + ch) * bands + q % bands) * stride
- * (bands > 1: bands of a plane, hcnn_hd_bn_piece_at's pieces) */
+ * (bands > 1: bands of a plane, hcnn_hd_bn_piece_at's pieces), or where
+ * by_piece (q * c + ch) * stride (bn_nhwc.cu's row blocks: the bands of one
+ * plane, [block][channel], so that a warp's channels are one line) */
 typedef struct channel_rows {
     const float *table;
-    int c, bands, stride;
+    int c, bands, stride, by_piece;
 } channel_rows;
 
 static unsigned channel_blocks(int c) { return (unsigned)((c + CHANNEL_TILE - 1) / CHANNEL_TILE); }
@@ -46,8 +48,9 @@ static __device__ void stage_rows(channel_rows t, int r0, int rows, int ch0, int
         const int j = e - r * CHANNEL_TILE, ch = ch0 + j;
         if (r < rows && ch < t.c) {
             const int q = r0 + r, i = q / t.bands;
-            const float *o =
-                t.table + (((size_t)i * t.c + ch) * t.bands + (q - i * t.bands)) * t.stride;
+            const size_t at = t.by_piece ? (size_t)q * t.c + ch
+                                         : ((size_t)i * t.c + ch) * t.bands + (q - i * t.bands);
+            const float *o = t.table + at * t.stride;
             tile[r][0][j] = o[0];
             if (width > 1)
                 tile[r][1][j] = o[1];
@@ -56,12 +59,14 @@ static __device__ void stage_rows(channel_rows t, int r0, int rows, int ch0, int
 }
 
 /* A channel's statistics from a piece of nb images of the table: src/core/
- * hd.h's hcnn_hd_bn_table_stats (its piece functions, pieces in order)
- * over the staged rows, merged with the pieces' before it (done values a
+ * hd.h's hcnn_hd_bn_table_stats (its piece functions, pieces in order;
+ * by_piece: the pairs [piece][c], channel_rows) over the staged rows,
+ * merged with the pieces' before it (done values a
  * channel, their mean and m2 in state[2 ch]); at the last piece, the saved
  * and running statistics */
 static __global__ void bn_channel_stats_kernel(const float *table, int nb, int c, int np,
-                                               int bands, int band_px, double done, int last,
+                                               int bands, int band_px, int by_piece,
+                                               double done, int last,
                                                double *state, float eps, float momentum,
                                                float *save_mean, float *save_invstd,
                                                float *running_mean, float *running_var)
@@ -69,7 +74,7 @@ static __global__ void bn_channel_stats_kernel(const float *table, int nb, int c
     __shared__ float tile[ROWS_STAGED][2][CHANNEL_TILE];
     const int j = (int)threadIdx.x, ch0 = (int)blockIdx.x * CHANNEL_TILE, ch = ch0 + j;
     const int adds = j < CHANNEL_TILE && ch < c; /* (every thread stages) */
-    const channel_rows t = {table, c, bands, 2};
+    const channel_rows t = {table, c, bands, 2, by_piece};
     const int pieces = nb * bands;
     const double cnt = (double)nb * np, last_px = (double)(np - (bands - 1) * band_px);
     double sum = 0.0, ss = 0.0, mu = 0.0;
@@ -103,12 +108,13 @@ static __global__ void bn_channel_stats_kernel(const float *table, int nb, int c
 }
 
 void hcnn_cuda_bn_table_stats(const hcnn_backend *be, const float *table, int nb, int c, int np,
-                              int bands, int band_px, double done, int last, double *state,
-                              float eps, float momentum, float *save_mean, float *save_invstd,
-                              float *running_mean, float *running_var)
+                              int bands, int band_px, int by_piece, double done, int last,
+                              double *state, float eps, float momentum, float *save_mean,
+                              float *save_invstd, float *running_mean, float *running_var)
 {
     HCNN_LAUNCH_BARRIER(bn_channel_stats_kernel, channel_blocks(c), HCNN_CUDA_BLOCK, 0,
-                        cuda_of(be)->stream, table, nb, c, np, bands, band_px, done, last, state,
+                        cuda_of(be)->stream, table, nb, c, np, bands, band_px, by_piece, done,
+                        last, state,
                         eps, momentum, save_mean, save_invstd, running_mean, running_var);
     HCNN_CUDA_LAUNCHED();
 }
@@ -125,7 +131,7 @@ static __global__ void bwd_channel_kernel(const float *table, int nb, int c, int
     __shared__ float tile[ROWS_STAGED][2][CHANNEL_TILE];
     const int j = (int)threadIdx.x, ch0 = (int)blockIdx.x * CHANNEL_TILE, ch = ch0 + j;
     const int adds = j < CHANNEL_TILE && ch < c;
-    const channel_rows t = {table, c, 1, 2};
+    const channel_rows t = {table, c, 1, 2, 0};
     double sdy = 0.0, sdyx = 0.0;
     if (adds)
         sdy = first ? 0.0 : acc[2 * ch], sdyx = first ? 0.0 : acc[2 * ch + 1];
@@ -170,7 +176,7 @@ static __global__ void channel_total_kernel(const float *table, int nb, int c, i
     __shared__ float tile[ROWS_STAGED][2][CHANNEL_TILE];
     const int j = (int)threadIdx.x, ch0 = (int)blockIdx.x * CHANNEL_TILE, ch = ch0 + j;
     const int adds = j < CHANNEL_TILE && ch < c;
-    const channel_rows t = {table, c, 1, 1};
+    const channel_rows t = {table, c, 1, 1, 0};
     double s = adds && !first ? acc[ch] : 0.0;
     for (int r0 = 0; r0 < nb; r0 += ROWS_STAGED) {
         const int rows = nb - r0 < ROWS_STAGED ? nb - r0 : ROWS_STAGED;

@@ -16,7 +16,7 @@
  *             bn.cu's bwd_dx;
  *   inference bn.cu's bn_apply alone (a and b from the running statistics).
  *
- * The sums run over row blocks of NHWC_ROWS rows (more where the blocks'
+ * The sums run over row blocks of HCNN_CUDA_NHWC_ROWS rows (more where the blocks'
  * pairs would not fit the reduction scratch): one thread a (block,
  * channel), so that a warp reads neighbouring channels of a row, summing
  * its block as the CPU sums a plane (16 lanes and a tail,
@@ -39,8 +39,6 @@
 
 #define LANES 16 /* bn.cu's and the CPU's lanes of a sum */
 
-#define NHWC_ROWS 256
-
 /* the rows of a block and their number: the blocks' table, one pair of
  * floats a (block, channel), and c doubles (the backward's two means) fit
  * the scratch; a multiple of LANES, so that only the last block has a tail */
@@ -51,7 +49,7 @@ static int nhwc_rows_per_block(const hcnn_backend *be, int rows, int c, int *blo
         hcnn_cuda_fail("batch-norm", __FILE__, __LINE__,
                        "more channels than the reduction scratch holds partial sums for");
     const size_t most = (cap - (size_t)c) / (size_t)c; /* blocks that fit */
-    size_t per = NHWC_ROWS;
+    size_t per = HCNN_CUDA_NHWC_ROWS;
     if (((size_t)rows + per - 1) / per > most) {
         per = ((size_t)rows + most - 1) / most;
         per = (per + LANES - 1) / LANES * LANES;
@@ -96,9 +94,10 @@ static __device__ float rows_sum(const float *p, int cnt, size_t c, int sq, floa
 
 /* thread k = b c + ch: block b's mean of channel ch (its total over its
  * rows as a float, the CPU's division) and sum of squared deviations from
- * it, at table[(ch * blocks + b) * 2] (the bands of a plane, backend.h's
- * hcnn_bn_stats); the second pass reads the block again from cache (L2
- * at worst: a warp's block is 32 KB) */
+ * it, at table[2 k] (the bands of a plane, [block][c]: a warp writes one
+ * line, and bn_channel_stats reads its channels as one; hd.h's tables,
+ * [c][band], would be a line a channel); the second pass reads the block
+ * again from cache (L2 at worst: a warp's block is 32 KB) */
 static __global__ void nhwc_block_stats_kernel(const float *x, int rows, int c, int per, int blocks,
                                                float *table)
 {
@@ -109,8 +108,8 @@ static __global__ void nhwc_block_stats_kernel(const float *x, int rows, int c, 
     const int cnt = (size_t)rows - r0 < (size_t)per ? (int)((size_t)rows - r0) : per;
     const float *p = x + r0 * (size_t)c + ch;
     const float mean = rows_sum(p, cnt, (size_t)c, 0, 0.0f) / (float)cnt;
-    table[(ch * blocks + b) * 2] = mean;
-    table[(ch * blocks + b) * 2 + 1] = rows_sum(p, cnt, (size_t)c, 1, mean);
+    table[2 * k] = mean;
+    table[2 * k + 1] = rows_sum(p, cnt, (size_t)c, 1, mean);
 }
 
 /* thread k = b c + ch: block b's sums of g and g * (x - m) * is of channel
@@ -164,9 +163,9 @@ void hcnn_cuda_bn_nhwc_stats(const hcnn_backend *be, const float *x, int n, int 
     HCNN_LAUNCH(nhwc_block_stats_kernel, hcnn_cuda_blocks((size_t)blocks * c), HCNN_CUDA_BLOCK, st,
                 x, rows, c, per, blocks, table);
     HCNN_CUDA_LAUNCHED();
-    /* the blocks as the bands of one plane of `rows` values, table[(ch
-     * blocks + b) * 2] (hcnn_hd_bn_piece_at of image 0) */
-    hcnn_cuda_bn_table_stats(be, table, 1, c, rows, blocks, per, 0.0, 1, NULL, eps, momentum,
+    /* the blocks as the bands of one plane of `rows` values, table[(b c +
+     * ch) * 2] (by piece) */
+    hcnn_cuda_bn_table_stats(be, table, 1, c, rows, blocks, per, 1, 0.0, 1, NULL, eps, momentum,
                              save_mean, save_invstd, running_mean, running_var);
 }
 

@@ -556,33 +556,35 @@ void hcnn_cudnn_conv_describe(const hcnn_cudnn_conv *p, int pass, char *buf, siz
     }
     const char *math = p->precision == HCNN_PRECISION_FP32 ? "FMA math" : "TF32 allowed";
     const char *nhwc = p->layout == HCNN_LAYOUT_NHWC ? " NHWC (KRSC filter copy)" : "";
+    const int len = snprintf(buf, cap, "cuDNN %d.%d.%d%s", CUDNN_MAJOR, CUDNN_MINOR,
+                             CUDNN_PATCHLEVEL, nhwc);
+    if (len < 0 || (size_t)len >= cap)
+        return;
+    buf += len, cap -= (size_t)len; /* the rest after the version */
     if (!p->has[pass]) { /* the plan runs the other passes */
         const char *family = p->winograd ? "Winograd" : "direct-sum";
         const double mib = 1.0 / 1048576.0;
         if (p->lack[pass] == CUDNN_OVER_WORKSPACE)
             snprintf(buf, cap,
-                     "cuDNN %d.%d.%d%s: its %s algorithm for this pass asks %.1f MiB of "
-                     "workspace, beyond the %.1f MiB the plan has",
-                     CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, family,
-                     (double)p->need[pass] * mib, (double)p->limit * mib);
+                     ": its %s algorithm for this pass asks %.1f MiB of workspace, beyond the "
+                     "%.1f MiB the plan has",
+                     family, (double)p->need[pass] * mib, (double)p->limit * mib);
         else if (p->lack[pass] == CUDNN_NO_SIZE)
             snprintf(buf, cap,
-                     "cuDNN %d.%d.%d%s refused its %s algorithm's math type or workspace size "
-                     "for this pass",
-                     CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, family);
+                     " refused its %s algorithm's math type or workspace size for this pass",
+                     family);
         else
             snprintf(buf, cap,
-                     "cuDNN %d.%d.%d%s: its heuristics rank no deterministic %s algorithm of %s "
-                     "for this pass within %.1f MiB",
-                     CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, family, math,
-                     (double)p->limit * mib);
+                     ": its heuristics rank no deterministic %s algorithm of %s for this pass "
+                     "within %.1f MiB",
+                     family, math, (double)p->limit * mib);
         return;
     }
     const char *algo = pass == HCNN_PASS_FORWARD ? fwd_name(p->fwd)
                        : pass == HCNN_PASS_DATA  ? bwd_data_name(p->bwd_data)
                                                  : bwd_filter_name(p->bwd_filter);
-    snprintf(buf, cap, "cuDNN %d.%d.%d%s %s (deterministic, %s, workspace %.1f MiB)", CUDNN_MAJOR,
-             CUDNN_MINOR, CUDNN_PATCHLEVEL, nhwc, algo, math, (double)p->workspace / 1048576.0);
+    snprintf(buf, cap, " %s (deterministic, %s, workspace %.1f MiB)", algo, math,
+             (double)p->workspace / 1048576.0);
 }
 
 #else /* no cuDNN in this build: every convolution takes the im2col path */

@@ -337,16 +337,16 @@ void hcnn_cuda_bn_bwd(const hcnn_backend *be, const float *x, const float *dy, i
 /* bn_channel.cu: a channel's sums over a table's rows (bn.cu's plane
  * tables, bn_nhwc.cu's row blocks): the training statistics from its
  * pieces (src/core/hd.h, hcnn_hd_bn_table_stats: nb images of `bands`
- * pieces, pairs at
- * hcnn_hd_bn_piece_at), merged with `done` values before them in state[2 ch]
+ * pieces, pairs at hcnn_hd_bn_piece_at, or where by_piece at (q c + ch) * 2,
+ * [piece][c]), merged with `done` values before them in state[2 ch]
  * (0: none; then state unused where last), at the last piece the saved and
  * running statistics; and the backward's two sums from nb rows of pairs
  * [row][c][2], carried in acc[2 ch] unless first, at the last dgamma and
  * dbeta accumulated and the two means over cnt values */
 void hcnn_cuda_bn_table_stats(const hcnn_backend *be, const float *table, int nb, int c, int np,
-                              int bands, int band_px, double done, int last, double *state,
-                              float eps, float momentum, float *save_mean, float *save_invstd,
-                              float *running_mean, float *running_var);
+                              int bands, int band_px, int by_piece, double done, int last,
+                              double *state, float eps, float momentum, float *save_mean,
+                              float *save_invstd, float *running_mean, float *running_var);
 void hcnn_cuda_bn_table_sums(const hcnn_backend *be, const float *table, int nb, int c, int first,
                              int last, double cnt, double *acc, float *dgamma, float *dbeta,
                              float *mdy, float *mdyx);
@@ -357,7 +357,10 @@ void hcnn_cuda_channel_totals(const hcnn_backend *be, const float *table, int nb
 /* bn_nhwc.cu: NHWC's per-channel sums (x, dy [n][np][c]), for bn.cu's
  * three when be->layout is NHWC: the training statistics (save_*, the running
  * ones updated), and the backward's (dgamma, dbeta accumulated; *mdy and
- * *mdyx: the two means bwd_dx reads, in the reduction scratch) */
+ * *mdyx: the two means bwd_dx reads, in the reduction scratch); their sums
+ * run over blocks of HCNN_CUDA_NHWC_ROWS rows (more where the scratch would
+ * not hold the blocks' table) */
+#define HCNN_CUDA_NHWC_ROWS 256
 void hcnn_cuda_bn_nhwc_stats(const hcnn_backend *be, const float *x, int n, int c, int np,
                              float eps, float momentum, float *running_mean, float *running_var,
                              float *save_mean, float *save_invstd);

@@ -219,6 +219,11 @@ bug nhwc_channel_sum_overwrites src/cuda/bias.cu 's/db\[ch\] += (float)s;/db[ch]
 # batch-norm's block deviations taken from 0 instead of the block's mean
 bug bn_nhwc_deviations_from_zero src/cuda/bn_nhwc.cu \
     's/rows_sum(p, cnt, (size_t)c, 1, mean)/rows_sum(p, cnt, (size_t)c, 1, 0.0f)/' bn_fwd_train nhwc
+# the blocks' table written [channel][block], hd.h's tables' order, where
+# bn_channel_stats reads it [block][channel] (by_piece)
+bug bn_nhwc_table_by_channel src/cuda/bn_nhwc.cu \
+    's/table\[2 \* k\] = mean;/table[(ch * blocks + b) * 2] = mean;/;s/table\[2 \* k + 1\] = rows_sum(/table[(ch * blocks + b) * 2 + 1] = rows_sum(/' \
+    bn_fwd_train nhwc
 # the backward's block sums without the rows after the 16 lanes' blocks
 bug bn_nhwc_bwd_without_tail src/cuda/bn_nhwc.cu \
     '/static __global__ void nhwc_bwd_block_kernel/,/^}/s/for (int i = whole; i < cnt; i++) {/for (int i = cnt; i < cnt; i++) {/' \

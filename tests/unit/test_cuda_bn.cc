@@ -7,7 +7,8 @@
  * of one piece (the backward's bits; the forward's merged statistics
  * within 1e-6).  An NHWC instance (HCNN_CUDA_LAYOUT=nhwc) takes 3 launches
  * a pass too, gives NCHW's results within 2e-6 (y: 1e-5; inference: the same bits)
- * and the same bits on every run.  The channel kernels (rows staged in
+ * and the same bits on every run, and its statistics the host's in its own
+ * order bit for bit.  The channel kernels (rows staged in
  * shared memory, added a thread a channel) give src/core/hd.h's sums on the
  * host bit for bit, and bn_apply and bwd_dx four elements a thread give the
  * bits of one, in either layout.  The values themselves are the
@@ -668,6 +669,51 @@ static void test_nhwc_repeatable() {
     dev_free(one), dev_free(two);
 }
 
+/* The NHWC forward's statistics against the host's in bn_nhwc.cu's order,
+ * bit for bit: each block of HCNN_CUDA_NHWC_ROWS rows' pair of a channel as
+ * a plane's (16 lanes and a tail), the blocks as the bands of one plane
+ * (hd.h's table statistics).  SN images of 15x15: 33750 rows, 132 blocks
+ * (more than bn_channel.cu stages at once; the last of 214 rows, a tail
+ * of 6), SC channels (two channel blocks) */
+static void test_nhwc_statistics_bits() {
+    const hcnn_backend *be = the_nhwc_backend;
+    const int np = 225, rows = SN * np, per = HCNN_CUDA_NHWC_ROWS;
+    const int blocks = (rows + per - 1) / per;
+    const std::vector<float> x = uniform((size_t)rows * SC, -3.0f, 5.0f, 777);
+    const std::vector<float> zc(SC, 0.0f), one(SC, 1.0f), g = uniform(SC, 0.5f, 1.5f, 3);
+    float *xd = dev_copy(be, x), *y = dev_copy(be, x), *gamma = dev_copy(be, g),
+          *beta = dev_copy(be, zc), *mean = dev_copy(be, zc), *invstd = dev_copy(be, zc),
+          *rmean = dev_copy(be, zc), *rvar = dev_copy(be, one);
+    CHECK_LAUNCHES(launches_of(be, [&] {
+                       be->bn_fwd_train(be, xd, SN, SC, np, gamma, beta, 1e-5f, 0.1f, rmean, rvar,
+                                        mean, invstd, nullptr, 0, nullptr, y);
+                   }),
+                   "nhwc_block_stats_kernel bn_channel_stats_kernel bn_apply4_kernel");
+    /* hd.h's table: one image of `blocks` bands, [channel][band] */
+    std::vector<float> table(2 * (size_t)SC * blocks), vals(per), wm(SC), wis(SC), wrm(SC, 0.0f),
+        wrv(SC, 1.0f);
+    for (int ch = 0; ch < SC; ch++) {
+        for (int b = 0; b < blocks; b++) {
+            const int r0 = b * per, cnt = rows - r0 < per ? rows - r0 : per;
+            for (int i = 0; i < cnt; i++)
+                vals[i] = x[(size_t)(r0 + i) * SC + ch];
+            const size_t at = hcnn_hd_bn_piece_at(b, SC, ch, blocks);
+            plane_pair(vals.data(), cnt, &table[at], &table[at + 1]);
+        }
+        double mu, m2;
+        hcnn_hd_bn_table_stats(table.data(), 1, SC, ch, blocks, per, rows, &mu, &m2);
+        wm[ch] = (float)mu;
+        wis[ch] = hcnn_hd_bn_finish(mu, m2, (double)rows, 1e-5f, 0.1f, &wrm[ch], &wrv[ch]);
+    }
+    printf("# NHWC: %d rows of %d channels, %d blocks of %d rows\n", rows, SC, blocks, per);
+    check_bits("NHWC save_mean", host(be, mean, SC), wm);
+    check_bits("NHWC save_invstd", host(be, invstd, SC), wis);
+    check_bits("NHWC running_mean", host(be, rmean, SC), wrm);
+    check_bits("NHWC running_var", host(be, rvar, SC), wrv);
+    for (float *p : {xd, y, gamma, beta, mean, invstd, rmean, rvar})
+        be->free(be, p);
+}
+
 static const test_case cases[] = {
     {"launches_per_call", test_launches_per_call},
     {"gathered_statistics", test_gathered_statistics},
@@ -677,6 +723,7 @@ static const test_case cases[] = {
     {"nhwc_launches_per_call", test_nhwc_launches_per_call},
     {"nhwc_matches_nchw", test_nhwc_matches_nchw},
     {"nhwc_repeatable", test_nhwc_repeatable},
+    {"nhwc_statistics_bits", test_nhwc_statistics_bits},
     {"nhwc_quads_match_elements", test_nhwc_quads_match_elements},
 };
 
