@@ -46,13 +46,15 @@
 #           Compute (ncu) on 12 kernels of hcnn bench ResNet-18 batch 128
 #           (HCNN_CUDA_CONV=im2col, cuda_graphs: off) inside the NVTX ranges of
 #           layer2.0's first convolution and batch-norm, forward and backward
-#           (nsight_ncu.log), and, where nsys is installed, Nsight Systems on 5
+#           (nsight_ncu.log), the batch-norm's 6 in NHWC activations
+#           (nsight_ncu_nhwc.log), and, where nsys is installed, Nsight Systems on 5
 #           steps of the same bench with its NVTX, NVTX-on-GPU and kernel
 #           summaries (nsight_nsys.log).  Not in the default SECTIONS (those
 #           took 541 s under GPU_CHECK_SECONDS=550 on 2026-11-30, cut): its
 #           own call, bench/gpu_check.sh BUNDLE "" nsight, about 10 s for
-#           ncu on the H200 (2026-11-30; nsys not installed there; bounded:
-#           ncu 60 s, nsys 60 s, its summaries 3 x 30 s).  Needs a build
+#           ncu's 12 kernels on the H200 (2026-11-30; nsys not installed
+#           there; the NHWC run not yet timed; bounded: ncu 2 x 60 s, nsys
+#           60 s, its summaries 3 x 30 s).  Needs a build
 #           with NVTX (hcnn --version: "NVTX: ranges compiled in"; on by
 #           default with --with-cuda)
 #
@@ -515,6 +517,18 @@ if has nsight; then
         echo "exit $?"
         grep -E '^  [A-Za-z_].*\(([0-9]+, ){2}[0-9]+\)x|Duration|Achieved Occupancy|Memory Throughput|Compute \(SM\) Throughput' \
             "$O/nsight_ncu.log" | head -n 40
+        # the same batch-norm in NHWC: its 6 kernels (nhwc_block_stats,
+        # bn_channel_stats reading the blocks' [block][channel] table,
+        # bn_apply; nhwc_bwd_block, bwd_channel, bwd_dx), never yet timed
+        # on a GPU (2026-12-02)
+        stamp "Nsight Compute: 6 kernels of layer2.0.bn1 in NHWC (HCNN_CUDA_LAYOUT=nhwc)"
+        HCNN_CUDA_CONV=im2col HCNN_CUDA_LAYOUT=nhwc bounded 60 "$ncu" --target-processes all --nvtx \
+            --nvtx-include "fwd 17 layer2.0.bn1 (bn)/" --nvtx-include "bwd 17 layer2.0.bn1 (bn)/" \
+            --launch-count 6 --set basic "${nbench[@]}" --warmup 1 --repeats 1 --steps 1 \
+            > "$O/nsight_ncu_nhwc.log" 2>&1
+        echo "exit $?"
+        grep -E '^  [A-Za-z_].*\(([0-9]+, ){2}[0-9]+\)x|Duration|Achieved Occupancy|Memory Throughput' \
+            "$O/nsight_ncu_nhwc.log" | head -n 24
     fi
     if ! command -v nsys >/dev/null; then
         echo "gpu_check.sh: no nsys (Nsight Systems) on PATH: its part skipped"
