@@ -169,8 +169,8 @@ HCNN_HD void hcnn_hd_bn_affine(float gamma, float beta, float mean, float invstd
  * GPU's batch-norms both take their statistics this way: src/cpu/bn.c by
  * hcnn_hd_bn_table_stats from the convolution's bands, src/cuda/bn_channel.cu's
  * bn_channel_stats_kernel from bn.cu's plane table or bn_nhwc.cu's row blocks
- * (the bands of one plane, its pairs [block][channel]) by the piece
- * functions below, in this order. */
+ * (the bands of one plane, its pairs [block][channel], not at
+ * hcnn_hd_bn_piece_at) by the piece functions below, in this order. */
 /* piece q's values: band_px, or the last band's `last` (the plane's rest) */
 HCNN_HD double hcnn_hd_bn_piece_px(int q, int bands, int band_px, double last)
 {

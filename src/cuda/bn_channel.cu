@@ -27,7 +27,7 @@
 /* row q of channel ch: ((q / bands * c + ch) * bands + q % bands) * stride
  * (bands > 1: bands of a plane, hcnn_hd_bn_piece_at's pieces), or where
  * by_piece (q * c + ch) * stride (bn_nhwc.cu's row blocks: the bands of one
- * plane, [block][channel], so that a warp's channels are one line) */
+ * plane, [block][channel], so that a warp's channels are whole lines) */
 typedef struct channel_rows {
     const float *table;
     int c, bands, stride, by_piece;

@@ -94,8 +94,8 @@ static __device__ float rows_sum(const float *p, int cnt, size_t c, int sq, floa
 
 /* thread k = b c + ch: block b's mean of channel ch (its total over its
  * rows as a float, the CPU's division) and sum of squared deviations from
- * it, at table[2 k] (the bands of a plane, [block][c]: a warp writes one
- * line, and bn_channel_stats reads its channels as one; hd.h's tables,
+ * it, at table[2 k] (the bands of a plane, [block][c]: a warp writes whole
+ * lines, and bn_channel_stats reads its channels so; hd.h's tables,
  * [c][band], would be a line a channel); the second pass reads the block
  * again from cache (L2 at worst: a warp's block is 32 KB) */
 static __global__ void nhwc_block_stats_kernel(const float *x, int rows, int c, int per, int blocks,
