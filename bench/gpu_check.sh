@@ -504,31 +504,33 @@ if has nsight; then
     if [ -z "$ncu" ]; then
         echo "gpu_check.sh: no ncu (Nsight Compute) on PATH, in /usr/local/cuda*/bin or /opt/nvidia/nsight-compute"
     else
+        # ncu_ranges LOG COUNT RANGE...: ncu on the first COUNT kernels
+        # inside the NVTX ranges named (a push/pop range of the default
+        # domain is "NAME/" in ncu's filter) of nbench's one step, its lines
+        # the doc reads
+        ncu_ranges() {
+            local log=$1 count=$2 r inc=()
+            shift 2
+            for r; do inc+=(--nvtx-include "$r/"); done
+            bounded 60 "$ncu" --target-processes all --nvtx "${inc[@]}" --launch-count "$count" \
+                --set basic "${nbench[@]}" --warmup 1 --repeats 1 --steps 1 > "$O/$log" 2>&1
+            echo "exit $?"
+            grep -E '^  [A-Za-z_].*\(([0-9]+, ){2}[0-9]+\)x|Duration|Achieved Occupancy|Memory Throughput|Compute \(SM\) Throughput' \
+                "$O/$log" | head -n 40
+        }
         stamp "Nsight Compute: $(timeout -k 5 30 "$ncu" --version 2>&1 | tail -n 1); 12 kernels of layer2.0.conv1/bn1"
         # rows 16 and 17 of hcnn bench's profile table of ResNet-18 (from 0):
         # layer2.0.conv1 and layer2.0.bn1 (src/core/trace.h: "<pass> <row>
-        # <name> (<kind>)"); a push/pop range of the default domain is
-        # "NAME/" in ncu's filter
-        HCNN_CUDA_CONV=im2col bounded 60 "$ncu" --target-processes all --nvtx \
-            --nvtx-include "fwd 16 layer2.0.conv1 (conv)/" --nvtx-include "fwd 17 layer2.0.bn1 (bn)/" \
-            --nvtx-include "bwd 16 layer2.0.conv1 (conv)/" --nvtx-include "bwd 17 layer2.0.bn1 (bn)/" \
-            --launch-count 12 --set basic "${nbench[@]}" --warmup 1 --repeats 1 --steps 1 \
-            > "$O/nsight_ncu.log" 2>&1
-        echo "exit $?"
-        grep -E '^  [A-Za-z_].*\(([0-9]+, ){2}[0-9]+\)x|Duration|Achieved Occupancy|Memory Throughput|Compute \(SM\) Throughput' \
-            "$O/nsight_ncu.log" | head -n 40
+        # <name> (<kind>)")
+        HCNN_CUDA_CONV=im2col ncu_ranges nsight_ncu.log 12 "fwd 16 layer2.0.conv1 (conv)" \
+            "fwd 17 layer2.0.bn1 (bn)" "bwd 16 layer2.0.conv1 (conv)" "bwd 17 layer2.0.bn1 (bn)"
         # the same batch-norm in NHWC: its 6 kernels (nhwc_block_stats,
         # bn_channel_stats reading the blocks' [block][channel] table,
         # bn_apply; nhwc_bwd_block, bwd_channel, bwd_dx), never yet timed
         # on a GPU (2026-12-02)
         stamp "Nsight Compute: 6 kernels of layer2.0.bn1 in NHWC (HCNN_CUDA_LAYOUT=nhwc)"
-        HCNN_CUDA_CONV=im2col HCNN_CUDA_LAYOUT=nhwc bounded 60 "$ncu" --target-processes all --nvtx \
-            --nvtx-include "fwd 17 layer2.0.bn1 (bn)/" --nvtx-include "bwd 17 layer2.0.bn1 (bn)/" \
-            --launch-count 6 --set basic "${nbench[@]}" --warmup 1 --repeats 1 --steps 1 \
-            > "$O/nsight_ncu_nhwc.log" 2>&1
-        echo "exit $?"
-        grep -E '^  [A-Za-z_].*\(([0-9]+, ){2}[0-9]+\)x|Duration|Achieved Occupancy|Memory Throughput' \
-            "$O/nsight_ncu_nhwc.log" | head -n 24
+        HCNN_CUDA_CONV=im2col HCNN_CUDA_LAYOUT=nhwc ncu_ranges nsight_ncu_nhwc.log 6 \
+            "fwd 17 layer2.0.bn1 (bn)" "bwd 17 layer2.0.bn1 (bn)"
     fi
     if ! command -v nsys >/dev/null; then
         echo "gpu_check.sh: no nsys (Nsight Systems) on PATH: its part skipped"
