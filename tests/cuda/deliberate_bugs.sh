@@ -7,20 +7,34 @@
 #   tests/cuda/deliberate_bugs.sh [SRCDIR]     (default: this script's tree)
 # Prints one line per bug ("caught" or "MISSED", with the failing test's
 # first lines) and "N passed, N failed" (a bug caught is a pass); exits 1 if
-# any bug went unnoticed or the clean copy failed.  Takes a few minutes (one
-# build, then one file recompiled per bug).
+# any bug went unnoticed or the clean copy failed.  Where SRCDIR is already
+# built with the CUDA emulation (configure --enable-cuda-emulation, then
+# make and make check: what .ci/run's emulation stage leaves), that build
+# is copied as it is; else its sources are copied and built.  Then one file
+# is recompiled per bug, and the bugs run JOBS (default: the cores) at
+# once, one OpenMP thread each: their checks compare values, not times.
 set -uo pipefail
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/hcnn-bugs.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+export OMP_NUM_THREADS=1
 
-echo "# building a copy of $src with the CUDA emulation in $work/clean"
 mkdir -p "$work/clean"
-(cd "$src" && git ls-files -z 2>/dev/null | xargs -0 tar cf - 2>/dev/null || tar cf - --exclude=.git .) |
-    (cd "$work/clean" && tar xf -)
-(cd "$work/clean" && autoreconf -fi >/dev/null 2>&1 && ./configure --enable-cuda-emulation >/dev/null &&
-    make -j"$jobs" >/dev/null && make -j"$jobs" tests/conformance/test_backend tests/unit/test_cuda_bn >/dev/null) || {
+# (the programs the checks run; the copy of a built tree is brought up to
+# date by make, which rebuilds what it must: hcnn_git.h names no commit
+# without .git)
+programs=(hcnn tests/conformance/test_backend tests/unit/test_cuda_bn)
+if grep -q '^#define HCNN_CUDA_EMULATION 1' "$src/config.h" 2>/dev/null && [ -x "$src/${programs[1]}" ]; then
+    echo "# copying $src, built with the CUDA emulation, to $work/clean"
+    (cd "$src" && tar cf - --exclude=./.git --exclude=./build-blis .) | (cd "$work/clean" && tar xf -)
+else
+    echo "# building a copy of $src with the CUDA emulation in $work/clean"
+    (cd "$src" && git ls-files -z 2>/dev/null | xargs -0 tar cf - 2>/dev/null || tar cf - --exclude=.git .) |
+        (cd "$work/clean" && tar xf -)
+    (cd "$work/clean" && autoreconf -fi >/dev/null 2>&1 && ./configure --enable-cuda-emulation >/dev/null)
+fi
+(cd "$work/clean" && make -j"$jobs" >/dev/null && make -j"$jobs" "${programs[@]}" >/dev/null) || {
     echo "the clean copy does not build"
     echo "0 passed, 1 failed"
     exit 1
@@ -35,29 +49,30 @@ mkdir -p "$work/clean"
 # (layout: the CUDA backend's HCNN_CUDA_LAYOUT for the conformance suite
 # and the CUDA run: a bug in an NHWC kernel shows only there; conv: its
 # HCNN_CUDA_CONV, for a bug in a way the rule does not take)
-checks() { # dir [conformance checks [layout [conv]]]: 0 when every check passes
-    local d=$1 only=${2:-} layout=${3:-auto} conv=${4:-auto}
+checks() { # DIR LOGS [conformance checks [layout [conv]]]: 0 when every check passes
+    # (LOGS: the prefix of the logs' and checkpoints' names)
+    local d=$1 o=$2 only=${3:-} layout=${4:-auto} conv=${5:-auto}
     export HCNN_CUDA_CONV=$conv
     if [ -n "$only" ]; then
-        (cd "$d" && timeout -k 10 300 ./tests/unit/test_cuda_bn) >"$d.conf.log" 2>&1 &&
+        (cd "$d" && timeout -k 10 300 ./tests/unit/test_cuda_bn) >"$o.conf.log" 2>&1 &&
             (cd "$d" && HCNN_CUDA_LAYOUT=$layout HCNN_CONFORMANCE_BACKENDS=cuda HCNN_CONFORMANCE_CHECKS="$only" \
-                timeout -k 10 300 ./tests/conformance/test_backend) >>"$d.conf.log" 2>&1
+                timeout -k 10 300 ./tests/conformance/test_backend) >>"$o.conf.log" 2>&1
         return
     fi
-    (cd "$d" && HCNN_CUDA_LAYOUT=$layout HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 10 900 ./tests/conformance/test_backend) >"$d.conf.log" 2>&1 || return 1
+    (cd "$d" && HCNN_CUDA_LAYOUT=$layout HCNN_CONFORMANCE_BACKENDS=cuda timeout -k 10 900 ./tests/conformance/test_backend) >"$o.conf.log" 2>&1 || return 1
     local l=(--config "$d/configs/mnist_lenet.yaml" -q --set dataset=synthetic --set synthetic_train=640
              --set synthetic_test=64 --set batch_size=32 --set csv= --set blas_kernels=env --set epochs=1
              --set max_steps=20)
-    timeout -k 10 600 "$d/hcnn" train "${l[@]}" --set device=cpu --set checkpoint_dir="$d.cpu" >"$d.cpu.log" 2>&1 &&
-        HCNN_CUDA_LAYOUT=$layout timeout -k 10 600 "$d/hcnn" train "${l[@]}" --set device=cuda --set checkpoint_dir="$d.cuda" >"$d.cuda.log" 2>&1 &&
-        "$d/hcnn" diff "$d.cpu/final.hcnn" "$d.cuda/final.hcnn" --tol 1e-4 >"$d.diff.log" 2>&1
+    timeout -k 10 600 "$d/hcnn" train "${l[@]}" --set device=cpu --set checkpoint_dir="$o.cpu" >"$o.cpu.log" 2>&1 &&
+        HCNN_CUDA_LAYOUT=$layout timeout -k 10 600 "$d/hcnn" train "${l[@]}" --set device=cuda --set checkpoint_dir="$o.cuda" >"$o.cuda.log" 2>&1 &&
+        "$d/hcnn" diff "$o.cpu/final.hcnn" "$o.cuda/final.hcnn" --tol 1e-4 >"$o.diff.log" 2>&1
 }
 
 # the first line saying what failed: a conformance check's message, an
 # abort, the CUDA run's error, or the comparison's verdict
-why_failed() {
-    local d=$1 line
-    for f in "$d.conf.log" "$d.cuda.log" "$d.diff.log"; do
+why_failed() { # LOGS
+    local o=$1 line
+    for f in "$o.conf.log" "$o.cuda.log" "$o.diff.log"; do
         [ -s "$f" ] || continue
         line=$(grep -h -v -E '^\[ *(ERROR|LINE) *\] --- *$' "$f" | grep -m1 -E 'FAILED|Aborted|hcnn: |within_tol=no|differ')
         [ -n "$line" ] && { echo "$(basename "$f"): $line" | cut -c1-200; return; }
@@ -65,16 +80,42 @@ why_failed() {
     echo "(a check exited non-zero; see the logs)"
 }
 
-passed=0 failed=0
+# Each case (a check of the clean copy, a bug) runs in the background, $jobs
+# at once; its line goes to $work/result.N, and $work/result.N.pass exists
+# when it passed.  Its lines are printed in the order the cases were
+# started, as soon as the case and those before it are done.
+started=0 shown=0 passed=0 failed=0
+show_done() {
+    while [ "$shown" -lt "$started" ] && [ -e "$work/result.$((shown + 1)).done" ]; do
+        shown=$((shown + 1))
+        cat "$work/result.$shown"
+        if [ -e "$work/result.$shown.pass" ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+    done
+}
+start() { # FUNCTION ARGS...: in the background, once fewer than $jobs run
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; show_done; done
+    started=$((started + 1))
+    local r="$work/result.$started"
+    { "$@" >"$r" 2>&1 && touch "$r.pass"; touch "$r.done"; } &
+    show_done
+}
+
+# clean NAME ARGS-OF-CHECKS...: the clean copy passes the checks (its logs
+# in $work/clean-NAME.*)
+clean() {
+    local name=$1
+    shift
+    if checks "$work/clean" "$work/clean-$name" "$@"; then
+        echo "clean copy, $name: the checks pass"
+    else
+        echo "clean copy, $name: the checks FAIL: $(grep -h -m3 -E 'FAILED|error' "$work/clean-$name.conf.log" "$work/clean-$name.cuda.log" 2>/dev/null)"
+        return 1
+    fi
+}
+
 # in each layout: an NHWC bug is caught only if the clean copy passes in NHWC
 for layout in auto nhwc; do
-    if checks "$work/clean" "" "$layout"; then
-        echo "clean copy, HCNN_CUDA_LAYOUT=$layout: the checks pass"
-        passed=$((passed + 1))
-    else
-        echo "clean copy, HCNN_CUDA_LAYOUT=$layout: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" "$work/clean.cuda.log" 2>/dev/null)"
-        failed=$((failed + 1))
-    fi
+    start clean "HCNN_CUDA_LAYOUT=$layout" "" "$layout"
 done
 
 # the ways the rule does not take (src/cuda/conv_choice.cu): the forward and
@@ -83,50 +124,46 @@ done
 # are caught only if the clean copy passes so
 CONV_CHECKS=conv_fwd,conv_relu,conv_bwd,conv_bwd_filter,conv_bwd_data
 WAYS=im2col_image,im2col_image,im2col
-if checks "$work/clean" "$CONV_CHECKS" auto "$WAYS"; then
-    echo "clean copy, HCNN_CUDA_CONV=$WAYS: the convolution's checks pass"
-    passed=$((passed + 1))
-else
-    echo "clean copy, HCNN_CUDA_CONV=$WAYS: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" 2>/dev/null)"
-    failed=$((failed + 1))
-fi
+start clean "HCNN_CUDA_CONV=$WAYS (the convolution's)" "$CONV_CHECKS" auto "$WAYS"
 
 # the data gradient transposed (src/cuda/conv.cu), in each layout
 TRANSPOSED=im2col,transposed,im2col
 for layout in auto nhwc; do
-    if checks "$work/clean" "$CONV_CHECKS" "$layout" "$TRANSPOSED"; then
-        echo "clean copy, HCNN_CUDA_CONV=$TRANSPOSED, HCNN_CUDA_LAYOUT=$layout: the convolution's checks pass"
-        passed=$((passed + 1))
-    else
-        echo "clean copy, HCNN_CUDA_CONV=$TRANSPOSED, HCNN_CUDA_LAYOUT=$layout: the checks FAIL: $(grep -m3 -E 'FAILED|error' "$work/clean.conf.log" 2>/dev/null)"
-        failed=$((failed + 1))
-    fi
+    start clean "HCNN_CUDA_CONV=$TRANSPOSED, HCNN_CUDA_LAYOUT=$layout (the convolution's)" "$CONV_CHECKS" \
+        "$layout" "$TRANSPOSED"
 done
 
 # bug NAME FILE SED-EXPRESSION [CONFORMANCE-CHECKS [LAYOUT [CONV]]]: the copy
-# with the bug, and whether the checks fail
+# with the bug, and whether the checks fail (0: caught); the copy is
+# removed after, its logs kept till the end
 bug() {
-    local name=$1 file=$2 expr=$3 only=${4:-} layout=${5:-auto} conv=${6:-auto} d="$work/$1"
+    start bug_case "$@"
+}
+bug_case() {
+    local name=$1 file=$2 expr=$3 only=${4:-} layout=${5:-auto} conv=${6:-auto} d="$work/$1" rc=1
     cp -a "$work/clean" "$d"
     sed -i "$expr" "$d/$file"
     if cmp -s "$work/clean/$file" "$d/$file"; then
         echo "$name: the edit did not apply to $file (the source changed: update the script)"
-        failed=$((failed + 1))
-        return
+        rm -rf "$d"
+        return 1
     fi
     touch "$d/$file"
+    # (a bug may leave a variable unused: the copy of a build configured
+    # with --enable-werror, as CI's is, builds the bug without -Werror)
+    sed -i -E '/^(WARN_CFLAGS|CUDA_WARN) = /s/ -Werror( all-warnings)?//' "$d/Makefile"
     # (with a list of checks: the two test programs alone, not hcnn)
-    if ! (cd "$d" && { [ -n "$only" ] || make -j"$jobs" >/dev/null 2>&1; } &&
-        make -j"$jobs" tests/conformance/test_backend tests/unit/test_cuda_bn >/dev/null 2>&1); then
+    if ! (cd "$d" && { [ -n "$only" ] || make >/dev/null 2>&1; } &&
+        make tests/conformance/test_backend tests/unit/test_cuda_bn >/dev/null 2>&1); then
         echo "$name: does not build"
-        failed=$((failed + 1))
-    elif checks "$d" "$only" "$layout" "$conv"; then
+    elif checks "$d" "$d" "$only" "$layout" "$conv"; then
         echo "$name: MISSED (every check passed)"
-        failed=$((failed + 1))
     else
         echo "$name: caught: $(why_failed "$d")"
-        passed=$((passed + 1))
+        rc=0
     fi
+    rm -rf "$d"
+    return $rc
 }
 
 # a launch one block short: the last elements of a ReLU are never written
@@ -272,5 +309,7 @@ bug transposed_chunk_ignores_accumulate src/cuda/conv.cu \
 bug transposed_nhwc_ignores_accumulate src/cuda/conv.cu \
     's/conv_gemm(be, 0, 1, nb \* P, co, K, col, bp.col, K, w, bp.w, K, beta,/conv_gemm(be, 0, 1, nb * P, co, K, col, bp.col, K, w, bp.w, K, 0.0f,/' \
     conv_bwd_data nhwc "$TRANSPOSED"
+wait
+show_done
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
