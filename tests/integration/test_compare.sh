@@ -65,25 +65,6 @@ else
     done
 fi
 
-# --device cuda picks PyTorch's faster layout by default, at hcnn's precision
-# (tf32 too); --channels-last one layout.  Checked on the header and the
-# peer's command lines, printed before the first run: an hcnn that prints no
-# rate (/bin/true) stops it there with exit 1, so no GPU is needed
-case_begin compare_cuda_default_best
-rc=0 rc2=0
-HCNN=/bin/true "$CMP" "${SHORT[@]}" --rounds 1 --device cuda --precision tf32 >"$WORK/cb.log" 2>&1 || rc=$?
-HCNN=/bin/true "$CMP" "${SHORT[@]}" --rounds 1 --device cuda --channels-last >"$WORK/cl.log" 2>&1 || rc2=$?
-if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] &&
-   grep -qE '^compare: .* device=cuda precision=tf32 peer_modes=tf32_nchw,tf32_nhwc torch_format=best$' "$WORK/cb.log" &&
-   grep -qE '^pytorch_tf32_nchw: .* --device cuda --precision tf32 --memory-format contiguous$' "$WORK/cb.log" &&
-   grep -qE '^pytorch_tf32_nhwc: .* --device cuda --precision tf32 --memory-format channels_last$' "$WORK/cb.log" &&
-   grep -qE '^compare: .* device=cuda precision=fp32 peer_modes=one torch_format=channels_last$' "$WORK/cl.log" &&
-   grep -qE '^pytorch: .* --device cuda --precision fp32 --memory-format channels_last$' "$WORK/cl.log"; then
-    case_ok
-else
-    case_fail "exit $rc, $rc2 (expected 1, 1): $(head -n 4 "$WORK/cb.log") / $(head -n 3 "$WORK/cl.log")"
-fi
-
 # without torch (a python that cannot import it): hcnn alone, NA for PyTorch,
 # whatever the modes asked for
 case_begin compare_without_torch
@@ -98,13 +79,33 @@ fi
 
 TORCH_CASES="peer_bf16_cpu peer_bf16_emulated peer_memory_format compare_peer_modes_best
     compare_peer_modes_list compare_torch_format_best compare_torch_format_ignored peer_serve
-    compare_peer_server compare_peer_server_dies compare_peer_timeout"
+    compare_peer_server compare_peer_server_dies compare_peer_timeout compare_cuda_default_best"
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
     for c in $TORCH_CASES; do
         case_begin "$c"
         case_skip "python3-torch not installed ($PY cannot import torch; apt-get install python3-torch)"
     done
     finish
+fi
+
+# --device cuda picks PyTorch's faster layout by default, at hcnn's precision
+# (tf32 too); --channels-last one layout.  Checked on the header and the
+# peer's command lines, printed before the first run: an hcnn that prints no
+# rate (/bin/true) stops it there with exit 1, so no GPU is needed
+# (the peers' command lines are printed where torch imports)
+case_begin compare_cuda_default_best
+rc=0 rc2=0
+HCNN=/bin/true "$CMP" "${SHORT[@]}" --rounds 1 --device cuda --precision tf32 >"$WORK/cb.log" 2>&1 || rc=$?
+HCNN=/bin/true "$CMP" "${SHORT[@]}" --rounds 1 --device cuda --channels-last >"$WORK/cl.log" 2>&1 || rc2=$?
+if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] &&
+   grep -qE '^compare: .* device=cuda precision=tf32 peer_modes=tf32_nchw,tf32_nhwc torch_format=best$' "$WORK/cb.log" &&
+   grep -qE '^pytorch_tf32_nchw: .* --device cuda --precision tf32 --memory-format contiguous$' "$WORK/cb.log" &&
+   grep -qE '^pytorch_tf32_nhwc: .* --device cuda --precision tf32 --memory-format channels_last$' "$WORK/cb.log" &&
+   grep -qE '^compare: .* device=cuda precision=fp32 peer_modes=one torch_format=channels_last$' "$WORK/cl.log" &&
+   grep -qE '^pytorch: .* --device cuda --precision fp32 --memory-format channels_last$' "$WORK/cl.log"; then
+    case_ok
+else
+    case_fail "exit $rc, $rc2 (expected 1, 1): $(head -n 4 "$WORK/cb.log") / $(head -n 3 "$WORK/cl.log")"
 fi
 
 # bf16 autocast on the CPU: the header names the precision and whether the
