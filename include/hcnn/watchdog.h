@@ -41,7 +41,10 @@
 struct hcnn_comm;
 
 /* Starts the watchdog on every rank (collective; nothing when timeout_s is
- * 0 or there is one rank).  dir: the checkpoint directory or "". */
+ * 0 or there is one rank).  dir: the checkpoint directory or "".  One a
+ * process: a multi-rank run started while another run of the same process
+ * has it goes without (a warning says so).  hcnn_watchdog_stop, from the
+ * thread that started it, wakes its thread and waits for it. */
 int hcnn_watchdog_start(const struct hcnn_comm *c, double timeout_s, const char *dir);
 void hcnn_watchdog_stop(void);
 

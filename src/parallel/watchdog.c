@@ -51,6 +51,13 @@ static struct watchdog {
     pthread_cond_t wake;
 } W;
 
+/* One watchdog a process: taken by the run that starts it, from that
+ * run's thread (owns_watchdog), until it stops it.  A multi-rank run at the
+ * same time in the same process (the C API allows runs on other threads)
+ * goes without one of its own, and says so. */
+static atomic_int watchdog_taken;
+static _Thread_local int owns_watchdog;
+
 static long long now_ns(void)
 {
     struct timespec ts;
@@ -64,12 +71,47 @@ static int slot(void) { return pthread_equal(pthread_self(), W.owner) ? 0 : 1; }
 static void wait_period(void)
 {
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
+    if (clock_gettime(CLOCK_MONOTONIC, &until) != 0) {
+        const struct timespec period = {HEARTBEAT_S, 0};
+        nanosleep(&period, NULL);
+        return;
+    }
     until.tv_sec += HEARTBEAT_S;
     pthread_mutex_lock(&W.lock);
-    while (atomic_load(&W.running) && pthread_cond_timedwait(&W.wake, &W.lock, &until) != ETIMEDOUT)
-        ;
+    /* (a spurious wake-up waits again, to the same end; ETIMEDOUT, or any
+     * other error, ends the wait) */
+    int rc = 0;
+    while (rc == 0 && atomic_load(&W.running))
+        rc = pthread_cond_timedwait(&W.wake, &W.lock, &until);
     pthread_mutex_unlock(&W.lock);
+}
+
+/* The period's wait, timed on CLOCK_MONOTONIC (a clock set back must not
+ * stretch it); 0, or the error and the call that failed in *what. */
+static int wait_init(const char **what)
+{
+    pthread_condattr_t attr;
+    int err = pthread_condattr_init(&attr);
+    if (err) {
+        *what = "pthread_condattr_init";
+        return err;
+    }
+    if ((err = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)) != 0)
+        *what = "pthread_condattr_setclock";
+    else if ((err = pthread_cond_init(&W.wake, &attr)) != 0)
+        *what = "pthread_cond_init";
+    pthread_condattr_destroy(&attr);
+    if (!err && (err = pthread_mutex_init(&W.lock, NULL)) != 0) {
+        *what = "pthread_mutex_init";
+        pthread_cond_destroy(&W.wake);
+    }
+    return err;
+}
+
+static void wait_destroy(void)
+{
+    pthread_cond_destroy(&W.wake);
+    pthread_mutex_destroy(&W.lock);
 }
 
 void hcnn_watch_enter(const char *call, const char *file, int line)
@@ -483,6 +525,20 @@ static int own_tmp_dir(const char *path, char *why, size_t cap)
     return 1;
 }
 
+/* This rank's heartbeat files, and the job's directory when it is the
+ * last rank out */
+static void remove_heartbeat(void)
+{
+    if (!W.beats)
+        return;
+    char path[sizeof W.dir + 32];
+    heartbeat_path(path, sizeof path, W.rank);
+    unlink(path);
+    strncat(path, ".tmp", sizeof path - strlen(path) - 1);
+    unlink(path);
+    rmdir(W.dir);
+}
+
 int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
 {
     if (timeout_s <= 0.0 || c->size < 2)
@@ -490,7 +546,21 @@ int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
     /* one name for the job's heartbeat directory: rank 0's pid and time */
     long token[2] = {(long)getpid(), (long)time(NULL)};
     HCNN_MPI(MPI_Bcast(token, 2, MPI_LONG, 0, c->world));
+    int none_running = 0;
+    if (!atomic_compare_exchange_strong(&watchdog_taken, &none_running, 1)) {
+        fprintf(stderr, "hcnn: rank %d: warning: another run of this process has the stall "
+                        "watchdog (one a process): this run has none of its own\n",
+                c->rank);
+        return HCNN_OK;
+    }
     memset(&W, 0, sizeof W);
+    const char *what = "";
+    int err = wait_init(&what);
+    if (err) {
+        atomic_store(&watchdog_taken, 0);
+        return hcnn_error_code(HCNN_ENOMEM, "cannot start the stall watchdog: %s: %s", what,
+                               strerror(err));
+    }
     /* the job's own directory: two jobs on one checkpoint_dir (the second
      * refused by its lock, or before it) must not read each other's
      * heartbeats as their own ranks' */
@@ -512,39 +582,27 @@ int hcnn_watchdog_start(const hcnn_comm *c, double timeout_s, const char *dir)
     W.timeout_s = timeout_s;
     W.rank = c->rank, W.size = c->size, W.thread_level = c->thread_level;
     W.owner = pthread_self();
-    /* the period is timed on CLOCK_MONOTONIC (a clock set back must not
-     * stretch it) */
-    pthread_condattr_t attr;
-    int err = pthread_condattr_init(&attr);
-    if (!err) {
-        err = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        if (!err)
-            err = pthread_cond_init(&W.wake, &attr);
-        pthread_condattr_destroy(&attr);
-    }
-    if (!err && (err = pthread_mutex_init(&W.lock, NULL)) != 0)
-        pthread_cond_destroy(&W.wake);
-    if (err)
-        return hcnn_error_code(HCNN_ENOMEM, "cannot set up the stall watchdog's wait: %s",
-                               strerror(err));
     atomic_store(&W.running, 1);
     write_heartbeat();
     if ((err = pthread_create(&W.thread, NULL, watch, NULL)) != 0) {
         atomic_store(&W.running, 0);
-        pthread_cond_destroy(&W.wake);
-        pthread_mutex_destroy(&W.lock);
+        wait_destroy();
+        remove_heartbeat();
+        atomic_store(&watchdog_taken, 0);
         return hcnn_error_code(HCNN_ENOMEM, "cannot start the stall watchdog thread: %s",
                                strerror(err));
     }
+    owns_watchdog = 1;
     return HCNN_OK;
 }
 
 void hcnn_watchdog_stop(void)
 {
-    /* (start and stop are called by the same thread: running is 1 here
-     * only after a start that set up the lock) */
-    if (!atomic_load(&W.running))
+    /* the thread of the run that started it, once (a run that started
+     * none, or found it taken, has none to stop) */
+    if (!owns_watchdog)
         return;
+    owns_watchdog = 0;
     /* cleared under the lock: the thread checks it there before it waits,
      * so the signal cannot fall between its check and its wait */
     pthread_mutex_lock(&W.lock);
@@ -552,14 +610,7 @@ void hcnn_watchdog_stop(void)
     pthread_cond_signal(&W.wake);
     pthread_mutex_unlock(&W.lock);
     pthread_join(W.thread, NULL);
-    pthread_cond_destroy(&W.wake);
-    pthread_mutex_destroy(&W.lock);
-    if (!W.beats)
-        return;
-    char path[sizeof W.dir + 32];
-    heartbeat_path(path, sizeof path, W.rank);
-    unlink(path);
-    strncat(path, ".tmp", sizeof path - strlen(path) - 1);
-    unlink(path);
-    rmdir(W.dir); /* the last rank out removes it */
+    wait_destroy();
+    remove_heartbeat();
+    atomic_store(&watchdog_taken, 0);
 }
