@@ -121,7 +121,7 @@ void hcnn_finalize(void)
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     if (mpi_ours && init && !fin)
-        MPI_Finalize();
+        hcnn_mpi_finalize();
     mpi_ours = 0;
 }
 

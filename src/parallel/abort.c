@@ -34,6 +34,6 @@ void hcnn_mpi_fatal_hook(void *arg, const char *file, int line, int code, const 
     if (init && !fin && size > 1)
         MPI_Abort(MPI_COMM_WORLD, code);
     if (init && !fin)
-        MPI_Finalize();
+        hcnn_mpi_finalize();
     exit(code);
 }

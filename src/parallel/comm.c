@@ -41,7 +41,7 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
          * ranks (hcnn bench, batch 128, bucket_mb 0.05, MPI_Test polling),
          * 5 alternations on a 2-core Intel Xeon VM, Open MPI 4.1: medians
          * 55388 images/s asking MULTIPLE, 55011 asking SERIALIZED */
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+        if (hcnn_mpi_init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
             return hcnn_error_code(HCNN_EMPI, "MPI_Init_thread failed");
         c->initialized = 1;
     }
@@ -65,7 +65,7 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
 void hcnn_comm_finalize(hcnn_comm *c)
 {
     if (c->initialized)
-        HCNN_MPI(MPI_Finalize());
+        HCNN_MPI(hcnn_mpi_finalize());
     c->initialized = 0;
 }
 
