@@ -640,6 +640,27 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
     long epoch = start.epoch;
     int first_batch = (int)start.batch;
     epoch_stats st = {0};
+    /* Nothing left to train: a resumed checkpoint at or past `epochs` or
+     * `max_steps` takes no step, and the final checkpoint is the resumed one
+     * written again with its position (inside an epoch too) and that
+     * epoch's running sums.  (The loop below would have written it at the
+     * epoch's first batch, and a later resume would have replayed the
+     * epoch's batches; and max_steps, checked after a step, took one.) */
+    const int nothing_left = epoch >= cfg->epochs || (cfg->max_steps > 0 && r.step >= cfg->max_steps);
+    if (nothing_left) {
+        done = first_batch, stop = 1;
+        st.loss_sum = start.loss_sum, st.correct = start.correct, st.seen = start.seen;
+        st.lr = start.lr;
+        if (run_is_root(&r) && !r.quiet) {
+            if (cfg->max_steps > 0 && r.step >= cfg->max_steps)
+                printf("hcnn: nothing to train: the checkpoint's step %ld reaches max_steps=%ld", r.step,
+                       cfg->max_steps);
+            else
+                printf("hcnn: nothing to train: the checkpoint has %ld complete epoch%s, epochs=%d",
+                       epoch, epoch == 1 ? "" : "s", cfg->epochs);
+            printf("; it is written again as it was (epoch %ld, batch %d)\n", epoch + 1, first_batch);
+        }
+    }
     for (; epoch < cfg->epochs && !stop && !rc; epoch++, first_batch = 0) {
         memset(&st, 0, sizeof st);
         if (first_batch > 0 && run_is_root(&r)) /* the resumed epoch's sums so far */
@@ -694,7 +715,8 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
         int ep = (int)epoch;
         if (r.stop_error == HCNN_ENUMERIC && keep_restore(&r, &ep, &done, &st))
             epoch = ep;
-        const int inside = (stop != 0) && done < (int)steps_per_epoch && epoch < cfg->epochs;
+        const int inside = nothing_left ? done > 0
+                                        : (stop != 0) && done < (int)steps_per_epoch && epoch < cfg->epochs;
         if (stop == 2 && comm->size > 1) { /* partial sums of the epoch, global (collective) */
             double sums[3] = {st.loss_sum, st.correct, st.seen};
             HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, comm->world));

@@ -29,6 +29,24 @@ want=$(grep '^epoch=1 ' "$WORK/straight.log" | tr ' ' '\n' | grep -E '^(train_lo
 got=$(grep '^epoch=1 ' "$WORK/mid.log" | tail -n 1 | tr ' ' '\n' | grep -E '^(train_loss|train_acc|test_acc)=')
 if [ -n "$want" ] && [ "$want" = "$got" ]; then case_ok; else case_fail "straight: $want, resumed: $got"; fi
 
+# a resume with nothing left to train (epochs or max_steps reached) takes
+# no step and writes the checkpoint again with its position inside the
+# epoch and that epoch's sums: resumed again to the end, the same bits and
+# the same epoch line as straight through (it was rewritten at the epoch's
+# first batch, and max_steps took one more step)
+case_begin resume_with_nothing_left_keeps_position
+train left --set max_steps=23 && train left --set epochs=1 --resume latest &&
+    train left --set max_steps=20 --resume latest && train left --resume latest
+want=$(grep '^epoch=2 ' "$WORK/straight.log" | tr ' ' '\n' | grep -E '^(step|train_loss|train_acc|test_acc)=')
+got=$(grep '^epoch=2 ' "$WORK/left.log" | tail -n 1 | tr ' ' '\n' | grep -E '^(step|train_loss|train_acc|test_acc)=')
+if [ "$(grep -c '^hcnn: nothing to train: .*(epoch 2, batch 7)$' "$WORK/left.log")" -eq 2 ] &&
+    [ "$(grep -c 'resuming from .*: epoch 2, batch 7, step 23$' "$WORK/left.log")" -eq 3 ] &&
+    [ -n "$want" ] && [ "$want" = "$got" ] && same_bits "$WORK/straight/final.hcnn" "$WORK/left/final.hcnn"; then
+    case_ok
+else
+    case_fail "straight: $(echo $want), resumed: $(echo $got): $(grep -E 'resuming|nothing|^epoch=' "$WORK/left.log" | head -n 8)"
+fi
+
 # one epoch in a strategy, then the second epoch serially vs in the same strategy
 cross() { # name, np, strategy args...
     local name=$1 np=$2
