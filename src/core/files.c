@@ -182,6 +182,16 @@ static int afile_open(hcnn_afile *a, const char *path, char *why, size_t cap)
     for (const char *c = host; *c; c++)
         h = (h ^ (unsigned char)*c) * 16777619u;
     snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%08x.%ld", path, (unsigned)h, (long)getpid());
+    /* the rename would replace what stands at path: a device, FIFO or
+     * socket given as the output (-o /dev/null, as root) with a regular
+     * file, for good */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "%s is %s (expected a regular file or a new name: it is written to "
+                           "a temporary file renamed over it)",
+                 path, hcnn_file_kind(st.st_mode));
+        return HCNN_EIO;
+    }
     a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (a->fd < 0) {
         snprintf(why, cap, "cannot create %s: %s", a->tmp, strerror(errno));

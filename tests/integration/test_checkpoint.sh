@@ -214,6 +214,18 @@ if "$HCNN" export "$WORK/straight/final.hcnn" "$WORK/npy" >/dev/null &&
 else
     case_fail "$(cat "$WORK/rt.diff" 2>/dev/null)"
 fi
+# -o naming a FIFO (or a device: -o /dev/null as root): refused, left as
+# it was (the rename of the temporary file replaced it with a regular file)
+case_begin import_over_a_fifo
+mkfifo "$WORK/out.fifo"
+timeout -k 5 60 "$HCNN" import "$WORK/npy" --config "$CFG" -o "$WORK/out.fifo" >/dev/null 2>"$WORK/fifo.err"
+rc=$?
+if [ $rc -eq 1 ] && [ -p "$WORK/out.fifo" ] &&
+    grep -q 'out.fifo is a pipe or FIFO (expected a regular file or a new name' "$WORK/fifo.err"; then
+    case_ok
+else
+    case_fail "exit $rc (expected 1), $(ls -l "$WORK/out.fifo"): $(head -n 2 "$WORK/fifo.err")"
+fi
 rm -f "$WORK/npy/fc.bias.npy"
 expect_fail import_missing_tensor "fc.bias" "$HCNN" import "$WORK/npy" --config "$CFG" -o "$WORK/imported/bad.hcnn"
 
