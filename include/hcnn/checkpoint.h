@@ -57,6 +57,10 @@ typedef struct hcnn_ckpt_meta {
     char dataset[HCNN_NAME_MAX];
     long train_samples;   /* size of the training set (0: not recorded) */
     double written;       /* Unix time of the write (0: not recorded) */
+    /* read, not written: CRC32 of the stored CRC32s of the file's sections
+     * but META (the tensors and momentum; META holds the write's time and
+     * identity): two copies of one checkpoint have the same */
+    uint32_t content_crc;
 } hcnn_ckpt_meta;
 
 /* The network's buffers (and momentum, backend memory too; may be NULL:

@@ -435,6 +435,7 @@ int hcnn_ckpt_read(const char *path, hcnn_ckpt_file *f)
     char magic[8];
     uint32_t version, bom, nsec;
     int have_meta = 0, have_tensors = 0;
+    uint32_t content_crc = 0;
     if (get(&b, magic, 8) || memcmp(magic, MAGIC, 8)) {
         rc = hcnn_error_code(HCNN_EFORMAT, "%s: not an hcnn checkpoint (bad magic)", path);
         goto fail;
@@ -467,6 +468,8 @@ int hcnn_ckpt_read(const char *path, hcnn_ckpt_file *f)
                                  path, s, kind, c, crc);
             goto fail;
         }
+        if (kind != SEC_META)
+            content_crc = hcnn_crc32(content_crc, &crc, sizeof crc);
         if (kind == SEC_META && !have_meta) {
             if ((rc = parse_meta(0, path, payload, len, &f->meta)))
                 goto fail;
@@ -482,6 +485,7 @@ int hcnn_ckpt_read(const char *path, hcnn_ckpt_file *f)
                              have_meta ? "TENSORS" : "META");
         goto fail;
     }
+    f->meta.content_crc = content_crc;
     return HCNN_OK;
 fail:
     hcnn_ckpt_close(f);

@@ -248,6 +248,89 @@ static int open_line(hcnn_run *r, const char *path, const hcnn_ckpt_meta *meta)
     return rc;
 }
 
+/* The checkpoint at path loaded into the network and momentum and checked
+ * to be this run's (seed, identity, a position that exists here). */
+static int load_resumed(hcnn_run *r, const char *path, const hcnn_run_ident *want,
+                        hcnn_ckpt_meta *meta)
+{
+    const hcnn_config *cfg = r->cfg;
+    int rc = hcnn_ckpt_load(path, &r->net, r->opt.velocity, meta);
+    if (rc)
+        return rc;
+    const long per_epoch = (r->train.n + cfg->batch_size - 1) / cfg->batch_size;
+    if (meta->seed != cfg->seed)
+        return hcnn_error("%s: written with seed %llu, %s has seed %llu: the data order would "
+                          "differ",
+                          path, (unsigned long long)meta->seed, cfg->path,
+                          (unsigned long long)cfg->seed);
+    if ((rc = hcnn_ckpt_check_ident(path, meta, want)))
+        return rc;
+    if (meta->batch > 0 && meta->batch_size != cfg->batch_size)
+        return hcnn_error("%s: stopped inside an epoch with batch_size %d, %s has %d", path,
+                          meta->batch_size, cfg->path, cfg->batch_size);
+    if (meta->batch >= per_epoch)
+        return hcnn_error("%s: stopped after batch %ld of an epoch, but an epoch of %s has %ld "
+                          "batches (%d training samples, batch_size %d): the position does not "
+                          "exist in this run",
+                          path, meta->batch, cfg->path, per_epoch, r->train.n, cfg->batch_size);
+    return HCNN_OK;
+}
+
+/* Every rank loads the checkpoint rank 0 found from its own file system (a
+ * node-local checkpoint_dir, a path relative to each rank's working
+ * directory): the copies must be one checkpoint, the same tensors and
+ * position.  Different copies once trained on without a word: a pipeline's
+ * stages each continued another checkpoint's blocks (a hybrid model, exit
+ * 0), data parallelism failed "replicas diverged" at the end, copies at
+ * other steps stalled until the watchdog fired.  Collective, rc this rank's
+ * load: a rank that failed is not waited for (HCNN_EAGREED on the others,
+ * after its own message); different copies are refused on every rank
+ * (HCNN_EAGREED after one message from rank 0 naming the ranks). */
+static int agree_on_resumed(const hcnn_run *r, const char *path, const hcnn_ckpt_meta *meta,
+                            int rc)
+{
+    const hcnn_comm *comm = r->comm;
+    long long *all = rc ? NULL : malloc(3 * sizeof *all * (size_t)comm->size);
+    int ok = all != NULL;
+    HCNN_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm->world));
+    if (!ok) {
+        const int no_memory = !rc && !all;
+        free(all);
+        if (rc)
+            return rc;
+        return no_memory ? hcnn_error_code(HCNN_ENOMEM, "cannot allocate the ranks' checkpoint "
+                                                        "identities")
+                         : HCNN_EAGREED;
+    }
+    const long long mine[3] = {(long long)meta->content_crc, meta->step, meta->batch};
+    HCNN_MPI(MPI_Allgather(mine, 3, MPI_LONG_LONG, all, 3, MPI_LONG_LONG, comm->world));
+    int differ = 0;
+    char ranks[256] = "", first[192] = "";
+    for (int j = 1; j < comm->size; j++) {
+        const long long *o = all + 3 * (size_t)j;
+        if (!memcmp(o, all, sizeof mine))
+            continue;
+        const size_t n = strlen(ranks);
+        if (differ++ < 16)
+            snprintf(ranks + n, sizeof ranks - n, "%s%d", n ? ", " : "", j);
+        else if (differ == 17)
+            snprintf(ranks + n, sizeof ranks - n, ", ...");
+        if (!first[0])
+            snprintf(first, sizeof first,
+                     "rank %d's is at step %lld with content CRC32 %08llx, rank 0's at step %lld "
+                     "with %08llx",
+                     j, o[1], (unsigned long long)o[0], all[1], (unsigned long long)all[0]);
+    }
+    if (differ && comm->rank == 0)
+        hcnn_error("the ranks loaded different copies of checkpoint %s (each rank reads it from "
+                   "its own file system): rank%s %s differ%s from rank 0 (%s); give every rank "
+                   "the same file (a checkpoint_dir shared by the nodes, or the file copied to "
+                   "each)",
+                   path, differ > 1 ? "s" : "", ranks, differ > 1 ? "" : "s", first);
+    free(all);
+    return differ ? HCNN_EAGREED : HCNN_OK;
+}
+
 /* The checkpoint directory taken (rank 0), the checkpoint to resume found
  * and loaded (every rank: it holds the whole model, whatever layout wrote
  * it), the line this run writes opened (rank 0).  Collective. */
@@ -280,25 +363,11 @@ int hcnn_run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *m
         printf("hcnn: --resume auto: no checkpoint (ckpt-s*.hcnn) in %s yet: a new run\n",
                cfg->checkpoint_dir);
     if (path[0]) {
-        if ((rc = hcnn_ckpt_load(path, &r->net, r->opt.velocity, meta)))
+        rc = load_resumed(r, path, &want, meta);
+        if (r->comm->size > 1)
+            rc = agree_on_resumed(r, path, meta, rc);
+        if (rc)
             return rc;
-        const long per_epoch = (r->train.n + cfg->batch_size - 1) / cfg->batch_size;
-        if (meta->seed != cfg->seed)
-            return hcnn_error("%s: written with seed %llu, %s has seed %llu: the data order "
-                              "would differ",
-                              path, (unsigned long long)meta->seed, cfg->path,
-                              (unsigned long long)cfg->seed);
-        if ((rc = hcnn_ckpt_check_ident(path, meta, &want)))
-            return rc;
-        if (meta->batch > 0 && meta->batch_size != cfg->batch_size)
-            return hcnn_error("%s: stopped inside an epoch with batch_size %d, %s has %d", path,
-                              meta->batch_size, cfg->path, cfg->batch_size);
-        if (meta->batch >= per_epoch)
-            return hcnn_error("%s: stopped after batch %ld of an epoch, but an epoch of %s has "
-                              "%ld batches (%d training samples, batch_size %d): the position "
-                              "does not exist in this run",
-                              path, meta->batch, cfg->path, per_epoch, r->train.n,
-                              cfg->batch_size);
         r->step = meta->step;
         *resumed = 1;
         if (run_is_root(r) && !r->quiet)

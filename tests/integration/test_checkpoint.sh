@@ -94,6 +94,27 @@ cp "$WORK/split/ckpt-s0000000016.hcnn" "$WORK/s2p/" 2>/dev/null || train s2p --s
 mkdir -p "$WORK/s2p-ref"; cp "$WORK/straight/final.hcnn" "$WORK/s2p-ref/final.hcnn"
 same_as s2p-ref s2p
 
+# every rank loads the checkpoint from its own file system (here its own
+# working directory, as from a node-local checkpoint_dir): copies that
+# differ (the same step, other tensors) are refused on every rank before a
+# step (a pipeline's stages each continued another copy's blocks, exit 0)
+case_begin resume_refuses_different_copies_on_ranks
+train lr01 --set lr=0.01
+mkdir -p "$WORK/r0" "$WORK/r1"
+cp "$WORK/straight/final.hcnn" "$WORK/r0/ck.hcnn"
+cp "$WORK/lr01/final.hcnn" "$WORK/r1/ck.hcnn"
+args=(train "${BASE[@]}" --set strategy=pipeline --set stages=2 --set epochs=3
+    --set checkpoint_dir="$WORK/rx" --resume ck.hcnn)
+"${MPIRUN[@]}" -x OMP_NUM_THREADS=1 -np 1 -wdir "$WORK/r0" "$HCNN" "${args[@]}" : \
+    -np 1 -wdir "$WORK/r1" "$HCNN" "${args[@]}" >"$WORK/rx.log" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q 'the ranks loaded different copies of checkpoint ck.hcnn .*: rank 1 differs from rank 0 (rank 1.s is at step 32' "$WORK/rx.log" &&
+    ! grep -q '^epoch=' "$WORK/rx.log" && [ ! -e "$WORK/rx/final.hcnn" ]; then
+    case_ok
+else
+    case_fail "exit $rc (expected 1): $(grep -v '^hcnn: [mdcp]' "$WORK/rx.log" | head -n 4)"
+fi
+
 case_begin signal_checkpoints_and_resumes_exactly
 "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/sig" --set epochs=400 --set checkpoint_every=0 >"$WORK/sig.log" 2>&1 &
 pid=$!
