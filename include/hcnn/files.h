@@ -64,6 +64,10 @@ int hcnn_open_regular(const char *path, const char *what, int code, int *fd);
 /* The same as a stdio stream ("r"): HCNN_OK with *f, or `code` after one
  * message (HCNN_ENOMEM if the stream cannot be made). */
 int hcnn_fopen_regular(const char *path, const char *what, int code, FILE **f);
+/* A stream ("w") on a regular file, created or truncated: a FIFO, device
+ * or socket at path is refused, not opened (a FIFO blocked the open, a
+ * device got the output). */
+int hcnn_fopen_write(const char *path, const char *what, int code, FILE **f);
 
 /* A file being written under a temporary name: path.tmp.<host>.<pid>
  * (<host>: 8 hex digits of the host name's hash), one no other live process

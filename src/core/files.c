@@ -1,7 +1,9 @@
 /* CRC32, mkdir -p and atomic whole-file writes (see include/hcnn/files.h). */
+#define _DEFAULT_SOURCE /* realpath */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,10 +124,16 @@ const char *hcnn_file_kind(mode_t mode)
     return "not a regular file";
 }
 
-int hcnn_open_regular(const char *path, const char *what, int code, int *fd)
+/* flags: O_RDONLY, or O_WRONLY | O_CREAT | O_TRUNC (what stands at path
+ * is looked at first: O_TRUNC is not given to a device) */
+static int open_regular(const char *path, const char *what, int code, int flags, int *fd)
 {
-    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
+    *fd = -1;
+    if ((flags & O_CREAT) && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return hcnn_error_code(code, "%s '%s' is %s (expected a regular file or a new name)",
+                               what, path, hcnn_file_kind(st.st_mode));
+    *fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, 0644);
     if (*fd < 0) { /* a socket cannot be opened: say what it is */
         const int e = errno;
         if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
@@ -143,6 +151,26 @@ int hcnn_open_regular(const char *path, const char *what, int code, int *fd)
                                hcnn_file_kind(st.st_mode));
     }
     fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK); /* reads wait for the disk again */
+    return HCNN_OK;
+}
+
+int hcnn_open_regular(const char *path, const char *what, int code, int *fd)
+{
+    return open_regular(path, what, code, O_RDONLY, fd);
+}
+
+int hcnn_fopen_write(const char *path, const char *what, int code, FILE **f)
+{
+    int fd;
+    *f = NULL;
+    const int rc = open_regular(path, what, code, O_WRONLY | O_CREAT | O_TRUNC, &fd);
+    if (rc)
+        return rc;
+    if (!(*f = fdopen(fd, "w"))) {
+        close(fd);
+        return hcnn_error_code(HCNN_ENOMEM, "cannot write %s '%s': %s", what, path,
+                               strerror(errno));
+    }
     return HCNN_OK;
 }
 
@@ -170,6 +198,17 @@ static int afile_open(hcnn_afile *a, const char *path, char *why, size_t cap)
     if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path) {
         snprintf(why, cap, "%s: path too long", path);
         return HCNN_EIO;
+    }
+    /* a symbolic link: its target is replaced (beside it: the rename stays
+     * on one file system), not the link by a file */
+    struct stat lst;
+    char real[PATH_MAX];
+    if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) && realpath(path, real)) {
+        if (snprintf(a->path, sizeof a->path, "%s", real) >= (int)sizeof a->path) {
+            snprintf(why, cap, "%s: the path of its link's target is too long", path);
+            return HCNN_EIO;
+        }
+        path = a->path;
     }
     /* the host as 8 hex digits of its name's FNV-1a hash: a short name
      * (a 64-character host name would push a long export's file name past

@@ -13,6 +13,7 @@
 
 #include "hcnn/comm.h"
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 #include "hcnn/plan.h"
 #include "hcnn/train.h"
 
@@ -102,6 +103,17 @@ int hcnn_plan_calibrate(const char *path, const hcnn_config *cfg)
                                             "e.g. mpirun -np 2 --map-by node hcnn plan "
                                             "--calibrate-network FILE");
     }
+    /* the output's temporary file first: a path that cannot be written is
+     * said before the measurement, not after it, and a FIFO there refused
+     * (rank 0 blocked in its open while the others waited in MPI); renamed
+     * over the file at the end, so a failed calibration keeps the old one */
+    hcnn_afile out = {.fd = -1};
+    int rc = comm.rank == 0 ? hcnn_afile_open(&out, path) : HCNN_OK;
+    MPI_Bcast(&rc, 1, MPI_INT, 0, comm.world);
+    if (rc) {
+        hcnn_comm_finalize(&comm);
+        return rc;
+    }
     const int big = 8 << 20;
     char *buf = hcnn_calloc((size_t)big, "calibration buffer");
     float *a = hcnn_calloc((size_t)big, "calibration buffer"), *b = hcnn_calloc((size_t)big, "calibration buffer");
@@ -140,37 +152,34 @@ int hcnn_plan_calibrate(const char *path, const hcnn_config *cfg)
                                                                    probe.gamma_s, lat, 1.0, -1},
                                                    big, comm.size) - fixed; /* at 1 GB/s */
     const double ar_gbs = per_beta > 0 && t_ar > fixed ? per_beta / (t_ar - fixed) : 1.0;
-    int rc = HCNN_OK;
     if (comm.rank == 0) {
         char host[256] = "";
         gethostname(host, sizeof host - 1);
-        FILE *f = fopen(path, "w");
-        if (!f)
-            rc = hcnn_error_code(HCNN_EIO, "cannot write %s", path);
-        else {
-            fprintf(f,
-                    "# hcnn plan --calibrate-network: ping-pong between ranks 0 and 1 (%s and its "
-                    "peer), %d ranks launched\n"
-                    "# one-way: 8 B %.3f us, %d B %.3f ms; summing %d floats on one core %.3f ms\n"
-                    "# MPI_Allreduce of %d B on %d ranks: %.3f ms (%s): bandwidth_gbs solved from it\n"
-                    "# (the ping-pong's: %.4f GB/s)\n"
-                    "name = measured-%s\nalpha_us = %.4f\nbandwidth_gbs = %.4f\n"
-                    "reduce_gbs = %.4f\np2p_alpha_us = %.4f\n"
-                    "# a pass of %s with every rank computing at once / with rank 0 alone\n"
-                    "host_contention = %.4f\n",
-                    host, comm.size, lat * 1e6, big, t_big * 1e3, nf, t_red * 1e3, big, comm.size,
-                    t_ar * 1e3, hcnn_allreduce_algo_name(hcnn_allreduce_choice(big, comm.size)),
-                    big / fmax(t_big - lat, 1e-9) / 1e9, host, lat * 1e6, ar_gbs,
-                    big / fmax(t_red, 1e-9) / 1e9, lat * 1e6,
-                    cfg ? cfg->model.name : "(no --config: not measured)", cont);
-            if (fclose(f) != 0)
-                rc = hcnn_error_code(HCNN_EIO, "cannot write %s", path);
-            else
-                printf("hcnn plan: network calibrated into %s: latency %.2f us, %.2f GB/s, "
-                       "reduction %.2f GB/s, host contention %.3f\n",
-                       path, lat * 1e6, ar_gbs,
-                       big / fmax(t_red, 1e-9) / 1e9, cont);
-        }
+        char text[2048];
+        const int n = snprintf(
+            text, sizeof text,
+            "# hcnn plan --calibrate-network: ping-pong between ranks 0 and 1 (%s and its "
+            "peer), %d ranks launched\n"
+            "# one-way: 8 B %.3f us, %d B %.3f ms; summing %d floats on one core %.3f ms\n"
+            "# MPI_Allreduce of %d B on %d ranks: %.3f ms (%s): bandwidth_gbs solved from it\n"
+            "# (the ping-pong's: %.4f GB/s)\n"
+            "name = measured-%s\nalpha_us = %.4f\nbandwidth_gbs = %.4f\n"
+            "reduce_gbs = %.4f\np2p_alpha_us = %.4f\n"
+            "# a pass of %s with every rank computing at once / with rank 0 alone\n"
+            "host_contention = %.4f\n",
+            host, comm.size, lat * 1e6, big, t_big * 1e3, nf, t_red * 1e3, big, comm.size,
+            t_ar * 1e3, hcnn_allreduce_algo_name(hcnn_allreduce_choice(big, comm.size)),
+            big / fmax(t_big - lat, 1e-9) / 1e9, host, lat * 1e6, ar_gbs,
+            big / fmax(t_red, 1e-9) / 1e9, lat * 1e6,
+            cfg ? cfg->model.name : "(no --config: not measured)", cont);
+        rc = hcnn_afile_write(&out, text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
+        if (!rc)
+            rc = hcnn_afile_commit(&out);
+        if (!rc)
+            printf("hcnn plan: network calibrated into %s: latency %.2f us, %.2f GB/s, "
+                   "reduction %.2f GB/s, host contention %.3f\n",
+                   path, lat * 1e6, ar_gbs,
+                   big / fmax(t_red, 1e-9) / 1e9, cont);
     }
     free(buf), free(a), free(b);
     MPI_Bcast(&rc, 1, MPI_INT, 0, comm.world);

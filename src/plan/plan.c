@@ -318,9 +318,9 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
             char path[HCNN_FILE_PATH_MAX + 32];
             rc = hcnn_mkdir_p_for(o->out, "hcnn plan's --out");
             snprintf(path, sizeof path, "%s/plan_passes.csv", o->out);
-            FILE *f = rc ? NULL : fopen(path, "w");
-            if (!rc && !f)
-                rc = hcnn_error_code(HCNN_EIO, "cannot write %s", path);
+            FILE *f = NULL;
+            if (!rc)
+                rc = hcnn_fopen_write(path, "hcnn plan's table of passes", HCNN_EIO, &f);
             if (f) {
                 hcnn_plan_print_passes(&net, weak_pass, o, f, 1);
                 if (fclose(f) != 0)
@@ -332,9 +332,9 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
         rc = hcnn_mkdir_p_for(o->out, "hcnn plan's --out");
         char path[HCNN_FILE_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/plan.csv", o->out);
-        FILE *f = rc ? NULL : fopen(path, "w");
-        if (!rc && !f)
-            rc = hcnn_error_code(HCNN_EIO, "cannot write %s", path);
+        FILE *f = NULL;
+        if (!rc)
+            rc = hcnn_fopen_write(path, "hcnn plan's table", HCNN_EIO, &f);
         if (f) {
             hcnn_plan_print_rows(rows, nrows, &nw, o, f, 1);
             if (fclose(f) != 0)

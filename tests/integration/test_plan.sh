@@ -162,4 +162,17 @@ else case_ok; fi
 "${MPIRUN[@]}" -np 2 "$HCNN" plan --calibrate-network "$WORK/net.txt" --config "$CFG" >"$WORK/cal.log" 2>&1
 case_begin plan_calibrate_network
 if grep -q '^host_contention = ' "$WORK/net.txt" 2>/dev/null; then case_ok; else case_fail "$(cat "$WORK/cal.log")"; fi
+
+# outputs that are FIFOs: refused before anything is measured or written (rank
+# 0 blocked in its open of the calibration's FIFO, the other rank spinning
+# in MPI; plan blocked on a FIFO named plan.csv), the FIFOs left as they were
+mkfifo "$WORK/cal.fifo"
+expect_fail plan_calibrate_into_fifo "cal.fifo is a pipe or FIFO \\(expected a regular file" \
+    "${MPIRUN[@]}" -np 2 "$HCNN" plan --calibrate-network "$WORK/cal.fifo"
+mkdir -p "$WORK/pf" && mkfifo "$WORK/pf/plan.csv"
+expect_fail plan_table_into_fifo "plan.csv' is a pipe or FIFO \\(expected a regular file" \
+    timeout -k 5 60 "$HCNN" plan --config "$CFG" --no-plots -o "$WORK/pf" --nodes 1,2
+case_begin plan_fifos_left_as_they_were
+if [ -p "$WORK/cal.fifo" ] && [ -p "$WORK/pf/plan.csv" ]; then case_ok
+else case_fail "$(ls -l "$WORK/cal.fifo" "$WORK/pf/plan.csv")"; fi
 finish
