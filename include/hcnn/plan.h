@@ -196,7 +196,7 @@ typedef struct hcnn_layout {
     int stages;         /* S; 1 = data parallel */
     int replicas;       /* R = nodes / S */
     int microbatches;   /* M (pipeline) */
-    int global_batch;   /* G */
+    long long global_batch; /* G (weak: nodes x --batch, past 2^31 at 65536 nodes) */
     int pass_samples;   /* samples of one pass: G / N (data), G / (R M) (pipeline) */
 } hcnn_layout;
 

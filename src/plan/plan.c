@@ -119,7 +119,7 @@ static int layout_for(const plan_opts *o, int G, int b, int weak, int N, int S, 
     l->nodes = N, l->stages = S, l->replicas = N / S;
     if (weak) {
         l->microbatches = S > 1 ? S * o->microbatches : 1;
-        l->global_batch = N * b;
+        l->global_batch = (long long)N * b;
         l->pass_samples = S > 1 ? b / o->microbatches : b;
         return 1;
     }

@@ -39,7 +39,7 @@ void hcnn_plan_print_rows(const plan_row *rows, int n, const hcnn_network *nw, c
         hcnn_plan_layout_name(&r->lay, name, sizeof name);
         const hcnn_step_model *m = &r->m;
         if (csv)
-            fprintf(f, "%s,%d,%s,%d,%d,%d,%d,%d,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%d,"
+            fprintf(f, "%s,%d,%s,%d,%d,%d,%lld,%d,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%d,"
                        "%s,%d,%s,%ld,%.3f\n",
                     r->weak ? "weak" : "strong", r->lay.nodes, name, r->lay.stages,
                     r->lay.replicas, r->lay.microbatches, r->lay.global_batch,
@@ -48,7 +48,7 @@ void hcnn_plan_print_rows(const plan_row *rows, int n, const hcnn_network *nw, c
                     m->p2p_s * 1e3, m->sync_s * 1e3, r->efficiency, r->best, o->threads,
                     nw->name, r->below_threads, r->note, r->fewest_pieces, r->thread_use);
         else
-            fprintf(f, "%-6s %5d %-15s %7d %6d %12.1f %9.3f %10.3f %12.3f %9.3f %8.3f %6.3f %s%s%s%s\n",
+            fprintf(f, "%-6s %5d %-15s %7lld %6d %12.1f %9.3f %10.3f %12.3f %9.3f %8.3f %6.3f %s%s%s%s\n",
                     r->weak ? "weak" : "strong", r->lay.nodes, name, r->lay.global_batch,
                     r->lay.pass_samples, m->images_per_s, m->step_s * 1e3, m->compute_s * 1e3,
                     m->allreduce_s * 1e3, m->bubble_s * 1e3, m->p2p_s * 1e3, r->efficiency,

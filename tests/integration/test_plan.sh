@@ -158,6 +158,21 @@ elif ! grep -q '^hcnn plan: weak scaling at 32 nodes, data: efficiency [0-9.]* b
     case_fail "no before/now line: $(tail -n 3 "$WORK/cm.log")"
 else case_ok; fi
 
+# weak scaling past 2^31 samples a step (65536 nodes x --batch 32768): the
+# global batch in 64 bits (it wrapped to -2^31: negative rates and
+# efficiencies, a wrong layout recommended; signed overflow under UBSan)
+case_begin plan_weak_global_batch_past_2_31
+"$HCNN" plan --config "$HCNN_SRCDIR/configs/synthetic_small.yaml" --no-plots -o "$WORK/big" --steps 1 \
+    --nodes 1,65536 --batch 32768 --scaling weak --stages 2 --microbatches 1 >"$WORK/big.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -qE '^weak +65536 data +2147483648 +32768 +[0-9]' "$WORK/big.log" &&
+    ! grep -E '^weak +65536 ' "$WORK/big.log" | grep -q -- ' -[0-9]' &&
+    grep -q '^weak,65536,data,1,65536,1,2147483648,32768,' "$WORK/big/plan.csv"; then
+    case_ok
+else
+    case_fail "exit $rc: $(grep -E '^weak +65536' "$WORK/big.log" | head -n 3)"
+fi
+
 # ---- the network calibration (what bench/validate_plan.sh prices with) -----------
 "${MPIRUN[@]}" -np 2 "$HCNN" plan --calibrate-network "$WORK/net.txt" --config "$CFG" >"$WORK/cal.log" 2>&1
 case_begin plan_calibrate_network
