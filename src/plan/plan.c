@@ -55,6 +55,14 @@ static int pass_cost(const hcnn_config *cfg, const plan_opts *o, const hcnn_net 
     if (!m) {
         if (cc->nm == MAX_MEASURED || cc->nc == MAX_MEASURED)
             return hcnn_error("plan: more than %d different pass sizes", MAX_MEASURED);
+        /* before the measurement's data set is made (a pass of 2 million
+         * samples of a small model filled 3.5 GB first) */
+        if (!hcnn_net_capacity_ok(net, 0, net->nlayers, n))
+            return hcnn_error_code(HCNN_EINVAL,
+                                   "plan: a pass of %d samples of %s makes an activation tensor "
+                                   "larger than %d values (sizes are int in the kernels): lower "
+                                   "--batch (weak scaling) or batch_size (strong)",
+                                   n, cfg->model.name, HCNN_MAX_SAMPLE_FLOATS);
         hcnn_pass_measured *w = &cc->m[cc->nm];
         memset(w, 0, sizeof *w);
         hcnn_config *mc = malloc(sizeof *mc);

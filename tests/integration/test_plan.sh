@@ -173,6 +173,12 @@ else
     case_fail "exit $rc: $(grep -E '^weak +65536' "$WORK/big.log" | head -n 3)"
 fi
 
+# a --batch whose pass is too large for the kernels: refused before the
+# measurement's data set is made (2 million samples filled 3.5 GB first)
+expect_fail plan_batch_too_large "plan: a pass of 2000000 samples of small makes an activation tensor larger than 2147483647 values .*lower --batch" \
+    "$HCNN" plan --config "$HCNN_SRCDIR/configs/synthetic_small.yaml" \
+    --no-plots -o "$WORK/huge" --steps 1 --nodes 1 --batch 2000000
+
 # ---- the network calibration (what bench/validate_plan.sh prices with) -----------
 "${MPIRUN[@]}" -np 2 "$HCNN" plan --calibrate-network "$WORK/net.txt" --config "$CFG" >"$WORK/cal.log" 2>&1
 case_begin plan_calibrate_network
