@@ -83,6 +83,53 @@ static void unmute_stderr(int saved)
     close(saved);
 }
 
+/* What the launcher's ranks but 0 say before MPI, kept: rank 0 says it for
+ * all (every rank reads the same configuration).  A rank that fails where
+ * rank 0 does not (a file its node lacks, a path relative to its own
+ * directory, an environment of its own) said nothing, and mpirun printed
+ * only its exit code; it now says its own, after a grace in which the
+ * launcher ends it if rank 0 failed too (mpirun ends a job whose rank
+ * exits non-zero, in 1-2 s here: one message, not one a rank). */
+#define OWN_FAILURE_GRACE_S 5
+typedef struct held_stderr {
+    int saved;  /* the real stderr, -1: not held (rank 0, or no file) */
+    FILE *kept; /* what was said meanwhile */
+} held_stderr;
+
+static held_stderr hold_stderr(void)
+{
+    held_stderr h = {-1, NULL};
+    if (launcher_rank() == 0 || !(h.kept = tmpfile()))
+        return h;
+    fflush(stderr);
+    if ((h.saved = dup(STDERR_FILENO)) < 0 || dup2(fileno(h.kept), STDERR_FILENO) < 0) {
+        if (h.saved >= 0)
+            close(h.saved);
+        fclose(h.kept);
+        return (held_stderr){-1, NULL};
+    }
+    return h;
+}
+
+/* stderr back; on failure (rc) what was kept is said, as this rank's */
+static void release_stderr(held_stderr *h, int rc)
+{
+    if (h->saved < 0)
+        return;
+    fflush(stderr);
+    dup2(h->saved, STDERR_FILENO);
+    close(h->saved);
+    if (rc) {
+        sleep(OWN_FAILURE_GRACE_S);
+        char line[4096];
+        rewind(h->kept);
+        while (fgets(line, sizeof line, h->kept)) /* (hcnn_error names the rank) */
+            fputs(line, stderr);
+        fflush(stderr);
+    }
+    fclose(h->kept);
+}
+
 /* Before MPI and threads start: whether this node's CPU runs the
  * configured precision (bf16: include/hcnn/onednn.h), said by every rank
  * whose CPU does not, since the nodes of a job may differ; then what
@@ -105,11 +152,11 @@ static int before_mpi(const run_args *c, char **argv, int writes_checkpoints)
         return rc;
     }
     if (rc == HCNN_OK) {
-        saved = mute_stderr(launcher_rank() != 0);
+        held_stderr held = hold_stderr();
         rc = hcnn_check_file_size_limit(cfg, writes_checkpoints);
         if (!rc)
             rc = hcnn_blas_choose(cfg, hcnn_blas_env_world(), &reexec);
-        unmute_stderr(saved);
+        release_stderr(&held, rc);
     } else {
         rc = HCNN_OK;
     }
@@ -128,10 +175,10 @@ static int run_session(char **argv, const run_args *c, int writes_checkpoints, r
     if (rc)
         return hcnn_cli_exit_status(rc);
     hcnn_session *s = NULL;
-    const int saved = mute_stderr(launcher_rank() != 0);
+    held_stderr held = hold_stderr();
     rc = hcnn_session_open(&s, c->config, c->sets, c->nset);
-    unmute_stderr(saved);
-    if (rc) /* every rank read the same file: each exits, rank 0 said why */
+    release_stderr(&held, rc);
+    if (rc) /* each rank exits: rank 0 said why, or this rank alone failed and said it */
         return rc == HCNN_EIO ? 1 : 2;
     rc = run(s, c);
     hcnn_session_close(s);

@@ -86,6 +86,20 @@ rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && errors_once "lr" "$WORK/f3.log"; then case_ok
 else case_fail "exit $rc: $(cat "$WORK/f3.log")"; fi
 
+# a configuration only rank 0 can read (relative to each rank's own
+# directory, as on nodes without the file): rank 1 says why (it said
+# nothing: mpirun printed only its exit code 2), once
+case_begin config_missing_on_one_rank_said
+mkdir -p "$WORK/cfg0" "$WORK/cfg1"
+cp "$CFG" "$WORK/cfg0/run.yaml"
+"${MPIRUN[@]}" -np 1 -wdir "$WORK/cfg0" "$HCNN" train --config run.yaml -q --set strategy=data : \
+    -np 1 -wdir "$WORK/cfg1" "$HCNN" train --config run.yaml -q --set strategy=data >"$WORK/f4.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    errors_once "hcnn: rank 1: error: cannot open config file 'run.yaml': No such file" "$WORK/f4.log"; then
+    case_ok
+else case_fail "exit $rc: $(cat "$WORK/f4.log")"; fi
+
 case_begin one_rank_fails_mid_step
 start=$(date +%s)
 HCNN_FAIL_AT=1:3 "${MPIRUN[@]}" -np 2 -x HCNN_FAIL_AT "$HCNN" train --config "$CFG" -q --set strategy=data \
