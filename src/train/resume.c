@@ -67,7 +67,11 @@ static int find_resume(const hcnn_config *cfg, const hcnn_run_ident *want, const
     const int automatic = !strcmp(resume, "auto");
     if (!automatic && strcmp(resume, "latest")) {
         snprintf(path, cap, "%s", resume);
-        return HCNN_OK;
+        /* held to the same match as auto and latest (exit 2, naming both
+         * runs), not only to the model's hash as it loads (exit 1) */
+        hcnn_ckpt_meta meta;
+        const int rc = hcnn_ckpt_read_meta(path, &meta, 0);
+        return rc ? rc : hcnn_ckpt_check_ident(path, &meta, want);
     }
     if (!cfg->checkpoint_dir[0])
         return hcnn_error("--resume %s: %s sets no checkpoint_dir (key checkpoint_dir, or "

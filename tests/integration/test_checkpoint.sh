@@ -212,6 +212,16 @@ if "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/keep" --set model.bloc
 elif grep -qE "differs from the configured model|belongs to another run .*differ in the model" "$WORK/other.log"; then case_ok
 else case_fail "$(cat "$WORK/other.log")"; fi
 
+# --resume FILE is held to the same match (it was refused only as it loaded,
+# by the model's hash: exit 1, without the runs' description)
+case_begin resume_file_refuses_other_model
+"$HCNN" train "${BASE[@]}" --set checkpoint_dir= --set model.blocks.3.out=12 \
+    --resume "$WORK/keep/final.hcnn" >"$WORK/otherf.log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "keep/final.hcnn belongs to another run .*: they differ in the model" "$WORK/otherf.log"; then
+    case_ok
+else case_fail "exit $rc (expected 2): $(cat "$WORK/otherf.log")"; fi
+
 case_begin resume_latest_without_checkpoints
 if "$HCNN" train "${BASE[@]}" --set checkpoint_dir="$WORK/empty" --resume latest >"$WORK/empty.log" 2>&1; then
     case_fail "resumed from nothing"
