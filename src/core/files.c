@@ -121,6 +121,8 @@ const char *hcnn_file_kind(mode_t mode)
         return "a block device";
     if (S_ISSOCK(mode))
         return "a socket";
+    if (S_ISLNK(mode)) /* (lstat's) */
+        return "a symbolic link";
     return "not a regular file";
 }
 

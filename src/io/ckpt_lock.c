@@ -15,6 +15,7 @@
 
 #include "hcnn/ckpt_lock.h"
 #include "hcnn/common.h"
+#include "hcnn/files.h"
 #include "hcnn/watchdog.h"
 
 /* One "key=value" line of a lock's text into out ("" if absent). */
@@ -264,6 +265,17 @@ int hcnn_ckpt_lock_take(hcnn_ckpt_lock *l, const char *dir, const char *run_id,
         if (errno != EEXIST) {
             rc = hcnn_error_code(HCNN_EIO, "cannot create the lock %s of checkpoint_dir: %s",
                                  l->path, strerror(errno));
+            break;
+        }
+        /* not a lock hcnn takes over: a directory cannot be unlinked, a
+         * link (dangling: unreadable) read as released; each was tried
+         * three times, then "it changed hands three times" */
+        struct stat st;
+        if (lstat(l->path, &st) == 0 && (S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
+            rc = hcnn_error_code(HCNN_EIO,
+                                 "the lock %s of checkpoint_dir is %s (expected hcnn's lock, a "
+                                 "regular file): remove it if no run is using %s",
+                                 l->path, hcnn_file_kind(st.st_mode), dir);
             break;
         }
         char text[1024], desc[1024], why[256];

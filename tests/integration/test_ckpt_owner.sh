@@ -214,6 +214,15 @@ case_begin stale_lock_without_heartbeat_taken_over
 if [ $rc -eq 0 ] && grep -q "taking over the lock of run .*host node-elsewhere .*heartbeat is [0-9]* s old" "$WORK/oldlock.log"; then case_ok
 else case_fail "exit $rc; $(grep -E 'error|lock' "$WORK/oldlock.log")"; fi
 
+# a lock that is a directory or a (dangling) symbolic link: said what it is
+# (it was "taken over" three times, then "changed hands three times")
+mkdir -p "$WORK/lockdir/.hcnn-lock" "$WORK/locklink"
+ln -s "$WORK/nowhere" "$WORK/locklink/.hcnn-lock"
+expect_fail lock_that_is_a_directory "the lock .*lockdir/.hcnn-lock of checkpoint_dir is a directory \(expected hcnn's lock" \
+    "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$WORK/lockdir" --set epochs=1
+expect_fail lock_that_is_a_dangling_link "the lock .*locklink/.hcnn-lock of checkpoint_dir is a symbolic link \(expected" \
+    "${T[@]}" "$HCNN" train "${C[@]}" --set checkpoint_dir="$WORK/locklink" --set epochs=1
+
 lockfile "$WORK/job" "node-elsewhere" 4242 "777"
 expect_fail live_lock_elsewhere_refused \
     "in use by run 20260101T000000Z-abcdef on host node-elsewhere \(pid 4242, Slurm job 777, config x.yaml\)" \
