@@ -495,15 +495,19 @@ fail:
 int hcnn_ckpt_read_meta(const char *path, hcnn_ckpt_meta *meta, int quiet)
 {
     memset(meta, 0, sizeof *meta);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        const int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return quiet ? HCNN_EIO
-                     : hcnn_error_code(HCNN_EIO, "cannot read checkpoint %s: %s", path,
-                                       fd >= 0 ? "not a regular file" : strerror(e));
+    int fd = -1;
+    if (!quiet) { /* the message names what stands at path (a FIFO, a directory) */
+        const int rc = hcnn_open_regular(path, "checkpoint", HCNN_EIO, &fd);
+        if (rc)
+            return rc;
+    } else {
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            if (fd >= 0)
+                close(fd);
+            return HCNN_EIO;
+        }
     }
     /* header (20 bytes), META's section header (16), its text, its CRC */
     unsigned char buf[20 + 16 + 4096 + 4];
