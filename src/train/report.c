@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -181,6 +182,56 @@ static int csv_drop_torn_row(const hcnn_config *cfg, int fd)
     return HCNN_OK;
 }
 
+/* A resumed run's line continues from its checkpoint's step: the rows its
+ * earlier process wrote after that step (killed before the next checkpoint,
+ * SIGKILL or a node lost) are cut off, and said so; the resumed run writes
+ * them again.  They stood twice, under the same run_id.  Only the file's
+ * last rows, of this line (run_id), past step (the CSV's 12th column). */
+static int csv_drop_replayed_rows(const hcnn_config *cfg, int fd, const char *run_id, long step)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return hcnn_error_code(HCNN_EIO, "cannot read the metrics file %s (key csv in %s): %s",
+                               cfg->csv, cfg->path, strerror(errno));
+    off_t end = st.st_size; /* after the last whole row's newline (csv_drop_torn_row) */
+    int dropped = 0;
+    long last = -1;
+    char row[4096];
+    while (end > 1) {
+        const size_t n = end - 1 < (off_t)sizeof row - 1 ? (size_t)(end - 1) : sizeof row - 1;
+        if (pread(fd, row, n, end - 1 - (off_t)n) != (ssize_t)n)
+            break;
+        row[n] = '\0';
+        const char *start = strrchr(row, '\n'); /* the row before ends there */
+        start = start ? start + 1 : row;
+        if (start == row && n == sizeof row - 1)
+            break; /* longer than a row of ours */
+        const size_t id_len = strlen(run_id);
+        if (strncmp(start, run_id, id_len) || start[id_len] != ',')
+            break;
+        const char *field = start;
+        for (int k = 0; k < 11 && field; k++) /* to the 12th column, step */
+            if ((field = strchr(field, ',')))
+                field++;
+        char *after = NULL;
+        const long row_step = field ? strtol(field, &after, 10) : -1;
+        if (!field || after == field || *after != ',' || row_step <= step)
+            break;
+        end -= (off_t)(row + n - start) + 1;
+        dropped++, last = last < 0 ? row_step : last;
+    }
+    if (!dropped)
+        return HCNN_OK;
+    if (ftruncate(fd, end) != 0)
+        return hcnn_error_code(HCNN_EIO, "cannot cut the metrics file %s (key csv in %s): %s",
+                               cfg->csv, cfg->path, strerror(errno));
+    hcnn_warn("the metrics file %s had %d row%s of run %s past its checkpoint's step %ld (up to "
+              "step %ld, written before the run stopped without a checkpoint): cut off, the "
+              "run goes on from that step",
+              cfg->csv, dropped, dropped > 1 ? "s" : "", run_id, step, last);
+    return HCNN_OK;
+}
+
 /* A new metrics file: emptied in place (the link, the owner, the mode
  * stay) and given its header, synced. */
 static int csv_start(const hcnn_config *cfg, int fd)
@@ -246,6 +297,8 @@ int hcnn_report_csv_open(hcnn_run *r, int append)
     const int appending = !rc && append && csv_has_header(fd);
     if (appending)
         rc = csv_drop_torn_row(cfg, fd);
+    if (appending && !rc)
+        rc = csv_drop_replayed_rows(cfg, fd, r->run_id, r->step);
     else if (!rc)
         rc = csv_start(cfg, fd);
     if (!rc && !(r->csv = fdopen(fd, "a")))

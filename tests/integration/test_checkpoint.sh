@@ -260,6 +260,21 @@ fi
 rm -f "$WORK/npy/fc.bias.npy"
 expect_fail import_missing_tensor "fc.bias" "$HCNN" import "$WORK/npy" --config "$CFG" -o "$WORK/imported/bad.hcnn"
 
+# rows written after the checkpoint a run resumes (its process killed
+# before the next checkpoint: here the later checkpoints removed) are cut
+# off and written again, not left twice under the same run_id
+case_begin resume_cuts_rows_past_its_checkpoint
+ROWS=(--set epochs=3 --set checkpoint_every=1 --set checkpoint_keep=3 --set csv="$WORK/rows.csv")
+train rows "${ROWS[@]}" &&
+    rm -f "$WORK/rows/final.hcnn" "$WORK/rows/ckpt-s0000000032.hcnn" "$WORK/rows/ckpt-s0000000048.hcnn" &&
+    train rows "${ROWS[@]}" --resume latest
+steps=$(tail -n +2 "$WORK/rows.csv" | cut -d, -f12 | paste -sd ' ')
+runs=$(tail -n +2 "$WORK/rows.csv" | cut -d, -f1 | sort -u | wc -l)
+if [ "$steps" = "16 32 48" ] && [ "$runs" -eq 1 ] &&
+    grep -q "had 2 rows of run .* past its checkpoint's step 16 (up to step 48," "$WORK/rows.log"; then
+    case_ok
+else case_fail "steps '$steps' (expected '16 32 48'), $runs run(s): $(grep -E 'warning|resuming' "$WORK/rows.log")"; fi
+
 case_begin csv_columns_and_config
 "$HCNN" train "${BASE[@]}" --set checkpoint_dir= --set csv="$WORK/m/run.csv" >/dev/null 2>&1
 want="run_id,git_commit,timestamp,strategy,ranks,stages,replicas,threads,batch_size,microbatches,epoch,step,lr,train_loss,train_acc,test_loss,test_acc,images_per_s,epoch_time_s,eval_time_s,compute_s,compute_s_min,compute_s_max,comm_wait_s,comm_wait_s_min,comm_wait_s_max,data_wait_s,data_wait_s_min,data_wait_s_max,bubble_s,bubble_s_min,bubble_s_max,allreduce_hidden,peak_rss_mb"
