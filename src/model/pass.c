@@ -120,12 +120,13 @@ int hcnn_scratch_alloc(hcnn_scratch *s, const hcnn_net *net, int first, int last
         ws = (size_t)nt * per > ws ? (size_t)nt * per : ws;
     }
     s->g_floats = hcnn_net_max_act(net, first, last) * capacity;
-    s->ctx.ws = be->alloc(be, sizeof(float) * (ws + 16), "im2col workspace");
-    s->ctx.ws_floats = ws;
-    s->ctx.tmp = be->alloc(be, sizeof(float) * (tmp + 16), "residual gradient buffers");
-    s->ctx.tmp_floats = tmp;
-    s->g[0] = be->alloc(be, sizeof(float) * (s->g_floats + 16), "gradient buffer");
-    s->g[1] = be->alloc(be, sizeof(float) * (s->g_floats + 16), "gradient buffer");
+    /* each after the one before it succeeded: one message for the first
+     * that fails (the second gradient buffer repeated the first's) */
+    s->ctx.ws_floats = ws, s->ctx.tmp_floats = tmp;
+    if ((s->ctx.ws = be->alloc(be, sizeof(float) * (ws + 16), "im2col workspace")) &&
+        (s->ctx.tmp = be->alloc(be, sizeof(float) * (tmp + 16), "residual gradient buffers")) &&
+        (s->g[0] = be->alloc(be, sizeof(float) * (s->g_floats + 16), "gradient buffer")))
+        s->g[1] = be->alloc(be, sizeof(float) * (s->g_floats + 16), "gradient buffer");
     if (!s->ctx.ws || !s->ctx.tmp || !s->g[0] || !s->g[1]) {
         hcnn_scratch_free(s);
         return HCNN_ENOMEM;
