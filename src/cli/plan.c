@@ -21,7 +21,7 @@ static int parse_list(const char *opt, const char *v, int *out, int *count, int 
     while (*p) {
         char *end;
         const long k = strtol(p, &end, 10);
-        if (end == p || k < lo || k > hi || (*end && *end != ','))
+        if (end == p || k < lo || k > hi || (*end && (*end != ',' || !end[1]))) /* "1," too */
             return hcnn_error_code(HCNN_EINVAL, "%s '%s': expected a comma-separated list of "
                                                 "integers in %d..%d",
                                    opt, v, lo, hi);

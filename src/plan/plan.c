@@ -393,7 +393,10 @@ int hcnn_plan_main(const hcnn_plan_args *a, char **argv)
     }
     const int cores = hcnn_physical_cores(NULL); /* SMT siblings share a core: never measured as two */
     if (!o.calibrate) {
-        if (hcnn_node_load(o.node_spec, &o.node)) {
+        /* both named on the command line: refused as it is (exit 2), before
+         * any measurement (--network was read after them, exit 1) */
+        hcnn_network nw;
+        if (hcnn_node_load(o.node_spec, &o.node) || hcnn_network_load(o.network, &nw)) {
             free(cfg);
             return 2;
         }

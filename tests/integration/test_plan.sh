@@ -11,7 +11,12 @@ MPIRUN=(timeout --kill-after=10 240 mpirun --oversubscribe --bind-to none -x OMP
 
 expect_fail plan_needs_config "missing --config" "$HCNN" plan
 expect_fail plan_bad_nodes "--nodes '1,x': expected a comma-separated list" "$HCNN" plan --config "$CFG" --nodes 1,x
+expect_fail plan_nodes_trailing_comma "--nodes '1,': expected a comma-separated list" "$HCNN" plan --config "$CFG" --nodes 1,
 expect_fail plan_bad_network "--network 'nowhere': neither a preset" "$HCNN" plan --config "$CFG" --network nowhere --no-plots -o "$WORK/x"
+case_begin plan_bad_network_exits_2 # (a command-line value, as --node's: it exited 1)
+"$HCNN" plan --config "$CFG" --network nowhere --no-plots -o "$WORK/x" >/dev/null 2>&1
+rc=$?
+if [ $rc -eq 2 ]; then case_ok; else case_fail "exit $rc, expected 2"; fi
 printf 'alpha_us = 1\nbandwidth_gbs = -3\nreduce_gbs = 5\n' >"$WORK/bad.net"
 expect_fail plan_bad_network_file "bad.net:2: bandwidth_gbs: expected a positive number" "$HCNN" plan --config "$CFG" --network "$WORK/bad.net" --no-plots -o "$WORK/x"
 expect_fail plan_calibrate_needs_two_ranks "run it under mpirun with 2 ranks" "$HCNN" plan --calibrate-network "$WORK/n.txt"
