@@ -6,7 +6,9 @@
 
 #include "hcnn/blas.h"
 #include "hcnn/common.h"
+#include "hcnn/comm.h"
 #include "hcnn/config.h"
+#include "hcnn/strategy.h"
 #include "cli.h"
 
 int hcnn_cli_tune(int argc, char **argv, const hcnn_cli_command *self)
@@ -50,6 +52,13 @@ int hcnn_cli_tune(int argc, char **argv, const hcnn_cli_command *self)
         return 1;
     int rc = hcnn_config_load(cfg, config, sets, nset);
     const int world = ranks > 0 ? ranks : hcnn_blas_env_world();
+    /* a layout train refuses on `world` ranks is refused here too (data:
+     * a batch smaller than the ranks was measured as 1 sample a pass); a
+     * serial configuration is measured for one rank on every node */
+    if (!rc && cfg->strategy != HCNN_STRATEGY_SERIAL) {
+        const hcnn_comm layout = {.rank = 0, .size = world};
+        rc = hcnn_strategy_ops_for(cfg->strategy)->check(cfg, &layout);
+    }
     if (!rc)
         rc = probe ? hcnn_blas_probe(cfg, world) : hcnn_blas_tune(cfg, world, stdout);
     free(cfg);

@@ -11,6 +11,11 @@ export XDG_CACHE_HOME="$WORK/cache"
 mpi_setup
 TRAIN=(train --config "$SMALL" -q --set max_steps=2 --set csv= --set checkpoint_dir=)
 
+# a layout train refuses on --ranks N is refused by tune too (it measured a
+# data-parallel batch of 32 on 64 ranks as 1 sample a pass)
+expect_fail tune_refuses_a_layout_train_refuses "batch_size 32 is smaller than the number of ranks 64" \
+    "$HCNN" tune --config "$SMALL" --set strategy=data --ranks 64
+
 if ! "$HCNN" --version | grep -q '^BLAS: OpenBLAS'; then
     # BLIS or a generic CBLAS: no kernels to choose
     case_begin tune_other_blas
