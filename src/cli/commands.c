@@ -70,7 +70,8 @@ static const char HELP_BENCH[] =
     "  -s, --set KEY=VALUE  override a key (repeatable)\n"
     "  --warmup N           untimed steps first (default 3)\n"
     "  --repeats N          timed repeats, 1..64 (default 5)\n"
-    "  --steps N            steps per repeat (default 5)\n";
+    "  --steps N            steps per repeat (default 5)\n"
+    "  -h, --help           this help\n";
 
 static const char HELP_TUNE[] =
     "usage: hcnn tune --config FILE [--set key=value ...] [--ranks N]\n"
@@ -157,7 +158,7 @@ static const char HELP_DIFF[] =
     "options:\n"
     "  -t, --tol X       relative tolerance\n"
     "  -m, --model-only  compare parameters and statistics, not momentum buffers\n"
-    "  -h, --help    this help\n";
+    "  -h, --help        this help\n";
 
 static const char HELP_EXPORT[] =
     "usage: hcnn export CKPT DIR\n"
@@ -165,7 +166,10 @@ static const char HELP_EXPORT[] =
     "Write every parameter and batch-norm statistic of CKPT as DIR/<name>.npy (NumPy 1.0,\n"
     "float32, C order), named as PyTorch's state_dict keys (conv1.weight [out,in,kh,kw],\n"
     "layer1.0.bn1.running_mean, ...), plus <bn>.num_batches_tracked.npy (int64) for each\n"
-    "batch-norm layer and DIR/manifest.txt (name dtype shape per line).  See docs/checkpoints.md.\n";
+    "batch-norm layer and DIR/manifest.txt (name dtype shape per line).  See docs/checkpoints.md.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help  this help\n";
 
 static const char HELP_IMPORT[] =
     "usage: hcnn import DIR --config FILE -o CKPT [--set key=value ...]\n"
@@ -178,7 +182,8 @@ static const char HELP_IMPORT[] =
     "options:\n"
     "  -c, --config FILE   run configuration describing the model\n"
     "  -o, --output CKPT   checkpoint to write\n"
-    "  -s, --set KEY=VALUE override a key (repeatable)\n";
+    "  -s, --set KEY=VALUE override a key (repeatable)\n"
+    "  -h, --help          this help\n";
 
 /* ---- the table -------------------------------------------------------------- */
 

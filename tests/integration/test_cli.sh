@@ -12,6 +12,13 @@ if "$HCNN" --help | grep -q "train" && "$HCNN" train --help | grep -q -- "--set"
 else
     case_fail "--help output incomplete"
 fi
+# every command's help lists its -h, --help (bench, export and import did not)
+case_begin every_command_help_lists_help
+missing=""
+for c in $("$HCNN" --help | sed -n '/^commands:/,/^$/p' | awk 'NR > 1 && NF { print $1 }'); do
+    "$HCNN" "$c" --help 2>&1 | grep -q -- '^  -h, --help  *this help$' || missing+=" $c"
+done
+if [ -z "$missing" ]; then case_ok; else case_fail "no '-h, --help' line in the help of:$missing"; fi
 
 expect_fail no_command "missing command" "$HCNN"
 expect_fail unknown_command "unknown command 'trian'" "$HCNN" trian
