@@ -307,18 +307,16 @@ static int agree_on_resumed(const hcnn_run *r, const char *path, const hcnn_ckpt
                          : HCNN_EAGREED;
     }
     const long long mine[3] = {(long long)meta->content_crc, meta->step, meta->batch};
+    hcnn_watch_context("comparing the ranks' checkpoints");
     HCNN_MPI(MPI_Allgather(mine, 3, MPI_LONG_LONG, all, 3, MPI_LONG_LONG, comm->world));
+    hcnn_watch_context(NULL);
     int differ = 0;
     char ranks[256] = "", first[192] = "";
     for (int j = 1; j < comm->size; j++) {
         const long long *o = all + 3 * (size_t)j;
         if (!memcmp(o, all, sizeof mine))
             continue;
-        const size_t n = strlen(ranks);
-        if (differ++ < 16)
-            snprintf(ranks + n, sizeof ranks - n, "%s%d", n ? ", " : "", j);
-        else if (differ == 17)
-            snprintf(ranks + n, sizeof ranks - n, ", ...");
+        hcnn_run_list_rank(ranks, sizeof ranks, &differ, j);
         if (!first[0])
             snprintf(first, sizeof first,
                      "rank %d's is at step %lld with content CRC32 %08llx, rank 0's at step %lld "

@@ -207,6 +207,15 @@ static int agree_conv_choices(hcnn_run *r, int rc)
     return HCNN_OK;
 }
 
+void hcnn_run_list_rank(char *list, size_t cap, int *listed, int rank)
+{
+    const size_t o = strlen(list);
+    if ((*listed)++ < 16)
+        snprintf(list + o, cap - o, "%s%d", o ? ", " : "", rank);
+    else if (*listed == 17)
+        snprintf(list + o, cap - o, ", ...");
+}
+
 /* Every rank reads the data set from its own node's data_dir: the copies
  * must be the same (sizes, CRCs of fixed blocks: hcnn_dataset_identity).
  * Ranks whose training sets differ in size once trained on mismatched
@@ -239,11 +248,7 @@ static int check_data_identity(const hcnn_run *r)
         for (int j = 1, listed = 0; j < comm->size; j++) {
             if (!memcmp(&all[0], &all[2 * (size_t)j], sizeof mine))
                 continue;
-            const size_t o = strlen(ranks);
-            if (listed++ < 16)
-                snprintf(ranks + o, sizeof ranks - o, "%s%d", o ? ", " : "", j);
-            else if (listed == 17)
-                snprintf(ranks + o, sizeof ranks - o, ", ...");
+            hcnn_run_list_rank(ranks, sizeof ranks, &listed, j);
             if (first[0])
                 continue;
             const int s = memcmp(&all[0], &all[2 * (size_t)j], sizeof *all) ? 0 : 1;

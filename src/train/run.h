@@ -197,6 +197,9 @@ void hcnn_report_epoch_to_caller(hcnn_run *r, int epoch, int nbatches, const epo
  * background; wait: until it is on disk). */
 int hcnn_run_save_checkpoint(hcnn_run *r, long epochs_done, long batch, const epoch_stats *st,
                              int final, int wait);
+/* Appends rank to a message's list of ranks ("1, 2, 5"): the first 16,
+ * then ", ..."; *listed counts the ranks given so far. */
+void hcnn_run_list_rank(char *list, size_t cap, int *listed, int rank);
 /* Before the first step (collective): rank 0 takes checkpoint_dir
  * (created, writable, locked), the checkpoint `resume` names (a file,
  * "latest" or "auto"; NULL: none) is found and loaded on every rank
