@@ -84,50 +84,61 @@ static void unmute_stderr(int saved)
 }
 
 /* What the launcher's ranks but 0 say before MPI, kept: rank 0 says it for
- * all (every rank reads the same configuration).  A rank that fails where
- * rank 0 does not (a file its node lacks, a path relative to its own
- * directory, an environment of its own) said nothing, and mpirun printed
- * only its exit code; it now says its own, after a grace in which the
- * launcher ends it if rank 0 failed too (mpirun ends a job whose rank
- * exits non-zero, in 1-2 s here: one message, not one a rank). */
-#define OWN_FAILURE_GRACE_S 5
+ * all (every rank reads the same configuration).  A rank that failed where
+ * rank 0 did not (a file its node lacks, a path relative to its own
+ * directory, an environment of its own) said nothing: mpirun printed only
+ * its exit code, and under srun --kill-on-bad-exit=0 (slurm/lib.sh) the
+ * ranks that started waited for it.  Now a failure before MPI joins the
+ * started ranks' first collective (hcnn_comm_join_failed): every rank
+ * leaves, and the lowest failing rank says why (rank 0 at once, another
+ * what it kept).  Without a temporary file, muted as before. */
 typedef struct held_stderr {
-    int saved;  /* the real stderr, -1: not held (rank 0, or no file) */
-    FILE *kept; /* what was said meanwhile */
+    int saved;  /* the real stderr, -1: not held (rank 0) */
+    FILE *kept; /* what was said meanwhile; NULL: muted */
 } held_stderr;
 
 static held_stderr hold_stderr(void)
 {
     held_stderr h = {-1, NULL};
-    if (launcher_rank() == 0 || !(h.kept = tmpfile()))
+    if (launcher_rank() == 0)
         return h;
     fflush(stderr);
-    if ((h.saved = dup(STDERR_FILENO)) < 0 || dup2(fileno(h.kept), STDERR_FILENO) < 0) {
-        if (h.saved >= 0)
-            close(h.saved);
+    if ((h.kept = tmpfile()) && (h.saved = dup(STDERR_FILENO)) >= 0 &&
+        dup2(fileno(h.kept), STDERR_FILENO) >= 0)
+        return h;
+    if (h.saved >= 0)
+        close(h.saved);
+    if (h.kept)
         fclose(h.kept);
-        return (held_stderr){-1, NULL};
-    }
-    return h;
+    return (held_stderr){mute_stderr(1), NULL};
 }
 
-/* stderr back; on failure (rc) what was kept is said, as this rank's */
-static void release_stderr(held_stderr *h, int rc)
+/* stderr back; what was kept said if say */
+static void release_stderr(held_stderr *h, int say)
 {
-    if (h->saved < 0)
+    unmute_stderr(h->saved);
+    h->saved = -1;
+    if (!h->kept)
         return;
+    char line[4096];
+    rewind(h->kept);
+    while (say && fgets(line, sizeof line, h->kept)) /* (hcnn_error names the rank) */
+        fputs(line, stderr);
     fflush(stderr);
-    dup2(h->saved, STDERR_FILENO);
-    close(h->saved);
-    if (rc) {
-        sleep(OWN_FAILURE_GRACE_S);
-        char line[4096];
-        rewind(h->kept);
-        while (fgets(line, sizeof line, h->kept)) /* (hcnn_error names the rank) */
-            fputs(line, stderr);
-        fflush(stderr);
-    }
     fclose(h->kept);
+    h->kept = NULL;
+}
+
+/* A failure (rc) before MPI, what it said held by h (NULL: said already):
+ * in a job of several ranks, joined with the others' start */
+static int failed_before_mpi(held_stderr *h, int rc)
+{
+    if (h)
+        unmute_stderr(h->saved), h->saved = -1;
+    const int say = hcnn_blas_env_world() > 1 ? hcnn_comm_join_failed() : 1;
+    if (h)
+        release_stderr(h, say);
+    return rc;
 }
 
 /* Before MPI and threads start: whether this node's CPU runs the
@@ -149,14 +160,17 @@ static int before_mpi(const run_args *c, char **argv, int writes_checkpoints)
     int reexec = 0;
     if (rc == HCNN_OK && (rc = hcnn_check_precision(cfg)) != HCNN_OK) {
         free(cfg);
-        return rc;
+        return failed_before_mpi(NULL, rc); /* said by every rank it fails on */
     }
     if (rc == HCNN_OK) {
         held_stderr held = hold_stderr();
         rc = hcnn_check_file_size_limit(cfg, writes_checkpoints);
         if (!rc)
             rc = hcnn_blas_choose(cfg, hcnn_blas_env_world(), &reexec);
-        release_stderr(&held, rc);
+        if (rc)
+            failed_before_mpi(&held, rc);
+        else
+            release_stderr(&held, 0);
     } else {
         rc = HCNN_OK;
     }
@@ -177,9 +191,9 @@ static int run_session(char **argv, const run_args *c, int writes_checkpoints, r
     hcnn_session *s = NULL;
     held_stderr held = hold_stderr();
     rc = hcnn_session_open(&s, c->config, c->sets, c->nset);
-    release_stderr(&held, rc);
-    if (rc) /* each rank exits: rank 0 said why, or this rank alone failed and said it */
-        return rc == HCNN_EIO ? 1 : 2;
+    if (rc) /* every rank leaves; the lowest failing one said why */
+        return failed_before_mpi(&held, rc) == HCNN_EIO ? 1 : 2;
+    release_stderr(&held, 0);
     rc = run(s, c);
     hcnn_session_close(s);
     hcnn_finalize();

@@ -1,6 +1,7 @@
 /* MPI start-up and MPI on backend memory (the job-wide abort path:
  * abort.c). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,12 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
      * in hcnn_strategy_check (a rank refusing alone would leave the others
      * waiting in their first collective) */
     HCNN_MPI(MPI_Allreduce(&provided, &c->thread_level, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (c->thread_level < 0) { /* a rank failed before MPI: it said why */
+        if (c->initialized)
+            hcnn_mpi_finalize();
+        c->initialized = 0;
+        return HCNN_EAGREED;
+    }
     HCNN_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     HCNN_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
     HCNN_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
@@ -60,6 +67,23 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
     HCNN_MPI(MPI_Comm_rank(node, &c->local_rank));
     HCNN_MPI(MPI_Comm_free(&node));
     return HCNN_OK;
+}
+
+/* A rank's level in hcnn_comm_init's first allreduce when its set-up failed
+ * before MPI: below every thread level, the lowest failing rank the least. */
+#define FAILED_BEFORE_MPI (INT_MIN / 2)
+
+int hcnn_comm_join_failed(void)
+{
+    int provided = 0, rank = 0;
+    if (hcnn_mpi_init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+        return 1; /* no MPI: say it */
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const int mine = FAILED_BEFORE_MPI + rank;
+    int lowest = mine;
+    MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    hcnn_mpi_finalize();
+    return lowest == mine;
 }
 
 void hcnn_comm_finalize(hcnn_comm *c)
