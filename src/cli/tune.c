@@ -52,10 +52,12 @@ int hcnn_cli_tune(int argc, char **argv, const hcnn_cli_command *self)
         return 1;
     int rc = hcnn_config_load(cfg, config, sets, nset);
     const int world = ranks > 0 ? ranks : hcnn_blas_env_world();
-    /* a layout train refuses on `world` ranks is refused here too (data:
-     * a batch smaller than the ranks was measured as 1 sample a pass); a
-     * serial configuration is measured for one rank on every node */
-    if (!rc && cfg->strategy != HCNN_STRATEGY_SERIAL) {
+    /* --ranks N a layout train refuses on N ranks: refused here too (data:
+     * a batch smaller than the ranks was measured as 1 sample a pass).  Not
+     * the launcher's count nor a probe's (tune on one rank, or srun across
+     * the nodes, measures a pipeline's pass as hcnn_strategy_pass_samples
+     * does, for as many replicas as there are) */
+    if (!rc && ranks > 0 && !probe && cfg->strategy != HCNN_STRATEGY_SERIAL) {
         const hcnn_comm layout = {.rank = 0, .size = world};
         rc = hcnn_strategy_ops_for(cfg->strategy)->check(cfg, &layout);
     }
