@@ -371,6 +371,7 @@ int hcnn_run_open_checkpoints(hcnn_run *r, const char *resume, hcnn_ckpt_meta *m
         if (rc)
             return rc;
         r->step = meta->step;
+        r->bn_state_agreed = 1; /* one checkpoint on every rank (agree_on_resumed) */
         *resumed = 1;
         if (run_is_root(r) && !r->quiet)
             printf("hcnn: resuming from %s: epoch %ld, batch %ld, step %ld\n", path,

@@ -327,10 +327,11 @@ int hcnn_run_average_bn_state(hcnn_run *r)
 {
     size_t off, count;
     hcnn_net_state_range(&r->net, r->strat.first, r->strat.last, &off, &count);
-    if (r->strat.ngroups == 1 || count == 0)
+    if (r->strat.ngroups == 1 || count == 0 || r->bn_state_agreed)
         return HCNN_OK;
     const int rc = hcnn_allreduce_sum_floats(r->be, r->strat.replicas, r->net.state + off, count);
     r->be->scale(r->be, r->net.state + off, count, 1.0f / (float)r->strat.ngroups);
+    r->bn_state_agreed = rc == HCNN_OK;
     return rc;
 }
 

@@ -105,6 +105,9 @@ typedef struct hcnn_run {
     int quiet;                 /* train: nothing on stdout (report.c) */
     FILE *trace_batches;       /* HCNN_TRACE_BATCHES (include/hcnn/env.h), NULL: off */
     long step;               /* optimiser steps taken */
+    int bn_state_agreed;     /* every replica holds the same batch-norm statistics (loaded, or
+                              * averaged since the last step): averaging again would change
+                              * them (x+x+x)/3 != x */
     long fail_rank, fail_step; /* HCNN_FAIL_AT test hook, -1: none */
     int fail_collective;       /* ... a stray barrier instead of a non-finite loss */
     hcnn_ckpt_lock lock;      /* rank 0: checkpoint_dir is this run's (include/hcnn/ckpt_lock.h) */

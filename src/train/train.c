@@ -565,6 +565,7 @@ int hcnn_train_next_step(hcnn_run *r, int epoch, long steps_per_epoch, epoch_sta
     }
     r->step++;
     st->steps++;
+    r->bn_state_agreed = 0;
     return 1;
 }
 
@@ -658,7 +659,9 @@ int hcnn_train(const hcnn_config *cfg, const hcnn_comm *comm, const hcnn_run_opt
             else
                 printf("hcnn: nothing to train: the checkpoint has %ld complete epoch%s, epochs=%d",
                        epoch, epoch == 1 ? "" : "s", cfg->epochs);
-            printf("; it is written again as it was (epoch %ld, batch %d)\n", epoch + 1, first_batch);
+            printf("%s (epoch %ld, batch %d)\n",
+                   cfg->checkpoint_dir[0] ? "; it is written again as it was" : "", epoch + 1,
+                   first_batch);
         }
     }
     for (; epoch < cfg->epochs && !stop && !rc; epoch++, first_batch = 0) {
