@@ -135,7 +135,7 @@ static int open_regular(const char *path, const char *what, int code, int flags,
     if ((flags & O_CREAT) && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return hcnn_error_code(code, "%s '%s' is %s (expected a regular file or a new name)",
                                what, path, hcnn_file_kind(st.st_mode));
-    *fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, 0644);
+    *fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, 0666); /* (as fopen: the umask decides) */
     if (*fd < 0) { /* a socket cannot be opened: say what it is */
         const int e = errno;
         if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
@@ -205,7 +205,12 @@ static int afile_open(hcnn_afile *a, const char *path, char *why, size_t cap)
      * on one file system), not the link by a file */
     struct stat lst;
     char real[PATH_MAX];
-    if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) && realpath(path, real)) {
+    if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+        if (!realpath(path, real)) { /* dangling: replacing the link would lose it */
+            snprintf(why, cap, "%s is a symbolic link whose target cannot be resolved (%s)", path,
+                     strerror(errno));
+            return HCNN_EIO;
+        }
         if (snprintf(a->path, sizeof a->path, "%s", real) >= (int)sizeof a->path) {
             snprintf(why, cap, "%s: the path of its link's target is too long", path);
             return HCNN_EIO;
