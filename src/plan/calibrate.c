@@ -103,12 +103,15 @@ int hcnn_plan_calibrate(const char *path, const hcnn_config *cfg)
                                             "e.g. mpirun -np 2 --map-by node hcnn plan "
                                             "--calibrate-network FILE");
     }
-    /* the output's temporary file first: a path that cannot be written is
-     * said before the measurement, not after it, and a FIFO there refused
-     * (rank 0 blocked in its open while the others waited in MPI); renamed
-     * over the file at the end, so a failed calibration keeps the old one */
+    /* the output tried first (its temporary file made and removed): a path
+     * that cannot be written is said before the measurement, not after it,
+     * and a FIFO there refused (rank 0 blocked in its open while the others
+     * waited in MPI).  Written at the end through a temporary file renamed
+     * over it: a failed calibration keeps the old one, and leaves nothing */
     hcnn_afile out = {.fd = -1};
     int rc = comm.rank == 0 ? hcnn_afile_open(&out, path) : HCNN_OK;
+    if (comm.rank == 0 && !rc)
+        hcnn_afile_abort(&out);
     MPI_Bcast(&rc, 1, MPI_INT, 0, comm.world);
     if (rc) {
         hcnn_comm_finalize(&comm);
@@ -172,9 +175,7 @@ int hcnn_plan_calibrate(const char *path, const hcnn_config *cfg)
             big / fmax(t_big - lat, 1e-9) / 1e9, host, lat * 1e6, ar_gbs,
             big / fmax(t_red, 1e-9) / 1e9, lat * 1e6,
             cfg ? cfg->model.name : "(no --config: not measured)", cont);
-        rc = hcnn_afile_write(&out, text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
-        if (!rc)
-            rc = hcnn_afile_commit(&out);
+        rc = hcnn_write_file(path, text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
         if (!rc)
             printf("hcnn plan: network calibrated into %s: latency %.2f us, %.2f GB/s, "
                    "reduction %.2f GB/s, host contention %.3f\n",
