@@ -222,13 +222,30 @@ static int csv_drop_replayed_rows(const hcnn_config *cfg, int fd, const char *ru
     }
     if (!dropped)
         return HCNN_OK;
+    /* kept beside it, not lost: a checkpoint copied elsewhere and resumed
+     * continues the line too, while the rows' own checkpoints may live on */
+    char kept[HCNN_PATH_MAX + 8];
+    snprintf(kept, sizeof kept, "%s.cut", cfg->csv);
+    const size_t n = (size_t)(st.st_size - end);
+    char *rows = malloc(n);
+    const int kfd = rows ? open(kept, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666) : -1;
+    int ok = kfd >= 0 && pread(fd, rows, n, end) == (ssize_t)n;
+    ok = ok && write(kfd, rows, n) == (ssize_t)n;
+    ok = (kfd < 0 || close(kfd) == 0) && ok;
+    free(rows);
+    if (!ok) {
+        hcnn_warn("the metrics file %s has %d row%s of run %s past its checkpoint's step %ld: "
+                  "left as they are (they could not be kept in %s)",
+                  cfg->csv, dropped, dropped > 1 ? "s" : "", run_id, step, kept);
+        return HCNN_OK;
+    }
     if (ftruncate(fd, end) != 0)
         return hcnn_error_code(HCNN_EIO, "cannot cut the metrics file %s (key csv in %s): %s",
                                cfg->csv, cfg->path, strerror(errno));
     hcnn_warn("the metrics file %s had %d row%s of run %s past its checkpoint's step %ld (up to "
-              "step %ld, written before the run stopped without a checkpoint): cut off, the "
+              "step %ld, written before the run stopped without a checkpoint): moved to %s, the "
               "run goes on from that step",
-              cfg->csv, dropped, dropped > 1 ? "s" : "", run_id, step, last);
+              cfg->csv, dropped, dropped > 1 ? "s" : "", run_id, step, last, kept);
     return HCNN_OK;
 }
 
