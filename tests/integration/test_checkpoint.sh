@@ -257,12 +257,29 @@ if [ $rc -eq 1 ] && [ -p "$WORK/out.fifo" ] &&
 else
     case_fail "exit $rc (expected 1), $(ls -l "$WORK/out.fifo"): $(head -n 2 "$WORK/fifo.err")"
 fi
+# -o naming a symbolic link: its target is written, the link stays; a
+# dangling one is refused (replacing the link would lose it)
+case_begin import_through_a_link
+: >"$WORK/target.hcnn"
+ln -s "$WORK/target.hcnn" "$WORK/link.hcnn"
+ln -s "$WORK/nowhere/x.hcnn" "$WORK/dangling.hcnn"
+"$HCNN" import "$WORK/npy" --config "$CFG" -o "$WORK/link.hcnn" >/dev/null 2>&1
+rc=$?
+"$HCNN" import "$WORK/npy" --config "$CFG" -o "$WORK/dangling.hcnn" >/dev/null 2>"$WORK/dangling.err"
+rc2=$?
+if [ $rc -eq 0 ] && [ -L "$WORK/link.hcnn" ] && [ -s "$WORK/target.hcnn" ] &&
+    same_bits "$WORK/target.hcnn" "$WORK/imported/model.hcnn" && [ $rc2 -eq 1 ] && [ -L "$WORK/dangling.hcnn" ] &&
+    grep -q 'dangling.hcnn is a symbolic link whose target cannot be resolved' "$WORK/dangling.err"; then
+    case_ok
+else
+    case_fail "exit $rc, $rc2: $(ls -l "$WORK/link.hcnn" "$WORK/target.hcnn" "$WORK/dangling.hcnn"): $(cat "$WORK/dangling.err")"
+fi
 rm -f "$WORK/npy/fc.bias.npy"
 expect_fail import_missing_tensor "fc.bias" "$HCNN" import "$WORK/npy" --config "$CFG" -o "$WORK/imported/bad.hcnn"
 
 # rows written after the checkpoint a run resumes (its process killed
-# before the next checkpoint: here the later checkpoints removed) are cut
-# off and written again, not left twice under the same run_id
+# before the next checkpoint: here the later checkpoints removed) are moved
+# to rows.csv.cut and written again, not left twice under the same run_id
 case_begin resume_cuts_rows_past_its_checkpoint
 ROWS=(--set epochs=3 --set checkpoint_every=1 --set checkpoint_keep=3 --set csv="$WORK/rows.csv")
 train rows "${ROWS[@]}" &&
@@ -271,7 +288,8 @@ train rows "${ROWS[@]}" &&
 steps=$(tail -n +2 "$WORK/rows.csv" | cut -d, -f12 | paste -sd ' ')
 runs=$(tail -n +2 "$WORK/rows.csv" | cut -d, -f1 | sort -u | wc -l)
 if [ "$steps" = "16 32 48" ] && [ "$runs" -eq 1 ] &&
-    grep -q "had 2 rows of run .* past its checkpoint's step 16 (up to step 48," "$WORK/rows.log"; then
+    grep -q "had 2 rows of run .* past its checkpoint's step 16 (up to step 48, .*moved to .*rows.csv.cut" "$WORK/rows.log" &&
+    [ "$(cut -d, -f12 "$WORK/rows.csv.cut" | paste -sd ' ')" = "32 48" ]; then
     case_ok
 else case_fail "steps '$steps' (expected '16 32 48'), $runs run(s): $(grep -E 'warning|resuming' "$WORK/rows.log")"; fi
 

@@ -14,11 +14,13 @@ else
 fi
 # every command's help lists its -h, --help (bench, export and import did not)
 case_begin every_command_help_lists_help
-missing=""
+missing="" n=0
 for c in $("$HCNN" --help | sed -n '/^commands:/,/^$/p' | awk 'NR > 1 && NF { print $1 }'); do
+    n=$((n + 1))
     "$HCNN" "$c" --help 2>&1 | grep -q -- '^  -h, --help  *this help$' || missing+=" $c"
 done
-if [ -z "$missing" ]; then case_ok; else case_fail "no '-h, --help' line in the help of:$missing"; fi
+if [ "$n" -lt 8 ]; then case_fail "hcnn --help lists $n commands (expected 8 or more)"
+elif [ -z "$missing" ]; then case_ok; else case_fail "no '-h, --help' line in the help of:$missing"; fi
 
 expect_fail no_command "missing command" "$HCNN"
 expect_fail unknown_command "unknown command 'trian'" "$HCNN" trian

@@ -189,9 +189,10 @@ expect_fail plan_batch_too_large "plan: a pass of 2000000 samples of small makes
 case_begin plan_calibrate_network
 if grep -q '^host_contention = ' "$WORK/net.txt" 2>/dev/null; then case_ok; else case_fail "$(cat "$WORK/cal.log")"; fi
 
-# outputs that are FIFOs: refused before anything is measured or written (rank
-# 0 blocked in its open of the calibration's FIFO, the other rank spinning
-# in MPI; plan blocked on a FIFO named plan.csv), the FIFOs left as they were
+# outputs that are FIFOs: refused, not blocked on (rank 0 blocked in its open
+# of the calibration's FIFO, the other rank spinning in MPI; plan blocked on
+# a FIFO named plan.csv); the calibration's before it measures; the FIFOs
+# left as they were
 mkfifo "$WORK/cal.fifo"
 expect_fail plan_calibrate_into_fifo "cal.fifo is a pipe or FIFO \\(expected a regular file" \
     "${MPIRUN[@]}" -np 2 "$HCNN" plan --calibrate-network "$WORK/cal.fifo"
