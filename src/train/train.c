@@ -256,8 +256,10 @@ static int act_on_agreement(hcnn_run *r, const int agreed[AGREE_N], int epoch, f
         r->skips_in_row = 0;
         return 0;
     }
-    if (r->state_before) /* this step's statistics saw the bad values */
+    if (r->state_before) { /* this step's statistics saw the bad values */
         r->be->copy(r->be, r->net.state, r->state_before, r->net.nstate);
+        r->bn_state_agreed = 0;
+    }
     const int bad_rank = r->comm->size - agreed[AGREE_BAD_RANK];
     const int skip = cfg->nonfinite == HCNN_NONFINITE_SKIP &&
                      r->skips_in_row < cfg->nonfinite_max_skips;
@@ -440,8 +442,10 @@ static int keep_restore(hcnn_run *r, int *epoch, int *batch, epoch_stats *st)
     hcnn_net_param_range(&r->net, r->strat.first, r->strat.last, &off, &count);
     r->be->copy(r->be, r->net.params + off, k->params + off, count);
     r->be->copy(r->be, r->opt.velocity + off, k->velocity + off, count);
-    if (r->net.nstate)
+    if (r->net.nstate) {
         r->be->copy(r->be, r->net.state, k->state, r->net.nstate);
+        r->bn_state_agreed = 0; /* each replica's own, from before that step */
+    }
     if (run_is_root(r)) {
         printf("hcnn: the checkpoint holds the state before step %ld's update, the last whose "
                "loss was finite (step %ld started from what that update made): resume it with "
