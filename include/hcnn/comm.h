@@ -44,12 +44,16 @@ typedef struct hcnn_comm {
  * so failures reach HCNN_MPI instead of the default fatal handler. */
 int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv);
 /* hcnn train|eval|bench on a rank of a job of several whose set-up failed
- * before MPI (its configuration, its BLAS kernels): MPI is started and the
- * first collective of the ranks that started (hcnn_comm_init's) joined
- * with the failure, so that they leave (HCNN_EAGREED) instead of waiting
- * for this rank; MPI is finalised.  Returns 1 on the lowest failing rank,
- * which says why (the others' messages are the same or its own), else 0. */
-int hcnn_comm_join_failed(void);
+ * before MPI (its configuration, its BLAS kernels) with exit status
+ * `status`: MPI is started and the first collective of the ranks that
+ * started (hcnn_comm_init's) joined with the failure, so that they leave
+ * with the lowest failing rank's status (75: HCNN_STOPPED, 2: HCNN_EINVAL,
+ * else HCNN_EAGREED) instead of waiting for this rank.  Returns 1 on that
+ * rank, which says why (the others' messages are the same or its own),
+ * else 0; then hcnn_comm_join_done, after the message (the started ranks
+ * wait in MPI_Finalize for it). */
+int hcnn_comm_join_failed(int status);
+void hcnn_comm_join_done(void);
 void hcnn_comm_finalize(hcnn_comm *c);
 
 /* MPI_Init_thread and MPI_Finalize, as every hcnn call of them makes them

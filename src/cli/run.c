@@ -129,15 +129,19 @@ static void release_stderr(held_stderr *h, int say)
     h->kept = NULL;
 }
 
-/* A failure (rc) before MPI, what it said held by h (NULL: said already):
- * in a job of several ranks, joined with the others' start */
-static int failed_before_mpi(held_stderr *h, int rc)
+/* A failure (rc, exit status `status`) before MPI, what it said held by h
+ * (NULL: said already): in a job of several ranks, joined with the others'
+ * start; said by the lowest failing rank */
+static int failed_before_mpi(held_stderr *h, int rc, int status)
 {
     if (h)
         unmute_stderr(h->saved), h->saved = -1;
-    const int say = hcnn_blas_env_world() > 1 ? hcnn_comm_join_failed() : 1;
+    const int job = hcnn_blas_env_world() > 1;
+    const int say = job ? hcnn_comm_join_failed(status) : 1;
     if (h)
         release_stderr(h, say);
+    if (job)
+        hcnn_comm_join_done();
     return rc;
 }
 
@@ -160,15 +164,16 @@ static int before_mpi(const run_args *c, char **argv, int writes_checkpoints)
     int reexec = 0;
     if (rc == HCNN_OK && (rc = hcnn_check_precision(cfg)) != HCNN_OK) {
         free(cfg);
-        return failed_before_mpi(NULL, rc); /* said by every rank it fails on */
+        return failed_before_mpi(NULL, rc, hcnn_cli_exit_status(rc)); /* said by every rank it fails on */
     }
     if (rc == HCNN_OK) {
         held_stderr held = hold_stderr();
-        rc = hcnn_check_file_size_limit(cfg, writes_checkpoints);
-        if (!rc)
-            rc = hcnn_blas_choose(cfg, hcnn_blas_env_world(), &reexec);
-        if (rc)
-            failed_before_mpi(&held, rc);
+        /* (a limit refused because MPI_Init fails under it: every rank of
+         * the job has it, and leaves before MPI, rank 0 saying why) */
+        if ((rc = hcnn_check_file_size_limit(cfg, writes_checkpoints)))
+            release_stderr(&held, 0);
+        else if ((rc = hcnn_blas_choose(cfg, hcnn_blas_env_world(), &reexec)))
+            failed_before_mpi(&held, rc, hcnn_cli_exit_status(rc));
         else
             release_stderr(&held, 0);
     } else {
@@ -191,8 +196,11 @@ static int run_session(char **argv, const run_args *c, int writes_checkpoints, r
     hcnn_session *s = NULL;
     held_stderr held = hold_stderr();
     rc = hcnn_session_open(&s, c->config, c->sets, c->nset);
-    if (rc) /* every rank leaves; the lowest failing one said why */
-        return failed_before_mpi(&held, rc) == HCNN_EIO ? 1 : 2;
+    if (rc) { /* every rank leaves; the lowest failing one said why */
+        const int status = rc == HCNN_EIO ? 1 : 2;
+        failed_before_mpi(&held, rc, status);
+        return status;
+    }
     release_stderr(&held, 0);
     rc = run(s, c);
     hcnn_session_close(s);

@@ -18,6 +18,11 @@
 #endif
 #endif
 
+/* A rank's level in hcnn_comm_init's first allreduce when its set-up failed
+ * before MPI (hcnn_comm_join_failed): below every thread level, the lowest
+ * failing rank the least, its exit status in the low 8 bits. */
+#define FAILED_BEFORE_MPI (INT_MIN / 2)
+
 int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
 {
     int provided = 0, already = 0;
@@ -52,11 +57,12 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
      * in hcnn_strategy_check (a rank refusing alone would leave the others
      * waiting in their first collective) */
     HCNN_MPI(MPI_Allreduce(&provided, &c->thread_level, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    if (c->thread_level < 0) { /* a rank failed before MPI: it said why */
+    if (c->thread_level < 0) { /* a rank failed before MPI: it says why */
+        const int status = (c->thread_level - FAILED_BEFORE_MPI) % 256;
         if (c->initialized)
             hcnn_mpi_finalize();
         c->initialized = 0;
-        return HCNN_EAGREED;
+        return status == 75 ? HCNN_STOPPED : status == 2 ? HCNN_EINVAL : HCNN_EAGREED;
     }
     HCNN_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     HCNN_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
@@ -69,21 +75,25 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
     return HCNN_OK;
 }
 
-/* A rank's level in hcnn_comm_init's first allreduce when its set-up failed
- * before MPI: below every thread level, the lowest failing rank the least. */
-#define FAILED_BEFORE_MPI (INT_MIN / 2)
-
-int hcnn_comm_join_failed(void)
+int hcnn_comm_join_failed(int status)
 {
     int provided = 0, rank = 0;
     if (hcnn_mpi_init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return 1; /* no MPI: say it */
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    const int mine = FAILED_BEFORE_MPI + rank;
+    const int mine = FAILED_BEFORE_MPI + 256 * rank + (status & 255);
     int lowest = mine;
     MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    hcnn_mpi_finalize();
     return lowest == mine;
+}
+
+void hcnn_comm_join_done(void)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin)
+        hcnn_mpi_finalize();
 }
 
 void hcnn_comm_finalize(hcnn_comm *c)
