@@ -52,12 +52,13 @@ int hcnn_cli_tune(int argc, char **argv, const hcnn_cli_command *self)
         return 1;
     int rc = hcnn_config_load(cfg, config, sets, nset);
     const int world = ranks > 0 ? ranks : hcnn_blas_env_world();
-    /* --ranks N a layout train refuses on N ranks: refused here too (data:
-     * a batch smaller than the ranks was measured as 1 sample a pass).  Not
-     * the launcher's count nor a probe's (tune on one rank, or srun across
-     * the nodes, measures a pipeline's pass as hcnn_strategy_pass_samples
-     * does, for as many replicas as there are) */
-    if (!rc && ranks > 0 && !probe && cfg->strategy != HCNN_STRATEGY_SERIAL) {
+    /* a layout train refuses on these ranks: refused here too (data: a
+     * batch smaller than the ranks was measured as 1 sample a pass).  A
+     * pipeline's only for --ranks N: tune on one rank, or srun across the
+     * nodes, measures its pass as hcnn_strategy_pass_samples does, for as
+     * many replicas as there are.  Not in a probe: its parent checked */
+    if (!rc && !probe &&
+        (cfg->strategy == HCNN_STRATEGY_DATA || (ranks > 0 && cfg->strategy != HCNN_STRATEGY_SERIAL))) {
         const hcnn_comm layout = {.rank = 0, .size = world};
         rc = hcnn_strategy_ops_for(cfg->strategy)->check(cfg, &layout);
     }

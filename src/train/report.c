@@ -228,9 +228,19 @@ static int csv_drop_replayed_rows(const hcnn_config *cfg, int fd, const char *ru
     snprintf(kept, sizeof kept, "%s.cut", cfg->csv);
     const size_t n = (size_t)(st.st_size - end);
     char *rows = malloc(n);
-    const int kfd = rows ? open(kept, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666) : -1;
-    int ok = kfd >= 0 && pread(fd, rows, n, end) == (ssize_t)n;
-    ok = ok && write(kfd, rows, n) == (ssize_t)n;
+    /* a regular file, synced before the csv is cut (not a FIFO: rank 0
+     * would block in its open while the others wait in the first step) */
+    const int kfd =
+        rows ? open(kept, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0666) : -1;
+    struct stat kst;
+    int ok = kfd >= 0 && fstat(kfd, &kst) == 0 && S_ISREG(kst.st_mode) &&
+             pread(fd, rows, n, end) == (ssize_t)n;
+    for (size_t done = 0; ok && done < n;) {
+        const ssize_t w = write(kfd, rows + done, n - done);
+        ok = w > 0 || (w < 0 && errno == EINTR);
+        done += w > 0 ? (size_t)w : 0;
+    }
+    ok = ok && fsync(kfd) == 0;
     ok = (kfd < 0 || close(kfd) == 0) && ok;
     free(rows);
     if (!ok) {
