@@ -254,6 +254,13 @@ typedef struct hcnn_plan_args {
     const char *out;               /* --out DIR; "": plan-<model> */
     int no_plots;                  /* --no-plots */
     const char *calibrate;         /* --calibrate-network FILE */
+    /* Called once with a --config, before MPI starts or the process is
+     * re-executed (status 0), or instead, when the set-up fails before
+     * (status: the exit status hcnn_plan_main returns): the command
+     * line's, which makes a failure on some ranks of a job end all of
+     * them (src/cli/before_mpi.c).  NULL: none. */
+    void (*before_mpi)(void *ctx, int status);
+    void *before_mpi_ctx;
 } hcnn_plan_args;
 
 /* hcnn plan with its parsed options (src/plan/plan.c); argv is the

@@ -55,6 +55,28 @@ int hcnn_cli_take_set(int argc, char **argv, int *i, const char **sets, int *nse
  * HCNN_STOPPED (Slurm requeues), 1 any other. */
 int hcnn_cli_exit_status(int rc);
 
+/* Before MPI starts (src/cli/before_mpi.c).  The rank the launcher gives
+ * this process (its environment), or 0. */
+int hcnn_cli_launcher_rank(void);
+/* stderr to /dev/null if mute: the saved descriptor (-1: not muted), for
+ * hcnn_cli_unmute_stderr */
+int hcnn_cli_mute_stderr(int mute);
+void hcnn_cli_unmute_stderr(int saved);
+/* What the launcher's ranks but 0 say meanwhile: kept in a temporary file
+ * (rank 0 says it for all), said on a failure only this rank had. */
+typedef struct hcnn_cli_held_stderr {
+    int saved;  /* the real stderr, -1: not held (rank 0) */
+    FILE *kept; /* what was said meanwhile; NULL: muted */
+} hcnn_cli_held_stderr;
+hcnn_cli_held_stderr hcnn_cli_hold_stderr(void);
+/* stderr back, what was kept said if say */
+void hcnn_cli_release_stderr(hcnn_cli_held_stderr *h, int say);
+/* A failure (rc, exit status `status`) before MPI, what it said held by h
+ * (NULL: said already): in a job of several ranks, joined with the other
+ * ranks' start, so that all leave; said by the lowest failing rank.
+ * Returns rc. */
+int hcnn_cli_failed_before_mpi(hcnn_cli_held_stderr *h, int rc, int status);
+
 /* The commands' functions (their rows: src/cli/commands.c). */
 int hcnn_cli_train(int argc, char **argv, const hcnn_cli_command *self);  /* src/cli/run.c */
 int hcnn_cli_eval(int argc, char **argv, const hcnn_cli_command *self);   /* src/cli/run.c */

@@ -50,6 +50,18 @@ static int *count_option(hcnn_plan_args *o, const char *a, long *hi)
                                              : NULL;
 }
 
+/* hcnn_plan_args.before_mpi: the launcher's ranks but 0 held what they
+ * said since the start (every rank reads the same configuration); a
+ * failure of some ranks ends all of them, said once */
+static void plan_before_mpi(void *ctx, int status)
+{
+    hcnn_cli_held_stderr *held = ctx;
+    if (status)
+        hcnn_cli_failed_before_mpi(held, status, status);
+    else
+        hcnn_cli_release_stderr(held, 0);
+}
+
 int hcnn_cli_plan(int argc, char **argv, const hcnn_cli_command *self)
 {
     const char *sets[HCNN_CLI_MAX_SETS];
@@ -147,5 +159,10 @@ int hcnn_cli_plan(int argc, char **argv, const hcnn_cli_command *self)
         o.stages[0] = 2, o.stages[1] = 4, o.stages[2] = 8;
         o.nstages = 3;
     }
+    if (!o.config) /* --calibrate-network alone: MPI at once */
+        return hcnn_plan_main(&o, argv);
+    hcnn_cli_held_stderr held = hcnn_cli_hold_stderr();
+    o.before_mpi = plan_before_mpi;
+    o.before_mpi_ctx = &held;
     return hcnn_plan_main(&o, argv);
 }

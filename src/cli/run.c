@@ -49,102 +49,6 @@ static int shared_option(int argc, char **argv, int *i, run_args *c, const hcnn_
     return -1;
 }
 
-/* The rank the MPI launcher gives this process (before MPI_Init), or 0. */
-static int launcher_rank(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (getenv(vars[i]))
-            return atoi(getenv(vars[i]));
-    return 0;
-}
-
-/* stderr to /dev/null (returns the saved descriptor, -1 if not muted), and
- * back */
-static int mute_stderr(int mute)
-{
-    if (!mute)
-        return -1;
-    fflush(stderr);
-    const int saved = dup(STDERR_FILENO), null = open("/dev/null", O_WRONLY);
-    if (saved >= 0 && null >= 0)
-        dup2(null, STDERR_FILENO);
-    if (null >= 0)
-        close(null);
-    return saved;
-}
-
-static void unmute_stderr(int saved)
-{
-    if (saved < 0)
-        return;
-    fflush(stderr);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-}
-
-/* What the launcher's ranks but 0 say before MPI, kept: rank 0 says it for
- * all (every rank reads the same configuration).  A rank that failed where
- * rank 0 did not (a file its node lacks, a path relative to its own
- * directory, an environment of its own) said nothing: mpirun printed only
- * its exit code, and under srun --kill-on-bad-exit=0 (slurm/lib.sh) the
- * ranks that started waited for it.  Now a failure before MPI joins the
- * started ranks' first collective (hcnn_comm_join_failed): every rank
- * leaves, and the lowest failing rank says why (rank 0 at once, another
- * what it kept).  Without a temporary file, muted as before. */
-typedef struct held_stderr {
-    int saved;  /* the real stderr, -1: not held (rank 0) */
-    FILE *kept; /* what was said meanwhile; NULL: muted */
-} held_stderr;
-
-static held_stderr hold_stderr(void)
-{
-    held_stderr h = {-1, NULL};
-    if (launcher_rank() == 0)
-        return h;
-    fflush(stderr);
-    if ((h.kept = tmpfile()) && (h.saved = dup(STDERR_FILENO)) >= 0 &&
-        dup2(fileno(h.kept), STDERR_FILENO) >= 0)
-        return h;
-    if (h.saved >= 0)
-        close(h.saved);
-    if (h.kept)
-        fclose(h.kept);
-    return (held_stderr){mute_stderr(1), NULL};
-}
-
-/* stderr back; what was kept said if say */
-static void release_stderr(held_stderr *h, int say)
-{
-    unmute_stderr(h->saved);
-    h->saved = -1;
-    if (!h->kept)
-        return;
-    char line[4096];
-    rewind(h->kept);
-    while (say && fgets(line, sizeof line, h->kept)) /* (hcnn_error names the rank) */
-        fputs(line, stderr);
-    fflush(stderr);
-    fclose(h->kept);
-    h->kept = NULL;
-}
-
-/* A failure (rc, exit status `status`) before MPI, what it said held by h
- * (NULL: said already): in a job of several ranks, joined with the others'
- * start; said by the lowest failing rank */
-static int failed_before_mpi(held_stderr *h, int rc, int status)
-{
-    if (h)
-        unmute_stderr(h->saved), h->saved = -1;
-    const int job = hcnn_blas_env_world() > 1;
-    const int say = job ? hcnn_comm_join_failed(status) : 1;
-    if (h)
-        release_stderr(h, say);
-    if (job)
-        hcnn_comm_join_done();
-    return rc;
-}
-
 /* Before MPI and threads start: whether this node's CPU runs the
  * configured precision (bf16: include/hcnn/onednn.h), said by every rank
  * whose CPU does not, since the nodes of a job may differ; then what
@@ -158,24 +62,24 @@ static int before_mpi(const run_args *c, char **argv, int writes_checkpoints)
     hcnn_config *cfg = malloc(sizeof *cfg);
     if (!cfg)
         return HCNN_ENOMEM;
-    int saved = mute_stderr(1);
+    int saved = hcnn_cli_mute_stderr(1);
     int rc = hcnn_config_load(cfg, c->config, c->sets, c->nset);
-    unmute_stderr(saved);
+    hcnn_cli_unmute_stderr(saved);
     int reexec = 0;
     if (rc == HCNN_OK && (rc = hcnn_check_precision(cfg)) != HCNN_OK) {
         free(cfg);
-        return failed_before_mpi(NULL, rc, hcnn_cli_exit_status(rc)); /* said by every rank it fails on */
+        return hcnn_cli_failed_before_mpi(NULL, rc, hcnn_cli_exit_status(rc)); /* said by every rank it fails on */
     }
     if (rc == HCNN_OK) {
-        held_stderr held = hold_stderr();
+        hcnn_cli_held_stderr held = hcnn_cli_hold_stderr();
         /* (a limit refused because MPI_Init fails under it: every rank of
          * the job has it, and leaves before MPI, rank 0 saying why) */
         if ((rc = hcnn_check_file_size_limit(cfg, writes_checkpoints)))
-            release_stderr(&held, 0);
+            hcnn_cli_release_stderr(&held, 0);
         else if ((rc = hcnn_blas_choose(cfg, hcnn_blas_env_world(), &reexec)))
-            failed_before_mpi(&held, rc, hcnn_cli_exit_status(rc));
+            hcnn_cli_failed_before_mpi(&held, rc, hcnn_cli_exit_status(rc));
         else
-            release_stderr(&held, 0);
+            hcnn_cli_release_stderr(&held, 0);
     } else {
         rc = HCNN_OK;
     }
@@ -194,14 +98,14 @@ static int run_session(char **argv, const run_args *c, int writes_checkpoints, r
     if (rc)
         return hcnn_cli_exit_status(rc);
     hcnn_session *s = NULL;
-    held_stderr held = hold_stderr();
+    hcnn_cli_held_stderr held = hcnn_cli_hold_stderr();
     rc = hcnn_session_open(&s, c->config, c->sets, c->nset);
     if (rc) { /* every rank leaves; the lowest failing one said why */
         const int status = rc == HCNN_EIO ? 1 : 2;
-        failed_before_mpi(&held, rc, status);
+        hcnn_cli_failed_before_mpi(&held, rc, status);
         return status;
     }
-    release_stderr(&held, 0);
+    hcnn_cli_release_stderr(&held, 0);
     rc = run(s, c);
     hcnn_session_close(s);
     hcnn_finalize();
@@ -228,7 +132,7 @@ static int print_config(hcnn_session *s, const run_args *c)
 
 static int train_run(hcnn_session *s, const run_args *c)
 {
-    if (!c->quiet && launcher_rank() == 0 && print_config(s, c))
+    if (!c->quiet && hcnn_cli_launcher_rank() == 0 && print_config(s, c))
         return HCNN_ENOMEM;
     hcnn_train_options o = {.resume = c->resume, .profile = c->profile};
     return hcnn_session_train(s, &o);

@@ -367,6 +367,15 @@ static int plan_run(const hcnn_config *cfg, const plan_opts *o)
     return rc;
 }
 
+/* A failure before MPI: the exit status, told to the command line first */
+static int failed_before_mpi(const hcnn_plan_args *a, hcnn_config *cfg, int status)
+{
+    free(cfg);
+    if (a->before_mpi)
+        a->before_mpi(a->before_mpi_ctx, status);
+    return status;
+}
+
 int hcnn_plan_main(const hcnn_plan_args *a, char **argv)
 {
     if (!a->config) /* --calibrate-network alone */
@@ -385,21 +394,17 @@ int hcnn_plan_main(const hcnn_plan_args *a, char **argv)
         o.gnuplot = env;
     hcnn_config *cfg = malloc(sizeof *cfg);
     if (!cfg)
-        return 1;
+        return failed_before_mpi(a, NULL, 1);
     int rc = hcnn_config_load(cfg, a->config, a->sets, a->nset);
-    if (rc) {
-        free(cfg);
-        return 2;
-    }
+    if (rc)
+        return failed_before_mpi(a, cfg, 2);
     const int cores = hcnn_physical_cores(NULL); /* SMT siblings share a core: never measured as two */
     if (!o.calibrate) {
         /* both named on the command line: refused as it is (exit 2), before
          * any measurement (--network was read after them, exit 1) */
         hcnn_network nw;
-        if (hcnn_node_load(o.node_spec, &o.node) || hcnn_network_load(o.network, &nw)) {
-            free(cfg);
-            return 2;
-        }
+        if (hcnn_node_load(o.node_spec, &o.node) || hcnn_network_load(o.network, &nw))
+            return failed_before_mpi(a, cfg, 2);
         if (!o.threads)
             o.threads = o.node.cores; /* one thread per core of the node */
     }
@@ -408,10 +413,9 @@ int hcnn_plan_main(const hcnn_plan_args *a, char **argv)
     if (!o.measure_threads)
         o.measure_threads = o.threads < cores ? o.threads : cores;
     if (o.measure_threads > cores) {
-        free(cfg);
         fprintf(stderr, "hcnn: --measure-threads %d exceeds this machine's %d cores (hcnn never "
                         "oversubscribes)\n", o.measure_threads, cores);
-        return 2;
+        return failed_before_mpi(a, cfg, 2);
     }
     if (!o.microbatches)
         o.microbatches = cfg->microbatches > 1 ? cfg->microbatches : 4;
@@ -431,10 +435,10 @@ int hcnn_plan_main(const hcnn_plan_args *a, char **argv)
     int reexec = 0;
     rc = hcnn_blas_choose(cfg, 1, &reexec);
     cfg->threads = cfg_threads;
-    if (rc) {
-        free(cfg);
-        return 1;
-    }
+    if (rc)
+        return failed_before_mpi(a, cfg, 1);
+    if (a->before_mpi)
+        a->before_mpi(a->before_mpi_ctx, 0);
     if (reexec)
         hcnn_blas_reexec(argv);
     if (o.calibrate) {
@@ -447,9 +451,9 @@ int hcnn_plan_main(const hcnn_plan_args *a, char **argv)
     hcnn_comm comm;
     int argc0 = 0;
     char **argv0 = NULL;
-    if (hcnn_comm_init(&comm, &argc0, &argv0)) {
+    if ((rc = hcnn_comm_init(&comm, &argc0, &argv0))) { /* (or another rank failed) */
         free(cfg);
-        return 1;
+        return rc == HCNN_EINVAL ? 2 : 1;
     }
     if (comm.size > 1) {
         hcnn_comm_finalize(&comm);

@@ -189,6 +189,29 @@ expect_fail plan_batch_too_large "plan: a pass of 2000000 samples of small makes
 case_begin plan_calibrate_network
 if grep -q '^host_contention = ' "$WORK/net.txt" 2>/dev/null; then case_ok; else case_fail "$(cat "$WORK/cal.log")"; fi
 
+# the configuration missing on one "node" (ranks in different directories),
+# under a launcher that does not end the job at a rank's exit: that rank
+# says why, and the other leaves too (it waited in MPI_Init's first
+# collective for ever); each way round, and for the one-process plan
+mkdir -p "$WORK/cn0" "$WORK/cn1" && cp "$CFG" "$WORK/cn0/c.yaml"
+for run in "calibrate 0 1" "calibrate 1 0" "table 0 1"; do
+    set -- $run
+    what=(--calibrate-network net.txt --config c.yaml)
+    [ "$1" = table ] && what=(--config c.yaml --no-plots -o out)
+    case_begin "plan_${1}_config_missing_on_rank_$3"
+    timeout -k 5 60 mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+        --mca orte_abort_on_non_zero_status 0 \
+        -np 1 -wdir "$WORK/cn$2" "$HCNN" plan "${what[@]}" : \
+        -np 1 -wdir "$WORK/cn$3" "$HCNN" plan "${what[@]}" >"$WORK/cn.log" 2>&1
+    rc=$?
+    if [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ "$(grep -c "error: cannot open config file 'c.yaml'" "$WORK/cn.log")" = 1 ] &&
+        grep -q "rank $3: error: cannot open config" "$WORK/cn.log"; then
+        case_ok
+    else
+        case_fail "exit $rc: $(cat "$WORK/cn.log")"
+    fi
+done
+
 # outputs that are FIFOs: refused, not blocked on (rank 0 blocked in its open
 # of the calibration's FIFO, the other rank spinning in MPI; plan blocked on
 # a FIFO named plan.csv); the calibration's before it measures; the FIFOs
