@@ -55,6 +55,9 @@ HCNN_NORETURN void hcnn_fatal_code_at(const char *file, int line, int code, cons
 int hcnn_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Same, but returns the given code. */
 int hcnn_error_code(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An error another rank has said: kept for hcnn_last_error, not printed
+ * (a job says each failure once).  Returns code. */
+int hcnn_error_unsaid(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void hcnn_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Each error's message is also kept for hcnn_last_error (hcnn.h); an API
  * call begins by forgetting this thread's (src/api/). */

@@ -17,7 +17,11 @@
  *   MPI_THREAD_MULTIPLE) unless something else (mpi4py, the caller) already
  *   did; hcnn works on its own duplicate of MPI_COMM_WORLD.  hcnn_finalize()
  *   finalises MPI only if hcnn initialised it; call it once, at the end of
- *   the process (the Python package calls it from atexit).
+ *   the process (the Python package calls it from atexit).  In a job of
+ *   several ranks where this process's hcnn_session_open failed and MPI
+ *   was never started, hcnn_finalize() starts it to tell the other ranks,
+ *   which then return the failure from their collective call instead of
+ *   waiting for this rank.
  * - Opening a session reads the configuration in the calling process alone
  *   (no MPI); training, evaluating and benchmarking it are collective: every
  *   rank of MPI_COMM_WORLD makes the call together, as `mpirun hcnn train`
@@ -151,7 +155,8 @@ int hcnn_session_bench(hcnn_session *s, int warmup, int repeats, int steps, int 
 void hcnn_session_request_stop(hcnn_session *s);
 
 /* Ends what hcnn started in the process: MPI_Finalize if hcnn initialised
- * MPI (and nobody finalised it), after every session is closed.  Safe to
+ * MPI (and nobody finalised it), after every session is closed; the other
+ * ranks told of a failed hcnn_session_open (the MPI bullet above).  Safe to
  * call more than once. */
 void hcnn_finalize(void);
 

@@ -19,6 +19,11 @@
 /* Whether hcnn initialised MPI in this process (hcnn_finalize ends it
  * then, and only then): process-wide like MPI's own state. */
 static int mpi_ours;
+/* The exit status of this process's last failed hcnn_session_open (0:
+ * none): in a job of several ranks, hcnn_finalize joins it with the other
+ * ranks' start of MPI when this one never started it, so that they leave
+ * instead of waiting for this rank (hcnn_comm_join_failed). */
+static int open_failed_status;
 
 int hcnn_api_version(void) { return HCNN_API_VERSION; }
 
@@ -58,6 +63,7 @@ static int session_open_call(hcnn_session **out, const char *config_path, const 
     if (rc) {
         free(s->cfg);
         free(s);
+        open_failed_status = rc == HCNN_STOPPED ? 75 : rc == HCNN_EINVAL ? 2 : 1;
         return rc;
     }
     *out = s;
@@ -122,7 +128,12 @@ void hcnn_finalize(void)
     MPI_Finalized(&fin);
     if (mpi_ours && init && !fin)
         hcnn_mpi_finalize();
+    if (!init && open_failed_status && hcnn_blas_env_world() > 1) {
+        hcnn_comm_join_failed(open_failed_status);
+        hcnn_comm_join_done();
+    }
     mpi_ours = 0;
+    open_failed_status = 0;
 }
 
 /* The collective calls' start: MPI (the first time; hcnn's own duplicate

@@ -107,6 +107,17 @@ int hcnn_error_code(int code, const char *fmt, ...)
     return code;
 }
 
+int hcnn_error_unsaid(int code, const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    keep_error(buf);
+    return code;
+}
+
 void hcnn_warn(const char *fmt, ...)
 {
     va_list ap;

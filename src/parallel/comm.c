@@ -59,10 +59,15 @@ int hcnn_comm_init(hcnn_comm *c, int *argc, char ***argv)
     HCNN_MPI(MPI_Allreduce(&provided, &c->thread_level, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
     if (c->thread_level < 0) { /* a rank failed before MPI: it says why */
         const int status = (c->thread_level - FAILED_BEFORE_MPI) % 256;
+        const int failed = (c->thread_level - FAILED_BEFORE_MPI) / 256;
         if (c->initialized)
             hcnn_mpi_finalize();
         c->initialized = 0;
-        return status == 75 ? HCNN_STOPPED : status == 2 ? HCNN_EINVAL : HCNN_EAGREED;
+        return hcnn_error_unsaid(status == 75  ? HCNN_STOPPED
+                                 : status == 2 ? HCNN_EINVAL
+                                               : HCNN_EAGREED,
+                                 "rank %d failed before MPI started (exit status %d): its "
+                                 "message says why", failed, status);
     }
     HCNN_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     HCNN_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));

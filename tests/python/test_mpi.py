@@ -62,3 +62,40 @@ def test_each_rank_loader_equals_its_training_shard(hcnn, tmp_path):
             got = crcs(hcnn.Loader(CFG_SMALL, rank=r, world=2, epoch=k,
                                    overrides=dict(s.split("=", 1) for s in kv)))
             assert got == seen[e], "rank %d epoch %d" % (r, k)
+
+
+FAILING_OPEN = """
+import os
+import hcnn
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+config = {config!r} if rank != {lacking} else "lacking/run.yaml"  # missing on that "node"
+try:
+    hcnn.train(config, progress=False, overrides={overrides!r})
+    os.write(1, b"rank-trained\\n")
+except hcnn.HcnnError as e:
+    os.write(1, ("rank-error %d %s\\n" % (rank, " ".join(str(e).split()))).encode())
+"""
+
+
+@pytest.mark.parametrize("lacking", [0, 1])
+def test_open_failing_on_one_rank_ends_both(tmp_path, lacking):
+    """A configuration missing on one rank's node: that rank's open fails
+    and it exits; the other's collective call returns an error naming it
+    (hcnn_finalize, from atexit, tells it).  It was killed by mpirun, with
+    no word from hcnn, as the failing rank left without starting MPI (a
+    launcher that does not watch for that leaves it waiting for ever)."""
+    script = tmp_path / "fail.py"
+    script.write_text(FAILING_OPEN.format(
+        config=CFG_SMALL, lacking=lacking,
+        overrides=as_kwargs(*QUICK, "checkpoint_dir=", "strategy=data")))
+    cmd = mpirun(2, python_child=True)
+    cmd[cmd.index("mpirun") + 1:cmd.index("mpirun") + 1] = [
+        "--mca", "orte_abort_on_non_zero_status", "0"]
+    p = run(cmd + [sys.executable, str(script)], env=python_env(), check=False, timeout=120)
+    assert p.returncode not in (124, 137), "a rank waited: " + p.stdout + p.stderr
+    lines = sorted(line for line in p.stdout.splitlines() if line.startswith("rank-"))
+    other = 1 - lacking
+    assert len(lines) == 2, p.stdout + p.stderr
+    assert ("rank-error %d" % lacking) in lines[lacking] and "run.yaml" in lines[lacking], lines
+    assert lines[other].startswith("rank-error %d rank %d failed before MPI started (exit status 2)"
+                                   % (other, lacking)), lines
