@@ -56,6 +56,9 @@ int hcnn_blas_probe(const hcnn_config *cfg, int world);
 /* The ranks of the job from the MPI launcher's environment (before
  * MPI_Init): OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_STEP_NUM_TASKS; else 1. */
 int hcnn_blas_env_world(void);
+/* This process's rank from the same environment (OMPI_COMM_WORLD_RANK,
+ * PMI_RANK, SLURM_PROCID); else 0. */
+int hcnn_blas_env_rank(void);
 
 /* The kernels running: OpenBLAS's core type, BLIS's architecture, "" for a
  * generic CBLAS (the ranks of a job check that they agree). */

@@ -99,7 +99,8 @@ typedef struct hcnn_session hcnn_session;
 int hcnn_session_open(hcnn_session **out, const char *config_path, const char *const *sets,
                       int nsets);
 void hcnn_session_close(hcnn_session *s);
-/* this process's rank and the job's size */
+/* this process's rank and the job's size: MPI's once a collective call
+ * started it, the launcher's environment's before */
 int hcnn_session_rank(const hcnn_session *s);
 int hcnn_session_size(const hcnn_session *s);
 /* The configuration after overrides as YAML, as `hcnn train` prints it

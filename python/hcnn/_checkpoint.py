@@ -25,7 +25,21 @@ _INT = re.compile(r"^[+-]?[0-9]+$")
 _FLOAT = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
 
 
-def _meta_value(s):
+# META keys that are not decimal numbers: the model hashes (16 hex digits,
+# as an int), and names kept as text whatever they look like (a run id or
+# model name of digits, a Slurm job id)
+_HEX_KEYS = ("model_hash", "model_hash_v1")
+_TEXT_KEYS = ("model", "run_id", "parent_run", "slurm_job", "dataset")
+
+
+def _meta_value(key, s):
+    if key in _HEX_KEYS:
+        try:
+            return int(s, 16)
+        except ValueError:
+            return s
+    if key in _TEXT_KEYS:
+        return s
     if _INT.match(s):
         return int(s)
     if _FLOAT.match(s):
@@ -34,12 +48,13 @@ def _meta_value(s):
 
 
 def parse_meta(text):
-    """A META section's "key=value" lines as a dict (numbers as int or float)."""
+    """A META section's "key=value" lines as a dict (numbers as int or float,
+    the model hashes as ints from their hex digits, names as text)."""
     meta = {}
     for line in text.splitlines():
         if "=" in line:
             k, v = line.split("=", 1)
-            meta[k] = _meta_value(v)
+            meta[k] = _meta_value(k, v)
     return meta
 
 

@@ -1,5 +1,6 @@
 """Sessions: a configuration file plus overrides, opened on every rank."""
 
+import contextlib
 import math
 import numbers
 import os
@@ -31,7 +32,10 @@ def _yaml_value(key, value):
             s = os.fsdecode(s)
         if "\n" in s or "\0" in s:
             raise ValueError("overrides: %s=%r: a value on one line, without NUL" % (key, value))
-        return s
+        # quoted: the string itself, never YAML ("null", "~" and " " were an
+        # empty checkpoint_dir, "runs/a #b" was runs/a); a number or a
+        # choice quoted reads as one (raw YAML: a "key=value" string)
+        return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_yaml_value(key, v) for v in value) + "]"
     raise ValueError("overrides: %s=%r: a value of type %s (expected bool, int, float, str, "
@@ -109,6 +113,7 @@ def int_arg(name, value, lo=None, hi=None, what=None):
 class _SessionHandle(_lib.Handle):
     _order = 1
     _free = lib.hcnn_session_close
+    busy = None  # the collective call in progress on it ("train", ...), else None
 
 
 class Session:
@@ -171,8 +176,29 @@ class Session:
 
     def close(self):
         """Closes the session (on every rank under MPI, after its last
-        collective call); idempotent."""
-        self._h.close()
+        collective call); idempotent.  From another thread during a call on
+        it (train, evaluate, bench), waits for that call to return; from
+        within one (its progress callable), raises RuntimeError: the call
+        still uses the session."""
+        h = self._h
+        with h.lock:
+            if h.busy:
+                raise RuntimeError("session: close() during its own %s() (from its progress "
+                                   "callable?): close it after %s() returns" % (h.busy, h.busy))
+            h.close()
+
+    @contextlib.contextmanager
+    def calling(self, what):
+        """The session's pointer for the call `what`, held against close()
+        (Session.close) until it returns."""
+        h = self._h
+        with h.lock:
+            ptr, before = self.ptr, h.busy
+            h.busy = what
+            try:
+                yield ptr
+            finally:
+                h.busy = before
 
     def __enter__(self):
         return self

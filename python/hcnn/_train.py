@@ -1,6 +1,9 @@
 """Training, evaluation and benchmarking through a Session."""
 
+import contextlib
+import signal
 import sys
+import threading
 from ctypes import byref, c_double
 
 from . import _lib
@@ -134,6 +137,34 @@ class _Progress:
             self.display.close()
 
 
+@contextlib.contextmanager
+def _stop_signals(ptr):
+    """SIGTERM and SIGUSR1 (Slurm's preemption and --signal) stop the run
+    after its step with a checkpoint, as they stop `hcnn train`, where
+    they would otherwise end the interpreter and lose the run: handlers
+    for the call, in the main thread, for the signals whose handler is the
+    default (a script's own is left alone).  Python runs them at the next
+    progress callback, between steps.  Yields the list of signals met."""
+    met = []
+    if threading.current_thread() is not threading.main_thread():
+        yield met
+        return
+
+    def on_stop(signum, frame):
+        met.append(signal.Signals(signum).name)
+        lib.hcnn_session_request_stop(ptr)
+
+    old = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                old[sig] = signal.signal(sig, on_stop)
+        yield met
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
 def train(config, *, resume=None, progress=True, overrides=None, **kwargs):
     """Trains as `hcnn train --config CONFIG --set KEY=VALUE ...` does (the
     same checkpoints, CSV rows and bits), printing nothing on stdout; returns
@@ -168,8 +199,11 @@ def train(config, *, resume=None, progress=True, overrides=None, **kwargs):
 
         sys.unraisablehook = hook
         try:
-            rc = lib.hcnn_session_train(s.ptr, byref(opts))
+            with s.calling("train") as ptr, _stop_signals(ptr) as stopped_by:
+                rc = lib.hcnn_session_train(ptr, byref(opts))
             msg = _lib.last_error() if rc != _lib.OK else ""
+            if rc == _lib.STOPPED and stopped_by:
+                msg = "the run stopped on %s, after writing a checkpoint" % stopped_by[0]
         finally:
             sys.unraisablehook = old_hook
             prog.close()
@@ -190,7 +224,8 @@ def evaluate(config, checkpoint, *, overrides=None, **kwargs):
     ck = path_arg("checkpoint", checkpoint)
     with opened(config, overrides, kwargs) as s:
         loss, acc = c_double(), c_double()
-        _lib.check(lib.hcnn_session_evaluate(s.ptr, ck, 1, byref(loss), byref(acc)))
+        with s.calling("evaluate") as ptr:
+            _lib.check(lib.hcnn_session_evaluate(ptr, ck, 1, byref(loss), byref(acc)))
         return {"test_loss": loss.value, "test_acc": acc.value}
 
 
@@ -204,6 +239,7 @@ def bench(config, warmup=2, repeats=3, steps=5, *, profile=False, overrides=None
     steps = int_arg("steps", steps, 1, None, "expected >= 1")
     with opened(config, overrides, kwargs) as s:
         rate = c_double()
-        _lib.check(lib.hcnn_session_bench(s.ptr, warmup, repeats, steps, 0 if profile else 1,
-                                          byref(rate)))
+        with s.calling("bench") as ptr:
+            _lib.check(lib.hcnn_session_bench(ptr, warmup, repeats, steps, 0 if profile else 1,
+                                              byref(rate)))
         return rate.value

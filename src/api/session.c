@@ -5,6 +5,7 @@
  * (src/cli/run.c). */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,10 @@ static int mpi_ours;
  * ranks' start of MPI when this one never started it, so that they leave
  * instead of waiting for this rank (hcnn_comm_join_failed). */
 static int open_failed_status;
+/* Held while a session starts MPI: two threads' first collective calls
+ * (one session each) both found MPI not initialised and both called
+ * MPI_Init_thread, which ended the process. */
+static pthread_mutex_t mpi_start = PTHREAD_MUTEX_INITIALIZER;
 
 int hcnn_api_version(void) { return HCNN_API_VERSION; }
 
@@ -91,7 +96,12 @@ void hcnn_session_close(hcnn_session *s)
     free(s);
 }
 
-int hcnn_session_rank(const hcnn_session *s) { return s && s->has_comm ? s->comm.rank : 0; }
+int hcnn_session_rank(const hcnn_session *s)
+{
+    if (s && s->has_comm)
+        return s->comm.rank;
+    return hcnn_blas_env_rank(); /* the launcher's, before MPI (as the size) */
+}
 
 int hcnn_session_size(const hcnn_session *s)
 {
@@ -148,10 +158,12 @@ static int session_collective(hcnn_session *s)
     if (!s->has_comm) {
         int argc = 0;
         char **argv = NULL;
+        pthread_mutex_lock(&mpi_start);
         int rc = hcnn_comm_init(&s->comm, &argc, &argv);
+        mpi_ours |= !rc && s->comm.initialized;
+        pthread_mutex_unlock(&mpi_start);
         if (rc)
             return rc;
-        mpi_ours |= s->comm.initialized;
         s->comm.initialized = 0; /* finalised by hcnn_finalize, not per session */
         MPI_Comm world;
         HCNN_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &world));

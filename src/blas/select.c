@@ -31,6 +31,17 @@ int hcnn_blas_env_world(void)
     return 1;
 }
 
+int hcnn_blas_env_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) >= 0)
+            return atoi(v);
+    }
+    return 0;
+}
+
 const char *hcnn_blas_kernels(void) { return hcnn_blas_loaded_kernels(); }
 
 int hcnn_blas_selectable(void) { return hcnn_blas_kernels_selectable(); }

@@ -11,16 +11,6 @@
 #include "hcnn/comm.h"
 #include "cli.h"
 
-/* The rank the MPI launcher gives this process (before MPI_Init), or 0. */
-int hcnn_cli_launcher_rank(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (getenv(vars[i]))
-            return atoi(getenv(vars[i]));
-    return 0;
-}
-
 /* stderr to /dev/null (returns the saved descriptor, -1 if not muted), and
  * back */
 int hcnn_cli_mute_stderr(int mute)
@@ -57,7 +47,7 @@ void hcnn_cli_unmute_stderr(int saved)
 hcnn_cli_held_stderr hcnn_cli_hold_stderr(void)
 {
     hcnn_cli_held_stderr h = {-1, NULL};
-    if (hcnn_cli_launcher_rank() == 0)
+    if (hcnn_blas_env_rank() == 0)
         return h;
     fflush(stderr);
     if ((h.kept = tmpfile()) && (h.saved = dup(STDERR_FILENO)) >= 0 &&

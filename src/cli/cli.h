@@ -55,10 +55,8 @@ int hcnn_cli_take_set(int argc, char **argv, int *i, const char **sets, int *nse
  * HCNN_STOPPED (Slurm requeues), 1 any other. */
 int hcnn_cli_exit_status(int rc);
 
-/* Before MPI starts (src/cli/before_mpi.c).  The rank the launcher gives
- * this process (its environment), or 0. */
-int hcnn_cli_launcher_rank(void);
-/* stderr to /dev/null if mute: the saved descriptor (-1: not muted), for
+/* Before MPI starts (src/cli/before_mpi.c; the launcher's rank:
+ * hcnn_blas_env_rank).  stderr to /dev/null if mute: the saved descriptor (-1: not muted), for
  * hcnn_cli_unmute_stderr */
 int hcnn_cli_mute_stderr(int mute);
 void hcnn_cli_unmute_stderr(int saved);

@@ -132,7 +132,7 @@ static int print_config(hcnn_session *s, const run_args *c)
 
 static int train_run(hcnn_session *s, const run_args *c)
 {
-    if (!c->quiet && hcnn_cli_launcher_rank() == 0 && print_config(s, c))
+    if (!c->quiet && hcnn_blas_env_rank() == 0 && print_config(s, c))
         return HCNN_ENOMEM;
     hcnn_train_options o = {.resume = c->resume, .profile = c->profile};
     return hcnn_session_train(s, &o);

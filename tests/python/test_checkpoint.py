@@ -32,6 +32,16 @@ def test_load_equals_export_bit_for_bit(hcnn, resnet_run):
     assert ck.meta["step"] == int(ck["bn1.num_batches_tracked"])
     assert ck.meta["model"] == "tiny_resnet" and ck.meta["epoch"] == 1
     assert isinstance(ck.meta["seed"], int) and ck.path == ck_path
+    # the model hashes from their hex digits (a hash of decimal digits only
+    # was read as a decimal number, one with an "e" as a float)
+    text = dict(line.split("=", 1) for line in ck.meta_text.splitlines() if "=" in line)
+    assert ck.meta["model_hash"] == int(text["model_hash"], 16)
+    assert ck.meta["model_hash_v1"] == int(text["model_hash_v1"], 16)
+    from hcnn._checkpoint import parse_meta
+    meta = parse_meta("model_hash=0000000000000123\nmodel_hash_v1=00000000000001e5\n"
+                      "run_id=1234\nslurm_job=77\nstep=5\nlr=0.5\n")
+    assert meta == {"model_hash": 0x123, "model_hash_v1": 0x1e5, "run_id": "1234",
+                    "slurm_job": "77", "step": 5, "lr": 0.5}
 
 
 def test_arrays_are_read_only_views_that_keep_the_checkpoint(hcnn, resnet_run):

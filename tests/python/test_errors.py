@@ -92,7 +92,7 @@ def test_overrides_are_written_as_the_command_line_takes_them(hcnn):
     got = override_strings({"model.blocks.0.out": 12, "nesterov": True},
                            dict(lr=0.05, epochs=2, csv="", checkpoint_dir=None, shuffle=False,
                                 weight_decay=1e-05, input=[1, 28, 28]))
-    assert got == ["model.blocks.0.out=12", "nesterov=true", "lr=0.05", "epochs=2", "csv=",
+    assert got == ["model.blocks.0.out=12", "nesterov=true", "lr=0.05", "epochs=2", 'csv=""',
                    "checkpoint_dir=~", "shuffle=false", "weight_decay=1e-05",
                    "input=[1, 28, 28]"]
     assert override_strings(["lr=0.1", "model.blocks.0.out=8"]) == ["lr=0.1",
@@ -104,3 +104,19 @@ def test_overrides_are_written_as_the_command_line_takes_them(hcnn):
     assert s.closed
     with pytest.raises(ValueError, match="closed"):
         s.config_text
+
+
+def test_string_overrides_are_the_strings_themselves(hcnn):
+    """A str is that string, never YAML: "null", "~" and " " were an empty
+    checkpoint_dir (no checkpoints), "runs/a #b" was runs/a, "'q'" was q.
+    A number or a choice given as a string still reads as one."""
+    for v, shown in [("null", '"null"'), ("~", '"~"'), (" ", '" "'), ("runs/a #b", '"runs/a #b"'),
+                     ("'q'", '"\'q\'"'), ("!tag", '"!tag"'), ("a\\b", '"a\\\\b"'),
+                     ('x"y', '"x\\"y"'), ("", '""'), ("runs/a", "runs/a")]:
+        with hcnn.Session(CFG_SMALL, checkpoint_dir=v, lr="0.1", strategy="serial") as s:
+            lines = [ln.strip() for ln in s.config_text.splitlines()]
+        assert "checkpoint_dir: " + shown in lines, (v, [ln for ln in lines if "checkpoint" in ln])
+        assert "lr: 0.1" in lines and "strategy: serial" in lines
+    # raw YAML stays possible as a "key=value" string
+    with hcnn.Session(CFG_SMALL, overrides=["checkpoint_dir=~"]) as s:
+        assert 'checkpoint_dir: ""' in s.config_text

@@ -99,3 +99,17 @@ def test_open_failing_on_one_rank_ends_both(tmp_path, lacking):
     assert ("rank-error %d" % lacking) in lines[lacking] and "run.yaml" in lines[lacking], lines
     assert lines[other].startswith("rank-error %d rank %d failed before MPI started (exit status 2)"
                                    % (other, lacking)), lines
+
+
+def test_session_rank_before_the_first_collective_call(tmp_path):
+    """Session.rank was 0 on every rank until a collective call started MPI
+    (while .size was already the job's): `if s.rank == 0: save...` ran on
+    every rank.  Both are the launcher's before MPI."""
+    script = tmp_path / "rank.py"
+    script.write_text("import os, hcnn\n"
+                      "s = hcnn.Session(%r)\n"
+                      "os.write(1, ('rank-size %%d %%d\\n' %% (s.rank, s.size)).encode())\n"
+                      % CFG_SMALL)
+    p = run(mpirun(2, python_child=True) + [sys.executable, str(script)], env=python_env())
+    got = sorted(line for line in p.stdout.splitlines() if line.startswith("rank-size"))
+    assert got == ["rank-size 0 2", "rank-size 1 2"], p.stdout + p.stderr

@@ -177,3 +177,92 @@ def test_evaluate_and_bench(hcnn, resnet_run):
     assert d["test_loss"] == "%.4f" % r["test_loss"] and d["test_acc"] == "%.4f" % r["test_acc"]
     rate = hcnn.bench(CFG_SMALL, warmup=1, repeats=1, steps=2)
     assert isinstance(rate, float) and rate > 0
+
+
+def test_close_during_train(hcnn, tmp_path):
+    """Session.close() while train() runs on it freed the session under the
+    run (a use after free, then an abort at exit): from the progress
+    callable it raises RuntimeError, which stops the run with a checkpoint;
+    from another thread it waits for train() to return."""
+    s = hcnn.Session(CFG_SMALL, epochs=2, csv="", blas_kernels="env",
+                     checkpoint_dir=str(tmp_path / "a"))
+
+    def close_at_3(d):
+        if d["kind"] == "step" and d["step"] == 3:
+            s.close()
+
+    with pytest.raises(RuntimeError, match="close\\(\\) during its own train\\(\\)"):
+        hcnn.train(s, progress=close_at_3)
+    assert not s.closed
+    assert hcnn.load_checkpoint(tmp_path / "a" / "final.hcnn").meta["step"] in (3, 4)
+    s.close()
+    assert s.closed
+
+    s = hcnn.Session(CFG_SMALL, epochs=1, csv="", blas_kernels="env",
+                     checkpoint_dir=str(tmp_path / "b"))
+    step2 = threading.Event()
+    closer = threading.Thread(target=lambda: (step2.wait(60), s.close()))
+    closer.start()
+    rows = hcnn.train(s, progress=lambda d: step2.set() if d["step"] >= 2 else None)
+    closer.join(60)
+    assert len(rows) == 1 and s.closed and not closer.is_alive()
+
+
+def test_sigterm_stops_with_a_checkpoint(tmp_path):
+    """SIGTERM (Slurm's preemption) during train() ended the interpreter and
+    lost the run: it now stops the run after its step with a checkpoint, as
+    it stops `hcnn train`, and train() raises HcnnError HCNN_STOPPED naming
+    the signal; the script's own handler, where it has one, is left alone."""
+    code = """
+import os, signal, hcnn
+def progress(d):
+    if d["kind"] == "step" and d["step"] == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+try:
+    hcnn.train(%r, progress=progress, epochs=100000, csv="",
+               blas_kernels="env", checkpoint_dir=%r)
+except hcnn.HcnnError as e:
+    print("stopped", e.code, e)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # restored
+    raise SystemExit(75)
+""" % (CFG_SMALL, str(tmp_path / "t"))
+    p = child_python(code, check=False)
+    assert p.returncode == 75, p.stdout + p.stderr
+    assert "stopped 7 the run stopped on SIGTERM, after writing a checkpoint" in p.stdout
+    import hcnn
+    assert hcnn.load_checkpoint(tmp_path / "t" / "final.hcnn").meta["step"] in (2, 3)
+    own = """
+import os, signal, hcnn
+got = []
+signal.signal(signal.SIGTERM, lambda *a: got.append(1))
+def progress(d):
+    if d["kind"] == "step" and d["step"] == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+rows = hcnn.train(%r, progress=progress, epochs=1, csv="", blas_kernels="env",
+                  checkpoint_dir="")
+print("own", len(rows), got)
+""" % CFG_SMALL
+    assert "own 1 [1]" in child_python(own).stdout
+
+
+def test_two_threads_start_training_at_once(tmp_path):
+    """Two threads' first train() (a session each) both called
+    MPI_Init_thread, which ended the process: now one starts MPI, and both
+    train the same bits."""
+    code = """
+import threading, hcnn
+errs = []
+def one(i):
+    try:
+        hcnn.train(%r, progress=False, epochs=1, csv="", blas_kernels="env",
+                   checkpoint_dir=%r + str(i))
+    except BaseException as e:
+        errs.append(e)
+ts = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("errors", errs)
+""" % (CFG_SMALL, str(tmp_path / "r"))
+    assert "errors []" in child_python(code).stdout
+    ok, why = same_bits(tmp_path / "r0" / "final.hcnn", tmp_path / "r1" / "final.hcnn")
+    assert ok, why
