@@ -29,6 +29,16 @@ static int open_failed_status;
  * (one session each) both found MPI not initialised and both called
  * MPI_Init_thread, which ended the process. */
 static pthread_mutex_t mpi_start = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int holding_mpi_start; /* let go by a fatal error caught meanwhile */
+
+static void mpi_start_lock(int lock)
+{
+    if (lock)
+        pthread_mutex_lock(&mpi_start);
+    else if (holding_mpi_start)
+        pthread_mutex_unlock(&mpi_start);
+    holding_mpi_start = lock;
+}
 
 int hcnn_api_version(void) { return HCNN_API_VERSION; }
 
@@ -37,7 +47,8 @@ const char *hcnn_version(void) { return PACKAGE_VERSION; }
 /* a fatal error caught in a call on s (hcnn_catch_fatal): s is unusable,
  * and the stall watchdog of its run, left running, is stopped (it would
  * end the process when the run's heartbeat stops) */
-#define FAIL_SESSION (s ? (void)(s->failed = 1) : (void)0, hcnn_watchdog_stop())
+#define FAIL_SESSION                                                                              \
+    (s ? (void)(s->failed = 1) : (void)0, hcnn_watchdog_stop(), mpi_start_lock(0))
 
 static int session_open_call(hcnn_session **out, const char *config_path, const char *const *sets,
                              int nsets)
@@ -158,10 +169,10 @@ static int session_collective(hcnn_session *s)
     if (!s->has_comm) {
         int argc = 0;
         char **argv = NULL;
-        pthread_mutex_lock(&mpi_start);
+        mpi_start_lock(1);
         int rc = hcnn_comm_init(&s->comm, &argc, &argv);
         mpi_ours |= !rc && s->comm.initialized;
-        pthread_mutex_unlock(&mpi_start);
+        mpi_start_lock(0);
         if (rc)
             return rc;
         s->comm.initialized = 0; /* finalised by hcnn_finalize, not per session */
